@@ -1,0 +1,28 @@
+"""Errors the command line turns into exit statuses (see design: 2 bad input, 3 nothing fits)."""
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_BAD_INPUT = 2
+EXIT_NOTHING_FITS = 3
+EXIT_INTERRUPTED = 130
+
+
+class UsageError(Exception):
+    """Bad input from the user: a profile, a flag or a data path. Exits 2 before anything heavy loads."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class ProfileError(UsageError):
+    """A profile value that cannot be used, with the file, the key and how to fix it."""
+
+    def __init__(self, source: str, key: str | None, reason: str, fix: str | None = None):
+        self.source = source
+        self.key = key
+        self.reason = reason
+        self.fix = fix
+        where = f"{source}: key '{key}'" if key else source
+        text = f"{where}: {reason}"
+        if fix:
+            text += f" (fix: {fix})"
+        super().__init__(text)

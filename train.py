@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""grpo-train: GRPO fine-tuning that fits itself to your GPU.
+
+    python train.py --auto              plan for this machine's GPU (or CPU), then train, surviving OOM
+    python train.py --auto --dry-run    show the plan only (add --json for machines)
+    python train.py --profile profiles/NAME.yaml [--set KEY=VALUE ...]
+
+Planning imports no torch: it is instant on any machine. Training runs in a child process per attempt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_PROFILES_DIR = HERE / "profiles"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from launcher.profiles import schema_help
+    from rewards import describe as describe_rewards
+
+    rewards_help = "\n".join(f"    {name}: {text}" for name, text in describe_rewards().items())
+    epilog = (
+        "profile keys (in a profile YAML, or on the command line as --set KEY=VALUE):\n"
+        f"{schema_help()}\n\n"
+        "rewards (the `rewards` key maps these names to weights):\n"
+        f"{rewards_help}\n\n"
+        "exit status: 0 done; 2 bad input (profile, flag, data path); 3 nothing fits or every attempt ran\n"
+        "out of memory; 130 interrupted; 1 any other failure.\n\n"
+        "examples:\n"
+        "  python train.py --auto --dry-run                   what would run on this machine\n"
+        "  python train.py --auto --dry-run --gpu-memory 24   what would run on a 24 GiB card\n"
+        "  python train.py --fit-table                        the profile each common card gets\n"
+        "  python train.py --profile profiles/gpu-16gb-gemma3-1b.yaml --set max_steps=50\n"
+        "  python train.py --explain-oom error.txt            read a CUDA OOM and say what to change\n"
+    )
+    parser = argparse.ArgumentParser(
+        prog="train.py",
+        description="GRPO fine-tuning (Unsloth + vLLM + TRL) that picks the profile your GPU can hold "
+                    "and falls back instead of crashing on CUDA out-of-memory.",
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    what = parser.add_argument_group("what to run")
+    what.add_argument("--auto", action="store_true",
+                      help="read the GPU, pick the most ambitious profile that fits, train, fall back on OOM")
+    what.add_argument("--profile", metavar="FILE", help="train this profile YAML (with one shrink on OOM)")
+    what.add_argument("--profiles-dir", metavar="DIR", default=str(DEFAULT_PROFILES_DIR),
+                      help="folder of profile YAMLs that forms the ladder (default: %(default)s)")
+    what.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[],
+                      help="override a profile key, validated like the YAML (repeatable)")
+    what.add_argument("--output-dir", metavar="DIR", default="outputs",
+                      help="where run folders are written (default: %(default)s)")
+    what.add_argument("--resume", action="store_true",
+                      help="continue the latest run in --output-dir from its last checkpoint")
+
+    plan = parser.add_argument_group("planning")
+    plan.add_argument("--dry-run", action="store_true", help="print the plan and stop (instant, no torch)")
+    plan.add_argument("--json", action="store_true", help="with --dry-run: one JSON object on stdout")
+    plan.add_argument("--gpu-memory", metavar="GIB", type=float,
+                      help="plan for a card with this much memory instead of the one found")
+    plan.add_argument("--gpu-name", metavar="NAME", help="with --gpu-memory: the card's name in the plan")
+    plan.add_argument("--fit-table", action="store_true",
+                      help="print which profile the ladder gives common cards, then stop")
+    plan.add_argument("--explain-oom", metavar="FILE",
+                      help="read a CUDA OOM error (file, or - for stdin) and explain what to change")
+
+    # Used by the supervisor to run one attempt in this process; not for people.
+    parser.add_argument("--attempt-dir", metavar="DIR", help=argparse.SUPPRESS)
+    parser.add_argument("--resume-from", metavar="CHECKPOINT", help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from launcher.errors import EXIT_BAD_INPUT, UsageError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return run(args, parser)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from launcher.errors import UsageError
+    from launcher.profiles import load_profile, load_profiles
+
+    if args.explain_oom:
+        from launcher.oom import explain_file
+        return explain_file(args.explain_oom)
+    if args.gpu_name and args.gpu_memory is None:
+        raise UsageError("--gpu-name needs --gpu-memory GIB (the card's memory)")
+    if args.gpu_memory is not None and args.gpu_memory <= 0:
+        raise UsageError(f"--gpu-memory {args.gpu_memory}: must be a positive number of GiB")
+    if args.json and not (args.dry_run or args.fit_table):
+        raise UsageError("--json only applies to --dry-run and --fit-table")
+
+    if args.attempt_dir:
+        # One attempt, in this process: what the supervisor runs in a child.
+        if not args.profile:
+            raise UsageError("--attempt-dir needs --profile FILE")
+        profile = load_profile(args.profile, args.overrides)
+        from trainer.run import run_attempt
+        return run_attempt(profile, Path(args.attempt_dir), resume_from=args.resume_from)
+
+    if args.fit_table:
+        from launcher.plan import print_fit_table
+        return print_fit_table(load_profiles(args.profiles_dir, args.overrides), as_json=args.json)
+
+    if not (args.auto or args.profile or args.resume):
+        parser.print_usage(sys.stderr)
+        raise UsageError("choose --auto (fit the ladder to this machine) or --profile FILE")
+
+    from launcher.gpu import probe
+    from launcher.plan import make_plan, print_plan
+
+    if args.profile:
+        profiles = [load_profile(args.profile, args.overrides)]
+    else:
+        profiles = load_profiles(args.profiles_dir, args.overrides)
+    gpu = probe(what_if_gib=args.gpu_memory, what_if_name=args.gpu_name)
+    plan = make_plan(profiles, gpu)
+    if args.dry_run:
+        return print_plan(plan, as_json=args.json)
+
+    from launcher.supervise import supervise
+    return supervise(plan, output_dir=Path(args.output_dir), overrides=args.overrides, resume=args.resume)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
