@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="read the GPU, pick the most ambitious profile that fits, train, fall back on OOM")
     what.add_argument("--profile", metavar="FILE", help="train this profile YAML (with one shrink on OOM)")
     what.add_argument("--profiles-dir", metavar="DIR", default=str(DEFAULT_PROFILES_DIR),
-                      help="folder of profile YAMLs that forms the ladder (default: %(default)s)")
+                      help="folder of profile YAMLs that forms the ladder (default: profiles/ beside train.py)")
     what.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[],
                       help="override a profile key, validated like the YAML (repeatable)")
     what.add_argument("--output-dir", metavar="DIR", default="outputs",
@@ -58,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="continue the latest run in --output-dir from its last checkpoint")
 
     plan = parser.add_argument_group("planning")
-    plan.add_argument("--dry-run", action="store_true", help="print the plan and stop (instant, no torch)")
+    plan.add_argument("--dry-run", action="store_true",
+                      help="print the plan and stop (instant, no torch); alone it plans the ladder like --auto")
     plan.add_argument("--json", action="store_true", help="with --dry-run: one JSON object on stdout")
     plan.add_argument("--gpu-memory", metavar="GIB", type=float,
                       help="plan for a card with this much memory instead of the one found")
@@ -112,9 +113,10 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         from launcher.plan import print_fit_table
         return print_fit_table(load_profiles(args.profiles_dir, args.overrides), as_json=args.json)
 
-    if not (args.auto or args.profile or args.resume):
+    if not (args.auto or args.profile or args.resume or args.dry_run):
         parser.print_usage(sys.stderr)
         raise UsageError("choose --auto (fit the ladder to this machine) or --profile FILE")
+    # `--dry-run` and `--resume` alone mean the ladder (so `docker run grpo-train --dry-run` plans).
 
     from launcher.gpu import probe
     from launcher.plan import make_plan, print_plan

@@ -1,0 +1,83 @@
+# syntax=docker/dockerfile:1
+# The GPU image of grpo-train.
+#   docker build -t grpo-train .
+#   docker run --gpus all --ipc=host -v "$PWD/outputs:/app/outputs" grpo-train     plan for this GPU, then train
+#   docker run --gpus all grpo-train --auto --dry-run                              the plan only
+#
+# Base pinned by tag and digest. torch 2.13.0 from PyPI is a CUDA 13.0 build that brings its CUDA libraries as
+# wheels; the base's part is to declare CUDA 13.0, so that the NVIDIA container runtime refuses a host driver
+# too old for it (below 580) when the container starts, not deep inside torch. To move to another base, pass
+# --build-arg BASE_IMAGE=...; its CUDA major.minor must stay that of the lock's cuda-toolkit.
+ARG BASE_IMAGE=nvidia/cuda:13.0.3-base-ubuntu24.04@sha256:7c7413a56200486f71f181cad9310f6fd31b6bb21816ade15fc9c1e1e927a5c1
+FROM ${BASE_IMAGE}
+
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+ENV DEBIAN_FRONTEND=noninteractive \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_INPUT=1 \
+    VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:$PATH
+
+# Python 3.12 is Ubuntu 24.04's own. A C/C++ compiler and the Python headers stay in the image because Triton
+# builds its kernel launchers, and FlashInfer its kernels, the first time they run. tini hands `docker stop`
+# (SIGINT, see STOPSIGNAL) to the whole process group, so the training child stops as on a Ctrl-C and saves.
+# The digest above fixes the Ubuntu release; apt versions are not pinned because the archive keeps only the
+# newest build of each package, and an exact pin would break the build at the next security update.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends \
+        ca-certificates g++ gcc libc6-dev python3.12 python3.12-dev python3.12-venv tini \
+ && rm -rf /var/lib/apt/lists/* \
+ && python3.12 -m venv "$VIRTUAL_ENV"
+
+# A non-root user. uid 1000 matches the usual first user of a Linux host, so a bind-mounted outputs folder
+# stays writable; Ubuntu's image already has a user `ubuntu` with that uid, which goes. The caches are open to
+# any uid, so `docker run --user "$(id -u):$(id -g)"` works as well.
+ARG APP_UID=1000
+RUN if id -u ubuntu >/dev/null 2>&1; then userdel --remove ubuntu; fi \
+ && if getent group ubuntu >/dev/null; then groupdel ubuntu; fi \
+ && groupadd --gid "$APP_UID" app \
+ && useradd --uid "$APP_UID" --gid app --create-home --shell /bin/bash app \
+ && mkdir -p /app/outputs /home/app/.cache/huggingface \
+ && chown -R app:app /app/outputs /home/app \
+ && chmod 1777 /app/outputs /home/app /home/app/.cache /home/app/.cache/huggingface
+
+WORKDIR /app
+
+# The libraries, in their own layer: it is rebuilt only when the lock or the pins change. The lock is the
+# whole resolved set, so pip resolves nothing here (--no-deps) and no other version can slip in; the pin file
+# beside it makes the build fail if the two ever disagree. --no-deps is also what lets unsloth and unsloth_zoo
+# in beside certifi 2026.10.18: see the header of requirements/gpu.lock.
+COPY constraints.txt ./
+COPY requirements/gpu.lock requirements/
+RUN --mount=type=cache,target=/root/.cache/pip \
+    pip install --no-deps --only-binary=:all: -r requirements/gpu.lock -c constraints.txt
+
+# The project, last: editing code or a profile rebuilds only these small layers.
+COPY pyproject.toml train.py ./
+COPY launcher/ launcher/
+COPY trainer/ trainer/
+COPY tasks/ tasks/
+COPY rewards/ rewards/
+COPY profiles/ profiles/
+# Planning needs neither torch nor a GPU: a broken CLI or profile fails the build, not the first run.
+RUN python train.py --help >/dev/null
+
+# Caches under the user's home; the Hugging Face one is a volume so that models download once.
+# HF_TOKEN is never set here: pass it at run time (`docker run -e HF_TOKEN ...`).
+ENV HOME=/home/app \
+    XDG_CACHE_HOME=/home/app/.cache \
+    HF_HOME=/home/app/.cache/huggingface \
+    TRITON_CACHE_DIR=/home/app/.cache/triton \
+    MPLCONFIGDIR=/home/app/.cache/matplotlib \
+    UNSLOTH_COMPILE_LOCATION=/home/app/.cache/unsloth_compiled_cache
+VOLUME ["/app/outputs", "/home/app/.cache/huggingface"]
+
+# Numeric, so that a runtime (e.g. Kubernetes' runAsNonRoot) can tell it is not root without /etc/passwd.
+USER ${APP_UID}:${APP_UID}
+STOPSIGNAL SIGINT
+ENTRYPOINT ["/usr/bin/tini", "-g", "--", "python", "/app/train.py"]
+CMD ["--auto"]
