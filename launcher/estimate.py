@@ -1,0 +1,236 @@
+"""HOW MUCH memory one GRPO attempt of a profile needs, by named component (GiB).
+
+The physics of one step (see the README's memory section): base weights counted once (vLLM shares them with
+training in Unsloth's fast_inference), LoRA adapters, gradients and optimizer state of what is trained, a
+reference copy only for full fine-tuning with beta > 0, the activations kept for the backward pass, the
+logits of the GRPO loss, vLLM's reservation (utilisation x the card's total memory) or, without vLLM, the
+KV cache of transformers' generate, and the CUDA context. A cpu profile is estimated the same way in host
+RAM (fp32, no CUDA context, no vLLM).
+
+Two trainer paths count the logits differently, as each library does:
+  "unsloth" (every cuda profile): Unsloth's GRPO loss works one sequence at a time and keeps two 16-bit
+      tensors of completion x vocab (its own published accounting: 9.8 GiB at 20K tokens x 128K vocab);
+  "trl" (plain TRL, and the CPU path): batch x completion x vocab logits in 16-bit, their fp32 upcast and
+      the fp32 log-softmax: 10 bytes per logit (trl #3678 measured 310 MB of fp32 logits for 2 x 256 x
+      151,665).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from launcher.catalog import Architecture, resolve
+
+GIB = 1024 ** 3
+
+# Fixed costs
+CUDA_CONTEXT_GIB = 0.75      # CUDA context + cuBLAS workspace + allocator slack (public range 0.5-1.0 GiB)
+PYTHON_RUNTIME_GIB = 0.6     # CPU: torch + transformers + TRL imported (about 600 MB RSS measured)
+
+# Bytes per parameter
+NF4_BYTES = 0.5625           # bitsandbytes NF4: 4 bits + one 16-bit scale per 64 weights
+HALF_BYTES = 2
+FULL_BYTES = 4
+OPTIMIZER_BYTES = {          # per trainable parameter
+    "adamw_torch": 8, "adamw_torch_fused": 8, "paged_adamw_32bit": 8,   # two fp32 moments
+    "adamw_8bit": 2, "adamw_bnb_8bit": 2, "paged_adamw_8bit": 2,        # two 8-bit moments (+ block scales)
+    "adafactor": 0.5,        # factored second moment only: rows + columns, far under 1 B/param; 0.5 is generous
+    "sgd": 0,                # plain SGD (TRL's default: no momentum) keeps no state
+}
+
+# Logits (bytes per element of completion x vocab)
+UNSLOTH_LOGIT_BYTES = 2 * HALF_BYTES     # two 16-bit tensors, one sequence at a time
+TRL_LOGIT_BYTES = HALF_BYTES + FULL_BYTES + FULL_BYTES  # 16-bit logits, fp32 upcast, fp32 log-softmax
+
+# vLLM (colocated through Unsloth's fast_inference)
+VLLM_FIXED_GIB = 0.5          # CUDA graphs and vLLM's non-torch memory
+VLLM_PREFILL_TOKENS = 8192    # Unsloth's chunked-prefill budget: the profiling forward vLLM measures
+VLLM_SAMPLER_SEQS = 256       # max_num_seqs: the sampler holds fp32 logits for this many sequences
+# UNSLOTH_VLLM_STANDBY replaces gpu_memory_utilization with its own tier (about 0.76 on 16 GB, 0.88 on 80 GB)
+STANDBY_UTILISATION = ((16.0, 0.76), (80.0, 0.88))
+
+
+@dataclass
+class Estimate:
+    total_gib: float
+    components: dict[str, float]
+    notes: list[str] = field(default_factory=list)
+    # vLLM's reservation (GiB) and why it cannot start, when it cannot; None without vLLM
+    vllm_share_gib: float | None = None
+    vllm_problem: str | None = None
+    host_offload_gib: float = 0.0      # Unsloth's offloaded activation checkpoints, in host RAM
+    memory: str = "gpu"                # "gpu" or "host": where these GiB are needed
+    backend: str = "unsloth"
+
+    def to_json(self) -> dict:
+        return {"total_gib": round(self.total_gib, 3),
+                "components": {k: round(v, 3) for k, v in self.components.items()},
+                "memory": self.memory, "backend": self.backend,
+                "vllm_share_gib": None if self.vllm_share_gib is None else round(self.vllm_share_gib, 3),
+                "vllm_problem": self.vllm_problem,
+                "host_offload_gib": round(self.host_offload_gib, 3),
+                "notes": list(self.notes)}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Pieces, each usable on its own (the tests check them against hand computations)
+
+def weights_bytes(arch: Architecture, load_in_4bit: bool, device: str = "cuda") -> float:
+    """The base model as loaded. NF4 shrinks the blocks' linear layers; embeddings, an untied lm_head and
+    the norms stay 16-bit. On CPU the model is fp32."""
+    if device == "cpu":
+        return arch.computed_params * FULL_BYTES
+    if load_in_4bit:
+        rest = arch.embedding_params + arch.lm_head_params + arch.norm_params
+        return arch.linear_params * NF4_BYTES + rest * HALF_BYTES
+    return arch.computed_params * HALF_BYTES
+
+
+def activation_bytes_per_token_layer(arch: Architecture, element_bytes: int = HALF_BYTES,
+                                     backend: str = "unsloth") -> float:
+    """What one decoder block keeps for the backward pass per token (FlashAttention/SDPA: no s^2 scores).
+
+    unsloth (fused RMSNorm, RoPE and SwiGLU kernels): both norms' input and output (4h), q and the attention
+        output (2q), k and v (2kv), gate, up and their product (3i).
+    trl (transformers' modules): each RMSNorm keeps an fp32 copy of its input, the fp32 normalised tensor
+        and its 16-bit cast (5h per norm, 10h), RoPE keeps q, k and their rotated halves besides the
+        rotated q, k and v (4q, 4kv), SwiGLU keeps gate, SiLU(gate), up and the product (4i).
+    """
+    h, q, kv, i = arch.hidden, arch.q_dim, arch.kv_dim, arch.intermediate
+    if backend == "unsloth":
+        return element_bytes * (4 * h + 2 * q + 2 * kv + 3 * i)
+    return element_bytes * (10 * h + 4 * q + 4 * kv + 4 * i)
+
+
+def logits_bytes(batch: int, tokens: int, vocab: int, backend: str) -> float:
+    if backend == "unsloth":
+        return tokens * vocab * UNSLOTH_LOGIT_BYTES
+    return batch * tokens * vocab * TRL_LOGIT_BYTES
+
+
+def standby_utilisation(total_gib: float) -> float:
+    (low_gib, low), (high_gib, high) = STANDBY_UTILISATION
+    if total_gib <= low_gib:
+        return low
+    if total_gib >= high_gib:
+        return high
+    return low + (high - low) * (total_gib - low_gib) / (high_gib - low_gib)
+
+
+def vllm_workspace_bytes(arch: Architecture) -> float:
+    """vLLM's memory besides weights and KV cache: graphs, the profiling forward, the sampler's logits."""
+    prefill = VLLM_PREFILL_TOKENS * HALF_BYTES * (arch.hidden + 2 * arch.intermediate)
+    sampler = VLLM_SAMPLER_SEQS * arch.vocab * FULL_BYTES
+    return VLLM_FIXED_GIB * GIB + prefill + sampler
+
+
+# ---------------------------------------------------------------------------------------------------
+
+def estimate(profile, arch: Architecture | None = None, gpu=None, backend: str | None = None) -> Estimate:
+    """Peak memory of one attempt of `profile` on `gpu` (a launcher.gpu.GpuInfo; None = card unknown)."""
+    arch = arch or resolve(profile.model)
+    cpu = profile.device == "cpu"
+    backend = backend or ("trl" if cpu else "unsloth")
+    element = FULL_BYTES if cpu else HALF_BYTES
+    notes: list[str] = []
+    comp: dict[str, float] = {}
+
+    seq = profile.max_prompt_length + profile.max_completion_length
+    micro_tokens = profile.per_device_train_batch_size * seq
+    generation_batch = profile.effective_batch  # TRL: generation_batch_size = batch x accumulation
+
+    weights = weights_bytes(arch, profile.load_in_4bit and not cpu, profile.device)
+    comp["weights"] = weights
+
+    # What is trained
+    if profile.uses_lora:
+        trainable = arch.lora_params(profile.lora_rank, profile.target_modules)
+        comp["lora"] = trainable * FULL_BYTES          # PEFT keeps adapters in fp32
+        comp["gradients"] = trainable * FULL_BYTES
+    else:
+        trainable = arch.computed_params
+        comp["lora"] = 0.0
+        comp["gradients"] = trainable * element
+        notes.append("full fine-tuning: every parameter has a gradient and optimizer state")
+    comp["optimizer"] = trainable * OPTIMIZER_BYTES[profile.optim]
+    comp["reference"] = weights if (profile.beta > 0 and not profile.uses_lora) else 0.0
+    if comp["reference"]:
+        notes.append("beta > 0 without LoRA: a second copy of the model serves as reference")
+
+    # Activations of one micro-batch
+    per_token_layer = activation_bytes_per_token_layer(arch, element, backend)
+    hidden_state = micro_tokens * arch.hidden * element  # one layer's input: what a checkpoint keeps
+    mode = profile.gradient_checkpointing
+    host_offload = 0.0
+    if mode == "false":
+        comp["activations"] = arch.layers * micro_tokens * per_token_layer
+        comp["activation_checkpoints"] = 0.0
+    else:
+        # the layer being recomputed holds its full activations
+        comp["activations"] = micro_tokens * per_token_layer
+        checkpoints = arch.layers * hidden_state
+        if mode == "unsloth" and not cpu:
+            comp["activation_checkpoints"] = 2 * hidden_state  # in-flight copies to and from host RAM
+            host_offload = checkpoints
+            notes.append(f"Unsloth offloads activation checkpoints ({checkpoints / GIB:.2f} GiB) to host RAM")
+        else:
+            comp["activation_checkpoints"] = checkpoints
+
+    comp["logits"] = logits_bytes(profile.per_device_train_batch_size, profile.max_completion_length,
+                                  arch.vocab, backend)
+
+    vllm_share = None
+    vllm_problem = None
+    if cpu:
+        comp["generate_kv_cache"] = generation_batch * seq * arch.kv_bytes_per_token(FULL_BYTES)
+        comp["runtime"] = PYTHON_RUNTIME_GIB * GIB
+    else:
+        comp["cuda_context"] = CUDA_CONTEXT_GIB * GIB
+        if profile.fast_inference:
+            vllm_share, vllm_problem, share_note = _vllm_share(profile, arch, weights, gpu, generation_batch, seq)
+            notes.append(share_note)
+            # the share holds the (shared) weights; the rest is vLLM's KV cache, graphs and workspace
+            comp["vllm_cache"] = max(vllm_share - weights, 0.0)
+            if profile.vllm_standby:
+                # asleep during training, vLLM lends its KV memory to the backward pass
+                lent = comp["activations"] + comp["activation_checkpoints"] + comp["logits"]
+                overlap = min(lent, max(comp["vllm_cache"] - vllm_workspace_bytes(arch), 0.0))
+                comp["standby_reuse"] = -overlap
+                notes.append("vLLM standby: training reuses the sleeping KV cache")
+        else:
+            comp["generate_kv_cache"] = generation_batch * seq * arch.kv_bytes_per_token(HALF_BYTES)
+
+    total = sum(comp.values())
+    return Estimate(total_gib=total / GIB, components={k: v / GIB for k, v in comp.items()}, notes=notes,
+                    vllm_share_gib=None if vllm_share is None else vllm_share / GIB,
+                    vllm_problem=vllm_problem, host_offload_gib=host_offload / GIB,
+                    memory="host" if cpu else "gpu", backend=backend)
+
+
+def _vllm_share(profile, arch: Architecture, weights: float, gpu, generation_batch: int, seq: int):
+    """(reservation bytes, problem or None, note). vLLM reserves utilisation x TOTAL memory at start and
+    refuses to start when that cannot hold the weights, its workspace and one full-length sequence."""
+    workspace = vllm_workspace_bytes(arch)
+    kv_token = arch.kv_bytes_per_token(HALF_BYTES)
+    one_sequence = profile.max_seq_length * kv_token
+    if gpu is None:
+        # card unknown: count the least share that holds the whole generation batch at once
+        share = weights + workspace + generation_batch * seq * kv_token
+        return share, None, "card unknown: vLLM share counted as weights + workspace + one generation batch"
+    utilisation = profile.gpu_memory_utilization
+    if profile.vllm_standby:
+        utilisation = standby_utilisation(gpu.total_gib)
+    share = utilisation * gpu.total_gib * GIB
+    room = share - weights - workspace
+    note = (f"vLLM share {utilisation:g} x {gpu.total_gib:.1f} GiB = {share / GIB:.2f} GiB: weights "
+            f"{weights / GIB:.2f}, workspace {workspace / GIB:.2f}, KV cache {max(room, 0) / GIB:.2f} GiB "
+            f"(~{max(int(room // kv_token), 0)} tokens)")
+    problem = None
+    if room < one_sequence:
+        need = (weights + workspace + one_sequence) / (gpu.total_gib * GIB)
+        fix = (f"gpu_memory_utilization >= {need + 0.005:.2f} would" if need + 0.005 < 0.95 else
+               "no utilisation leaves room beside training on this card")
+        problem = (f"vLLM share too small: {utilisation:g} x {gpu.total_gib:.1f} GiB = {share / GIB:.2f} GiB < "
+                   f"weights {weights / GIB:.2f} + workspace {workspace / GIB:.2f} + KV cache of one "
+                   f"{profile.max_seq_length}-token sequence {one_sequence / GIB:.2f}; {fix}")
+    return share, problem, note

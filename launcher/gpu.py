@@ -1,0 +1,224 @@
+"""WHERE training can run: the GPUs NVML reports (or a card named with --gpu-memory), else the CPU.
+
+Reads memory through NVML (package nvidia-ml-py, module `pynvml`), which needs only the driver: no torch,
+no CUDA runtime, so planning is instant on any machine. `probe(nvml=...)` takes any object with pynvml's
+call names, which is how the tests stand in for a driver.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+GIB = 1024 ** 3
+# bf16 needs Ampere (compute capability 8.0) or newer; older cards train in fp16.
+BF16_MIN_CAPABILITY = (8, 0)
+
+
+@dataclass
+class GpuInfo:
+    name: str
+    total_gib: float
+    free_gib: float
+    used_gib: float
+    compute_capability: tuple | None
+    driver: str | None
+    cuda_driver: str | None
+    index: int
+    source: str  # "nvml", "what-if" or "none"
+    uuid: str | None = None
+
+
+@dataclass
+class Machine:
+    gpus: list[GpuInfo]
+    message: str
+    host_ram_gib: float
+    host_free_gib: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def primary(self) -> GpuInfo | None:
+        """The card a run trains on: the first visible one (Unsloth trains on a single device)."""
+        return self.gpus[0] if self.gpus else None
+
+    @property
+    def device(self) -> str:
+        return "cuda" if self.gpus else "cpu"
+
+
+def bf16_supported(gpu: GpuInfo | None) -> bool:
+    """True when the card can train in bf16; an unknown capability (a what-if card) is taken as modern."""
+    if gpu is None:
+        return False
+    if gpu.compute_capability is None:
+        return True
+    return tuple(gpu.compute_capability) >= BF16_MIN_CAPABILITY
+
+
+def precision_text(gpu: GpuInfo | None) -> str:
+    if gpu is None:
+        return "fp32 (CPU)"
+    if gpu.compute_capability is None:
+        return "bf16 assumed (capability unknown)"
+    cc = ".".join(map(str, gpu.compute_capability))
+    return f"bf16 (compute capability {cc})" if bf16_supported(gpu) else \
+        f"fp16 (compute capability {cc} < 8.0: no bf16)"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Host memory
+
+def host_memory_gib() -> tuple[float, float]:
+    """(total, available) host RAM in GiB, from /proc/meminfo where there is one."""
+    total = available = 0.0
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                key, _, rest = line.partition(":")
+                if key in ("MemTotal", "MemAvailable"):
+                    kib = float(rest.split()[0])
+                    if key == "MemTotal":
+                        total = kib / 1024 ** 2
+                    else:
+                        available = kib / 1024 ** 2
+    except (OSError, ValueError, IndexError):
+        pass
+    if not total:
+        try:
+            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB
+        except (ValueError, OSError, AttributeError):
+            total = 0.0
+    return total, (available or total)
+
+
+# ---------------------------------------------------------------------------------------------------
+# CUDA_VISIBLE_DEVICES
+
+def visible_selection(value: str | None) -> list[str] | None:
+    """The entries of CUDA_VISIBLE_DEVICES, or None when it is unset (every device visible).
+
+    CUDA stops reading the list at the first entry that names no device, and an empty value or "-1"
+    hides every device; the same reading is applied here against NVML's list.
+    """
+    if value is None:
+        return None
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _select(devices: list[dict], selection: list[str] | None) -> tuple[list[dict], str | None]:
+    """Map CUDA_VISIBLE_DEVICES onto NVML's devices; returns (visible in CUDA order, a note or None)."""
+    if selection is None:
+        return devices, None
+    chosen: list[dict] = []
+    for item in selection:
+        match = None
+        if item.lstrip("-").isdigit():
+            number = int(item)
+            if 0 <= number < len(devices):
+                match = devices[number]
+        else:
+            # UUIDs may be given in full ("GPU-8f2c...") or by a unique prefix, as CUDA allows.
+            hits = [d for d in devices if d["uuid"] and d["uuid"].lower().startswith(item.lower())]
+            if len(hits) == 1:
+                match = hits[0]
+        if match is None or match in chosen:
+            break  # CUDA ignores this entry and everything after it
+        chosen.append(match)
+    note = f"CUDA_VISIBLE_DEVICES={','.join(selection) or '(empty)'}: {len(chosen)} of {len(devices)} GPUs visible"
+    return chosen, note
+
+
+# ---------------------------------------------------------------------------------------------------
+# The probe
+
+def _read_nvml(nvml) -> tuple[list[dict], str | None, str | None]:
+    driver = cuda_driver = None
+    try:
+        driver = _text(nvml.nvmlSystemGetDriverVersion())
+    except Exception:  # noqa: BLE001 - an optional field; any NVML failure leaves it unknown
+        pass
+    try:
+        version = int(nvml.nvmlSystemGetCudaDriverVersion())
+        cuda_driver = f"{version // 1000}.{version % 1000 // 10}"
+    except Exception:  # noqa: BLE001
+        pass
+    devices = []
+    for index in range(int(nvml.nvmlDeviceGetCount())):
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+        try:
+            capability = tuple(int(x) for x in nvml.nvmlDeviceGetCudaComputeCapability(handle))
+        except Exception:  # noqa: BLE001
+            capability = None
+        try:
+            uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+        except Exception:  # noqa: BLE001
+            uuid = None
+        devices.append({
+            "nvml_index": index,
+            "name": _text(nvml.nvmlDeviceGetName(handle)),
+            "total": memory.total / GIB,
+            "free": memory.free / GIB,
+            "used": memory.used / GIB,
+            "capability": capability,
+            "uuid": uuid,
+        })
+    return devices, driver, cuda_driver
+
+
+def probe(what_if_gib: float | None = None, what_if_name: str | None = None, nvml=None) -> Machine:
+    """Read the machine. `what_if_gib` plans for a card of that size instead (free = total)."""
+    host_total, host_free = host_memory_gib()
+    if what_if_gib is not None:
+        name = what_if_name or f"{what_if_gib:g} GiB card"
+        gpu = GpuInfo(name=name, total_gib=float(what_if_gib), free_gib=float(what_if_gib), used_gib=0.0,
+                      compute_capability=None, driver=None, cuda_driver=None, index=0, source="what-if")
+        return Machine([gpu], f"planning for {name} ({what_if_gib:g} GiB, all of it free): --gpu-memory",
+                       host_total, host_free)
+
+    def cpu(reason: str) -> Machine:
+        return Machine([], f"{reason}: planning for the CPU ladder", host_total, host_free)
+
+    if nvml is None:
+        try:
+            import pynvml as nvml  # the driver's own library; no CUDA runtime needed
+        except ImportError:
+            return cpu("nvidia-ml-py is not installed, so no GPU can be read")
+    error_type = getattr(nvml, "NVMLError", Exception)
+    try:
+        nvml.nvmlInit()
+    except error_type as exc:
+        not_found = getattr(nvml, "NVMLError_LibraryNotFound", ())
+        if not_found and isinstance(exc, not_found):
+            return cpu("no NVIDIA driver found")
+        return cpu(f"the NVIDIA driver did not answer ({exc})")
+    try:
+        devices, driver, cuda_driver = _read_nvml(nvml)
+    except error_type as exc:
+        return cpu(f"NVML could not list the GPUs ({exc})")
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001 - shutting down a library that failed is best effort
+            pass
+    if not devices:
+        return cpu("the NVIDIA driver reports no GPU")
+    visible, note = _select(devices, visible_selection(os.environ.get("CUDA_VISIBLE_DEVICES")))
+    if not visible:
+        return cpu(f"{note}: no GPU visible")
+    gpus = [GpuInfo(name=d["name"], total_gib=d["total"], free_gib=d["free"], used_gib=d["used"],
+                    compute_capability=d["capability"], driver=driver, cuda_driver=cuda_driver,
+                    index=cuda_index, source="nvml", uuid=d["uuid"])
+            for cuda_index, d in enumerate(visible)]
+    first = gpus[0]
+    message = (f"GPU 0: {first.name}, {first.free_gib:.1f} of {first.total_gib:.1f} GiB free, "
+               f"{precision_text(first)}, driver {driver or '?'} (CUDA {cuda_driver or '?'})")
+    notes = [note] if note else []
+    if len(gpus) > 1:
+        notes.append(f"{len(gpus)} GPUs visible; planning for GPU 0 (Unsloth trains on one device)")
+    return Machine(gpus, message, host_total, host_free, notes)

@@ -1,0 +1,266 @@
+"""WHICH profile runs: every candidate of the ladder with its estimate and verdict, and the choice.
+
+A profile fits when vLLM can start in its share of the card and its estimated total stays within the free
+memory less a margin (GPU_MARGIN_TEXT says how much and why). The first that fits, in ladder order, is chosen.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from launcher.catalog import resolve
+from launcher.errors import EXIT_NOTHING_FITS, EXIT_OK, UsageError
+from launcher.estimate import Estimate, estimate
+from launcher.gpu import GpuInfo, Machine, precision_text
+
+# Kept free on top of the estimate: the allocator's fragmentation and the slow creep of reserved memory
+# over a long run (reported in unsloth #2470 and trl #2927), plus a desktop's display and other processes.
+GPU_MARGIN_SHARE, GPU_MARGIN_MIN_GIB = 0.05, 0.5
+# Host RAM also serves the OS, the data loader and the page cache.
+HOST_MARGIN_SHARE, HOST_MARGIN_MIN_GIB = 0.10, 1.0
+GPU_MARGIN_TEXT = ("margin: 5% of the card (at least 0.5 GiB) stays free for allocator fragmentation, memory "
+                   "that creeps up over steps, and other processes")
+HOST_MARGIN_TEXT = "margin: 10% of RAM (at least 1 GiB) stays free for the OS, the data loader and other processes"
+
+# Cards for --fit-table: (name, total GiB as NVML reports it, compute capability)
+COMMON_CARDS = (
+    ("8 GB card (RTX 3070, 4060)", 8.0, (8, 6)),
+    ("12 GB card (RTX 3060, 4070)", 12.0, (8, 6)),
+    ("T4 16 GB", 15.0, (7, 5)),
+    ("16 GB card (RTX 4060 Ti 16GB, 4080)", 16.0, (8, 9)),
+    ("L4 / A10 24 GB", 22.5, (8, 9)),
+    ("RTX 3090 / 4090 24 GB", 24.0, (8, 9)),
+    ("A100 40GB", 40.0, (8, 0)),
+    ("A100 80GB", 80.0, (8, 0)),
+    ("H100 80GB", 79.6, (9, 0)),
+)
+
+
+def margin_for(total_gib: float, device: str = "cuda") -> float:
+    if device == "cpu":
+        return max(HOST_MARGIN_MIN_GIB, HOST_MARGIN_SHARE * total_gib)
+    return max(GPU_MARGIN_MIN_GIB, GPU_MARGIN_SHARE * total_gib)
+
+
+@dataclass
+class Candidate:
+    profile: object  # launcher.profiles.Profile
+    estimate: Estimate | None
+    fits: bool
+    reason: str
+
+
+@dataclass
+class Plan:
+    machine: Machine
+    candidates: list[Candidate]
+    chosen: object | None  # Profile
+    margin_gib: float
+    notes: list[str] = field(default_factory=list)
+
+    def gpu_json(self) -> dict:
+        gpu = self.machine.primary
+        if gpu is None:
+            return {"name": "CPU (no GPU)", "total_gib": round(self.machine.host_ram_gib, 2),
+                    "free_gib": round(self.machine.host_free_gib, 2), "source": "none", "device": "cpu",
+                    "message": self.machine.message}
+        return {"name": gpu.name, "total_gib": round(gpu.total_gib, 2), "free_gib": round(gpu.free_gib, 2),
+                "source": gpu.source, "device": "cuda", "index": gpu.index,
+                "compute_capability": ".".join(map(str, gpu.compute_capability)) if gpu.compute_capability
+                else None, "precision": precision_text(gpu), "driver": gpu.driver,
+                "cuda_driver": gpu.cuda_driver, "count": len(self.machine.gpus), "message": self.machine.message}
+
+    def to_json(self) -> dict:
+        return {
+            "gpu": self.gpu_json(),
+            "margin_gib": round(self.margin_gib, 2),
+            "margin": GPU_MARGIN_TEXT if self.machine.primary else HOST_MARGIN_TEXT,
+            "candidates": [
+                {"profile": c.profile.name, "path": c.profile.source, "ladder": c.profile.ladder,
+                 "model": c.profile.model, "fits": c.fits, "reason": c.reason,
+                 "estimate": c.estimate.to_json() if c.estimate else None}
+                for c in self.candidates],
+            "chosen": self.chosen.name if self.chosen is not None else None,
+            "notes": list(self.notes),
+        }
+
+
+# ---------------------------------------------------------------------------------------------------
+
+def _judge(profile, est: Estimate, gpu: GpuInfo | None, machine: Machine, margin: float) -> tuple[bool, str]:
+    if est.memory == "host":
+        usable = machine.host_free_gib - margin
+        if est.total_gib <= usable:
+            return True, f"fits: {est.total_gib:.2f} of {usable:.2f} GiB usable RAM"
+        return False, (f"too large: needs {est.total_gib:.2f} GiB of RAM, {usable:.2f} usable "
+                       f"({machine.host_free_gib:.2f} available - {margin:.2f} margin)")
+    assert gpu is not None
+    if est.vllm_problem:
+        return False, est.vllm_problem
+    if est.vllm_share_gib is not None and est.vllm_share_gib > gpu.free_gib:
+        return False, (f"vLLM asks {est.vllm_share_gib:.2f} GiB (gpu_memory_utilization x total) but only "
+                       f"{gpu.free_gib:.2f} GiB is free: lower gpu_memory_utilization or free the card")
+    usable = gpu.free_gib - margin
+    if est.total_gib <= usable:
+        return True, f"fits: {est.total_gib:.2f} of {usable:.2f} GiB usable"
+    return False, (f"too large: needs {est.total_gib:.2f} GiB, {usable:.2f} usable "
+                   f"({gpu.free_gib:.2f} free - {margin:.2f} margin)")
+
+
+def make_plan(profiles, machine: Machine, margin_gib: float | None = None) -> Plan:
+    """Judge the profiles for this machine in ladder order: cuda profiles on a GPU, cpu ones without."""
+    profiles = sorted(profiles, key=lambda p: (p.ladder, p.name))
+    if not profiles:
+        raise UsageError("no profiles to plan (fix: --profiles-dir DIR holding *.yaml profiles)")
+    gpu = machine.primary
+    device = machine.device
+    notes = list(machine.notes)
+    matching = [p for p in profiles if p.device == device]
+    if matching:
+        skipped = len(profiles) - len(matching)
+        if skipped:
+            notes.append(f"{skipped} profile(s) for device {'cpu' if device == 'cuda' else 'cuda'} left out")
+        profiles = matching
+    if margin_gib is None:
+        if device == "cuda":
+            margin_gib = margin_for(gpu.total_gib, "cuda")
+        else:
+            margin_gib = margin_for(machine.host_ram_gib, "cpu")
+
+    archs: dict[str, object] = {}
+    candidates: list[Candidate] = []
+    for profile in profiles:
+        if profile.device == "cuda" and gpu is None:
+            candidates.append(Candidate(profile, None, False,
+                                        "needs an NVIDIA GPU and none was found (plan for a card with "
+                                        "--gpu-memory GIB, or use a cpu profile)"))
+            continue
+        if profile.model not in archs:
+            archs[profile.model] = resolve(profile.model)
+        est = estimate(profile, archs[profile.model], gpu if profile.device == "cuda" else None)
+        if profile.device == "cpu" and device == "cuda":
+            fits, reason = _judge(profile, est, None, machine, margin_for(machine.host_ram_gib, "cpu"))
+        else:
+            fits, reason = _judge(profile, est, gpu, machine, margin_gib)
+        candidates.append(Candidate(profile, est, fits, reason))
+    chosen = next((c.profile for c in candidates if c.fits), None)
+    return Plan(machine, candidates, chosen, margin_gib, notes)
+
+
+
+# ---------------------------------------------------------------------------------------------------
+# Output
+
+def _console():
+    from rich.console import Console
+    import os
+
+    console = Console()
+    if not console.is_terminal and not os.environ.get("COLUMNS"):
+        console = Console(width=160)  # piped output: wider than rich's 80 columns so the verdicts stay readable
+    return console
+
+
+def _shape(profile) -> str:
+    weights = "4-bit" if profile.load_in_4bit else ("fp32" if profile.device == "cpu" else "16-bit")
+    tune = f"LoRA {profile.lora_rank}" if profile.uses_lora else "full FT"
+    gen = f"vLLM {profile.gpu_memory_utilization:g}" if profile.fast_inference else "HF generate"
+    return f"{weights}, {tune}, {gen}"
+
+
+def _top_components(est: Estimate, n: int = 3) -> str:
+    parts = sorted(((v, k) for k, v in est.components.items() if v > 0), reverse=True)[:n]
+    return ", ".join(f"{k} {v:.1f}" for v, k in parts)
+
+
+def print_plan(plan: Plan, as_json: bool = False) -> int:
+    """The plan as a table (or one JSON object); 0 when a profile fits, 3 when none does."""
+    code = EXIT_OK if plan.chosen is not None else EXIT_NOTHING_FITS
+    if as_json:
+        print(json.dumps(plan.to_json(), indent=2))
+        return code
+    from rich.table import Table
+
+    console = _console()
+    console.print(plan.machine.message, markup=False, highlight=False)
+    for note in plan.notes:
+        console.print(f"note: {note}", markup=False, highlight=False)
+    gpu = plan.machine.primary
+    where = "GPU" if gpu else "RAM"
+    table = Table(title=f"Ladder (lower rung = tried first); {where} margin {plan.margin_gib:.2f} GiB")
+    for column, justify in (("rung", "right"), ("profile", "left"), ("model", "left"), ("set-up", "left"),
+                            ("batch x acc / gens / completion", "left"), ("estimate GiB", "right"),
+                            ("largest parts (GiB)", "left"), ("verdict", "left")):
+        table.add_column(column, justify=justify, overflow="fold")
+    for cand in plan.candidates:
+        p = cand.profile
+        chosen = plan.chosen is not None and p is plan.chosen
+        verdict = ("[bold green]CHOSEN[/] " if chosen else "") + \
+            ("[green]" if cand.fits else "[red]") + _escape(cand.reason) + "[/]"
+        table.add_row(str(p.ladder), p.name, p.model.removeprefix("unsloth/"), _shape(p),
+                      f"{p.per_device_train_batch_size} x {p.gradient_accumulation_steps} / {p.num_generations} / "
+                      f"{p.max_completion_length}",
+                      f"{cand.estimate.total_gib:.2f}" if cand.estimate else "-",
+                      _top_components(cand.estimate) if cand.estimate else "-", verdict)
+    console.print(table)
+    console.print(GPU_MARGIN_TEXT if gpu else HOST_MARGIN_TEXT, markup=False, highlight=False)
+    if plan.chosen is not None:
+        console.print(f"chosen: {plan.chosen.name} ({plan.chosen.source})", markup=False, highlight=False)
+    else:
+        console.print("nothing fits: no profile of the ladder fits this machine (exit 3); "
+                      "try --gpu-memory to see what a larger card would run, or write a smaller profile",
+                      markup=False, highlight=False)
+    return code
+
+
+def _escape(text: str) -> str:
+    return text.replace("[", r"\[")
+
+
+def fit_table(profiles, cards=COMMON_CARDS) -> list[dict]:
+    """For each card: the profile the ladder gives it (what-if planning, free = total)."""
+    cuda = [p for p in profiles if p.device == "cuda"]
+    if not cuda:
+        raise UsageError("--fit-table: no cuda profiles in the ladder (fix: --profiles-dir with gpu-*.yaml)")
+    rows = []
+    for name, total, capability in cards:
+        gpu = GpuInfo(name=name, total_gib=total, free_gib=total, used_gib=0.0, compute_capability=capability,
+                      driver=None, cuda_driver=None, index=0, source="what-if")
+        plan = make_plan(cuda, Machine([gpu], f"{name}: what-if", 0.0, 0.0))
+        chosen = next((c for c in plan.candidates if c.fits), None)
+        rows.append({
+            "card": name, "total_gib": total, "precision": "bf16" if capability >= (8, 0) else "fp16",
+            "chosen": chosen.profile.name if chosen else None,
+            "estimate_gib": round(chosen.estimate.total_gib, 2) if chosen else None,
+            "fallbacks": [c.profile.name for c in plan.candidates if c.fits and c is not chosen],
+        })
+    return rows
+
+
+def _next_rung(fallbacks: list[str]) -> str:
+    if not fallbacks:
+        return "-"
+    more = len(fallbacks) - 1
+    return fallbacks[0] + (f" (+{more} more)" if more else "")
+
+
+def print_fit_table(profiles, as_json: bool = False, cards=COMMON_CARDS) -> int:
+    rows = fit_table(profiles, cards)
+    if as_json:
+        print(json.dumps({"margin": GPU_MARGIN_TEXT, "cards": rows}, indent=2))
+        return EXIT_OK
+    from rich.table import Table
+
+    table = Table(title="Which profile fits my card (python train.py --auto picks the first rung that fits)")
+    for column, justify in (("card", "left"), ("GiB", "right"), ("precision", "left"), ("profile", "left"),
+                            ("estimate GiB", "right"), ("next rung if it fails", "left")):
+        table.add_column(column, justify=justify, overflow="fold")
+    for row in rows:
+        table.add_row(row["card"], f"{row['total_gib']:g}", row["precision"], row["chosen"] or "nothing fits",
+                      f"{row['estimate_gib']:.2f}" if row["estimate_gib"] is not None else "-",
+                      _next_rung(row["fallbacks"]))
+    console = _console()
+    console.print(table)
+    console.print(GPU_MARGIN_TEXT, markup=False, highlight=False)
+    return EXIT_OK

@@ -1,0 +1,166 @@
+"""launcher.gpu: reading GPUs through a fake NVML (same call names as pynvml), CUDA_VISIBLE_DEVICES, what-if."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from launcher.gpu import bf16_supported, probe, visible_selection
+
+GIB = 1024 ** 3
+
+
+class FakeNvml:
+    """Stands in for pynvml: the calls launcher.gpu makes, with pynvml's names and error classes."""
+
+    class NVMLError(Exception):
+        pass
+
+    class NVMLError_LibraryNotFound(NVMLError):
+        pass
+
+    def __init__(self, cards=(), driver_missing=False, driver="550.54.15", cuda=12040):
+        self.cards = list(cards)
+        self.driver_missing = driver_missing
+        self.driver = driver
+        self.cuda = cuda
+        self.initialised = False
+        self.shut_down = False
+
+    def nvmlInit(self):
+        if self.driver_missing:
+            raise self.NVMLError_LibraryNotFound("NVML Shared Library Not Found")
+        self.initialised = True
+
+    def nvmlShutdown(self):
+        self.shut_down = True
+
+    def nvmlSystemGetDriverVersion(self):
+        return self.driver
+
+    def nvmlSystemGetCudaDriverVersion(self):
+        return self.cuda
+
+    def nvmlDeviceGetCount(self):
+        return len(self.cards)
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return self.cards[index]
+
+    def nvmlDeviceGetName(self, handle):
+        return handle["name"]
+
+    def nvmlDeviceGetUUID(self, handle):
+        return handle["uuid"]
+
+    def nvmlDeviceGetMemoryInfo(self, handle):
+        return SimpleNamespace(total=handle["total"], free=handle["free"], used=handle["total"] - handle["free"])
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle):
+        return handle["cc"]
+
+
+T4 = {"name": "Tesla T4", "uuid": "GPU-aaaa1111-0000", "total": 15360 * 2 ** 20, "free": 14930 * 2 ** 20,
+      "cc": (7, 5)}
+A100 = {"name": b"NVIDIA A100-SXM4-80GB", "uuid": "GPU-bbbb2222-0000", "total": 80 * GIB, "free": 60 * GIB,
+        "cc": (8, 0)}
+
+
+@pytest.fixture(autouse=True)
+def _no_visible_devices(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
+def test_one_gpu_is_read_with_every_field():
+    nvml = FakeNvml([T4])
+    machine = probe(nvml=nvml)
+    assert machine.device == "cuda"
+    gpu = machine.primary
+    assert gpu.name == "Tesla T4"
+    assert gpu.total_gib == 15.0
+    assert gpu.free_gib == pytest.approx(14930 / 1024)
+    assert gpu.used_gib == pytest.approx(430 / 1024)
+    assert gpu.compute_capability == (7, 5)
+    assert gpu.driver == "550.54.15"
+    assert gpu.cuda_driver == "12.4"
+    assert (gpu.index, gpu.source, gpu.uuid) == (0, "nvml", "GPU-aaaa1111-0000")
+    assert not bf16_supported(gpu)
+    assert machine.message == ("GPU 0: Tesla T4, 14.6 of 15.0 GiB free, fp16 (compute capability 7.5 < 8.0: "
+                               "no bf16), driver 550.54.15 (CUDA 12.4)")
+    assert nvml.shut_down
+
+
+def test_two_gpus_plan_for_the_first_and_say_so():
+    machine = probe(nvml=FakeNvml([A100, T4]))
+    assert [g.name for g in machine.gpus] == ["NVIDIA A100-SXM4-80GB", "Tesla T4"]  # bytes names decoded
+    assert [g.index for g in machine.gpus] == [0, 1]
+    assert machine.primary.total_gib == 80.0 and machine.primary.free_gib == 60.0
+    assert bf16_supported(machine.primary)
+    assert "2 GPUs visible; planning for GPU 0 (Unsloth trains on one device)" in machine.notes
+
+
+def test_no_driver_plans_for_the_cpu_in_one_plain_line():
+    machine = probe(nvml=FakeNvml(driver_missing=True))
+    assert machine.device == "cpu"
+    assert machine.primary is None and machine.gpus == []
+    assert machine.message == "no NVIDIA driver found: planning for the CPU ladder"
+    assert machine.host_ram_gib > 0
+
+
+def test_driver_without_gpus_plans_for_the_cpu():
+    machine = probe(nvml=FakeNvml([]))
+    assert machine.device == "cpu"
+    assert machine.message == "the NVIDIA driver reports no GPU: planning for the CPU ladder"
+
+
+def test_real_pynvml_on_this_machine_answers_without_raising():
+    machine = probe()
+    if machine.gpus:
+        assert machine.primary.source == "nvml"
+    else:
+        assert machine.message.endswith("planning for the CPU ladder")
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("1", ["Tesla T4"]),
+    ("1,0", ["Tesla T4", "NVIDIA A100-SXM4-80GB"]),
+    ("GPU-bbbb2222-0000", ["NVIDIA A100-SXM4-80GB"]),
+    ("GPU-aaaa", ["Tesla T4"]),                    # a unique UUID prefix, as CUDA accepts
+    ("0,7,1", ["NVIDIA A100-SXM4-80GB"]),          # CUDA stops at the first entry naming no device
+    ("0,0", ["NVIDIA A100-SXM4-80GB"]),            # a repeated device ends the list too
+])
+def test_cuda_visible_devices_by_index_and_uuid(monkeypatch, value, expected):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
+    machine = probe(nvml=FakeNvml([A100, T4]))
+    assert [g.name for g in machine.gpus] == expected
+    assert [g.index for g in machine.gpus] == list(range(len(expected)))  # renumbered as CUDA does
+    assert any(n.startswith(f"CUDA_VISIBLE_DEVICES={value}:") for n in machine.notes)
+
+
+@pytest.mark.parametrize("value", ["", "-1", "GPU-ffff"])
+def test_cuda_visible_devices_hiding_every_gpu_means_cpu(monkeypatch, value):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
+    machine = probe(nvml=FakeNvml([A100, T4]))
+    assert machine.device == "cpu"
+    assert machine.message.endswith("no GPU visible: planning for the CPU ladder")
+
+
+def test_visible_selection_parsing():
+    assert visible_selection(None) is None
+    assert visible_selection("") == []
+    assert visible_selection(" 2, 0 ,") == ["2", "0"]
+
+
+def test_what_if_card_is_all_free_and_ignores_the_driver():
+    machine = probe(what_if_gib=24, what_if_name="RTX 4090", nvml=FakeNvml(driver_missing=True))
+    gpu = machine.primary
+    assert (gpu.name, gpu.total_gib, gpu.free_gib, gpu.used_gib, gpu.source) == ("RTX 4090", 24.0, 24.0, 0.0,
+                                                                                  "what-if")
+    assert machine.device == "cuda"
+    assert probe(what_if_gib=12.5).primary.name == "12.5 GiB card"
+
+
+@pytest.mark.parametrize("cc, expected", [((7, 5), False), ((8, 0), True), ((9, 0), True), (None, True)])
+def test_bf16_needs_compute_capability_8(cc, expected):
+    machine = probe(nvml=FakeNvml([dict(T4, cc=cc)]))
+    assert bf16_supported(machine.primary) is expected
+    assert bf16_supported(None) is False
