@@ -1,6 +1,57 @@
-"""Reward registry (placeholder names; the real functions replace this file)."""
-REWARDS = {name: None for name in ("xml_strict", "xml_soft", "xml_count", "number", "accuracy")}
+"""Reward functions and their registry.
+
+A profile names rewards and weights (`rewards: {accuracy: 2.0, xml_soft: 0.5}`); the functions carry no
+weights of their own. Every function follows TRL's calling convention, `fn(completions, answer=None,
+**kwargs) -> list[float]`, takes plain-string or conversational completions, returns one float per
+completion and never raises: a completion it cannot read scores 0.0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from rewards.accuracy import accuracy
+from rewards.format import number, xml_count, xml_soft, xml_strict
+from rewards.parse import extract_answer, parse_number
+
+RewardFn = Callable[..., list]
+
+# Stable names: profiles refer to them and TRL logs each as rewards/<name>/mean.
+REWARDS: dict[str, RewardFn] = {
+    "xml_strict": xml_strict,
+    "xml_soft": xml_soft,
+    "xml_count": xml_count,
+    "number": number,
+    "accuracy": accuracy,
+}
+
+__all__ = ["REWARDS", "describe", "extract_answer", "get_reward", "get_reward_funcs", "parse_number"]
 
 
-def describe():
-    return {name: "" for name in REWARDS}
+def get_reward(name: str) -> RewardFn:
+    """The reward function registered as name; ValueError listing the known names otherwise."""
+    try:
+        return REWARDS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown reward {name!r}; known rewards: {', '.join(REWARDS)}") from None
+
+
+def get_reward_funcs(weights: Mapping[str, float]) -> tuple[list[RewardFn], list[float]]:
+    """The functions and weights for a profile's `rewards` mapping, in the mapping's order.
+
+    Raises ValueError for an unknown name or a weight that is not a number.
+    """
+    if not isinstance(weights, Mapping) or not weights:
+        raise ValueError(f"expected a mapping of reward name to weight, e.g. {{accuracy: 2.0}}, got {weights!r}")
+    funcs, values = [], []
+    for name, weight in weights.items():
+        funcs.append(get_reward(name))
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+            raise ValueError(f"weight of reward {name!r} must be a number, got {weight!r}")
+        values.append(float(weight))
+    return funcs, values
+
+
+def describe() -> dict[str, str]:
+    """One line per reward (the first line of its docstring), for --help and reports."""
+    return {name: (fn.__doc__ or "").strip().splitlines()[0] for name, fn in REWARDS.items()}

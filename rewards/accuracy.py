@@ -1,0 +1,67 @@
+"""The accuracy reward: does the number in the <answer> block equal the gold answer?"""
+
+from __future__ import annotations
+
+import math
+
+from rewards.parse import as_batch, completion_text, extract_answer, parse_number
+
+# Loose enough for money written with cents ("1000.00"), tight enough that no two different answers
+# a GSM8K-style problem can have compare equal.
+REL_TOL = 1e-9
+ABS_TOL = 1e-9
+
+
+def same_number(predicted: float | None, gold: float | None) -> bool:
+    """Whether two parsed numbers are the same answer (None never matches)."""
+    if predicted is None or gold is None:
+        return False
+    return math.isclose(predicted, gold, rel_tol=REL_TOL, abs_tol=ABS_TOL)
+
+
+def _golds(answer: object, count: int) -> list:
+    """The gold value for each of count completions: a list is aligned with them (missing entries are
+    None), a single value applies to all."""
+    if answer is None:
+        return [None] * count
+    if isinstance(answer, (list, tuple)):
+        golds = list(answer[:count])
+        return golds + [None] * (count - len(golds))
+    return [answer] * count
+
+
+def accuracy(completions=None, answer=None, **kwargs) -> list[float]:
+    """1.0 when the number in the <answer> block equals the gold `answer` as a number, else 0.0.
+
+    `$1,000`, `1000` and `1000.00` are equal, as are `.5` and `0.5`; units, currency and words around the
+    number do not matter ("72 dollars" is right for 72); when the block states several numbers the last
+    one outside parentheses counts ("8 x 9 = 72", "72 (9 x 8)"; see rewards.parse.parse_number).
+    Numbers compare with relative and absolute tolerance 1e-9. A completion without a complete
+    <answer>...</answer> block, or without a gold answer, scores 0.0. `answer` is the dataset column
+    (one gold per completion, e.g. "72") or a single gold for all.
+    """
+    try:
+        batch = as_batch(completions)
+        golds = _golds(answer, len(batch))
+    except Exception:
+        return []
+    parsed_golds: dict = {}
+    scores = []
+    for completion, gold in zip(batch, golds):
+        try:
+            key = gold if type(gold) in (str, int, float) else None  # bool hashes like 1
+            if key in parsed_golds:
+                gold_number = parsed_golds[key]
+            else:
+                gold_number = parse_number(gold.strip() if isinstance(gold, str) else gold)
+                if key is not None:
+                    parsed_golds[key] = gold_number
+            if gold_number is None:
+                scores.append(0.0)
+                continue
+            text = completion_text(completion)
+            predicted = parse_number(extract_answer(text)) if text is not None else None
+            scores.append(1.0 if same_number(predicted, gold_number) else 0.0)
+        except Exception:  # a reward must never stop training: an unreadable completion is simply wrong
+            scores.append(0.0)
+    return scores
