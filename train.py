@@ -64,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--gpu-memory", metavar="GIB", type=float,
                       help="plan for a card with this much memory instead of the one found")
     plan.add_argument("--gpu-name", metavar="NAME", help="with --gpu-memory: the card's name in the plan")
+    plan.add_argument("--gpus", metavar="N", type=int,
+                      help="plan for N GPUs (with --gpu-memory: N such cards; else the first N found): "
+                           "a multi-GPU profile is chosen only when its GPUs are there")
     plan.add_argument("--fit-table", action="store_true",
                       help="print which profile the ladder gives common cards, then stop")
     plan.add_argument("--explain-oom", metavar="FILE",
@@ -125,7 +128,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         profiles = [load_profile(args.profile, args.overrides)]
     else:
         profiles = load_profiles(args.profiles_dir, args.overrides)
-    gpu = probe(what_if_gib=args.gpu_memory, what_if_name=args.gpu_name)
+    gpu = probe(what_if_gib=args.gpu_memory, what_if_name=args.gpu_name, what_if_count=args.gpus)
     plan = make_plan(profiles, gpu)
     if args.dry_run:
         return print_plan(plan, as_json=args.json)

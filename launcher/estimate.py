@@ -50,6 +50,17 @@ VLLM_SAMPLER_SEQS = 256       # max_num_seqs: the sampler holds fp32 logits for 
 STANDBY_UTILISATION = ((16.0, 0.76), (80.0, 0.88))
 
 
+# Scale-out (accelerate + DeepSpeed). Bucket sizes are the ones launcher/distributed.py writes into the
+# DeepSpeed configuration, in elements; the estimate and the configuration must agree.
+ZERO_BUCKET_ELEMENTS = 50_000_000      # reduce_bucket_size and allgather_bucket_size (stages 1-2)
+ZERO3_PREFETCH_ELEMENTS = 50_000_000   # stage3_prefetch_bucket_size
+ZERO3_MAX_LIVE_ELEMENTS = 100_000_000  # stage3_max_live_parameters: gathered parameters held at once
+COLLECTIVE_BUFFERS_GIB = 0.25          # NCCL's communicator buffers per GPU (a few MiB per channel and peer)
+# DeepSpeed's mixed precision (ZeRO paper): 16-bit parameters and gradients, and an fp32 master copy of the
+# trained parameters beside the optimizer's moments.
+MASTER_BYTES = FULL_BYTES
+
+
 @dataclass
 class Estimate:
     total_gib: float
@@ -61,15 +72,25 @@ class Estimate:
     host_offload_gib: float = 0.0      # Unsloth's offloaded activation checkpoints, in host RAM
     memory: str = "gpu"                # "gpu" or "host": where these GiB are needed
     backend: str = "unsloth"
+    # Scale-out: the figures above are per training GPU (per process on a cpu profile)
+    world_size: int = 1
+    zero_stage: int = 0
+    gpus_needed: int = 1
+    server: "Estimate | None" = None   # one GPU of the vLLM server (server mode)
 
     def to_json(self) -> dict:
-        return {"total_gib": round(self.total_gib, 3),
-                "components": {k: round(v, 3) for k, v in self.components.items()},
-                "memory": self.memory, "backend": self.backend,
-                "vllm_share_gib": None if self.vllm_share_gib is None else round(self.vllm_share_gib, 3),
-                "vllm_problem": self.vllm_problem,
-                "host_offload_gib": round(self.host_offload_gib, 3),
-                "notes": list(self.notes)}
+        out = {"total_gib": round(self.total_gib, 3),
+               "components": {k: round(v, 3) for k, v in self.components.items()},
+               "memory": self.memory, "backend": self.backend,
+               "vllm_share_gib": None if self.vllm_share_gib is None else round(self.vllm_share_gib, 3),
+               "vllm_problem": self.vllm_problem,
+               "host_offload_gib": round(self.host_offload_gib, 3),
+               "notes": list(self.notes),
+               "world_size": self.world_size, "zero_stage": self.zero_stage, "gpus_needed": self.gpus_needed,
+               "per": "process" if self.memory == "host" else "gpu"}
+        if self.server is not None:
+            out["server"] = self.server.to_json()
+        return out
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -129,6 +150,8 @@ def vllm_workspace_bytes(arch: Architecture) -> float:
 def estimate(profile, arch: Architecture | None = None, gpu=None, backend: str | None = None) -> Estimate:
     """Peak memory of one attempt of `profile` on `gpu` (a launcher.gpu.GpuInfo; None = card unknown)."""
     arch = arch or resolve(profile.model)
+    if getattr(profile, "distributed", False):
+        return estimate_distributed(profile, arch, gpu)
     cpu = profile.device == "cpu"
     backend = backend or ("trl" if cpu else "unsloth")
     element = FULL_BYTES if cpu else HALF_BYTES
@@ -234,3 +257,195 @@ def _vllm_share(profile, arch: Architecture, weights: float, gpu, generation_bat
                    f"weights {weights / GIB:.2f} + workspace {workspace / GIB:.2f} + KV cache of one "
                    f"{profile.max_seq_length}-token sequence {one_sequence / GIB:.2f}; {fix}")
     return share, problem, note
+
+
+# ---------------------------------------------------------------------------------------------------
+# More than one GPU: accelerate (DDP or DeepSpeed ZeRO) with plain TRL + PEFT, one process per GPU
+
+def zero_model_state_bytes(trainable: int, optim: str, world: int, stage: int, lora: bool,
+                           element: int = HALF_BYTES) -> dict[str, float]:
+    """Per-GPU bytes of what is trained (Psi parameters), by the ZeRO paper's partitioning.
+
+    stage 0 (DDP): as on one GPU (PEFT's fp32 adapters, or the full model in `element` bytes counted with
+        the weights), plus DDP's gradient buckets: a second, flat copy of the gradients.
+    stage >= 1 (DeepSpeed mixed precision): 16-bit parameters (2 Psi) and gradients (2 Psi), and
+        K Psi of optimizer state = fp32 master copy (4) + the optimizer's moments. Stage 1 divides the K Psi
+        by the world size, stage 2 also the gradients, stage 3 also the parameters.
+    """
+    optimizer = OPTIMIZER_BYTES[optim]
+    if stage == 0:
+        grad = FULL_BYTES if lora else element
+        return {"lora": trainable * FULL_BYTES if lora else 0.0,
+                "gradients": trainable * grad,
+                "gradient_buckets": trainable * grad,
+                "optimizer": trainable * optimizer}
+    params = trainable * HALF_BYTES
+    grads = trainable * HALF_BYTES
+    states = trainable * (MASTER_BYTES + optimizer)
+    return {"lora": (params / (world if stage >= 3 else 1)) if lora else 0.0,
+            "gradients": grads / (world if stage >= 2 else 1),
+            "optimizer": states / world}
+
+
+def layer_params(arch: Architecture) -> int:
+    return arch.linear_params // arch.layers + 2 * arch.hidden
+
+
+def estimate_distributed(profile, arch: Architecture, gpu=None) -> Estimate:
+    """Peak memory of ONE training GPU (one process on a cpu profile) of a data-parallel run, and, in
+    server mode, of one GPU of the vLLM server (`Estimate.server`)."""
+    cpu = profile.device == "cpu"
+    backend = "trl"
+    element = FULL_BYTES if cpu else HALF_BYTES
+    world = profile.num_gpus
+    stage = profile.zero_stage
+    notes: list[str] = []
+    comp: dict[str, float] = {}
+
+    seq = profile.max_prompt_length + profile.max_completion_length
+    micro_tokens = profile.per_device_train_batch_size * seq
+    rank_generation = profile.effective_batch  # each rank generates batch x accumulation completions
+    unit = "process" if cpu else "GPU"
+    if world > 1:
+        notes.append(f"data-parallel over {world} {unit}s"
+                     + (f", DeepSpeed ZeRO stage {stage}" if stage else ", plain DDP") +
+                     f": {rank_generation * world} completions per optimizer step ({rank_generation} per {unit})")
+    else:
+        notes.append(f"one training {unit} (plain TRL + PEFT): {rank_generation} completions per optimizer step")
+
+    weights = weights_bytes(arch, profile.load_in_4bit and not cpu, profile.device)
+    comp["weights"] = weights / (world if stage == 3 else 1)
+    if stage == 3:
+        gathered = HALF_BYTES * (max(ZERO3_MAX_LIVE_ELEMENTS, layer_params(arch), arch.embedding_params)
+                                 + ZERO3_PREFETCH_ELEMENTS)
+        comp["zero3_gathered"] = min(gathered, weights - comp["weights"])
+        notes.append("ZeRO-3: each GPU keeps 1/world of the weights and gathers the layers it runs")
+
+    if profile.uses_lora:
+        trainable = arch.lora_params(profile.lora_rank, profile.target_modules)
+    else:
+        trainable = arch.computed_params
+        notes.append("full fine-tuning: every parameter has a gradient and optimizer state")
+    comp.update(zero_model_state_bytes(trainable, profile.optim, world, stage, profile.uses_lora, element))
+    if world == 1:
+        comp.pop("gradient_buckets", None)  # one process: no DDP wrapper, no bucket copy
+    if stage in (1, 2):
+        comp["zero_buckets"] = 2 * HALF_BYTES * min(ZERO_BUCKET_ELEMENTS, trainable)
+    elif stage == 3:
+        comp["zero_buckets"] = HALF_BYTES * min(ZERO_BUCKET_ELEMENTS, trainable)
+    comp["reference"] = comp["weights"] if (profile.beta > 0 and not profile.uses_lora) else 0.0
+
+    per_token_layer = activation_bytes_per_token_layer(arch, element, backend)
+    hidden_state = micro_tokens * arch.hidden * element
+    if profile.gradient_checkpointing == "false":
+        comp["activations"] = arch.layers * micro_tokens * per_token_layer
+        comp["activation_checkpoints"] = 0.0
+    else:
+        comp["activations"] = micro_tokens * per_token_layer
+        comp["activation_checkpoints"] = arch.layers * hidden_state
+    comp["logits"] = logits_bytes(profile.per_device_train_batch_size, profile.max_completion_length,
+                                  arch.vocab, backend)
+
+    vllm_share = None
+    vllm_problem = None
+    server = None
+    if cpu:
+        comp["generate_kv_cache"] = rank_generation * seq * arch.kv_bytes_per_token(FULL_BYTES)
+        comp["runtime"] = PYTHON_RUNTIME_GIB * GIB
+    else:
+        comp["cuda_context"] = CUDA_CONTEXT_GIB * GIB
+        if world > 1 or profile.uses_vllm_server:
+            # gradient all-reduce between ranks, and the weight broadcast to a vLLM server, go through NCCL
+            comp["collective_buffers"] = COLLECTIVE_BUFFERS_GIB * GIB
+        vllm_weights = weights_bytes(arch, profile.load_in_4bit, "cuda")
+        tp = profile.vllm_tensor_parallel
+        if profile.uses_vllm_server:
+            server = _server_estimate(profile, arch, vllm_weights, gpu)
+            notes.append(f"vLLM server on {profile.vllm_server_gpus} GPU(s) of its own "
+                         f"(tensor parallel {tp}, {profile.vllm_server_gpus // tp} cop{'y' if profile.vllm_server_gpus // tp == 1 else 'ies'}); the training GPUs "
+                         "hold no vLLM memory")
+        elif profile.fast_inference:
+            # TRL's colocated engine holds its own 16-bit copy (merged LoRA weights are pushed into it)
+            vllm_share, vllm_problem, share_note = _colocated_share(profile, arch, vllm_weights / tp, gpu,
+                                                                   rank_generation, seq, tp)
+            notes.append(share_note)
+            comp["vllm"] = vllm_share
+        else:
+            comp["generate_kv_cache"] = rank_generation * seq * arch.kv_bytes_per_token(HALF_BYTES)
+
+    total = sum(comp.values())
+    return Estimate(total_gib=total / GIB, components={k: v / GIB for k, v in comp.items()}, notes=notes,
+                    vllm_share_gib=None if vllm_share is None else vllm_share / GIB,
+                    vllm_problem=vllm_problem, memory="host" if cpu else "gpu", backend=backend,
+                    world_size=world, zero_stage=stage, gpus_needed=profile.gpus_needed, server=server)
+
+
+def _tp_that_fits(weights: float, workspace: float, one_sequence: float, share: float, limit: int) -> int | None:
+    """The least tensor-parallel degree (a power of two up to `limit`) whose slice fits the share."""
+    tp = 1
+    while tp <= limit:
+        if share - weights / tp - workspace >= one_sequence / tp:
+            return tp
+        tp *= 2
+    return None
+
+
+def _colocated_share(profile, arch: Architecture, weights_slice: float, gpu, generation_batch: int, seq: int,
+                     tp: int):
+    workspace = vllm_workspace_bytes(arch)
+    kv_token = arch.kv_bytes_per_token(HALF_BYTES) / tp
+    one_sequence = profile.max_seq_length * kv_token
+    if gpu is None:
+        share = weights_slice + workspace + generation_batch * seq * kv_token
+        return share, None, "card unknown: colocated vLLM counted as its weights + workspace + one generation batch"
+    share = profile.gpu_memory_utilization * gpu.total_gib * GIB
+    room = share - weights_slice - workspace
+    note = (f"colocated vLLM in each training process: {profile.gpu_memory_utilization:g} x "
+            f"{gpu.total_gib:.1f} GiB = {share / GIB:.2f} GiB holding its own weights "
+            f"{weights_slice / GIB:.2f} (tensor parallel {tp}), workspace {workspace / GIB:.2f}, KV cache "
+            f"{max(room, 0) / GIB:.2f} GiB")
+    problem = None
+    if room < one_sequence:
+        problem = (f"colocated vLLM share too small: {profile.gpu_memory_utilization:g} x {gpu.total_gib:.1f} GiB "
+                   f"= {share / GIB:.2f} GiB < its weights {weights_slice / GIB:.2f} + workspace "
+                   f"{workspace / GIB:.2f} + KV cache of one {profile.max_seq_length}-token sequence "
+                   f"{one_sequence / GIB:.2f}; raise gpu_memory_utilization or vllm_tensor_parallel, or use "
+                   "vllm_mode: server")
+    return share, problem, note
+
+
+def _server_estimate(profile, arch: Architecture, weights: float, gpu) -> Estimate:
+    """One GPU of `trl vllm-serve`: its share holds 1/tp of the weights, the workspace and the KV cache."""
+    tp = profile.vllm_tensor_parallel
+    workspace = vllm_workspace_bytes(arch)
+    kv_token = arch.kv_bytes_per_token(HALF_BYTES) / tp
+    one_sequence = profile.max_seq_length * kv_token
+    comp = {"weights": weights / tp, "vllm_workspace": workspace}
+    problem = None
+    notes = []
+    if gpu is None:
+        comp["kv_cache"] = profile.effective_batch * profile.num_gpus * \
+            (profile.max_prompt_length + profile.max_completion_length) * kv_token
+        share = sum(comp.values())
+    else:
+        share = profile.gpu_memory_utilization * gpu.total_gib * GIB
+        comp["kv_cache"] = max(share - weights / tp - workspace, 0.0)
+        notes.append(f"vLLM server share {profile.gpu_memory_utilization:g} x {gpu.total_gib:.1f} GiB = "
+                     f"{share / GIB:.2f} GiB per server GPU: weights {weights / tp / GIB:.2f} (1/{tp}), "
+                     f"KV cache {comp['kv_cache'] / GIB:.2f} GiB (~{int(comp['kv_cache'] // kv_token)} tokens)")
+        if share - weights / tp - workspace < one_sequence:
+            fit = _tp_that_fits(weights, workspace, profile.max_seq_length * kv_token * tp, share,
+                                profile.vllm_server_gpus)
+            fix = (f"vllm_tensor_parallel: {fit} would" if fit else
+                   f"more server GPUs (vllm_server_gpus and vllm_tensor_parallel) would")
+            problem = (f"vLLM server GPU too small: {profile.gpu_memory_utilization:g} x {gpu.total_gib:.1f} GiB = "
+                       f"{share / GIB:.2f} GiB < weights {weights / tp / GIB:.2f} (1/{tp} of the model) + "
+                       f"workspace {workspace / GIB:.2f} + KV cache of one {profile.max_seq_length}-token "
+                       f"sequence {one_sequence / GIB:.2f}; {fix}")
+    comp["cuda_context"] = CUDA_CONTEXT_GIB * GIB
+    if tp > 1:
+        comp["collective_buffers"] = COLLECTIVE_BUFFERS_GIB * GIB
+    total = sum(comp.values())
+    return Estimate(total_gib=total / GIB, components={k: v / GIB for k, v in comp.items()}, notes=notes,
+                    vllm_share_gib=share / GIB, vllm_problem=problem, backend="vllm-server",
+                    world_size=profile.vllm_server_gpus, zero_stage=0, gpus_needed=profile.vllm_server_gpus)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from launcher.errors import UsageError
+
 GIB = 1024 ** 3
 # bf16 needs Ampere (compute capability 8.0) or newer; older cards train in fp16.
 BF16_MIN_CAPABILITY = (8, 0)
@@ -171,15 +173,38 @@ def _read_nvml(nvml) -> tuple[list[dict], str | None, str | None]:
     return devices, driver, cuda_driver
 
 
-def probe(what_if_gib: float | None = None, what_if_name: str | None = None, nvml=None) -> Machine:
-    """Read the machine. `what_if_gib` plans for a card of that size instead (free = total)."""
+def probe(what_if_gib: float | None = None, what_if_name: str | None = None, nvml=None,
+          what_if_count: int | None = None) -> Machine:
+    """Read the machine. `what_if_gib` plans for a card of that size instead (free = total);
+    `what_if_count` (--gpus N) plans for N such cards, or for the first N of the GPUs found."""
+    if what_if_count is not None and what_if_count < 1:
+        raise UsageError(f"--gpus {what_if_count}: must be 1 or more")
     host_total, host_free = host_memory_gib()
     if what_if_gib is not None:
         name = what_if_name or f"{what_if_gib:g} GiB card"
-        gpu = GpuInfo(name=name, total_gib=float(what_if_gib), free_gib=float(what_if_gib), used_gib=0.0,
-                      compute_capability=None, driver=None, cuda_driver=None, index=0, source="what-if")
-        return Machine([gpu], f"planning for {name} ({what_if_gib:g} GiB, all of it free): --gpu-memory",
+        count = what_if_count or 1
+        gpus = [GpuInfo(name=name, total_gib=float(what_if_gib), free_gib=float(what_if_gib), used_gib=0.0,
+                        compute_capability=None, driver=None, cuda_driver=None, index=i, source="what-if")
+                for i in range(count)]
+        cards = f"{count} x {name}" if count > 1 else name
+        flags = "--gpu-memory" + (" --gpus" if what_if_count else "")
+        return Machine(gpus, f"planning for {cards} ({what_if_gib:g} GiB, all of it free): {flags}",
                        host_total, host_free)
+    machine = _probe_driver(nvml, host_total, host_free)
+    if what_if_count is None:
+        return machine
+    if len(machine.gpus) < what_if_count:
+        found = f"{len(machine.gpus)} GPU(s) visible" if machine.gpus else "no GPU found"
+        raise UsageError(f"--gpus {what_if_count}: {found} (fix: add --gpu-memory GIB to plan for "
+                         f"{what_if_count} cards of that size)")
+    if len(machine.gpus) > what_if_count:
+        machine.notes.append(f"--gpus {what_if_count}: planning for the first {what_if_count} of "
+                             f"{len(machine.gpus)} visible GPUs")
+        machine.gpus = machine.gpus[:what_if_count]
+    return machine
+
+
+def _probe_driver(nvml, host_total: float, host_free: float) -> Machine:
 
     def cpu(reason: str) -> Machine:
         return Machine([], f"{reason}: planning for the CPU ladder", host_total, host_free)

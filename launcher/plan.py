@@ -14,6 +14,13 @@ from launcher.errors import EXIT_NOTHING_FITS, EXIT_OK, UsageError
 from launcher.estimate import Estimate, estimate
 from launcher.gpu import GpuInfo, Machine, precision_text
 
+
+def machine_count() -> int:
+    """Machines of a multi-node run (GRPO_NUM_MACHINES, default 1); launcher.distributed reads the rest."""
+    from launcher.distributed import topology
+
+    return topology().num_machines
+
 # Kept free on top of the estimate: the allocator's fragmentation and the slow creep of reserved memory
 # over a long run (reported in unsloth #2470 and trl #2927), plus a desktop's display and other processes.
 GPU_MARGIN_SHARE, GPU_MARGIN_MIN_GIB = 0.05, 0.5
@@ -79,6 +86,9 @@ class Plan:
             "candidates": [
                 {"profile": c.profile.name, "path": c.profile.source, "ladder": c.profile.ladder,
                  "model": c.profile.model, "fits": c.fits, "reason": c.reason,
+                 "world_size": c.profile.num_gpus, "zero_stage": c.profile.zero_stage,
+                 "gpus": c.profile.gpus_needed, "vllm_mode": c.profile.vllm_mode if c.profile.fast_inference
+                 else None,
                  "estimate": c.estimate.to_json() if c.estimate else None}
                 for c in self.candidates],
             "chosen": self.chosen.name if self.chosen is not None else None,
@@ -91,9 +101,12 @@ class Plan:
 def _judge(profile, est: Estimate, gpu: GpuInfo | None, machine: Machine, margin: float) -> tuple[bool, str]:
     if est.memory == "host":
         usable = machine.host_free_gib - margin
-        if est.total_gib <= usable:
-            return True, f"fits: {est.total_gib:.2f} of {usable:.2f} GiB usable RAM"
-        return False, (f"too large: needs {est.total_gib:.2f} GiB of RAM, {usable:.2f} usable "
+        processes = max(1, est.world_size)
+        need = est.total_gib * processes
+        each = f" ({processes} processes x {est.total_gib:.2f})" if processes > 1 else ""
+        if need <= usable:
+            return True, f"fits: {need:.2f}{each} of {usable:.2f} GiB usable RAM"
+        return False, (f"too large: needs {need:.2f} GiB of RAM{each}, {usable:.2f} usable "
                        f"({machine.host_free_gib:.2f} available - {margin:.2f} margin)")
     assert gpu is not None
     if est.vllm_problem:
@@ -106,6 +119,46 @@ def _judge(profile, est: Estimate, gpu: GpuInfo | None, machine: Machine, margin
         return True, f"fits: {est.total_gib:.2f} of {usable:.2f} GiB usable"
     return False, (f"too large: needs {est.total_gib:.2f} GiB, {usable:.2f} usable "
                    f"({gpu.free_gib:.2f} free - {margin:.2f} margin)")
+
+
+def split_gpus(profile, machine: Machine, machines: int = 1) -> tuple[list[GpuInfo], list[GpuInfo]]:
+    """(training GPUs, vLLM server GPUs) of this machine: training first, the server's after them."""
+    train = -(-profile.num_gpus // max(1, machines))
+    server = profile.vllm_server_gpus if profile.uses_vllm_server else 0
+    return machine.gpus[:train], machine.gpus[train:train + server]
+
+
+def _judge_distributed(profile, est: Estimate, train_gpus, server_gpus, margin: float) -> tuple[bool, str]:
+    """Per GPU: every training GPU must hold the training estimate, every server GPU the server's."""
+    if est.server is not None and est.server.vllm_problem:
+        return False, est.server.vllm_problem  # the server would refuse to start: say that first
+    tightest = min(train_gpus, key=lambda g: g.free_gib)
+    fits, reason = _judge(profile, est, tightest, None, margin)
+    if profile.num_gpus == 1:
+        where = "training GPU"
+    else:
+        where = f"per training GPU ({profile.num_gpus} x " + \
+            (f"ZeRO-{profile.zero_stage})" if profile.zero_stage else "DDP)")
+    if not fits:
+        return False, f"{where}: {reason}"
+    text = f"{where}: {reason}"
+    if est.server is not None:
+        server = est.server
+        tight = min(server_gpus, key=lambda g: g.free_gib)
+        usable = tight.free_gib - margin_for(tight.total_gib)
+        if server.total_gib > usable:
+            return False, (f"{text}; vLLM server GPU too small: needs {server.total_gib:.2f} GiB, "
+                           f"{usable:.2f} usable on {tight.name}")
+        text += f"; vLLM server: {server.total_gib:.2f} of {usable:.2f} GiB per GPU on {len(server_gpus)} GPU(s)"
+    return True, text
+
+
+def local_gpus_needed(profile, machines: int = 1) -> int:
+    """GPUs one machine must show: its share of the training GPUs, and the vLLM server's on the first."""
+    if profile.device == "cpu":
+        return 0
+    per_machine = -(-profile.num_gpus // max(1, machines))
+    return per_machine + (profile.vllm_server_gpus if profile.uses_vllm_server else 0)
 
 
 def make_plan(profiles, machine: Machine, margin_gib: float | None = None) -> Plan:
@@ -122,6 +175,14 @@ def make_plan(profiles, machine: Machine, margin_gib: float | None = None) -> Pl
         if skipped:
             notes.append(f"{skipped} profile(s) for device {'cpu' if device == 'cuda' else 'cuda'} left out")
         profiles = matching
+    machines = machine_count() if device == "cuda" else 1
+    if device == "cuda":
+        # A multi-GPU profile can be chosen only where its GPUs are there (or asked for with --gpus N); it is
+        # still listed, with what each of its GPUs would need. Single-GPU profiles stay candidates anywhere.
+        short = sum(1 for p in profiles if local_gpus_needed(p, machines) > len(machine.gpus))
+        if short:
+            notes.append(f"{short} profile(s) need more GPUs than the {len(machine.gpus)} visible: listed, not "
+                         "chosen (plan for more with --gpus N)")
     if margin_gib is None:
         if device == "cuda":
             margin_gib = margin_for(gpu.total_gib, "cuda")
@@ -138,6 +199,23 @@ def make_plan(profiles, machine: Machine, margin_gib: float | None = None) -> Pl
             continue
         if profile.model not in archs:
             archs[profile.model] = resolve(profile.model)
+        if profile.device == "cuda" and profile.distributed:
+            need = local_gpus_needed(profile, machines)
+            if need > len(machine.gpus):
+                # estimated as if every missing GPU were like the first one, so the table still says per GPU
+                est = estimate(profile, archs[profile.model], gpu)
+                candidates.append(Candidate(profile, est, False,
+                                            f"needs {need} GPUs on this machine, {len(machine.gpus)} visible "
+                                            f"(plan for them with --gpus {need} --gpu-memory GIB)"))
+                continue
+            train_gpus, server_gpus = split_gpus(profile, machine, machines)
+            est = estimate(profile, archs[profile.model], min(train_gpus, key=lambda g: g.free_gib))
+            if est.server is not None:
+                est.server = estimate(profile, archs[profile.model],
+                                      min(server_gpus, key=lambda g: g.free_gib)).server
+            fits, reason = _judge_distributed(profile, est, train_gpus, server_gpus, margin_gib)
+            candidates.append(Candidate(profile, est, fits, reason))
+            continue
         est = estimate(profile, archs[profile.model], gpu if profile.device == "cuda" else None)
         if profile.device == "cpu" and device == "cuda":
             fits, reason = _judge(profile, est, None, machine, margin_for(machine.host_ram_gib, "cpu"))
@@ -166,7 +244,13 @@ def _shape(profile) -> str:
     weights = "4-bit" if profile.load_in_4bit else ("fp32" if profile.device == "cpu" else "16-bit")
     tune = f"LoRA {profile.lora_rank}" if profile.uses_lora else "full FT"
     gen = f"vLLM {profile.gpu_memory_utilization:g}" if profile.fast_inference else "HF generate"
-    return f"{weights}, {tune}, {gen}"
+    if profile.uses_vllm_server:
+        gen = f"vLLM server on {profile.vllm_server_gpus} GPU(s), TP {profile.vllm_tensor_parallel}"
+    text = f"{weights}, {tune}, {gen}"
+    if profile.num_gpus > 1:
+        unit = "processes" if profile.device == "cpu" else "GPUs"
+        text += f", {profile.num_gpus} {unit} " + (f"ZeRO-{profile.zero_stage}" if profile.zero_stage else "DDP")
+    return text
 
 
 def _top_components(est: Estimate, n: int = 3) -> str:
@@ -219,8 +303,9 @@ def _escape(text: str) -> str:
 
 
 def fit_table(profiles, cards=COMMON_CARDS) -> list[dict]:
-    """For each card: the profile the ladder gives it (what-if planning, free = total)."""
-    cuda = [p for p in profiles if p.device == "cuda"]
+    """For each card: the profile the ladder gives it (what-if planning, free = total). One card each:
+    multi-GPU profiles are left out (plan those with --gpus N)."""
+    cuda = [p for p in profiles if p.device == "cuda" and p.gpus_needed == 1]
     if not cuda:
         raise UsageError("--fit-table: no cuda profiles in the ladder (fix: --profiles-dir with gpu-*.yaml)")
     rows = []

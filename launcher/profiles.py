@@ -32,6 +32,7 @@ OPTIMIZERS = (
     "sgd",
 )
 SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine")
+VLLM_MODES = ("colocate", "server")
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 DEFAULT_REWARDS = {"xml_count": 0.5, "xml_soft": 0.5, "xml_strict": 0.5, "number": 0.5, "accuracy": 2.0}
 
@@ -99,6 +100,19 @@ class Profile:
     max_grad_norm: float = _key(0.1, "gradient clipping", "optimisation", gt=0.0, kind="float")
     beta: float = _key(0.0, "KL coefficient; > 0 needs a reference model (a full copy without LoRA)",
                        "optimisation", ge=0.0, kind="float")
+    # --- scale-out (more than one GPU: accelerate, DeepSpeed ZeRO, a vLLM server) ---
+    num_gpus: int = _key(1, "data-parallel world size: training processes, one GPU each (processes on a cpu "
+                         "profile); above 1 trains through accelerate without Unsloth", "scale-out", ge=1,
+                         le=4096, kind="int")
+    zero_stage: int = _key(0, "DeepSpeed ZeRO stage over the training GPUs: 0 plain DDP, 1 shards optimizer "
+                           "states, 2 also gradients, 3 also parameters", "scale-out", ge=0, le=3, kind="int")
+    vllm_mode: str = _key("colocate", "where vLLM generates: colocate (inside each training process) or server "
+                          "(`trl vllm-serve` on GPUs of its own)", "scale-out", choices=VLLM_MODES, kind="str")
+    vllm_server_gpus: int = _key(1, "server mode: GPUs of the vLLM server, after the training GPUs", "scale-out",
+                                 ge=1, le=4096, kind="int")
+    vllm_tensor_parallel: int = _key(1, "GPUs that hold one vLLM copy of the model (tensor parallelism); must "
+                                     "divide vllm_server_gpus (server) or num_gpus (colocate)", "scale-out",
+                                     ge=1, le=64, kind="int")
     # --- run ---
     max_steps: int = _key(250, "optimizer steps", "run", ge=1, kind="int")
     save_steps: int = _key(50, "checkpoint every N steps", "run", ge=1, kind="int")
@@ -125,6 +139,23 @@ class Profile:
     @property
     def uses_lora(self) -> bool:
         return self.lora_rank > 0
+
+    @property
+    def uses_vllm_server(self) -> bool:
+        return self.fast_inference and self.vllm_mode == "server"
+
+    @property
+    def distributed(self) -> bool:
+        """True when this profile trains through accelerate (plain TRL + PEFT) instead of the single-device
+        Unsloth path: more than one training process, or generation on a separate vLLM server."""
+        return self.num_gpus > 1 or self.uses_vllm_server
+
+    @property
+    def gpus_needed(self) -> int:
+        """Every GPU the profile occupies: the training GPUs plus, in server mode, the vLLM server's."""
+        if self.device == "cpu":
+            return 0
+        return self.num_gpus + (self.vllm_server_gpus if self.uses_vllm_server else 0)
 
     def to_dict(self) -> dict:
         """The YAML keys and their values (no internal fields)."""
@@ -289,6 +320,7 @@ def _check_rules(p: Profile, source: str) -> None:
     if not p.uses_lora and p.load_in_4bit:
         bad("lora_rank", "full fine-tuning (lora_rank 0) cannot update 4-bit weights",
             "set load_in_4bit: false or a LoRA rank")
+    _check_scale_out(p, bad)
     if p.save_steps > p.max_steps:
         bad("save_steps", f"save_steps ({p.save_steps}) > max_steps ({p.max_steps}): no checkpoint would be "
             "written before the end", f"use save_steps <= {p.max_steps}")
@@ -301,6 +333,41 @@ def _check_rules(p: Profile, source: str) -> None:
         if not path.is_file():
             bad("dataset", f"{p.dataset!r} is neither {' nor '.join(DATASETS)} nor an existing JSONL file",
                 "give gsm8k, arithmetic or the path of a .jsonl file with question and answer fields")
+
+
+def _check_scale_out(p: Profile, bad) -> None:
+    """The scale-out keys against each other and against the single-device Unsloth path."""
+    if p.zero_stage and p.num_gpus == 1:
+        bad("zero_stage", f"ZeRO stage {p.zero_stage} shards model states over the data-parallel GPUs, and "
+            "num_gpus is 1: there is nothing to shard over", "set num_gpus above 1, or zero_stage: 0")
+    if p.device == "cpu":
+        if p.zero_stage:
+            bad("zero_stage", "DeepSpeed ZeRO needs GPUs; several cpu processes train with plain DDP (gloo)",
+                "set zero_stage: 0 on a cpu profile")
+        if p.vllm_mode == "server":
+            bad("vllm_mode", "a vLLM server needs GPUs", "set vllm_mode: colocate on a cpu profile")
+    if p.vllm_mode == "server" and not p.fast_inference:
+        bad("vllm_mode", "server mode generates with vLLM, which is off (fast_inference: false)",
+            "set fast_inference: true, or vllm_mode: colocate")
+    if p.distributed:
+        if p.vllm_standby:
+            bad("vllm_standby", "standby is Unsloth's, and Unsloth trains on one GPU; this profile trains "
+                "through accelerate (num_gpus > 1 or a vLLM server)", "set vllm_standby: false")
+        if p.gradient_checkpointing == "unsloth":
+            bad("gradient_checkpointing", "'unsloth' (checkpoints offloaded to RAM) needs the single-GPU Unsloth "
+                "path; this profile trains through accelerate", "use gradient_checkpointing: true")
+    if p.vllm_tensor_parallel > 1:
+        if not p.fast_inference:
+            bad("vllm_tensor_parallel", "tensor parallelism applies to vLLM, which is off",
+                "set vllm_tensor_parallel: 1")
+        if p.uses_vllm_server and p.vllm_server_gpus % p.vllm_tensor_parallel:
+            bad("vllm_tensor_parallel", f"vllm_server_gpus ({p.vllm_server_gpus}) is not a multiple of "
+                f"vllm_tensor_parallel ({p.vllm_tensor_parallel}): each server copy needs whole GPUs",
+                f"use vllm_server_gpus: {p.vllm_tensor_parallel * max(1, p.vllm_server_gpus // p.vllm_tensor_parallel)}")
+        if not p.uses_vllm_server and p.num_gpus % p.vllm_tensor_parallel:
+            bad("vllm_tensor_parallel", f"num_gpus ({p.num_gpus}) is not a multiple of vllm_tensor_parallel "
+                f"({p.vllm_tensor_parallel}): colocated vLLM splits the model over groups of training GPUs",
+                "use a divisor of num_gpus, or vllm_mode: server")
 
 
 def profile_from_dict(data: Any, source: str) -> Profile:

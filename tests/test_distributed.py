@@ -1,0 +1,340 @@
+"""launcher.distributed: the accelerate and DeepSpeed configuration, an attempt's command line and environment,
+the vLLM server's start, health check and stop, the merged outcome of several ranks; and (slow) a real
+two-process data-parallel GRPO run of the tiny model through `accelerate launch` on CPU (gloo)."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from launcher import distributed as dist
+from launcher.errors import UsageError
+from launcher.estimate import ZERO3_MAX_LIVE_ELEMENTS, ZERO3_PREFETCH_ELEMENTS, ZERO_BUCKET_ELEMENTS
+from launcher.profiles import load_profile
+
+REPO = Path(__file__).resolve().parents[1]
+PROFILES = REPO / "profiles"
+TRAIN_PY = str(REPO / "train.py")
+
+
+def profile(name, *overrides):
+    return load_profile(PROFILES / f"{name}.yaml", list(overrides))
+
+
+def write_profile(p, attempt_dir: Path) -> None:
+    attempt_dir.mkdir(parents=True, exist_ok=True)
+    (attempt_dir / "profile.yaml").write_text(p.to_yaml(), encoding="utf-8")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Topology and GPU assignment
+
+def test_topology_defaults_to_one_machine():
+    assert dist.topology({}) == dist.Topology(1, 0, "127.0.0.1", None)
+
+
+def test_topology_of_a_multi_node_run():
+    env = {"GRPO_NUM_MACHINES": "4", "GRPO_MACHINE_RANK": "3", "GRPO_MAIN_ADDRESS": "10.1.2.3"}
+    assert dist.topology(env) == dist.Topology(4, 3, "10.1.2.3", 29500)
+
+
+@pytest.mark.parametrize("env, words", [
+    ({"GRPO_NUM_MACHINES": "2"}, "GRPO_MAIN_ADDRESS must name machine 0"),
+    ({"GRPO_NUM_MACHINES": "2", "GRPO_MACHINE_RANK": "2", "GRPO_MAIN_ADDRESS": "h"},
+     "GRPO_MACHINE_RANK=2: must be between 0 and 1"),
+    ({"GRPO_NUM_MACHINES": "two"}, "GRPO_NUM_MACHINES='two': expected a whole number"),
+])
+def test_bad_topology_is_refused(env, words):
+    with pytest.raises(UsageError, match=words):
+        dist.topology(env)
+
+
+def test_training_gpus_come_first_then_the_servers():
+    p = profile("multi-8x80gb-qwen2.5-14b")
+    assert dist.gpu_assignment(p, env={}) == (["0", "1", "2", "3", "4", "5"], ["6", "7"])
+    env = {"CUDA_VISIBLE_DEVICES": "7,6,5,4,3,2,1,0"}
+    assert dist.gpu_assignment(p, env=env) == (["7", "6", "5", "4", "3", "2"], ["1", "0"])
+    with pytest.raises(UsageError, match="needs 8 GPUs on this machine .6 training \\+ 2 vLLM server.*shows 4"):
+        dist.gpu_assignment(p, env={"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
+
+
+def test_on_two_machines_each_trains_half_and_only_machine_0_serves():
+    p = profile("multi-8x80gb-qwen2.5-14b")
+    base = {"GRPO_NUM_MACHINES": "2", "GRPO_MAIN_ADDRESS": "10.0.0.1"}
+    assert dist.gpu_assignment(p, env={**base, "GRPO_MACHINE_RANK": "0"}) == (["0", "1", "2"], ["3", "4"])
+    assert dist.gpu_assignment(p, env={**base, "GRPO_MACHINE_RANK": "1"}) == (["0", "1", "2"], [])
+    with pytest.raises(UsageError, match="num_gpus 6 cannot be split evenly over 4 machines"):
+        dist.processes_per_machine(p, dist.Topology(4, 0, "h", 1))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Configuration files
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_deepspeed_config_uses_the_estimators_buckets(stage):
+    p = profile("multi-8x80gb-qwen2.5-14b", f"zero_stage={stage}")
+    zero = dist.deepspeed_config(p)["zero_optimization"]
+    assert zero["stage"] == stage
+    assert zero["reduce_bucket_size"] == ZERO_BUCKET_ELEMENTS
+    if stage < 3:
+        assert zero["allgather_bucket_size"] == ZERO_BUCKET_ELEMENTS
+        assert not any(k.startswith("stage3_") for k in zero)
+    else:
+        assert zero["stage3_prefetch_bucket_size"] == ZERO3_PREFETCH_ELEMENTS
+        assert zero["stage3_max_live_parameters"] == ZERO3_MAX_LIVE_ELEMENTS
+        assert "allgather_bucket_size" not in zero
+    config = dist.deepspeed_config(p)
+    # the Trainer fills these from the GRPOConfig, so DeepSpeed and TRL cannot disagree
+    for key in ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping"):
+        assert config[key] == "auto"
+
+
+def test_launch_files_for_zero2(tmp_path):
+    p = profile("multi-8x80gb-qwen2.5-14b")
+    path = dist.write_launch_files(p, tmp_path, env={})
+    config = yaml.safe_load(path.read_text())
+    assert config["distributed_type"] == "DEEPSPEED"
+    assert (config["num_processes"], config["num_machines"], config["machine_rank"]) == (6, 1, 0)
+    assert config["gpu_ids"] == "0,1,2,3,4,5"
+    assert config["mixed_precision"] == "no" and config["use_cpu"] is False
+    assert config["deepspeed_config"]["deepspeed_config_file"] == str(tmp_path / "deepspeed.json")
+    assert config["deepspeed_config"]["zero3_init_flag"] is False
+    assert json.loads((tmp_path / "deepspeed.json").read_text())["zero_optimization"]["stage"] == 2
+    assert 0 < config["main_process_port"] < 65536
+    assert "main_process_ip" not in config
+
+
+def test_launch_files_for_ddp_and_multi_node(tmp_path):
+    p = profile("multi-4x80gb-qwen2.5-14b")
+    env = {"GRPO_NUM_MACHINES": "3", "GRPO_MACHINE_RANK": "1", "GRPO_MAIN_ADDRESS": "10.0.0.1",
+           "GRPO_MAIN_PORT": "29611"}
+    config = yaml.safe_load(dist.write_launch_files(p, tmp_path, env=env).read_text())
+    assert config["distributed_type"] == "MULTI_GPU"
+    assert (config["num_processes"], config["num_machines"], config["machine_rank"]) == (3, 3, 1)
+    assert (config["main_process_ip"], config["main_process_port"]) == ("10.0.0.1", 29611)
+    assert config["gpu_ids"] == "0"  # one training GPU per machine; the server only on machine 0
+    assert not (tmp_path / "deepspeed.json").exists()
+
+
+def test_accelerate_reads_the_generated_files(tmp_path):
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    for name, overrides, kind in (("multi-8x80gb-qwen2.5-14b", (), "DEEPSPEED"),
+                                  ("multi-4x80gb-qwen2.5-14b", (), "MULTI_GPU"),
+                                  ("cpu-tiny-4gen", ("num_gpus=2",), "MULTI_GPU")):
+        folder = tmp_path / name
+        config = load_config_from_file(str(dist.write_launch_files(profile(name, *overrides), folder, env={})))
+        assert str(config.distributed_type).endswith(kind)
+        assert config.num_processes == profile(name, *overrides).num_gpus
+
+
+# ---------------------------------------------------------------------------------------------------
+# The attempt's command and environment
+
+def test_single_gpu_command_is_the_plain_script(tmp_path):
+    p = profile("gpu-24gb-llama3.1-8b")
+    argv = dist.child_command(p, tmp_path, "ckpt/checkpoint-50", python="py")
+    assert argv == ["py", TRAIN_PY, "--profile", str(tmp_path / "profile.yaml"), "--attempt-dir", str(tmp_path),
+                    "--resume-from", "ckpt/checkpoint-50"]
+    assert not (tmp_path / "accelerate.yaml").exists()
+    assert dist.launch_env(p, {"A": "1"}) == {"A": "1"}
+
+
+def test_distributed_command_goes_through_accelerate(tmp_path):
+    p = profile("multi-8x80gb-qwen2.5-14b")
+    argv = dist.child_command(p, tmp_path, python="py", env={})
+    assert argv == ["py", "-m", "accelerate.commands.launch", "--config_file", str(tmp_path / "accelerate.yaml"),
+                    TRAIN_PY, "--profile", str(tmp_path / "profile.yaml"), "--attempt-dir", str(tmp_path)]
+    env = dist.launch_env(p, {"UNSLOTH_VLLM_STANDBY": "1"}, server_port=8123)
+    assert env["GRPO_TRAIN_NO_UNSLOTH"] == "1" and "UNSLOTH_VLLM_STANDBY" not in env
+    assert (env["GRPO_VLLM_HOST"], env["GRPO_VLLM_PORT"]) == ("127.0.0.1", "8123")
+
+
+def test_server_command_matches_trl_vllm_serve():
+    from trl.scripts.vllm_serve import ScriptArguments
+
+    p = profile("multi-8x80gb-qwen2.5-14b", "vllm_tensor_parallel=2")
+    argv = dist.server_command(p, 8011, python="py")
+    assert argv[:4] == ["py", "-m", "trl.cli.main", "vllm-serve"]
+    options = dict(zip(argv[4::2], argv[5::2]))
+    assert options == {"--model": "unsloth/Qwen2.5-14B-Instruct", "--tensor_parallel_size": "2",
+                       "--data_parallel_size": "1", "--host": "0.0.0.0", "--port": "8011",
+                       "--gpu_memory_utilization": "0.9", "--max_model_len": "2304"}
+    fields = set(ScriptArguments.__dataclass_fields__)
+    assert {o[2:] for o in options} <= fields
+
+
+# ---------------------------------------------------------------------------------------------------
+# The vLLM server: a small HTTP server stands in for `trl vllm-serve` (vLLM needs a GPU)
+
+FAKE_SERVER = textwrap.dedent("""
+    import http.server, sys, time
+    delay, port = float(sys.argv[1]), int(sys.argv[2])
+    time.sleep(delay)  # loading the model
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == "/health" else 404)
+            self.end_headers()
+        def log_message(self, *args):
+            pass
+    print("serving", flush=True)
+    http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+""")
+
+
+def fake_server(tmp_path, delay=0.5, port=None):
+    script = tmp_path / "fake_vllm_serve.py"
+    script.write_text(FAKE_SERVER)
+    port = port or dist.free_port()
+    return [sys.executable, str(script), str(delay), str(port)], port
+
+
+def test_server_is_health_checked_and_stopped(tmp_path):
+    command, port = fake_server(tmp_path, delay=0.5)
+    server = dist.VllmServer(profile("multi-2x24gb-llama3.1-8b"), tmp_path, ["1"], port=port, command=command)
+    assert not server.healthy()
+    server.start()
+    try:
+        waited = server.wait_healthy(timeout=30, interval=0.1)
+        assert waited >= 0.4
+        assert server.healthy()
+    finally:
+        code = server.stop(grace=5)
+    assert code is not None and code != 0  # it was stopped, not left running
+    assert not server.healthy()
+    assert "serving" in (tmp_path / "vllm-server.log").read_text()
+
+
+def test_server_that_exits_is_a_clear_error(tmp_path):
+    command = [sys.executable, "-c", "import sys; print('CUDA out of memory while loading'); sys.exit(7)"]
+    server = dist.VllmServer(profile("multi-2x24gb-llama3.1-8b"), tmp_path, ["1"], command=command)
+    server.start()
+    with pytest.raises(dist.ServerError, match=r"exited with status 7 before it answered .*\n"
+                                               r"CUDA out of memory while loading"):
+        server.wait_healthy(timeout=30, interval=0.1)
+
+
+def test_server_that_never_answers_times_out_and_is_stopped(tmp_path):
+    command, _port = fake_server(tmp_path, delay=60)
+    server = dist.VllmServer(profile("multi-2x24gb-llama3.1-8b"), tmp_path, [], command=command)
+    server.start()
+    with pytest.raises(dist.ServerError, match="did not answer .* within 1 s"):
+        server.wait_healthy(timeout=1, interval=0.1)
+    assert server.proc.poll() is not None
+
+
+def test_start_server_uses_the_server_gpus_and_port(tmp_path):
+    port = dist.free_port()
+    command, _ = fake_server(tmp_path, delay=0.0, port=port)
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0,1", "GRPO_VLLM_PORT": str(port)}
+    env.pop("GRPO_NUM_MACHINES", None)
+    server = dist.start_server(profile("multi-2x24gb-llama3.1-8b"), tmp_path, env=env, timeout=30, command=command)
+    try:
+        assert server.gpu_ids == ["1"] and server.port == port and server.healthy()
+    finally:
+        server.stop(grace=5)
+    assert dist.start_server(profile("gpu-24gb-llama3.1-8b"), tmp_path, env=env) is None
+
+
+# ---------------------------------------------------------------------------------------------------
+# Several ranks, one outcome
+
+def outcome(status, steps=5, peak=1.0, error=None, checkpoint=None):
+    return {"status": status, "steps": steps, "checkpoint": checkpoint, "error": error, "error_text": error,
+            "traceback": None, "peak_gib": peak, "estimate_gib": 2.0}
+
+
+def test_an_oom_in_any_rank_is_the_attempts_oom(tmp_path):
+    (tmp_path / "outcome.json").write_text(json.dumps(outcome("interrupted", 7, 10.0, "stopped by a signal",
+                                                              "d/checkpoint-5")))
+    (tmp_path / "outcome-rank1.json").write_text(json.dumps(outcome("ok", 7, 11.0)))
+    (tmp_path / "outcome-rank2.json").write_text(json.dumps(outcome("oom", 6, 12.5, "CUDA out of memory.")))
+    merged = dist.merge_outcomes(tmp_path)
+    assert merged["status"] == "oom"
+    assert merged["error"] == "rank 2: CUDA out of memory."
+    assert (merged["steps"], merged["checkpoint"], merged["peak_gib"]) == (7, "d/checkpoint-5", 12.5)
+    assert (merged["rank"], merged["ranks"]) == (2, 3)
+
+
+def test_one_rank_outcome_is_read_unchanged(tmp_path):
+    assert dist.merge_outcomes(tmp_path) is None
+    (tmp_path / "outcome.json").write_text(json.dumps(outcome("ok", 3, 0.5)))
+    merged = dist.merge_outcomes(tmp_path)
+    assert (merged["status"], merged["steps"], merged["error"], merged["ranks"]) == ("ok", 3, None, 1)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The real thing: two processes, gloo, the tiny model, through `accelerate launch`
+
+# Runs train.py unchanged; only records, in each rank, a digest of the model before and after training.
+RECORDER = textwrap.dedent("""
+    import hashlib, json, os, sys
+    sys.path.insert(0, {repo!r})
+    import torch
+    import trl
+
+    def digest(tensors):
+        h = hashlib.sha256()
+        for name, tensor in sorted(tensors):
+            h.update(name.encode())
+            h.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
+        return h.hexdigest()
+
+    class Recorded(trl.GRPOTrainer):
+        def train(self, *args, **kwargs):
+            model = self.model
+            trained = lambda: [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+            before = {{"all": digest(model.state_dict().items()), "trained": digest(trained())}}
+            result = super().train(*args, **kwargs)
+            rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+            record = {{"rank": rank, "world_size": self.accelerator.num_processes,
+                       "backend": torch.distributed.get_backend() if torch.distributed.is_initialized() else None,
+                       "steps": self.state.global_step, "before": before,
+                       "after": {{"all": digest(model.state_dict().items()), "trained": digest(trained())}}}}
+            out = os.path.join(self.args.output_dir, f"weights-rank{{rank}}.json")
+            with open(out, "w") as handle:
+                json.dump(record, handle)
+            return result
+
+    trl.GRPOTrainer = Recorded
+    import train
+    sys.exit(train.main(sys.argv[1:]))
+""")
+
+
+@pytest.mark.slow
+def test_two_process_data_parallel_grpo_on_cpu(tmp_path):
+    attempt = tmp_path / "attempt-01-cpu-tiny-4gen"
+    p = profile("cpu-tiny-4gen", "num_gpus=2", "max_steps=3", "save_steps=3", "eval_samples=0",
+                "train_samples=64")
+    assert p.distributed
+    write_profile(p, attempt)
+    argv = dist.child_command(p, attempt, env={})
+    config = yaml.safe_load((attempt / "accelerate.yaml").read_text())
+    assert (config["num_processes"], config["use_cpu"]) == (2, True)
+    recorder = tmp_path / "recorded_train.py"
+    recorder.write_text(RECORDER.format(repo=str(REPO)))
+    argv[argv.index(TRAIN_PY)] = str(recorder)
+    env = dist.launch_env(p)
+    for name in ("GRPO_NUM_MACHINES", "GRPO_INJECT_OOM", "CUDA_VISIBLE_DEVICES"):
+        env.pop(name, None)
+    assert env["GRPO_TRAIN_NO_UNSLOTH"] == "1"
+    started = time.time()
+    result = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    records = [json.loads((attempt / f"weights-rank{r}.json").read_text()) for r in (0, 1)]
+    for rank, record in enumerate(records):
+        assert (record["rank"], record["world_size"], record["backend"], record["steps"]) == (rank, 2, "gloo", 3)
+        assert record["after"]["trained"] != record["before"]["trained"], "no weight moved: nothing trained"
+    assert records[0]["before"]["all"] == records[1]["before"]["all"]
+    assert records[0]["after"]["all"] == records[1]["after"]["all"], "the ranks disagree on the weights"
+    merged = dist.merge_outcomes(attempt)
+    assert (merged["status"], merged["steps"]) == ("ok", 3)
+    assert time.time() - started < 600
