@@ -1,0 +1,250 @@
+"""Trainer callbacks: per-step telemetry (metrics.jsonl), a progress line, memory peaks, and a clean stop
+on SIGINT / SIGTERM. Each does O(1) cheap work per step: no blocking driver calls, no fsync."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import resource
+import signal
+import sys
+import time
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+GIB = float(1 << 30)
+
+
+class MemoryProbe:
+    """Memory now and at its peak: torch's allocator and NVML on a GPU, the process RSS on CPU."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self._nvml_handle = None
+        self.peak_allocated_gib = 0.0
+        self.peak_reserved_gib = 0.0
+        self.peak_nvml_used_gib = 0.0
+        self.peak_rss_gib = 0.0
+        if device == "cuda":
+            try:
+                import pynvml
+
+                pynvml.nvmlInit()
+                index = int((os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0] or 0)
+                self._nvml_handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            except Exception:  # a UUID in CUDA_VISIBLE_DEVICES, or no NVML: torch's figures still come
+                self._nvml_handle = None
+
+    def sample(self) -> dict:
+        out = {}
+        if self.device == "cuda":
+            import torch
+
+            allocated = torch.cuda.max_memory_allocated() / GIB
+            reserved = torch.cuda.max_memory_reserved() / GIB
+            # Peaks of this step only; the run's peak is kept here.
+            torch.cuda.reset_peak_memory_stats()
+            out["peak_allocated_gib"] = round(allocated, 4)
+            out["peak_reserved_gib"] = round(reserved, 4)
+            self.peak_allocated_gib = max(self.peak_allocated_gib, allocated)
+            self.peak_reserved_gib = max(self.peak_reserved_gib, reserved)
+            if self._nvml_handle is not None:
+                try:
+                    import pynvml
+
+                    used = pynvml.nvmlDeviceGetMemoryInfo(self._nvml_handle).used / GIB
+                    out["nvml_used_gib"] = round(used, 4)
+                    self.peak_nvml_used_gib = max(self.peak_nvml_used_gib, used)
+                except Exception:
+                    pass
+        rss = _rss_gib()
+        out["rss_gib"] = round(rss, 4)
+        self.peak_rss_gib = max(self.peak_rss_gib, rss, _peak_rss_gib())
+        return out
+
+    @property
+    def peak_gib(self) -> float:
+        """The figure to hold against the estimate: reserved GPU memory, or the process RSS on CPU."""
+        if self.device == "cuda":
+            return max(self.peak_reserved_gib, self.peak_allocated_gib)
+        return self.peak_rss_gib
+
+    def summary(self) -> dict:
+        out = {"peak_gib": round(self.peak_gib, 4), "peak_rss_gib": round(self.peak_rss_gib, 4)}
+        if self.device == "cuda":
+            out.update(peak_allocated_gib=round(self.peak_allocated_gib, 4),
+                       peak_reserved_gib=round(self.peak_reserved_gib, 4),
+                       peak_nvml_used_gib=round(self.peak_nvml_used_gib, 4))
+        return out
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _rss_gib() -> float:
+    try:
+        with open("/proc/self/statm", "rb") as handle:
+            return int(handle.read().split()[1]) * _PAGE / GIB
+    except (OSError, ValueError, IndexError):
+        return _peak_rss_gib()
+
+
+def _peak_rss_gib() -> float:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # kilobytes on Linux, bytes on macOS
+    return peak / GIB if sys.platform == "darwin" else peak * 1024 / GIB
+
+
+def _number(value):
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return None if (isinstance(value, float) and not math.isfinite(value)) else value
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+class TelemetryCallback(TrainerCallback):
+    """One JSON line per optimizer step in metrics.jsonl, from TRL's per-step log and our own timers."""
+
+    def __init__(self, path: Path, reward_names: list[str], memory: MemoryProbe, progress=None):
+        self.path = Path(path)
+        self.reward_names = list(reward_names)
+        self.memory = memory
+        self.progress = progress
+        self.rows: list[dict] = []
+        self.final_logs: dict = {}
+        self._handle = None
+        self._step_started = None
+        self._last_log_time = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._handle = open(self.path, "a", encoding="utf-8", buffering=1)  # line-buffered, no fsync
+        self._last_log_time = time.perf_counter()
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._step_started = time.perf_counter()
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        logs = logs or {}
+        if "reward" not in logs and "loss" not in logs:
+            self.final_logs.update(logs)  # the closing summary (train_runtime, train_loss, ...)
+            return
+        now = time.perf_counter()
+        row = {
+            "step": state.global_step,
+            "rewards": {name: _number(logs.get(f"rewards/{name}/mean")) for name in self.reward_names},
+            "reward": _number(logs.get("reward")),
+            "reward_std": _number(logs.get("reward_std")),
+            "completion_length": _number(logs.get("completions/mean_length")),
+            "loss": _number(logs.get("loss")),
+            "kl": _number(logs.get("kl")),
+            "entropy": _number(logs.get("entropy")),
+            "grad_norm": _number(logs.get("grad_norm")),
+            "learning_rate": _number(logs.get("learning_rate")),
+            "step_time": round(now - self._last_log_time, 4),
+            "time": round(time.time(), 3),
+            "memory": self.memory.sample(),
+        }
+        self._last_log_time = now
+        self.rows.append(row)
+        if self._handle is not None:
+            self._handle.write(json.dumps(row) + "\n")
+        if self.progress is not None:
+            self.progress.update(state.global_step, state.max_steps, row)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.close()
+
+    def close(self):
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+
+class Progress:
+    """Step, reward and memory: a live bar on a terminal, a plain line now and then otherwise."""
+
+    def __init__(self, name: str, total: int, device: str):
+        self.name = name
+        self.total = total
+        self.device = device
+        self._bar = None
+        self._task = None
+        self._every = max(1, total // 20)
+        self._printing = True
+        if sys.stdout.isatty():
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, \
+                TimeElapsedColumn, TimeRemainingColumn
+
+            self._bar = RichProgress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                     TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
+                                     TimeRemainingColumn(), transient=False)
+            self._task = self._bar.add_task(name, total=total, info="")
+            self._bar.start()
+
+    def _memory_text(self, memory: dict) -> str:
+        if "peak_reserved_gib" in memory:
+            return f"gpu {memory['peak_reserved_gib']:.2f} GiB"
+        return f"rss {memory.get('rss_gib', 0.0):.2f} GiB"
+
+    def update(self, step: int, total: int, row: dict):
+        reward = row.get("reward")
+        info = f"reward {reward:.3f}  {self._memory_text(row['memory'])}" if reward is not None else \
+            self._memory_text(row["memory"])
+        if self._bar is not None:
+            self._bar.update(self._task, completed=step, total=total or self.total, info=info)
+        elif self._printing and (step == 1 or step % self._every == 0 or step == total):
+            try:
+                print(f"[{self.name}] step {step}/{total}  {info}  ({row['step_time']:.2f} s/step)", flush=True)
+            except OSError:  # whoever read our output has gone (a closed pipe): keep training, stop printing
+                self._printing = False
+
+    def close(self):
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+class StopOnSignal(TrainerCallback):
+    """SIGINT / SIGTERM set a flag; the next step end asks the trainer to save a checkpoint and stop.
+    A second signal stops at once (the caller still writes the outcome)."""
+
+    def __init__(self):
+        self.received: int | None = None
+        self._previous = {}
+
+    def install(self):
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._previous[signum] = signal.signal(signum, self._handle)
+            except ValueError:  # not the main thread
+                pass
+        return self
+
+    def uninstall(self):
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+
+    def _handle(self, signum, frame):
+        if self.received is not None:
+            raise KeyboardInterrupt(f"second {signal.Signals(signum).name}")
+        self.received = signum
+        try:
+            print(f"\n{signal.Signals(signum).name} received: saving a checkpoint at the end of this step, "
+                  "then stopping (send it again to stop now)", file=sys.stderr, flush=True)
+        except OSError:
+            pass
+
+    @property
+    def stopped(self) -> bool:
+        return self.received is not None
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.received is not None:
+            control.should_save = True
+            control.should_training_stop = True
+        return control

@@ -1,0 +1,100 @@
+"""GRPO_INJECT_OOM=NAME[@STEP][,NAME[@STEP]...]: make an attempt of profile NAME raise a genuine
+torch.OutOfMemoryError, worded as CUDA words it, at training step STEP (default 1), after the model has
+loaded. This is how the supervisor's fallback is exercised on machines without a GPU."""
+
+from __future__ import annotations
+
+import os
+
+ENV = "GRPO_INJECT_OOM"
+GIB = float(1 << 30)
+MIB = float(1 << 20)
+# Cards the message may describe when there is no real one to read.
+COMMON_CARD_GIB = (8.0, 12.0, 16.0, 24.0, 40.0, 48.0, 80.0, 94.0, 141.0)
+
+
+def parse_inject(text: str | None) -> dict[str, int]:
+    """{profile name: step}; malformed parts are refused with the variable's name and the expected form."""
+    targets: dict[str, int] = {}
+    for part in (text or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        name, _, step = part.partition("@")
+        name = name.strip()
+        if not name:
+            raise ValueError(f"{ENV}={text!r}: empty profile name (expected NAME[@STEP][,NAME[@STEP]...])")
+        if step.strip():
+            try:
+                value = int(step)
+            except ValueError:
+                raise ValueError(f"{ENV}={text!r}: step {step!r} of {name!r} is not a whole number "
+                                 "(expected NAME[@STEP])") from None
+            if value < 1:
+                raise ValueError(f"{ENV}={text!r}: step of {name!r} must be >= 1")
+        else:
+            value = 1
+        targets[name] = value
+    return targets
+
+
+def injected_step(profile_name: str, environ=None) -> int | None:
+    environ = os.environ if environ is None else environ
+    return parse_inject(environ.get(ENV)).get(profile_name)
+
+
+def _size(n_bytes: float) -> str:
+    return f"{n_bytes / GIB:.2f} GiB" if n_bytes >= GIB else f"{n_bytes / MIB:.2f} MiB"
+
+
+def oom_message(profile, vocab_size: int, total_gib: float | None = None, estimate_gib: float | None = None) -> str:
+    """A CUDA OOM message with figures that fit the profile: the fp32 logits of one micro-batch do not fit."""
+    tokens = profile.per_device_train_batch_size * (profile.max_prompt_length + profile.max_completion_length)
+    asked = tokens * vocab_size * 4.0
+    if total_gib is None:
+        need = estimate_gib or 24.0
+        total_gib = next((card for card in COMMON_CARD_GIB if card >= need), COMMON_CARD_GIB[-1])
+    total = total_gib * 0.985 * GIB  # what the driver leaves of a card's nominal size
+    free = min(asked * 0.45, total * 0.02)
+    in_use = total - free
+    allocated = in_use * 0.86
+    reserved_unallocated = in_use * 0.08
+    return (f"CUDA out of memory. Tried to allocate {_size(asked)}. GPU 0 has a total capacity of "
+            f"{_size(total)} of which {_size(free)} is free. Including non-PyTorch memory, this process has "
+            f"{_size(in_use)} memory in use. Of the allocated memory {_size(allocated)} is allocated by "
+            f"PyTorch, and {_size(reserved_unallocated)} is reserved by PyTorch but unallocated. If reserved but "
+            "unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid "
+            "fragmentation.  See documentation for Memory Management  "
+            "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")
+
+
+def _get_per_token_logps_and_entropies(message: str):
+    """Named like the GRPO log-prob path so that the traceback points where real OOMs happen."""
+    import torch
+
+    raise torch.OutOfMemoryError(message)
+
+
+def make_injector(profile, estimate_gib: float | None = None):
+    """A TrainerCallback that raises at the chosen step, or None when this profile is not named."""
+    step = injected_step(profile.name)
+    if step is None:
+        return None
+    from transformers import TrainerCallback
+
+    class InjectOutOfMemory(TrainerCallback):
+        def on_step_begin(self, args, state, control, model=None, **kwargs):
+            if state.global_step + 1 != step:
+                return
+            vocab = getattr(getattr(model, "config", None), "vocab_size", None) or 151936
+            total_gib = None
+            try:
+                import torch
+
+                if torch.cuda.is_available():
+                    total_gib = torch.cuda.get_device_properties(0).total_memory / GIB / 0.985
+            except Exception:
+                total_gib = None
+            _get_per_token_logps_and_entropies(oom_message(profile, vocab, total_gib, estimate_gib))
+
+    return InjectOutOfMemory()

@@ -1,0 +1,175 @@
+"""The run report: summary.json, report.md and PNG plots (matplotlib, Agg, no display needed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+WINDOW = 10  # steps averaged for the "first" and "last" reward figures
+SMOOTH = 10  # steps in the plots' rolling mean
+
+
+def _rolling(values: list[float], span: int) -> list[float]:
+    """Trailing mean over up to `span` steps, skipping missing (NaN) values."""
+    out = []
+    for i in range(len(values)):
+        window = [v for v in values[max(0, i - span + 1):i + 1] if v == v]
+        out.append(sum(window) / len(window) if window else float("nan"))
+    return out
+
+
+def _mean(values):
+    values = [v for v in values if v is not None]
+    return round(sum(values) / len(values), 4) if values else None
+
+
+def reward_figures(rows: list[dict], reward_names: list[str]) -> dict:
+    """Mean of each reward (and the weighted total) over the first and the last WINDOW steps."""
+    first, last = rows[:WINDOW], rows[-WINDOW:]
+    out = {"window": min(WINDOW, len(rows)),
+           "total": {"first": _mean(r["reward"] for r in first), "last": _mean(r["reward"] for r in last)}}
+    for name in reward_names:
+        out[name] = {"first": _mean(r["rewards"].get(name) for r in first),
+                     "last": _mean(r["rewards"].get(name) for r in last)}
+    return out
+
+
+def read_metrics(path: Path) -> list[dict]:
+    rows = []
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            line = line.strip()
+            if line:
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue  # a line cut short by a hard stop
+    return rows
+
+
+def _memory_series(rows: list[dict], device: str):
+    key = "peak_reserved_gib" if device == "cuda" else "rss_gib"
+    label = "peak reserved (torch)" if device == "cuda" else "process RSS"
+    return [r["step"] for r in rows if key in r.get("memory", {})], \
+        [r["memory"][key] for r in rows if key in r.get("memory", {})], label
+
+
+def write_plots(attempt_dir: Path, rows: list[dict], reward_names: list[str], device: str,
+                estimate_gib: float | None, title: str) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    if not rows:
+        return written
+    steps = [r["step"] for r in rows]
+
+    fig, ax = plt.subplots(figsize=(9, 5), dpi=110)
+    # Per-step rewards are noisy (a handful of completions each): draw the rolling mean bold, the raw total faint.
+    span = max(1, min(SMOOTH, len(rows) // 5))
+    totals = [float("nan") if r["reward"] is None else r["reward"] for r in rows]
+    ax.plot(steps, totals, color="0.6", linewidth=0.8, alpha=0.6, label="total, per step")
+    for name in reward_names:
+        values = [float("nan") if r["rewards"].get(name) is None else r["rewards"][name] for r in rows]
+        ax.plot(steps, _rolling(values, span), label=f"{name}", linewidth=1.4)
+    ax.plot(steps, _rolling(totals, span), label="total (weighted)", color="black", linewidth=2.4)
+    ax.set_xlabel("step")
+    ax.set_ylabel(f"mean reward per completion ({span}-step rolling mean)")
+    ax.set_title(f"{title}: rewards")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(attempt_dir / "rewards.png")
+    plt.close(fig)
+    written.append("rewards.png")
+
+    fig, ax = plt.subplots(figsize=(9, 4), dpi=110)
+    lengths = [float("nan") if r["completion_length"] is None else r["completion_length"] for r in rows]
+    ax.plot(steps, lengths, color="tab:blue", linewidth=0.8, alpha=0.5, label="per step")
+    ax.plot(steps, _rolling(lengths, span), color="tab:blue", linewidth=2.0, label=f"{span}-step rolling mean")
+    ax.set_ylim(0, max([v for v in lengths if v == v] + [1.0]) * 1.1)
+    ax.legend(loc="lower right", fontsize=9)
+    ax.set_xlabel("step")
+    ax.set_ylabel("tokens")
+    ax.set_title(f"{title}: mean completion length")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(attempt_dir / "completion_length.png")
+    plt.close(fig)
+    written.append("completion_length.png")
+
+    mem_steps, mem_values, label = _memory_series(rows, device)
+    fig, ax = plt.subplots(figsize=(9, 4), dpi=110)
+    ax.plot(mem_steps, mem_values, label=label, color="tab:green", linewidth=1.5)
+    if device == "cuda":
+        nvml = [(r["step"], r["memory"]["nvml_used_gib"]) for r in rows if "nvml_used_gib" in r["memory"]]
+        if nvml:
+            ax.plot([s for s, _ in nvml], [v for _, v in nvml], label="used (NVML)", color="tab:purple",
+                    linewidth=1.2)
+    if estimate_gib is not None:
+        ax.axhline(estimate_gib, color="tab:red", linestyle="--", label=f"estimate {estimate_gib:.2f} GiB")
+    top = max([*mem_values, estimate_gib or 0.0, 0.01])
+    ax.set_ylim(0, top * 1.15)
+    ax.set_xlabel("step")
+    ax.set_ylabel("GiB")
+    ax.set_title(f"{title}: memory per step")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(attempt_dir / "memory.png")
+    plt.close(fig)
+    written.append("memory.png")
+    return written
+
+
+def _fmt(value, digits=3, unit=""):
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}{unit}"
+    return f"{value}{unit}"
+
+
+def write_report(attempt_dir: Path, summary: dict) -> None:
+    """summary.json and report.md from one summary dict."""
+    (attempt_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    mem = summary["memory"]
+    acc = summary["accuracy"]
+    lines = [
+        f"# GRPO run: {summary['profile']['name']}",
+        "",
+        f"- status: **{summary['status']}**, {summary['steps']} of {summary['max_steps']} steps "
+        f"in {_fmt(summary['train_seconds'], 1, ' s')} (whole attempt {_fmt(summary['wall_seconds'], 1, ' s')})",
+        f"- model: `{summary['profile']['model']}` on {summary['device']['name']} ({summary['backend']})",
+        f"- dataset: {summary['profile']['dataset']}, {summary['train_rows']} training prompts "
+        f"({summary['dropped_prompts']} dropped as longer than max_prompt_length)",
+        f"- memory: measured peak {_fmt(mem['peak_gib'], 2, ' GiB')} ({mem['measure']}) against the "
+        f"estimate {_fmt(mem['estimate_gib'], 2, ' GiB')}"
+        + (f" (measured/estimate {mem['ratio']:.2f})" if mem.get("ratio") is not None else ""),
+        f"- accuracy on {acc['samples']} test problems: before {_fmt(acc['before'])}, after {_fmt(acc['after'])}",
+        "",
+        "## Rewards (mean of the first and the last steps)",
+        "",
+        f"| reward | first {summary['rewards']['window']} | last {summary['rewards']['window']} |",
+        "|---|---|---|",
+    ]
+    for name, pair in summary["rewards"].items():
+        if name == "window":
+            continue
+        lines.append(f"| {name} | {_fmt(pair['first'])} | {_fmt(pair['last'])} |")
+    lines += ["", "## Plots", ""]
+    for plot in summary.get("plots", []):
+        lines.append(f"![{plot[:-4]}]({plot})")
+    lines += ["", "## Outputs", "",
+              "- `adapter/`: the trained LoRA adapter (or the full model at lora_rank 0) and the tokenizer, "
+              "Hugging Face format",
+              "- `metrics.jsonl`: one line per step (rewards, loss, completion length, memory)",
+              "- `checkpoint-N/`: trainer checkpoints, for `--resume`", ""]
+    examples = acc.get("examples_after") or []
+    if examples:
+        lines += ["## Sample answers after training", ""]
+        for example in examples:
+            lines += [f"expected `{example['answer']}`:", "", "```", example["completion"].strip(), "```", ""]
+    (attempt_dir / "report.md").write_text("\n".join(lines), encoding="utf-8")
