@@ -4,7 +4,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -188,13 +187,10 @@ def test_dry_run_imports_no_heavy_library_and_is_quick():
         "heavy = sorted(m for m in ('torch', 'unsloth', 'trl', 'transformers', 'vllm', 'datasets', 'pydantic')\n"
         "               if m in sys.modules)\n"
         "print(code, ','.join(heavy))\n")
-    start = time.perf_counter()
     result = subprocess.run([sys.executable, "-c", probe_code], capture_output=True, text=True, cwd=REPO,
                             timeout=60)
-    wall = time.perf_counter() - start
     assert result.returncode == 0, result.stderr
     code, _, heavy = result.stdout.strip().partition(" ")
     assert code == "0"
     assert heavy == ""
-    # about 0.2 s here; 2 s leaves room for a loaded CI machine while still catching a torch import (~3 s)
-    assert wall < 2.0
+    # The speed itself (target <= 0.5 s) is measured by benchmarks/dry_run_time.py, not asserted here.

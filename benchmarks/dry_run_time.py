@@ -1,0 +1,46 @@
+"""How long `python train.py --auto --dry-run` takes, whole process, and which heavy modules it imports.
+
+    python benchmarks/dry_run_time.py [--runs 10]
+
+Target: <= 0.5 s wall on a 2-core machine, with no torch, unsloth, trl or transformers imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+HEAVY = ("torch", "unsloth", "trl", "transformers", "vllm", "datasets")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--gpu-memory", default="24", help="plan for a what-if card of this size (GiB)")
+    args = parser.parse_args()
+
+    command = [sys.executable, str(REPO / "train.py"), "--auto", "--dry-run", "--gpu-memory", args.gpu_memory]
+    walls = []
+    for _ in range(args.runs):
+        started = time.perf_counter()
+        subprocess.run(command, cwd=REPO, check=True, capture_output=True)
+        walls.append(time.perf_counter() - started)
+
+    probe = ("import sys, io, contextlib; sys.argv=['train.py']; import train\n"
+             "with contextlib.redirect_stdout(io.StringIO()): train.main(['--auto', '--dry-run'])\n"
+             f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))")
+    heavy = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True,
+                           check=True).stdout.strip()
+    print(f"dry-run wall over {args.runs} runs: median {statistics.median(walls):.3f} s, "
+          f"min {min(walls):.3f} s, max {max(walls):.3f} s (target <= 0.5 s)")
+    print(f"heavy modules imported: {heavy or 'none'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
