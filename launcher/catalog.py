@@ -85,7 +85,7 @@ def _arch(name, params, hidden, layers, heads, kv_heads, head_dim, intermediate,
 
 # The offline CPU model (trainer/tiny.py builds exactly this shape). Its vocabulary is the byte-level
 # BPE tokenizer's 512 tokens; the few special tokens the trainer adds are left out here.
-TINY = _arch("tiny", 0, 64, 2, 4, 2, 16, 256, 512, True, "qwen2")
+TINY = _arch("tiny", 0, 64, 2, 4, 2, 16, 256, 512, True, "llama")
 TINY = replace(TINY, params=TINY.computed_params)
 
 CATALOGUE: tuple[Architecture, ...] = (

@@ -2,9 +2,11 @@
 
 Every attempt is a fresh `python train.py --profile DIR/profile.yaml --attempt-dir DIR` process, so each one
 starts with a clean GPU (vLLM does not give its memory back inside a process, and a caught OOM keeps tensors
-alive through its traceback). The child writes DIR/outcome.json; the supervisor reads it (or, when the child
-died without one, its exit status and the tail of its output), appends one line to the run's attempts.jsonl,
-and decides:
+alive through its traceback). A distributed profile (several GPUs, or a vLLM server) runs the same script under
+accelerate, one process per training GPU, with its vLLM server started and health-checked before the attempt
+and stopped after it (launcher.distributed). The child writes DIR/outcome.json (each further rank its own
+outcome-rank<N>.json); the supervisor reads them (or, when the child died without one, its exit status and the
+tail of its output), appends one line to the run's attempts.jsonl, and decides:
 
   ok            done (exit 0)
   oom           shrink what the OOM site names, once per profile, keeping the effective batch; otherwise the
@@ -38,6 +40,7 @@ from typing import Any
 
 from rich.markup import escape
 
+from launcher import distributed
 from launcher import oom as oomlib
 from launcher.errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_NOTHING_FITS, EXIT_OK, UsageError)
 from launcher.profiles import Profile, load_profile
@@ -291,15 +294,12 @@ def _tail(data: bytearray, chunk: bytes) -> None:
 
 def read_result(attempt_dir: Path, returncode: int | None, tail_text: str, duration: float,
                 interrupted: bool) -> AttemptResult:
-    """The attempt's outcome: outcome.json when the child wrote one, else its exit status and output."""
+    """The attempt's outcome: the ranks' outcome files merged (worst status first) when the child wrote
+    any, else its exit status and output."""
     outcome: dict = {}
-    path = attempt_dir / OUTCOME_FILE
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if isinstance(data, dict) and data.get("status") in STATUSES:
-            outcome = data
-    except (OSError, ValueError):
-        pass
+    data = distributed.merge_outcomes(attempt_dir)
+    if isinstance(data, dict) and data.get("status") in STATUSES:
+        outcome = data
     # With an outcome, only its own texts count (a log may mention an OOM that was caught and survived).
     if outcome:
         text = "\n".join(str(outcome.get(k) or "") for k in ("traceback", "error_text", "error")).strip()
@@ -342,6 +342,37 @@ def read_result(attempt_dir: Path, returncode: int | None, tail_text: str, durat
                          report=report, duration_s=round(duration, 2), peak_gib=outcome.get("peak_gib"))
 
 
+def server_failure_result(text: str, resume_from: str | None, duration: float,
+                          interrupted: bool) -> AttemptResult:
+    """The result of an attempt whose vLLM server did not come up (no training process ran): an OOM when the
+    server's words say so (its share of the card), else an unsupported model or an error."""
+    report = oomlib.read_oom(text)
+    if interrupted:
+        status, report = "interrupted", None
+    elif report is not None:
+        status = "oom"
+    elif oomlib.read_unsupported(text):
+        status = "unsupported"
+    else:
+        status = "error"
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    error = (lines[0] if lines else "the vLLM server did not start")[:500]
+    return AttemptResult(status=status, steps=checkpoint_step(resume_from), checkpoint=None, exit_code=None,
+                         error=error, report=report, duration_s=round(duration, 2))
+
+
+def attempt_command(profile: Profile, attempt_dir: Path, resume_from: str | None,
+                    override: list[str] | None = None) -> list[str]:
+    """The attempt's argv (launcher.distributed.child_command). `override` stands for `[python, train.py]`
+    (tests run a fake child through it): the single-GPU command becomes `override + arguments`, and under
+    accelerate the script and the interpreter are replaced, the launcher's own arguments kept."""
+    argv = distributed.child_command(profile, attempt_dir, resume_from)
+    if not override:
+        return argv
+    script = argv.index(str(distributed.TRAIN_PY))
+    return [override[0], *argv[1:script], *override[1:], *argv[script + 1:]]
+
+
 def _parent_death_signal():
     """A function for the child to run before exec: get SIGTERM (and save) if the supervisor dies, instead of
     training on unattended with the GPU. Linux only (prctl); None elsewhere. libc is looked up here, in the
@@ -364,10 +395,13 @@ class ChildRunner:
     """Runs one attempt's process, tees its output to the terminal and DIR/train.log, forwards signals."""
 
     def __init__(self, command: list[str] | None = None, echo=None):
+        self.override = list(command) if command else None
         self.command = command or [sys.executable, str(TRAIN_PY)]
         self.echo = echo if echo is not None else sys.stdout
         self.proc: subprocess.Popen | None = None
         self.signals: list[int] = []
+        # True while a vLLM server loads (minutes): a signal then stops the wait instead of being held
+        self.waiting_for_server = False
 
     # Signals arrive in the main thread; the child runs in its own process group so that a terminal's
     # Ctrl-C reaches only the supervisor, which forwards exactly one signal per press (the trainer reads a
@@ -375,6 +409,9 @@ class ChildRunner:
     def handle_signal(self, signum, frame) -> None:
         self.signals.append(signum)
         proc = self.proc
+        if proc is None and self.waiting_for_server:
+            self.waiting_for_server = False
+            raise KeyboardInterrupt(signal.Signals(signum).name)
         if proc is None or proc.poll() is not None:
             return
         name = signal.Signals(signum).name
@@ -394,6 +431,10 @@ class ChildRunner:
         argv = self.command + ["--profile", str(profile_path), "--attempt-dir", str(attempt_dir)]
         if resume_from:
             argv += ["--resume-from", str(resume_from)]
+        return self.run_argv(argv, attempt_dir, env)
+
+    def run_argv(self, argv: list[str], attempt_dir: Path, env: dict) -> tuple[int, str]:
+        """Run one attempt's command to its end (output read until the process exits); (status, output tail)."""
         tail = bytearray()
         log_path = attempt_dir / LOG_FILE
         with open(log_path, "ab") as log:
@@ -481,8 +522,10 @@ def _report_from_dict(data: dict | None) -> oomlib.OomReport | None:
 
 
 class Supervisor:
-    def __init__(self, plan, run_dir: Path, console, runner: ChildRunner, overrides: list[str]):
+    def __init__(self, plan, run_dir: Path, console, runner: ChildRunner, overrides: list[str],
+                 server_command: list[str] | None = None):
         self.plan = plan
+        self.server_command = server_command  # stands in for `trl vllm-serve` in tests
         self.run_dir = run_dir
         self.console = console
         self.runner = runner
@@ -549,9 +592,23 @@ class Supervisor:
             start_text += f", resuming from {resume_from} (step {checkpoint_step(resume_from)})"
         self.console.print(f"[bold]{start_text}[/bold]")
         started = time.time()
-        env = child_env(profile)
-        returncode, tail = self.runner.run(attempt_dir, profile_path, resume_from, env)
-        result = read_result(attempt_dir, returncode, tail, time.time() - started, bool(self.runner.signals))
+        argv = attempt_command(profile, attempt_dir, resume_from, self.runner.override)
+        port = distributed.free_port() if profile.uses_vllm_server else None
+        env = distributed.launch_env(profile, child_env(profile), server_port=port)
+        server = None
+        try:
+            try:
+                server = self._start_server(profile, attempt_dir, env)
+            except distributed.ServerError as exc:
+                result = server_failure_result(str(exc), resume_from, time.time() - started,
+                                               bool(self.runner.signals))
+            else:
+                returncode, tail = self.runner.run_argv(argv, attempt_dir, env)
+                result = read_result(attempt_dir, returncode, tail, time.time() - started,
+                                     bool(self.runner.signals))
+        finally:
+            if server is not None:
+                server.stop()
         record = {
             "attempt": number,
             "profile": profile.name,
@@ -586,6 +643,23 @@ class Supervisor:
         self._print_result(number, profile, result)
         record["_report"] = result.report
         return record
+
+    def _start_server(self, profile: Profile, attempt_dir: Path, env: dict):
+        """The attempt's vLLM server, up and healthy (None without server mode); ServerError otherwise."""
+        if not profile.uses_vllm_server or profile.device != "cuda" or distributed.topology(env).machine_rank:
+            return None  # only machine 0 of a run serves
+        self.console.print(f"starting the vLLM server for {profile.name} "
+                           f"(log: {attempt_dir / distributed.SERVER_LOG})", markup=False)
+        self.runner.waiting_for_server = True
+        try:
+            server = distributed.start_server(profile, attempt_dir, env=env, command=self.server_command)
+        except KeyboardInterrupt as exc:  # start_server has stopped the server already
+            raise distributed.ServerError(f"stopped by {exc or 'a signal'} while the vLLM server was starting")
+        finally:
+            self.runner.waiting_for_server = False
+        if server is not None:
+            self.console.print(f"vLLM server ready at {server.url}", markup=False)
+        return server
 
     def _print_result(self, number: int, profile: Profile, result: AttemptResult) -> None:
         style = {"ok": "green", "oom": "yellow", "unsupported": "yellow", "interrupted": "magenta"}.get(
@@ -701,10 +775,12 @@ def _print_plan_choice(console, plan) -> None:
 # Entry point
 
 def supervise(plan, output_dir: Path, overrides: list[str] | None = None, resume: bool = False,
-              child_command: list[str] | None = None, console=None) -> int:
+              child_command: list[str] | None = None, console=None,
+              server_command: list[str] | None = None) -> int:
     """Run the plan's chosen profile (or, with resume, continue the latest run); exit status per design.
 
-    `child_command` replaces `[python, train.py]` (tests run a small fake child through it).
+    `child_command` replaces `[python, train.py]` and `server_command` the `trl vllm-serve` command of
+    server mode (tests run small fakes through them).
     """
     console = console or _make_console()
     output_dir = Path(output_dir)
@@ -718,7 +794,7 @@ def supervise(plan, output_dir: Path, overrides: list[str] | None = None, resume
                           "(see `python train.py --auto --dry-run` for the estimates)")
             return EXIT_NOTHING_FITS
         run_dir = _new_run_dir(output_dir)
-    supervisor = Supervisor(plan, run_dir, console, runner, overrides or [])
+    supervisor = Supervisor(plan, run_dir, console, runner, overrides or [], server_command=server_command)
 
     previous = {}
     if threading.current_thread() is threading.main_thread():

@@ -10,7 +10,9 @@ Called exactly like the real child: `fake_child.py --profile DIR/profile.yaml --
 
 It writes checkpoint-N/trainer_state.json like the trainer, outcome.json like the trainer (except
 "oom_silent", which prints the text and exits 3 without one, and "sigkill"), and call.json with its argv,
-the environment keys the supervisor sets and its process group, for the tests to check.
+the environment keys the supervisor sets, its process group and whether the vLLM server answered, for the
+tests to check. Under accelerate (RANK > 0) it writes call-rank<N>.json and outcome-rank<N>.json instead,
+and checkpoints and the adapter only from rank 0, as the trainer does.
 """
 
 from __future__ import annotations
@@ -20,11 +22,33 @@ import os
 import signal
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import yaml
 
 DATA = Path(__file__).resolve().parent / "data" / "oom"
+RANK = int(os.environ.get("RANK", "0"))
+
+
+def ranked(name: str) -> str:
+    """call.json -> call-rank1.json on rank 1 (rank 0 keeps the plain name)."""
+    stem, suffix = name.rsplit(".", 1)
+    return name if RANK == 0 else f"{stem}-rank{RANK}.{suffix}"
+
+
+def server_status() -> int | None:
+    """The HTTP status of the vLLM server's /health when the supervisor named one (-1: no answer), else None."""
+    port = os.environ.get("GRPO_VLLM_PORT")
+    if not port:
+        return None
+    url = f"http://{os.environ.get('GRPO_VLLM_HOST', '127.0.0.1')}:{port}/health"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status
+    except (urllib.error.URLError, OSError):
+        return -1
 
 
 def arg(name: str) -> str | None:
@@ -34,8 +58,9 @@ def arg(name: str) -> str | None:
 
 def write_checkpoint(attempt_dir: Path, step: int) -> str:
     path = attempt_dir / f"checkpoint-{step}"
-    path.mkdir(exist_ok=True)
-    (path / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    if RANK == 0:
+        path.mkdir(exist_ok=True)
+        (path / "trainer_state.json").write_text(json.dumps({"global_step": step}))
     return str(path)
 
 
@@ -50,7 +75,7 @@ def outcome(attempt_dir: Path, status: str, steps: int, checkpoint: str | None, 
     data = {"status": status, "steps": steps, "checkpoint": checkpoint,
             "error": text.strip().splitlines()[-1] if text else None, "error_text": text,
             "traceback": text, "peak_gib": 0.5, "estimate_gib": None}
-    (attempt_dir / "outcome.json").write_text(json.dumps(data))
+    (attempt_dir / ranked("outcome.json")).write_text(json.dumps(data))
 
 
 def main() -> int:
@@ -58,8 +83,11 @@ def main() -> int:
     attempt_dir = Path(arg("--attempt-dir"))
     resume_from = arg("--resume-from")
     start = int(Path(resume_from).name.rsplit("-", 1)[-1]) if resume_from else 0
-    (attempt_dir / "call.json").write_text(json.dumps({
+    (attempt_dir / ranked("call.json")).write_text(json.dumps({
         "argv": sys.argv[1:], "pgid": os.getpgid(0), "pid": os.getpid(),
+        "RANK": os.environ.get("RANK"), "WORLD_SIZE": os.environ.get("WORLD_SIZE"),
+        "GRPO_TRAIN_NO_UNSLOTH": os.environ.get("GRPO_TRAIN_NO_UNSLOTH"),
+        "GRPO_VLLM_PORT": os.environ.get("GRPO_VLLM_PORT"), "server_health": server_status(),
         "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
         "UNSLOTH_VLLM_STANDBY": os.environ.get("UNSLOTH_VLLM_STANDBY"),
         "GRPO_INJECT_OOM": os.environ.get("GRPO_INJECT_OOM"),
@@ -76,7 +104,8 @@ def main() -> int:
         what = "ok"
     if what == "ok":
         checkpoint = train(attempt_dir, start, max_steps, save_steps, resume_from)
-        (attempt_dir / "adapter").mkdir(exist_ok=True)
+        if RANK == 0:
+            (attempt_dir / "adapter").mkdir(exist_ok=True)
         outcome(attempt_dir, "ok", max_steps, checkpoint)
         return 0
     at = max(plan.get("at_step", start), start)

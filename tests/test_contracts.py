@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.profiles import VLLM_LORA_RANKS, load_profiles, profile_from_dict
+from launcher.profiles import VLLM_LORA_RANKS, load_profile, load_profiles, profile_from_dict
 from trainer import backends
 from trainer.config import grpo_config_kwargs
 
@@ -153,6 +153,58 @@ def test_a_misspelled_config_keyword_is_caught(unsloth_first, gpu_profile):
     assert set(kwargs) - fields == {"max_prompt_length"}
     with pytest.raises(TypeError):
         GRPOConfig(**{k: v for k, v in kwargs.items() if k not in ("bf16", "fp16", "use_vllm")})
+
+
+def test_grpo_config_keywords_for_a_vllm_server_profile(unsloth_first, monkeypatch):
+    from trl import GRPOConfig
+
+    fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    server = load_profile(REPO / "profiles" / "multi-4x80gb-qwen2.5-14b.yaml")
+    assert server.uses_vllm_server and server.num_gpus == 3
+    monkeypatch.setenv("GRPO_VLLM_HOST", "10.0.0.7")
+    monkeypatch.setenv("GRPO_VLLM_PORT", "8123")
+    kwargs = grpo_config_kwargs(server, "out", device="cuda", bf16=True, use_vllm=True)
+    assert set(kwargs) - fields == set()
+    assert (kwargs["use_vllm"], kwargs["vllm_mode"]) == (True, "server")
+    assert (kwargs["vllm_server_host"], kwargs["vllm_server_port"], kwargs["vllm_server_timeout"]) == \
+        ("10.0.0.7", 8123, 900)
+    assert kwargs["ddp_find_unused_parameters"] is False
+    assert "vllm_tensor_parallel_size" not in kwargs  # the server's own flag (launcher.distributed)
+    monkeypatch.delenv("GRPO_VLLM_HOST")
+    monkeypatch.delenv("GRPO_VLLM_PORT")
+    kwargs = grpo_config_kwargs(server.replace(num_gpus=1), "out", device="cuda", bf16=True, use_vllm=True)
+    assert (kwargs["vllm_server_host"], kwargs["vllm_server_port"]) == ("127.0.0.1", 8000)
+    assert "ddp_find_unused_parameters" not in kwargs  # one training process: no DDP
+
+
+def test_grpo_config_keywords_for_a_colocated_multi_gpu_profile(unsloth_first):
+    from trl import GRPOConfig
+
+    fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    colocate = profile_from_dict(dict(GPU_PROFILE, vllm_standby=False, gradient_checkpointing="true", num_gpus=4,
+                                      vllm_mode="colocate", vllm_tensor_parallel=2), "<colocate contract>")
+    assert colocate.distributed and not colocate.uses_vllm_server
+    kwargs = grpo_config_kwargs(colocate, "out", device="cuda", bf16=True, use_vllm=True)
+    assert set(kwargs) - fields == set()
+    assert (kwargs["vllm_mode"], kwargs["vllm_tensor_parallel_size"]) == ("colocate", 2)
+    assert kwargs["vllm_gpu_memory_utilization"] == 0.6
+    assert kwargs["ddp_find_unused_parameters"] is False
+    assert not any(k.startswith("vllm_server") for k in kwargs)
+
+
+def test_single_gpu_keywords_leave_the_vllm_mode_to_unsloth(unsloth_first, gpu_profile):
+    kwargs = grpo_config_kwargs(gpu_profile, "out", device="cuda", bf16=True, use_vllm=True)
+    assert not {"vllm_mode", "vllm_tensor_parallel_size", "ddp_find_unused_parameters"} & set(kwargs)
+
+
+@pytest.mark.parametrize("world_size, overrides", [("2", {}), ("1", {"num_gpus": 2})])
+def test_distributed_attempts_train_without_unsloth(unsloth_first, monkeypatch, cpu_profiles, world_size, overrides):
+    monkeypatch.delenv(backends.NO_UNSLOTH_ENV, raising=False)
+    monkeypatch.setenv("WORLD_SIZE", world_size)
+    profile = cpu_profiles[0].replace(**overrides)
+    backend = backends.open_backend(profile)
+    assert (backend.name, backend.device, backend.unsloth) == ("transformers", "cpu", None)
+    assert backend.note == "GRPO_TRAIN_NO_UNSLOTH is set: training through transformers + peft"
 
 
 # ------------------------------------------------------------------------------------------------

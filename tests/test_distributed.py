@@ -1,6 +1,7 @@
 """launcher.distributed: the accelerate and DeepSpeed configuration, an attempt's command line and environment,
 the vLLM server's start, health check and stop, the merged outcome of several ranks; and (slow) a real
-two-process data-parallel GRPO run of the tiny model through `accelerate launch` on CPU (gloo)."""
+two-process data-parallel GRPO run of the tiny model through `accelerate launch` on CPU (gloo), the real trainer
+writing the shared outputs from rank 0 only."""
 
 import json
 import os
@@ -335,6 +336,15 @@ def test_two_process_data_parallel_grpo_on_cpu(tmp_path):
         assert record["after"]["trained"] != record["before"]["trained"], "no weight moved: nothing trained"
     assert records[0]["before"]["all"] == records[1]["before"]["all"]
     assert records[0]["after"]["all"] == records[1]["after"]["all"], "the ranks disagree on the weights"
+    # each rank wrote its own outcome; the shared files come from rank 0 alone
+    ranks = [json.loads((attempt / name).read_text()) for name in ("outcome.json", "outcome-rank1.json")]
+    assert [(o["status"], o["steps"]) for o in ranks] == [("ok", 3), ("ok", 3)]
     merged = dist.merge_outcomes(attempt)
-    assert (merged["status"], merged["steps"]) == ("ok", 3)
-    assert time.time() - started < 600
+    assert (merged["status"], merged["steps"], merged["ranks"]) == ("ok", 3, 2)
+    assert [json.loads(line)["step"] for line in (attempt / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
+    assert result.stdout.count("attempt 'cpu-tiny-4gen' done:") == 1
+    assert result.stdout.count("attempt 'cpu-tiny-4gen': transformers on CPU") == 1
+    assert json.loads((attempt / "summary.json").read_text())["steps"] == 3
+    assert (attempt / "adapter" / "adapter_config.json").is_file() and (attempt / "report.md").is_file()
+    assert sorted(p.name for p in attempt.glob("outcome*")) == ["outcome-rank1.json", "outcome.json"]
+    assert not list(attempt.glob(".write-test*"))

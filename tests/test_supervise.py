@@ -28,8 +28,11 @@ from launcher.errors import UsageError
 from launcher.gpu import GpuInfo, Machine
 from launcher.plan import make_plan
 from launcher.profiles import profile_from_dict
-from launcher.supervise import (child_env, decide, next_profile, read_attempts, shrink_batch,
-                                shrink_for, shrink_optimizer, shrink_vllm, supervise)
+from launcher import distributed
+from launcher.profiles import load_profile
+from launcher.supervise import (attempt_command, child_env, decide, next_profile, read_attempts,
+                                server_failure_result, shrink_batch, shrink_for, shrink_optimizer, shrink_vllm,
+                                supervise)
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_CHILD = [sys.executable, str(Path(__file__).resolve().parent / "fake_child.py")]
@@ -396,6 +399,192 @@ def test_resume_without_a_run_is_a_usage_error(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------------
+# Several processes and the vLLM server (launcher.distributed): accelerate's command, a fake server
+
+def test_attempt_command_is_the_plain_script_on_one_gpu_and_accelerate_on_several(tmp_path, monkeypatch):
+    monkeypatch.delenv("GRPO_NUM_MACHINES", raising=False)
+    train = str(ROOT / "train.py")
+    one = cpu_profile("one", 1)
+    args = ["--profile", str(tmp_path / "one" / "profile.yaml"), "--attempt-dir", str(tmp_path / "one")]
+    assert attempt_command(one, tmp_path / "one", None) == [sys.executable, train, *args]
+    assert attempt_command(one, tmp_path / "one", None, FAKE_CHILD) == [*FAKE_CHILD, *args]
+    assert not (tmp_path / "one" / "accelerate.yaml").exists()
+
+    two = cpu_profile("two", 1, num_gpus=2, gradient_checkpointing="true")
+    folder = tmp_path / "two"
+    args = ["--profile", str(folder / "profile.yaml"), "--attempt-dir", str(folder), "--resume-from", "ck/checkpoint-2"]
+    launcher = ["-m", "accelerate.commands.launch", "--config_file", str(folder / "accelerate.yaml")]
+    assert attempt_command(two, folder, "ck/checkpoint-2") == [sys.executable, *launcher, train, *args]
+    # the test override replaces the interpreter and the script, accelerate's arguments stay
+    assert attempt_command(two, folder, "ck/checkpoint-2", FAKE_CHILD) == [FAKE_CHILD[0], *launcher, FAKE_CHILD[1],
+                                                                            *args]
+    assert yaml.safe_load((folder / "accelerate.yaml").read_text())["num_processes"] == 2
+
+
+def test_two_processes_are_launched_through_accelerate(tmp_path, monkeypatch):
+    for name in ("GRPO_NUM_MACHINES", "CUDA_VISIBLE_DEVICES", "RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    plan = make_plan([cpu_profile("pair", 1, num_gpus=2, gradient_checkpointing="true")], CPU_MACHINE)
+    assert plan.chosen is not None and plan.chosen.num_gpus == 2
+    code, records, out = run(plan, tmp_path, monkeypatch, {})
+    assert code == 0, out
+    assert [(r["profile"], r["status"], r["steps"]) for r in records] == [("pair", "ok", 4)]
+    folder = Path(records[0]["attempt_dir"])
+    calls = [json.loads((folder / name).read_text()) for name in ("call.json", "call-rank1.json")]
+    assert [(c["RANK"], c["WORLD_SIZE"]) for c in calls] == [("0", "2"), ("1", "2")]
+    assert all(c["GRPO_TRAIN_NO_UNSLOTH"] == "1" for c in calls)  # launch_env's environment reached both
+    assert (folder / "outcome.json").is_file() and (folder / "outcome-rank1.json").is_file()
+    assert yaml.safe_load((folder / "accelerate.yaml").read_text())["num_processes"] == 2
+    assert records[0]["checkpoint"] == str(folder / "checkpoint-4")
+
+
+# Stands in for `trl vllm-serve`: answers /health on the port the supervisor gives the attempt
+# (GRPO_VLLM_PORT), after writing its pid; given a text file, prints it and exits 1 (a failed start);
+# given "wait", loads for a minute without answering, then gives up.
+FAKE_SERVER = """
+import http.server, os, sys, time
+pid_file, text_file = sys.argv[1], sys.argv[2]
+with open(pid_file, "a") as handle:
+    handle.write(f"{os.getpid()}\\n")
+if text_file == "wait":
+    time.sleep(60)
+    sys.exit(1)
+if text_file != "-":
+    print(open(text_file).read(), flush=True)
+    sys.exit(1)
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+print("serving", flush=True)
+http.server.HTTPServer(("127.0.0.1", int(os.environ["GRPO_VLLM_PORT"])), Health).serve_forever()
+"""
+
+
+def server_plan():
+    p = load_profile(ROOT / "profiles" / "multi-2x24gb-llama3.1-8b.yaml", ["max_steps=4", "save_steps=2"])
+    gpus = [GpuInfo(f"24 GiB card {i}", 24.0, 24.0, 0.0, (8, 9), None, None, i, "what-if") for i in range(2)]
+    plan = make_plan([p], Machine(gpus=gpus, message="2 test cards", host_ram_gib=64.0, host_free_gib=60.0))
+    assert plan.chosen is not None and plan.chosen.uses_vllm_server
+    return plan
+
+
+@pytest.fixture
+def server_pids(tmp_path):
+    """The file the fake servers write their pids to; any still running at the end is killed (a failing
+    test must not leave one behind)."""
+    pids = tmp_path / "server.pids"
+    yield pids
+    for pid in (int(line) for line in (pids.read_text().split() if pids.exists() else [])):
+        if not gone(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def run_with_server(tmp_path, monkeypatch, behaviour: dict, server_text: str | None = None):
+    for name in ("GRPO_NUM_MACHINES", "GRPO_VLLM_PORT", "GRPO_VLLM_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.setenv("FAKE_CHILD_PLAN", json.dumps(behaviour))
+    script = tmp_path / "fake_vllm_serve.py"
+    script.write_text(FAKE_SERVER)
+    pids = tmp_path / "server.pids"  # the server_pids fixture's file
+    command = [sys.executable, str(script), str(pids),
+               (server_text if server_text == "wait" else str(DATA / server_text)) if server_text else "-"]
+    out = io.StringIO()
+    code = supervise(server_plan(), output_dir=tmp_path / "out", child_command=FAKE_CHILD, server_command=command,
+                     console=Console(file=out, width=200, highlight=False))
+    records = read_attempts(sorted((tmp_path / "out").glob("run-*"))[-1])
+    started = [int(line) for line in pids.read_text().split()] if pids.exists() else []
+    return code, records, out.getvalue(), started
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_server_mode_starts_the_server_before_the_child_and_stops_it_after(tmp_path, monkeypatch, server_pids):
+    code, records, out, servers = run_with_server(tmp_path, monkeypatch, {})
+    assert code == 0, out
+    assert [r["status"] for r in records] == ["ok"]
+    call = call_of(records[0])
+    assert call["server_health"] == 200  # the server answered before the child started
+    assert call["GRPO_TRAIN_NO_UNSLOTH"] == "1"
+    # the child's command went through accelerate, its server port is the one the server listened on
+    assert call["argv"][:2] == ["--profile", str(Path(records[0]["attempt_dir"]) / "profile.yaml")]
+    assert (Path(records[0]["attempt_dir"]) / "accelerate.yaml").is_file()
+    assert "serving" in (Path(records[0]["attempt_dir"]) / "vllm-server.log").read_text()
+    assert len(servers) == 1 and gone(servers[0])
+    assert "vLLM server ready at http://127.0.0.1:" + call["GRPO_VLLM_PORT"] in out
+
+
+def test_server_is_stopped_when_the_attempt_fails(tmp_path, monkeypatch, server_pids):
+    code, records, out, servers = run_with_server(tmp_path, monkeypatch, {"multi-2x24gb-llama3.1-8b": {"do": "error"}})
+    assert code == 1
+    assert [r["status"] for r in records] == ["error"]
+    assert call_of(records[0])["server_health"] == 200
+    assert len(servers) == 1 and gone(servers[0])
+
+
+def test_a_server_that_runs_out_of_memory_is_an_oom_attempt(tmp_path, monkeypatch, server_pids):
+    code, records, out, servers = run_with_server(tmp_path, monkeypatch, {}, server_text="vllm_kv_cache.txt")
+    assert code == 3
+    first = records[0]
+    assert (first["status"], first["steps"], first["exit_code"], first["checkpoint"]) == ("oom", 0, None, None)
+    assert first["oom"]["kind"] == oom.KIND_VLLM
+    assert first["error"].startswith("the vLLM server exited with status 1 before it answered")
+    # no training process ran in any attempt, and every server that was started is gone
+    assert not any((Path(r["attempt_dir"]) / "call.json").exists() for r in records)
+    assert len(servers) == len(records) and all(gone(pid) for pid in servers)
+
+
+def test_a_server_that_fails_otherwise_is_an_error(tmp_path, monkeypatch, server_pids):
+    code, records, out, servers = run_with_server(tmp_path, monkeypatch, {}, server_text="not_oom.txt")
+    assert code == 1
+    assert [(r["status"], r["oom"]) for r in records] == [("error", None)]
+    assert not (Path(records[0]["attempt_dir"]) / "call.json").exists()
+
+
+def test_a_signal_while_the_server_loads_stops_it_and_the_run(tmp_path, monkeypatch, server_pids):
+    def signal_when_started():
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if server_pids.exists() and server_pids.read_text().strip():
+                os.kill(os.getpid(), signal.SIGTERM)  # to the supervisor (this process), as a user would
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=signal_when_started, daemon=True)
+    thread.start()
+    code, records, out, servers = run_with_server(tmp_path, monkeypatch, {}, server_text="wait")
+    thread.join(timeout=5)
+    assert code == 130
+    assert [(r["status"], r["oom"]) for r in records] == [("interrupted", None)]
+    assert records[0]["error"] == "stopped by SIGTERM while the vLLM server was starting"
+    assert not (Path(records[0]["attempt_dir"]) / "call.json").exists()
+    assert len(servers) == 1 and gone(servers[0])
+
+
+def test_server_failure_result_reads_the_servers_words():
+    text = "the vLLM server exited with status 1 before it answered http://h:1/health; end of log:\n"
+    oom_text = text + (DATA / "vllm_free_memory.txt").read_text()
+    result = server_failure_result(oom_text, "a/checkpoint-6", 12.345, interrupted=False)
+    assert (result.status, result.steps, result.checkpoint, result.duration_s) == ("oom", 6, None, 12.35)
+    assert result.report.vllm_problem == oom.VLLM_SHARE_TOO_LARGE
+    assert result.error == "the vLLM server exited with status 1 before it answered http://h:1/health; end of log:"
+    assert server_failure_result(text + (DATA / "vllm_unsupported.txt").read_text(), None, 1.0,
+                                 interrupted=False).status == "unsupported"
+    assert server_failure_result(text + "ValueError: bad flag", None, 1.0, interrupted=False).status == "error"
+    stopped = server_failure_result(oom_text, None, 1.0, interrupted=True)
+    assert (stopped.status, stopped.report) == ("interrupted", None)
+
+
+# ---------------------------------------------------------------------------------------------------
 # End to end: the real trainer on CPU through train.py
 
 # Short runs: two steps, no evaluation, a small training set (each attempt is a fresh process: ~15 s on 2 cores)
@@ -469,6 +658,26 @@ def test_e2e_unsupported_architecture_goes_to_the_next_profile(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert [(r["profile"], r["status"]) for r in e2e_records(tmp_path)] == [
         ("cpu-unknown-arch", "unsupported"), ("cpu-tiny-4gen", "ok")]
+
+
+@pytest.mark.slow
+def test_e2e_two_processes_through_the_supervisor(tmp_path):
+    profile = yaml.safe_load((ROOT / "profiles" / "cpu-tiny-4gen.yaml").read_text())
+    profile.update(name="cpu-tiny-pair", num_gpus=2, max_steps=2, save_steps=2, eval_samples=0, train_samples=32)
+    path = tmp_path / "cpu-tiny-pair.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    env = dict(os.environ)
+    for name in ("FAKE_CHILD_PLAN", "GRPO_INJECT_OOM", "GRPO_NUM_MACHINES", "CUDA_VISIBLE_DEVICES"):
+        env.pop(name, None)
+    done = subprocess.run([sys.executable, str(ROOT / "train.py"), "--profile", str(path), "--output-dir",
+                           str(tmp_path / "out")], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    records = e2e_records(tmp_path)
+    assert [(r["profile"], r["status"], r["steps"]) for r in records] == [("cpu-tiny-pair", "ok", 2)]
+    folder = Path(records[0]["attempt_dir"])
+    assert json.loads((folder / "outcome-rank1.json").read_text())["status"] == "ok"
+    assert (folder / "adapter" / "adapter_config.json").is_file() and (folder / "summary.json").is_file()
+    assert done.stdout.count("attempt 'cpu-tiny-pair' done:") == 1  # rank 0 alone reports
 
 
 @pytest.mark.slow

@@ -14,8 +14,24 @@ from typing import Any
 
 from launcher.profiles import VLLM_LORA_RANKS
 
-# Set to 1 to train through transformers + PEFT even where Unsloth imports (tests the fallback).
+# Set to 1 to train through transformers + PEFT even where Unsloth imports (tests the fallback). The launcher
+# sets it for distributed attempts: Unsloth patches a single device only.
 NO_UNSLOTH_ENV = "GRPO_TRAIN_NO_UNSLOTH"
+
+
+def world_size() -> int:
+    """Training processes in this attempt (torchrun / accelerate set WORLD_SIZE); 1 when run alone."""
+    return int(os.environ.get("WORLD_SIZE", "1") or 1)
+
+
+def process_rank() -> int:
+    """This process's global rank (0 when run alone): rank 0 writes the attempt's shared files."""
+    return int(os.environ.get("RANK", "0") or 0)
+
+
+def local_device_index() -> int:
+    """The GPU of this process among the machine's visible ones (accelerate gives one per process)."""
+    return int(os.environ.get("LOCAL_RANK", "0") or 0)
 
 
 @dataclass
@@ -62,8 +78,10 @@ def import_unsloth():
 def open_backend(profile) -> Backend:
     """Set the environment, import Unsloth (or not), and say which path this attempt trains on."""
     set_unsloth_environment(profile)
+    if profile.distributed or world_size() > 1:
+        os.environ[NO_UNSLOTH_ENV] = "1"  # also when the processes were started by hand
     module, note = import_unsloth()
-    if note:
+    if note and process_rank() == 0:
         try:
             print(note, flush=True)
         except OSError:  # the reader of our output has gone; the note is not worth failing for
@@ -74,7 +92,8 @@ def open_backend(profile) -> Backend:
     if profile.device == "cuda" and not cuda:
         raise RuntimeError(f"profile '{profile.name}' asks for device cuda, but torch sees no GPU "
                            "(fix: use a cpu profile, or install the CUDA build of torch)")
-    capability = torch.cuda.get_device_capability(0) if cuda else None
+    index = local_device_index()
+    capability = torch.cuda.get_device_capability(index) if cuda else None
     if module is None:
         name = "transformers"
     else:
@@ -88,7 +107,7 @@ def open_backend(profile) -> Backend:
         note=note,
         bf16=bool(capability and capability >= (8, 0)),
         compute_capability=capability,
-        gpu_name=torch.cuda.get_device_name(0) if cuda else None,
+        gpu_name=torch.cuda.get_device_name(index) if cuda else None,
     )
 
 
@@ -186,7 +205,9 @@ def _load_with_transformers(profile, model_path: str, dtype, device: str):
     token = hf_token()
     model = AutoModelForCausalLM.from_pretrained(
         model_path, dtype=dtype, trust_remote_code=profile.trust_remote_code, token=token,
-        quantization_config=quantization, device_map=None if device == "cpu" else {"": 0})
+        quantization_config=quantization,
+        # each process loads onto its own GPU (a 4-bit model cannot be moved after loading)
+        device_map=None if device == "cpu" else {"": local_device_index()})
     tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=profile.trust_remote_code,
                                               token=token)
     if not profile.uses_lora:

@@ -3,6 +3,15 @@ path's keywords on any machine and check them against the installed GRPOConfig."
 
 from __future__ import annotations
 
+import os
+
+# Where the launcher's vLLM server listens in server mode (launcher.distributed sets both for the attempt).
+ENV_VLLM_HOST = "GRPO_VLLM_HOST"
+ENV_VLLM_PORT = "GRPO_VLLM_PORT"
+# Seconds the trainer waits for the server to answer. The launcher starts training only once it does; the
+# margin is for a server started by hand together with training (loading a large model takes minutes).
+VLLM_SERVER_TIMEOUT_S = 900
+
 
 def grpo_config_kwargs(profile, output_dir: str, *, device: str, bf16: bool, use_vllm: bool) -> dict:
     """Keywords for trl.GRPOConfig. `device` is where training runs ("cuda" or "cpu"); `bf16` whether the
@@ -48,6 +57,18 @@ def grpo_config_kwargs(profile, output_dir: str, *, device: str, bf16: bool, use
         # Unsloth's engine already holds this share; TRL's own colocated engine would read it from here.
         # Sleep mode is left to Unsloth, which matches it to the engine it started (standby).
         kwargs["vllm_gpu_memory_utilization"] = profile.gpu_memory_utilization
+        if profile.uses_vllm_server:
+            kwargs["vllm_mode"] = "server"
+            kwargs["vllm_server_host"] = os.environ.get(ENV_VLLM_HOST, "127.0.0.1")
+            kwargs["vllm_server_port"] = int(os.environ.get(ENV_VLLM_PORT, "8000"))
+            kwargs["vllm_server_timeout"] = VLLM_SERVER_TIMEOUT_S
+        elif profile.distributed:
+            # TRL's own engine in every training process, the model split over groups of them
+            kwargs["vllm_mode"] = "colocate"
+            kwargs["vllm_tensor_parallel_size"] = profile.vllm_tensor_parallel
+    if profile.num_gpus > 1:
+        # every trainable parameter gets a gradient each step: DDP need not search the graph for unused ones
+        kwargs["ddp_find_unused_parameters"] = False
     return kwargs
 
 

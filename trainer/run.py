@@ -2,6 +2,10 @@
 
 Always leaves `outcome.json` in the attempt folder (what the supervisor reads) and returns the exit status:
 0 ok, 1 error (or unsupported), 2 bad input, 3 out of memory, 130 interrupted.
+
+Under accelerate (several processes) every rank trains, rank 0 alone writes the shared files (metrics,
+adapter, summary, report, plots), evaluates and prints progress; rank N > 0 leaves only its own
+`outcome-rank<N>.json`, which the supervisor merges with rank 0's.
 """
 
 from __future__ import annotations
@@ -132,16 +136,21 @@ def classify(exc: BaseException) -> tuple[str, str]:
     return "error", f"{name}: {_one_line(text)}"
 
 
-def write_outcome(attempt_dir: Path, outcome: Outcome) -> None:
-    path = attempt_dir / "outcome.json"
+def outcome_name(rank: int) -> str:
+    """Rank 0's outcome is outcome.json (the only one of a single process); rank N's outcome-rankN.json."""
+    return "outcome.json" if rank == 0 else f"outcome-rank{rank}.json"
+
+
+def write_outcome(attempt_dir: Path, outcome: Outcome, name: str = "outcome.json") -> None:
+    path = attempt_dir / name
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(asdict(outcome), indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, path)
 
 
-def check_writable(attempt_dir: Path) -> None:
+def check_writable(attempt_dir: Path, rank: int = 0) -> None:
     attempt_dir.mkdir(parents=True, exist_ok=True)
-    probe = attempt_dir / ".write-test"
+    probe = attempt_dir / (".write-test" if rank == 0 else f".write-test-rank{rank}")  # ranks check at once
     with open(probe, "wb") as handle:
         handle.write(b"x" * 4096)
         handle.flush()
@@ -152,8 +161,12 @@ def check_writable(attempt_dir: Path) -> None:
 def run_attempt(profile, attempt_dir, resume_from=None) -> int:
     """Train one attempt of `profile` in `attempt_dir` (see the module docstring for the exit status)."""
     attempt_dir = Path(attempt_dir)
+    from trainer.backends import process_rank
+
+    rank = process_rank()
+    outcome_file = outcome_name(rank)
     try:
-        check_writable(attempt_dir)
+        check_writable(attempt_dir, rank)
     except OSError as exc:
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
         say(f"error: cannot write to the attempt folder {attempt_dir}: {reason} "
@@ -181,7 +194,8 @@ def run_attempt(profile, attempt_dir, resume_from=None) -> int:
         outcome.error = line
         outcome.error_text = str(exc) or type(exc).__name__
         outcome.traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        say(f"attempt '{profile.name}' ended: {status}: {line}", error=True)
+        who = f"attempt '{profile.name}'" + (f" rank {rank}" if rank else "")
+        say(f"{who} ended: {status}: {line}", error=True)
         if status == "error" and not isinstance(exc, UsageError):
             say(outcome.traceback, error=True)
     finally:
@@ -196,9 +210,9 @@ def run_attempt(profile, attempt_dir, resume_from=None) -> int:
                 pass
             outcome.peak_gib = round(state.memory.peak_gib, 4)
         try:
-            write_outcome(attempt_dir, outcome)
+            write_outcome(attempt_dir, outcome, outcome_file)
         except OSError as exc:
-            say(f"error: cannot write {attempt_dir / 'outcome.json'}: {exc}", error=True)
+            say(f"error: cannot write {attempt_dir / outcome_file}: {exc}", error=True)
             code = code or EXIT_FAILURE
     return code
 
@@ -253,8 +267,9 @@ def _train(state: AttemptState, signals: _SignalFlag) -> str:
     parse_inject(os.environ.get(INJECT_ENV))  # refuse a malformed value before anything loads
     state.estimate_gib = estimate_for(profile)
 
-    from trainer.backends import load_model, open_backend
+    from trainer.backends import load_model, open_backend, process_rank
 
+    main = process_rank() == 0  # the one process that writes the attempt's shared files and prints
     backend = open_backend(profile)  # sets the Unsloth environment and imports it before TRL/transformers
     from trainer.callbacks import MemoryProbe, Progress, StopOnSignal, TelemetryCallback
 
@@ -263,15 +278,16 @@ def _train(state: AttemptState, signals: _SignalFlag) -> str:
 
     train_rows = load_task(profile.dataset, "train", limit=profile.train_samples, seed=profile.seed)
     eval_rows = load_task(profile.dataset, "test", limit=profile.eval_samples, seed=profile.seed) \
-        if profile.eval_samples else []
+        if profile.eval_samples and main else []
 
     model_path = profile.model
     if profile.model == "tiny":
         from trainer.tiny import ensure_tiny
 
         model_path = str(ensure_tiny(profile.dataset, seed=profile.seed))
-    say(f"attempt '{profile.name}': {backend.name} on {backend.gpu_name or 'CPU'}, model {profile.model}, "
-        f"estimate {state.estimate_gib if state.estimate_gib is not None else 'n/a'} GiB")
+    if main:
+        say(f"attempt '{profile.name}': {backend.name} on {backend.gpu_name or 'CPU'}, model {profile.model}, "
+            f"estimate {state.estimate_gib if state.estimate_gib is not None else 'n/a'} GiB")
     model, tokenizer = load_model(backend, profile, model_path)
     if signals.stopped:
         return "interrupted"
@@ -282,12 +298,16 @@ def _train(state: AttemptState, signals: _SignalFlag) -> str:
     if not kept:
         raise UsageError(f"dataset '{profile.dataset}': every prompt is longer than max_prompt_length "
                          f"({profile.max_prompt_length} tokens) (fix: raise max_prompt_length)")
-    use_vllm = backend.name == "unsloth" and profile.fast_inference
+    # Unsloth's engine on one GPU; TRL's (colocated, or the launcher's server) under accelerate
+    unsloth_vllm = backend.name == "unsloth" and profile.fast_inference
+    use_vllm = unsloth_vllm or (profile.distributed and profile.fast_inference and backend.device == "cuda")
     completion_tokens = profile.max_completion_length
 
     from trainer.evaluate import evaluate
 
-    accuracy_before = evaluate(model, tokenizer, eval_rows, max_new_tokens=completion_tokens, use_vllm=use_vllm)
+    # evaluation generates through Unsloth's engine when there is one, else through `generate`
+    accuracy_before = evaluate(model, tokenizer, eval_rows, max_new_tokens=completion_tokens,
+                               use_vllm=unsloth_vllm)
     if signals.stopped:
         return "interrupted"
 
@@ -302,11 +322,12 @@ def _train(state: AttemptState, signals: _SignalFlag) -> str:
     reward_names = [f.__name__ for f in reward_funcs]
     args = build_grpo_config(profile, str(attempt_dir), device=backend.device, bf16=backend.bf16,
                              use_vllm=use_vllm)
-    progress = Progress(profile.name, profile.max_steps, backend.device)
-    telemetry = TelemetryCallback(attempt_dir / "metrics.jsonl", reward_names, state.memory, progress)
+    progress = Progress(profile.name, profile.max_steps, backend.device) if main else None
+    telemetry = TelemetryCallback(attempt_dir / "metrics.jsonl", reward_names, state.memory, progress) \
+        if main else None
     stop = StopOnSignal()
     signals.attach(stop)
-    callbacks = [telemetry, stop]
+    callbacks = [telemetry, stop] if main else [stop]
     injector = make_injector(profile, state.estimate_gib)
     if injector is not None:
         callbacks.append(injector)
@@ -320,20 +341,31 @@ def _train(state: AttemptState, signals: _SignalFlag) -> str:
     try:
         trainer.train(resume_from_checkpoint=state.resume_from)
     finally:
-        progress.close()
-        telemetry.close()
+        if main:
+            progress.close()
+            telemetry.close()
     train_seconds = time.time() - train_started
 
     adapter_dir = attempt_dir / "adapter"
-    model.save_pretrained(str(adapter_dir))
-    tokenizer.save_pretrained(str(adapter_dir))
+    if profile.distributed:
+        # every rank takes part (ZeRO gathers the weights), the main process alone writes
+        trainer.save_model(str(adapter_dir))
+    elif main:
+        model.save_pretrained(str(adapter_dir))
+        tokenizer.save_pretrained(str(adapter_dir))
     if signals.stopped:
         return "interrupted"
+    if not main:
+        return "ok"
     if profile.save_merged and backend.device == "cuda" and hasattr(model, "save_pretrained_merged"):
         model.save_pretrained_merged(str(attempt_dir / "merged"), tokenizer, save_method="merged_16bit")
 
-    accuracy_after = evaluate(model, tokenizer, eval_rows, max_new_tokens=completion_tokens, use_vllm=use_vllm,
-                              lora_path=str(adapter_dir) if profile.uses_lora else None)
+    if profile.zero_stage == 3 and eval_rows:
+        # ZeRO-3 keeps each weight in pieces across the ranks: generating alone would wait on them forever
+        say("note: no evaluation after training under ZeRO-3 (the weights are partitioned across the ranks)")
+        eval_rows = []
+    accuracy_after = evaluate(model, tokenizer, eval_rows, max_new_tokens=completion_tokens,
+                              use_vllm=unsloth_vllm, lora_path=str(adapter_dir) if profile.uses_lora else None)
     summary = build_summary(state, backend, telemetry.rows, reward_names, accuracy_before, accuracy_after,
                             train_seconds, len(kept), dropped, "ok")
     from trainer.report import write_plots, write_report
@@ -360,7 +392,7 @@ def build_summary(state: AttemptState, backend, rows, reward_names, before, afte
     if backend.device == "cuda":
         import torch
 
-        total = torch.cuda.get_device_properties(0).total_memory / (1 << 30)
+        total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / (1 << 30)
         device = {"name": backend.gpu_name, "total_gib": round(total, 2),
                   "compute_capability": list(backend.compute_capability or ()), "bf16": backend.bf16}
         measure = "torch peak reserved"
