@@ -437,7 +437,7 @@ def _server_estimate(profile, arch: Architecture, weights: float, gpu) -> Estima
             fit = _tp_that_fits(weights, workspace, profile.max_seq_length * kv_token * tp, share,
                                 profile.vllm_server_gpus)
             fix = (f"vllm_tensor_parallel: {fit} would" if fit else
-                   f"more server GPUs (vllm_server_gpus and vllm_tensor_parallel) would")
+                   "more server GPUs (vllm_server_gpus and vllm_tensor_parallel) would")
             problem = (f"vLLM server GPU too small: {profile.gpu_memory_utilization:g} x {gpu.total_gib:.1f} GiB = "
                        f"{share / GIB:.2f} GiB < weights {weights / tp / GIB:.2f} (1/{tp} of the model) + "
                        f"workspace {workspace / GIB:.2f} + KV cache of one {profile.max_seq_length}-token "

@@ -419,6 +419,9 @@ _UNSUPPORTED = [
     re.compile(r"Unsloth:? [^\n]{0,120}not supported yet"),
     re.compile(r"model type `([\w-]+)` but Transformers does not recognize"),
     re.compile(r"UnsupportedArchitecture|unsupported architecture", re.IGNORECASE),
+    re.compile(r"vLLM[^\n]{0,80}\bnot supported\b", re.IGNORECASE),
+    # Unsloth's vLLM start-up for an architecture it cannot serve (seen with Gemma 3, unsloth #2107)
+    re.compile(r"has no attribute 'vllm_engine'"),
 ]
 
 

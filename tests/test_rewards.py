@@ -12,7 +12,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import rewards
 from rewards import REWARDS, describe, extract_answer, get_reward, get_reward_funcs, parse_number
 from rewards.accuracy import accuracy
 from rewards.format import number, xml_count, xml_soft, xml_strict

@@ -28,7 +28,6 @@ from launcher.errors import UsageError
 from launcher.gpu import GpuInfo, Machine
 from launcher.plan import make_plan
 from launcher.profiles import profile_from_dict
-from launcher import distributed
 from launcher.profiles import load_profile
 from launcher.supervise import (attempt_command, child_env, decide, next_profile, read_attempts,
                                 server_failure_result, shrink_batch, shrink_for, shrink_optimizer, shrink_vllm,

@@ -183,6 +183,7 @@ def test_injected_error_is_a_real_oom_from_the_logits_path(monkeypatch):
     (ValueError("No available memory for the cache blocks. Try increasing `gpu_memory_utilization`."), "oom"),
     (ValueError("Model architectures ['FancyForCausalLM'] are not supported for now."), "unsupported"),
     (RuntimeError("vLLM: this model is not supported by the V1 engine"), "unsupported"),
+    (AttributeError("'Gemma3ForCausalLM' object has no attribute 'vllm_engine'"), "unsupported"),
     (KeyError("answer"), "error"),
 ])
 def test_classify(exc, status):

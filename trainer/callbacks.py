@@ -7,7 +7,6 @@ import json
 import math
 import os
 import resource
-import signal
 import sys
 import time
 from pathlib import Path
@@ -209,39 +208,15 @@ class Progress:
 
 
 class StopOnSignal(TrainerCallback):
-    """SIGINT / SIGTERM set a flag; the next step end asks the trainer to save a checkpoint and stop.
-    A second signal stops at once (the caller still writes the outcome)."""
+    """After a SIGINT / SIGTERM (trainer.signals.StopFlag), the next step end saves a checkpoint and stops."""
 
-    def __init__(self):
-        self.received: int | None = None
-        self._previous = {}
-
-    def install(self):
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            try:
-                self._previous[signum] = signal.signal(signum, self._handle)
-            except ValueError:  # not the main thread
-                pass
-        return self
-
-    def uninstall(self):
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        self._previous.clear()
-
-    def _handle(self, signum, frame):
-        if self.received is not None:
-            raise KeyboardInterrupt(f"second {signal.Signals(signum).name}")
-        self.received = signum
-        try:
-            print(f"\n{signal.Signals(signum).name} received: saving a checkpoint at the end of this step, "
-                  "then stopping (send it again to stop now)", file=sys.stderr, flush=True)
-        except OSError:
-            pass
+    def __init__(self, flag):
+        self.flag = flag
+        flag.training = True
 
     @property
-    def stopped(self) -> bool:
-        return self.received is not None
+    def received(self):
+        return self.flag.received
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.received is not None:

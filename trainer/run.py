@@ -28,9 +28,6 @@ EXIT_CODES = {"ok": EXIT_OK, "oom": EXIT_OOM, "interrupted": EXIT_INTERRUPTED, "
               "unsupported": EXIT_FAILURE}
 _DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
 _DISK_TEXTS = ("No space left on device", "StorageFull", "Disk quota exceeded", "Read-only file system")
-# vLLM's words when its share of the GPU cannot hold the KV cache: an OOM by another name.
-_VLLM_OOM_TEXTS = ("No available memory for the cache blocks", "larger than the maximum number of tokens that "
-                   "can be stored in KV cache", "Insufficient memory", "insufficient memory")
 
 
 @dataclass
@@ -105,34 +102,23 @@ def _one_line(text: str) -> str:
 
 
 def classify(exc: BaseException) -> tuple[str, str]:
-    """(status, one-line error) for an exception raised during an attempt."""
+    """(status, one-line error) for an exception raised during an attempt, read the supervisor's way."""
+    from launcher.oom import classify_failure, is_oom_exception
+
     name = type(exc).__name__
     text = str(exc)
-    module = type(exc).__module__ or ""
-    if name in ("OutOfMemoryError", "OutOfMemory") or "CUDA out of memory" in text:
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted", "stopped by a second signal"
+    if is_oom_exception(exc):
         return "oom", _one_line(text) or "CUDA out of memory"
-    if any(t in text for t in _VLLM_OOM_TEXTS) and ("vllm" in module or "KV cache" in text or "cache" in text):
-        return "oom", _one_line(text)
-    lowered = text.lower()
-    if ("vllm" in module or "vllm" in lowered) and ("not supported" in lowered or "unsupported" in lowered):
-        return "unsupported", _one_line(text)
-    if "architecture" in lowered and ("not supported" in lowered or "unsupported" in lowered):
-        return "unsupported", _one_line(text)
-    try:  # the supervisor's own reading, so that both sides agree on what an OOM or unsupported model is
-        from launcher.oom import classify_failure
-
-        verdict = classify_failure(text)
-        if verdict in ("oom", "unsupported"):
-            return verdict, _one_line(text)
-    except ImportError:
-        pass
+    verdict = classify_failure(f"{name}: {text}")
+    if verdict != "error":
+        return verdict, _one_line(text)
     if isinstance(exc, OSError) and exc.errno in _DISK_ERRNOS or any(t in text for t in _DISK_TEXTS):
         where = getattr(exc, "filename", None)
         what = os.strerror(exc.errno) if isinstance(exc, OSError) and exc.errno else _one_line(text)
         return "error", (f"cannot write the attempt's files{f' to {where}' if where else ''}: {what} "
                          "(fix: free disk space, or choose a writable --output-dir)")
-    if isinstance(exc, KeyboardInterrupt):
-        return "interrupted", "stopped by a second signal"
     return "error", f"{name}: {_one_line(text)}"
 
 
@@ -174,7 +160,9 @@ def run_attempt(profile, attempt_dir, resume_from=None) -> int:
         return EXIT_FAILURE
 
     state = AttemptState(profile, attempt_dir, str(resume_from) if resume_from else None)
-    stopper = _SignalFlag().install()
+    from trainer.signals import StopFlag
+
+    stopper = StopFlag().install()
     outcome = Outcome(estimate_gib=None)
     code = EXIT_FAILURE
     try:
@@ -217,49 +205,7 @@ def run_attempt(profile, attempt_dir, resume_from=None) -> int:
     return code
 
 
-class _SignalFlag:
-    """Signal handling for the whole attempt (loading included); training uses it as a callback too."""
-
-    def __init__(self):
-        self._callback = None
-        self._early = None
-        self._previous = {}
-
-    def install(self):
-        import signal
-
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            try:
-                self._previous[signum] = signal.signal(signum, self._handle)
-            except ValueError:
-                pass
-        return self
-
-    def uninstall(self):
-        import signal
-
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        self._previous.clear()
-
-    def _handle(self, signum, frame):
-        if self._callback is not None:
-            return self._callback._handle(signum, frame)
-        if self._early is not None:
-            raise KeyboardInterrupt("second signal")
-        self._early = signum
-        say("\nsignal received while loading: stopping before training starts", error=True)
-
-    def attach(self, callback):
-        callback.received = self._early
-        self._callback = callback
-
-    @property
-    def stopped(self) -> bool:
-        return self._early is not None or (self._callback is not None and self._callback.stopped)
-
-
-def _train(state: AttemptState, signals: _SignalFlag) -> str:
+def _train(state: AttemptState, signals) -> str:
     profile = state.profile
     attempt_dir = state.attempt_dir
     from trainer.inject import parse_inject, ENV as INJECT_ENV
@@ -325,8 +271,7 @@ def _train(state: AttemptState, signals: _SignalFlag) -> str:
     progress = Progress(profile.name, profile.max_steps, backend.device) if main else None
     telemetry = TelemetryCallback(attempt_dir / "metrics.jsonl", reward_names, state.memory, progress) \
         if main else None
-    stop = StopOnSignal()
-    signals.attach(stop)
+    stop = StopOnSignal(signals)
     callbacks = [telemetry, stop] if main else [stop]
     injector = make_injector(profile, state.estimate_gib)
     if injector is not None:
