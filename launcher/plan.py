@@ -161,6 +161,12 @@ def local_gpus_needed(profile, machines: int = 1) -> int:
     return per_machine + (profile.vllm_server_gpus if profile.uses_vllm_server else 0)
 
 
+def _deepspeed_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("deepspeed") is not None
+
+
 def make_plan(profiles, machine: Machine, margin_gib: float | None = None) -> Plan:
     """Judge the profiles for this machine in ladder order: cuda profiles on a GPU, cpu ones without."""
     profiles = sorted(profiles, key=lambda p: (p.ladder, p.name))
@@ -214,6 +220,10 @@ def make_plan(profiles, machine: Machine, margin_gib: float | None = None) -> Pl
                 est.server = estimate(profile, archs[profile.model],
                                       min(server_gpus, key=lambda g: g.free_gib)).server
             fits, reason = _judge_distributed(profile, est, train_gpus, server_gpus, margin_gib)
+            if fits and profile.zero_stage and machine.gpus[0].source == "nvml" and not _deepspeed_installed():
+                # a real run here would fail at launch; a what-if plan is about the card, not this install
+                fits, reason = False, (f"needs the deepspeed package for ZeRO stage {profile.zero_stage} "
+                                       "(fix: pip install deepspeed -c constraints.txt); " + reason)
             candidates.append(Candidate(profile, est, fits, reason))
             continue
         est = estimate(profile, archs[profile.model], gpu if profile.device == "cuda" else None)

@@ -339,3 +339,22 @@ def test_defaults_keep_every_single_gpu_profile_on_the_unsloth_path():
             continue
         assert (p.num_gpus, p.zero_stage, p.vllm_mode, p.distributed) == (1, 0, "colocate", False)
         assert p.gpus_needed == (1 if p.device == "cuda" else 0)
+
+
+def test_zero_profile_on_real_gpus_needs_deepspeed_installed(monkeypatch):
+    """Found through NVML (not a what-if), a ZeRO profile is chosen only where deepspeed can be imported."""
+    import launcher.plan as plan_module
+
+    real = [GpuInfo(f"NVIDIA H100 {i}", 80.0, 80.0, 0.0, (9, 0), "580.65", "13.0", i, "nvml") for i in range(8)]
+    machine = Machine(real, "8 x H100", 64.0, 60.0)
+    profiles = load_profiles(PROFILES)
+
+    monkeypatch.setattr(plan_module, "_deepspeed_installed", lambda: False)
+    plan = make_plan(profiles, machine)
+    zero = next(c for c in plan.candidates if c.profile.name == "multi-8x80gb-qwen2.5-14b")
+    assert not zero.fits
+    assert zero.reason.startswith("needs the deepspeed package for ZeRO stage 2")
+    assert plan.chosen.name == "multi-4x80gb-qwen2.5-14b"
+
+    monkeypatch.setattr(plan_module, "_deepspeed_installed", lambda: True)
+    assert make_plan(profiles, machine).chosen.name == "multi-8x80gb-qwen2.5-14b"
