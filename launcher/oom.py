@@ -97,10 +97,10 @@ class OomReport:
     def to_dict(self) -> dict:
         data = asdict(self)
         data.pop("frames")
-        data["shortfall_gib"] = None if self.shortfall_gib is None else round(self.shortfall_gib, 3)
+        data["shortfall_gib"] = self.shortfall_gib
         for key, value in data.items():
             if isinstance(value, float):
-                data[key] = round(value, 3)
+                data[key] = round(value, 6)  # GiB to the KiB: an OOM of a few MiB stays readable
         return data
 
     def summary(self) -> str:

@@ -57,8 +57,9 @@ def oom_message(profile, vocab_size: int, total_gib: float | None = None, estima
     total = total_gib * 0.985 * GIB  # what the driver leaves of a card's nominal size
     free = min(asked * 0.45, total * 0.02)
     in_use = total - free
-    allocated = in_use * 0.86
-    reserved_unallocated = in_use * 0.08
+    # A capacity OOM, not fragmentation: the allocator's idle cache is smaller than the shortfall.
+    reserved_unallocated = min(in_use * 0.04, (asked - free) * 0.5)
+    allocated = in_use * 0.9
     return (f"CUDA out of memory. Tried to allocate {_size(asked)}. GPU 0 has a total capacity of "
             f"{_size(total)} of which {_size(free)} is free. Including non-PyTorch memory, this process has "
             f"{_size(in_use)} memory in use. Of the allocated memory {_size(allocated)} is allocated by "
