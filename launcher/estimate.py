@@ -146,6 +146,87 @@ def vllm_workspace_bytes(arch: Architecture) -> float:
 
 
 # ---------------------------------------------------------------------------------------------------
+# Parts that the single-device and the data-parallel estimates count the same way (bytes)
+
+def _sequence_tokens(profile) -> int:
+    return profile.max_prompt_length + profile.max_completion_length
+
+
+def _model_states(profile, arch: Architecture, weights: float, element: int, notes: list[str], world: int = 1,
+                  stage: int = 0) -> dict[str, float]:
+    """What is trained (LoRA adapters or every parameter), its gradients and optimizer state, ZeRO's buckets,
+    and the reference copy of `weights` (the weights one GPU holds) for full fine-tuning with beta > 0. One
+    process is the ZeRO accounting at world size 1, stage 0, without DDP's bucket copy."""
+    if profile.uses_lora:
+        trainable = arch.lora_params(profile.lora_rank, profile.target_modules)
+    else:
+        trainable = arch.computed_params
+        notes.append("full fine-tuning: every parameter has a gradient and optimizer state")
+    comp = zero_model_state_bytes(trainable, profile.optim, world, stage, profile.uses_lora, element)
+    if world == 1:
+        comp.pop("gradient_buckets", None)  # one process: no DDP wrapper, no bucket copy
+    if stage in (1, 2):
+        comp["zero_buckets"] = 2 * HALF_BYTES * min(ZERO_BUCKET_ELEMENTS, trainable)
+    elif stage == 3:
+        comp["zero_buckets"] = HALF_BYTES * min(ZERO_BUCKET_ELEMENTS, trainable)
+    comp["reference"] = weights if (profile.beta > 0 and not profile.uses_lora) else 0.0
+    return comp
+
+
+def _training_pass(profile, arch: Architecture, element: int, backend: str, notes: list[str],
+                   offload: bool) -> tuple[dict[str, float], float]:
+    """(activations, activation checkpoints and logits of one micro-batch, bytes offloaded to host RAM).
+    `offload`: Unsloth's gradient_checkpointing "unsloth" moves the checkpoints to host RAM (on a GPU)."""
+    micro_tokens = profile.per_device_train_batch_size * _sequence_tokens(profile)
+    per_token_layer = activation_bytes_per_token_layer(arch, element, backend)
+    hidden_state = micro_tokens * arch.hidden * element  # one layer's input: what a checkpoint keeps
+    mode = profile.gradient_checkpointing
+    host_offload = 0.0
+    if mode == "false":
+        comp = {"activations": arch.layers * micro_tokens * per_token_layer, "activation_checkpoints": 0.0}
+    else:
+        # the layer being recomputed holds its full activations
+        comp = {"activations": micro_tokens * per_token_layer}
+        checkpoints = arch.layers * hidden_state
+        if mode == "unsloth" and offload:
+            comp["activation_checkpoints"] = 2 * hidden_state  # in-flight copies to and from host RAM
+            host_offload = checkpoints
+            notes.append(f"Unsloth offloads activation checkpoints ({checkpoints / GIB:.2f} GiB) to host RAM")
+        else:
+            comp["activation_checkpoints"] = checkpoints
+    comp["logits"] = logits_bytes(profile.per_device_train_batch_size, profile.max_completion_length,
+                                  arch.vocab, backend)
+    return comp, host_offload
+
+
+def _generate_kv_cache(arch: Architecture, completions: int, seq: int, element: int) -> float:
+    """transformers' generate (no vLLM): the KV cache of `completions` full-length sequences."""
+    return completions * seq * arch.kv_bytes_per_token(element)
+
+
+def _cpu_process(arch: Architecture, completions: int, seq: int) -> dict[str, float]:
+    """What a cpu process holds besides the model and the training pass: generate's fp32 KV cache, the runtime."""
+    return {"generate_kv_cache": _generate_kv_cache(arch, completions, seq, FULL_BYTES),
+            "runtime": PYTHON_RUNTIME_GIB * GIB}
+
+
+def _vllm_sizes(profile, arch: Architecture, tp: int = 1) -> tuple[float, float, float]:
+    """(workspace, KV bytes of one token, KV bytes of one max_seq_length sequence) of one vLLM GPU holding
+    1/tp of the model."""
+    kv_token = arch.kv_bytes_per_token(HALF_BYTES) / tp
+    return vllm_workspace_bytes(arch), kv_token, profile.max_seq_length * kv_token
+
+
+def _in_gib(comp: dict[str, float], notes: list[str], vllm_share: float | None = None, host_offload: float = 0.0,
+            **fields) -> Estimate:
+    """The Estimate of components counted in bytes: total and every figure in GiB."""
+    total = sum(comp.values())
+    return Estimate(total_gib=total / GIB, components={k: v / GIB for k, v in comp.items()}, notes=notes,
+                    vllm_share_gib=None if vllm_share is None else vllm_share / GIB,
+                    host_offload_gib=host_offload / GIB, **fields)
+
+
+# ---------------------------------------------------------------------------------------------------
 
 def estimate(profile, arch: Architecture | None = None, gpu=None, backend: str | None = None) -> Estimate:
     """Peak memory of one attempt of `profile` on `gpu` (a launcher.gpu.GpuInfo; None = card unknown)."""
@@ -156,57 +237,21 @@ def estimate(profile, arch: Architecture | None = None, gpu=None, backend: str |
     backend = backend or ("trl" if cpu else "unsloth")
     element = FULL_BYTES if cpu else HALF_BYTES
     notes: list[str] = []
-    comp: dict[str, float] = {}
-
-    seq = profile.max_prompt_length + profile.max_completion_length
-    micro_tokens = profile.per_device_train_batch_size * seq
+    seq = _sequence_tokens(profile)
     generation_batch = profile.effective_batch  # TRL: generation_batch_size = batch x accumulation
 
     weights = weights_bytes(arch, profile.load_in_4bit and not cpu, profile.device)
-    comp["weights"] = weights
-
-    # What is trained
-    if profile.uses_lora:
-        trainable = arch.lora_params(profile.lora_rank, profile.target_modules)
-        comp["lora"] = trainable * FULL_BYTES          # PEFT keeps adapters in fp32
-        comp["gradients"] = trainable * FULL_BYTES
-    else:
-        trainable = arch.computed_params
-        comp["lora"] = 0.0
-        comp["gradients"] = trainable * element
-        notes.append("full fine-tuning: every parameter has a gradient and optimizer state")
-    comp["optimizer"] = trainable * OPTIMIZER_BYTES[profile.optim]
-    comp["reference"] = weights if (profile.beta > 0 and not profile.uses_lora) else 0.0
+    comp: dict[str, float] = {"weights": weights}
+    comp.update(_model_states(profile, arch, weights, element, notes))
     if comp["reference"]:
         notes.append("beta > 0 without LoRA: a second copy of the model serves as reference")
-
-    # Activations of one micro-batch
-    per_token_layer = activation_bytes_per_token_layer(arch, element, backend)
-    hidden_state = micro_tokens * arch.hidden * element  # one layer's input: what a checkpoint keeps
-    mode = profile.gradient_checkpointing
-    host_offload = 0.0
-    if mode == "false":
-        comp["activations"] = arch.layers * micro_tokens * per_token_layer
-        comp["activation_checkpoints"] = 0.0
-    else:
-        # the layer being recomputed holds its full activations
-        comp["activations"] = micro_tokens * per_token_layer
-        checkpoints = arch.layers * hidden_state
-        if mode == "unsloth" and not cpu:
-            comp["activation_checkpoints"] = 2 * hidden_state  # in-flight copies to and from host RAM
-            host_offload = checkpoints
-            notes.append(f"Unsloth offloads activation checkpoints ({checkpoints / GIB:.2f} GiB) to host RAM")
-        else:
-            comp["activation_checkpoints"] = checkpoints
-
-    comp["logits"] = logits_bytes(profile.per_device_train_batch_size, profile.max_completion_length,
-                                  arch.vocab, backend)
+    training, host_offload = _training_pass(profile, arch, element, backend, notes, offload=not cpu)
+    comp.update(training)
 
     vllm_share = None
     vllm_problem = None
     if cpu:
-        comp["generate_kv_cache"] = generation_batch * seq * arch.kv_bytes_per_token(FULL_BYTES)
-        comp["runtime"] = PYTHON_RUNTIME_GIB * GIB
+        comp.update(_cpu_process(arch, generation_batch, seq))
     else:
         comp["cuda_context"] = CUDA_CONTEXT_GIB * GIB
         if profile.fast_inference:
@@ -221,21 +266,16 @@ def estimate(profile, arch: Architecture | None = None, gpu=None, backend: str |
                 comp["standby_reuse"] = -overlap
                 notes.append("vLLM standby: training reuses the sleeping KV cache")
         else:
-            comp["generate_kv_cache"] = generation_batch * seq * arch.kv_bytes_per_token(HALF_BYTES)
+            comp["generate_kv_cache"] = _generate_kv_cache(arch, generation_batch, seq, HALF_BYTES)
 
-    total = sum(comp.values())
-    return Estimate(total_gib=total / GIB, components={k: v / GIB for k, v in comp.items()}, notes=notes,
-                    vllm_share_gib=None if vllm_share is None else vllm_share / GIB,
-                    vllm_problem=vllm_problem, host_offload_gib=host_offload / GIB,
-                    memory="host" if cpu else "gpu", backend=backend)
+    return _in_gib(comp, notes, vllm_share=vllm_share, host_offload=host_offload, vllm_problem=vllm_problem,
+                   memory="host" if cpu else "gpu", backend=backend)
 
 
 def _vllm_share(profile, arch: Architecture, weights: float, gpu, generation_batch: int, seq: int):
     """(reservation bytes, problem or None, note). vLLM reserves utilisation x TOTAL memory at start and
     refuses to start when that cannot hold the weights, its workspace and one full-length sequence."""
-    workspace = vllm_workspace_bytes(arch)
-    kv_token = arch.kv_bytes_per_token(HALF_BYTES)
-    one_sequence = profile.max_seq_length * kv_token
+    workspace, kv_token, one_sequence = _vllm_sizes(profile, arch)
     if gpu is None:
         # card unknown: count the least share that holds the whole generation batch at once
         share = weights + workspace + generation_batch * seq * kv_token
@@ -290,7 +330,6 @@ def zero_model_state_bytes(trainable: int, optim: str, world: int, stage: int, l
 def layer_params(arch: Architecture) -> int:
     return arch.linear_params // arch.layers + 2 * arch.hidden
 
-
 def estimate_distributed(profile, arch: Architecture, gpu=None) -> Estimate:
     """Peak memory of ONE training GPU (one process on a cpu profile) of a data-parallel run, and, in
     server mode, of one GPU of the vLLM server (`Estimate.server`)."""
@@ -300,10 +339,8 @@ def estimate_distributed(profile, arch: Architecture, gpu=None) -> Estimate:
     world = profile.num_gpus
     stage = profile.zero_stage
     notes: list[str] = []
-    comp: dict[str, float] = {}
 
-    seq = profile.max_prompt_length + profile.max_completion_length
-    micro_tokens = profile.per_device_train_batch_size * seq
+    seq = _sequence_tokens(profile)
     rank_generation = profile.effective_batch  # each rank generates batch x accumulation completions
     unit = "process" if cpu else "GPU"
     if world > 1:
@@ -314,44 +351,21 @@ def estimate_distributed(profile, arch: Architecture, gpu=None) -> Estimate:
         notes.append(f"one training {unit} (plain TRL + PEFT): {rank_generation} completions per optimizer step")
 
     weights = weights_bytes(arch, profile.load_in_4bit and not cpu, profile.device)
-    comp["weights"] = weights / (world if stage == 3 else 1)
+    comp: dict[str, float] = {"weights": weights / (world if stage == 3 else 1)}
     if stage == 3:
         gathered = HALF_BYTES * (max(ZERO3_MAX_LIVE_ELEMENTS, layer_params(arch), arch.embedding_params)
                                  + ZERO3_PREFETCH_ELEMENTS)
         comp["zero3_gathered"] = min(gathered, weights - comp["weights"])
         notes.append("ZeRO-3: each GPU keeps 1/world of the weights and gathers the layers it runs")
-
-    if profile.uses_lora:
-        trainable = arch.lora_params(profile.lora_rank, profile.target_modules)
-    else:
-        trainable = arch.computed_params
-        notes.append("full fine-tuning: every parameter has a gradient and optimizer state")
-    comp.update(zero_model_state_bytes(trainable, profile.optim, world, stage, profile.uses_lora, element))
-    if world == 1:
-        comp.pop("gradient_buckets", None)  # one process: no DDP wrapper, no bucket copy
-    if stage in (1, 2):
-        comp["zero_buckets"] = 2 * HALF_BYTES * min(ZERO_BUCKET_ELEMENTS, trainable)
-    elif stage == 3:
-        comp["zero_buckets"] = HALF_BYTES * min(ZERO_BUCKET_ELEMENTS, trainable)
-    comp["reference"] = comp["weights"] if (profile.beta > 0 and not profile.uses_lora) else 0.0
-
-    per_token_layer = activation_bytes_per_token_layer(arch, element, backend)
-    hidden_state = micro_tokens * arch.hidden * element
-    if profile.gradient_checkpointing == "false":
-        comp["activations"] = arch.layers * micro_tokens * per_token_layer
-        comp["activation_checkpoints"] = 0.0
-    else:
-        comp["activations"] = micro_tokens * per_token_layer
-        comp["activation_checkpoints"] = arch.layers * hidden_state
-    comp["logits"] = logits_bytes(profile.per_device_train_batch_size, profile.max_completion_length,
-                                  arch.vocab, backend)
+    comp.update(_model_states(profile, arch, comp["weights"], element, notes, world, stage))
+    training, _ = _training_pass(profile, arch, element, backend, notes, offload=False)
+    comp.update(training)
 
     vllm_share = None
     vllm_problem = None
     server = None
     if cpu:
-        comp["generate_kv_cache"] = rank_generation * seq * arch.kv_bytes_per_token(FULL_BYTES)
-        comp["runtime"] = PYTHON_RUNTIME_GIB * GIB
+        comp.update(_cpu_process(arch, rank_generation, seq))
     else:
         comp["cuda_context"] = CUDA_CONTEXT_GIB * GIB
         if world > 1 or profile.uses_vllm_server:
@@ -371,13 +385,11 @@ def estimate_distributed(profile, arch: Architecture, gpu=None) -> Estimate:
             notes.append(share_note)
             comp["vllm"] = vllm_share
         else:
-            comp["generate_kv_cache"] = rank_generation * seq * arch.kv_bytes_per_token(HALF_BYTES)
+            comp["generate_kv_cache"] = _generate_kv_cache(arch, rank_generation, seq, HALF_BYTES)
 
-    total = sum(comp.values())
-    return Estimate(total_gib=total / GIB, components={k: v / GIB for k, v in comp.items()}, notes=notes,
-                    vllm_share_gib=None if vllm_share is None else vllm_share / GIB,
-                    vllm_problem=vllm_problem, memory="host" if cpu else "gpu", backend=backend,
-                    world_size=world, zero_stage=stage, gpus_needed=profile.gpus_needed, server=server)
+    return _in_gib(comp, notes, vllm_share=vllm_share, vllm_problem=vllm_problem, memory="host" if cpu else "gpu",
+                   backend=backend, world_size=world, zero_stage=stage, gpus_needed=profile.gpus_needed,
+                   server=server)
 
 
 def _tp_that_fits(weights: float, workspace: float, one_sequence: float, share: float, limit: int) -> int | None:
@@ -392,9 +404,7 @@ def _tp_that_fits(weights: float, workspace: float, one_sequence: float, share: 
 
 def _colocated_share(profile, arch: Architecture, weights_slice: float, gpu, generation_batch: int, seq: int,
                      tp: int):
-    workspace = vllm_workspace_bytes(arch)
-    kv_token = arch.kv_bytes_per_token(HALF_BYTES) / tp
-    one_sequence = profile.max_seq_length * kv_token
+    workspace, kv_token, one_sequence = _vllm_sizes(profile, arch, tp)
     if gpu is None:
         share = weights_slice + workspace + generation_batch * seq * kv_token
         return share, None, "card unknown: colocated vLLM counted as its weights + workspace + one generation batch"
@@ -417,15 +427,13 @@ def _colocated_share(profile, arch: Architecture, weights_slice: float, gpu, gen
 def _server_estimate(profile, arch: Architecture, weights: float, gpu) -> Estimate:
     """One GPU of `trl vllm-serve`: its share holds 1/tp of the weights, the workspace and the KV cache."""
     tp = profile.vllm_tensor_parallel
-    workspace = vllm_workspace_bytes(arch)
-    kv_token = arch.kv_bytes_per_token(HALF_BYTES) / tp
-    one_sequence = profile.max_seq_length * kv_token
+    workspace, kv_token, one_sequence = _vllm_sizes(profile, arch, tp)
     comp = {"weights": weights / tp, "vllm_workspace": workspace}
     problem = None
     notes = []
     if gpu is None:
         comp["kv_cache"] = profile.effective_batch * profile.num_gpus * \
-            (profile.max_prompt_length + profile.max_completion_length) * kv_token
+            _sequence_tokens(profile) * kv_token
         share = sum(comp.values())
     else:
         share = profile.gpu_memory_utilization * gpu.total_gib * GIB
@@ -445,7 +453,5 @@ def _server_estimate(profile, arch: Architecture, weights: float, gpu) -> Estima
     comp["cuda_context"] = CUDA_CONTEXT_GIB * GIB
     if tp > 1:
         comp["collective_buffers"] = COLLECTIVE_BUFFERS_GIB * GIB
-    total = sum(comp.values())
-    return Estimate(total_gib=total / GIB, components={k: v / GIB for k, v in comp.items()}, notes=notes,
-                    vllm_share_gib=share / GIB, vllm_problem=problem, backend="vllm-server",
-                    world_size=profile.vllm_server_gpus, zero_stage=0, gpus_needed=profile.vllm_server_gpus)
+    return _in_gib(comp, notes, vllm_share=share, vllm_problem=problem, backend="vllm-server",
+                   world_size=profile.vllm_server_gpus, zero_stage=0, gpus_needed=profile.vllm_server_gpus)

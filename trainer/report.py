@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
 
 WINDOW = 10  # steps averaged for the "first" and "last" reward figures
@@ -54,6 +55,26 @@ def _memory_series(rows: list[dict], device: str):
         [r["memory"][key] for r in rows if key in r.get("memory", {})], label
 
 
+@contextmanager
+def _plot(plt, attempt_dir: Path, name: str, written: list[str], height: float, ylabel: str, title: str,
+          legend: str):
+    """One 9-inch-wide plot: the caller draws on the axes; then labels, grid and legend, and the PNG is
+    written (its name added to `written`) and the figure closed."""
+    fig, ax = plt.subplots(figsize=(9, height), dpi=110)
+    try:
+        yield ax
+        ax.set_xlabel("step")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend(loc=legend, fontsize=9)
+        fig.tight_layout()
+        fig.savefig(attempt_dir / name)
+    finally:
+        plt.close(fig)
+    written.append(name)
+
+
 def write_plots(attempt_dir: Path, rows: list[dict], reward_names: list[str], device: str,
                 estimate_gib: float | None, title: str) -> list[str]:
     import matplotlib
@@ -66,61 +87,36 @@ def write_plots(attempt_dir: Path, rows: list[dict], reward_names: list[str], de
         return written
     steps = [r["step"] for r in rows]
 
-    fig, ax = plt.subplots(figsize=(9, 5), dpi=110)
     # Per-step rewards are noisy (a handful of completions each): draw the rolling mean bold, the raw total faint.
     span = max(1, min(SMOOTH, len(rows) // 5))
-    totals = [float("nan") if r["reward"] is None else r["reward"] for r in rows]
-    ax.plot(steps, totals, color="0.6", linewidth=0.8, alpha=0.6, label="total, per step")
-    for name in reward_names:
-        values = [float("nan") if r["rewards"].get(name) is None else r["rewards"][name] for r in rows]
-        ax.plot(steps, _rolling(values, span), label=f"{name}", linewidth=1.4)
-    ax.plot(steps, _rolling(totals, span), label="total (weighted)", color="black", linewidth=2.4)
-    ax.set_xlabel("step")
-    ax.set_ylabel(f"mean reward per completion ({span}-step rolling mean)")
-    ax.set_title(f"{title}: rewards")
-    ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(attempt_dir / "rewards.png")
-    plt.close(fig)
-    written.append("rewards.png")
+    with _plot(plt, attempt_dir, "rewards.png", written, 5, f"mean reward per completion ({span}-step rolling mean)",
+               f"{title}: rewards", "upper left") as ax:
+        totals = [float("nan") if r["reward"] is None else r["reward"] for r in rows]
+        ax.plot(steps, totals, color="0.6", linewidth=0.8, alpha=0.6, label="total, per step")
+        for name in reward_names:
+            values = [float("nan") if r["rewards"].get(name) is None else r["rewards"][name] for r in rows]
+            ax.plot(steps, _rolling(values, span), label=f"{name}", linewidth=1.4)
+        ax.plot(steps, _rolling(totals, span), label="total (weighted)", color="black", linewidth=2.4)
 
-    fig, ax = plt.subplots(figsize=(9, 4), dpi=110)
-    lengths = [float("nan") if r["completion_length"] is None else r["completion_length"] for r in rows]
-    ax.plot(steps, lengths, color="tab:blue", linewidth=0.8, alpha=0.5, label="per step")
-    ax.plot(steps, _rolling(lengths, span), color="tab:blue", linewidth=2.0, label=f"{span}-step rolling mean")
-    ax.set_ylim(0, max([v for v in lengths if v == v] + [1.0]) * 1.1)
-    ax.legend(loc="lower right", fontsize=9)
-    ax.set_xlabel("step")
-    ax.set_ylabel("tokens")
-    ax.set_title(f"{title}: mean completion length")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(attempt_dir / "completion_length.png")
-    plt.close(fig)
-    written.append("completion_length.png")
+    with _plot(plt, attempt_dir, "completion_length.png", written, 4, "tokens", f"{title}: mean completion length",
+               "lower right") as ax:
+        lengths = [float("nan") if r["completion_length"] is None else r["completion_length"] for r in rows]
+        ax.plot(steps, lengths, color="tab:blue", linewidth=0.8, alpha=0.5, label="per step")
+        ax.plot(steps, _rolling(lengths, span), color="tab:blue", linewidth=2.0, label=f"{span}-step rolling mean")
+        ax.set_ylim(0, max([v for v in lengths if v == v] + [1.0]) * 1.1)
 
     mem_steps, mem_values, label = _memory_series(rows, device)
-    fig, ax = plt.subplots(figsize=(9, 4), dpi=110)
-    ax.plot(mem_steps, mem_values, label=label, color="tab:green", linewidth=1.5)
-    if device == "cuda":
-        nvml = [(r["step"], r["memory"]["nvml_used_gib"]) for r in rows if "nvml_used_gib" in r["memory"]]
-        if nvml:
-            ax.plot([s for s, _ in nvml], [v for _, v in nvml], label="used (NVML)", color="tab:purple",
-                    linewidth=1.2)
-    if estimate_gib is not None:
-        ax.axhline(estimate_gib, color="tab:red", linestyle="--", label=f"estimate {estimate_gib:.2f} GiB")
-    top = max([*mem_values, estimate_gib or 0.0, 0.01])
-    ax.set_ylim(0, top * 1.15)
-    ax.set_xlabel("step")
-    ax.set_ylabel("GiB")
-    ax.set_title(f"{title}: memory per step")
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(attempt_dir / "memory.png")
-    plt.close(fig)
-    written.append("memory.png")
+    with _plot(plt, attempt_dir, "memory.png", written, 4, "GiB", f"{title}: memory per step", "lower right") as ax:
+        ax.plot(mem_steps, mem_values, label=label, color="tab:green", linewidth=1.5)
+        if device == "cuda":
+            nvml = [(r["step"], r["memory"]["nvml_used_gib"]) for r in rows if "nvml_used_gib" in r["memory"]]
+            if nvml:
+                ax.plot([s for s, _ in nvml], [v for _, v in nvml], label="used (NVML)", color="tab:purple",
+                        linewidth=1.2)
+        if estimate_gib is not None:
+            ax.axhline(estimate_gib, color="tab:red", linestyle="--", label=f"estimate {estimate_gib:.2f} GiB")
+        top = max([*mem_values, estimate_gib or 0.0, 0.01])
+        ax.set_ylim(0, top * 1.15)
     return written
 
 
