@@ -792,6 +792,8 @@ def supervise(plan, output_dir: Path, overrides: list[str] | None = None, resume
             _print_plan_choice(console, plan)
             console.print("[red]nothing fits[/red]: no profile on the ladder is estimated to fit this machine "
                           "(see `python train.py --auto --dry-run` for the estimates)")
+            for candidate in plan.candidates:
+                console.print(f"  {candidate.profile.name}: {candidate.reason}", markup=False, highlight=False)
             return EXIT_NOTHING_FITS
         run_dir = _new_run_dir(output_dir)
     supervisor = Supervisor(plan, run_dir, console, runner, overrides or [], server_command=server_command)

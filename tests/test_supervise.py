@@ -333,6 +333,8 @@ def test_nothing_fits_exits_3_before_any_attempt(tmp_path, monkeypatch):
     code, records, out = run(plan, tmp_path, monkeypatch, {})
     assert code == 3 and records == []
     assert "nothing fits" in out
+    for candidate in plan.candidates:  # each rung says why it was passed over
+        assert f"{candidate.profile.name}: {candidate.reason.split()[0]}" in out
 
 
 def _send_when_ready(tmp_path: Path, signum: int) -> threading.Thread:
