@@ -211,6 +211,8 @@ def schema_help() -> str:
             default = ",".join(f"{k}:{v}" for k, v in default.items())
         elif isinstance(default, list):
             default = ",".join(default)
+        elif default == "":
+            default = "(none)"
         rng = _range_text(meta)
         lines.append(f"    {f.name} ({meta['kind']}, default {default!s}{'; ' + rng if rng else ''}): {meta['help']}")
     return "\n".join(lines)
