@@ -280,3 +280,27 @@ def test_plots_are_written(tmp_path):
     assert written == ["rewards.png", "completion_length.png", "memory.png"]
     for name in written:
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("visible, local_rank, expected", [
+    (None, "0", ("index", 0)),
+    (None, "3", ("index", 3)),
+    ("2,5", "1", ("index", 5)),
+    ("GPU-aaaa,GPU-bbbb", "1", ("uuid", "GPU-bbbb")),
+])
+def test_nvml_handle_follows_local_rank_and_visible_devices(monkeypatch, visible, local_rank, expected):
+    from trainer.callbacks import _nvml_handle_of_this_process
+
+    class FakeNvml:
+        def nvmlDeviceGetHandleByIndex(self, index):
+            return ("index", index)
+
+        def nvmlDeviceGetHandleByUUID(self, uuid):
+            return ("uuid", uuid)
+
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    monkeypatch.setenv("LOCAL_RANK", local_rank)
+    assert _nvml_handle_of_this_process(FakeNvml()) == expected

@@ -16,6 +16,17 @@ from transformers import TrainerCallback
 GIB = float(1 << 30)
 
 
+def _nvml_handle_of_this_process(pynvml):
+    """NVML's handle for the GPU this process trains on: entry LOCAL_RANK of CUDA_VISIBLE_DEVICES (an index
+    or a UUID), or that index of all GPUs when the variable is unset."""
+    visible = [v.strip() for v in (os.environ.get("CUDA_VISIBLE_DEVICES") or "").split(",") if v.strip()]
+    local = int(os.environ.get("LOCAL_RANK", "0") or 0)
+    entry = visible[local] if local < len(visible) else str(local)
+    if entry.isdigit():
+        return pynvml.nvmlDeviceGetHandleByIndex(int(entry))
+    return pynvml.nvmlDeviceGetHandleByUUID(entry)
+
+
 class MemoryProbe:
     """Memory now and at its peak: torch's allocator and NVML on a GPU, the process RSS on CPU."""
 
@@ -31,9 +42,8 @@ class MemoryProbe:
                 import pynvml
 
                 pynvml.nvmlInit()
-                index = int((os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0] or 0)
-                self._nvml_handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            except Exception:  # a UUID in CUDA_VISIBLE_DEVICES, or no NVML: torch's figures still come
+                self._nvml_handle = _nvml_handle_of_this_process(pynvml)
+            except Exception:  # no NVML, or an entry it cannot resolve: torch's figures still come
                 self._nvml_handle = None
 
     def sample(self) -> dict:
