@@ -289,6 +289,25 @@ def _log_tail(path: Path, lines: int = 20) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
+def parent_death_signal():
+    """A function for a child process to run before exec: get SIGTERM if the supervisor dies, instead of
+    holding the GPU unattended (a training child saves and stops; a vLLM server shuts down). Linux only
+    (prctl); None elsewhere. libc is looked up here, in the parent, so that the forked child only makes the
+    call (no import between fork and exec)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def set_signal() -> None:
+        prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+
+    return set_signal
+
+
 class VllmServer:
     """One `trl vllm-serve` process for an attempt: start, wait until /health answers, stop.
 
@@ -319,7 +338,8 @@ class VllmServer:
         with open(self.log_path, "ab") as log:
             # its own session, so that stop() reaches vLLM's worker processes too
             self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+                                         stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+                                         preexec_fn=parent_death_signal())
         return self
 
     def healthy(self, timeout: float = 2.0) -> bool:

@@ -373,24 +373,6 @@ def attempt_command(profile: Profile, attempt_dir: Path, resume_from: str | None
     return [override[0], *argv[1:script], *override[1:], *argv[script + 1:]]
 
 
-def _parent_death_signal():
-    """A function for the child to run before exec: get SIGTERM (and save) if the supervisor dies, instead of
-    training on unattended with the GPU. Linux only (prctl); None elsewhere. libc is looked up here, in the
-    parent, so that the forked child only makes the call (no import between fork and exec)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-    def set_signal() -> None:
-        prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
-
-    return set_signal
-
-
 class ChildRunner:
     """Runs one attempt's process, tees its output to the terminal and DIR/train.log, forwards signals."""
 
@@ -440,7 +422,7 @@ class ChildRunner:
         with open(log_path, "ab") as log:
             self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                                          stdin=subprocess.DEVNULL, start_new_session=True,
-                                         preexec_fn=_parent_death_signal())
+                                         preexec_fn=distributed.parent_death_signal())
             reader = threading.Thread(target=self._pump, args=(self.proc.stdout, log, tail), daemon=True)
             reader.start()
             while True:

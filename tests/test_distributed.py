@@ -5,9 +5,11 @@ writing the shared outputs from rank 0 only."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -345,3 +347,34 @@ def test_two_process_data_parallel_grpo_on_cpu(tmp_path):
     assert (attempt / "adapter" / "adapter_config.json").is_file() and (attempt / "report.md").is_file()
     assert sorted(p.name for p in attempt.glob("outcome*")) == ["outcome-rank1.json", "outcome.json"]
     assert not list(attempt.glob(".write-test*"))
+
+
+def _ended(pid: int) -> bool:
+    """Gone, or a zombie waiting for a reaper (it has stopped running either way)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal is Linux-only (prctl)")
+def test_children_get_sigterm_when_the_supervisor_is_killed():
+    """A supervisor killed with SIGKILL must not leave a training child or a vLLM server holding the GPU."""
+    parent_code = (
+        "import subprocess, sys, time\n"
+        "from launcher.distributed import parent_death_signal\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'],\n"
+        "                         preexec_fn=parent_death_signal(), start_new_session=True)\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(120)\n")
+    parent = subprocess.Popen([sys.executable, "-c", parent_code], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    child_pid = int(parent.stdout.readline())
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while not _ended(child_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if not _ended(child_pid):
+        os.kill(child_pid, signal.SIGKILL)
+        raise AssertionError("the child outlived its killed parent")
