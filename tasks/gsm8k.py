@@ -146,7 +146,7 @@ def _parse_line(path: Path, number: int, line: str) -> dict:
 def load_gsm8k(split: str = "train", path: str | Path | None = None) -> list[dict]:
     """GSM8K rows {question, answer_text, answer} for split ("train" or "test").
 
-    With path: a JSONL file, or a folder holding `<split>.jsonl`. Without: the hub dataset openai/gsm8k
+    With path: a folder holding `<split>.jsonl`, or one JSONL file (see _split_of_file). Without: the hub dataset openai/gsm8k
     (config main), read from the local Hugging Face cache when it is there and downloaded otherwise;
     with HF_HUB_OFFLINE=1 only the cache is used. UsageError when none of these works.
     """
@@ -159,8 +159,28 @@ def load_gsm8k(split: str = "train", path: str | Path | None = None) -> list[dic
             if not file.is_file():
                 raise UsageError(f"{folder}: no {split}.jsonl in this folder")
             return read_jsonl(file)
-        return read_jsonl(folder)
+        return _split_of_file(folder, split)
     return _load_from_hub(split)
+
+
+# A lone file keeps this share of its rows (at most HELD_OUT_MAX) out of training, as its test split.
+HELD_OUT_SHARE = 10
+HELD_OUT_MAX = 500
+
+
+def _split_of_file(file: Path, split: str) -> list[dict]:
+    """One JSONL file as a split, never scoring the model on rows it trained on: a file named for the test
+    split is that split; `train.jsonl` with a `test.jsonl` beside it gives the two; any other lone file holds
+    its last tenth (at most 500 rows) out of training as the test split."""
+    if "test" in file.name:
+        return read_jsonl(file)
+    sibling = file.with_name(file.name.replace("train", "test")) if "train" in file.name else None
+    if sibling is not None and sibling.is_file():
+        return read_jsonl(file if split == "train" else sibling)
+    rows = read_jsonl(file)
+    held_out = min(len(rows) // HELD_OUT_SHARE, HELD_OUT_MAX)
+    cut = len(rows) - held_out
+    return rows[:cut] if split == "train" else rows[cut:]
 
 
 def _offline() -> bool:

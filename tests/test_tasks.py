@@ -83,7 +83,25 @@ def test_jsonl_rows(tmp_path):
         {"question": "Q2", "answer_text": "7", "answer": "7"},
         {"question": "Q3", "answer_text": "12", "answer": "12"},
     ]
-    assert load_gsm8k("test", path=path) == load_gsm8k("train", path=path)   # a file serves both splits
+    assert load_gsm8k("train", path=path) == load_gsm8k(path=path)
+
+
+def test_lone_file_holds_out_its_last_tenth_for_test(tmp_path):
+    rows = [{"question": f"Q{i}", "answer": f"#### {i}"} for i in range(25)]
+    path = write_jsonl(tmp_path / "mine.jsonl", rows)
+    train, test = load_gsm8k("train", path=path), load_gsm8k("test", path=path)
+    assert [r["answer"] for r in train] == [str(i) for i in range(23)]
+    assert [r["answer"] for r in test] == ["23", "24"]
+    few = write_jsonl(tmp_path / "few.jsonl", rows[:9])  # under ten rows: nothing to hold out
+    assert len(load_gsm8k("train", path=few)) == 9 and load_gsm8k("test", path=few) == []
+
+
+def test_train_file_finds_its_test_file_beside_it(tmp_path):
+    write_jsonl(tmp_path / "train.jsonl", [{"question": "Q1", "answer": "#### 1"}] * 20)
+    write_jsonl(tmp_path / "test.jsonl", [{"question": "T1", "answer": "#### 2"}])
+    assert len(load_gsm8k("train", path=tmp_path / "train.jsonl")) == 20
+    assert load_gsm8k("test", path=tmp_path / "train.jsonl")[0]["question"] == "T1"
+    assert load_gsm8k("test", path=tmp_path / "test.jsonl")[0]["question"] == "T1"
 
 
 @pytest.mark.parametrize("lines, message", [

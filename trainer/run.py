@@ -244,6 +244,12 @@ def _train(state: AttemptState, signals) -> str:
     if not kept:
         raise UsageError(f"dataset '{profile.dataset}': every prompt is longer than max_prompt_length "
                          f"({profile.max_prompt_length} tokens) (fix: raise max_prompt_length)")
+    # test prompts obey the same limit: prompt + completion must fit max_seq_length (vLLM's max_model_len)
+    eval_rows, eval_dropped = filter_by_length(eval_rows, tokenizer, profile.max_prompt_length)
+    if main:
+        say(f"dataset {profile.dataset}: {len(kept)} training prompts ({dropped} dropped as longer than "
+            f"max_prompt_length {profile.max_prompt_length}), {len(eval_rows)} test prompts "
+            f"({eval_dropped} dropped)")
     # Unsloth's engine on one GPU; TRL's (colocated, or the launcher's server) under accelerate
     unsloth_vllm = backend.name == "unsloth" and profile.fast_inference
     use_vllm = unsloth_vllm or (profile.distributed and profile.fast_inference and backend.device == "cuda")
