@@ -194,3 +194,19 @@ def test_dry_run_imports_no_heavy_library_and_is_quick():
     assert code == "0"
     assert heavy == ""
     # The speed itself (target <= 0.5 s) is measured by benchmarks/dry_run_time.py, not asserted here.
+
+
+def test_console_script_plans_like_train_py():
+    """`grpo-train` (pyproject's console script) runs the same main as `python train.py`."""
+    import shutil
+
+    script = shutil.which("grpo-train", path=str(Path(sys.executable).parent))
+    if script is None:
+        pytest.skip("the project is not installed in this environment (pip install -e .)")
+    args = ["--auto", "--dry-run", "--json", "--gpu-memory", "24"]
+    from_script = subprocess.run([script, *args], capture_output=True, text=True, timeout=60)
+    from_file = subprocess.run([sys.executable, str(REPO / "train.py"), *args], capture_output=True, text=True,
+                               cwd=REPO, timeout=60)
+    assert from_script.returncode == from_file.returncode == 0, from_script.stderr
+    assert json.loads(from_script.stdout)["chosen"] == json.loads(from_file.stdout)["chosen"] \
+        == "gpu-24gb-llama3.1-8b"
