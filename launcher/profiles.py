@@ -323,9 +323,6 @@ def _check_rules(p: Profile, source: str) -> None:
         bad("lora_rank", "full fine-tuning (lora_rank 0) cannot update 4-bit weights",
             "set load_in_4bit: false or a LoRA rank")
     _check_scale_out(p, bad)
-    if p.save_steps > p.max_steps:
-        bad("save_steps", f"save_steps ({p.save_steps}) > max_steps ({p.max_steps}): no checkpoint would be "
-            "written before the end", f"use save_steps <= {p.max_steps}")
     for name in p.rewards:
         if name not in REWARDS:
             hint = _suggest(name, REWARDS)

@@ -45,7 +45,6 @@ def refused(data, source="<test>"):
     (dict(vllm_standby=True, fast_inference=False), "vllm_standby", "the vLLM engine, which is off"),
     (dict(lora_rank=24), "lora_rank", "not 24"),
     (dict(lora_rank=0, load_in_4bit=True), "lora_rank", "cannot update 4-bit weights"),
-    (dict(save_steps=300, max_steps=250), "save_steps", "save_steps (300) > max_steps (250)"),
     (dict(rewards={"acuracy": 1.0}), "rewards", "unknown reward 'acuracy'"),
     (dict(dataset="no/such/file.jsonl"), "dataset", "neither gsm8k nor arithmetic nor an existing JSONL file"),
 ])
@@ -220,3 +219,9 @@ def test_header_states_target_peak_and_first_lever(path):
     assert est.total_gib == pytest.approx(peak, abs=0.05), "header peak is stale: re-run the estimator"
     assert est.vllm_problem is None
     assert est.total_gib <= card * 0.95
+
+
+def test_fewer_steps_than_save_steps_is_allowed():
+    """`--set max_steps=20` on a profile saving every 100 steps: the trainer saves at the last step anyway."""
+    profile = profile_from_dict(valid(max_steps=20, save_steps=100), "<test>")
+    assert (profile.max_steps, profile.save_steps) == (20, 100)
