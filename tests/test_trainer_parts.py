@@ -304,3 +304,18 @@ def test_nvml_handle_follows_local_rank_and_visible_devices(monkeypatch, visible
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     monkeypatch.setenv("LOCAL_RANK", local_rank)
     assert _nvml_handle_of_this_process(FakeNvml()) == expected
+
+
+def test_progress_lines_off_a_terminal_name_step_reward_memory_and_time_left(capsys, monkeypatch):
+    from trainer import callbacks
+
+    clock = iter([100.0, 101.0, 102.0, 140.0, 141.0])  # start, step 1, step 2, step 3 (38 s later), step 4
+    monkeypatch.setattr(callbacks.time, "time", lambda: next(clock))
+    progress = callbacks.Progress("p", 400, "cpu")
+    row = {"reward": 0.25, "step_time": 1.0, "memory": {"rss_gib": 0.5}}
+    for step in (1, 2, 3, 4):
+        progress.update(step, 400, row)
+    lines = capsys.readouterr().out.splitlines()
+    # step 1 always; step 2 is neither a twentieth of the run nor 30 s after the last line; step 3 is
+    assert lines == ["[p] step 1/400  reward 0.250  rss 0.50 GiB  (1.00 s/step, ~6 min left)",
+                     "[p] step 3/400  reward 0.250  rss 0.50 GiB  (1.00 s/step, ~88 min left)"]

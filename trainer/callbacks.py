@@ -173,6 +173,18 @@ class TelemetryCallback(TrainerCallback):
             self._handle = None
 
 
+LINE_EVERY_S = 30.0
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 90:
+        return f"{seconds} s"
+    if seconds < 5400:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
 class Progress:
     """Step, reward and memory: a live bar on a terminal, a plain line now and then otherwise."""
 
@@ -184,6 +196,8 @@ class Progress:
         self._task = None
         self._every = max(1, total // 20)
         self._printing = True
+        self._started = time.time()
+        self._last_line = 0.0
         if sys.stdout.isatty():
             from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, \
                 TimeElapsedColumn, TimeRemainingColumn
@@ -205,9 +219,16 @@ class Progress:
             self._memory_text(row["memory"])
         if self._bar is not None:
             self._bar.update(self._task, completed=step, total=total or self.total, info=info)
-        elif self._printing and (step == 1 or step % self._every == 0 or step == total):
+        elif self._printing:
+            now = time.time()
+            # every twentieth of the run, and at least every LINE_EVERY_S when steps are slow (a GPU run)
+            if not (step == 1 or step % self._every == 0 or step == total or now - self._last_line >= LINE_EVERY_S):
+                return
+            self._last_line = now
+            left = (now - self._started) / max(step, 1) * max((total or self.total) - step, 0)
             try:
-                print(f"[{self.name}] step {step}/{total}  {info}  ({row['step_time']:.2f} s/step)", flush=True)
+                print(f"[{self.name}] step {step}/{total}  {info}  ({row['step_time']:.2f} s/step, "
+                      f"~{_duration(left)} left)", flush=True)
             except OSError:  # whoever read our output has gone (a closed pipe): keep training, stop printing
                 self._printing = False
 
