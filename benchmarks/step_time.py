@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Step time of `train.py` against a bare TRL GRPO script on the same tiny model, data and settings.
 
-    python benchmarks/step_time.py [--profile profiles/cpu-tiny-8gen.yaml] [--steps 60] [--rounds 2]
+    python benchmarks/step_time.py [--profile profiles/cpu-tiny-8gen.yaml] [--steps 60] [--rounds 3]
 
 Both run as child processes, alternately (bare, train.py, bare, train.py, ...), so that a machine that
 slows down or speeds up during the benchmark affects both. Each reports the wall time of `trainer.train()`
