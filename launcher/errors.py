@@ -3,7 +3,9 @@
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_BAD_INPUT = 2
-EXIT_NOTHING_FITS = 3
+# Memory is short: nothing on the ladder fits, or every attempt ran out of memory (a run); this attempt
+# ran out of memory (one attempt process). Both tell the caller the same thing: this machine needs less.
+EXIT_OUT_OF_MEMORY = 3
 EXIT_INTERRUPTED = 130
 
 

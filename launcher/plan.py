@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 
 from launcher.catalog import resolve
-from launcher.errors import EXIT_NOTHING_FITS, EXIT_OK, UsageError
+from launcher.errors import EXIT_OUT_OF_MEMORY, EXIT_OK, UsageError
 from launcher.estimate import Estimate, estimate
 from launcher.gpu import GpuInfo, Machine, precision_text
 
@@ -270,7 +270,7 @@ def _top_components(est: Estimate, n: int = 3) -> str:
 
 def print_plan(plan: Plan, as_json: bool = False) -> int:
     """The plan as a table (or one JSON object); 0 when a profile fits, 3 when none does."""
-    code = EXIT_OK if plan.chosen is not None else EXIT_NOTHING_FITS
+    code = EXIT_OK if plan.chosen is not None else EXIT_OUT_OF_MEMORY
     if as_json:
         print(json.dumps(plan.to_json(), indent=2))
         return code

@@ -42,7 +42,7 @@ from rich.markup import escape
 
 from launcher import distributed
 from launcher import oom as oomlib
-from launcher.errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_NOTHING_FITS, EXIT_OK, UsageError)
+from launcher.errors import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OUT_OF_MEMORY, EXIT_OK, UsageError)
 from launcher.profiles import Profile, load_profile
 
 TRAIN_PY = Path(__file__).resolve().parents[1] / "train.py"
@@ -685,7 +685,7 @@ class Supervisor:
             self.console.print(f"attempt {record['attempt']}: {profile.name} {failed}: {decision.text}",
                                highlight=False, markup=False)
             if decision.action == "stop":
-                return EXIT_NOTHING_FITS
+                return EXIT_OUT_OF_MEMORY
             profile, changes, decision_text = decision.profile, decision.changes or None, decision.text
 
     def decide_after(self, profile: Profile, status: str, report) -> Decision:
@@ -776,7 +776,7 @@ def supervise(plan, output_dir: Path, overrides: list[str] | None = None, resume
                           "(see `python train.py --auto --dry-run` for the estimates)")
             for candidate in plan.candidates:
                 console.print(f"  {candidate.profile.name}: {candidate.reason}", markup=False, highlight=False)
-            return EXIT_NOTHING_FITS
+            return EXIT_OUT_OF_MEMORY
         run_dir = _new_run_dir(output_dir)
     supervisor = Supervisor(plan, run_dir, console, runner, overrides or [], server_command=server_command)
 
@@ -798,7 +798,7 @@ def supervise(plan, output_dir: Path, overrides: list[str] | None = None, resume
     records = [{k: v for k, v in r.items() if not k.startswith("_")} for r in supervisor.records]
     if records:
         console.print(attempts_table(records))
-    if code == EXIT_NOTHING_FITS:
+    if code == EXIT_OUT_OF_MEMORY:
         console.print("[red]every profile that could run here ran out of memory or could not load[/red]; "
                       "the table above lists the attempts. Try a profile with a smaller model, shorter "
                       "max_completion_length or fewer num_generations (--set KEY=VALUE).")
@@ -832,6 +832,6 @@ def _resume(supervisor: Supervisor, run_dir: Path, overrides: list[str], console
         console.print(f"resumed after attempt {record['attempt']} ({record['status']}): {decision.text}",
                       markup=False)
         if decision.action == "stop":
-            return EXIT_NOTHING_FITS
+            return EXIT_OUT_OF_MEMORY
         return supervisor.run(decision.profile, decision.changes or None, decision.text)
     return supervisor.run(profile, None, f"resumed after attempt {record['attempt']} ({record['status']})")

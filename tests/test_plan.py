@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.errors import EXIT_NOTHING_FITS
+from launcher.errors import EXIT_OUT_OF_MEMORY
 from launcher.gpu import GpuInfo, Machine, probe
 from launcher.plan import COMMON_CARDS, fit_table, make_plan, margin_for, print_plan
 from launcher.profiles import load_profile, load_profiles, profile_from_dict
@@ -95,7 +95,7 @@ def test_nothing_fits_exits_3(capsys):
     profile = load_profile(PROFILES / "gpu-80gb-qwen2.5-14b.yaml")
     plan = make_plan([profile], what_if(24))
     assert plan.chosen is None
-    assert print_plan(plan, as_json=True) == EXIT_NOTHING_FITS
+    assert print_plan(plan, as_json=True) == EXIT_OUT_OF_MEMORY
     assert json.loads(capsys.readouterr().out)["chosen"] is None
 
 

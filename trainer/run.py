@@ -20,10 +20,10 @@ import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from launcher.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_NOTHING_FITS, EXIT_OK, \
+from launcher.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OUT_OF_MEMORY, EXIT_OK, \
     UsageError
 
-EXIT_OOM = EXIT_NOTHING_FITS
+EXIT_OOM = EXIT_OUT_OF_MEMORY
 EXIT_CODES = {"ok": EXIT_OK, "oom": EXIT_OOM, "interrupted": EXIT_INTERRUPTED, "error": EXIT_FAILURE,
               "unsupported": EXIT_FAILURE}
 _DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}

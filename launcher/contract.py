@@ -1,0 +1,241 @@
+"""WHAT the supervisor and one attempt agree on: statuses, file names, environment variables, the outcome
+record, checkpoints, and the environment an attempt starts with.
+
+Both sides import this module (the supervisor in launcher/, the attempt in trainer/), so each fact lives
+here once. Nothing here imports torch, TRL or Unsloth.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUT_OF_MEMORY
+
+# ---------------------------------------------------------------------------------------------------
+# Statuses of an attempt (attempts.jsonl `status`, outcome.json `status`)
+
+OK = "ok"
+OOM = "oom"
+UNSUPPORTED = "unsupported"
+ERROR = "error"
+INTERRUPTED = "interrupted"
+STATUSES = (OK, OOM, UNSUPPORTED, ERROR, INTERRUPTED)
+# Worst first: the status an attempt gets when its ranks disagree. A rank killed because another rank
+# failed reports "interrupted"; the failure that started it is what the supervisor must act on.
+STATUS_ORDER = (OOM, ERROR, UNSUPPORTED, INTERRUPTED, OK)
+# The attempt process's exit status for each (the supervisor reads outcome.json first; the exit status is
+# what it has when the process died without one). Bad input exits EXIT_BAD_INPUT before any status exists.
+EXIT_FOR_STATUS = {OK: EXIT_OK, OOM: EXIT_OUT_OF_MEMORY, INTERRUPTED: EXIT_INTERRUPTED, ERROR: EXIT_FAILURE,
+                   UNSUPPORTED: EXIT_FAILURE}
+
+# ---------------------------------------------------------------------------------------------------
+# Files of a run folder (OUTPUT_DIR/run-*/) and of an attempt folder (run-*/attempt-NN-<profile>/)
+
+ATTEMPTS_FILE = "attempts.jsonl"
+PLAN_FILE = "plan.json"
+PROFILE_FILE = "profile.yaml"
+LOG_FILE = "train.log"
+OUTCOME_FILE = "outcome.json"
+RANK_OUTCOME_GLOB = "outcome-rank*.json"
+SERVER_LOG = "vllm-server.log"
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+ADAPTER_DIR = "adapter"
+CHECKPOINT_PREFIX = "checkpoint-"
+
+# ---------------------------------------------------------------------------------------------------
+# Environment variables the supervisor sets for an attempt (or a user sets for a run)
+
+ENV_INJECT_OOM = "GRPO_INJECT_OOM"          # NAME[@STEP][,...]: raise a real OOM in that profile's attempt
+ENV_NO_UNSLOTH = "GRPO_TRAIN_NO_UNSLOTH"    # 1: train through transformers + PEFT even where Unsloth imports
+ENV_ESTIMATE_GIB = "GRPO_ATTEMPT_ESTIMATE_GIB"  # the estimate the plan judged this attempt by
+ENV_VLLM_HOST = "GRPO_VLLM_HOST"            # where a distributed attempt finds its vLLM server
+ENV_VLLM_PORT = "GRPO_VLLM_PORT"
+ENV_NUM_MACHINES = "GRPO_NUM_MACHINES"      # multi-node: every machine runs the same command
+ENV_MACHINE_RANK = "GRPO_MACHINE_RANK"
+ENV_MAIN_ADDRESS = "GRPO_MAIN_ADDRESS"
+ENV_MAIN_PORT = "GRPO_MAIN_PORT"
+ENV_ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
+ENV_VLLM_STANDBY = "UNSLOTH_VLLM_STANDBY"
+
+DEFAULT_VLLM_PORT = 8000
+DEFAULT_MAIN_PORT = 29500
+# The vLLM server's start-up (weights loaded, KV cache allocated, first health answer) must finish in this.
+VLLM_SERVER_TIMEOUT_S = 900.0
+
+# bf16 needs Ampere (compute capability 8.0) or newer; older cards train in fp16.
+BF16_MIN_CAPABILITY = (8, 0)
+
+
+def bf16_capable(capability: tuple[int, int] | list[int] | None) -> bool:
+    """The one bf16 rule. An unknown capability (a what-if card) is taken as modern."""
+    if not capability:
+        return True
+    return tuple(capability)[:2] >= BF16_MIN_CAPABILITY
+
+
+# ---------------------------------------------------------------------------------------------------
+# The outcome record: written by each attempt process, read by the supervisor
+
+def outcome_name(rank: int = 0) -> str:
+    """Rank 0's outcome is outcome.json (the only one of a single process); rank N's outcome-rankN.json."""
+    return OUTCOME_FILE if rank == 0 else f"outcome-rank{rank}.json"
+
+
+@dataclass
+class Outcome:
+    status: str = ERROR
+    steps: int = 0
+    checkpoint: str | None = None      # relative to the attempt folder where it lies inside it
+    error: str | None = None           # one line
+    error_text: str | None = None      # the exception's whole text
+    traceback: str | None = None
+    peak_gib: float | None = None
+    estimate_gib: float | None = None  # the supervisor's estimate, reported back unchanged
+    rank: int = 0
+    ranks: int = 1
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Outcome | None":
+        """An Outcome from parsed JSON; None when it is not one (no known status)."""
+        if not isinstance(data, dict) or data.get("status") not in STATUSES:
+            return None
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        if not isinstance(values.get("steps"), int) or isinstance(values.get("steps"), bool):
+            values.pop("steps", None)
+        return cls(**values)
+
+    @classmethod
+    def read(cls, path: Path) -> "Outcome | None":
+        try:
+            return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            return None
+
+    def write(self, attempt_dir: Path, rank: int = 0) -> Path:
+        """Atomically (a temporary file renamed over the old one): a reader never sees half an outcome."""
+        path = Path(attempt_dir) / outcome_name(rank)
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(self.to_json())
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+        return path
+
+
+def rank_of_outcome_file(path: Path) -> int:
+    stem = Path(path).stem
+    tail = stem.rsplit("rank", 1)[-1] if "rank" in stem else ""
+    return int(tail) if tail.isdigit() else 0
+
+
+def merge_outcomes(attempt_dir: Path) -> Outcome | None:
+    """One outcome for the whole attempt from every rank's file: the worst status wins (an OOM in rank 3 is
+    the attempt's OOM even though rank 0 was only stopped because of it). Steps and checkpoint come from
+    rank 0 (it saves the checkpoints); the peak is the largest of any rank. None when no rank wrote one."""
+    attempt_dir = Path(attempt_dir)
+    found: list[tuple[int, Outcome]] = []
+    for path in [attempt_dir / OUTCOME_FILE, *sorted(attempt_dir.glob(RANK_OUTCOME_GLOB))]:
+        outcome = Outcome.read(path)
+        if outcome is not None:
+            found.append((rank_of_outcome_file(path), outcome))
+    if not found:
+        return None
+    worst_rank, worst = min(found, key=lambda item: (STATUS_ORDER.index(item[1].status), item[0]))
+    main = next((o for rank, o in found if rank == 0), worst)
+    peaks = [o.peak_gib for _rank, o in found if isinstance(o.peak_gib, (int, float))]
+    merged = Outcome(**asdict(worst))
+    merged.steps = main.steps
+    merged.checkpoint = main.checkpoint or worst.checkpoint
+    merged.peak_gib = max(peaks) if peaks else None
+    merged.rank = worst_rank
+    merged.ranks = len({rank for rank, _o in found})
+    if worst.status != OK and merged.error and len(found) > 1:
+        merged.error = f"rank {worst_rank}: {merged.error}"
+    return merged
+
+
+# ---------------------------------------------------------------------------------------------------
+# Checkpoints
+
+def checkpoint_step(path: str | Path | None) -> int:
+    """The global step of a checkpoint-N folder (0 for anything else)."""
+    try:
+        return int(Path(path).name.rsplit("-", 1)[-1])  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return 0
+
+
+def latest_checkpoint(attempt_dir: Path) -> Path | None:
+    """The highest-numbered complete checkpoint-N folder of an attempt (complete: holds trainer_state.json)."""
+    found = []
+    for path in Path(attempt_dir).glob(CHECKPOINT_PREFIX + "*"):
+        step = checkpoint_step(path)
+        if step and path.is_dir() and (path / "trainer_state.json").is_file():
+            found.append((step, path))
+    return max(found)[1] if found else None
+
+
+# Keys that decide whether a checkpoint's adapter loads into another attempt's model.
+SHAPE_KEYS = ("model", "lora_rank", "target_modules", "load_in_4bit")
+
+
+def shape_of(settings: Any) -> tuple:
+    """The model and LoRA shape of a profile (or of an attempts.jsonl `settings` dict): a checkpoint resumes
+    only into an attempt of the same shape."""
+    get = settings.get if isinstance(settings, dict) else (lambda key: getattr(settings, key, None))
+    return tuple(tuple(get(k) or ()) if k == "target_modules" else get(k) for k in SHAPE_KEYS)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The environment an attempt starts with
+
+def attempt_environment(profile, base: dict | None = None) -> dict:
+    """The attempt's environment: expandable segments against fragmentation, except under vLLM standby
+    (Unsloth's standby allocator does not work with them), where UNSLOTH_VLLM_STANDBY is set instead. A
+    user's own allocator settings are kept. Used by the supervisor for the child and by the trainer on
+    itself (an attempt started by hand gets the same)."""
+    env = dict(os.environ if base is None else base)
+    env["PYTHONUNBUFFERED"] = "1"  # the child's output reaches the log as it happens
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    parts = [p for p in env.get(ENV_ALLOC_CONF, "").split(",") if p.strip()]
+    if profile.vllm_standby:
+        parts = [p for p in parts if not p.strip().startswith("expandable_segments")]
+        env[ENV_VLLM_STANDBY] = "1"
+    else:
+        env.pop(ENV_VLLM_STANDBY, None)
+        if profile.device == "cuda" and not any(p.strip().startswith("expandable_segments") for p in parts):
+            parts.append("expandable_segments:True")
+    if parts:
+        env[ENV_ALLOC_CONF] = ",".join(parts)
+    else:
+        env.pop(ENV_ALLOC_CONF, None)
+    return env
+
+
+def apply_attempt_environment(profile) -> None:
+    """Set `attempt_environment` on this process (before `import unsloth`, which reads it at import)."""
+    wanted = attempt_environment(profile)
+    for key in (ENV_ALLOC_CONF, ENV_VLLM_STANDBY):
+        if key not in wanted:
+            os.environ.pop(key, None)
+    os.environ.update(wanted)
+
+
+def estimate_from_env(environ: dict | None = None) -> float | None:
+    """The supervisor's estimate for this attempt (ENV_ESTIMATE_GIB), or None when run without one."""
+    raw = (os.environ if environ is None else environ).get(ENV_ESTIMATE_GIB, "")
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return value if value > 0 and value == value and value != float("inf") else None
