@@ -239,3 +239,10 @@ def estimate_from_env(environ: dict | None = None) -> float | None:
     except ValueError:
         return None
     return value if value > 0 and value == value and value != float("inf") else None
+
+
+def cache_root() -> Path:
+    """Where grpo-train keeps what it builds and measures (the tiny model, the ledger): $GRPO_TRAIN_CACHE, or
+    ~/.cache/grpo-train."""
+    env = os.environ.get("GRPO_TRAIN_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "grpo-train"
