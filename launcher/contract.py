@@ -175,14 +175,106 @@ def checkpoint_step(path: str | Path | None) -> int:
         return 0
 
 
-def latest_checkpoint(attempt_dir: Path) -> Path | None:
-    """The highest-numbered complete checkpoint-N folder of an attempt (complete: holds trainer_state.json)."""
+# Written last into a checkpoint folder, once every file in it is on disk: the files and their sizes. A folder
+# without it was cut short (a kill, a full disk) and is never resumed from.
+COMPLETE_MARKER = "checkpoint-complete.json"
+# Files a checkpoint must hold to resume training (the weights under one of their names, and the state).
+_STATE_FILE = "trainer_state.json"
+_WEIGHT_FILES = ("adapter_model.safetensors", "model.safetensors", "model.safetensors.index.json",
+                 "adapter_model.bin", "pytorch_model.bin")
+
+
+def _fsync_path(path: Path, directory: bool = False) -> None:
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def mark_checkpoint_complete(folder: Path) -> Path:
+    """Flush every file of a just-written checkpoint to disk, then record them in COMPLETE_MARKER (written to a
+    temporary name and renamed): the marker exists only when the checkpoint does, whole."""
+    folder = Path(folder)
+    files = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != COMPLETE_MARKER):
+        _fsync_path(path)
+        files[path.relative_to(folder).as_posix()] = path.stat().st_size
+    marker = folder / COMPLETE_MARKER
+    tmp = folder / (COMPLETE_MARKER + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump({"step": checkpoint_step(folder), "files": files}, handle, indent=1)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, marker)
+    _fsync_path(folder, directory=True)
+    return marker
+
+
+def _safetensors_header_ok(path: Path) -> bool:
+    """The safetensors header (8-byte length, then JSON) reads and its tensors lie inside the file."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as handle:
+            length = int.from_bytes(handle.read(8), "little")
+            if length <= 0 or 8 + length > size:
+                return False
+            header = json.loads(handle.read(length))
+    except (OSError, ValueError):
+        return False
+    ends = [info["data_offsets"][1] for key, info in header.items()
+            if key != "__metadata__" and isinstance(info, dict) and "data_offsets" in info]
+    return 8 + length + max(ends, default=0) <= size
+
+
+def checkpoint_problem(folder: Path) -> str | None:
+    """Why a checkpoint cannot be resumed from, or None when it can: the completeness marker, every file it
+    lists at its recorded size, the trainer state readable, and the weights' headers whole."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return "not a folder"
+    marker = folder / COMPLETE_MARKER
+    if marker.is_file():
+        try:
+            files = json.loads(marker.read_text(encoding="utf-8"))["files"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return f"{COMPLETE_MARKER} is damaged"
+        for name, size in files.items():
+            path = folder / name
+            if not path.is_file():
+                return f"{name} is missing"
+            if path.stat().st_size != size:
+                return f"{name} is {path.stat().st_size} bytes, {size} when it was saved"
+    else:
+        return f"no {COMPLETE_MARKER}: the save was cut short"
+    try:
+        json.loads((folder / _STATE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return f"{_STATE_FILE} is missing or unreadable"
+    weights = [folder / name for name in _WEIGHT_FILES if (folder / name).is_file()]
+    if not weights:
+        return "no weights (adapter_model.safetensors or model.safetensors)"
+    for path in weights:
+        if path.suffix == ".safetensors" and not _safetensors_header_ok(path):
+            return f"{path.name} is damaged (its header does not read)"
+    return None
+
+
+def latest_checkpoint(attempt_dir: Path, skipped: list[str] | None = None) -> Path | None:
+    """The newest checkpoint-N folder of an attempt that can be resumed from. Newer ones that cannot are
+    passed over, and why is appended to `skipped` (for the user: which one, and the reason)."""
     found = []
     for path in Path(attempt_dir).glob(CHECKPOINT_PREFIX + "*"):
         step = checkpoint_step(path)
-        if step and path.is_dir() and (path / "trainer_state.json").is_file():
+        if step and path.is_dir() and path.name == f"{CHECKPOINT_PREFIX}{step}":
             found.append((step, path))
-    return max(found)[1] if found else None
+    for _step, path in sorted(found, reverse=True):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            return path
+        if skipped is not None:
+            skipped.append(f"{path.name}: {problem}")
+    return None
 
 
 # Keys that decide whether a checkpoint's adapter loads into another attempt's model.
