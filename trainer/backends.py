@@ -2,8 +2,8 @@
 without one, and plain transformers + PEFT where Unsloth cannot be imported at all.
 
 The import order of an attempt, stated here once: `open_backend` sets the attempt's environment, then
-imports Unsloth (which patches transformers, TRL and PEFT as it loads); only after it returns may any module
-import transformers, TRL, PEFT or a trainer module that does (callbacks, config, inject, evaluate).
+imports Unsloth (which patches transformers, TRL and PEFT as it loads); only after it returns may anything
+import transformers, TRL, PEFT, or trainer.callbacks (which imports transformers at module level).
 Nothing here imports those at module level.
 """
 
