@@ -41,7 +41,7 @@ def bare_run(profile_path: str, steps: int, out: Path) -> None:
 
     from rewards import get_reward_funcs
     from tasks import load_task
-    from tasks.gsm8k import filter_by_length
+    from tasks.prompts import filter_by_length
     from trainer.backends import from_pretrained_kwargs, get_peft_model_kwargs, install_cpu_logprob_fallback
     from trainer.config import grpo_config_kwargs
     from trainer.tiny import ensure_tiny

@@ -255,7 +255,3 @@ def resolve(model: str, allow_hub: bool | None = None) -> Architecture:
     raise UsageError(f"model {model!r}: unknown architecture; tried {'; '.join(tried)} "
                      "(fix: use a model from the catalogue, e.g. unsloth/Llama-3.2-3B-Instruct, "
                      "or a folder holding its config.json)")
-
-
-def known_models() -> list[str]:
-    return [a.name for a in CATALOGUE]

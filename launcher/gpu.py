@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+import psutil
+
+from launcher.contract import BF16_MIN_CAPABILITY, bf16_capable
 from launcher.errors import UsageError
 
 GIB = 1024 ** 3
-# bf16 needs Ampere (compute capability 8.0) or newer; older cards train in fp16.
-BF16_MIN_CAPABILITY = (8, 0)
 
 
 @dataclass
@@ -50,12 +51,8 @@ class Machine:
 
 
 def bf16_supported(gpu: GpuInfo | None) -> bool:
-    """True when the card can train in bf16; an unknown capability (a what-if card) is taken as modern."""
-    if gpu is None:
-        return False
-    if gpu.compute_capability is None:
-        return True
-    return tuple(gpu.compute_capability) >= BF16_MIN_CAPABILITY
+    """True when the card can train in bf16 (launcher.contract.bf16_capable); no card: False."""
+    return gpu is not None and bf16_capable(gpu.compute_capability)
 
 
 def precision_text(gpu: GpuInfo | None) -> str:
@@ -65,33 +62,19 @@ def precision_text(gpu: GpuInfo | None) -> str:
         return "bf16 assumed (capability unknown)"
     cc = ".".join(map(str, gpu.compute_capability))
     return f"bf16 (compute capability {cc})" if bf16_supported(gpu) else \
-        f"fp16 (compute capability {cc} < 8.0: no bf16)"
+        f"fp16 (compute capability {cc} < {'.'.join(map(str, BF16_MIN_CAPABILITY))}: no bf16)"
 
 
 # ---------------------------------------------------------------------------------------------------
 # Host memory
 
 def host_memory_gib() -> tuple[float, float]:
-    """(total, available) host RAM in GiB, from /proc/meminfo where there is one."""
-    total = available = 0.0
+    """(total, available) host RAM in GiB; (0, 0) where the system will not say."""
     try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                key, _, rest = line.partition(":")
-                if key in ("MemTotal", "MemAvailable"):
-                    kib = float(rest.split()[0])
-                    if key == "MemTotal":
-                        total = kib / 1024 ** 2
-                    else:
-                        available = kib / 1024 ** 2
-    except (OSError, ValueError, IndexError):
-        pass
-    if not total:
-        try:
-            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB
-        except (ValueError, OSError, AttributeError):
-            total = 0.0
-    return total, (available or total)
+        memory = psutil.virtual_memory()
+    except (OSError, RuntimeError):
+        return 0.0, 0.0
+    return memory.total / GIB, (memory.available or memory.total) / GIB
 
 
 # ---------------------------------------------------------------------------------------------------

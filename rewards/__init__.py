@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from rewards.accuracy import accuracy
+from rewards.accuracy import accuracy, is_correct
 from rewards.format import number, xml_count, xml_soft, xml_strict
 from rewards.parse import extract_answer, parse_number
 
@@ -25,7 +25,7 @@ REWARDS: dict[str, RewardFn] = {
     "accuracy": accuracy,
 }
 
-__all__ = ["REWARDS", "describe", "extract_answer", "get_reward", "get_reward_funcs", "parse_number"]
+__all__ = ["REWARDS", "describe", "extract_answer", "get_reward", "get_reward_funcs", "is_correct", "parse_number"]
 
 
 def get_reward(name: str) -> RewardFn:

@@ -19,6 +19,24 @@ def same_number(predicted: float | None, gold: float | None) -> bool:
     return math.isclose(predicted, gold, rel_tol=REL_TOL, abs_tol=ABS_TOL)
 
 
+def gold_number(gold: object) -> float | None:
+    """The number a gold answer states ("72", 72, " 1,000 "), or None."""
+    return parse_number(gold.strip() if isinstance(gold, str) else gold)
+
+
+def states_number(completion: object, gold: float | None) -> bool:
+    """Whether the completion's <answer> block states the parsed gold number."""
+    text = completion_text(completion)
+    predicted = parse_number(extract_answer(text)) if text is not None else None
+    return same_number(predicted, gold)
+
+
+def is_correct(completion: object, gold: object) -> bool:
+    """The one definition of a correct answer, shared by the accuracy reward and evaluation: the number in
+    the completion's last complete <answer> block equals the gold answer's (see `accuracy`)."""
+    return states_number(completion, gold_number(gold))
+
+
 def _golds(answer: object, count: int) -> list:
     """The gold value for each of count completions: a list is aligned with them (missing entries are
     None), a single value applies to all."""
@@ -51,17 +69,12 @@ def accuracy(completions=None, answer=None, **kwargs) -> list[float]:
         try:
             key = gold if type(gold) in (str, int, float) else None  # bool hashes like 1
             if key in parsed_golds:
-                gold_number = parsed_golds[key]
+                expected = parsed_golds[key]
             else:
-                gold_number = parse_number(gold.strip() if isinstance(gold, str) else gold)
+                expected = gold_number(gold)
                 if key is not None:
-                    parsed_golds[key] = gold_number
-            if gold_number is None:
-                scores.append(0.0)
-                continue
-            text = completion_text(completion)
-            predicted = parse_number(extract_answer(text)) if text is not None else None
-            scores.append(1.0 if same_number(predicted, gold_number) else 0.0)
+                    parsed_golds[key] = expected
+            scores.append(1.0 if states_number(completion, expected) else 0.0)
         except Exception:  # a reward must never stop training: an unreadable completion is simply wrong
             scores.append(0.0)
     return scores

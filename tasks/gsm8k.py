@@ -1,4 +1,4 @@
-"""GSM8K: loading, the gold answer, and the conversational prompt the rewards expect.
+"""GSM8K: loading its rows and reading the gold answer (the prompt is built in tasks.prompts).
 
 Rows come from the Hugging Face hub (`openai/gsm8k`, config `main`) when online, from the local Hugging
 Face cache when offline, or from a JSONL file whose lines hold `question` and `answer`. `datasets` is
@@ -19,16 +19,6 @@ HUB_CONFIG = "main"
 SPLITS = ("train", "test")
 GOLD_MARKER = "####"
 
-SYSTEM_PROMPT = (
-    "Solve the problem. Respond in exactly this format:\n"
-    "<reasoning>\n"
-    "your step-by-step reasoning\n"
-    "</reasoning>\n"
-    "<answer>\n"
-    "the final answer as a single number\n"
-    "</answer>"
-)
-
 
 def extract_gold(answer_text: str) -> str:
     """The gold answer of a GSM8K solution: the text after the last `####`, commas removed ("1,000" -> "1000").
@@ -42,51 +32,6 @@ def extract_gold(answer_text: str) -> str:
     if not gold:
         raise ValueError("the answer is empty after '####'" if marker else "the answer is empty")
     return gold
-
-
-def build_prompt(question: str) -> list[dict]:
-    """The conversation for one question: the format instructions as the system turn, the question as the user turn."""
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": question.strip()}]
-
-
-def to_prompt_rows(rows: list[dict]) -> list[dict]:
-    """Rows {question, answer_text, answer} -> training rows {prompt: [...messages], answer: "72"}."""
-    return [{"prompt": build_prompt(row["question"]), "answer": row["answer"]} for row in rows]
-
-
-def _prompt_text(prompt: list[dict] | str) -> str:
-    if isinstance(prompt, str):
-        return prompt
-    return "\n\n".join(str(message.get("content", "")) for message in prompt)
-
-
-def count_prompt_tokens(prompt: list[dict] | str, tokenizer) -> int:
-    """Tokens the model sees for a prompt: through the tokenizer's chat template (with the generation
-    prompt) when it has one, else the message texts joined by blank lines."""
-    if not isinstance(prompt, str) and getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
-    elif callable(tokenizer):
-        ids = tokenizer(_prompt_text(prompt))
-    else:  # a bare `tokenizers.Tokenizer`
-        ids = tokenizer.encode(_prompt_text(prompt))
-    if isinstance(ids, dict) or hasattr(ids, "keys"):
-        ids = ids["input_ids"]
-    if hasattr(ids, "ids"):
-        ids = ids.ids
-    if ids and isinstance(ids[0], list):  # a batch of one
-        ids = ids[0]
-    return len(ids)
-
-
-def filter_by_length(rows: list[dict], tokenizer, max_prompt_length: int) -> tuple[list[dict], int]:
-    """Keep the rows whose prompt fits in max_prompt_length tokens; return (kept rows, number dropped).
-
-    A max_prompt_length of 0 or less keeps every row.
-    """
-    if not max_prompt_length or max_prompt_length <= 0:
-        return list(rows), 0
-    kept = [row for row in rows if count_prompt_tokens(row["prompt"], tokenizer) <= max_prompt_length]
-    return kept, len(rows) - len(kept)
 
 
 def read_jsonl(path: str | Path) -> list[dict]:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from launcher.profiles import VLLM_LORA_RANKS, load_profile, load_profiles, profile_from_dict
+from launcher import contract
 from trainer import backends
 from trainer.config import grpo_config_kwargs
 
@@ -93,6 +94,13 @@ def _strings_read_from_kwargs(function) -> set[str]:
     tuples of names). An over-approximation, but a name it never mentions is certainly ignored."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
     return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+
+
+def accepted_keywords(function) -> tuple[set[str], bool]:
+    """Named parameters of a callable and whether it also takes **kwargs."""
+    parameters = inspect.signature(function).parameters.values()
+    names = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return names, any(p.kind is p.VAR_KEYWORD for p in parameters)
 
 
 def unknown_keywords(passed: dict, named: set[str], read_from_kwargs: set[str] = frozenset()) -> set[str]:
@@ -199,7 +207,7 @@ def test_single_gpu_keywords_leave_the_vllm_mode_to_unsloth(unsloth_first, gpu_p
 
 @pytest.mark.parametrize("world_size, overrides", [("2", {}), ("1", {"num_gpus": 2})])
 def test_distributed_attempts_train_without_unsloth(unsloth_first, monkeypatch, cpu_profiles, world_size, overrides):
-    monkeypatch.delenv(backends.NO_UNSLOTH_ENV, raising=False)
+    monkeypatch.delenv(contract.ENV_NO_UNSLOTH, raising=False)
     monkeypatch.setenv("WORLD_SIZE", world_size)
     profile = cpu_profiles[0].replace(**overrides)
     backend = backends.open_backend(profile)
@@ -252,9 +260,9 @@ def test_cpu_fallback_keywords(unsloth_first, cpu_profiles):
     import torch
     from unsloth import FastLanguageModel
 
-    named, has_kwargs = backends.accepted_keywords(FastLanguageModel.from_pretrained)
+    named, has_kwargs = accepted_keywords(FastLanguageModel.from_pretrained)
     read = _strings_read_from_kwargs(FastLanguageModel.from_pretrained) if has_kwargs else set()
-    peft_named, _ = backends.accepted_keywords(FastLanguageModel.get_peft_model)
+    peft_named, _ = accepted_keywords(FastLanguageModel.get_peft_model)
     for profile in cpu_profiles:
         kwargs = backends.from_pretrained_kwargs(profile, "/models/tiny", torch.float32)
         assert unknown_keywords(kwargs, named, read) == set()
@@ -296,23 +304,28 @@ def test_vllm_lora_rank(rank, slot):
 def test_dtype_follows_compute_capability(capability, dtype_name):
     import torch
 
-    backend = backends.Backend(name="unsloth", device="cuda", bf16=capability >= (8, 0),
+    backend = backends.Backend(name="unsloth", device="cuda", bf16=contract.bf16_capable(capability),
                                compute_capability=capability)
     assert backends.model_dtype(backend) is getattr(torch, dtype_name)
     assert backends.model_dtype(backends.Backend(name="unsloth-cpu", device="cpu")) is torch.float32
 
 
-def test_standby_environment_is_set_before_import(monkeypatch, gpu_profile):
-    monkeypatch.delenv("UNSLOTH_VLLM_STANDBY", raising=False)
-    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
-    backends.set_unsloth_environment(gpu_profile)
+def test_open_backend_sets_the_attempt_environment_before_anything_loads(unsloth_first, monkeypatch, gpu_profile):
+    """The allocator and standby settings are read by Unsloth at import: open_backend sets them first (here
+    it then stops, as there is no GPU), the same way the supervisor sets them for its child."""
     import os
 
-    assert os.environ["UNSLOTH_VLLM_STANDBY"] == "1"
-    assert "PYTORCH_CUDA_ALLOC_CONF" not in os.environ  # standby manages the allocator itself
-    backends.set_unsloth_environment(gpu_profile.replace(vllm_standby=False))
-    assert "UNSLOTH_VLLM_STANDBY" not in os.environ
-    assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    monkeypatch.delenv("UNSLOTH_VLLM_STANDBY", raising=False)
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    for profile, standby, alloc in [(gpu_profile, "1", None),
+                                    (gpu_profile.replace(vllm_standby=False), None, "expandable_segments:True")]:
+        with pytest.raises(RuntimeError, match="torch sees no GPU"):
+            backends.open_backend(profile)
+        assert os.environ.get("UNSLOTH_VLLM_STANDBY") == standby  # standby manages the allocator itself
+        assert os.environ.get("PYTORCH_CUDA_ALLOC_CONF") == alloc
+        wanted = contract.attempt_environment(profile)
+        assert (wanted.get("UNSLOTH_VLLM_STANDBY"), wanted.get("PYTORCH_CUDA_ALLOC_CONF")) == (standby, alloc)
 
 
 def test_token_comes_from_the_environment_only(monkeypatch, gpu_profile):

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rewards import REWARDS, describe, extract_answer, get_reward, get_reward_funcs, parse_number
+from rewards import REWARDS, describe, extract_answer, get_reward, get_reward_funcs, is_correct, parse_number
 from rewards.accuracy import accuracy
 from rewards.format import number, xml_count, xml_soft, xml_strict
 from rewards.parse import MAX_COMPLETION_CHARS, completion_text, find_numbers
@@ -493,3 +493,31 @@ def test_gsm8k_completion_with_units_and_commas_is_right(gsm8k_dir):
     golds = [extract_gold(row["answer"]) for row in rows]
     decorated = [strict("r", f"${float(g):,.2f} in total") for g in golds]
     assert accuracy(decorated, answer=golds) == [1.0] * len(rows)
+
+
+# ---------------------------------------------------------------- one definition of "correct"
+
+SAME_COMPLETIONS = [
+    ("<answer>72</answer>", "72"),
+    ("<answer>$1,000.00</answer>", "1000"),
+    ("<answer>0.0000001</answer>", "0"),            # 1e-7 apart: a different answer, not rounding
+    ("<answer>3.0000001</answer>", "3"),
+    ("<answer>3.000000000001</answer>", "3"),       # within 1e-9: the same number written longer
+    ("<answer>1e-7</answer>", "0.0000002"),
+    ("72", "72"),                                   # no answer block
+    ("<answer>71</answer>", "72"),
+    ([{"role": "assistant", "content": "<answer>72</answer>"}], "72"),
+]
+
+
+def test_evaluation_and_the_accuracy_reward_agree_on_every_completion():
+    from trainer.evaluate import score
+
+    completions = [c for c, _ in SAME_COMPLETIONS]
+    golds = [g for _, g in SAME_COMPLETIONS]
+    rewarded = [s == 1.0 for s in accuracy(completions, answer=golds)]
+    judged = [is_correct(c, g) for c, g in SAME_COMPLETIONS]
+    assert rewarded == judged == [True, True, False, False, True, False, False, False, True]
+    text_only = [(c, g) for c, g in SAME_COMPLETIONS if isinstance(c, str)]
+    evaluated = score([c for c, _ in text_only], [g for _, g in text_only])
+    assert evaluated["correct"] == sum(is_correct(c, g) for c, g in text_only) == 3

@@ -1,4 +1,4 @@
-"""Tasks: GSM8K loading and prompts, the arithmetic generator, load_task, and length filtering."""
+"""Tasks: the registry, GSM8K loading, prompts, the arithmetic generator, load_task, and length filtering."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ import pytest
 
 from launcher.errors import EXIT_BAD_INPUT, UsageError
 from rewards import REWARDS
-from tasks import ARITHMETIC_TEST_SIZE, ARITHMETIC_TRAIN_SIZE, load_task
+from tasks import ARITHMETIC_TEST_SIZE, ARITHMETIC_TRAIN_SIZE, TASKS, describe, load_task, task_names
 from tasks.arithmetic import LEVELS, TEMPLATES, generate
-from tasks.gsm8k import (SYSTEM_PROMPT, build_prompt, count_prompt_tokens, extract_gold, filter_by_length,
-                         load_gsm8k, to_prompt_rows)
+from tasks.gsm8k import extract_gold, load_gsm8k
+from tasks.prompts import SYSTEM_PROMPT, build_prompt, count_prompt_tokens, filter_by_length, to_prompt_rows
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -327,6 +327,22 @@ def test_load_task_from_a_path(tmp_path, gsm8k_dir):
 def test_load_task_refuses_bad_datasets(dataset, message):
     with pytest.raises(UsageError, match=message):
         load_task(dataset, "train")
+
+
+def test_the_registry_names_and_describes_every_task():
+    assert task_names() == ("gsm8k", "arithmetic")
+    assert set(describe()) == set(TASKS)
+    assert all(line and "\n" not in line for line in describe().values())
+    assert load_task("arithmetic", "train", limit=3, seed=1) == \
+        to_prompt_rows(TASKS["arithmetic"].load("train", 3, 1))
+
+
+def test_the_registry_imports_nothing_heavy():
+    """The launcher checks a profile's dataset against task_names(): that must stay instant."""
+    code = ("import sys, tasks; tasks.task_names(); "
+            "print(sorted(m for m in ('torch', 'datasets', 'transformers', 'trl') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_load_task_refuses_a_bad_limit():

@@ -16,6 +16,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = REPO / "train.py"
 SMALL = REPO / "profiles" / "cpu-tiny-4gen.yaml"
+SUPERVISOR_ESTIMATE_GIB = 2.5  # what a supervisor would have judged the quick run by
 QUICK = ["--set", "max_steps=4", "--set", "save_steps=2", "--set", "eval_samples=4", "--set", "train_samples=64"]
 REWARD_NAMES = ["xml_count", "xml_soft", "number", "accuracy"]
 
@@ -26,6 +27,7 @@ def train_env(tmp_path_factory):
     env["GRPO_TRAIN_CACHE"] = str(tmp_path_factory.mktemp("grpo-cache"))
     env.pop("GRPO_INJECT_OOM", None)
     env.pop("GRPO_TRAIN_NO_UNSLOTH", None)
+    env.pop("GRPO_ATTEMPT_ESTIMATE_GIB", None)
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -46,7 +48,8 @@ def metrics(attempt_dir: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory, train_env):
     attempt_dir = tmp_path_factory.mktemp("quick") / "attempt-01-cpu-tiny-4gen"
-    result = attempt(attempt_dir, train_env, *QUICK)
+    env = dict(train_env, GRPO_ATTEMPT_ESTIMATE_GIB=str(SUPERVISOR_ESTIMATE_GIB))
+    result = attempt(attempt_dir, env, *QUICK)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return attempt_dir, result
 
@@ -59,8 +62,10 @@ def test_outcome_of_a_finished_attempt(quick_run):
     assert out["checkpoint"] == str(attempt_dir / "checkpoint-4")
     assert out["error"] is None and out["error_text"] is None and out["traceback"] is None
     assert out["peak_gib"] > 0
+    assert out["estimate_gib"] == SUPERVISOR_ESTIMATE_GIB
+    assert (out["rank"], out["ranks"]) == (0, 1)
     assert set(out) == {"status", "steps", "checkpoint", "error", "error_text", "traceback", "peak_gib",
-                        "estimate_gib"}
+                        "estimate_gib", "rank", "ranks"}
 
 
 def test_every_output_is_written(quick_run):
@@ -98,6 +103,8 @@ def test_summary_and_report(quick_run):
     assert 0.0 <= summary["accuracy"]["before"] <= 1.0 and 0.0 <= summary["accuracy"]["after"] <= 1.0
     assert summary["memory"]["measure"] == "process peak RSS"
     assert summary["memory"]["peak_gib"] > 0
+    assert summary["memory"]["estimate_gib"] == SUPERVISOR_ESTIMATE_GIB
+    assert summary["memory"]["ratio"] == round(summary["memory"]["peak_gib"] / SUPERVISOR_ESTIMATE_GIB, 3)
     assert set(summary["rewards"]) == {"window", "total", *REWARD_NAMES}
     assert summary["plots"] == ["rewards.png", "completion_length.png", "memory.png"]
     report = (attempt_dir / "report.md").read_text()
@@ -114,7 +121,11 @@ def test_resume_continues_the_global_step(quick_run, tmp_path, train_env):
     assert result.returncode == 0, result.stderr[-3000:]
     assert [r["step"] for r in metrics(attempt_dir)] == [3, 4, 5]
     assert outcome(attempt_dir)["steps"] == 5
-    assert json.loads((attempt_dir / "summary.json").read_text())["resumed_from"] == str(first_dir / "checkpoint-2")
+    summary = json.loads((attempt_dir / "summary.json").read_text())
+    assert summary["resumed_from"] == str(first_dir / "checkpoint-2")
+    # started by hand (no supervisor's estimate): the estimator's own figure for the profile
+    assert summary["memory"]["estimate_gib"] not in (None, SUPERVISOR_ESTIMATE_GIB)
+    assert outcome(attempt_dir)["estimate_gib"] == summary["memory"]["estimate_gib"]
 
 
 def test_injected_oom(tmp_path, train_env):

@@ -176,6 +176,42 @@ def test_injected_error_is_a_real_oom_from_the_logits_path(monkeypatch):
 
 
 # ------------------------------------------------------------------------------------------------
+# the estimate an attempt is judged by
+
+def test_an_attempt_reports_the_supervisors_estimate(tmp_path, monkeypatch):
+    """The supervisor judged the attempt by an estimate made for the card; the attempt must report that
+    figure (outcome.json, summary.json's ratio), not one it makes again without the card."""
+    from launcher.contract import ENV_ESTIMATE_GIB, Outcome
+    from launcher.errors import EXIT_BAD_INPUT
+    from trainer.run import run_attempt
+
+    monkeypatch.setenv(ENV_ESTIMATE_GIB, "7.25")
+    monkeypatch.delenv("GRPO_INJECT_OOM", raising=False)
+    attempt_dir = tmp_path / "attempt"
+    # a data file without answers stops the attempt once the estimate is known, before any model loads
+    data = tmp_path / "no-answers.jsonl"
+    data.write_text('{"question": "How many?"}\n', encoding="utf-8")
+    assert run_attempt(_profile(dataset=str(data)), attempt_dir) == EXIT_BAD_INPUT
+    outcome = Outcome.read(attempt_dir / "outcome.json")
+    assert (outcome.status, outcome.estimate_gib, outcome.rank, outcome.ranks) == ("error", 7.25, 0, 1)
+    assert "no-answers.jsonl" in outcome.error and '"answer"' in outcome.error
+
+
+@pytest.mark.parametrize("value", [None, "", "zero", "0", "-3", "nan", "inf"])
+def test_without_the_supervisors_estimate_the_estimator_is_asked(monkeypatch, value):
+    from launcher.contract import ENV_ESTIMATE_GIB
+    from launcher.estimate import estimate
+    from trainer.run import attempt_estimate
+
+    if value is None:
+        monkeypatch.delenv(ENV_ESTIMATE_GIB, raising=False)
+    else:
+        monkeypatch.setenv(ENV_ESTIMATE_GIB, value)
+    profile = _profile()
+    assert attempt_estimate(profile) == round(estimate(profile).total_gib, 4)
+
+
+# ------------------------------------------------------------------------------------------------
 # failure classification
 
 @pytest.mark.parametrize("exc, status", [

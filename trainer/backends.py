@@ -1,22 +1,20 @@
 """HOW the model is loaded: Unsloth on a GPU (with vLLM when fast_inference), Unsloth's CPU fallback
 without one, and plain transformers + PEFT where Unsloth cannot be imported at all.
 
-Order matters: the Unsloth environment is set, then `import unsloth`, and only then transformers, TRL and
-PEFT are imported (Unsloth patches them on import). Nothing here imports those at module level.
+The import order of an attempt, stated here once: `open_backend` sets the attempt's environment, then
+imports Unsloth (which patches transformers, TRL and PEFT as it loads); only after it returns may anything
+import transformers, TRL, PEFT, or trainer.callbacks (which imports transformers at module level).
+Nothing here imports those at module level.
 """
 
 from __future__ import annotations
 
-import inspect
 import os
 from dataclasses import dataclass
 from typing import Any
 
+from launcher.contract import ENV_NO_UNSLOTH, apply_attempt_environment, bf16_capable
 from launcher.profiles import VLLM_LORA_RANKS
-
-# Set to 1 to train through transformers + PEFT even where Unsloth imports (tests the fallback). The launcher
-# sets it for distributed attempts: Unsloth patches a single device only.
-NO_UNSLOTH_ENV = "GRPO_TRAIN_NO_UNSLOTH"
 
 
 def world_size() -> int:
@@ -49,23 +47,12 @@ class Backend:
         return self.unsloth is not None
 
 
-def set_unsloth_environment(profile) -> None:
-    """Environment Unsloth reads at import time; must run before `import unsloth`."""
-    if profile.vllm_standby:
-        os.environ["UNSLOTH_VLLM_STANDBY"] = "1"
-    else:
-        os.environ.pop("UNSLOTH_VLLM_STANDBY", None)
-        # Standby manages its own allocator; without it expandable segments curb fragmentation.
-        if profile.device == "cuda" and "PYTORCH_CUDA_ALLOC_CONF" not in os.environ:
-            os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
-    # Keep tokenizers from forking worker threads in the trainer's dataloader.
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-
 def import_unsloth():
-    """Import Unsloth if it can be, else None and one line that says why (never an import traceback)."""
-    if os.environ.get(NO_UNSLOTH_ENV, "") not in ("", "0"):
-        return None, f"{NO_UNSLOTH_ENV} is set: training through transformers + peft"
+    """Import Unsloth if it can be, else None and one line that says why (never an import traceback).
+    ENV_NO_UNSLOTH=1 trains through transformers + PEFT even where Unsloth imports: distributed attempts
+    need it (Unsloth patches a single device only), and it tests the fallback."""
+    if os.environ.get(ENV_NO_UNSLOTH, "") not in ("", "0"):
+        return None, f"{ENV_NO_UNSLOTH} is set: training through transformers + peft"
     try:
         import unsloth  # noqa: F401  (patches transformers, TRL and PEFT)
     except Exception as exc:  # ImportError, or a broken dependency raising at import
@@ -77,9 +64,9 @@ def import_unsloth():
 
 def open_backend(profile) -> Backend:
     """Set the environment, import Unsloth (or not), and say which path this attempt trains on."""
-    set_unsloth_environment(profile)
+    apply_attempt_environment(profile)  # Unsloth reads the allocator and standby settings at import
     if profile.distributed or world_size() > 1:
-        os.environ[NO_UNSLOTH_ENV] = "1"  # also when the processes were started by hand
+        os.environ[ENV_NO_UNSLOTH] = "1"  # also when the processes were started by hand
     module, note = import_unsloth()
     if note and process_rank() == 0:
         try:
@@ -105,7 +92,7 @@ def open_backend(profile) -> Backend:
         device="cuda" if cuda else "cpu",
         unsloth=module,
         note=note,
-        bf16=bool(capability and capability >= (8, 0)),
+        bf16=cuda and bf16_capable(capability),
         compute_capability=capability,
         gpu_name=torch.cuda.get_device_name(index) if cuda else None,
     )
@@ -292,11 +279,3 @@ def install_cpu_logprob_fallback() -> bool:
     _LogProbDispatch.kernel = current
     trl_utils._ChunkedLogProbFunction = _LogProbDispatch
     return True
-
-
-def accepted_keywords(function) -> tuple[set[str], bool]:
-    """Named parameters of a callable and whether it also takes **kwargs (used by the contract tests)."""
-    parameters = inspect.signature(function).parameters.values()
-    names = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-    return names, any(p.kind is p.VAR_KEYWORD for p in parameters)
-

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 from transformers import TrainerCallback
 
 GIB = float(1 << 30)
@@ -89,18 +90,15 @@ class MemoryProbe:
         return out
 
 
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
-
 def _rss_gib() -> float:
     try:
-        with open("/proc/self/statm", "rb") as handle:
-            return int(handle.read().split()[1]) * _PAGE / GIB
-    except (OSError, ValueError, IndexError):
+        return psutil.Process().memory_info().rss / GIB
+    except (psutil.Error, OSError):
         return _peak_rss_gib()
 
 
 def _peak_rss_gib() -> float:
+    # psutil has no process peak on Linux; the kernel's high-water mark comes through getrusage
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     # kilobytes on Linux, bytes on macOS
     return peak / GIB if sys.platform == "darwin" else peak * 1024 / GIB

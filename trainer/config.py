@@ -5,17 +5,12 @@ from __future__ import annotations
 
 import os
 
-# Where the launcher's vLLM server listens in server mode (launcher.distributed sets both for the attempt).
-ENV_VLLM_HOST = "GRPO_VLLM_HOST"
-ENV_VLLM_PORT = "GRPO_VLLM_PORT"
-# Seconds the trainer waits for the server to answer. The launcher starts training only once it does; the
-# margin is for a server started by hand together with training (loading a large model takes minutes).
-VLLM_SERVER_TIMEOUT_S = 900
+from launcher.contract import DEFAULT_VLLM_PORT, ENV_VLLM_HOST, ENV_VLLM_PORT, VLLM_SERVER_TIMEOUT_S
 
 
 def grpo_config_kwargs(profile, output_dir: str, *, device: str, bf16: bool, use_vllm: bool) -> dict:
     """Keywords for trl.GRPOConfig. `device` is where training runs ("cuda" or "cpu"); `bf16` whether the
-    card supports bfloat16 (compute capability >= 8.0); `use_vllm` whether generation goes through vLLM."""
+    card supports bfloat16 (launcher.contract.bf16_capable); `use_vllm` whether generation goes through vLLM."""
     on_cpu = device == "cpu"
     kwargs = {
         "output_dir": output_dir,
@@ -60,7 +55,7 @@ def grpo_config_kwargs(profile, output_dir: str, *, device: str, bf16: bool, use
         if profile.uses_vllm_server:
             kwargs["vllm_mode"] = "server"
             kwargs["vllm_server_host"] = os.environ.get(ENV_VLLM_HOST, "127.0.0.1")
-            kwargs["vllm_server_port"] = int(os.environ.get(ENV_VLLM_PORT, "8000"))
+            kwargs["vllm_server_port"] = int(os.environ.get(ENV_VLLM_PORT) or DEFAULT_VLLM_PORT)
             kwargs["vllm_server_timeout"] = VLLM_SERVER_TIMEOUT_S
         elif profile.distributed:
             # TRL's own engine in every training process, the model split over groups of them

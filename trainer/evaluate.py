@@ -1,21 +1,12 @@
 """Accuracy on the task's test split, greedy: through vLLM (with the LoRA as a request) where Unsloth
-started it, through `generate` otherwise. Answers are read with the accuracy reward's own extraction."""
+started it, through `generate` otherwise. An answer is judged by the accuracy reward's own rule
+(rewards.is_correct), so the accuracy reported and the reward trained on never disagree."""
 
 from __future__ import annotations
 
-import math
-
-from rewards import extract_answer, parse_number
+from rewards import is_correct
 
 EXAMPLES_KEPT = 3
-
-
-def is_correct(completion: str, gold: str) -> bool:
-    stated = parse_number(extract_answer(completion) or "")
-    expected = parse_number(str(gold))
-    if stated is None or expected is None:
-        return False
-    return math.isclose(stated, expected, rel_tol=1e-9, abs_tol=1e-6)
 
 
 def score(completions: list[str], golds: list[str]) -> dict:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-ENV = "GRPO_INJECT_OOM"
+from launcher.contract import ENV_INJECT_OOM
 GIB = float(1 << 30)
 MIB = float(1 << 20)
 # Cards the message may describe when there is no real one to read.
@@ -23,15 +23,15 @@ def parse_inject(text: str | None) -> dict[str, int]:
         name, _, step = part.partition("@")
         name = name.strip()
         if not name:
-            raise ValueError(f"{ENV}={text!r}: empty profile name (expected NAME[@STEP][,NAME[@STEP]...])")
+            raise ValueError(f"{ENV_INJECT_OOM}={text!r}: empty profile name (expected NAME[@STEP][,NAME[@STEP]...])")
         if step.strip():
             try:
                 value = int(step)
             except ValueError:
-                raise ValueError(f"{ENV}={text!r}: step {step!r} of {name!r} is not a whole number "
+                raise ValueError(f"{ENV_INJECT_OOM}={text!r}: step {step!r} of {name!r} is not a whole number "
                                  "(expected NAME[@STEP])") from None
             if value < 1:
-                raise ValueError(f"{ENV}={text!r}: step of {name!r} must be >= 1")
+                raise ValueError(f"{ENV_INJECT_OOM}={text!r}: step of {name!r} must be >= 1")
         else:
             value = 1
         targets[name] = value
@@ -40,7 +40,7 @@ def parse_inject(text: str | None) -> dict[str, int]:
 
 def injected_step(profile_name: str, environ=None) -> int | None:
     environ = os.environ if environ is None else environ
-    return parse_inject(environ.get(ENV)).get(profile_name)
+    return parse_inject(environ.get(ENV_INJECT_OOM)).get(profile_name)
 
 
 def _size(n_bytes: float) -> str:

@@ -35,19 +35,6 @@ def reward_figures(rows: list[dict], reward_names: list[str]) -> dict:
     return out
 
 
-def read_metrics(path: Path) -> list[dict]:
-    rows = []
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            line = line.strip()
-            if line:
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue  # a line cut short by a hard stop
-    return rows
-
-
 def _memory_series(rows: list[dict], device: str):
     key = "peak_reserved_gib" if device == "cuda" else "rss_gib"
     label = "peak reserved (torch)" if device == "cuda" else "process RSS"

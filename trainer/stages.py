@@ -1,0 +1,174 @@
+"""HOW one attempt trains, stage by stage: load (backend, model, data), build the GRPO trainer, train, finish
+(save, evaluate, summary and report). trainer.run strings them together and records the outcome.
+
+Each stage imports the heavy libraries inside itself, after `load` has opened the backend: the order is
+the one trainer.backends states.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from launcher import contract
+from launcher.contract import INTERRUPTED, OK
+from launcher.errors import UsageError
+from trainer.run import AttemptState, build_summary, say
+
+
+@dataclass
+class Loaded:
+    """What the load stage gives the others."""
+    backend: Any
+    model: Any
+    tokenizer: Any
+    train_rows: list
+    dropped: int
+    eval_rows: list
+    unsloth_vllm: bool  # Unsloth's own vLLM engine generates (single GPU)
+    use_vllm: bool      # generation goes through vLLM at all (Unsloth's, or TRL's under accelerate)
+
+
+@dataclass
+class Session:
+    """The trainer and the callbacks whose records the finish stage reads."""
+    trainer: Any
+    reward_names: list
+    telemetry: Any = None
+    progress: Any = None
+
+
+def load(state: AttemptState) -> Loaded:
+    """The backend, the model and tokenizer, and the training and test rows that fit max_prompt_length."""
+    profile = state.profile
+    from trainer.backends import load_model, open_backend
+
+    backend = open_backend(profile)  # first: see trainer.backends for the import order
+    from tasks import load_task
+    from tasks.prompts import filter_by_length
+    from trainer.callbacks import MemoryProbe
+
+    state.memory = MemoryProbe(backend.device)
+    train_rows = load_task(profile.dataset, "train", limit=profile.train_samples, seed=profile.seed)
+    eval_rows = load_task(profile.dataset, "test", limit=profile.eval_samples, seed=profile.seed) \
+        if profile.eval_samples and state.main else []
+    model_path = profile.model
+    if profile.model == "tiny":
+        from trainer.tiny import ensure_tiny
+
+        model_path = str(ensure_tiny(profile.dataset, seed=profile.seed))
+    if state.main:
+        say(f"attempt '{profile.name}': {backend.name} on {backend.gpu_name or 'CPU'}, model {profile.model}, "
+            f"estimate {state.estimate_gib if state.estimate_gib is not None else 'n/a'} GiB")
+    model, tokenizer = load_model(backend, profile, model_path)
+
+    kept, dropped = filter_by_length(train_rows, tokenizer, profile.max_prompt_length)
+    if not kept:
+        raise UsageError(f"dataset '{profile.dataset}': every prompt is longer than max_prompt_length "
+                         f"({profile.max_prompt_length} tokens) (fix: raise max_prompt_length)")
+    # test prompts obey the same limit: prompt + completion must fit max_seq_length (vLLM's max_model_len)
+    eval_rows, eval_dropped = filter_by_length(eval_rows, tokenizer, profile.max_prompt_length)
+    if state.main:
+        say(f"dataset {profile.dataset}: {len(kept)} training prompts ({dropped} dropped as longer than "
+            f"max_prompt_length {profile.max_prompt_length}), {len(eval_rows)} test prompts "
+            f"({eval_dropped} dropped)")
+    # Unsloth's engine on one GPU; TRL's (colocated, or the launcher's server) under accelerate
+    unsloth_vllm = backend.name == "unsloth" and profile.fast_inference
+    use_vllm = unsloth_vllm or (profile.distributed and profile.fast_inference and backend.device == "cuda")
+    return Loaded(backend, model, tokenizer, kept, dropped, eval_rows, unsloth_vllm, use_vllm)
+
+
+def evaluate_rows(state: AttemptState, loaded: Loaded, rows: list, lora_path: str | None = None) -> dict:
+    """Accuracy on `rows`: through Unsloth's engine when there is one, else through `generate`."""
+    from trainer.evaluate import evaluate
+
+    return evaluate(loaded.model, loaded.tokenizer, rows, max_new_tokens=state.profile.max_completion_length,
+                    use_vllm=loaded.unsloth_vllm, lora_path=lora_path)
+
+
+def build_trainer(state: AttemptState, loaded: Loaded, signals) -> Session:
+    """TRL's GRPOTrainer with the profile's rewards, settings and our callbacks."""
+    profile = state.profile
+    from datasets import Dataset
+    from transformers import PrinterCallback
+    from trl import GRPOTrainer
+
+    from rewards import get_reward_funcs
+    from trainer.callbacks import Progress, StopOnSignal, TelemetryCallback
+    from trainer.config import build_grpo_config
+    from trainer.inject import make_injector
+
+    reward_funcs, _weights = get_reward_funcs(profile.rewards)  # the weights go in through the config
+    reward_names = [f.__name__ for f in reward_funcs]
+    args = build_grpo_config(profile, str(state.attempt_dir), device=loaded.backend.device,
+                             bf16=loaded.backend.bf16, use_vllm=loaded.use_vllm)
+    session = Session(trainer=None, reward_names=reward_names)
+    callbacks = [StopOnSignal(signals)]
+    if state.main:
+        session.progress = Progress(profile.name, profile.max_steps, loaded.backend.device)
+        session.telemetry = TelemetryCallback(state.attempt_dir / contract.METRICS_FILE, reward_names,
+                                              state.memory, session.progress)
+        callbacks.insert(0, session.telemetry)
+    injector = make_injector(profile, state.estimate_gib)
+    if injector is not None:
+        callbacks.append(injector)
+    session.trainer = GRPOTrainer(model=loaded.model, reward_funcs=reward_funcs, args=args,
+                                  train_dataset=Dataset.from_list(loaded.train_rows),
+                                  processing_class=loaded.tokenizer, callbacks=callbacks)
+    session.trainer.remove_callback(PrinterCallback)  # our progress line replaces its raw dict per step
+    state.trainer = session.trainer
+    return session
+
+
+def train(state: AttemptState, session: Session) -> float:
+    """Run (or resume) training; the seconds it took."""
+    started = time.time()
+    try:
+        session.trainer.train(resume_from_checkpoint=state.resume_from)
+    finally:
+        if session.progress is not None:
+            session.progress.close()
+        if session.telemetry is not None:
+            session.telemetry.close()
+    return time.time() - started
+
+
+def finish(state: AttemptState, loaded: Loaded, session: Session, before: dict, train_seconds: float,
+           signals) -> str:
+    """Save the adapter (every rank takes part where ZeRO holds pieces of it), then, on rank 0, evaluate
+    the trained model and write the summary, plots and report."""
+    profile, attempt_dir, model, tokenizer = state.profile, state.attempt_dir, loaded.model, loaded.tokenizer
+    adapter_dir = attempt_dir / contract.ADAPTER_DIR
+    if profile.distributed:
+        session.trainer.save_model(str(adapter_dir))  # ZeRO gathers the weights; the main process writes
+    elif state.main:
+        model.save_pretrained(str(adapter_dir))
+        tokenizer.save_pretrained(str(adapter_dir))
+    if signals.stopped:
+        return INTERRUPTED
+    if not state.main:
+        return OK
+    if profile.save_merged and loaded.backend.device == "cuda" and hasattr(model, "save_pretrained_merged"):
+        model.save_pretrained_merged(str(attempt_dir / "merged"), tokenizer, save_method="merged_16bit")
+
+    eval_rows = loaded.eval_rows
+    if profile.zero_stage == 3 and eval_rows:
+        # ZeRO-3 keeps each weight in pieces across the ranks: generating alone would wait on them forever
+        say("note: no evaluation after training under ZeRO-3 (the weights are partitioned across the ranks)")
+        eval_rows = []
+    after = evaluate_rows(state, loaded, eval_rows, lora_path=str(adapter_dir) if profile.uses_lora else None)
+    rows = session.telemetry.rows
+    summary = build_summary(state, loaded.backend, rows, session.reward_names, before, after, train_seconds,
+                            len(loaded.train_rows), loaded.dropped, OK)
+    from trainer.report import write_plots, write_report
+
+    summary["plots"] = write_plots(attempt_dir, rows, session.reward_names, loaded.backend.device,
+                                   state.estimate_gib, profile.name)
+    write_report(attempt_dir, summary)
+    say(f"attempt '{profile.name}' done: {summary['steps']} steps in {train_seconds:.1f} s, reward "
+        f"{summary['rewards']['total']['first']} -> {summary['rewards']['total']['last']}, accuracy "
+        f"{before['accuracy']} -> {after['accuracy']}, peak "
+        f"{summary['memory']['peak_gib']:.2f} GiB ({summary['memory']['measure']}); report: "
+        f"{attempt_dir / 'report.md'}")
+    return OK
