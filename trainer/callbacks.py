@@ -252,3 +252,20 @@ class StopOnSignal(TrainerCallback):
             control.should_save = True
             control.should_training_stop = True
         return control
+
+
+class MarkCheckpointComplete(TrainerCallback):
+    """After the trainer has written checkpoint-N, flush it to disk and add the completeness marker
+    (launcher.contract): a folder cut short by a kill or a full disk never looks resumable."""
+
+    def on_save(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero:
+            return control
+        from pathlib import Path
+
+        from launcher.contract import CHECKPOINT_PREFIX, mark_checkpoint_complete
+
+        folder = Path(args.output_dir) / f"{CHECKPOINT_PREFIX}{state.global_step}"
+        if folder.is_dir():
+            mark_checkpoint_complete(folder)
+        return control

@@ -95,7 +95,7 @@ def build_trainer(state: AttemptState, loaded: Loaded, signals) -> Session:
     from trl import GRPOTrainer
 
     from rewards import get_reward_funcs
-    from trainer.callbacks import Progress, StopOnSignal, TelemetryCallback
+    from trainer.callbacks import MarkCheckpointComplete, Progress, StopOnSignal, TelemetryCallback
     from trainer.config import build_grpo_config
     from trainer.inject import make_injector
 
@@ -104,7 +104,7 @@ def build_trainer(state: AttemptState, loaded: Loaded, signals) -> Session:
     args = build_grpo_config(profile, str(state.attempt_dir), device=loaded.backend.device,
                              bf16=loaded.backend.bf16, use_vllm=loaded.use_vllm)
     session = Session(trainer=None, reward_names=reward_names)
-    callbacks = [StopOnSignal(signals)]
+    callbacks = [StopOnSignal(signals), MarkCheckpointComplete()]
     if state.main:
         session.progress = Progress(profile.name, profile.max_steps, loaded.backend.device)
         session.telemetry = TelemetryCallback(state.attempt_dir / contract.METRICS_FILE, reward_names,
