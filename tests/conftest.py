@@ -16,3 +16,23 @@ def gsm8k_dir() -> Path:
     if not all((GSM8K_DIR / f"{split}.jsonl").is_file() for split in ("train", "test")):
         pytest.skip("GSM8K data not found at ../shared/data/gsm8k (train.jsonl, test.jsonl) next to the repository")
     return GSM8K_DIR
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A folder on its own 1 MiB tmpfs, to fill up (needs the right to mount: skipped where it is refused)."""
+    import shutil
+    import subprocess
+
+    folder = tmp_path / "disk"
+    folder.mkdir()
+    if shutil.which("mount") is None:
+        pytest.skip("no `mount` command: cannot make a small disk")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({done.stderr.strip() or done.returncode})")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
