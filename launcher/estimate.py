@@ -7,12 +7,17 @@ logits of the GRPO loss, vLLM's reservation (utilisation x the card's total memo
 KV cache of transformers' generate, and the CUDA context. A cpu profile is estimated the same way in host
 RAM (fp32, no CUDA context, no vLLM).
 
-Two trainer paths count the logits differently, as each library does:
-  "unsloth" (every cuda profile): Unsloth's GRPO loss works one sequence at a time and keeps two 16-bit
-      tensors of completion x vocab (its own published accounting: 9.8 GiB at 20K tokens x 128K vocab);
-  "trl" (plain TRL, and the CPU path): batch x completion x vocab logits in 16-bit, their fp32 upcast and
-      the fp32 log-softmax: 10 bytes per logit (trl #3678 measured 310 MB of fp32 logits for 2 x 256 x
-      151,665).
+Two trainer paths count the training pass differently, as each library runs it:
+  "unsloth" (every cuda profile): fused kernels; Unsloth's GRPO loss works one sequence at a time and
+      keeps two 16-bit tensors of completion x vocab (its own published accounting: 9.8 GiB at 20K tokens x
+      128K vocab);
+  "trl" (plain TRL 1.15 + PEFT: multi-GPU profiles; launcher/estimate_trl.py): transformers' modules
+      block by block, TRL's chunked LM head (a tile, never the full logits), torch's bf16 moments and
+      foreach step for full fine-tuning, and what never peaks together (peak_overlap, negative). Each term
+      is held within 10% of a simulated step (benchmarks/estimator_vs_simulation.md). The CPU path (fp32,
+      torch's log-prob fallback) keeps the materialised count: 12 bytes per logit.
+
+Constants and formulas live in launcher/estimate_parts.py (re-exported here).
 """
 
 from __future__ import annotations

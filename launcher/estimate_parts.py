@@ -28,7 +28,9 @@ TORCH_OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "sgd")  # state in the p
 
 # Logits (bytes per element of completion x vocab)
 UNSLOTH_LOGIT_BYTES = 2 * HALF_BYTES     # two 16-bit tensors, one sequence at a time
-TRL_LOGIT_BYTES = HALF_BYTES + FULL_BYTES + FULL_BYTES  # 16-bit logits, fp32 upcast, fp32 log-softmax
+# Materialised logits (TRL before its fused head, and the CPU path's torch fallback): the fp32 log-softmax kept
+# for backward, then its gradient and the softmax in backward (a simulated step peaks at 12 B per logit)
+TRL_LOGIT_BYTES = 3 * FULL_BYTES
 
 # vLLM (colocated through Unsloth's fast_inference)
 VLLM_FIXED_GIB = 0.5          # CUDA graphs and vLLM's non-torch memory

@@ -16,8 +16,9 @@ holds the comparison and tests/test_estimator_simulation.py keeps it within 10%.
 - TRL 1.15 scores completions through a chunked LM head: one (4096 tokens x 32768 vocabulary) 16-bit tile
   at a time, a copy of the scored hidden states, and in backward their fp32 gradient; full fine-tuning
   accumulates the head's weight gradient in fp32 (4 bytes x vocab x hidden).
-- Full fine-tuning: the embedding's gradient arrives last as a dense (vocab x hidden) tensor; torch's
-  AdamW (foreach, the CUDA default) makes one moment-sized temporary for every parameter at the step.
+- Full fine-tuning: a tied embedding's gradient arrives last as a dense (vocab x hidden) tensor added to
+  the head's; torch's AdamW (foreach, the CUDA default) makes one moment-sized temporary for every
+  parameter at the step.
 """
 
 from __future__ import annotations
@@ -74,8 +75,9 @@ def training_pass(arch: Architecture, batch: int, seq: int, completion: int, lor
     if checkpointing:
         extra = (8 if lora else 4) * arch.intermediate + 2 * arch.hidden
         recompute = tokens * (block + extra)
-        if not lora:
-            recompute = max(recompute, HALF * arch.embedding_params)  # the embedding's dense gradient
+        if not lora and arch.tied_embeddings:
+            # the embedding's dense gradient, summed into the head's (tied) gradient at the end
+            recompute = max(recompute, HALF * arch.embedding_params)
         comp = {"activations": recompute, "activation_checkpoints": stored + arch.layers * tokens * HALF * arch.hidden}
     else:
         comp = {"activations": stored + arch.layers * tokens * block, "activation_checkpoints": 0.0}
