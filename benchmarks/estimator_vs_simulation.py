@@ -99,11 +99,17 @@ def cell(e: float, s: float) -> str:
 
 
 def section(title: str, rows: list[tuple[tuple, dict, dict]]) -> str:
-    head = ("| model | tuning | GC | tokens | weights | lora | gradients | optimizer | activations or checkpoints "
-            "| recompute | head | total / peak |")
-    lines = [f"## {title}", "", "GiB, estimate / simulation (error).", "", head, "|" + "---|" * 12]
+    """One table per model; the last column is the estimator's own peak terms (no simulated counterpart:
+    the optimizer step's temporaries and, negative, what never peaks together), which its total includes."""
+    head = ("| tuning | GC | tokens | weights | lora | gradients | optimizer | activations or checkpoints "
+            "| recompute | head | total / peak | step, overlap |")
+    lines = [f"## {title}", "", "GiB, estimate / simulation (error)."]
     worst: dict[str, float] = {}
+    model_now = None
     for (model, lora_rank, gc, prompt, completion), est, sim in rows:
+        if model != model_now:
+            lines += ["", f"### {model.split('/')[-1]}", "", head, "|" + "---|" * 12]
+            model_now = model
         named = {name: (e, s) for name, e, s in pairs(est, sim, gc)}
         for name, (e, s) in named.items():
             err = error(e, s)
@@ -112,10 +118,11 @@ def section(title: str, rows: list[tuple[tuple, dict, dict]]) -> str:
                 worst[key] = max(worst.get(key, 0.0), abs(err))
         act = named.get("checkpoints") or named["activations"]
         recompute = cell(*named["recompute"]) if gc else "–"
-        lines.append(f"| {model.split('/')[-1]} | {'LoRA r16' if lora_rank else 'full'} | {'on' if gc else 'off'} "
+        own = f"{est['optimizer_step'] / GIB:.3f}, {est['peak_overlap'] / GIB:.3f}"
+        lines.append(f"| {'LoRA r16' if lora_rank else 'full'} | {'on' if gc else 'off'} "
                      f"| {prompt}+{completion} | {cell(*named['weights'])} | {cell(*named['lora'])} "
                      f"| {cell(*named['gradients'])} | {cell(*named['optimizer'])} | {cell(*act)} | {recompute} "
-                     f"| {cell(*named['head'])} | {cell(*named['total/peak'])} |")
+                     f"| {cell(*named['head'])} | {cell(*named['total/peak'])} | {own} |")
     lines += ["", "Worst absolute error by component: " + ", ".join(
         f"{k} {v * 100:.0f}%" for k, v in worst.items()), ""]
     return "\n".join(lines)
@@ -137,10 +144,10 @@ context, the caching allocator's slack, kernel workspaces, vLLM or generate, 4-b
 
 def write(title: str, body: str) -> None:
     text = OUTPUT.read_text() if OUTPUT.exists() else HEADER
-    sections = dict(re.findall(r"(?ms)^## (\w+)\n(.*?)(?=^## |\Z)", text))
+    sections = dict(re.findall(r"(?ms)^## (before|after)\n(.*?)(?=^## |\Z)", text))
     sections[title] = body.split("\n", 1)[1]
     order = [t for t in ("before", "after") if t in sections]
-    OUTPUT.write_text(HEADER + "\n" + "".join(f"## {t}\n{sections[t]}" for t in order).rstrip() + "\n")
+    OUTPUT.write_text(HEADER + "\n" + "\n".join(f"## {t}\n{sections[t].rstrip()}\n" for t in order))
 
 
 def main(argv=None) -> int:
