@@ -7,12 +7,17 @@ logits of the GRPO loss, vLLM's reservation (utilisation x the card's total memo
 KV cache of transformers' generate, and the CUDA context. A cpu profile is estimated the same way in host
 RAM (fp32, no CUDA context, no vLLM).
 
-Two trainer paths count the logits differently, as each library does:
-  "unsloth" (every cuda profile): Unsloth's GRPO loss works one sequence at a time and keeps two 16-bit
-      tensors of completion x vocab (its own published accounting: 9.8 GiB at 20K tokens x 128K vocab);
-  "trl" (plain TRL, and the CPU path): batch x completion x vocab logits in 16-bit, their fp32 upcast and
-      the fp32 log-softmax: 10 bytes per logit (trl #3678 measured 310 MB of fp32 logits for 2 x 256 x
-      151,665).
+Two trainer paths count the training pass differently, as each library runs it:
+  "unsloth" (every cuda profile): fused kernels; Unsloth's GRPO loss works one sequence at a time and
+      keeps two 16-bit tensors of completion x vocab (its own published accounting: 9.8 GiB at 20K tokens x
+      128K vocab);
+  "trl" (plain TRL 1.15 + PEFT: multi-GPU profiles; launcher/estimate_trl.py): transformers' modules
+      block by block, TRL's chunked LM head (a tile, never the full logits), torch's bf16 moments and
+      foreach step for full fine-tuning, and what never peaks together (peak_overlap, negative). Each term
+      is held within 10% of a simulated step (benchmarks/estimator_vs_simulation.md). The CPU path (fp32,
+      torch's log-prob fallback) keeps the materialised count: 12 bytes per logit.
+
+Constants and formulas live in launcher/estimate_parts.py (re-exported here).
 """
 
 from __future__ import annotations
@@ -20,45 +25,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from launcher.catalog import Architecture, resolve
-
-GIB = 1024 ** 3
-
-# Fixed costs
-CUDA_CONTEXT_GIB = 0.75      # CUDA context + cuBLAS workspace + allocator slack (public range 0.5-1.0 GiB)
-PYTHON_RUNTIME_GIB = 0.6     # CPU: torch + transformers + TRL imported (about 600 MB RSS measured)
-
-# Bytes per parameter
-NF4_BYTES = 0.5625           # bitsandbytes NF4: 4 bits + one 16-bit scale per 64 weights
-HALF_BYTES = 2
-FULL_BYTES = 4
-OPTIMIZER_BYTES = {          # per trainable parameter
-    "adamw_torch": 8, "adamw_torch_fused": 8, "paged_adamw_32bit": 8,   # two fp32 moments
-    "adamw_8bit": 2, "adamw_bnb_8bit": 2, "paged_adamw_8bit": 2,        # two 8-bit moments (+ block scales)
-    "adafactor": 0.5,        # factored second moment only: rows + columns, far under 1 B/param; 0.5 is generous
-    "sgd": 0,                # plain SGD (TRL's default: no momentum) keeps no state
-}
-
-# Logits (bytes per element of completion x vocab)
-UNSLOTH_LOGIT_BYTES = 2 * HALF_BYTES     # two 16-bit tensors, one sequence at a time
-TRL_LOGIT_BYTES = HALF_BYTES + FULL_BYTES + FULL_BYTES  # 16-bit logits, fp32 upcast, fp32 log-softmax
-
-# vLLM (colocated through Unsloth's fast_inference)
-VLLM_FIXED_GIB = 0.5          # CUDA graphs and vLLM's non-torch memory
-VLLM_PREFILL_TOKENS = 8192    # Unsloth's chunked-prefill budget: the profiling forward vLLM measures
-VLLM_SAMPLER_SEQS = 256       # max_num_seqs: the sampler holds fp32 logits for this many sequences
-# UNSLOTH_VLLM_STANDBY replaces gpu_memory_utilization with its own tier (about 0.76 on 16 GB, 0.88 on 80 GB)
-STANDBY_UTILISATION = ((16.0, 0.76), (80.0, 0.88))
-
-
-# Scale-out (accelerate + DeepSpeed). Bucket sizes are the ones launcher/distributed.py writes into the
-# DeepSpeed configuration, in elements; the estimate and the configuration must agree.
-ZERO_BUCKET_ELEMENTS = 50_000_000      # reduce_bucket_size and allgather_bucket_size (stages 1-2)
-ZERO3_PREFETCH_ELEMENTS = 50_000_000   # stage3_prefetch_bucket_size
-ZERO3_MAX_LIVE_ELEMENTS = 100_000_000  # stage3_max_live_parameters: gathered parameters held at once
-COLLECTIVE_BUFFERS_GIB = 0.25          # NCCL's communicator buffers per GPU (a few MiB per channel and peer)
-# DeepSpeed's mixed precision (ZeRO paper): 16-bit parameters and gradients, and an fp32 master copy of the
-# trained parameters beside the optimizer's moments.
-MASTER_BYTES = FULL_BYTES
+from launcher.estimate_trl import peak_overlap
+from launcher.estimate_parts import (  # noqa: F401 - re-exported: other modules import them from here
+    GIB, CUDA_CONTEXT_GIB, PYTHON_RUNTIME_GIB, NF4_BYTES, HALF_BYTES, FULL_BYTES, OPTIMIZER_BYTES,
+    UNSLOTH_LOGIT_BYTES, TRL_LOGIT_BYTES, VLLM_FIXED_GIB, VLLM_PREFILL_TOKENS, VLLM_SAMPLER_SEQS,
+    STANDBY_UTILISATION, ZERO_BUCKET_ELEMENTS, ZERO3_PREFETCH_ELEMENTS, ZERO3_MAX_LIVE_ELEMENTS,
+    COLLECTIVE_BUFFERS_GIB, MASTER_BYTES, weights_bytes, activation_bytes_per_token_layer, logits_bytes,
+    standby_utilisation, vllm_workspace_bytes, sequence_tokens, model_states, training_pass,
+    generate_kv_cache, cpu_process, vllm_sizes, zero_model_state_bytes, layer_params)
 
 
 @dataclass
@@ -93,130 +67,6 @@ class Estimate:
         return out
 
 
-# ---------------------------------------------------------------------------------------------------
-# Pieces, each usable on its own (the tests check them against hand computations)
-
-def weights_bytes(arch: Architecture, load_in_4bit: bool, device: str = "cuda") -> float:
-    """The base model as loaded. NF4 shrinks the blocks' linear layers; embeddings, an untied lm_head and
-    the norms stay 16-bit. On CPU the model is fp32."""
-    if device == "cpu":
-        return arch.computed_params * FULL_BYTES
-    if load_in_4bit:
-        rest = arch.embedding_params + arch.lm_head_params + arch.norm_params
-        return arch.linear_params * NF4_BYTES + rest * HALF_BYTES
-    return arch.computed_params * HALF_BYTES
-
-
-def activation_bytes_per_token_layer(arch: Architecture, element_bytes: int = HALF_BYTES,
-                                     backend: str = "unsloth") -> float:
-    """What one decoder block keeps for the backward pass per token (FlashAttention/SDPA: no s^2 scores).
-
-    unsloth (fused RMSNorm, RoPE and SwiGLU kernels): both norms' input and output (4h), q and the attention
-        output (2q), k and v (2kv), gate, up and their product (3i).
-    trl (transformers' modules): each RMSNorm keeps an fp32 copy of its input, the fp32 normalised tensor
-        and its 16-bit cast (5h per norm, 10h), RoPE keeps q, k and their rotated halves besides the
-        rotated q, k and v (4q, 4kv), SwiGLU keeps gate, SiLU(gate), up and the product (4i).
-    """
-    h, q, kv, i = arch.hidden, arch.q_dim, arch.kv_dim, arch.intermediate
-    if backend == "unsloth":
-        return element_bytes * (4 * h + 2 * q + 2 * kv + 3 * i)
-    return element_bytes * (10 * h + 4 * q + 4 * kv + 4 * i)
-
-
-def logits_bytes(batch: int, tokens: int, vocab: int, backend: str) -> float:
-    if backend == "unsloth":
-        return tokens * vocab * UNSLOTH_LOGIT_BYTES
-    return batch * tokens * vocab * TRL_LOGIT_BYTES
-
-
-def standby_utilisation(total_gib: float) -> float:
-    (low_gib, low), (high_gib, high) = STANDBY_UTILISATION
-    if total_gib <= low_gib:
-        return low
-    if total_gib >= high_gib:
-        return high
-    return low + (high - low) * (total_gib - low_gib) / (high_gib - low_gib)
-
-
-def vllm_workspace_bytes(arch: Architecture) -> float:
-    """vLLM's memory besides weights and KV cache: graphs, the profiling forward, the sampler's logits."""
-    prefill = VLLM_PREFILL_TOKENS * HALF_BYTES * (arch.hidden + 2 * arch.intermediate)
-    sampler = VLLM_SAMPLER_SEQS * arch.vocab * FULL_BYTES
-    return VLLM_FIXED_GIB * GIB + prefill + sampler
-
-
-# ---------------------------------------------------------------------------------------------------
-# Parts that the single-device and the data-parallel estimates count the same way (bytes)
-
-def _sequence_tokens(profile) -> int:
-    return profile.max_prompt_length + profile.max_completion_length
-
-
-def _model_states(profile, arch: Architecture, weights: float, element: int, notes: list[str], world: int = 1,
-                  stage: int = 0) -> dict[str, float]:
-    """What is trained (LoRA adapters or every parameter), its gradients and optimizer state, ZeRO's buckets,
-    and the reference copy of `weights` (the weights one GPU holds) for full fine-tuning with beta > 0. One
-    process is the ZeRO accounting at world size 1, stage 0, without DDP's bucket copy."""
-    if profile.uses_lora:
-        trainable = arch.lora_params(profile.lora_rank, profile.target_modules)
-    else:
-        trainable = arch.computed_params
-        notes.append("full fine-tuning: every parameter has a gradient and optimizer state")
-    comp = zero_model_state_bytes(trainable, profile.optim, world, stage, profile.uses_lora, element)
-    if world == 1:
-        comp.pop("gradient_buckets", None)  # one process: no DDP wrapper, no bucket copy
-    if stage in (1, 2):
-        comp["zero_buckets"] = 2 * HALF_BYTES * min(ZERO_BUCKET_ELEMENTS, trainable)
-    elif stage == 3:
-        comp["zero_buckets"] = HALF_BYTES * min(ZERO_BUCKET_ELEMENTS, trainable)
-    comp["reference"] = weights if (profile.beta > 0 and not profile.uses_lora) else 0.0
-    return comp
-
-
-def _training_pass(profile, arch: Architecture, element: int, backend: str, notes: list[str],
-                   offload: bool) -> tuple[dict[str, float], float]:
-    """(activations, activation checkpoints and logits of one micro-batch, bytes offloaded to host RAM).
-    `offload`: Unsloth's gradient_checkpointing "unsloth" moves the checkpoints to host RAM (on a GPU)."""
-    micro_tokens = profile.per_device_train_batch_size * _sequence_tokens(profile)
-    per_token_layer = activation_bytes_per_token_layer(arch, element, backend)
-    hidden_state = micro_tokens * arch.hidden * element  # one layer's input: what a checkpoint keeps
-    mode = profile.gradient_checkpointing
-    host_offload = 0.0
-    if mode == "false":
-        comp = {"activations": arch.layers * micro_tokens * per_token_layer, "activation_checkpoints": 0.0}
-    else:
-        # the layer being recomputed holds its full activations
-        comp = {"activations": micro_tokens * per_token_layer}
-        checkpoints = arch.layers * hidden_state
-        if mode == "unsloth" and offload:
-            comp["activation_checkpoints"] = 2 * hidden_state  # in-flight copies to and from host RAM
-            host_offload = checkpoints
-            notes.append(f"Unsloth offloads activation checkpoints ({checkpoints / GIB:.2f} GiB) to host RAM")
-        else:
-            comp["activation_checkpoints"] = checkpoints
-    comp["logits"] = logits_bytes(profile.per_device_train_batch_size, profile.max_completion_length,
-                                  arch.vocab, backend)
-    return comp, host_offload
-
-
-def _generate_kv_cache(arch: Architecture, completions: int, seq: int, element: int) -> float:
-    """transformers' generate (no vLLM): the KV cache of `completions` full-length sequences."""
-    return completions * seq * arch.kv_bytes_per_token(element)
-
-
-def _cpu_process(arch: Architecture, completions: int, seq: int) -> dict[str, float]:
-    """What a cpu process holds besides the model and the training pass: generate's fp32 KV cache, the runtime."""
-    return {"generate_kv_cache": _generate_kv_cache(arch, completions, seq, FULL_BYTES),
-            "runtime": PYTHON_RUNTIME_GIB * GIB}
-
-
-def _vllm_sizes(profile, arch: Architecture, tp: int = 1) -> tuple[float, float, float]:
-    """(workspace, KV bytes of one token, KV bytes of one max_seq_length sequence) of one vLLM GPU holding
-    1/tp of the model."""
-    kv_token = arch.kv_bytes_per_token(HALF_BYTES) / tp
-    return vllm_workspace_bytes(arch), kv_token, profile.max_seq_length * kv_token
-
-
 def _in_gib(comp: dict[str, float], notes: list[str], vllm_share: float | None = None, host_offload: float = 0.0,
             **fields) -> Estimate:
     """The Estimate of components counted in bytes: total and every figure in GiB."""
@@ -237,21 +87,23 @@ def estimate(profile, arch: Architecture | None = None, gpu=None, backend: str |
     backend = backend or ("trl" if cpu else "unsloth")
     element = FULL_BYTES if cpu else HALF_BYTES
     notes: list[str] = []
-    seq = _sequence_tokens(profile)
+    seq = sequence_tokens(profile)
     generation_batch = profile.effective_batch  # TRL: generation_batch_size = batch x accumulation
 
     weights = weights_bytes(arch, profile.load_in_4bit and not cpu, profile.device)
     comp: dict[str, float] = {"weights": weights}
-    comp.update(_model_states(profile, arch, weights, element, notes))
+    comp.update(model_states(profile, arch, weights, element, notes, backend=backend))
     if comp["reference"]:
         notes.append("beta > 0 without LoRA: a second copy of the model serves as reference")
-    training, host_offload = _training_pass(profile, arch, element, backend, notes, offload=not cpu)
+    training, host_offload = training_pass(profile, arch, element, backend, notes, offload=not cpu)
     comp.update(training)
+    if backend == "trl" and not cpu:
+        comp["peak_overlap"] = peak_overlap(comp, arch, profile.uses_lora, profile.gradient_checkpointing != "false")
 
     vllm_share = None
     vllm_problem = None
     if cpu:
-        comp.update(_cpu_process(arch, generation_batch, seq))
+        comp.update(cpu_process(arch, generation_batch, seq))
     else:
         comp["cuda_context"] = CUDA_CONTEXT_GIB * GIB
         if profile.fast_inference:
@@ -266,7 +118,7 @@ def estimate(profile, arch: Architecture | None = None, gpu=None, backend: str |
                 comp["standby_reuse"] = -overlap
                 notes.append("vLLM standby: training reuses the sleeping KV cache")
         else:
-            comp["generate_kv_cache"] = _generate_kv_cache(arch, generation_batch, seq, HALF_BYTES)
+            comp["generate_kv_cache"] = generate_kv_cache(arch, generation_batch, seq, HALF_BYTES)
 
     return _in_gib(comp, notes, vllm_share=vllm_share, host_offload=host_offload, vllm_problem=vllm_problem,
                    memory="host" if cpu else "gpu", backend=backend)
@@ -275,7 +127,7 @@ def estimate(profile, arch: Architecture | None = None, gpu=None, backend: str |
 def _vllm_share(profile, arch: Architecture, weights: float, gpu, generation_batch: int, seq: int):
     """(reservation bytes, problem or None, note). vLLM reserves utilisation x TOTAL memory at start and
     refuses to start when that cannot hold the weights, its workspace and one full-length sequence."""
-    workspace, kv_token, one_sequence = _vllm_sizes(profile, arch)
+    workspace, kv_token, one_sequence = vllm_sizes(profile, arch)
     if gpu is None:
         # card unknown: count the least share that holds the whole generation batch at once
         share = weights + workspace + generation_batch * seq * kv_token
@@ -302,34 +154,6 @@ def _vllm_share(profile, arch: Architecture, weights: float, gpu, generation_bat
 # ---------------------------------------------------------------------------------------------------
 # More than one GPU: accelerate (DDP or DeepSpeed ZeRO) with plain TRL + PEFT, one process per GPU
 
-def zero_model_state_bytes(trainable: int, optim: str, world: int, stage: int, lora: bool,
-                           element: int = HALF_BYTES) -> dict[str, float]:
-    """Per-GPU bytes of what is trained (Psi parameters), by the ZeRO paper's partitioning.
-
-    stage 0 (DDP): as on one GPU (PEFT's fp32 adapters, or the full model in `element` bytes counted with
-        the weights), plus DDP's gradient buckets: a second, flat copy of the gradients.
-    stage >= 1 (DeepSpeed mixed precision): 16-bit parameters (2 Psi) and gradients (2 Psi), and
-        K Psi of optimizer state = fp32 master copy (4) + the optimizer's moments. Stage 1 divides the K Psi
-        by the world size, stage 2 also the gradients, stage 3 also the parameters.
-    """
-    optimizer = OPTIMIZER_BYTES[optim]
-    if stage == 0:
-        grad = FULL_BYTES if lora else element
-        return {"lora": trainable * FULL_BYTES if lora else 0.0,
-                "gradients": trainable * grad,
-                "gradient_buckets": trainable * grad,
-                "optimizer": trainable * optimizer}
-    params = trainable * HALF_BYTES
-    grads = trainable * HALF_BYTES
-    states = trainable * (MASTER_BYTES + optimizer)
-    return {"lora": (params / (world if stage >= 3 else 1)) if lora else 0.0,
-            "gradients": grads / (world if stage >= 2 else 1),
-            "optimizer": states / world}
-
-
-def layer_params(arch: Architecture) -> int:
-    return arch.linear_params // arch.layers + 2 * arch.hidden
-
 def estimate_distributed(profile, arch: Architecture, gpu=None) -> Estimate:
     """Peak memory of ONE training GPU (one process on a cpu profile) of a data-parallel run, and, in
     server mode, of one GPU of the vLLM server (`Estimate.server`)."""
@@ -340,7 +164,7 @@ def estimate_distributed(profile, arch: Architecture, gpu=None) -> Estimate:
     stage = profile.zero_stage
     notes: list[str] = []
 
-    seq = _sequence_tokens(profile)
+    seq = sequence_tokens(profile)
     rank_generation = profile.effective_batch  # each rank generates batch x accumulation completions
     unit = "process" if cpu else "GPU"
     if world > 1:
@@ -357,15 +181,17 @@ def estimate_distributed(profile, arch: Architecture, gpu=None) -> Estimate:
                                  + ZERO3_PREFETCH_ELEMENTS)
         comp["zero3_gathered"] = min(gathered, weights - comp["weights"])
         notes.append("ZeRO-3: each GPU keeps 1/world of the weights and gathers the layers it runs")
-    comp.update(_model_states(profile, arch, comp["weights"], element, notes, world, stage))
-    training, _ = _training_pass(profile, arch, element, backend, notes, offload=False)
+    comp.update(model_states(profile, arch, comp["weights"], element, notes, world, stage, backend))
+    training, _ = training_pass(profile, arch, element, backend, notes, offload=False)
     comp.update(training)
+    if stage == 0 and not cpu:
+        comp["peak_overlap"] = peak_overlap(comp, arch, profile.uses_lora, profile.gradient_checkpointing != "false")
 
     vllm_share = None
     vllm_problem = None
     server = None
     if cpu:
-        comp.update(_cpu_process(arch, rank_generation, seq))
+        comp.update(cpu_process(arch, rank_generation, seq))
     else:
         comp["cuda_context"] = CUDA_CONTEXT_GIB * GIB
         if world > 1 or profile.uses_vllm_server:
@@ -385,7 +211,7 @@ def estimate_distributed(profile, arch: Architecture, gpu=None) -> Estimate:
             notes.append(share_note)
             comp["vllm"] = vllm_share
         else:
-            comp["generate_kv_cache"] = _generate_kv_cache(arch, rank_generation, seq, HALF_BYTES)
+            comp["generate_kv_cache"] = generate_kv_cache(arch, rank_generation, seq, HALF_BYTES)
 
     return _in_gib(comp, notes, vllm_share=vllm_share, vllm_problem=vllm_problem, memory="host" if cpu else "gpu",
                    backend=backend, world_size=world, zero_stage=stage, gpus_needed=profile.gpus_needed,
@@ -404,7 +230,7 @@ def _tp_that_fits(weights: float, workspace: float, one_sequence: float, share: 
 
 def _colocated_share(profile, arch: Architecture, weights_slice: float, gpu, generation_batch: int, seq: int,
                      tp: int):
-    workspace, kv_token, one_sequence = _vllm_sizes(profile, arch, tp)
+    workspace, kv_token, one_sequence = vllm_sizes(profile, arch, tp)
     if gpu is None:
         share = weights_slice + workspace + generation_batch * seq * kv_token
         return share, None, "card unknown: colocated vLLM counted as its weights + workspace + one generation batch"
@@ -427,13 +253,13 @@ def _colocated_share(profile, arch: Architecture, weights_slice: float, gpu, gen
 def _server_estimate(profile, arch: Architecture, weights: float, gpu) -> Estimate:
     """One GPU of `trl vllm-serve`: its share holds 1/tp of the weights, the workspace and the KV cache."""
     tp = profile.vllm_tensor_parallel
-    workspace, kv_token, one_sequence = _vllm_sizes(profile, arch, tp)
+    workspace, kv_token, one_sequence = vllm_sizes(profile, arch, tp)
     comp = {"weights": weights / tp, "vllm_workspace": workspace}
     problem = None
     notes = []
     if gpu is None:
         comp["kv_cache"] = profile.effective_batch * profile.num_gpus * \
-            _sequence_tokens(profile) * kv_token
+            sequence_tokens(profile) * kv_token
         share = sum(comp.values())
     else:
         share = profile.gpu_memory_utilization * gpu.total_gib * GIB
