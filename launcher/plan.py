@@ -13,12 +13,11 @@ from launcher.catalog import resolve
 from launcher.errors import EXIT_OUT_OF_MEMORY, EXIT_OK, UsageError
 from launcher.estimate import Estimate, estimate
 from launcher.gpu import GpuInfo, Machine, precision_text
+from launcher.topology import split_over_machines, topology
 
 
 def machine_count() -> int:
-    """Machines of a multi-node run (GRPO_NUM_MACHINES, default 1); launcher.distributed reads the rest."""
-    from launcher.distributed import topology
-
+    """Machines of a multi-node run (GRPO_NUM_MACHINES, default 1); launcher.topology reads the rest."""
     return topology().num_machines
 
 # Kept free on top of the estimate: the allocator's fragmentation and the slow creep of reserved memory
@@ -122,8 +121,9 @@ def _judge(profile, est: Estimate, gpu: GpuInfo | None, machine: Machine, margin
 
 
 def split_gpus(profile, machine: Machine, machines: int = 1) -> tuple[list[GpuInfo], list[GpuInfo]]:
-    """(training GPUs, vLLM server GPUs) of this machine: training first, the server's after them."""
-    train = -(-profile.num_gpus // max(1, machines))
+    """(training GPUs, vLLM server GPUs) of this machine: training first, the server's after them.
+    UsageError for a split over machines the launcher would refuse."""
+    train = split_over_machines(profile.num_gpus, machines, profile.name)
     server = profile.vllm_server_gpus if profile.uses_vllm_server else 0
     return machine.gpus[:train], machine.gpus[train:train + server]
 
@@ -154,11 +154,21 @@ def _judge_distributed(profile, est: Estimate, train_gpus, server_gpus, margin: 
 
 
 def local_gpus_needed(profile, machines: int = 1) -> int:
-    """GPUs one machine must show: its share of the training GPUs, and the vLLM server's on the first."""
+    """GPUs one machine must show: its share of the training GPUs, and the vLLM server's on the first.
+    UsageError for a split over machines the launcher would refuse."""
     if profile.device == "cpu":
         return 0
-    per_machine = -(-profile.num_gpus // max(1, machines))
+    per_machine = split_over_machines(profile.num_gpus, machines, profile.name)
     return per_machine + (profile.vllm_server_gpus if profile.uses_vllm_server else 0)
+
+
+def _split_refusal(profile, machines: int) -> str | None:
+    """Why the launcher would refuse to divide the profile's training GPUs over the machines, else None."""
+    try:
+        split_over_machines(profile.num_gpus, machines, profile.name)
+    except UsageError as exc:
+        return str(exc)
+    return None
 
 
 def _deepspeed_installed() -> bool:
@@ -185,7 +195,8 @@ def make_plan(profiles, machine: Machine, margin_gib: float | None = None) -> Pl
     if device == "cuda":
         # A multi-GPU profile can be chosen only where its GPUs are there (or asked for with --gpus N); it is
         # still listed, with what each of its GPUs would need. Single-GPU profiles stay candidates anywhere.
-        short = sum(1 for p in profiles if local_gpus_needed(p, machines) > len(machine.gpus))
+        short = sum(1 for p in profiles if p.distributed and not _split_refusal(p, machines)
+                    and local_gpus_needed(p, machines) > len(machine.gpus))
         if short:
             notes.append(f"{short} profile(s) need more GPUs than the {len(machine.gpus)} visible: listed, not "
                          "chosen (plan for more with --gpus N)")
@@ -206,6 +217,10 @@ def make_plan(profiles, machine: Machine, margin_gib: float | None = None) -> Pl
         if profile.model not in archs:
             archs[profile.model] = resolve(profile.model)
         if profile.device == "cuda" and profile.distributed:
+            refusal = _split_refusal(profile, machines)
+            if refusal:
+                candidates.append(Candidate(profile, None, False, refusal))
+                continue
             need = local_gpus_needed(profile, machines)
             if need > len(machine.gpus):
                 # estimated as if every missing GPU were like the first one, so the table still says per GPU
