@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from launcher import oom
-from launcher.oom import classify_failure, explain, explain_file, parse_frames, read_oom, read_unsupported
+from launcher.oom import classify_failure, parse_frames, read_oom, read_unsupported
+from launcher.oom_explain import explain, explain_file
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data" / "oom"
