@@ -8,15 +8,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher import oom as oomlib
+from launcher import oom_site
 from launcher.contract import OOM, UNSUPPORTED
 from launcher.errors import UsageError
 from launcher.profiles import Profile
 
-# vLLM's share is set so that this much of the free memory stays free when it is lowered
-VLLM_HEADROOM_GIB = 0.5
-
 
 def estimate_of(candidate) -> float | None:
+    """A plan candidate's estimated total (GiB), or None when it has none."""
     est = getattr(candidate, "estimate", None)
     value = getattr(est, "total_gib", None)
     return float(value) if value is not None else None
@@ -77,7 +76,7 @@ def adjust_vllm_share(profile: Profile, report: oomlib.OomReport, machine) -> tu
     if report.vllm_problem == oomlib.VLLM_SHARE_TOO_LARGE:
         if report.free_gib is None:
             return None, {}, "the message does not say how much memory was free"
-        new = math.floor(round((report.free_gib - VLLM_HEADROOM_GIB) / total * 100, 6)) / 100
+        new = math.floor(round((report.free_gib - oomlib.VLLM_HEADROOM_GIB) / total * 100, 6)) / 100
         if new <= 0 or new >= old:
             return None, {}, f"only {oomlib.fmt_gib(report.free_gib)} was free: no smaller share helps"
     elif report.vllm_problem == oomlib.VLLM_SHARE_TOO_SMALL:
@@ -119,14 +118,14 @@ def shrink_for(profile: Profile, report: oomlib.OomReport, machine) -> tuple[Pro
     site = report.site
     if report.kind == oomlib.KIND_HOST:
         return None, {}, "host RAM ran out: a smaller GPU batch does not fix that"
-    if report.kind == oomlib.KIND_VLLM or site == oomlib.SITE_VLLM_START:
+    if report.kind == oomlib.KIND_VLLM or site == oom_site.SITE_VLLM_START:
         return adjust_vllm_share(profile, report, machine)
-    if site == oomlib.SITE_MODEL_LOAD:
+    if site == oom_site.SITE_MODEL_LOAD:
         return None, {}, "the weights alone do not fit"
-    if site == oomlib.SITE_GENERATION:
+    if site == oom_site.SITE_GENERATION:
         return None, {}, ("generation runs the whole generation batch at once: halving the per-device batch "
                           "would not change it")
-    if site == oomlib.SITE_OPTIMIZER:
+    if site == oom_site.SITE_OPTIMIZER:
         return shrink_optimizer(profile)
     # logits/log-probs, activations, backward, or a site the text does not name (GRPO's usual suspects)
     return shrink_batch(profile)

@@ -8,9 +8,10 @@ import sys
 from pathlib import Path
 
 from launcher.errors import EXIT_BAD_INPUT, EXIT_OK
-from launcher.oom import (KIND_CUDA, KIND_HOST, KIND_VLLM, SITE_BACKWARD, SITE_FORWARD, SITE_GENERATION,
-                          SITE_HOST, SITE_LOGITS, SITE_MODEL_LOAD, SITE_OPTIMIZER, SITE_UNKNOWN, SITE_VLLM_START,
-                          VLLM_SHARE_TOO_LARGE, OomReport, fmt_gib, read_oom, read_unsupported)
+from launcher.oom import (KIND_CUDA, KIND_HOST, KIND_VLLM, VLLM_HEADROOM_GIB, VLLM_SHARE_TOO_LARGE,
+                          OomReport, fmt_gib, read_oom, read_unsupported)
+from launcher.oom_site import (SITE_BACKWARD, SITE_FORWARD, SITE_GENERATION, SITE_HOST, SITE_LOGITS,
+                               SITE_MODEL_LOAD, SITE_OPTIMIZER, SITE_UNKNOWN, SITE_VLLM_START)
 
 
 _CONSUMERS = {
@@ -59,7 +60,7 @@ def _vllm_lever(report: OomReport) -> tuple[str, str]:
         # vLLM asked for more than was free when it started
         room = None
         if report.free_gib is not None and report.total_gib:
-            room = max(report.free_gib - 0.5, 0.0) / report.total_gib
+            room = max(report.free_gib - VLLM_HEADROOM_GIB, 0.0) / report.total_gib
         target = f" to {room:.2f} or less" if room else ""
         return (f"lower gpu_memory_utilization{target}, or free the card (other processes hold memory)",
                 "a smaller vLLM share holds a smaller KV cache: fewer sequences generated at once (slower), "
@@ -84,74 +85,86 @@ def explain(text: str, returncode: int | None = None) -> str:
 
 
 def describe(report: OomReport) -> str:
-    lines: list[str] = []
+    """The diagnosis of one OOM: what ran out, the figures, what asked for the memory, the fix, its cost."""
     if report.kind == KIND_HOST:
-        lines.append("Out of host RAM (not a GPU OOM).")
-        if report.asked_gib is not None:
-            lines.append(f"  asked     {fmt_gib(report.asked_gib)} from the CPU allocator")
-        if report.site not in (SITE_HOST, SITE_UNKNOWN):
-            lines.append(f"  where     {report.site}")
-        lines.append(f"  evidence  {report.message}")
-        lines.append("  The kernel's OOM killer ends a process with SIGKILL and no traceback; "
-                     "`dmesg` or `journalctl -k` names it. GPU memory figures do not apply.")
-        lever, trade = _LEVERS[SITE_HOST]
+        lines, (lever, trade) = _host_lines(report), _LEVERS[SITE_HOST]
     elif report.kind == KIND_VLLM:
-        lines.append("vLLM could not start: its share of the GPU cannot hold the weights and the KV cache.")
-        if report.vllm_problem == VLLM_SHARE_TOO_LARGE:
-            lines.append(f"  asked     {fmt_gib(report.asked_gib)} (gpu_memory_utilization {report.utilization:g}"
-                         f" of {fmt_gib(report.total_gib)})")
-            lines.append(f"  free      {fmt_gib(report.free_gib)} when vLLM started")
-        elif report.asked_gib is not None:
-            lines.append(f"  KV cache needed     {fmt_gib(report.asked_gib)} for one sequence of "
-                         f"{report.max_model_len} tokens")
-            lines.append(f"  KV cache available  {fmt_gib(report.free_gib)} in vLLM's share")
-        elif report.kv_tokens:
-            lines.append(f"  KV cache holds {report.kv_tokens} tokens; one sequence needs {report.max_model_len}")
-        else:
-            share = ""
-            if report.utilization is not None and report.total_gib is not None:
-                share = (f" (gpu_memory_utilization {report.utilization:g} x {fmt_gib(report.total_gib)} = "
-                         f"{fmt_gib(report.utilization * report.total_gib)})")
-            lines.append(f"  nothing of vLLM's share{share} was left for KV cache blocks after the weights and "
-                         "activations")
-        if report.shortfall_gib:
-            lines.append(f"  shortfall {fmt_gib(report.shortfall_gib)}")
-        lines.append(f"  message   {report.message}")
-        lines.append(f"Consumer: {_CONSUMERS[SITE_VLLM_START]}.")
-        lever, trade = _vllm_lever(report)
+        lines, (lever, trade) = _vllm_lines(report), _vllm_lever(report)
     else:
-        origin = "PyTorch's CUDA allocator" if report.kind == KIND_CUDA else "a cuBLAS/cuDNN workspace"
-        gpu = f", GPU {report.gpu_index}" if report.gpu_index is not None else ""
-        lines.append(f"CUDA out of memory in {report.site} ({origin}{gpu}).")
-        if report.asked_gib is not None:
-            lines.append(f"  asked     {fmt_gib(report.asked_gib)}")
-        if report.free_gib is not None:
-            total = f" of {fmt_gib(report.total_gib)}" if report.total_gib is not None else ""
-            lines.append(f"  free      {fmt_gib(report.free_gib)}{total}")
-        if report.shortfall_gib is not None:
-            lines.append(f"  shortfall {fmt_gib(report.shortfall_gib)} (asked - free)")
-            if report.shortfall_gib == 0:
-                lines.append("            less was asked than was free: the free memory is fragmented "
-                             "(no block that large)")
-        if report.in_use_gib is not None:
-            lines.append(f"  in use    {fmt_gib(report.in_use_gib)} by this process")
-        if report.allocated_gib is not None:
-            lines.append(f"            {fmt_gib(report.allocated_gib)} allocated by PyTorch tensors")
-        if report.reserved_unallocated_gib is not None:
-            lines.append(f"            {fmt_gib(report.reserved_unallocated_gib)} reserved by PyTorch but "
-                         "unallocated (cached)")
-        if report.other_processes_gib:
-            lines.append(f"  others    {fmt_gib(report.other_processes_gib)} held by other processes on the card")
-        if report.asked_gib is None:
-            lines.append(f"  message   {report.message}")
-        lines.append(f"Consumer: {_CONSUMERS[report.site]}.")
-        lever, trade = _LEVERS[report.site]
+        lines, (lever, trade) = _cuda_lines(report), _LEVERS[report.site]
         if report.fragmented:
             lines.append("Note: the reserved-but-unallocated cache exceeds the shortfall: this is fragmentation. "
                          "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (the supervisor sets it) may be enough.")
     lines.append(f"Fix: {lever}.")
     lines.append(f"Trade: {trade}.")
     return "\n".join(lines)
+
+
+def _host_lines(report: OomReport) -> list[str]:
+    lines = ["Out of host RAM (not a GPU OOM)."]
+    if report.asked_gib is not None:
+        lines.append(f"  asked     {fmt_gib(report.asked_gib)} from the CPU allocator")
+    if report.site not in (SITE_HOST, SITE_UNKNOWN):
+        lines.append(f"  where     {report.site}")
+    lines.append(f"  evidence  {report.message}")
+    lines.append("  The kernel's OOM killer ends a process with SIGKILL and no traceback; "
+                 "`dmesg` or `journalctl -k` names it. GPU memory figures do not apply.")
+    return lines
+
+
+def _vllm_lines(report: OomReport) -> list[str]:
+    lines = ["vLLM could not start: its share of the GPU cannot hold the weights and the KV cache."]
+    if report.vllm_problem == VLLM_SHARE_TOO_LARGE:
+        lines.append(f"  asked     {fmt_gib(report.asked_gib)} (gpu_memory_utilization {report.utilization:g}"
+                     f" of {fmt_gib(report.total_gib)})")
+        lines.append(f"  free      {fmt_gib(report.free_gib)} when vLLM started")
+    elif report.asked_gib is not None:
+        lines.append(f"  KV cache needed     {fmt_gib(report.asked_gib)} for one sequence of "
+                     f"{report.max_model_len} tokens")
+        lines.append(f"  KV cache available  {fmt_gib(report.free_gib)} in vLLM's share")
+    elif report.kv_tokens:
+        lines.append(f"  KV cache holds {report.kv_tokens} tokens; one sequence needs {report.max_model_len}")
+    else:
+        share = ""
+        if report.utilization is not None and report.total_gib is not None:
+            share = (f" (gpu_memory_utilization {report.utilization:g} x {fmt_gib(report.total_gib)} = "
+                     f"{fmt_gib(report.utilization * report.total_gib)})")
+        lines.append(f"  nothing of vLLM's share{share} was left for KV cache blocks after the weights and "
+                     "activations")
+    if report.shortfall_gib:
+        lines.append(f"  shortfall {fmt_gib(report.shortfall_gib)}")
+    lines.append(f"  message   {report.message}")
+    lines.append(f"Consumer: {_CONSUMERS[SITE_VLLM_START]}.")
+    return lines
+
+
+def _cuda_lines(report: OomReport) -> list[str]:
+    origin = "PyTorch's CUDA allocator" if report.kind == KIND_CUDA else "a cuBLAS/cuDNN workspace"
+    gpu = f", GPU {report.gpu_index}" if report.gpu_index is not None else ""
+    lines = [f"CUDA out of memory in {report.site} ({origin}{gpu})."]
+    if report.asked_gib is not None:
+        lines.append(f"  asked     {fmt_gib(report.asked_gib)}")
+    if report.free_gib is not None:
+        total = f" of {fmt_gib(report.total_gib)}" if report.total_gib is not None else ""
+        lines.append(f"  free      {fmt_gib(report.free_gib)}{total}")
+    if report.shortfall_gib is not None:
+        lines.append(f"  shortfall {fmt_gib(report.shortfall_gib)} (asked - free)")
+        if report.shortfall_gib == 0:
+            lines.append("            less was asked than was free: the free memory is fragmented "
+                         "(no block that large)")
+    if report.in_use_gib is not None:
+        lines.append(f"  in use    {fmt_gib(report.in_use_gib)} by this process")
+    if report.allocated_gib is not None:
+        lines.append(f"            {fmt_gib(report.allocated_gib)} allocated by PyTorch tensors")
+    if report.reserved_unallocated_gib is not None:
+        lines.append(f"            {fmt_gib(report.reserved_unallocated_gib)} reserved by PyTorch but "
+                     "unallocated (cached)")
+    if report.other_processes_gib:
+        lines.append(f"  others    {fmt_gib(report.other_processes_gib)} held by other processes on the card")
+    if report.asked_gib is None:
+        lines.append(f"  message   {report.message}")
+    lines.append(f"Consumer: {_CONSUMERS[report.site]}.")
+    return lines
 
 
 def explain_file(path_or_dash: str) -> int:

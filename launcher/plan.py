@@ -177,6 +177,30 @@ def _deepspeed_installed() -> bool:
     return importlib.util.find_spec("deepspeed") is not None
 
 
+def _distributed_candidate(profile, arch, machine: Machine, machines: int, margin: float) -> Candidate:
+    """The verdict on a profile of several GPUs (or a vLLM server): its split over the machines (the
+    launcher's own rule), the GPUs this machine must show, and each GPU's estimate."""
+    refusal = _split_refusal(profile, machines)
+    if refusal:
+        return Candidate(profile, None, False, refusal)
+    need = local_gpus_needed(profile, machines)
+    if need > len(machine.gpus):
+        # estimated as if every missing GPU were like the first one, so the table still says per GPU
+        return Candidate(profile, estimate(profile, arch, machine.primary), False,
+                         f"needs {need} GPUs on this machine, {len(machine.gpus)} visible "
+                         f"(plan for them with --gpus {need} --gpu-memory GIB)")
+    train_gpus, server_gpus = split_gpus(profile, machine, machines)
+    est = estimate(profile, arch, min(train_gpus, key=lambda g: g.free_gib))
+    if est.server is not None:
+        est.server = estimate(profile, arch, min(server_gpus, key=lambda g: g.free_gib)).server
+    fits, reason = _judge_distributed(profile, est, train_gpus, server_gpus, margin)
+    if fits and profile.zero_stage and machine.gpus[0].source == "nvml" and not _deepspeed_installed():
+        # a real run here would fail at launch; a what-if plan is about the card, not this install
+        fits, reason = False, (f"needs the deepspeed package for ZeRO stage {profile.zero_stage} "
+                               "(fix: pip install deepspeed -c constraints.txt); " + reason)
+    return Candidate(profile, est, fits, reason)
+
+
 def make_plan(profiles, machine: Machine, margin_gib: float | None = None) -> Plan:
     """Judge the profiles for this machine in ladder order: cuda profiles on a GPU, cpu ones without."""
     profiles = sorted(profiles, key=lambda p: (p.ladder, p.name))
@@ -217,29 +241,7 @@ def make_plan(profiles, machine: Machine, margin_gib: float | None = None) -> Pl
         if profile.model not in archs:
             archs[profile.model] = resolve(profile.model)
         if profile.device == "cuda" and profile.distributed:
-            refusal = _split_refusal(profile, machines)
-            if refusal:
-                candidates.append(Candidate(profile, None, False, refusal))
-                continue
-            need = local_gpus_needed(profile, machines)
-            if need > len(machine.gpus):
-                # estimated as if every missing GPU were like the first one, so the table still says per GPU
-                est = estimate(profile, archs[profile.model], gpu)
-                candidates.append(Candidate(profile, est, False,
-                                            f"needs {need} GPUs on this machine, {len(machine.gpus)} visible "
-                                            f"(plan for them with --gpus {need} --gpu-memory GIB)"))
-                continue
-            train_gpus, server_gpus = split_gpus(profile, machine, machines)
-            est = estimate(profile, archs[profile.model], min(train_gpus, key=lambda g: g.free_gib))
-            if est.server is not None:
-                est.server = estimate(profile, archs[profile.model],
-                                      min(server_gpus, key=lambda g: g.free_gib)).server
-            fits, reason = _judge_distributed(profile, est, train_gpus, server_gpus, margin_gib)
-            if fits and profile.zero_stage and machine.gpus[0].source == "nvml" and not _deepspeed_installed():
-                # a real run here would fail at launch; a what-if plan is about the card, not this install
-                fits, reason = False, (f"needs the deepspeed package for ZeRO stage {profile.zero_stage} "
-                                       "(fix: pip install deepspeed -c constraints.txt); " + reason)
-            candidates.append(Candidate(profile, est, fits, reason))
+            candidates.append(_distributed_candidate(profile, archs[profile.model], machine, machines, margin_gib))
             continue
         est = estimate(profile, archs[profile.model], gpu if profile.device == "cuda" else None)
         if profile.device == "cpu" and device == "cuda":
