@@ -121,12 +121,21 @@ def fmt_gib(value: float | None) -> str:
 # Reading the message
 
 _TORCH_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "HIP out of memory", "XPU out of memory")
+
+
+def _size(name: str) -> str:
+    """A size with its unit, as the named groups NAME and NAME_unit."""
+    return rf"(?P<{name}>\d+(?:\.\d+)?)\s*(?P<{name}_unit>B|KiB|MiB|GiB|TiB|KB|MB|GB)"
+
+
+# PyTorch's two wordings (2.1 on, and before): the same figures, named alike
 _TORCH_NEW = re.compile(
-    r"Tried to allocate " + _SIZE + r"\.\s*GPU (\d+) has a total capacity of " + _SIZE +
-    r" of which " + _SIZE + r" is free")
+    r"Tried to allocate " + _size("asked") + r"\.\s*GPU (?P<gpu>\d+) has a total capacity of " + _size("total") +
+    r" of which " + _size("free") + r" is free")
 _TORCH_OLD = re.compile(
-    r"Tried to allocate " + _SIZE + r" \(GPU (\d+);\s*" + _SIZE + r" total capacity;\s*" + _SIZE +
-    r" already allocated;\s*" + _SIZE + r" free;\s*" + _SIZE + r" reserved in total by PyTorch")
+    r"Tried to allocate " + _size("asked") + r" \(GPU (?P<gpu>\d+);\s*" + _size("total") + r" total capacity;\s*" +
+    _size("allocated") + r" already allocated;\s*" + _size("free") + r" free;\s*" + _size("reserved") +
+    r" reserved in total by PyTorch")
 _TORCH_ASKED = re.compile(r"Tried to allocate " + _SIZE)
 _THIS_PROCESS = re.compile(r"this process has " + _SIZE + r" memory in use")
 _PROCESS_N = re.compile(r"Process (\d+) has " + _SIZE + r" memory in use")
@@ -197,29 +206,22 @@ def _read_torch(text: str) -> OomReport | None:
     if marker is None and asked is None:
         return None
     report = OomReport(kind=KIND_CUDA)
-    m = _TORCH_NEW.search(text)
+    m = _TORCH_NEW.search(text) or _TORCH_OLD.search(text)
     if m:
-        report.asked_gib = _gib(m.group(1), m.group(2))
-        report.gpu_index = int(m.group(3))
-        report.total_gib = _gib(m.group(4), m.group(5))
-        report.free_gib = _gib(m.group(6), m.group(7))
+        def figure(name: str) -> float:
+            return _gib(m.group(name), m.group(name + "_unit"))
+
+        report.asked_gib, report.total_gib, report.free_gib = figure("asked"), figure("total"), figure("free")
+        report.gpu_index = int(m.group("gpu"))
+        if m.groupdict().get("allocated"):  # the old wording also gives PyTorch's own figures
+            report.allocated_gib = figure("allocated")
+            report.reserved_unallocated_gib = max(figure("reserved") - report.allocated_gib, 0.0)
         report.message = _line_of(text, m.start())
+    elif asked:
+        report.asked_gib = _gib(asked.group(1), asked.group(2))
+        report.message = _line_of(text, asked.start())
     else:
-        m = _TORCH_OLD.search(text)
-        if m:
-            report.asked_gib = _gib(m.group(1), m.group(2))
-            report.gpu_index = int(m.group(3))
-            report.total_gib = _gib(m.group(4), m.group(5))
-            report.allocated_gib = _gib(m.group(6), m.group(7))
-            report.free_gib = _gib(m.group(8), m.group(9))
-            reserved = _gib(m.group(10), m.group(11))
-            report.reserved_unallocated_gib = max(reserved - report.allocated_gib, 0.0)
-            report.message = _line_of(text, m.start())
-        elif asked:
-            report.asked_gib = _gib(asked.group(1), asked.group(2))
-            report.message = _line_of(text, asked.start())
-        else:
-            report.message = _line_of(text, text.find(marker))
+        report.message = _line_of(text, text.find(marker))
     if m := _THIS_PROCESS.search(text):
         report.in_use_gib = _gib(m.group(1), m.group(2))
     others = [(int(p.group(1)), _gib(p.group(2), p.group(3))) for p in _PROCESS_N.finditer(text)]

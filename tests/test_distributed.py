@@ -182,30 +182,16 @@ def test_server_command_matches_trl_vllm_serve():
 # ---------------------------------------------------------------------------------------------------
 # The vLLM server: a small HTTP server stands in for `trl vllm-serve` (vLLM needs a GPU)
 
-FAKE_SERVER = textwrap.dedent("""
-    import http.server, sys, time
-    delay, port = float(sys.argv[1]), int(sys.argv[2])
-    time.sleep(delay)  # loading the model
-    class Health(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200 if self.path == "/health" else 404)
-            self.end_headers()
-        def log_message(self, *args):
-            pass
-    print("serving", flush=True)
-    http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
-""")
+FAKE_SERVER = Path(__file__).resolve().parent / "fake_vllm_server.py"
 
 
-def fake_server(tmp_path, delay=0.5, port=None):
-    script = tmp_path / "fake_vllm_serve.py"
-    script.write_text(FAKE_SERVER)
+def fake_server(delay=0.5, port=None):
     port = port or topo.free_port()
-    return [sys.executable, str(script), str(delay), str(port)], port
+    return [sys.executable, str(FAKE_SERVER), "--delay", str(delay), "--port", str(port)], port
 
 
 def test_server_is_health_checked_and_stopped(tmp_path):
-    command, port = fake_server(tmp_path, delay=0.5)
+    command, port = fake_server(delay=0.5)
     server = vs.VllmServer(profile("multi-2x24gb-llama3.1-8b"), tmp_path, ["1"], port=port, command=command)
     assert not server.healthy()
     server.start()
@@ -230,7 +216,7 @@ def test_server_that_exits_is_a_clear_error(tmp_path):
 
 
 def test_server_that_never_answers_times_out_and_is_stopped(tmp_path):
-    command, _port = fake_server(tmp_path, delay=60)
+    command, _port = fake_server(delay=60)
     server = vs.VllmServer(profile("multi-2x24gb-llama3.1-8b"), tmp_path, [], command=command)
     server.start()
     with pytest.raises(vs.ServerError, match="did not answer .* within 1 s"):
@@ -240,7 +226,7 @@ def test_server_that_never_answers_times_out_and_is_stopped(tmp_path):
 
 def test_start_server_uses_the_server_gpus_and_port(tmp_path):
     port = topo.free_port()
-    command, _ = fake_server(tmp_path, delay=0.0, port=port)
+    command, _ = fake_server(delay=0.0, port=port)
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0,1", "GRPO_VLLM_PORT": str(port)}
     env.pop("GRPO_NUM_MACHINES", None)
     server = vs.start_server(profile("multi-2x24gb-llama3.1-8b"), tmp_path, env=env, timeout=30, command=command)

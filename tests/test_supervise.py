@@ -473,29 +473,9 @@ def test_two_processes_are_launched_through_accelerate(tmp_path, monkeypatch):
     assert records[0]["checkpoint"] == str(folder / "checkpoint-4")
 
 
-# Stands in for `trl vllm-serve`: answers /health on the port the supervisor gives the attempt
-# (GRPO_VLLM_PORT), after writing its pid; given a text file, prints it and exits 1 (a failed start);
-# given "wait", loads for a minute without answering, then gives up.
-FAKE_SERVER = """
-import http.server, os, sys, time
-pid_file, text_file = sys.argv[1], sys.argv[2]
-with open(pid_file, "a") as handle:
-    handle.write(f"{os.getpid()}\\n")
-if text_file == "wait":
-    time.sleep(60)
-    sys.exit(1)
-if text_file != "-":
-    print(open(text_file).read(), flush=True)
-    sys.exit(1)
-class Health(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200 if self.path == "/health" else 404)
-        self.end_headers()
-    def log_message(self, *args):
-        pass
-print("serving", flush=True)
-http.server.HTTPServer(("127.0.0.1", int(os.environ["GRPO_VLLM_PORT"])), Health).serve_forever()
-"""
+# Stands in for `trl vllm-serve` (tests/fake_vllm_server.py): answers /health on GRPO_VLLM_PORT, after writing
+# its pid; given a text file, prints it and exits 1 (a failed start); "wait": loads for a minute, then gives up.
+FAKE_SERVER = [sys.executable, str(Path(__file__).resolve().parent / "fake_vllm_server.py")]
 
 
 def server_plan():
@@ -522,11 +502,12 @@ def run_with_server(tmp_path, monkeypatch, behaviour: dict, server_text: str | N
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     monkeypatch.setenv("FAKE_CHILD_PLAN", json.dumps(behaviour))
-    script = tmp_path / "fake_vllm_serve.py"
-    script.write_text(FAKE_SERVER)
     pids = tmp_path / "server.pids"  # the server_pids fixture's file
-    command = [sys.executable, str(script), str(pids),
-               (server_text if server_text == "wait" else str(DATA / server_text)) if server_text else "-"]
+    command = [*FAKE_SERVER, "--pid-file", str(pids)]
+    if server_text == "wait":
+        command.append("--hang")
+    elif server_text:
+        command += ["--fail-with", str(DATA / server_text)]
     out = io.StringIO()
     code = supervise(server_plan(), output_dir=tmp_path / "out", child_command=FAKE_CHILD, server_command=command,
                      console=Console(file=out, width=200, highlight=False))
