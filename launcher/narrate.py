@@ -9,7 +9,7 @@ from rich.markup import escape
 
 from launcher import oom_explain
 from launcher.attempts import AttemptRecord, AttemptResult
-from launcher.contract import INTERRUPTED, OK, OOM, UNSUPPORTED, checkpoint_step
+from launcher.contract import ERROR, INTERRUPTED, OK, OOM, UNSUPPORTED, checkpoint_step
 from launcher.fallback import estimate_of
 from launcher.profiles import Profile
 
@@ -105,7 +105,7 @@ def attempts_table(records: list[AttemptRecord]):
         s = r.settings or {}
         batch = f"{s.get('per_device_train_batch_size')} x {s.get('gradient_accumulation_steps')}"
         vllm = f"{s.get('gpu_memory_utilization'):g}" if s.get("fast_inference") else "-"
-        style = {OK: "green", INTERRUPTED: "magenta", "error": "red"}.get(r.status, "yellow")
+        style = {OK: "green", INTERRUPTED: "magenta", ERROR: "red"}.get(r.status, "yellow")
         table.add_row(str(r.attempt), escape(str(r.profile)), f"[{style}]{r.status}[/{style}]", str(r.steps),
                       batch, vllm, escape(_memory_cell(r)), f"{r.duration_s or 0:.0f}s", escape(_change_cell(r)))
     return table
