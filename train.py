@@ -95,7 +95,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from launcher.profiles import load_profile, load_profiles
 
     if args.explain_oom:
-        from launcher.oom import explain_file
+        from launcher.oom_explain import explain_file
         return explain_file(args.explain_oom)
     if args.gpu_name and args.gpu_memory is None:
         raise UsageError("--gpu-name needs --gpu-memory GIB (the card's memory)")

@@ -1,4 +1,5 @@
-"""Recognise an out-of-memory failure, read its figures, say where it happened and what to change.
+"""Recognise an out-of-memory failure, read its figures and say where it happened (launcher.oom_explain says
+what to change).
 
 Works on text (a traceback, a log tail, a pasted message) so that the supervisor can read a child's
 failure and a person can paste one into `python train.py --explain-oom FILE`. Imports no torch.
@@ -17,11 +18,9 @@ Separately, `read_unsupported` tells an architecture that vLLM / transformers / 
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
-from launcher.errors import EXIT_BAD_INPUT, EXIT_OK
+from launcher.oom_site import SITE_HOST, SITE_UNKNOWN, SITE_VLLM_START, classify_site, parse_frames
 
 # What ran out of memory
 KIND_CUDA = "cuda"            # PyTorch's CUDA caching allocator
@@ -32,20 +31,8 @@ KIND_HOST = "host_ram"        # host memory: the process was killed or the CPU a
 # Why vLLM refused to start
 VLLM_SHARE_TOO_LARGE = "share larger than free memory"    # lower gpu_memory_utilization
 VLLM_SHARE_TOO_SMALL = "share too small for the KV cache"  # raise it (or shorten max_seq_length)
-
-# Where it happened (from the traceback)
-SITE_MODEL_LOAD = "model load"
-SITE_VLLM_START = "vLLM start"
-SITE_GENERATION = "generation"
-SITE_LOGITS = "logits/log-probs"
-SITE_FORWARD = "forward (activations)"
-SITE_BACKWARD = "backward"
-SITE_OPTIMIZER = "optimizer step"
-SITE_HOST = "host RAM"
-SITE_UNKNOWN = "unknown"
-
-SITES = (SITE_MODEL_LOAD, SITE_VLLM_START, SITE_GENERATION, SITE_LOGITS, SITE_FORWARD, SITE_BACKWARD,
-         SITE_OPTIMIZER, SITE_HOST, SITE_UNKNOWN)
+# What stays free when vLLM's share is lowered to what was free (the fallback's shrink and the advice agree)
+VLLM_HEADROOM_GIB = 0.5
 
 # Exit statuses of a child killed by SIGKILL: -9 from Popen, 137 when a shell reports it.
 SIGKILL_CODES = (-9, 137)
@@ -134,12 +121,21 @@ def fmt_gib(value: float | None) -> str:
 # Reading the message
 
 _TORCH_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "HIP out of memory", "XPU out of memory")
+
+
+def _size(name: str) -> str:
+    """A size with its unit, as the named groups NAME and NAME_unit."""
+    return rf"(?P<{name}>\d+(?:\.\d+)?)\s*(?P<{name}_unit>B|KiB|MiB|GiB|TiB|KB|MB|GB)"
+
+
+# PyTorch's two wordings (2.1 on, and before): the same figures, named alike
 _TORCH_NEW = re.compile(
-    r"Tried to allocate " + _SIZE + r"\.\s*GPU (\d+) has a total capacity of " + _SIZE +
-    r" of which " + _SIZE + r" is free")
+    r"Tried to allocate " + _size("asked") + r"\.\s*GPU (?P<gpu>\d+) has a total capacity of " + _size("total") +
+    r" of which " + _size("free") + r" is free")
 _TORCH_OLD = re.compile(
-    r"Tried to allocate " + _SIZE + r" \(GPU (\d+);\s*" + _SIZE + r" total capacity;\s*" + _SIZE +
-    r" already allocated;\s*" + _SIZE + r" free;\s*" + _SIZE + r" reserved in total by PyTorch")
+    r"Tried to allocate " + _size("asked") + r" \(GPU (?P<gpu>\d+);\s*" + _size("total") + r" total capacity;\s*" +
+    _size("allocated") + r" already allocated;\s*" + _size("free") + r" free;\s*" + _size("reserved") +
+    r" reserved in total by PyTorch")
 _TORCH_ASKED = re.compile(r"Tried to allocate " + _SIZE)
 _THIS_PROCESS = re.compile(r"this process has " + _SIZE + r" memory in use")
 _PROCESS_N = re.compile(r"Process (\d+) has " + _SIZE + r" memory in use")
@@ -210,29 +206,22 @@ def _read_torch(text: str) -> OomReport | None:
     if marker is None and asked is None:
         return None
     report = OomReport(kind=KIND_CUDA)
-    m = _TORCH_NEW.search(text)
+    m = _TORCH_NEW.search(text) or _TORCH_OLD.search(text)
     if m:
-        report.asked_gib = _gib(m.group(1), m.group(2))
-        report.gpu_index = int(m.group(3))
-        report.total_gib = _gib(m.group(4), m.group(5))
-        report.free_gib = _gib(m.group(6), m.group(7))
+        def figure(name: str) -> float:
+            return _gib(m.group(name), m.group(name + "_unit"))
+
+        report.asked_gib, report.total_gib, report.free_gib = figure("asked"), figure("total"), figure("free")
+        report.gpu_index = int(m.group("gpu"))
+        if m.groupdict().get("allocated"):  # the old wording also gives PyTorch's own figures
+            report.allocated_gib = figure("allocated")
+            report.reserved_unallocated_gib = max(figure("reserved") - report.allocated_gib, 0.0)
         report.message = _line_of(text, m.start())
+    elif asked:
+        report.asked_gib = _gib(asked.group(1), asked.group(2))
+        report.message = _line_of(text, asked.start())
     else:
-        m = _TORCH_OLD.search(text)
-        if m:
-            report.asked_gib = _gib(m.group(1), m.group(2))
-            report.gpu_index = int(m.group(3))
-            report.total_gib = _gib(m.group(4), m.group(5))
-            report.allocated_gib = _gib(m.group(6), m.group(7))
-            report.free_gib = _gib(m.group(8), m.group(9))
-            reserved = _gib(m.group(10), m.group(11))
-            report.reserved_unallocated_gib = max(reserved - report.allocated_gib, 0.0)
-            report.message = _line_of(text, m.start())
-        elif asked:
-            report.asked_gib = _gib(asked.group(1), asked.group(2))
-            report.message = _line_of(text, asked.start())
-        else:
-            report.message = _line_of(text, text.find(marker))
+        report.message = _line_of(text, text.find(marker))
     if m := _THIS_PROCESS.search(text):
         report.in_use_gib = _gib(m.group(1), m.group(2))
     others = [(int(p.group(1)), _gib(p.group(2), p.group(3))) for p in _PROCESS_N.finditer(text)]
@@ -301,115 +290,6 @@ def is_oom_exception(exc: BaseException) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Where it happened
-
-_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
-
-_LOGITS_FUNCS = {"_get_per_token_logps", "_get_per_token_logps_and_entropies", "selective_log_softmax",
-                 "chunked_selective_log_softmax", "chunked_hidden_states_selective_log_softmax",
-                 "chunked_hidden_states_selective_log_softmax_recompute", "grpo_chunked_hidden_states_logprobs",
-                 "grpo_compute_loss", "grpo_accumulated_loss", "entropy_from_logits", "log_softmax",
-                 "chunked_logprob", "_compute_loss", "compute_loss"}
-_LOGITS_CODE = re.compile(r"\blogits\b|lm_head|log_softmax|logsumexp|logprob", re.IGNORECASE)
-_BACKWARD_FUNCS = {"backward", "_engine_run_backward", "run_backward", "_backward"}
-_OPTIMIZER_FUNCS = {"_init_group", "_single_tensor_adamw", "_multi_tensor_adamw", "_fused_adamw", "adamw",
-                    "_single_tensor_adam", "_multi_tensor_adam", "init_state", "update_step",
-                    "optimizer_step"}
-_GENERATION_FUNCS = {"generate", "_generate", "_generate_single_turn", "_sample", "_beam_search",
-                     "vllm_generate", "_run_engine", "execute_model", "sample_tokens",
-                     "_generate_and_score_completions"}
-_VLLM_START_FUNCS = {"determine_num_available_blocks", "_initialize_kv_caches", "initialize_kv_cache",
-                     "initialize_from_config", "profile_run", "_dummy_run", "_dummy_sampler_run",
-                     "determine_available_memory", "init_device", "load_vllm", "capture_model",
-                     "check_enough_kv_cache_memory", "get_kv_cache_config", "get_kv_cache_configs"}
-_MODEL_LOAD_FUNCS = {"from_pretrained", "_load_pretrained_model", "_load_state_dict_into_meta_model",
-                     "load_shard_file", "get_peft_model", "dispatch_model", "quantize_4bit"}
-
-
-def parse_frames(text: str) -> list[tuple[str, str, str]]:
-    """(file, function, code line) of every traceback frame in the text, outermost first.
-
-    Log prefixes such as vLLM's "ERROR 06-30 13:53:19 [core.py:515]" before each line are tolerated.
-    """
-    lines = text.splitlines()
-    frames = []
-    for i, line in enumerate(lines):
-        m = _FRAME.search(line)
-        if not m:
-            continue
-        code = ""
-        if i + 1 < len(lines) and not _FRAME.search(lines[i + 1]):
-            code = re.sub(r"^.*?\]\s{1,}", "", lines[i + 1]) if "]" in lines[i + 1][:80] else lines[i + 1]
-            code = code.strip()
-        frames.append((m.group(1), m.group(3), code))
-    return frames
-
-
-def _frame_site(path: str, func: str, code: str) -> str | None:
-    norm = path.replace("\\", "/")
-    if func in _OPTIMIZER_FUNCS or "/torch/optim/" in norm or "/bitsandbytes/optim/" in norm \
-            or re.search(r"optimizer\.step\(", code):
-        return SITE_OPTIMIZER
-    if func in _BACKWARD_FUNCS or re.search(r"\.backward\(", code):
-        return SITE_BACKWARD
-    if func in _LOGITS_FUNCS:
-        return SITE_LOGITS
-    if func in _GENERATION_FUNCS and func != "_generate_and_score_completions":
-        return SITE_GENERATION
-    if func in _MODEL_LOAD_FUNCS:
-        return SITE_MODEL_LOAD
-    return None
-
-
-def _starts_vllm(path: str, func: str, code: str) -> bool:
-    norm = path.replace("\\", "/")
-    if func in _VLLM_START_FUNCS:
-        return True
-    if "load_vllm(" in code:
-        return True
-    # vLLM's engine being built (LLM(...) -> LLMEngine.from_engine_args -> executor -> worker)
-    return "/vllm/" in norm and func in ("from_engine_args", "_init_executor", "load_model", "init_worker")
-
-
-def _is_model_frame(path: str) -> bool:
-    norm = path.replace("\\", "/")
-    name = norm.rsplit("/", 1)[-1]
-    return name.startswith("modeling_") or "/unsloth/models/" in norm or "/peft/tuners/" in norm
-
-
-def classify_site(frames: list[tuple[str, str, str]]) -> str:
-    """The phase an OOM happened in, from its traceback frames (outermost first).
-
-    The innermost frame that names a phase decides (log-probs computed inside generation count as
-    logits). Inside a training forward, the innermost model frame tells activations from the LM head.
-    """
-    # vLLM's start-up runs a dummy forward and sampler: those frames look like generation but are not.
-    if any(_starts_vllm(*frame) for frame in frames):
-        return SITE_VLLM_START
-    site, phase_index = None, None
-    for index in range(len(frames) - 1, -1, -1):
-        found = _frame_site(*frames[index])
-        if found:
-            site, phase_index = found, index
-            break
-    if site is None:
-        outer = {fn for _, fn, _ in frames}
-        if "_generate_and_score_completions" in outer:
-            site, phase_index = SITE_GENERATION, 0
-        elif outer & {"training_step", "train", "_inner_training_loop"} or any(
-                _is_model_frame(path) for path, _, _ in frames):
-            site, phase_index = SITE_FORWARD, 0
-        else:
-            return SITE_UNKNOWN
-    if site in (SITE_LOGITS, SITE_FORWARD):
-        inner_model = [f for f in frames[phase_index + 1:] if _is_model_frame(f[0])]
-        if inner_model:
-            _, func, code = inner_model[-1]
-            return SITE_LOGITS if _LOGITS_CODE.search(code) or "lm_head" in func else SITE_FORWARD
-    return site
-
-
-# ---------------------------------------------------------------------------------------------------
 # Not a memory problem: an architecture the stack cannot load
 
 _UNSUPPORTED = [
@@ -440,169 +320,3 @@ def classify_failure(text: str, returncode: int | None = None) -> str:
     if read_unsupported(text):
         return "unsupported"
     return "error"
-
-
-# ---------------------------------------------------------------------------------------------------
-# The diagnosis
-
-_CONSUMERS = {
-    SITE_MODEL_LOAD: "the base model's weights while loading (and quantising) them",
-    SITE_VLLM_START: "vLLM's reservation at start-up: its share of the card must hold the weights, "
-                     "CUDA graphs and the KV cache of at least one full-length sequence",
-    SITE_GENERATION: "generation: the KV cache and sampling buffers of the whole generation batch "
-                     "(per_device_train_batch_size x gradient_accumulation_steps completions at once)",
-    SITE_LOGITS: "the logits: batch x tokens x vocabulary, upcast to fp32 for the per-token log-probs",
-    SITE_FORWARD: "the activations of the training forward pass (they grow with batch x sequence length)",
-    SITE_BACKWARD: "the backward pass: gradients of the activations (they grow with batch x sequence length)",
-    SITE_OPTIMIZER: "the optimizer state, allocated at the first optimizer step (AdamW keeps 8 bytes per "
-                    "trainable parameter in fp32)",
-    SITE_HOST: "host RAM (not the GPU)",
-    SITE_UNKNOWN: "not named by the text (no traceback); in GRPO it is most often the logits or activations",
-}
-
-_LEVERS = {
-    SITE_MODEL_LOAD: ("load the weights in 4-bit (load_in_4bit: true) or pick a smaller model (the next "
-                      "profile)", "4-bit costs a little accuracy; a smaller model learns less"),
-    SITE_GENERATION: ("shorten max_completion_length or lower num_generations; with vLLM, give it a larger "
-                      "gpu_memory_utilization", "shorter completions cut reasoning off; fewer generations make "
-                      "the group advantages noisier; a larger vLLM share leaves less for training. Halving "
-                      "the per-device batch does not help here: the generation batch stays the same"),
-    SITE_LOGITS: ("halve per_device_train_batch_size and double gradient_accumulation_steps (effective batch "
-                  "kept); or shorten max_completion_length", "more micro-steps per optimizer step (slower), "
-                  "same learning; shorter completions cut reasoning off"),
-    SITE_FORWARD: ("halve per_device_train_batch_size and double gradient_accumulation_steps (effective batch "
-                   "kept); turn gradient_checkpointing on (unsloth or true)", "more micro-steps per optimizer "
-                   "step (slower), same learning; checkpointing recomputes activations (~20-30% slower)"),
-    SITE_BACKWARD: ("halve per_device_train_batch_size and double gradient_accumulation_steps (effective "
-                    "batch kept); turn gradient_checkpointing on (unsloth or true)", "more micro-steps per "
-                    "optimizer step (slower), same learning; checkpointing recomputes activations"),
-    SITE_OPTIMIZER: ("use an 8-bit optimizer (optim: adamw_8bit or paged_adamw_8bit) or a smaller LoRA rank",
-                     "8-bit state is ~4x smaller with a small precision cost; a smaller rank adapts less"),
-    SITE_HOST: ("give the machine more RAM or swap, use gradient_checkpointing: true instead of unsloth "
-                "(which offloads activations to RAM), or a smaller model (the next profile)",
-                "checkpointing on the GPU uses GPU memory instead; a smaller model learns less"),
-    SITE_UNKNOWN: ("halve per_device_train_batch_size and double gradient_accumulation_steps (effective batch "
-                   "kept)", "more micro-steps per optimizer step (slower), same learning"),
-}
-
-
-def _vllm_lever(report: OomReport) -> tuple[str, str]:
-    if report.vllm_problem == VLLM_SHARE_TOO_LARGE:
-        # vLLM asked for more than was free when it started
-        room = None
-        if report.free_gib is not None and report.total_gib:
-            room = max(report.free_gib - 0.5, 0.0) / report.total_gib
-        target = f" to {room:.2f} or less" if room else ""
-        return (f"lower gpu_memory_utilization{target}, or free the card (other processes hold memory)",
-                "a smaller vLLM share holds a smaller KV cache: fewer sequences generated at once (slower), "
-                "and below weights + one sequence's KV cache vLLM refuses to start")
-    return ("raise gpu_memory_utilization (if the card has room) or lower max_seq_length",
-            "a larger vLLM share leaves less memory for training; a shorter max_seq_length cuts prompts "
-            "and completions")
-
-
-def explain(text: str, returncode: int | None = None) -> str:
-    """The diagnosis an engineer would write for the failure in `text`; a short note when it is not an OOM."""
-    report = read_oom(text, returncode)
-    if report is None:
-        unsupported = read_unsupported(text)
-        if unsupported:
-            return ("Not an out-of-memory error: the model's architecture is not supported by the library "
-                    f"that tried to load it.\n  {unsupported}\n"
-                    "Fix: pick a model the stack supports (see the catalogue), or turn fast_inference off "
-                    "when only vLLM lacks it.")
-        return "Not an out-of-memory error: no CUDA, vLLM, cuBLAS or host-RAM OOM message found in the text."
-    return describe(report)
-
-
-def describe(report: OomReport) -> str:
-    lines: list[str] = []
-    if report.kind == KIND_HOST:
-        lines.append("Out of host RAM (not a GPU OOM).")
-        if report.asked_gib is not None:
-            lines.append(f"  asked     {fmt_gib(report.asked_gib)} from the CPU allocator")
-        if report.site not in (SITE_HOST, SITE_UNKNOWN):
-            lines.append(f"  where     {report.site}")
-        lines.append(f"  evidence  {report.message}")
-        lines.append("  The kernel's OOM killer ends a process with SIGKILL and no traceback; "
-                     "`dmesg` or `journalctl -k` names it. GPU memory figures do not apply.")
-        lever, trade = _LEVERS[SITE_HOST]
-    elif report.kind == KIND_VLLM:
-        lines.append("vLLM could not start: its share of the GPU cannot hold the weights and the KV cache.")
-        if report.vllm_problem == VLLM_SHARE_TOO_LARGE:
-            lines.append(f"  asked     {fmt_gib(report.asked_gib)} (gpu_memory_utilization {report.utilization:g}"
-                         f" of {fmt_gib(report.total_gib)})")
-            lines.append(f"  free      {fmt_gib(report.free_gib)} when vLLM started")
-        elif report.asked_gib is not None:
-            lines.append(f"  KV cache needed     {fmt_gib(report.asked_gib)} for one sequence of "
-                         f"{report.max_model_len} tokens")
-            lines.append(f"  KV cache available  {fmt_gib(report.free_gib)} in vLLM's share")
-        elif report.kv_tokens:
-            lines.append(f"  KV cache holds {report.kv_tokens} tokens; one sequence needs {report.max_model_len}")
-        else:
-            share = ""
-            if report.utilization is not None and report.total_gib is not None:
-                share = (f" (gpu_memory_utilization {report.utilization:g} x {fmt_gib(report.total_gib)} = "
-                         f"{fmt_gib(report.utilization * report.total_gib)})")
-            lines.append(f"  nothing of vLLM's share{share} was left for KV cache blocks after the weights and "
-                         "activations")
-        if report.shortfall_gib:
-            lines.append(f"  shortfall {fmt_gib(report.shortfall_gib)}")
-        lines.append(f"  message   {report.message}")
-        lines.append(f"Consumer: {_CONSUMERS[SITE_VLLM_START]}.")
-        lever, trade = _vllm_lever(report)
-    else:
-        origin = "PyTorch's CUDA allocator" if report.kind == KIND_CUDA else "a cuBLAS/cuDNN workspace"
-        gpu = f", GPU {report.gpu_index}" if report.gpu_index is not None else ""
-        lines.append(f"CUDA out of memory in {report.site} ({origin}{gpu}).")
-        if report.asked_gib is not None:
-            lines.append(f"  asked     {fmt_gib(report.asked_gib)}")
-        if report.free_gib is not None:
-            total = f" of {fmt_gib(report.total_gib)}" if report.total_gib is not None else ""
-            lines.append(f"  free      {fmt_gib(report.free_gib)}{total}")
-        if report.shortfall_gib is not None:
-            lines.append(f"  shortfall {fmt_gib(report.shortfall_gib)} (asked - free)")
-            if report.shortfall_gib == 0:
-                lines.append("            less was asked than was free: the free memory is fragmented "
-                             "(no block that large)")
-        if report.in_use_gib is not None:
-            lines.append(f"  in use    {fmt_gib(report.in_use_gib)} by this process")
-        if report.allocated_gib is not None:
-            lines.append(f"            {fmt_gib(report.allocated_gib)} allocated by PyTorch tensors")
-        if report.reserved_unallocated_gib is not None:
-            lines.append(f"            {fmt_gib(report.reserved_unallocated_gib)} reserved by PyTorch but "
-                         "unallocated (cached)")
-        if report.other_processes_gib:
-            lines.append(f"  others    {fmt_gib(report.other_processes_gib)} held by other processes on the card")
-        if report.asked_gib is None:
-            lines.append(f"  message   {report.message}")
-        lines.append(f"Consumer: {_CONSUMERS[report.site]}.")
-        lever, trade = _LEVERS[report.site]
-        if report.fragmented:
-            lines.append("Note: the reserved-but-unallocated cache exceeds the shortfall: this is fragmentation. "
-                         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (the supervisor sets it) may be enough.")
-    lines.append(f"Fix: {lever}.")
-    lines.append(f"Trade: {trade}.")
-    return "\n".join(lines)
-
-
-def explain_file(path_or_dash: str) -> int:
-    """Print the diagnosis for a file (or '-' for stdin).
-
-    Exit 0 when the text was read, whether or not it held an OOM (the output says which: a pasted log
-    that is not an OOM is an answer, not a failure); 2 when the file is missing or unreadable.
-    """
-    try:
-        if path_or_dash == "-":
-            text = sys.stdin.read()
-        else:
-            text = Path(path_or_dash).read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        print(f"error: {path_or_dash}: file not found (fix: give the path of a saved error, or - for stdin)",
-              file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except OSError as exc:
-        print(f"error: {path_or_dash}: cannot read: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    print(explain(text))
-    return EXIT_OK

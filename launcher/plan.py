@@ -13,12 +13,11 @@ from launcher.catalog import resolve
 from launcher.errors import EXIT_OUT_OF_MEMORY, EXIT_OK, UsageError
 from launcher.estimate import Estimate, estimate
 from launcher.gpu import GpuInfo, Machine, precision_text
+from launcher.topology import split_over_machines, topology
 
 
 def machine_count() -> int:
-    """Machines of a multi-node run (GRPO_NUM_MACHINES, default 1); launcher.distributed reads the rest."""
-    from launcher.distributed import topology
-
+    """Machines of a multi-node run (GRPO_NUM_MACHINES, default 1); launcher.topology reads the rest."""
     return topology().num_machines
 
 # Kept free on top of the estimate: the allocator's fragmentation and the slow creep of reserved memory
@@ -122,8 +121,9 @@ def _judge(profile, est: Estimate, gpu: GpuInfo | None, machine: Machine, margin
 
 
 def split_gpus(profile, machine: Machine, machines: int = 1) -> tuple[list[GpuInfo], list[GpuInfo]]:
-    """(training GPUs, vLLM server GPUs) of this machine: training first, the server's after them."""
-    train = -(-profile.num_gpus // max(1, machines))
+    """(training GPUs, vLLM server GPUs) of this machine: training first, the server's after them.
+    UsageError for a split over machines the launcher would refuse."""
+    train = split_over_machines(profile.num_gpus, machines, profile.name)
     server = profile.vllm_server_gpus if profile.uses_vllm_server else 0
     return machine.gpus[:train], machine.gpus[train:train + server]
 
@@ -154,17 +154,51 @@ def _judge_distributed(profile, est: Estimate, train_gpus, server_gpus, margin: 
 
 
 def local_gpus_needed(profile, machines: int = 1) -> int:
-    """GPUs one machine must show: its share of the training GPUs, and the vLLM server's on the first."""
+    """GPUs one machine must show: its share of the training GPUs, and the vLLM server's on the first.
+    UsageError for a split over machines the launcher would refuse."""
     if profile.device == "cpu":
         return 0
-    per_machine = -(-profile.num_gpus // max(1, machines))
+    per_machine = split_over_machines(profile.num_gpus, machines, profile.name)
     return per_machine + (profile.vllm_server_gpus if profile.uses_vllm_server else 0)
+
+
+def _split_refusal(profile, machines: int) -> str | None:
+    """Why the launcher would refuse to divide the profile's training GPUs over the machines, else None."""
+    try:
+        split_over_machines(profile.num_gpus, machines, profile.name)
+    except UsageError as exc:
+        return str(exc)
+    return None
 
 
 def _deepspeed_installed() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("deepspeed") is not None
+
+
+def _distributed_candidate(profile, arch, machine: Machine, machines: int, margin: float) -> Candidate:
+    """The verdict on a profile of several GPUs (or a vLLM server): its split over the machines (the
+    launcher's own rule), the GPUs this machine must show, and each GPU's estimate."""
+    refusal = _split_refusal(profile, machines)
+    if refusal:
+        return Candidate(profile, None, False, refusal)
+    need = local_gpus_needed(profile, machines)
+    if need > len(machine.gpus):
+        # estimated as if every missing GPU were like the first one, so the table still says per GPU
+        return Candidate(profile, estimate(profile, arch, machine.primary), False,
+                         f"needs {need} GPUs on this machine, {len(machine.gpus)} visible "
+                         f"(plan for them with --gpus {need} --gpu-memory GIB)")
+    train_gpus, server_gpus = split_gpus(profile, machine, machines)
+    est = estimate(profile, arch, min(train_gpus, key=lambda g: g.free_gib))
+    if est.server is not None:
+        est.server = estimate(profile, arch, min(server_gpus, key=lambda g: g.free_gib)).server
+    fits, reason = _judge_distributed(profile, est, train_gpus, server_gpus, margin)
+    if fits and profile.zero_stage and machine.gpus[0].source == "nvml" and not _deepspeed_installed():
+        # a real run here would fail at launch; a what-if plan is about the card, not this install
+        fits, reason = False, (f"needs the deepspeed package for ZeRO stage {profile.zero_stage} "
+                               "(fix: pip install deepspeed -c constraints.txt); " + reason)
+    return Candidate(profile, est, fits, reason)
 
 
 def make_plan(profiles, machine: Machine, margin_gib: float | None = None) -> Plan:
@@ -185,7 +219,8 @@ def make_plan(profiles, machine: Machine, margin_gib: float | None = None) -> Pl
     if device == "cuda":
         # A multi-GPU profile can be chosen only where its GPUs are there (or asked for with --gpus N); it is
         # still listed, with what each of its GPUs would need. Single-GPU profiles stay candidates anywhere.
-        short = sum(1 for p in profiles if local_gpus_needed(p, machines) > len(machine.gpus))
+        short = sum(1 for p in profiles if p.distributed and not _split_refusal(p, machines)
+                    and local_gpus_needed(p, machines) > len(machine.gpus))
         if short:
             notes.append(f"{short} profile(s) need more GPUs than the {len(machine.gpus)} visible: listed, not "
                          "chosen (plan for more with --gpus N)")
@@ -206,25 +241,7 @@ def make_plan(profiles, machine: Machine, margin_gib: float | None = None) -> Pl
         if profile.model not in archs:
             archs[profile.model] = resolve(profile.model)
         if profile.device == "cuda" and profile.distributed:
-            need = local_gpus_needed(profile, machines)
-            if need > len(machine.gpus):
-                # estimated as if every missing GPU were like the first one, so the table still says per GPU
-                est = estimate(profile, archs[profile.model], gpu)
-                candidates.append(Candidate(profile, est, False,
-                                            f"needs {need} GPUs on this machine, {len(machine.gpus)} visible "
-                                            f"(plan for them with --gpus {need} --gpu-memory GIB)"))
-                continue
-            train_gpus, server_gpus = split_gpus(profile, machine, machines)
-            est = estimate(profile, archs[profile.model], min(train_gpus, key=lambda g: g.free_gib))
-            if est.server is not None:
-                est.server = estimate(profile, archs[profile.model],
-                                      min(server_gpus, key=lambda g: g.free_gib)).server
-            fits, reason = _judge_distributed(profile, est, train_gpus, server_gpus, margin_gib)
-            if fits and profile.zero_stage and machine.gpus[0].source == "nvml" and not _deepspeed_installed():
-                # a real run here would fail at launch; a what-if plan is about the card, not this install
-                fits, reason = False, (f"needs the deepspeed package for ZeRO stage {profile.zero_stage} "
-                                       "(fix: pip install deepspeed -c constraints.txt); " + reason)
-            candidates.append(Candidate(profile, est, fits, reason))
+            candidates.append(_distributed_candidate(profile, archs[profile.model], machine, machines, margin_gib))
             continue
         est = estimate(profile, archs[profile.model], gpu if profile.device == "cuda" else None)
         if profile.device == "cpu" and device == "cuda":

@@ -91,6 +91,7 @@ def main() -> int:
         "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
         "UNSLOTH_VLLM_STANDBY": os.environ.get("UNSLOTH_VLLM_STANDBY"),
         "GRPO_INJECT_OOM": os.environ.get("GRPO_INJECT_OOM"),
+        "GRPO_ATTEMPT_ESTIMATE_GIB": os.environ.get("GRPO_ATTEMPT_ESTIMATE_GIB"),
         "per_device_train_batch_size": profile["per_device_train_batch_size"],
         "gradient_accumulation_steps": profile["gradient_accumulation_steps"],
         "gpu_memory_utilization": profile["gpu_memory_utilization"]}))

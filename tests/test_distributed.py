@@ -15,7 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from launcher import contract
 from launcher import distributed as dist
+from launcher import topology as topo
+from launcher import vllm_server as vs
 from launcher.errors import UsageError
 from launcher.estimate import ZERO3_MAX_LIVE_ELEMENTS, ZERO3_PREFETCH_ELEMENTS, ZERO_BUCKET_ELEMENTS
 from launcher.profiles import load_profile
@@ -38,12 +41,12 @@ def write_profile(p, attempt_dir: Path) -> None:
 # Topology and GPU assignment
 
 def test_topology_defaults_to_one_machine():
-    assert dist.topology({}) == dist.Topology(1, 0, "127.0.0.1", None)
+    assert topo.topology({}) == topo.Topology(1, 0, "127.0.0.1", None)
 
 
 def test_topology_of_a_multi_node_run():
     env = {"GRPO_NUM_MACHINES": "4", "GRPO_MACHINE_RANK": "3", "GRPO_MAIN_ADDRESS": "10.1.2.3"}
-    assert dist.topology(env) == dist.Topology(4, 3, "10.1.2.3", 29500)
+    assert topo.topology(env) == topo.Topology(4, 3, "10.1.2.3", 29500)
 
 
 @pytest.mark.parametrize("env, words", [
@@ -54,25 +57,25 @@ def test_topology_of_a_multi_node_run():
 ])
 def test_bad_topology_is_refused(env, words):
     with pytest.raises(UsageError, match=words):
-        dist.topology(env)
+        topo.topology(env)
 
 
 def test_training_gpus_come_first_then_the_servers():
     p = profile("multi-8x80gb-qwen2.5-14b")
-    assert dist.gpu_assignment(p, env={}) == (["0", "1", "2", "3", "4", "5"], ["6", "7"])
+    assert topo.gpu_assignment(p, env={}) == (["0", "1", "2", "3", "4", "5"], ["6", "7"])
     env = {"CUDA_VISIBLE_DEVICES": "7,6,5,4,3,2,1,0"}
-    assert dist.gpu_assignment(p, env=env) == (["7", "6", "5", "4", "3", "2"], ["1", "0"])
+    assert topo.gpu_assignment(p, env=env) == (["7", "6", "5", "4", "3", "2"], ["1", "0"])
     with pytest.raises(UsageError, match="needs 8 GPUs on this machine .6 training \\+ 2 vLLM server.*shows 4"):
-        dist.gpu_assignment(p, env={"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
+        topo.gpu_assignment(p, env={"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
 
 
 def test_on_two_machines_each_trains_half_and_only_machine_0_serves():
     p = profile("multi-8x80gb-qwen2.5-14b")
     base = {"GRPO_NUM_MACHINES": "2", "GRPO_MAIN_ADDRESS": "10.0.0.1"}
-    assert dist.gpu_assignment(p, env={**base, "GRPO_MACHINE_RANK": "0"}) == (["0", "1", "2"], ["3", "4"])
-    assert dist.gpu_assignment(p, env={**base, "GRPO_MACHINE_RANK": "1"}) == (["0", "1", "2"], [])
+    assert topo.gpu_assignment(p, env={**base, "GRPO_MACHINE_RANK": "0"}) == (["0", "1", "2"], ["3", "4"])
+    assert topo.gpu_assignment(p, env={**base, "GRPO_MACHINE_RANK": "1"}) == (["0", "1", "2"], [])
     with pytest.raises(UsageError, match="num_gpus 6 cannot be split evenly over 4 machines"):
-        dist.processes_per_machine(p, dist.Topology(4, 0, "h", 1))
+        topo.processes_per_machine(p, topo.Topology(4, 0, "h", 1))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -141,7 +144,7 @@ def test_accelerate_reads_the_generated_files(tmp_path):
 
 def test_single_gpu_command_is_the_plain_script(tmp_path):
     p = profile("gpu-24gb-llama3.1-8b")
-    argv = dist.child_command(p, tmp_path, "ckpt/checkpoint-50", python="py")
+    argv = dist.attempt_argv(p, tmp_path, "ckpt/checkpoint-50", python="py")
     assert argv == ["py", TRAIN_PY, "--profile", str(tmp_path / "profile.yaml"), "--attempt-dir", str(tmp_path),
                     "--resume-from", "ckpt/checkpoint-50"]
     assert not (tmp_path / "accelerate.yaml").exists()
@@ -150,7 +153,11 @@ def test_single_gpu_command_is_the_plain_script(tmp_path):
 
 def test_distributed_command_goes_through_accelerate(tmp_path):
     p = profile("multi-8x80gb-qwen2.5-14b")
-    argv = dist.child_command(p, tmp_path, python="py", env={})
+    with pytest.raises(ValueError, match="write_launch_files first"):
+        dist.attempt_argv(p, tmp_path / "unwritten", python="py")  # builds an argv, writes nothing
+    assert not (tmp_path / "unwritten").exists()
+    config = dist.write_launch_files(p, tmp_path, env={})
+    argv = dist.attempt_argv(p, tmp_path, python="py", launch_config=config)
     assert argv == ["py", "-m", "accelerate.commands.launch", "--config_file", str(tmp_path / "accelerate.yaml"),
                     TRAIN_PY, "--profile", str(tmp_path / "profile.yaml"), "--attempt-dir", str(tmp_path)]
     env = dist.launch_env(p, {"UNSLOTH_VLLM_STANDBY": "1"}, server_port=8123)
@@ -162,7 +169,7 @@ def test_server_command_matches_trl_vllm_serve():
     from trl.scripts.vllm_serve import ScriptArguments
 
     p = profile("multi-8x80gb-qwen2.5-14b", "vllm_tensor_parallel=2")
-    argv = dist.server_command(p, 8011, python="py")
+    argv = vs.server_command(p, 8011, python="py")
     assert argv[:4] == ["py", "-m", "trl.cli.main", "vllm-serve"]
     options = dict(zip(argv[4::2], argv[5::2]))
     assert options == {"--model": "unsloth/Qwen2.5-14B-Instruct", "--tensor_parallel_size": "2",
@@ -175,31 +182,17 @@ def test_server_command_matches_trl_vllm_serve():
 # ---------------------------------------------------------------------------------------------------
 # The vLLM server: a small HTTP server stands in for `trl vllm-serve` (vLLM needs a GPU)
 
-FAKE_SERVER = textwrap.dedent("""
-    import http.server, sys, time
-    delay, port = float(sys.argv[1]), int(sys.argv[2])
-    time.sleep(delay)  # loading the model
-    class Health(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200 if self.path == "/health" else 404)
-            self.end_headers()
-        def log_message(self, *args):
-            pass
-    print("serving", flush=True)
-    http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
-""")
+FAKE_SERVER = Path(__file__).resolve().parent / "fake_vllm_server.py"
 
 
-def fake_server(tmp_path, delay=0.5, port=None):
-    script = tmp_path / "fake_vllm_serve.py"
-    script.write_text(FAKE_SERVER)
-    port = port or dist.free_port()
-    return [sys.executable, str(script), str(delay), str(port)], port
+def fake_server(delay=0.5, port=None):
+    port = port or topo.free_port()
+    return [sys.executable, str(FAKE_SERVER), "--delay", str(delay), "--port", str(port)], port
 
 
 def test_server_is_health_checked_and_stopped(tmp_path):
-    command, port = fake_server(tmp_path, delay=0.5)
-    server = dist.VllmServer(profile("multi-2x24gb-llama3.1-8b"), tmp_path, ["1"], port=port, command=command)
+    command, port = fake_server(delay=0.5)
+    server = vs.VllmServer(profile("multi-2x24gb-llama3.1-8b"), tmp_path, ["1"], port=port, command=command)
     assert not server.healthy()
     server.start()
     try:
@@ -215,33 +208,33 @@ def test_server_is_health_checked_and_stopped(tmp_path):
 
 def test_server_that_exits_is_a_clear_error(tmp_path):
     command = [sys.executable, "-c", "import sys; print('CUDA out of memory while loading'); sys.exit(7)"]
-    server = dist.VllmServer(profile("multi-2x24gb-llama3.1-8b"), tmp_path, ["1"], command=command)
+    server = vs.VllmServer(profile("multi-2x24gb-llama3.1-8b"), tmp_path, ["1"], command=command)
     server.start()
-    with pytest.raises(dist.ServerError, match=r"exited with status 7 before it answered .*\n"
+    with pytest.raises(vs.ServerError, match=r"exited with status 7 before it answered .*\n"
                                                r"CUDA out of memory while loading"):
         server.wait_healthy(timeout=30, interval=0.1)
 
 
 def test_server_that_never_answers_times_out_and_is_stopped(tmp_path):
-    command, _port = fake_server(tmp_path, delay=60)
-    server = dist.VllmServer(profile("multi-2x24gb-llama3.1-8b"), tmp_path, [], command=command)
+    command, _port = fake_server(delay=60)
+    server = vs.VllmServer(profile("multi-2x24gb-llama3.1-8b"), tmp_path, [], command=command)
     server.start()
-    with pytest.raises(dist.ServerError, match="did not answer .* within 1 s"):
+    with pytest.raises(vs.ServerError, match="did not answer .* within 1 s"):
         server.wait_healthy(timeout=1, interval=0.1)
     assert server.proc.poll() is not None
 
 
 def test_start_server_uses_the_server_gpus_and_port(tmp_path):
-    port = dist.free_port()
-    command, _ = fake_server(tmp_path, delay=0.0, port=port)
+    port = topo.free_port()
+    command, _ = fake_server(delay=0.0, port=port)
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0,1", "GRPO_VLLM_PORT": str(port)}
     env.pop("GRPO_NUM_MACHINES", None)
-    server = dist.start_server(profile("multi-2x24gb-llama3.1-8b"), tmp_path, env=env, timeout=30, command=command)
+    server = vs.start_server(profile("multi-2x24gb-llama3.1-8b"), tmp_path, env=env, timeout=30, command=command)
     try:
         assert server.gpu_ids == ["1"] and server.port == port and server.healthy()
     finally:
         server.stop(grace=5)
-    assert dist.start_server(profile("gpu-24gb-llama3.1-8b"), tmp_path, env=env) is None
+    assert vs.start_server(profile("gpu-24gb-llama3.1-8b"), tmp_path, env=env) is None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -257,18 +250,18 @@ def test_an_oom_in_any_rank_is_the_attempts_oom(tmp_path):
                                                               "d/checkpoint-5")))
     (tmp_path / "outcome-rank1.json").write_text(json.dumps(outcome("ok", 7, 11.0)))
     (tmp_path / "outcome-rank2.json").write_text(json.dumps(outcome("oom", 6, 12.5, "CUDA out of memory.")))
-    merged = dist.merge_outcomes(tmp_path)
-    assert merged["status"] == "oom"
-    assert merged["error"] == "rank 2: CUDA out of memory."
-    assert (merged["steps"], merged["checkpoint"], merged["peak_gib"]) == (7, "d/checkpoint-5", 12.5)
-    assert (merged["rank"], merged["ranks"]) == (2, 3)
+    merged = contract.merge_outcomes(tmp_path)
+    assert merged.status == "oom"
+    assert merged.error == "rank 2: CUDA out of memory."
+    assert (merged.steps, merged.checkpoint, merged.peak_gib) == (7, "d/checkpoint-5", 12.5)
+    assert (merged.rank, merged.ranks) == (2, 3)
 
 
 def test_one_rank_outcome_is_read_unchanged(tmp_path):
-    assert dist.merge_outcomes(tmp_path) is None
+    assert contract.merge_outcomes(tmp_path) is None
     (tmp_path / "outcome.json").write_text(json.dumps(outcome("ok", 3, 0.5)))
-    merged = dist.merge_outcomes(tmp_path)
-    assert (merged["status"], merged["steps"], merged["error"], merged["ranks"]) == ("ok", 3, None, 1)
+    merged = contract.merge_outcomes(tmp_path)
+    assert (merged.status, merged.steps, merged.error, merged.ranks) == ("ok", 3, None, 1)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -317,7 +310,7 @@ def test_two_process_data_parallel_grpo_on_cpu(tmp_path):
                 "train_samples=64")
     assert p.distributed
     write_profile(p, attempt)
-    argv = dist.child_command(p, attempt, env={})
+    argv = dist.attempt_argv(p, attempt, launch_config=dist.write_launch_files(p, attempt, env={}))
     config = yaml.safe_load((attempt / "accelerate.yaml").read_text())
     assert (config["num_processes"], config["use_cpu"]) == (2, True)
     recorder = tmp_path / "recorded_train.py"
@@ -338,8 +331,8 @@ def test_two_process_data_parallel_grpo_on_cpu(tmp_path):
     # each rank wrote its own outcome; the shared files come from rank 0 alone
     ranks = [json.loads((attempt / name).read_text()) for name in ("outcome.json", "outcome-rank1.json")]
     assert [(o["status"], o["steps"]) for o in ranks] == [("ok", 3), ("ok", 3)]
-    merged = dist.merge_outcomes(attempt)
-    assert (merged["status"], merged["steps"], merged["ranks"]) == ("ok", 3, 2)
+    merged = contract.merge_outcomes(attempt)
+    assert (merged.status, merged.steps, merged.ranks) == ("ok", 3, 2)
     assert [json.loads(line)["step"] for line in (attempt / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
     assert result.stdout.count("attempt 'cpu-tiny-4gen' done:") == 1
     assert result.stdout.count("attempt 'cpu-tiny-4gen': transformers on CPU") == 1
@@ -363,7 +356,7 @@ def test_children_get_sigterm_when_the_supervisor_is_killed():
     """A supervisor killed with SIGKILL must not leave a training child or a vLLM server holding the GPU."""
     parent_code = (
         "import subprocess, sys, time\n"
-        "from launcher.distributed import parent_death_signal\n"
+        "from launcher.child import parent_death_signal\n"
         "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'],\n"
         "                         preexec_fn=parent_death_signal(), start_new_session=True)\n"
         "print(child.pid, flush=True)\n"

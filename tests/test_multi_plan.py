@@ -358,3 +358,47 @@ def test_zero_profile_on_real_gpus_needs_deepspeed_installed(monkeypatch):
 
     monkeypatch.setattr(plan_module, "_deepspeed_installed", lambda: True)
     assert make_plan(profiles, machine).chosen.name == "multi-8x80gb-qwen2.5-14b"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Planner and launcher agree on how a profile's GPUs split over machines: a profile the planner marks as
+# fitting must be one the launcher starts.
+
+def _grid_profile(num_gpus: int, server: bool):
+    return profile_from_dict(dict(name=f"grid-{num_gpus}-{'server' if server else 'colocate'}",
+                                  model="Qwen/Qwen2.5-0.5B-Instruct", load_in_4bit=False, num_gpus=num_gpus,
+                                  fast_inference=True, vllm_mode="server" if server else "colocate",
+                                  gpu_memory_utilization=0.3, gradient_checkpointing="true",
+                                  dataset="arithmetic"), "<test>")
+
+
+def test_planner_never_marks_as_fitting_a_split_the_launcher_refuses(tmp_path, monkeypatch):
+    from launcher import distributed as dist
+    from launcher.plan import local_gpus_needed
+    from launcher.topology import gpu_assignment
+
+    disagreements, fitting = [], 0
+    for machines in range(1, 5):
+        env = {"GRPO_NUM_MACHINES": str(machines), "GRPO_MACHINE_RANK": "0", "GRPO_MAIN_ADDRESS": "10.0.0.1"}
+        for key in ("GRPO_NUM_MACHINES", "GRPO_MACHINE_RANK", "GRPO_MAIN_ADDRESS", "GRPO_MAIN_PORT"):
+            monkeypatch.delenv(key, raising=False)
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)  # the planner reads the topology from the environment
+        for num_gpus in range(1, 17):
+            for server in (False, True):
+                p = _grid_profile(num_gpus, server)
+                fits = make_plan([p], cards(80, 20)).candidates[0].fits
+                fitting += fits
+                if not p.distributed:
+                    continue  # one plain process: no split, nothing for the launcher to refuse
+                try:
+                    dist.write_launch_files(p, tmp_path / f"{machines}-{p.name}", env=env)
+                except UsageError:
+                    if fits:
+                        disagreements.append((num_gpus, machines, server))
+                    continue
+                # where the launcher starts it, the planner counted the GPUs this machine must show
+                train, serve = gpu_assignment(p, env=env)
+                assert len(train) + len(serve) == local_gpus_needed(p, machines), (num_gpus, machines, server)
+    assert disagreements == []
+    assert fitting > 60  # the grid is not judged by refusing everything

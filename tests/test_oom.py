@@ -15,7 +15,10 @@ from pathlib import Path
 import pytest
 
 from launcher import oom
-from launcher.oom import classify_failure, explain, explain_file, parse_frames, read_oom, read_unsupported
+from launcher import oom_site
+from launcher.oom import classify_failure, read_oom, read_unsupported
+from launcher.oom_site import parse_frames
+from launcher.oom_explain import explain, explain_file
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data" / "oom"
@@ -28,7 +31,7 @@ def text(name: str) -> str:
 def test_pytorch_gib_message_figures_and_site():
     r = read_oom(text("torch_logits_gib.txt"))
     assert r.kind == oom.KIND_CUDA
-    assert r.site == oom.SITE_LOGITS
+    assert r.site == oom_site.SITE_LOGITS
     assert r.gpu_index == 0
     assert r.asked_gib == pytest.approx(6.01)
     assert r.total_gib == pytest.approx(22.03)
@@ -42,7 +45,7 @@ def test_pytorch_gib_message_figures_and_site():
 
 def test_pytorch_mib_message_converts_units_and_sees_fragmentation():
     r = read_oom(text("torch_backward_mib.txt"))
-    assert r.site == oom.SITE_BACKWARD
+    assert r.site == oom_site.SITE_BACKWARD
     assert r.asked_gib == pytest.approx(384 / 1024)
     assert r.free_gib == pytest.approx(201.56 / 1024)
     assert r.total_gib == pytest.approx(14.58)
@@ -53,7 +56,7 @@ def test_pytorch_mib_message_converts_units_and_sees_fragmentation():
 
 def test_pytorch_message_naming_another_process():
     r = read_oom(text("torch_generation_mib.txt"))
-    assert r.site == oom.SITE_GENERATION
+    assert r.site == oom_site.SITE_GENERATION
     assert r.in_use_gib == pytest.approx(7.02)  # the one process listed is this one
     assert r.free_gib == pytest.approx(612.44 / 1024)
     assert r.shortfall_gib == pytest.approx(1.16 - 612.44 / 1024)
@@ -68,20 +71,20 @@ def test_pre_2_1_pytorch_wording():
     assert r.free_gib == pytest.approx(3.44 / 1024)
     assert r.reserved_unallocated_gib == pytest.approx(14.71 - 14.56)
     assert r.shortfall_gib == 0.0
-    assert r.site == oom.SITE_UNKNOWN
+    assert r.site == oom_site.SITE_UNKNOWN
 
 
 @pytest.mark.parametrize("name, site", [
-    ("torch_logits_gib.txt", oom.SITE_LOGITS),
-    ("torch_backward_mib.txt", oom.SITE_BACKWARD),
-    ("torch_generation_mib.txt", oom.SITE_GENERATION),
-    ("torch_optimizer.txt", oom.SITE_OPTIMIZER),
-    ("torch_model_load.txt", oom.SITE_MODEL_LOAD),
-    ("vllm_free_memory.txt", oom.SITE_VLLM_START),
-    ("vllm_cache_blocks.txt", oom.SITE_VLLM_START),
-    ("vllm_kv_cache.txt", oom.SITE_VLLM_START),
-    ("cublas_alloc.txt", oom.SITE_FORWARD),
-    ("host_cpu_alloc.txt", oom.SITE_HOST),
+    ("torch_logits_gib.txt", oom_site.SITE_LOGITS),
+    ("torch_backward_mib.txt", oom_site.SITE_BACKWARD),
+    ("torch_generation_mib.txt", oom_site.SITE_GENERATION),
+    ("torch_optimizer.txt", oom_site.SITE_OPTIMIZER),
+    ("torch_model_load.txt", oom_site.SITE_MODEL_LOAD),
+    ("vllm_free_memory.txt", oom_site.SITE_VLLM_START),
+    ("vllm_cache_blocks.txt", oom_site.SITE_VLLM_START),
+    ("vllm_kv_cache.txt", oom_site.SITE_VLLM_START),
+    ("cublas_alloc.txt", oom_site.SITE_FORWARD),
+    ("host_cpu_alloc.txt", oom_site.SITE_HOST),
 ])
 def test_site_of_each_real_text(name, site):
     assert read_oom(text(name)).site == site
@@ -92,22 +95,22 @@ def test_site_from_frames_innermost_phase_wins():
     frames = [("trl/trainer/grpo_trainer.py", "_generate_and_score_completions", ""),
               ("trl/trainer/grpo_trainer.py", "_get_per_token_logps_and_entropies", ""),
               ("torch/nn/functional.py", "linear", "")]
-    assert oom.classify_site(frames) == oom.SITE_LOGITS
+    assert oom_site.classify_site(frames) == oom_site.SITE_LOGITS
     # a forward through the decoder layers inside the log-prob pass is activations, the LM head is logits
     frames_fwd = frames[:2] + [("transformers/models/qwen2/modeling_qwen2.py", "forward",
                                 "attn_output = self.o_proj(attn_output)")]
-    assert oom.classify_site(frames_fwd) == oom.SITE_FORWARD
+    assert oom_site.classify_site(frames_fwd) == oom_site.SITE_FORWARD
     frames_head = frames[:2] + [("transformers/models/qwen2/modeling_qwen2.py", "forward",
                                  "logits = self.lm_head(hidden_states[:, slice_indices, :])")]
-    assert oom.classify_site(frames_head) == oom.SITE_LOGITS
-    assert oom.classify_site([]) == oom.SITE_UNKNOWN
+    assert oom_site.classify_site(frames_head) == oom_site.SITE_LOGITS
+    assert oom_site.classify_site([]) == oom_site.SITE_UNKNOWN
 
 
 def test_vllm_start_frames_beat_its_dummy_generation():
     frames = [("unsloth_zoo/vllm_utils.py", "load_vllm", "llm = LLM(**engine_args)"),
               ("vllm/v1/worker/gpu_model_runner.py", "profile_run", ""),
               ("vllm/v1/worker/gpu_model_runner.py", "execute_model", "")]
-    assert oom.classify_site(frames) == oom.SITE_VLLM_START
+    assert oom_site.classify_site(frames) == oom_site.SITE_VLLM_START
 
 
 def test_frames_read_through_vllm_log_prefixes():
@@ -159,7 +162,7 @@ def test_cublas_and_host_ram():
 
 def test_sigkill_is_host_ram_not_gpu():
     r = read_oom("loading shards: 40%|████      | 2/5", returncode=-9)
-    assert (r.kind, r.site) == (oom.KIND_HOST, oom.SITE_HOST)
+    assert (r.kind, r.site) == (oom.KIND_HOST, oom_site.SITE_HOST)
     assert read_oom("loading shards", returncode=137).kind == oom.KIND_HOST
     assert read_oom("loading shards", returncode=1) is None
     assert "not a GPU OOM" in explain("", returncode=-9)

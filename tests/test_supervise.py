@@ -29,9 +29,12 @@ from launcher.gpu import GpuInfo, Machine
 from launcher.plan import make_plan
 from launcher.profiles import profile_from_dict
 from launcher.profiles import load_profile
-from launcher.supervise import (attempt_command, child_env, decide, next_profile, read_attempts,
-                                server_failure_result, shrink_batch, shrink_for, shrink_optimizer, shrink_vllm,
-                                supervise)
+from launcher.attempts import AttemptRecord, read_attempts, server_failure_result
+from launcher.child import attempt_command
+from launcher.contract import ENV_ESTIMATE_GIB, attempt_environment, estimate_from_env
+from launcher.fallback import (adjust_vllm_share, decide, next_profile, shrink_batch, shrink_for,
+                               shrink_optimizer)
+from launcher.supervise import supervise
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_CHILD = [sys.executable, str(Path(__file__).resolve().parent / "fake_child.py")]
@@ -126,7 +129,7 @@ def test_site_picks_the_shrink():
 
 def test_vllm_share_lowered_to_what_was_free():
     p = gpu_profile("g", 1, gpu_memory_utilization=0.7)
-    new, changes, text = shrink_vllm(p, report("vllm_free_memory.txt"), card(24, free=5.5))
+    new, changes, text = adjust_vllm_share(p, report("vllm_free_memory.txt"), card(24, free=5.5))
     # (5.21 free - 0.5 headroom) / 23.55 total = 0.20
     assert changes == {"gpu_memory_utilization": [0.7, 0.2]}
     assert text == "lowering gpu_memory_utilization 0.7 -> 0.2"
@@ -136,19 +139,19 @@ def test_vllm_share_lowered_to_what_was_free():
 def test_vllm_share_not_lowered_below_what_vllm_needs():
     # a 14B model's 4-bit weights do not fit in 0.2 x 24 GiB: the estimator says vLLM cannot start
     p = gpu_profile("big", 1, model="Qwen/Qwen3-14B", gpu_memory_utilization=0.7)
-    new, changes, text = shrink_vllm(p, report("vllm_free_memory.txt"), card(24, free=5.5))
+    new, changes, text = adjust_vllm_share(p, report("vllm_free_memory.txt"), card(24, free=5.5))
     assert new is None
     assert text.startswith("at 0.20 the estimate says vLLM cannot start")
 
 
 def test_vllm_share_raised_when_kv_cache_too_small_and_the_card_has_room():
     p = gpu_profile("g", 1, gpu_memory_utilization=0.3)
-    new, changes, text = shrink_vllm(p, report("vllm_kv_cache.txt"), card(24))
+    new, changes, text = adjust_vllm_share(p, report("vllm_kv_cache.txt"), card(24))
     # 0.3 x 24 = 7.2 GiB + (0.57 missing + 0.25) = 8.02 GiB -> 0.3342 -> 0.34
     assert changes == {"gpu_memory_utilization": [0.3, 0.34]}
     assert text == "raising gpu_memory_utilization 0.3 -> 0.34"
     # the same refusal on a card with little free memory: the estimate does not allow it
-    assert shrink_vllm(p, report("vllm_kv_cache.txt"), card(24, free=4.0))[0] is None
+    assert adjust_vllm_share(p, report("vllm_kv_cache.txt"), card(24, free=4.0))[0] is None
 
 
 def test_next_profile_skips_tried_unfit_and_those_estimated_above_a_failure():
@@ -177,15 +180,18 @@ def test_decide_shrinks_once_per_profile_then_falls_back():
     assert unsupported.action == "next" and unsupported.text.startswith("the architecture cannot be loaded")
 
 
-def test_child_env_sets_expandable_segments_except_under_standby():
-    plain = cpu_profile("a", 1)
-    assert child_env(plain, {})["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
-    kept = child_env(plain, {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"})
+def test_attempt_environment_sets_expandable_segments_on_cuda_except_under_standby():
+    plain = gpu_profile("g", 1)
+    assert attempt_environment(plain, {})["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    kept = attempt_environment(plain, {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"})
     assert kept["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:False"
-    merged = child_env(plain, {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128"})
+    merged = attempt_environment(plain, {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128"})
     assert merged["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:128,expandable_segments:True"
+    # a cpu attempt has no CUDA allocator to configure: a user's setting passes, nothing is added
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in attempt_environment(cpu_profile("a", 1), {})
     standby = gpu_profile("s", 1, vllm_standby=True)
-    env = child_env(standby, {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "GRPO_INJECT_OOM": "s"})
+    env = attempt_environment(standby, {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+                                        "GRPO_INJECT_OOM": "s"})
     assert "PYTORCH_CUDA_ALLOC_CONF" not in env
     assert env["UNSLOTH_VLLM_STANDBY"] == "1"
     assert env["GRPO_INJECT_OOM"] == "s"  # passes through unchanged
@@ -200,6 +206,8 @@ def ladder():
 
 
 def test_oom_then_shrink_then_ok(tmp_path, monkeypatch):
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    monkeypatch.delenv("GRPO_INJECT_OOM", raising=False)
     plan = make_plan(ladder(), CPU_MACHINE)
     code, records, out = run(plan, tmp_path, monkeypatch,
                              {"a": {"do": "oom", "text": "torch_logits_gib.txt", "oom_if_batch_above": 4}})
@@ -217,12 +225,38 @@ def test_oom_then_shrink_then_ok(tmp_path, monkeypatch):
     call = call_of(records[1])
     assert call["argv"][:4] == ["--profile", str(Path(records[1]["attempt_dir"]) / "profile.yaml"),
                                 "--attempt-dir", records[1]["attempt_dir"]]
-    assert call["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert call["PYTORCH_CUDA_ALLOC_CONF"] is None  # a cpu attempt: no CUDA allocator settings added
+    assert records[1]["env"] == {"PYTORCH_CUDA_ALLOC_CONF": None, "GRPO_INJECT_OOM": None}
     assert call["pgid"] != os.getpgid(0)  # its own process group: a terminal's Ctrl-C reaches the supervisor only
     # nothing deleted: both attempts' folders and the plan stay
     run_dir = Path(records[0]["attempt_dir"]).parent
     assert sorted(p.name for p in run_dir.iterdir()) == ["attempt-01-a", "attempt-02-a", "attempts.jsonl", "plan.json"]
     assert json.loads((run_dir / "plan.json").read_text())["chosen"] == "a"
+
+
+def test_each_attempt_gets_the_estimate_its_record_holds(tmp_path, monkeypatch):
+    monkeypatch.setenv(ENV_ESTIMATE_GIB, "99.5")  # a figure from elsewhere must not reach the child
+    plan = make_plan(ladder(), CPU_MACHINE)
+    code, records, _out = run(plan, tmp_path, monkeypatch,
+                              {"a": {"do": "oom", "text": "torch_logits_gib.txt", "oom_if_batch_above": 4}})
+    assert code == 0 and len(records) == 2
+    assert records[0]["estimate_gib"] == plan.candidates[0].estimate.total_gib
+    for record in records:
+        given = call_of(record)[ENV_ESTIMATE_GIB]
+        assert record["estimate_gib"] is not None
+        # what the trainer reads back is the very figure of attempts.jsonl
+        assert estimate_from_env({ENV_ESTIMATE_GIB: given}) == record["estimate_gib"]
+
+
+def test_attempt_record_keeps_every_key_of_attempts_jsonl():
+    keys = ["attempt", "profile", "status", "steps", "started", "duration_s", "exit_code", "attempt_dir",
+            "resumed_from", "checkpoint", "shrink", "estimate_gib", "peak_gib", "oom", "error", "decided", "env",
+            "settings"]
+    record = AttemptRecord(attempt=1, profile="a", status="oom", oom=report("torch_logits_gib.txt").to_dict())
+    assert list(record.to_dict()) == keys
+    again = AttemptRecord.from_dict({**record.to_dict(), "probe": {"peak_gib": 1.0}})
+    assert again.report.site == "logits/log-probs" and again.report.shortfall_gib == pytest.approx(3.29)
+    assert again.to_dict()["probe"] == {"peak_gib": 1.0}  # a key this version does not know is kept
 
 
 def test_oom_everywhere_exits_3_with_the_table(tmp_path, monkeypatch):
@@ -439,29 +473,9 @@ def test_two_processes_are_launched_through_accelerate(tmp_path, monkeypatch):
     assert records[0]["checkpoint"] == str(folder / "checkpoint-4")
 
 
-# Stands in for `trl vllm-serve`: answers /health on the port the supervisor gives the attempt
-# (GRPO_VLLM_PORT), after writing its pid; given a text file, prints it and exits 1 (a failed start);
-# given "wait", loads for a minute without answering, then gives up.
-FAKE_SERVER = """
-import http.server, os, sys, time
-pid_file, text_file = sys.argv[1], sys.argv[2]
-with open(pid_file, "a") as handle:
-    handle.write(f"{os.getpid()}\\n")
-if text_file == "wait":
-    time.sleep(60)
-    sys.exit(1)
-if text_file != "-":
-    print(open(text_file).read(), flush=True)
-    sys.exit(1)
-class Health(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200 if self.path == "/health" else 404)
-        self.end_headers()
-    def log_message(self, *args):
-        pass
-print("serving", flush=True)
-http.server.HTTPServer(("127.0.0.1", int(os.environ["GRPO_VLLM_PORT"])), Health).serve_forever()
-"""
+# Stands in for `trl vllm-serve` (tests/fake_vllm_server.py): answers /health on GRPO_VLLM_PORT, after writing
+# its pid; given a text file, prints it and exits 1 (a failed start); "wait": loads for a minute, then gives up.
+FAKE_SERVER = [sys.executable, str(Path(__file__).resolve().parent / "fake_vllm_server.py")]
 
 
 def server_plan():
@@ -488,11 +502,12 @@ def run_with_server(tmp_path, monkeypatch, behaviour: dict, server_text: str | N
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     monkeypatch.setenv("FAKE_CHILD_PLAN", json.dumps(behaviour))
-    script = tmp_path / "fake_vllm_serve.py"
-    script.write_text(FAKE_SERVER)
     pids = tmp_path / "server.pids"  # the server_pids fixture's file
-    command = [sys.executable, str(script), str(pids),
-               (server_text if server_text == "wait" else str(DATA / server_text)) if server_text else "-"]
+    command = [*FAKE_SERVER, "--pid-file", str(pids)]
+    if server_text == "wait":
+        command.append("--hang")
+    elif server_text:
+        command += ["--fail-with", str(DATA / server_text)]
     out = io.StringIO()
     code = supervise(server_plan(), output_dir=tmp_path / "out", child_command=FAKE_CHILD, server_command=command,
                      console=Console(file=out, width=200, highlight=False))
