@@ -69,6 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
                            "a multi-GPU profile is chosen only when its GPUs are there")
     plan.add_argument("--fit-table", action="store_true",
                       help="print which profile the ladder gives common cards, then stop")
+    plan.add_argument("--ignore-ledger", action="store_true",
+                      help="plan from the estimator alone, not from what this machine measured before")
+    plan.add_argument("--ledger", action="store_true",
+                      help="print what this machine measured per shape against the estimate, then stop")
+    plan.add_argument("--calibrate", action="store_true",
+                      help="measure the ladder here: the worst-case probe alone for every rung that fits and "
+                           "the first above them, each in its own process; the next --auto plans from it")
     plan.add_argument("--explain-oom", metavar="FILE",
                       help="read a CUDA OOM error (file, or - for stdin) and explain what to change")
 
@@ -112,26 +119,38 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         from trainer.run import run_attempt
         return run_attempt(profile, Path(args.attempt_dir), resume_from=args.resume_from)
 
+    if args.ledger:
+        from launcher.ledger import print_ledger
+        return print_ledger()
+
     if args.fit_table:
-        from launcher.plan import print_fit_table
+        from launcher.plan_view import print_fit_table
         return print_fit_table(load_profiles(args.profiles_dir, args.overrides), as_json=args.json)
 
-    if not (args.auto or args.profile or args.resume or args.dry_run):
+    if not (args.auto or args.profile or args.resume or args.dry_run or args.calibrate):
         parser.print_usage(sys.stderr)
         raise UsageError("choose --auto (fit the ladder to this machine) or --profile FILE")
     # `--dry-run` and `--resume` alone mean the ladder (so `docker run grpo-train --dry-run` plans).
 
     from launcher.gpu import probe
-    from launcher.plan import make_plan, print_plan
+    from launcher.plan import make_plan
+    from launcher.plan_view import print_plan
 
     if args.profile:
         profiles = [load_profile(args.profile, args.overrides)]
     else:
         profiles = load_profiles(args.profiles_dir, args.overrides)
     gpu = probe(what_if_gib=args.gpu_memory, what_if_name=args.gpu_name, what_if_count=args.gpus)
-    plan = make_plan(profiles, gpu)
+    measurements = None
+    if not args.ignore_ledger:
+        from launcher.ledger import read as read_ledger
+        measurements = read_ledger()
+    plan = make_plan(profiles, gpu, measurements=measurements)
     if args.dry_run:
         return print_plan(plan, as_json=args.json)
+    if args.calibrate:
+        from launcher.calibrate import calibrate
+        return calibrate(plan, output_dir=Path(args.output_dir))
 
     from launcher.supervise import supervise
     return supervise(plan, output_dir=Path(args.output_dir), overrides=args.overrides, resume=args.resume)

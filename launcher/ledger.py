@@ -34,8 +34,13 @@ MEMORY_KEYS = (
 VERSIONED_PACKAGES = ("torch", "transformers", "trl", "peft", "unsloth", "vllm", "bitsandbytes")
 
 
+# A ledger file elsewhere than the cache folder (tests give each test its own).
+ENV_LEDGER = "GRPO_TRAIN_LEDGER"
+
+
 def ledger_path() -> Path:
-    return cache_root() / LEDGER_FILE
+    override = os.environ.get(ENV_LEDGER, "").strip()
+    return Path(override).expanduser() if override else cache_root() / LEDGER_FILE
 
 
 def memory_settings(profile) -> dict:
@@ -218,6 +223,62 @@ def measured_for(entries: list[Entry], profile, machine) -> Measured | None:
         return None
     return Measured(peak_gib=max(peaks) if peaks else None, runs=len(mine),
                     last=max(e.date for e in mine), oom_lower_bound_gib=max(bounds) if bounds else None)
+
+
+def record_attempt(profile, plan, record, attempt_dir: Path, warn=None) -> Entry | None:
+    """Add what one finished attempt measured: a run or probe that got through is a measurement of its
+    shape's peak, an OOM a lower bound. Attempts that measured nothing (an error, an interruption before
+    any figure) add nothing. A ledger that cannot be written costs a warning, never the run."""
+    oom = record.report if record.status == "oom" else None
+    outcome = _read_json(Path(attempt_dir) / "outcome.json") or {}
+    probe = outcome.get("probe") if isinstance(outcome.get("probe"), dict) else None
+    probe_peak = probe.get("peak_gib") if probe else None
+    peaks = [p for p in (record.peak_gib if record.status == "ok" else None, probe_peak)
+             if isinstance(p, (int, float))]
+    if oom is None and not peaks:
+        return None
+    entry = make_entry(profile, plan.machine, status=record.status, estimate=_plan_estimate(plan, profile),
+                       peak_gib=max(peaks) if peaks else None, probe=probe, oom_report=oom,
+                       vllm=_vllm_figures(Path(attempt_dir)))
+    if entry.peak_gib is not None and record.status not in ("ok", "oom"):
+        entry.status = "probe-ok"  # the probe got through even though the run did not finish
+    try:
+        append(entry)
+    except OSError as exc:
+        _warn(warn, f"warning: cannot add to the ledger {ledger_path()}: {exc.strerror or exc}")
+    return entry
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _plan_estimate(plan, profile):
+    for cand in plan.candidates:
+        if cand.profile == profile and cand.estimate is not None:
+            return cand.estimate
+    try:
+        from launcher.estimate import estimate
+
+        gpu = plan.machine.primary if profile.device == "cuda" else None
+        return estimate(profile, gpu=gpu)
+    except Exception:  # a figure for the ledger, never a reason to stop
+        return None
+
+
+def _vllm_figures(attempt_dir: Path) -> dict | None:
+    from launcher.contract import LOG_FILE
+    from launcher.vllm_log import parse_vllm_memory
+
+    try:
+        with open(attempt_dir / LOG_FILE, "rb") as handle:
+            text = handle.read(8 * 1024 * 1024).decode("utf-8", errors="replace")  # start-up lines come first
+    except OSError:
+        return None
+    return parse_vllm_memory(text)
 
 
 def accuracy_rows(entries: list[Entry]) -> list[dict]:

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from launcher import narrate
+from launcher import ledger, narrate
 from launcher import oom as oomlib
 from launcher.attempts import (AttemptRecord, AttemptResult, read_attempts, read_result,
                                server_failure_result)
@@ -157,6 +157,8 @@ class Supervisor:
             decided=decision_text, settings=profile.to_dict(),
             env={ENV_ALLOC_CONF: env.get(ENV_ALLOC_CONF), ENV_INJECT_OOM: env.get(ENV_INJECT_OOM)})
         record.append_to(self.run_dir)
+        ledger.record_attempt(profile, self.plan, record, attempt_dir,
+                              warn=lambda text: self.console.print(text, markup=False))
         self.records.append(record)
         self._remember(record)
         narrate.print_result(self.console, number, profile, result)

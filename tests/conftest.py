@@ -36,3 +36,10 @@ def small_disk(tmp_path):
         yield folder
     finally:
         subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+@pytest.fixture(autouse=True)
+def own_ledger(tmp_path, monkeypatch):
+    """Each test measures into a ledger of its own: an injected OOM in one test never reaches the plan of
+    another, nor the ledger of the machine the tests run on."""
+    monkeypatch.setenv("GRPO_TRAIN_LEDGER", str(tmp_path / "ledger.jsonl"))

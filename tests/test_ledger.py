@@ -127,6 +127,7 @@ def test_accuracy_rows_compare_estimate_and_peak(tmp_path, cpu_profile):
 
 
 def test_missing_ledger_is_empty(tmp_path, monkeypatch):
+    monkeypatch.delenv("GRPO_TRAIN_LEDGER")
     monkeypatch.setenv("GRPO_TRAIN_CACHE", str(tmp_path / "nowhere"))
     assert ledger.read() == []
     assert ledger.ledger_path() == tmp_path / "nowhere" / "ledger.jsonl"

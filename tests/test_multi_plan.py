@@ -13,7 +13,8 @@ from launcher.catalog import resolve
 from launcher.errors import ProfileError, UsageError
 from launcher.estimate import GIB, estimate, zero_model_state_bytes
 from launcher.gpu import GpuInfo, Machine, probe
-from launcher.plan import fit_table, make_plan
+from launcher.plan import make_plan
+from launcher.plan_view import fit_table
 from launcher.profiles import load_profile, load_profiles, profile_from_dict
 
 REPO = Path(__file__).resolve().parents[1]

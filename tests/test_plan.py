@@ -10,7 +10,8 @@ import pytest
 
 from launcher.errors import EXIT_OUT_OF_MEMORY
 from launcher.gpu import GpuInfo, Machine, probe
-from launcher.plan import COMMON_CARDS, fit_table, make_plan, margin_for, print_plan
+from launcher.plan import make_plan, margin_for
+from launcher.plan_view import COMMON_CARDS, fit_table, print_plan
 from launcher.profiles import load_profile, load_profiles, profile_from_dict
 from test_gpu import FakeNvml
 
