@@ -31,7 +31,7 @@ REPORT_TO = ("none", "all", "azure_ml", "clearml", "codecarbon", "comet_ml", "da
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 DEFAULT_REWARDS = {"xml_count": 0.5, "xml_soft": 0.5, "xml_strict": 0.5, "number": 0.5, "accuracy": 2.0}
 # The name becomes a folder name: no separators, no leading dot, short.
-NAME_PATTERN = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$"
+NAME_PATTERN = r"^(?:[A-Za-z0-9_-][A-Za-z0-9._-]{0,63})?$"  # empty: the file's stem, filled in by the loader
 
 
 class KeyProblem(ValueError):

@@ -62,3 +62,10 @@ def test_help_is_generated_from_the_schema():
     assert "seed (int, default 3407; >= 0; <= 4294967295)" in text
     assert "optim (str, default adamw_8bit; one of adamw_torch," in text
     assert Profile.model_fields["lora_rank"].description in text
+
+
+def test_profile_built_directly_keeps_the_old_defaults():
+    """Profile(**keys) as other modules and tests build it: the empty name means 'the file's stem'."""
+    assert Profile(name="") == Profile()
+    assert Profile(lora_rank=32).to_dict()["lora_rank"] == 32
+    assert Profile(source="x.yaml").source == "x.yaml" and "source" not in Profile(source="x.yaml").to_dict()
