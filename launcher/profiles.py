@@ -25,7 +25,8 @@ __all__ = ["DEFAULT_REWARDS", "DEFAULT_TARGET_MODULES", "KEYS", "MAX_PROFILE_BYT
 MAX_PROFILE_BYTES = 1 << 20
 
 # ---------------------------------------------------------------------------------------------------
-# YAML without its silent surprises: repeated keys (the last one wins), 010 read as octal 8, 1:30 as 90
+# YAML without its silent surprises: repeated keys (the last one wins), 010 read as octal 8, 1:30 as 90,
+# yes/no/on/off read as booleans
 
 
 class YamlSurprise(Exception):
@@ -45,16 +46,34 @@ def _int_surprise(text: str) -> str | None:
     return None
 
 
+def _bool_surprise(text: str) -> str | None:
+    if text.lower() in ("true", "false"):
+        return None
+    return f"{text} is YAML 1.1's spelling of {'false' if text.lower() in ('no', 'n', 'off') else 'true'}"
+
+
+_SURPRISES = {"tag:yaml.org,2002:int": _int_surprise, "tag:yaml.org,2002:bool": _bool_surprise}
+
+
 # libyaml's parser where it is installed (several times faster); the checks below work on its nodes alike
 _BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class _ProfileLoader(_BaseLoader):
     def construct_yaml_int(self, node):
-        surprise = _int_surprise(node.value)
-        if surprise:
-            raise YamlSurprise(surprise, line=node.start_mark.line + 1)
+        self._refuse_surprise(node)
         return super().construct_yaml_int(node)
+
+    def construct_yaml_bool(self, node):
+        self._refuse_surprise(node)
+        return super().construct_yaml_bool(node)
+
+    @staticmethod
+    def _refuse_surprise(node, key: str | None = None) -> None:
+        check = _SURPRISES.get(node.tag) if isinstance(node, yaml.ScalarNode) else None
+        surprise = check(node.value) if check else None
+        if surprise:
+            raise YamlSurprise(surprise, key, node.start_mark.line + 1)
 
     def construct_mapping(self, node, deep=False):
         seen: dict[Any, int] = {}
@@ -63,27 +82,27 @@ class _ProfileLoader(_BaseLoader):
                 continue  # `<<: *base` then a key of its own overrides on purpose
             key = self.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
-            if isinstance(value_node, yaml.ScalarNode) and value_node.tag == "tag:yaml.org,2002:int":
-                surprise = _int_surprise(value_node.value)
-                if surprise:
-                    raise YamlSurprise(surprise, str(key), line)
+            self._refuse_surprise(value_node, str(key))
             try:
                 first = seen.get(key)
             except TypeError:
                 continue  # an unhashable key; the mapping constructor refuses it with its own message
             if first is not None:
                 raise YamlSurprise(f"'{key}' is given more than once (lines {first} and {line}); YAML would keep "
-                                   "only the last, silently", str(key), line)
+                                   "only the last, silently", str(key))
             seen[key] = line
         return super().construct_mapping(node, deep=deep)
 
 
 _ProfileLoader.add_constructor("tag:yaml.org,2002:int", _ProfileLoader.construct_yaml_int)
+_ProfileLoader.add_constructor("tag:yaml.org,2002:bool", _ProfileLoader.construct_yaml_bool)
 
 
 def _surprise_fix(surprise: YamlSurprise) -> str:
     if "more than once" in surprise.reason:
         return "keep one of them"
+    if "spelling of" in surprise.reason:
+        return "write true or false, or quote it if it is text"
     return "write the number in plain decimal digits, or quote it if it is text"
 
 

@@ -267,3 +267,19 @@ def test_types_are_strict(key, value):
 
 def test_float_text_is_read_as_a_number():
     assert math.isclose(profile_from_dict(valid(learning_rate="5e-6"), "<test>").learning_rate, 5e-6)
+
+
+@pytest.mark.parametrize("text", ["load_in_4bit: yes", "load_in_4bit: no", "load_in_4bit: On", "save_merged: off"])
+def test_yaml_11_yes_and_no_are_not_read_as_booleans(tmp_path, text):
+    path = write(tmp_path, f"dataset: arithmetic\n{text}\n")
+    with pytest.raises(ProfileError) as info:
+        load_profile(path)
+    assert info.value.key == text.split(":")[0] and "write true or false" in info.value.fix
+
+
+def test_yes_in_an_override_is_not_read_as_true(tmp_path):
+    path = write(tmp_path, "dataset: arithmetic\n")
+    with pytest.raises(ProfileError) as info:
+        load_profile(path, ["save_merged=yes"])
+    assert info.value.key == "save_merged"
+    assert load_profile(path, ["save_merged=true", "model='no'"]).save_merged is True
