@@ -283,3 +283,26 @@ def test_yes_in_an_override_is_not_read_as_true(tmp_path):
         load_profile(path, ["save_merged=yes"])
     assert info.value.key == "save_merged"
     assert load_profile(path, ["save_merged=true", "model='no'"]).save_merged is True
+
+
+# ---------------------------------------------------------------------------------------------------
+# Whatever a YAML file can hold, the answer is a profile or a ProfileError, never a crash
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from launcher.schema import KEYS  # noqa: E402
+
+_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(), st.integers(min_value=10 ** 300, max_value=10 ** 500),
+                     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12))
+_VALUES = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=3) |
+                       st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(KEYS), _VALUES, max_size=4))
+def test_any_values_give_a_profile_or_a_profile_error(keys):
+    try:
+        profile_from_dict(valid(**keys), "<fuzz>")
+    except ProfileError as error:
+        assert error.key is None or error.key in KEYS or error.key in str(keys), error
