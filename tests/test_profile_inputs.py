@@ -11,9 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from launcher.errors import EXIT_BAD_INPUT, ProfileError, UsageError
-from launcher.profiles import load_profile, load_profiles, parse_overrides, profile_from_dict
+from launcher.profiles import KEYS, load_profile, load_profiles, parse_overrides, profile_from_dict
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -288,12 +290,8 @@ def test_yes_in_an_override_is_not_read_as_true(tmp_path):
 # ---------------------------------------------------------------------------------------------------
 # Whatever a YAML file can hold, the answer is a profile or a ProfileError, never a crash
 
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from launcher.schema import KEYS  # noqa: E402
-
-_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(), st.integers(min_value=10 ** 300, max_value=10 ** 500),
+_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(),
+                     st.integers(min_value=10 ** 300, max_value=10 ** 500),
                      st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12))
 _VALUES = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=3) |
                        st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=6)
