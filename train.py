@@ -18,6 +18,22 @@ HERE = Path(__file__).resolve().parent
 DEFAULT_PROFILES_DIR = HERE / "profiles"
 
 
+# The largest card a plan may assume: far above any GPU made, far below numbers that overflow the estimator.
+MAX_GPU_GIB = 4096.0
+
+
+def gpu_gib(text: str) -> float:
+    """--gpu-memory: a finite, positive number of GiB (nan, inf and 1e308 are refused before planning)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of GiB") from None
+    if not (0 < value <= MAX_GPU_GIB):  # also False for nan
+        raise argparse.ArgumentTypeError(f"{text}: give the card's memory in GiB, above 0 and at most "
+                                         f"{MAX_GPU_GIB:g}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     from launcher.profiles import schema_help
     from rewards import describe as describe_rewards
@@ -61,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--dry-run", action="store_true",
                       help="print the plan and stop (instant, no torch); alone it plans the ladder like --auto")
     plan.add_argument("--json", action="store_true", help="with --dry-run: one JSON object on stdout")
-    plan.add_argument("--gpu-memory", metavar="GIB", type=float,
+    plan.add_argument("--gpu-memory", metavar="GIB", type=gpu_gib,
                       help="plan for a card with this much memory instead of the one found")
     plan.add_argument("--gpu-name", metavar="NAME", help="with --gpu-memory: the card's name in the plan")
     plan.add_argument("--gpus", metavar="N", type=int,
@@ -106,8 +122,6 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return explain_file(args.explain_oom)
     if args.gpu_name and args.gpu_memory is None:
         raise UsageError("--gpu-name needs --gpu-memory GIB (the card's memory)")
-    if args.gpu_memory is not None and args.gpu_memory <= 0:
-        raise UsageError(f"--gpu-memory {args.gpu_memory}: must be a positive number of GiB")
     if args.json and not (args.dry_run or args.fit_table):
         raise UsageError("--json only applies to --dry-run and --fit-table")
 
