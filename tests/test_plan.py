@@ -185,7 +185,7 @@ def test_dry_run_imports_no_heavy_library_and_is_quick():
         "import train\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         "    code = train.main(['--auto', '--dry-run'])\n"
-        "heavy = sorted(m for m in ('torch', 'unsloth', 'trl', 'transformers', 'vllm', 'datasets', 'pydantic')\n"
+        "heavy = sorted(m for m in ('torch', 'unsloth', 'trl', 'transformers', 'vllm', 'datasets')\n"
         "               if m in sys.modules)\n"
         "print(code, ','.join(heavy))\n")
     result = subprocess.run([sys.executable, "-c", probe_code], capture_output=True, text=True, cwd=REPO,
