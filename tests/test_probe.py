@@ -130,11 +130,12 @@ def test_report_line_names_the_probe():
 
 # ------------------------------------------------------------------------------------------------ runs
 
-def _attempt(attempt_dir: Path, env: dict, *overrides: str, timeout: int = 300):
+def _attempt(attempt_dir: Path, env: dict, *overrides: str, resume_from: Path | None = None):
     sets = [arg for pair in overrides for arg in ("--set", pair)]
+    resume = ["--resume-from", str(resume_from)] if resume_from else []
     return subprocess.run([sys.executable, str(REPO / "train.py"), "--profile", str(SMALL), "--attempt-dir",
-                           str(attempt_dir), *sets], env=env, cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout)
+                           str(attempt_dir), *sets, *resume], env=env, cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
@@ -158,6 +159,13 @@ def test_probe_oom_ends_the_attempt_and_without_it_training_runs(backend, tmp_pa
     assert 0 < probe["prompt_tokens"] <= 160  # the longest prompt kept under max_prompt_length
     assert json.loads((tmp_path / "plain" / "summary.json").read_text())["probe"] == probe
     assert "worst-case probe: 4 x (" in (tmp_path / "plain" / "report.md").read_text()
+
+    # a resumed attempt probes before its resumed training as well
+    resumed = _attempt(tmp_path / "resumed", dict(env, GRPO_INJECT_OOM="cpu-tiny-4gen@probe"), *QUICK,
+                       "max_steps=2", resume_from=tmp_path / "plain" / "checkpoint-1")
+    assert resumed.returncode == EXIT_FOR_STATUS[OOM], resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    out = json.loads((tmp_path / "resumed" / "outcome.json").read_text())
+    assert out["status"] == OOM and out["steps"] == 1 and "run_probe" in out["traceback"]
 
 
 # Two attempts in one child process, probe on and off (the profile key `probe`), same seed.
@@ -197,7 +205,9 @@ def test_probe_leaves_learning_unchanged(backend, tmp_path, cache_env):
     assert weights["with"].keys() == weights["without"].keys() and weights["with"]
     for name, tensor in weights["with"].items():
         assert torch.equal(tensor, weights["without"][name]), name
-    logged = {run: [(row["step"], row["reward"], row.get("loss")) for row in
+    # what was logged (rewards, loss, entropy, grad norm, ...) is the same too: the probe's own loss metrics
+    # were taken back; only timings and memory differ
+    logged = {run: [{k: v for k, v in row.items() if k not in ("step_time", "time", "memory")} for row in
                     map(json.loads, (tmp_path / run / "metrics.jsonl").read_text().splitlines())]
               for run in ("with", "without")}
-    assert logged["with"] == logged["without"]
+    assert len(logged["with"]) == 3 and logged["with"] == logged["without"]

@@ -44,9 +44,11 @@ class AttemptState:
 
     @property
     def steps(self) -> int:
+        # before train() loads the checkpoint (the probe runs then) the trainer still counts from 0
+        resumed = contract.checkpoint_step(self.resume_from)
         if self.trainer is not None:
-            return int(self.trainer.state.global_step)
-        return contract.checkpoint_step(self.resume_from)
+            return max(int(self.trainer.state.global_step), resumed)
+        return resumed
 
     def latest_checkpoint(self) -> str | None:
         """This attempt's latest complete checkpoint, else the one it resumed from."""
