@@ -233,6 +233,24 @@ class PeakMeter:
 
 # ----------------------------------------------------------------------------------------------- step
 
+def rest_generation_engine(trainer) -> bool:
+    """Put a colocated vLLM engine with sleep mode (Unsloth's standby) to sleep, as it sleeps during every
+    real backward pass: its KV cache is not held against the probe. Its next generate wakes it (Unsloth
+    wraps generate so). True when it was put to sleep."""
+    llm = getattr(trainer, "llm", None) or getattr(trainer.model, "vllm_engine", None)
+    config = getattr(getattr(getattr(llm, "llm_engine", None), "vllm_config", None), "model_config", None)
+    if llm is None or not getattr(config, "enable_sleep_mode", False):
+        return False
+    import gc
+
+    import torch
+
+    llm.sleep(1)
+    gc.collect()
+    torch.cuda.empty_cache()
+    return True
+
+
 def worst_case_step(trainer, inputs) -> None:
     """The trainer's own loss and backward on `inputs`, gradient clipping, and one step of a throwaway
     optimizer, as one real optimizer step does them."""
@@ -268,6 +286,8 @@ def run_probe(trainer, rows: list[dict], tokenizer, profile, memory=None, estima
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     inputs = synthetic_inputs(trainer, prompts, completions, pad_id)
     device = "cuda" if inputs["prompt_ids"].is_cuda else "cpu"
+    if device == "cuda":
+        rest_generation_engine(trainer)
     meter = PeakMeter(device, memory)
     started, cpu_started = time.perf_counter(), time.process_time()
     with restored_state(trainer):
