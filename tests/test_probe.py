@@ -108,6 +108,25 @@ def test_completions_are_full_length_without_an_end(tiny_tokenizer):
     assert torch.equal(state, torch.get_rng_state())  # its own generator: the global one is untouched
 
 
+def test_standby_engine_sleeps_for_the_probe():
+    """vLLM has no CPU build: a stand-in with its attributes (an engine whose config allows sleep mode)."""
+    from types import SimpleNamespace
+
+    from trainer.probe import rest_generation_engine
+
+    def engine(sleep_mode: bool):
+        config = SimpleNamespace(model_config=SimpleNamespace(enable_sleep_mode=sleep_mode))
+        calls = []
+        return SimpleNamespace(llm_engine=SimpleNamespace(vllm_config=config), sleep=calls.append), calls
+
+    standby, slept = engine(True)
+    assert rest_generation_engine(SimpleNamespace(llm=None, model=SimpleNamespace(vllm_engine=standby)))
+    assert slept == [1]
+    awake, kept = engine(False)
+    assert not rest_generation_engine(SimpleNamespace(llm=awake, model=None)) and kept == []
+    assert not rest_generation_engine(SimpleNamespace(llm=None, model=object()))
+
+
 def test_outcome_carries_the_probe(tmp_path):
     from launcher.contract import OOM, Outcome
 
