@@ -1,5 +1,6 @@
 """HOW one attempt trains, stage by stage: load (backend, model, data), build the GRPO trainer, probe the
-worst case, train, finish (save, evaluate, summary and report). trainer.run strings them together and records the outcome.
+worst case, train, finish (save, evaluate, summary and report). trainer.run strings them together and
+records the outcome.
 
 Each stage imports the heavy libraries inside itself, after `load` has opened the backend: the order is
 the one trainer.backends states.
