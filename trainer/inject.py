@@ -16,8 +16,9 @@ COMMON_CARD_GIB = (8.0, 12.0, 16.0, 24.0, 40.0, 48.0, 80.0, 94.0, 141.0)
 
 
 def parse_inject(text: str | None) -> dict[str, int | str]:
-    """{profile name: step number, or PROBE}; malformed parts are refused with the variable's name and the expected form."""
-    targets: dict[str, int] = {}
+    """{profile name: step number, or PROBE}; malformed parts are refused with the variable's name and the
+    expected form."""
+    targets: dict[str, int | str] = {}
     for part in (text or "").split(","):
         part = part.strip()
         if not part:
