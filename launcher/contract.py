@@ -99,6 +99,7 @@ class Outcome:
     estimate_gib: float | None = None  # the supervisor's estimate, reported back unchanged
     rank: int = 0
     ranks: int = 1
+    probe: dict | None = None          # the worst-case probe: {peak_gib, seconds, prompt_tokens, ...}
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2) + "\n"

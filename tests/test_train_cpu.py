@@ -65,7 +65,7 @@ def test_outcome_of_a_finished_attempt(quick_run):
     assert out["estimate_gib"] == SUPERVISOR_ESTIMATE_GIB
     assert (out["rank"], out["ranks"]) == (0, 1)
     assert set(out) == {"status", "steps", "checkpoint", "error", "error_text", "traceback", "peak_gib",
-                        "estimate_gib", "rank", "ranks"}
+                        "estimate_gib", "rank", "ranks", "probe"}
 
 
 def test_every_output_is_written(quick_run):

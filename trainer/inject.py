@@ -1,6 +1,7 @@
 """GRPO_INJECT_OOM=NAME[@STEP][,NAME[@STEP]...]: make an attempt of profile NAME raise a genuine
 torch.OutOfMemoryError, worded as CUDA words it, at training step STEP (default 1), after the model has
-loaded. This is how the supervisor's fallback is exercised on machines without a GPU."""
+loaded; STEP `probe` raises it inside the worst-case probe before training (trainer.probe). This is how
+the supervisor's fallback is exercised on machines without a GPU."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ import os
 from launcher.contract import ENV_INJECT_OOM
 GIB = float(1 << 30)
 MIB = float(1 << 20)
+PROBE = "probe"  # the step name of the worst-case probe before training
 # Cards the message may describe when there is no real one to read.
 COMMON_CARD_GIB = (8.0, 12.0, 16.0, 24.0, 40.0, 48.0, 80.0, 94.0, 141.0)
 
 
-def parse_inject(text: str | None) -> dict[str, int]:
-    """{profile name: step}; malformed parts are refused with the variable's name and the expected form."""
-    targets: dict[str, int] = {}
+def parse_inject(text: str | None) -> dict[str, int | str]:
+    """{profile name: step number, or PROBE}; malformed parts are refused with the variable's name and the
+    expected form."""
+    targets: dict[str, int | str] = {}
     for part in (text or "").split(","):
         part = part.strip()
         if not part:
@@ -24,12 +27,14 @@ def parse_inject(text: str | None) -> dict[str, int]:
         name = name.strip()
         if not name:
             raise ValueError(f"{ENV_INJECT_OOM}={text!r}: empty profile name (expected NAME[@STEP][,NAME[@STEP]...])")
-        if step.strip():
+        if step.strip().lower() == PROBE:
+            value = PROBE
+        elif step.strip():
             try:
                 value = int(step)
             except ValueError:
-                raise ValueError(f"{ENV_INJECT_OOM}={text!r}: step {step!r} of {name!r} is not a whole number "
-                                 "(expected NAME[@STEP])") from None
+                raise ValueError(f"{ENV_INJECT_OOM}={text!r}: step {step!r} of {name!r} is neither a whole number nor "
+                                 f"'{PROBE}' (expected NAME[@STEP] or NAME@{PROBE})") from None
             if value < 1:
                 raise ValueError(f"{ENV_INJECT_OOM}={text!r}: step of {name!r} must be >= 1")
         else:
@@ -38,9 +43,14 @@ def parse_inject(text: str | None) -> dict[str, int]:
     return targets
 
 
-def injected_step(profile_name: str, environ=None) -> int | None:
+def injected_step(profile_name: str, environ=None) -> int | str | None:
     environ = os.environ if environ is None else environ
     return parse_inject(environ.get(ENV_INJECT_OOM)).get(profile_name)
+
+
+def injected_in_probe(profile_name: str, environ=None) -> bool:
+    """Whether this profile's OOM is to be raised inside the worst-case probe."""
+    return injected_step(profile_name, environ) == PROBE
 
 
 def _size(n_bytes: float) -> str:
@@ -76,10 +86,29 @@ def _get_per_token_logps_and_entropies(message: str):
     raise torch.OutOfMemoryError(message)
 
 
+def _card_total_gib() -> float | None:
+    """The real card's nominal size when there is one, for the message's figures."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_properties(0).total_memory / GIB / 0.985
+    except Exception:
+        return None
+    return None
+
+
+def raise_injected_oom(profile, model, estimate_gib: float | None = None):
+    """Raise the injected OOM now, worded for this profile and model."""
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None) or 151936
+    _get_per_token_logps_and_entropies(oom_message(profile, vocab, _card_total_gib(), estimate_gib))
+
+
 def make_injector(profile, estimate_gib: float | None = None):
-    """A TrainerCallback that raises at the chosen step, or None when this profile is not named."""
+    """A TrainerCallback that raises at the chosen step, or None when this profile is not named (or its
+    OOM is to come from the probe)."""
     step = injected_step(profile.name)
-    if step is None:
+    if step is None or step == PROBE:
         return None
     from transformers import TrainerCallback
 
@@ -87,15 +116,6 @@ def make_injector(profile, estimate_gib: float | None = None):
         def on_step_begin(self, args, state, control, model=None, **kwargs):
             if state.global_step + 1 != step:
                 return
-            vocab = getattr(getattr(model, "config", None), "vocab_size", None) or 151936
-            total_gib = None
-            try:
-                import torch
-
-                if torch.cuda.is_available():
-                    total_gib = torch.cuda.get_device_properties(0).total_memory / GIB / 0.985
-            except Exception:
-                total_gib = None
-            _get_per_token_logps_and_entropies(oom_message(profile, vocab, total_gib, estimate_gib))
+            raise_injected_oom(profile, model, estimate_gib)
 
     return InjectOutOfMemory()

@@ -115,6 +115,15 @@ def _fmt(value, digits=3, unit=""):
     return f"{value}{unit}"
 
 
+def _probe_line(probe: dict | None) -> str:
+    """The worst-case probe before training: its shapes, peak and time."""
+    if not probe:
+        return "- worst-case probe: not run"
+    return (f"- worst-case probe: {probe['batch']} x ({probe['prompt_tokens']} prompt + "
+            f"{probe['completion_tokens']} completion) tokens, peak {_fmt(probe['peak_gib'], 2, ' GiB')} "
+            f"({probe['measure']}) in {_fmt(probe['seconds'], 1, ' s')}")
+
+
 def write_report(attempt_dir: Path, summary: dict) -> None:
     """summary.json and report.md from one summary dict."""
     (attempt_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
@@ -131,6 +140,7 @@ def write_report(attempt_dir: Path, summary: dict) -> None:
         f"- memory: measured peak {_fmt(mem['peak_gib'], 2, ' GiB')} ({mem['measure']}) against the "
         f"estimate {_fmt(mem['estimate_gib'], 2, ' GiB')}"
         + (f" (measured/estimate {mem['ratio']:.2f})" if mem.get("ratio") is not None else ""),
+        _probe_line(summary.get("probe")),
         f"- accuracy on {acc['samples']} test problems: before {_fmt(acc['before'])}, after {_fmt(acc['after'])}",
         "",
         "## Rewards (mean of the first and the last steps)",

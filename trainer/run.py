@@ -39,13 +39,16 @@ class AttemptState:
         self.trainer = None
         self.memory = None
         self.estimate_gib = None
+        self.probe = None  # the worst-case probe's figures (trainer.probe), once it has run
         self.started = time.time()
 
     @property
     def steps(self) -> int:
+        # before train() loads the checkpoint (the probe runs then) the trainer still counts from 0
+        resumed = contract.checkpoint_step(self.resume_from)
         if self.trainer is not None:
-            return int(self.trainer.state.global_step)
-        return contract.checkpoint_step(self.resume_from)
+            return max(int(self.trainer.state.global_step), resumed)
+        return resumed
 
     def latest_checkpoint(self) -> str | None:
         """This attempt's latest complete checkpoint, else the one it resumed from."""
@@ -174,6 +177,7 @@ def _close_outcome(state: AttemptState, outcome: Outcome) -> bool:
     outcome.steps = state.steps
     outcome.checkpoint = state.latest_checkpoint()
     outcome.estimate_gib = state.estimate_gib
+    outcome.probe = state.probe
     if state.memory is not None:
         try:
             state.memory.sample()
@@ -191,7 +195,7 @@ def _close_outcome(state: AttemptState, outcome: Outcome) -> bool:
 def _train(state: AttemptState, signals) -> str:
     """Load, evaluate, train, finish; the status. A signal between stages stops with what was saved."""
     from trainer.inject import parse_inject
-    from trainer.stages import build_trainer, evaluate_rows, finish, load, train
+    from trainer.stages import build_trainer, evaluate_rows, finish, load, probe, train
 
     parse_inject(os.environ.get(contract.ENV_INJECT_OOM))  # refuse a malformed value before anything loads
     state.estimate_gib = attempt_estimate(state.profile)
@@ -202,6 +206,7 @@ def _train(state: AttemptState, signals) -> str:
     if signals.stopped:
         return INTERRUPTED
     session = build_trainer(state, loaded, signals)
+    probe(state, loaded)  # an OOM here is the attempt's OOM, before any step is spent
     train_seconds = train(state, session)
     return finish(state, loaded, session, before, train_seconds, signals)
 
@@ -245,4 +250,5 @@ def build_summary(state: AttemptState, backend, rows, reward_names, before, afte
                      "correct_before": before["correct"], "correct_after": after["correct"],
                      "examples_after": after["examples"]},
         "checkpoint": state.latest_checkpoint(),
+        "probe": state.probe,
     }

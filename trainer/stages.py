@@ -1,5 +1,6 @@
-"""HOW one attempt trains, stage by stage: load (backend, model, data), build the GRPO trainer, train, finish
-(save, evaluate, summary and report). trainer.run strings them together and records the outcome.
+"""HOW one attempt trains, stage by stage: load (backend, model, data), build the GRPO trainer, probe the
+worst case, train, finish (save, evaluate, summary and report). trainer.run strings them together and
+records the outcome.
 
 Each stage imports the heavy libraries inside itself, after `load` has opened the backend: the order is
 the one trainer.backends states.
@@ -119,6 +120,31 @@ def build_trainer(state: AttemptState, loaded: Loaded, signals) -> Session:
     session.trainer.remove_callback(PrinterCallback)  # our progress line replaces its raw dict per step
     state.trainer = session.trainer
     return session
+
+
+def probe(state: AttemptState, loaded: Loaded) -> dict | None:
+    """One step at the largest shapes the attempt will see (trainer.probe), before training starts or
+    resumes; its figures, or None when the profile turns it off or accelerate runs the processes (the
+    model is wrapped, and ZeRO shards it, only inside train())."""
+    profile = state.profile
+    from trainer.probe import probe_enabled, run_probe
+
+    if not probe_enabled(profile):
+        if state.main:
+            say("probe: skipped (profile key probe is false)")
+        return None
+    if profile.distributed:
+        if state.main:
+            say("probe: skipped under accelerate (the model is wrapped and sharded only inside training)")
+        return None
+    figures = run_probe(state.trainer, loaded.train_rows, loaded.tokenizer, profile, state.memory,
+                        state.estimate_gib)
+    state.probe = figures
+    if state.main:
+        say(f"probe: {figures['batch']} x ({figures['prompt_tokens']} prompt + {figures['completion_tokens']} "
+            f"completion) tokens, peak {figures['peak_gib']:.2f} GiB ({figures['measure']}) in "
+            f"{figures['seconds']:.1f} s")
+    return figures
 
 
 def train(state: AttemptState, session: Session) -> float:

@@ -1,0 +1,311 @@
+"""The worst-case probe: before training starts (or resumes), one step at the largest shapes the attempt
+will ever see, so that an out-of-memory comes at once instead of hundreds of steps in, when a long sample
+finally shows up.
+
+The step is synthetic but goes through the trainer's own loss and backward: the longest training prompts,
+completions of exactly max_completion_length tokens with no end-of-sequence, the full per-device batch, and
+a throwaway optimizer of the training optimizer's class (learning rate 0) stepped once so that its state is
+allocated as the real first step allocates it. Everything the step could touch is put back afterwards
+(random generators, gradients, trainer counters and logged metrics, the model's train/eval mode), so the
+weights learned are the same with and without the probe.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import threading
+import time
+from contextlib import contextmanager
+
+GIB = float(1 << 30)
+# Trainer attributes that the GRPO loss appends to or counts with; put back after the probe.
+_TRAINER_CONTAINERS = ("_metrics", "_logs", "_textual_logs", "_buffered_inputs", "_entropy_window_stats")
+_MISSING = object()
+
+
+def probe_enabled(profile) -> bool:
+    """Profile key `probe` (default true)."""
+    return bool(getattr(profile, "probe", True))
+
+
+# ----------------------------------------------------------------------------------------------- batch
+
+def prompt_token_ids(prompt, tokenizer) -> list[int]:
+    """The ids the trainer generates from: the chat template with the generation prompt when the tokenizer
+    has one, else the message texts joined by blank lines."""
+    if not isinstance(prompt, str) and getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
+    else:
+        text = prompt if isinstance(prompt, str) else "\n\n".join(str(m.get("content", "")) for m in prompt)
+        ids = tokenizer(text)["input_ids"]
+    if hasattr(ids, "keys"):
+        ids = ids["input_ids"]
+    if ids and isinstance(ids[0], list):  # a batch of one
+        ids = ids[0]
+    return [int(i) for i in ids]
+
+
+def longest_prompts(rows: list[dict], tokenizer, batch: int, generations: int) -> list[list[int]]:
+    """`batch` prompt id lists: the longest prompts, each repeated `generations` times as GRPO groups them."""
+    by_length = sorted((prompt_token_ids(row["prompt"], tokenizer) for row in rows), key=len, reverse=True)
+    distinct = max(1, -(-batch // max(1, generations)))
+    chosen = by_length[:distinct]
+    out = []
+    while len(out) < batch:
+        for ids in chosen:
+            out.extend([ids] * generations)
+    return out[:batch]
+
+
+def completion_token_ids(tokenizer, batch: int, length: int, vocab_size: int, seed: int):
+    """(batch, length) ordinary token ids: no end-of-sequence or other special token, so no completion ends
+    early. Drawn from a generator of its own: the global random state is left alone."""
+    import torch
+
+    special = sorted({int(i) for i in (getattr(tokenizer, "all_special_ids", None) or []) if i is not None}
+                     | {i for i in (tokenizer.eos_token_id, tokenizer.pad_token_id) if i is not None})
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab_size, (batch, length), generator=generator)
+    ordinary = next(i for i in range(vocab_size) if i not in set(special))
+    if special:
+        ids[torch.isin(ids, torch.tensor(special))] = ordinary
+    return ids
+
+
+def synthetic_inputs(trainer, prompts: list[list[int]], completions, pad_id: int) -> dict:
+    """The dict TRL's _generate_and_score_completions hands to compute_loss, for these prompts and
+    completions: prompts left-padded, every completion token counted, advantages of both signs."""
+    import torch
+
+    device = trainer.accelerator.device
+    width = max(len(ids) for ids in prompts)
+    prompt_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    prompt_mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, ids in enumerate(prompts):
+        prompt_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+        prompt_mask[row, width - len(ids):] = 1
+    completion_mask = torch.ones_like(completions)
+    advantages = torch.tensor([1.0 if row % 2 == 0 else -1.0 for row in range(len(prompts))])
+    steps_per_generation = getattr(trainer.args, "steps_per_generation", 1) or 1
+    inputs = {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completions,
+              "completion_mask": completion_mask, "advantages": advantages,
+              # the generation batch's completion tokens, as TRL counts them for the dapo-style normalisers
+              "num_items_in_batch": torch.tensor(float(completion_mask.sum()) * steps_per_generation)}
+    if getattr(trainer, "use_vllm", False) and getattr(trainer, "vllm_importance_sampling_correction", False):
+        inputs["importance_sampling_ratio"] = torch.ones(completions.shape, dtype=torch.float32)
+    if float(getattr(trainer, "beta", 0.0) or 0.0) != 0.0:
+        # the reference is scored without gradients before the loss; its exact values change no shape
+        inputs["ref_per_token_logps"] = torch.zeros(completions.shape, dtype=torch.float32)
+    return {key: value.to(device) for key, value in inputs.items()}
+
+
+# ----------------------------------------------------------------------------------------------- state
+
+@contextmanager
+def restored_state(trainer):
+    """Whatever happens inside, put back every random generator, the trainer's scalar counters and metric
+    containers, and the model's mode; free the gradients."""
+    import numpy
+    import torch
+
+    rng = (random.getstate(), numpy.random.get_state(), torch.get_rng_state(),
+           torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None)
+    scalars = {k: v for k, v in vars(trainer).items() if v is None or isinstance(v, (bool, int, float, str))}
+    containers = {k: copy.deepcopy(getattr(trainer, k, _MISSING)) for k in _TRAINER_CONTAINERS}
+    state = copy.deepcopy(trainer.state)
+    model = trainer.model
+    was_training = model.training
+    try:
+        yield
+    finally:
+        model.zero_grad(set_to_none=True)
+        model.train(was_training)
+        for key in [k for k, v in vars(trainer).items()
+                    if (v is None or isinstance(v, (bool, int, float, str))) and k not in scalars]:
+            delattr(trainer, key)  # a counter the probe's step created (current_gradient_accumulation_steps)
+        for key, value in {**scalars, **containers}.items():
+            if value is _MISSING:
+                if hasattr(trainer, key):
+                    delattr(trainer, key)
+            else:
+                setattr(trainer, key, value)
+        trainer.state = state
+        random.setstate(rng[0])
+        numpy.random.set_state(rng[1])
+        torch.set_rng_state(rng[2])
+        if rng[3] is not None:
+            torch.cuda.set_rng_state_all(rng[3])
+
+
+def throwaway_optimizer(trainer):
+    """The training optimizer's class and settings at learning rate 0, over the trainable parameters: its
+    step allocates the optimizer state without moving a weight. It is dropped after the probe; the trainer
+    builds its own in train()."""
+    cls, kwargs = trainer.get_optimizer_cls_and_kwargs(trainer.args, trainer.model)
+    kwargs = dict(kwargs, lr=0.0)
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    return cls(params, **kwargs)
+
+
+# ----------------------------------------------------------------------------------------------- peak
+
+def _vm_hwm_gib() -> float | None:
+    """The kernel's high-water mark of this process's resident memory (Linux), or None."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024 / GIB
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+class PeakMeter:
+    """The peak memory of the probe alone. GPU: torch's allocator peaks after a reset, and NVML's used at
+    the end of the step. CPU: the resident high-water mark after resetting it (Linux clear_refs), else the
+    largest of RSS samples taken every few milliseconds."""
+
+    def __init__(self, device: str, memory=None):
+        self.device = device
+        self.memory = memory  # trainer.callbacks.MemoryProbe: the run's own peaks, folded in before a reset
+        self._poller = None
+        self._polled = 0.0
+        self._stop = threading.Event()
+
+    def start(self) -> None:
+        import torch
+
+        if self.memory is not None:
+            self.memory.sample()  # the run's peak so far is kept before the probe resets the counters
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            return
+        try:
+            with open("/proc/self/clear_refs", "w", encoding="ascii") as handle:
+                handle.write("5")  # resets the resident high-water mark to the resident size now
+            return
+        except OSError:
+            pass
+        self._poller = threading.Thread(target=self._poll, daemon=True)
+        self._poller.start()
+
+    def _poll(self) -> None:
+        import psutil
+
+        process = psutil.Process()
+        while not self._stop.is_set():
+            self._polled = max(self._polled, process.memory_info().rss / GIB)
+            self._stop.wait(0.005)
+
+    def stop(self) -> dict:
+        import torch
+
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+            allocated = torch.cuda.max_memory_allocated() / GIB
+            reserved = torch.cuda.max_memory_reserved() / GIB
+            out = {"peak_gib": round(max(allocated, reserved), 4), "measure": "torch peak reserved",
+                   "peak_allocated_gib": round(allocated, 4), "peak_reserved_gib": round(reserved, 4)}
+            used = self._nvml_used_gib()
+            if used is not None:
+                out["nvml_used_gib"] = round(used, 4)
+            return out
+        if self._poller is not None:
+            self._stop.set()
+            self._poller.join()
+            return {"peak_gib": round(self._polled, 4), "measure": "process RSS, sampled"}
+        return {"peak_gib": round(_vm_hwm_gib() or 0.0, 4), "measure": "process peak RSS"}
+
+    def _nvml_used_gib(self) -> float | None:
+        handle = getattr(self.memory, "_nvml_handle", None)
+        if handle is None:
+            return None
+        try:
+            import pynvml
+
+            return pynvml.nvmlDeviceGetMemoryInfo(handle).used / GIB
+        except Exception:  # NVML is a second opinion; torch's figures stand without it
+            return None
+
+
+# ----------------------------------------------------------------------------------------------- step
+
+def rest_generation_engine(trainer) -> bool:
+    """Put a colocated vLLM engine with sleep mode (Unsloth's standby) to sleep, as it sleeps during every
+    real backward pass: its KV cache is not held against the probe. Its next generate wakes it (Unsloth
+    wraps generate so). True when it was put to sleep."""
+    llm = getattr(trainer, "llm", None) or getattr(trainer.model, "vllm_engine", None)
+    config = getattr(getattr(getattr(llm, "llm_engine", None), "vllm_config", None), "model_config", None)
+    if llm is None or not getattr(config, "enable_sleep_mode", False):
+        return False
+    import gc
+
+    import torch
+
+    llm.sleep(1)
+    gc.collect()
+    torch.cuda.empty_cache()
+    return True
+
+
+def worst_case_step(trainer, inputs) -> None:
+    """The trainer's own loss and backward on `inputs`, gradient clipping, and one step of a throwaway
+    optimizer, as one real optimizer step does them."""
+    import torch
+
+    trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps
+    optimizer = throwaway_optimizer(trainer)
+    with trainer.compute_loss_context_manager(), trainer.accelerator.autocast():
+        loss = trainer.compute_loss(trainer.model, inputs)
+    loss.backward()
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    if trainer.args.max_grad_norm:
+        torch.nn.utils.clip_grad_norm_(params, trainer.args.max_grad_norm)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    del loss, optimizer
+
+
+def run_probe(trainer, rows: list[dict], tokenizer, profile, memory=None, estimate_gib=None) -> dict:
+    """One step at the attempt's largest shapes; {peak_gib, seconds, prompt_tokens, completion_tokens,
+    batch, measure, ...}. An out-of-memory propagates (this frame named in its traceback): it is the
+    attempt's own OOM."""
+    import torch
+
+    from trainer.inject import injected_in_probe, raise_injected_oom
+
+    model = trainer.model
+    batch = int(trainer.args.per_device_train_batch_size)
+    generations = int(getattr(trainer, "num_generations", None) or profile.num_generations)
+    prompts = longest_prompts(rows, tokenizer, batch, generations)
+    vocab = int(getattr(getattr(model, "config", None), "vocab_size", None) or len(tokenizer))
+    completions = completion_token_ids(tokenizer, batch, int(profile.max_completion_length), vocab, profile.seed)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    inputs = synthetic_inputs(trainer, prompts, completions, pad_id)
+    device = "cuda" if inputs["prompt_ids"].is_cuda else "cpu"
+    if device == "cuda":
+        rest_generation_engine(trainer)
+    meter = PeakMeter(device, memory)
+    started, cpu_started = time.perf_counter(), time.process_time()
+    with restored_state(trainer):
+        meter.start()
+        model.train()
+        if injected_in_probe(profile.name):
+            raise_injected_oom(profile, model, estimate_gib)
+        worst_case_step(trainer, inputs)
+        peaks = meter.stop()
+    seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
+    del inputs
+    if device == "cuda":
+        torch.cuda.empty_cache()  # the probe's blocks go back: generation (vLLM) may need them first
+        torch.cuda.reset_peak_memory_stats()  # the first step's telemetry is the step's own
+    return {**peaks, "seconds": round(seconds, 3), "cpu_seconds": round(cpu_seconds, 3),
+            "prompt_tokens": int(inputs_width(prompts)), "completion_tokens": int(profile.max_completion_length),
+            "batch": batch, "num_generations": generations}
+
+
+def inputs_width(prompts: list[list[int]]) -> int:
+    return max(len(ids) for ids in prompts)
