@@ -18,7 +18,7 @@ from rewards.format import number, xml_count, xml_soft, xml_strict
 from rewards.parse import MAX_COMPLETION_CHARS, completion_text, find_numbers
 
 REPO = Path(__file__).resolve().parents[1]
-NAMES = ["xml_strict", "xml_soft", "xml_count", "number", "accuracy"]
+NAMES = ["xml_strict", "xml_soft", "xml_count", "number", "accuracy", "math"]
 
 
 def strict(reasoning: str, answer: str, trailing: str = "") -> str:
@@ -298,6 +298,7 @@ def test_trl_calling_convention():
         "xml_count": [1.0, 0.0, 1.0],
         "number": [1.0, 0.0, 1.0],
         "accuracy": [1.0, 0.0, 0.0],
+        "math": [1.0, 0.0, 0.0],
     }
 
 
