@@ -381,7 +381,7 @@ def test_odd_inputs_score_zero_quickly(name):
     # Only the surrogate-holding answer "1" is a readable, well-formed number, and only it and the list of
     # 3s hold each answer tag once; everything else scores 0.
     right = ODD_COMPLETIONS.index("\udcff<answer>1</answer>")
-    expected = {"number": 1.0, "accuracy": 1.0, "xml_count": 0.5}.get(name, 0.0)
+    expected = {"number": 1.0, "accuracy": 1.0, "math": 1.0, "xml_count": 0.5}.get(name, 0.0)
     assert scores[right] == expected
     assert sum(scores) == (1.0 if name == "xml_count" else expected)
 
