@@ -125,16 +125,24 @@ def load(spec: RewardSpec):
     return _guarded(function, spec.function)
 
 
+def _users_last_frame(exc: BaseException, own_file: str | None) -> str:
+    """Where the user's code failed: the last frame in the reward's own file (a library it called may have
+    raised deeper down), else the last frame of all."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    mine = [f for f in frames if own_file and f.filename == own_file]
+    last = (mine or frames or [None])[-1]
+    return f"{last.filename}:{last.lineno} in {last.name}" if last else "unknown"
+
+
 def _guarded(function, name: str):
+    own_file = getattr(getattr(function, "__code__", None), "co_filename", None)
+
     @functools.wraps(function)
     def reward(*args, **kwargs):
         try:
             scores = function(*args, **kwargs)
         except Exception as exc:
-            frames = traceback.extract_tb(exc.__traceback__)
-            last = frames[-1] if frames else None
-            where = f"{last.filename}:{last.lineno} in {last.name}" if last else "unknown"
-            raise UserRewardError(name, where, exc) from exc
+            raise UserRewardError(name, _users_last_frame(exc, own_file), exc) from exc
         completions = kwargs.get("completions", args[1] if len(args) > 1 else None)
         if not isinstance(scores, (list, tuple)):
             raise UserRewardError(name, "its return value", TypeError(
