@@ -107,8 +107,18 @@ def _bad_json_line(path: Path) -> str | None:
     return None
 
 
-def _load_local(spec: DataSpec, kind: str):
+def _quiet_datasets():
     import datasets
+
+    # A bar per split read, and the parser's own log line on a bad file, are noise beside the one line
+    # this module says (a refusal names the file, the line and the fix itself).
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)
+    return datasets
+
+
+def _load_local(spec: DataSpec, kind: str):
+    datasets = _quiet_datasets()
 
     path = Path(spec.dataset).expanduser()
     try:
@@ -129,7 +139,7 @@ def _load_local(spec: DataSpec, kind: str):
 
 
 def _load_hub(spec: DataSpec):
-    import datasets
+    datasets = _quiet_datasets()
 
     try:
         return datasets.load_dataset(spec.dataset, spec.dataset_config)
