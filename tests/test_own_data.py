@@ -211,6 +211,16 @@ def test_evaluation_by_a_users_reward_sees_the_rows_columns(project):
     assert judge(get_reward(f"{project / 'judge.py'}:same"), rows, ["4/1", "4/1"]) == [True, False]
 
 
+def test_a_reward_that_cannot_be_called_names_its_own_line(project):
+    from rewards import get_reward
+    from rewards.user import UserRewardError
+
+    reward = get_reward(f"{project / 'my_rewards.py'}:brevity")
+    with pytest.raises(UserRewardError, match=r"missing 1 required positional argument: 'answer' \(at .*"
+                                              r"my_rewards.py:1, calling brevity\)"):
+        reward(prompts=["p"], completions=["c"])
+
+
 def test_a_users_reward_failure_is_an_error_naming_it_even_when_wrapped(project):
     from rewards import get_reward
     from trainer.run import classify

@@ -134,7 +134,7 @@ def rows_to_answer(profile, prompt: str | None, from_test: int | None) -> list[d
 
         if not prompt.strip():
             raise UsageError("--prompt: give a question")
-        return [{"prompt": build_prompt(prompt, profile.system_prompt)}]
+        return [{"prompt": build_prompt(prompt, profile.system_prompt), "answer": None}]  # no gold to compare
     from tasks import load_task
 
     rows = load_task(profile, "test", limit=from_test or DEFAULT_FROM_TEST, seed=profile.seed)
