@@ -1,10 +1,11 @@
 """Reward functions and their registry.
 
 A profile names rewards and weights (`rewards: {accuracy: 2.0, xml_soft: 0.5}`); the functions carry no
-weights of their own. Besides the names below, an entry may be the user's own function,
-`path/to/file.py:function` or `package.module:function` (rewards.user), imported only when asked for. Every function follows TRL's calling convention, `fn(completions, answer=None,
+weights of their own. Every function here follows TRL's calling convention, `fn(completions, answer=None,
 **kwargs) -> list[float]`, takes plain-string or conversational completions, returns one float per
-completion and never raises: a completion it cannot read scores 0.0.
+completion and never raises: a completion it cannot read scores 0.0. Besides these names, an entry may be
+the user's own function, `path/to/file.py:function` or `package.module:function` (rewards.user), imported
+only when asked for.
 """
 
 from __future__ import annotations

@@ -318,8 +318,9 @@ def test_parquet_folder_with_train_and_test_splits(tmp_path, env):
     folder = tmp_path / "data"
     folder.mkdir()
     for split, count in (("train", 24), ("test", 3)):
-        datasets.Dataset.from_list([{"problem": f"{split} {i} + 1 = ?", "solution": f"so #### {i + 1}",
-                                     "level": i % 3} for i in range(count)]).to_parquet(str(folder / f"{split}.parquet"))
+        rows = [{"problem": f"{split} {i} + 1 = ?", "solution": f"so #### {i + 1}", "level": i % 3}
+                for i in range(count)]
+        datasets.Dataset.from_list(rows).to_parquet(str(folder / f"{split}.parquet"))
     attempt_dir = tmp_path / "attempt"
     result = train(tmp_path, env, "--profile", str(CPU), "--attempt-dir", str(attempt_dir),
                    *own(f"dataset={folder}", "answer_pattern=#### (.+)"), *QUICK)

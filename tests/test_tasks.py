@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.errors import EXIT_BAD_INPUT, UsageError
+from launcher.errors import UsageError
 from rewards import REWARDS
 from tasks import ARITHMETIC_TEST_SIZE, ARITHMETIC_TRAIN_SIZE, TASKS, describe, load_task, task_names
 from tasks.user_data import DataSpec
