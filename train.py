@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
         "  python train.py --fit-table                        the profile each common card gets\n"
         "  python train.py --profile profiles/gpu-16gb-gemma3-1b.yaml --set max_steps=50\n"
         "  python train.py --explain-oom error.txt            read a CUDA OOM and say what to change\n"
+        "  python train.py --sample outputs/run-...           answers of the trained model, with their rewards\n"
     )
     parser = argparse.ArgumentParser(
         prog="train.py",
@@ -95,6 +96,14 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--explain-oom", metavar="FILE",
                       help="read a CUDA OOM error (file, or - for stdin) and explain what to change")
 
+    use = parser.add_argument_group("using the result")
+    use.add_argument("--sample", metavar="RUN_DIR_OR_ADAPTER",
+                     help="load a trained adapter (a run folder: its last finished attempt) and print answers "
+                          "with their reward scores")
+    use.add_argument("--prompt", metavar="TEXT", help="with --sample: answer this question")
+    use.add_argument("--from-test", metavar="N", type=int, default=None,
+                     help="with --sample: answer the first N test questions (default 3)")
+
     # Used by the supervisor to run one attempt in this process; not for people.
     parser.add_argument("--attempt-dir", metavar="DIR", help=argparse.SUPPRESS)
     parser.add_argument("--resume-from", metavar="CHECKPOINT", help=argparse.SUPPRESS)
@@ -124,6 +133,12 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         raise UsageError("--gpu-name needs --gpu-memory GIB (the card's memory)")
     if args.json and not (args.dry_run or args.fit_table):
         raise UsageError("--json only applies to --dry-run and --fit-table")
+
+    if args.sample:
+        from trainer.sample import sample_main
+        return sample_main(args.sample, prompt=args.prompt, from_test=args.from_test, overrides=args.overrides)
+    if args.prompt is not None or args.from_test is not None:
+        raise UsageError("--prompt and --from-test go with --sample RUN_DIR_OR_ADAPTER")
 
     if args.attempt_dir:
         # One attempt, in this process: what the supervisor runs in a child.
@@ -166,6 +181,9 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         from launcher.calibrate import calibrate
         return calibrate(plan, output_dir=Path(args.output_dir))
 
+    if plan.chosen is not None and not args.resume:  # bad data is bad input: refused before any model loads
+        from tasks import check_data
+        print(f"data for '{plan.chosen.name}': {check_data(plan.chosen)}", flush=True)
     from launcher.supervise import supervise
     return supervise(plan, output_dir=Path(args.output_dir), overrides=args.overrides, resume=args.resume)
 

@@ -218,6 +218,8 @@ def parse_overrides(pairs: list[str] | tuple[str, ...]) -> dict[str, Any]:
             raise ProfileError("--set", key, exc.reason, _surprise_fix(exc)) from None
         except yaml.YAMLError:
             out[key] = raw  # text that is not YAML stays text
+        if out[key] is None and raw.strip() not in ("null", "Null", "NULL", "~"):
+            out[key] = raw  # YAML reads text led by '#' (a regex such as '#### (.+)') as a comment: nothing
     return out
 
 

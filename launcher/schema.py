@@ -17,6 +17,8 @@ import annotated_types
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
+from tasks.prompts import SYSTEM_PROMPT
+
 # LoRA ranks vLLM can serve (`max_lora_rank` must be one of these).
 VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 DATASETS = ("gsm8k", "arithmetic")
@@ -187,12 +189,30 @@ class Profile(BaseModel):
     seed: Whole = _key(3407, "random seed (data order, sampling, LoRA init)", "run", ge=0, le=2**32 - 1)
     report_to: Literal[REPORT_TO] = _key("none", "experiment tracker passed to TRL", "run")
     save_merged: StrictBool = _key(False, "also save a merged 16-bit model at the end (GPU)", "run")
+    hub_model_id: StrictStr = _key("", "push the adapter (the merged model with save_merged) to this hub repo "
+                                   "org/name at the end, when HF_TOKEN is set", "run")
     # --- task ---
-    dataset: StrictStr = _key("gsm8k", "gsm8k, arithmetic (generated offline), or a JSONL path with "
-                              "question/answer", "task")
+    dataset: StrictStr = _key("gsm8k", "gsm8k, arithmetic (generated offline), a hub dataset id org/name, or a "
+                              "local .jsonl/.json/.csv/.parquet file or folder of them", "task")
+    dataset_config: StrictStr = _key("", "hub datasets: the configuration (subset) name; empty = the default",
+                                     "task")
+    train_split: StrictStr = _key("train", "your data: the split trained on", "task", min_length=1)
+    test_split: StrictStr = _key("test", "your data: the split scored before and after; when absent, a seeded "
+                                 "tenth of the training split is held out", "task", min_length=1)
+    question_field: StrictStr = _key("", "your data: the column holding the question; empty = the first of "
+                                     "question, prompt, problem", "task")
+    answer_field: StrictStr = _key("", "your data: the column holding the gold answer; empty = the first of "
+                                   "answer, solution, label", "task")
+    answer_pattern: StrictStr = _key("", "your data: a regex whose first group is the gold answer in "
+                                     "answer_field, e.g. '#### (.+)'; empty = the whole field", "task")
+    system_prompt: StrictStr = _key(SYSTEM_PROMPT, "the system turn before each question (default: the "
+                                    "<reasoning>/<answer> format instruction); empty = no system turn", "task")
     train_samples: Whole = _key(0, "use only the first N training rows; 0 = all", "task", ge=0)
     eval_samples: Whole = _key(50, "test rows scored before and after training; 0 = skip", "task", ge=0)
-    rewards: RewardWeights = _key(dict(DEFAULT_REWARDS), "reward name -> weight (see the reward list)", "task")
+    rewards: RewardWeights = _key(dict(DEFAULT_REWARDS), "reward -> weight: a name from the reward list, "
+                                  "path/to/file.py:function or package.module:function", "task")
+    correctness: StrictStr = _key("accuracy", "the reward whose full score (1.0) counts an answer as correct "
+                                  "in the before/after evaluation", "task", min_length=1)
     # not a YAML key: the file the profile was read from
     source: SkipJsonSchema[str] = Field("", exclude=True)
 
@@ -370,6 +390,8 @@ def schema_help() -> str:
             default = ",".join(default)
         elif default == "":
             default = "(none)"
+        elif isinstance(default, str) and (len(default) > 40 or "\n" in default):
+            default = shown(default.replace("\n", " "))
         limits = _range_text(key)
         lines.append(f"    {key} ({_kind(key)}, default {default!s}{'; ' + limits if limits else ''}): "
                      f"{info.description}")

@@ -6,9 +6,12 @@ Called by launcher.schema.Profile's validators; each refusal is a KeyProblem nam
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 
-from launcher.schema import DATASETS, KeyProblem
+from launcher.schema import DATASETS, KeyProblem, shown
+
+_HUB_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 def suggest(word: str, known) -> str | None:
@@ -58,14 +61,101 @@ def _check_tensor_parallel(p) -> None:
                          "use a divisor of num_gpus, or vllm_mode: server", "vllm_tensor_parallel")
 
 
-def check_rewards_and_dataset(p) -> None:
-    from rewards import REWARDS  # the registry; imports neither torch nor unsloth
+def _base_dir(p) -> Path | None:
+    """The profile's folder, where its relative paths are looked for first (then the current directory)."""
+    if not p.source or p.source.startswith("<") or p.source.startswith("--set"):
+        return None
+    return Path(p.source).expanduser().parent
 
-    for name in p.rewards:
-        if name not in REWARDS:
-            raise KeyProblem(f"unknown reward '{name}'; known: {', '.join(REWARDS)}", suggest(name, REWARDS),
-                             "rewards")
-    if p.dataset not in DATASETS and not Path(p.dataset).expanduser().is_file():
-        raise KeyProblem(f"{p.dataset!r} is neither {' nor '.join(DATASETS)} nor an existing JSONL file",
-                         "give gsm8k, arithmetic or the path of a .jsonl file with question and answer fields",
-                         "dataset")
+
+def _reward_entry(text: str, base: Path | None, key: str) -> str:
+    """A `rewards` (or `correctness`) entry checked without importing anything heavy; a file entry comes back
+    with its file's absolute path, so that the attempt and `--sample` find it from any folder."""
+    import importlib.util
+
+    from rewards import REWARDS
+    from rewards import user
+
+    if text in REWARDS:
+        if text == "math" and importlib.util.find_spec("math_verify") is None:
+            raise KeyProblem("the math reward needs the math-verify package, which is not installed",
+                             "pip install math-verify, or remove math", key)
+        return text
+    if not user.is_user_reward(text):
+        raise KeyProblem(f"unknown reward '{text}'; known: {', '.join(REWARDS)}, or path/to/file.py:function, "
+                         "or package.module:function", suggest(text, REWARDS), key)
+    try:
+        spec = user.parse_spec(text, base_dir=base)
+        user.check_spec(spec)
+    except ValueError as exc:
+        raise KeyProblem(str(exc), None, key) from None
+    return f"{spec.path.resolve()}:{spec.function}" if spec.path is not None else text
+
+
+def _check_rewards(p, base: Path | None) -> None:
+    from rewards.user import is_user_reward
+
+    resolved = {}
+    for name, weight in p.rewards.items():
+        resolved[_reward_entry(name, base, "rewards")] = weight
+    logged: dict[str, str] = {}
+    for entry in resolved:  # TRL logs each reward under its function's name: two of one name would merge
+        shown_as = entry.rpartition(":")[2] if is_user_reward(entry) else entry
+        if shown_as in logged:
+            raise KeyProblem(f"'{entry}' and '{logged[shown_as]}' would both be logged as rewards/{shown_as}",
+                             "rename one of the functions", "rewards")
+        logged[shown_as] = entry
+    p.rewards = resolved
+    p.correctness = _reward_entry(p.correctness, base, "correctness")
+
+
+def _check_dataset(p, base: Path | None) -> None:
+    from tasks.user_data import SUFFIX_BUILDERS, source_kind
+
+    if p.dataset in DATASETS:
+        for key, value in (("dataset_config", p.dataset_config), ("question_field", p.question_field),
+                           ("answer_field", p.answer_field), ("answer_pattern", p.answer_pattern),
+                           ("train_split", p.train_split != "train"), ("test_split", p.test_split != "test")):
+            if value:
+                raise KeyProblem(f"applies to your own data; {p.dataset} knows its own columns and splits",
+                                 f"remove {key}, or set dataset to your file, folder or hub id", key)
+        return
+    given = Path(p.dataset).expanduser()
+    if not given.is_absolute() and base is not None and (base / given).exists():
+        given = base / given
+    try:
+        kind = source_kind(str(given))
+    except Exception as exc:  # tasks.user_data's UsageError: its text names the path and the fix
+        raise KeyProblem(str(exc), None, "dataset") from None
+    if kind == "folder" and not any(f.suffix.lower() in SUFFIX_BUILDERS for f in given.iterdir()):
+        raise KeyProblem(f"folder {given} holds no {', '.join(SUFFIX_BUILDERS)} files",
+                         "give a folder with train.<ext> (and test.<ext>) files, or one file", "dataset")
+    if kind == "hub":
+        return
+    p.dataset = str(given.resolve())
+    if p.dataset_config:
+        raise KeyProblem("dataset_config applies to hub datasets, not local files", "remove dataset_config",
+                         "dataset_config")
+
+
+def _check_answer_pattern(p) -> None:
+    if not p.answer_pattern:
+        return
+    try:
+        groups = re.compile(p.answer_pattern).groups
+    except re.error as exc:
+        raise KeyProblem(f"{shown(p.answer_pattern)} is not a regular expression ({exc})", None,
+                         "answer_pattern") from None
+    if groups < 1:
+        raise KeyProblem(f"{shown(p.answer_pattern)} has no group around the gold answer",
+                         "put the answer in a group, e.g. '#### (.+)'", "answer_pattern")
+
+
+def check_rewards_and_dataset(p) -> None:
+    base = _base_dir(p)
+    _check_rewards(p, base)
+    _check_dataset(p, base)
+    _check_answer_pattern(p)
+    if p.hub_model_id and not _HUB_REPO.match(p.hub_model_id):
+        raise KeyProblem(f"{shown(p.hub_model_id)} is not a hub repository id", "write it as org/name",
+                         "hub_model_id")

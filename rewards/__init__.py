@@ -1,9 +1,11 @@
 """Reward functions and their registry.
 
 A profile names rewards and weights (`rewards: {accuracy: 2.0, xml_soft: 0.5}`); the functions carry no
-weights of their own. Every function follows TRL's calling convention, `fn(completions, answer=None,
+weights of their own. Every function here follows TRL's calling convention, `fn(completions, answer=None,
 **kwargs) -> list[float]`, takes plain-string or conversational completions, returns one float per
-completion and never raises: a completion it cannot read scores 0.0.
+completion and never raises: a completion it cannot read scores 0.0. Besides these names, an entry may be
+the user's own function, `path/to/file.py:function` or `package.module:function` (rewards.user), imported
+only when asked for.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Callable, Mapping
 
 from rewards.accuracy import accuracy, is_correct
 from rewards.format import number, xml_count, xml_soft, xml_strict
+from rewards.latex import math
 from rewards.parse import extract_answer, parse_number
 
 RewardFn = Callable[..., list]
@@ -23,13 +26,19 @@ REWARDS: dict[str, RewardFn] = {
     "xml_count": xml_count,
     "number": number,
     "accuracy": accuracy,
+    "math": math,
 }
 
 __all__ = ["REWARDS", "describe", "extract_answer", "get_reward", "get_reward_funcs", "is_correct", "parse_number"]
 
 
 def get_reward(name: str) -> RewardFn:
-    """The reward function registered as name; ValueError listing the known names otherwise."""
+    """The reward function registered as name, or the user's function for `file.py:function` /
+    `package.module:function` (imported now); ValueError listing the known names otherwise."""
+    from rewards import user
+
+    if user.is_user_reward(name):
+        return user.load(user.parse_spec(name))
     try:
         return REWARDS[name]
     except (KeyError, TypeError):

@@ -30,11 +30,19 @@ def _as_latex(text: str) -> str:
     return f"${stripped}$"
 
 
+# An answer longer than this is no final answer; the cap keeps math-verify's parser fast on runaway text.
+MAX_ANSWER_CHARS = 1000
+TAIL_CHARS = 300
+
+
 def predicted_text(completion_text_: str) -> str:
-    """What the model answered: the <answer> block when there is one, else the whole completion (its last
-    \\boxed{} is what math-verify picks)."""
+    """What the model answered: the <answer> block when there is one, else the text from the last
+    \\boxed{} on, else the completion's tail (math-verify reads the last answer it finds there)."""
     block = extract_answer(completion_text_)
-    return _as_latex(block) if block else completion_text_
+    if block:
+        return _as_latex(block)
+    boxes = list(_BOXED.finditer(completion_text_))
+    return completion_text_[boxes[-1].start():] if boxes else completion_text_[-TAIL_CHARS:]
 
 
 def math(completions=None, answer=None, **kwargs) -> list[float]:
@@ -57,7 +65,11 @@ def math(completions=None, answer=None, **kwargs) -> list[float]:
             key = str(gold)
             if key not in cache:
                 cache[key] = parse(_as_latex(key), parsing_timeout=timeout)
-            predicted = parse(predicted_text(text), parsing_timeout=timeout)
+            answer_text = predicted_text(text)
+            if len(answer_text) > MAX_ANSWER_CHARS or len(key) > MAX_ANSWER_CHARS:
+                scores.append(0.0)
+                continue
+            predicted = parse(answer_text, parsing_timeout=timeout)
             scores.append(1.0 if cache[key] and predicted and verify(cache[key], predicted,
                                                                       timeout_seconds=timeout) else 0.0)
         except Exception:  # a reward never stops training: what cannot be read is wrong

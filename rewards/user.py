@@ -125,16 +125,27 @@ def load(spec: RewardSpec):
     return _guarded(function, spec.function)
 
 
+def _users_last_frame(exc: BaseException, code) -> str:
+    """Where the user's code failed: the last frame in the reward's own file (a library it called may have
+    raised deeper down); when none is there the call itself failed (its arguments), so the function's line."""
+    own_file = getattr(code, "co_filename", None)
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if own_file and f.filename == own_file]
+    if frames:
+        return f"{frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}"
+    if code is not None:
+        return f"{own_file}:{code.co_firstlineno}, calling {code.co_name}"
+    return "unknown"
+
+
 def _guarded(function, name: str):
+    code = getattr(function, "__code__", None)
+
     @functools.wraps(function)
     def reward(*args, **kwargs):
         try:
             scores = function(*args, **kwargs)
         except Exception as exc:
-            frames = traceback.extract_tb(exc.__traceback__)
-            last = frames[-1] if frames else None
-            where = f"{last.filename}:{last.lineno} in {last.name}" if last else "unknown"
-            raise UserRewardError(name, where, exc) from exc
+            raise UserRewardError(name, _users_last_frame(exc, code), exc) from exc
         completions = kwargs.get("completions", args[1] if len(args) > 1 else None)
         if not isinstance(scores, (list, tuple)):
             raise UserRewardError(name, "its return value", TypeError(

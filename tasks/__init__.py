@@ -1,9 +1,11 @@
 """Tasks: what is learned, and their registry. Each task gives rows {question, answer}; `load_task` turns them
 into the trainer's rows {prompt, answer} (tasks.prompts).
 
-A profile's `dataset` key names a registered task (TASKS) or is the path of a JSONL file (or a folder of
-`<split>.jsonl`) with `question` and `answer`. Importing this package is cheap: the launcher checks profiles
-against `task_names()` without loading torch or `datasets` (gsm8k imports `datasets` only when it loads).
+A profile's `dataset` key names a registered task (TASKS), or is the user's own data: a hub id or a local
+file or folder, read by tasks.user_data with the profile's column mapping. `check_data` reads it all once,
+before any model loads, so that bad data is refused as bad input. Importing this package is cheap: the
+launcher checks profiles against `task_names()` without loading torch or `datasets` (both loaders import
+`datasets` only when they load).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from launcher.errors import UsageError
 from tasks import arithmetic, gsm8k
 from tasks.prompts import to_prompt_rows
+from tasks.user_data import DataSpec
 
 SPLITS = ("train", "test")
 
@@ -71,23 +74,72 @@ def describe() -> dict[str, str]:
     return {name: task.description for name, task in TASKS.items()}
 
 
-def load_task(dataset: str, split: str = "train", limit: int = 0, seed: int = 0) -> list[dict]:
-    """Rows {prompt: [system, user messages], answer: "72"} for a dataset and split ("train" or "test").
+# The data keys last given for each of the user's sources in this process: a caller that knows only the
+# dataset's name (the tiny model's tokenizer reads the task's text) gets the same columns as the attempt.
+_KEYS_FOR: dict[str, DataSpec] = {}
+# Each source's mapped rows, read once per process: {spec key: {"train": (rows, unreadable), "test": ...}}
+_READ: dict[tuple, dict] = {}
 
-    dataset: a name in TASKS, or a JSONL path (a file serves both splits; a folder gives `<split>.jsonl`).
-    limit > 0 keeps the first limit rows, in file order. seed picks the generated training problems for
-    "arithmetic"; the arithmetic test split is fixed and disjoint from training.
-    Raises UsageError for an unknown dataset, a bad path or a file without the needed fields.
+
+def _spec_of(dataset) -> DataSpec:
+    if isinstance(dataset, (str, Path)) and str(dataset).strip():
+        return _KEYS_FOR.get(str(dataset)) or DataSpec(dataset=str(dataset))
+    if hasattr(dataset, "dataset") and isinstance(getattr(dataset, "dataset"), str):
+        spec = DataSpec.of(dataset)
+        if spec.dataset not in TASKS:  # a task's name alone means its defaults
+            _KEYS_FOR[spec.dataset] = spec
+        return spec
+    raise UsageError(f"unknown dataset {dataset!r}; use {', '.join(TASKS)}, a hub id org/name, or the path of a "
+                     ".jsonl/.json/.csv/.parquet file or folder")
+
+
+def _user_rows(spec: DataSpec) -> dict:
+    from tasks import user_data
+    from tasks.prompts import SYSTEM_PROMPT
+
+    key = tuple(sorted(vars(spec).items()))
+    if key not in _READ:
+        system = SYSTEM_PROMPT if spec.system_prompt is None else spec.system_prompt
+        records = user_data.load_splits(spec)
+        _READ[key] = {split: user_data.to_rows(records[split], spec, system, split) for split in SPLITS}
+    return _READ[key]
+
+
+def load_task(dataset, split: str = "train", limit: int = 0, seed: int = 0) -> list[dict]:
+    """Rows {prompt: [system, user messages], answer: "72", **other columns} for a split ("train" or "test").
+
+    dataset: a profile (or a DataSpec): its `dataset` and data keys (columns, splits, system_prompt); or the
+    dataset's name alone (a task name, a hub id, a path), read with the keys last given for it, else the
+    defaults. limit > 0 keeps the first limit rows, in file order. seed picks the generated training problems
+    for "arithmetic"; the arithmetic test split is fixed and disjoint from training.
+    Raises UsageError for an unknown dataset, a bad path, or data that cannot be read or mapped.
     """
     if split not in SPLITS:
         raise UsageError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         raise UsageError(f"limit must be a whole number >= 0 (0 = all), got {limit!r}")
-    if isinstance(dataset, str) and dataset in TASKS:
-        rows = TASKS[dataset].load(split, limit, seed)
-    elif isinstance(dataset, (str, Path)) and str(dataset).strip():
-        rows = gsm8k.load_gsm8k(split, path=dataset)
-    else:
-        raise UsageError(f"unknown dataset {dataset!r}; use {', '.join(TASKS)} or the path of a JSONL file "
-                         "with \"question\" and \"answer\"")
-    return to_prompt_rows(rows[:limit] if limit else rows)
+    spec = _spec_of(dataset)
+    if spec.dataset in TASKS:
+        rows = TASKS[spec.dataset].load(split, limit, seed)
+        return to_prompt_rows(rows[:limit] if limit else rows, spec.system_prompt)
+    rows, _unreadable = _user_rows(spec)[split]
+    return rows[:limit] if limit else list(rows)
+
+
+def check_data(profile) -> str:
+    """Read the profile's training and test rows as the attempt will (before any model loads), and say what
+    was found in one line, e.g. "1,234 training rows, 120 test rows, 3 answers unreadable (dropped)".
+    Raises UsageError naming the source, the row or column, and the fix."""
+    spec = _spec_of(profile)
+    train = load_task(profile, "train", limit=profile.train_samples, seed=profile.seed)
+    test = load_task(profile, "test", limit=profile.eval_samples, seed=profile.seed) if profile.eval_samples else []
+    text = f"{len(train):,} training rows, {len(test):,} test rows"
+    if spec.dataset not in TASKS:
+        splits = _user_rows(spec)
+        available = len(splits["train"][0])
+        if len(train) < available:
+            text = f"{len(train):,} of {available:,} training rows (train_samples), {len(test):,} test rows"
+        unreadable = splits["train"][1] + splits["test"][1]
+        if unreadable:
+            text += f", {unreadable:,} answer{'s' if unreadable > 1 else ''} unreadable (dropped)"
+    return text

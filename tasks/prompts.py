@@ -17,15 +17,17 @@ SYSTEM_PROMPT = (
 )
 
 
-def build_prompt(question: str) -> list[dict]:
-    """The conversation for one question: the format instructions as the system turn, the question as the
-    user turn."""
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": question.strip()}]
+def build_prompt(question: str, system_prompt: str | None = None) -> list[dict]:
+    """The conversation for one question: the system turn (the format instructions unless the profile's
+    `system_prompt` says otherwise; "" = none), then the question as the user turn."""
+    system = SYSTEM_PROMPT if system_prompt is None else system_prompt
+    return ([{"role": "system", "content": system}] if system else []) + \
+        [{"role": "user", "content": question.strip()}]
 
 
-def to_prompt_rows(rows: list[dict]) -> list[dict]:
+def to_prompt_rows(rows: list[dict], system_prompt: str | None = None) -> list[dict]:
     """Rows {question, answer_text, answer} -> training rows {prompt: [...messages], answer: "72"}."""
-    return [{"prompt": build_prompt(row["question"]), "answer": row["answer"]} for row in rows]
+    return [{"prompt": build_prompt(row["question"], system_prompt), "answer": row["answer"]} for row in rows]
 
 
 def _prompt_text(prompt: list[dict] | str) -> str:

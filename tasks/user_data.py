@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,8 @@ HELD_OUT_SEED = 0  # fixed: the test rows stay the same when the training seed c
 # More unreadable answers than this share and the data is refused (fewer are dropped and counted).
 MAX_UNREADABLE_SHARE = 0.1
 # Columns TRL passes under these names itself: a dataset column of the same name would be shadowed.
-RESERVED = {"prompt", "completions", "completion_ids", "prompts", "trainer_state", "log_extra", "log_metric"}
+RESERVED = {"prompt", "completion", "completions", "completion_ids", "prompts", "trainer_state", "log_extra",
+            "log_metric", "environments"}
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -105,14 +107,28 @@ def _bad_json_line(path: Path) -> str | None:
     return None
 
 
-def _load_local(spec: DataSpec, kind: str):
+def _quiet_datasets():
     import datasets
+
+    # A bar per split read, and the parser's own log line on a bad file, are noise beside the one line
+    # this module says (a refusal names the file, the line and the fix itself).
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)
+    return datasets
+
+
+def _load_local(spec: DataSpec, kind: str):
+    datasets = _quiet_datasets()
 
     path = Path(spec.dataset).expanduser()
     try:
         if kind == "file":
             builder = SUFFIX_BUILDERS[path.suffix.lower()]
-            return datasets.load_dataset(builder, data_files={"train": str(path)})
+            files = {"train": str(path)}
+            sibling = path.with_name("test" + path.suffix)
+            if path.stem == "train" and sibling.is_file():  # train.csv with test.csv beside it: the two splits
+                files["test"] = str(sibling)
+            return datasets.load_dataset(builder, data_files=files)
         return datasets.load_dataset(str(path))
     except Exception as error:
         where = ""
@@ -123,7 +139,7 @@ def _load_local(spec: DataSpec, kind: str):
 
 
 def _load_hub(spec: DataSpec):
-    import datasets
+    datasets = _quiet_datasets()
 
     try:
         return datasets.load_dataset(spec.dataset, spec.dataset_config)
@@ -154,8 +170,10 @@ def load_splits(spec: DataSpec) -> dict:
             raise UsageError(f"dataset {spec.dataset}: {len(train)} row(s): too few to hold out a test split "
                              "(fix: add rows, or a test file)")
         held = max(1, min(int(len(train) * HELD_OUT_SHARE), HELD_OUT_MAX))
-        parts = train.train_test_split(test_size=held, seed=HELD_OUT_SEED, shuffle=True)
-        train, test = parts["train"], parts["test"]
+        # Seeded choice of the held-out rows; both parts keep the file's order (train_samples takes the first)
+        chosen = set(random.Random(HELD_OUT_SEED).sample(range(len(train)), held))
+        test = train.select(sorted(chosen))
+        train = train.select([i for i in range(len(train)) if i not in chosen])
     return {"train": train.to_list(), "test": test.to_list()}
 
 

@@ -46,7 +46,7 @@ def refused(data, source="<test>"):
     (dict(lora_rank=24), "lora_rank", "not 24"),
     (dict(lora_rank=0, load_in_4bit=True), "lora_rank", "cannot update 4-bit weights"),
     (dict(rewards={"acuracy": 1.0}), "rewards", "unknown reward 'acuracy'"),
-    (dict(dataset="no/such/file.jsonl"), "dataset", "neither gsm8k nor arithmetic nor an existing JSONL file"),
+    (dict(dataset="no/such/file.jsonl"), "dataset", "no such file or folder, and not a hub id"),
 ])
 def test_each_rule_is_refused_with_its_key(keys, key, words):
     error = refused(valid(**keys))

@@ -18,7 +18,7 @@ from rewards.format import number, xml_count, xml_soft, xml_strict
 from rewards.parse import MAX_COMPLETION_CHARS, completion_text, find_numbers
 
 REPO = Path(__file__).resolve().parents[1]
-NAMES = ["xml_strict", "xml_soft", "xml_count", "number", "accuracy"]
+NAMES = ["xml_strict", "xml_soft", "xml_count", "number", "accuracy", "math"]
 
 
 def strict(reasoning: str, answer: str, trailing: str = "") -> str:
@@ -298,6 +298,7 @@ def test_trl_calling_convention():
         "xml_count": [1.0, 0.0, 1.0],
         "number": [1.0, 0.0, 1.0],
         "accuracy": [1.0, 0.0, 0.0],
+        "math": [1.0, 0.0, 0.0],
     }
 
 
@@ -380,7 +381,7 @@ def test_odd_inputs_score_zero_quickly(name):
     # Only the surrogate-holding answer "1" is a readable, well-formed number, and only it and the list of
     # 3s hold each answer tag once; everything else scores 0.
     right = ODD_COMPLETIONS.index("\udcff<answer>1</answer>")
-    expected = {"number": 1.0, "accuracy": 1.0, "xml_count": 0.5}.get(name, 0.0)
+    expected = {"number": 1.0, "accuracy": 1.0, "math": 1.0, "xml_count": 0.5}.get(name, 0.0)
     assert scores[right] == expected
     assert sum(scores) == (1.0 if name == "xml_count" else expected)
 

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from launcher.errors import EXIT_BAD_INPUT, UsageError
+from launcher.errors import UsageError
 from rewards import REWARDS
 from tasks import ARITHMETIC_TEST_SIZE, ARITHMETIC_TRAIN_SIZE, TASKS, describe, load_task, task_names
+from tasks.user_data import DataSpec
 from tasks.arithmetic import LEVELS, TEMPLATES, generate
 from tasks.gsm8k import extract_gold, load_gsm8k
 from tasks.prompts import SYSTEM_PROMPT, build_prompt, count_prompt_tokens, filter_by_length, to_prompt_rows
@@ -68,87 +69,55 @@ def test_to_prompt_rows():
     assert to_prompt_rows(rows) == [{"prompt": build_prompt("Q1"), "answer": "5"}]
 
 
-# ---------------------------------------------------------------- JSONL files
+# ---------------------------------------------------------------- local files (through tasks.user_data)
 
 
-def test_jsonl_rows(tmp_path):
+def test_jsonl_rows_through_user_data(tmp_path):
     path = write_jsonl(tmp_path / "data.jsonl", [
         {"question": "Q1", "answer": "two steps\n#### 1,000"},
-        "",
-        {"question": "Q2", "answer": "7", "extra": 1},
-        {"question": "Q3", "answer": 12},
-    ])
-    assert load_gsm8k(path=path) == [
-        {"question": "Q1", "answer_text": "two steps\n#### 1,000", "answer": "1000"},
-        {"question": "Q2", "answer_text": "7", "answer": "7"},
-        {"question": "Q3", "answer_text": "12", "answer": "12"},
-    ]
-    assert load_gsm8k("train", path=path) == load_gsm8k(path=path)
+        {"question": "Q2", "answer": "#### 7", "extra": 1},
+    ] * 10)
+    spec = DataSpec(dataset=str(path), answer_pattern=r"#### (.+)")
+    rows = load_task(spec, "train") + load_task(spec, "test")
+    assert sorted({row["answer"] for row in rows}) == ["1000", "7"]
+    assert len(rows) == 20 and rows[0]["prompt"] == build_prompt("Q1")
 
 
-def test_lone_file_holds_out_its_last_tenth_for_test(tmp_path):
-    rows = [{"question": f"Q{i}", "answer": f"#### {i}"} for i in range(25)]
-    path = write_jsonl(tmp_path / "mine.jsonl", rows)
-    train, test = load_gsm8k("train", path=path), load_gsm8k("test", path=path)
-    assert [r["answer"] for r in train] == [str(i) for i in range(23)]
-    assert [r["answer"] for r in test] == ["23", "24"]
-    few = write_jsonl(tmp_path / "few.jsonl", rows[:9])  # under ten rows: nothing to hold out
-    assert len(load_gsm8k("train", path=few)) == 9 and load_gsm8k("test", path=few) == []
+def test_lone_file_holds_out_a_tenth_and_keeps_file_order(tmp_path):
+    path = write_jsonl(tmp_path / "mine.jsonl", [{"question": f"Q{i}", "answer": str(i)} for i in range(25)])
+    train, test = load_task(str(path), "train"), load_task(str(path), "test")
+    assert (len(train), len(test)) == (23, 2)
+    assert [int(r["answer"]) for r in train] == sorted(int(r["answer"]) for r in train)
+    assert not {r["answer"] for r in train} & {r["answer"] for r in test}
 
 
 def test_train_file_finds_its_test_file_beside_it(tmp_path):
-    write_jsonl(tmp_path / "train.jsonl", [{"question": "Q1", "answer": "#### 1"}] * 20)
-    write_jsonl(tmp_path / "test.jsonl", [{"question": "T1", "answer": "#### 2"}])
-    assert len(load_gsm8k("train", path=tmp_path / "train.jsonl")) == 20
-    assert load_gsm8k("test", path=tmp_path / "train.jsonl")[0]["question"] == "T1"
-    assert load_gsm8k("test", path=tmp_path / "test.jsonl")[0]["question"] == "T1"
+    write_jsonl(tmp_path / "train.jsonl", [{"question": "Q1", "answer": "1"}] * 20)
+    write_jsonl(tmp_path / "test.jsonl", [{"question": "T1", "answer": "2"}])
+    assert len(load_task(str(tmp_path / "train.jsonl"), "train")) == 20
+    assert load_task(str(tmp_path / "train.jsonl"), "test")[0]["prompt"][-1]["content"] == "T1"
 
 
-@pytest.mark.parametrize("lines, message", [
-    ([{"question": "Q1", "answer": "#### 1"}, {"question": "Q2"}], 'line 2: missing field "answer"'),
-    ([{"answer": "#### 1"}], 'line 1: missing field "question"'),
-    ([{"question": "Q1", "answer": "#### 1"}, "", '{"question": "Q3", "answer": '], "line 3: not valid JSON"),
-    (['["Q1", "1"]'], "line 1: expected a JSON object"),
-    ([{"question": "", "answer": "1"}], 'line 1: field "question" must be non-empty text'),
-    ([{"question": "Q", "answer": None}], 'line 1: field "answer" must be non-empty text'),
-    ([{"question": "Q", "answer": ["1"]}], 'line 1: field "answer" must be non-empty text'),
-    ([{"question": "Q", "answer": "steps\n####"}], 'line 1: field "answer": the answer is empty'),
-    ([{"question": "Q", "answer": "steps\n#### many"}], 'line 1: field "answer" gives no number'),
-    ([""], "no rows"),
-])
-def test_bad_jsonl_names_file_line_and_field(tmp_path, lines, message):
-    path = write_jsonl(tmp_path / "bad.jsonl", lines)
-    with pytest.raises(UsageError) as info:
-        load_gsm8k(path=path)
-    assert str(path) in str(info.value)
-    assert message in str(info.value)
-    assert info.value.exit_code == EXIT_BAD_INPUT == 2
-
-
-def test_missing_path_and_binary_file(tmp_path):
-    with pytest.raises(UsageError, match=r"nope\.jsonl: no such file"):
-        load_gsm8k(path=tmp_path / "nope.jsonl")
-    binary = tmp_path / "blob.jsonl"
-    binary.write_bytes(b"\xff\xfe\x00garbage")
-    with pytest.raises(UsageError, match=r"blob\.jsonl: not UTF-8 text"):
-        load_gsm8k(path=binary)
-    with pytest.raises(UsageError, match=r"no test\.jsonl in this folder"):
-        load_gsm8k("test", path=tmp_path)
+def test_system_prompt_key_applies_to_every_task(tmp_path):
+    assert load_task(DataSpec(dataset="arithmetic", system_prompt=""), "test", limit=1)[0]["prompt"][0]["role"] \
+        == "user"
+    assert load_task(DataSpec(dataset="arithmetic", system_prompt="Be brief."), "test", limit=1)[0]["prompt"][0] \
+        == {"role": "system", "content": "Be brief."}
 
 
 def test_unknown_split():
     with pytest.raises(UsageError, match="unknown GSM8K split 'validation'"):
-        load_gsm8k("validation", path="whatever.jsonl")
+        load_gsm8k("validation")
     with pytest.raises(UsageError, match="unknown split 'dev'"):
         load_task("arithmetic", "dev")
 
 
 def test_real_gsm8k_files(gsm8k_dir):
-    train = load_gsm8k("train", path=gsm8k_dir)
-    test = load_gsm8k("test", path=gsm8k_dir / "test.jsonl")
+    spec = DataSpec(dataset=str(gsm8k_dir), answer_pattern=r"#### (.+)")
+    train, test = load_task(spec, "train"), load_task(spec, "test")
     assert (len(train), len(test)) == (7473, 1319)
     assert train[0]["answer"] == "72"
-    assert train[0]["question"].startswith("Natalia sold clips to 48 of her friends")
+    assert train[0]["prompt"][-1]["content"].startswith("Natalia sold clips to 48 of her friends")
     assert test[0]["answer"] == "18"
     assert all(re.fullmatch(r"-?\d+(\.\d+)?", row["answer"]) for row in train + test)
 
@@ -184,7 +153,7 @@ def test_hub_loader_offline_without_cache_is_a_clear_usage_error(tmp_path):
     assert result.returncode == 2, result.stderr
     message = result.stderr.strip()
     assert message.startswith("cannot load openai/gsm8k (main, train) offline (HF_HUB_OFFLINE)")
-    assert "set `dataset:` to a JSONL file" in message
+    assert "set `dataset:` to a JSONL file" in message and "answer_pattern" in message
     assert "Traceback" not in result.stderr
 
 
@@ -314,15 +283,8 @@ def test_load_task_arithmetic_splits_are_fixed_and_disjoint():
     assert row["prompt"][1]["role"] == "user"
 
 
-def test_load_task_from_a_path(tmp_path, gsm8k_dir):
-    rows = load_task(str(gsm8k_dir / "train.jsonl"), "train", limit=5)
-    assert [row["answer"] for row in rows] == ["72", "10", "5", "42", "624"]
-    assert rows[0]["prompt"] == build_prompt(json.loads((gsm8k_dir / "train.jsonl").open().readline())["question"])
-    assert len(load_task(str(gsm8k_dir), "test")) == 1319
-
-
 @pytest.mark.parametrize("dataset, message", [
-    ("no/such/file.jsonl", "no such file"), ("", "unknown dataset ''"), (None, "unknown dataset None"),
+    ("no/such/file.jsonl", "no such file or folder"), ("", "unknown dataset ''"), (None, "unknown dataset None"),
 ])
 def test_load_task_refuses_bad_datasets(dataset, message):
     with pytest.raises(UsageError, match=message):

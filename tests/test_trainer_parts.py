@@ -190,11 +190,11 @@ def test_an_attempt_reports_the_supervisors_estimate(tmp_path, monkeypatch):
     attempt_dir = tmp_path / "attempt"
     # a data file without answers stops the attempt once the estimate is known, before any model loads
     data = tmp_path / "no-answers.jsonl"
-    data.write_text('{"question": "How many?"}\n', encoding="utf-8")
+    data.write_text('{"question": "How many?"}\n' * 3, encoding="utf-8")
     assert run_attempt(_profile(dataset=str(data)), attempt_dir) == EXIT_BAD_INPUT
     outcome = Outcome.read(attempt_dir / "outcome.json")
     assert (outcome.status, outcome.estimate_gib, outcome.rank, outcome.ranks) == ("error", 7.25, 0, 1)
-    assert "no-answers.jsonl" in outcome.error and '"answer"' in outcome.error
+    assert "no-answers.jsonl" in outcome.error and "no answer column" in outcome.error
 
 
 @pytest.mark.parametrize("value", [None, "", "zero", "0", "-3", "nan", "inf"])

@@ -1,16 +1,42 @@
 """Accuracy on the task's test split, greedy: through vLLM (with the LoRA as a request) where Unsloth
-started it, through `generate` otherwise. An answer is judged by the accuracy reward's own rule
-(rewards.is_correct), so the accuracy reported and the reward trained on never disagree."""
+started it, through `generate` otherwise. An answer is judged by the profile's `correctness` reward itself
+(the accuracy reward unless the profile names another): correct when it scores its full 1.0. The reward
+is called as TRL calls it in training, so the accuracy reported and the reward trained on never disagree."""
 
 from __future__ import annotations
 
-from rewards import is_correct
+from rewards import REWARDS, is_correct
 
 EXAMPLES_KEPT = 3
+FULL_SCORE = 1.0
 
 
-def score(completions: list[str], golds: list[str]) -> dict:
-    correct = sum(is_correct(c, g) for c, g in zip(completions, golds))
+def _ignore(*args, **kwargs) -> None:
+    """Stands in for TRL's log_extra / log_metric, which a reward may call."""
+
+
+def reward_inputs(rows: list[dict], completions: list[str], completion_ids: list | None = None) -> dict:
+    """The keywords TRL gives a reward function for these rows and completions: prompts, completions (as
+    messages when the prompts are conversations), completion_ids and every other column of the rows."""
+    conversational = bool(rows) and isinstance(rows[0].get("prompt"), list)
+    shaped = [[{"role": "assistant", "content": c}] for c in completions] if conversational else list(completions)
+    columns = [key for key in rows[0] if key not in ("prompt", "completion", "completion_ids")] if rows else []
+    return {"prompts": [row.get("prompt") for row in rows], "completions": shaped,
+            "completion_ids": completion_ids, **{key: [row.get(key) for row in rows] for key in columns},
+            "trainer_state": None, "log_extra": _ignore, "log_metric": _ignore}
+
+
+def judge(reward, rows: list[dict], completions: list[str], completion_ids: list | None = None) -> list[bool]:
+    """For each completion, whether the correctness reward gives it its full score."""
+    scores = reward(**reward_inputs(rows, completions, completion_ids))
+    return [score is not None and float(score) >= FULL_SCORE for score in scores]
+
+
+def score(completions: list[str], golds: list, verdicts: list[bool] | None = None) -> dict:
+    """{"accuracy", "correct", "total", "examples"}; without verdicts, the accuracy reward's rule judges."""
+    if verdicts is None:
+        verdicts = [is_correct(c, g) for c, g in zip(completions, golds)]
+    correct = sum(bool(v) for v in verdicts)
     total = len(golds)
     return {
         "accuracy": round(correct / total, 4) if total else None,
@@ -64,14 +90,26 @@ def generate_hf(model, tokenizer, texts: list[str], max_new_tokens: int, batch_s
     return out
 
 
-def evaluate(model, tokenizer, rows: list[dict], *, max_new_tokens: int, use_vllm: bool,
-             lora_path: str | None = None) -> dict:
-    """{"accuracy", "correct", "total", "examples"} over rows of {prompt, answer}."""
-    if not rows:
-        return {"accuracy": None, "correct": 0, "total": 0, "examples": []}
+def generate(model, tokenizer, rows: list[dict], *, max_new_tokens: int, use_vllm: bool,
+             lora_path: str | None = None) -> list[str]:
+    """Greedy completions for rows of {prompt}, as text."""
     texts = prompt_texts(tokenizer, rows)
     if use_vllm:
-        completions = generate_vllm(model, tokenizer, texts, max_new_tokens, lora_path)
-    else:
-        completions = generate_hf(model, tokenizer, texts, max_new_tokens)
-    return score(completions, [row["answer"] for row in rows])
+        return generate_vllm(model, tokenizer, texts, max_new_tokens, lora_path)
+    return generate_hf(model, tokenizer, texts, max_new_tokens)
+
+
+def completion_token_ids(tokenizer, completions: list[str]) -> list[list[int]]:
+    return [list(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in completions]
+
+
+def evaluate(model, tokenizer, rows: list[dict], *, max_new_tokens: int, use_vllm: bool,
+             lora_path: str | None = None, reward=None) -> dict:
+    """{"accuracy", "correct", "total", "examples"} over rows of {prompt, answer, ...}, judged by `reward`
+    (the correctness reward; the accuracy reward when none is given)."""
+    if not rows:
+        return {"accuracy": None, "correct": 0, "total": 0, "examples": []}
+    completions = generate(model, tokenizer, rows, max_new_tokens=max_new_tokens, use_vllm=use_vllm,
+                           lora_path=lora_path)
+    verdicts = judge(reward or REWARDS["accuracy"], rows, completions, completion_token_ids(tokenizer, completions))
+    return score(completions, [row.get("answer") for row in rows], verdicts)

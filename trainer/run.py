@@ -88,6 +88,19 @@ def _one_line(text: str) -> str:
     return (lines[0] if lines else "")[:500]
 
 
+def user_reward_error(exc: BaseException):
+    """The user's reward failure behind exc (TRL or accelerate may wrap it), or None."""
+    from rewards.user import UserRewardError
+
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, UserRewardError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def classify(exc: BaseException) -> tuple[str, str]:
     """(status, one-line error) for an exception raised during an attempt, read the supervisor's way."""
     from launcher.oom import classify_failure, is_oom_exception
@@ -96,6 +109,9 @@ def classify(exc: BaseException) -> tuple[str, str]:
     text = str(exc)
     if isinstance(exc, KeyboardInterrupt):
         return INTERRUPTED, "stopped by a second signal"
+    reward_failure = user_reward_error(exc)
+    if reward_failure is not None:  # the user's code failed: never read as memory, whatever its text says
+        return ERROR, _one_line(str(reward_failure))
     if is_oom_exception(exc):
         return OOM, _one_line(text) or "CUDA out of memory"
     verdict = classify_failure(f"{name}: {text}")
@@ -246,7 +262,8 @@ def build_summary(state: AttemptState, backend, rows, reward_names, before, afte
         "memory": {**memory, "estimate_gib": estimate, "measure": measure,
                    "ratio": round(peak / estimate, 3) if estimate else None},
         "rewards": reward_figures(rows, reward_names),
-        "accuracy": {"samples": before["total"], "before": before["accuracy"], "after": after["accuracy"],
+        "accuracy": {"correctness": profile.correctness, "samples": before["total"], "before": before["accuracy"],
+                     "after": after["accuracy"],
                      "correct_before": before["correct"], "correct_after": after["correct"],
                      "examples_after": after["examples"]},
         "checkpoint": state.latest_checkpoint(),

@@ -29,6 +29,7 @@ class Loaded:
     eval_rows: list
     unsloth_vllm: bool  # Unsloth's own vLLM engine generates (single GPU)
     use_vllm: bool      # generation goes through vLLM at all (Unsloth's, or TRL's under accelerate)
+    correctness: Any = None  # the reward that judges an answer correct in evaluation (profile.correctness)
 
 
 @dataclass
@@ -51,9 +52,12 @@ def load(state: AttemptState) -> Loaded:
     from trainer.callbacks import MemoryProbe
 
     state.memory = MemoryProbe(backend.device)
-    train_rows = load_task(profile.dataset, "train", limit=profile.train_samples, seed=profile.seed)
-    eval_rows = load_task(profile.dataset, "test", limit=profile.eval_samples, seed=profile.seed) \
+    train_rows = load_task(profile, "train", limit=profile.train_samples, seed=profile.seed)
+    eval_rows = load_task(profile, "test", limit=profile.eval_samples, seed=profile.seed) \
         if profile.eval_samples and state.main else []
+    from rewards import get_reward
+
+    correctness = get_reward(profile.correctness)  # the user's own reward is imported here, in the attempt
     model_path = profile.model
     if profile.model == "tiny":
         from trainer.tiny import ensure_tiny
@@ -77,7 +81,7 @@ def load(state: AttemptState) -> Loaded:
     # Unsloth's engine on one GPU; TRL's (colocated, or the launcher's server) under accelerate
     unsloth_vllm = backend.name == "unsloth" and profile.fast_inference
     use_vllm = unsloth_vllm or (profile.distributed and profile.fast_inference and backend.device == "cuda")
-    return Loaded(backend, model, tokenizer, kept, dropped, eval_rows, unsloth_vllm, use_vllm)
+    return Loaded(backend, model, tokenizer, kept, dropped, eval_rows, unsloth_vllm, use_vllm, correctness)
 
 
 def evaluate_rows(state: AttemptState, loaded: Loaded, rows: list, lora_path: str | None = None) -> dict:
@@ -85,7 +89,7 @@ def evaluate_rows(state: AttemptState, loaded: Loaded, rows: list, lora_path: st
     from trainer.evaluate import evaluate
 
     return evaluate(loaded.model, loaded.tokenizer, rows, max_new_tokens=state.profile.max_completion_length,
-                    use_vllm=loaded.unsloth_vllm, lora_path=lora_path)
+                    use_vllm=loaded.unsloth_vllm, lora_path=lora_path, reward=loaded.correctness)
 
 
 def build_trainer(state: AttemptState, loaded: Loaded, signals) -> Session:
@@ -187,8 +191,10 @@ def finish(state: AttemptState, loaded: Loaded, session: Session, before: dict, 
     rows = session.telemetry.rows
     summary = build_summary(state, loaded.backend, rows, session.reward_names, before, after, train_seconds,
                             len(loaded.train_rows), loaded.dropped, OK)
+    from trainer.publish import push
     from trainer.report import write_plots, write_report
 
+    summary["hub"] = push(profile, attempt_dir, say)
     summary["plots"] = write_plots(attempt_dir, rows, session.reward_names, loaded.backend.device,
                                    state.estimate_gib, profile.name)
     write_report(attempt_dir, summary)
