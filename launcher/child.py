@@ -58,6 +58,7 @@ class ChildRunner:
         self.override = list(command) if command else None
         self.echo = echo if echo is not None else sys.stdout
         self.proc: subprocess.Popen | None = None
+        self.last_pid: int | None = None  # the last attempt's pid, to ask the kernel why it died
         self.signals: list[int] = []
         # True while a vLLM server loads (minutes): a signal then stops the wait instead of being held
         self.waiting_for_server = False
@@ -89,10 +90,11 @@ class ChildRunner:
     def run_argv(self, argv: list[str], attempt_dir: Path, env: dict) -> tuple[int, str]:
         """Run one attempt's command to its end (output read until the process exits); (status, output tail)."""
         tail = bytearray()
-        with open(attempt_dir / LOG_FILE, "ab") as log:
+        with open(attempt_dir / LOG_FILE, "ab", buffering=0) as log:  # unbuffered: a full disk loses a chunk only
             self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                                          stdin=subprocess.DEVNULL, start_new_session=True,
                                          preexec_fn=parent_death_signal())
+            self.last_pid = self.proc.pid
             reader = threading.Thread(target=self._pump, args=(self.proc.stdout, log, tail), daemon=True)
             reader.start()
             while True:
@@ -115,8 +117,11 @@ class ChildRunner:
                 break
             if not chunk:
                 break
-            log.write(chunk)
-            log.flush()
+            if log is not None:
+                try:
+                    log.write(chunk)
+                except OSError:  # a full disk: the terminal and the tail still get the output
+                    log = None
             tail.extend(chunk)
             if len(tail) > _TAIL_BYTES:
                 del tail[:len(tail) - _TAIL_BYTES]
