@@ -188,6 +188,29 @@ def test_a_child_that_refuses_its_input_makes_the_run_exit_2(tmp_path, monkeypat
     assert "refused its input" in out and "has no \"question\"" in out
 
 
+def _whole_checkpoint(folder: Path) -> None:
+    from launcher.contract import mark_checkpoint_complete
+
+    folder.mkdir(parents=True)
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": checkpoint_step(folder)}))
+    header = json.dumps({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
+    (folder / "adapter_model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 8)
+    mark_checkpoint_complete(folder)
+
+
+def test_the_interrupted_line_says_only_what_was_saved(tmp_path):
+    from trainer.run import AttemptState, saved_text
+
+    state = AttemptState(None, tmp_path, resume_from=None)
+    assert saved_text(state) == "nothing was saved (it stopped before a checkpoint)"
+    (tmp_path / "checkpoint-3").mkdir()  # cut short: not counted
+    assert saved_text(state).startswith("nothing was saved")
+    _whole_checkpoint(tmp_path / "checkpoint-2")
+    assert saved_text(state) == "checkpoint-2 was saved (no adapter)"
+    (tmp_path / "adapter").mkdir()
+    assert saved_text(state) == "the adapter and checkpoint-2 were saved"
+
+
 # ---------------------------------------------------------------------------------------------------
 # Fault injection: SIGKILL the real trainer while it writes checkpoints, resume, repeat
 
@@ -242,7 +265,8 @@ def test_fault_injection_sigkill_during_checkpoint_writes_never_loses_a_whole_ch
              "--set", "train_samples=16"]
     seen: set = set()
     newest_step = 0
-    for round_number, after_s in enumerate((0.0, 0.01, 0.05, 0.2)):
+    # killed as the folder appears, a little later, and (a step takes seconds) after the save has finished
+    for round_number, after_s in enumerate((0.0, 0.1, 1.5, 3.0)):
         proc = _train_py(*(first if round_number == 0 else ["--resume", *common]), env=env)
         killed = _kill_at_next_checkpoint(proc, out, after_s, seen)
         output, _ = proc.communicate(timeout=120)
@@ -268,3 +292,4 @@ def test_fault_injection_sigkill_during_checkpoint_writes_never_loses_a_whole_ch
     last = read_attempts(next(out.glob("run-*")))[-1]
     assert last["status"] == "ok" and last["steps"] == 7
     assert checkpoint_step(last["resumed_from"]) == newest_step
+    assert newest_step > 0  # some resume did start from a whole checkpoint

@@ -98,7 +98,7 @@ def classify(exc: BaseException) -> tuple[str, str]:
     verdict = classify_failure(f"{name}: {text}")
     if verdict != ERROR:
         return verdict, _one_line(text)
-    if isinstance(exc, OSError) and exc.errno in _DISK_ERRNOS or any(t in text for t in _DISK_TEXTS):
+    if _is_disk_error(exc):
         where = getattr(exc, "filename", None)
         what = os.strerror(exc.errno) if isinstance(exc, OSError) and exc.errno else _one_line(text)
         return ERROR, (f"cannot write the attempt's files{f' to {where}' if where else ''}: {what} "
@@ -109,11 +109,13 @@ def classify(exc: BaseException) -> tuple[str, str]:
 def check_writable(attempt_dir: Path, rank: int = 0) -> None:
     attempt_dir.mkdir(parents=True, exist_ok=True)
     probe = attempt_dir / (".write-test" if rank == 0 else f".write-test-rank{rank}")  # ranks check at once
-    with open(probe, "wb") as handle:
-        handle.write(b"x" * 4096)
-        handle.flush()
-        os.fsync(handle.fileno())
-    probe.unlink()
+    try:
+        with open(probe, "wb") as handle:
+            handle.write(b"x" * 4096)
+            handle.flush()
+            os.fsync(handle.fileno())
+    finally:
+        probe.unlink(missing_ok=True)
 
 
 def run_attempt(profile, attempt_dir, resume_from=None) -> int:
@@ -125,9 +127,8 @@ def run_attempt(profile, attempt_dir, resume_from=None) -> int:
     try:
         check_writable(attempt_dir, rank)
     except OSError as exc:
-        reason = os.strerror(exc.errno) if exc.errno else str(exc)
-        say(f"error: cannot write to the attempt folder {attempt_dir}: {reason} "
-            "(fix: free disk space, or choose a writable --output-dir)", error=True)
+        say(f"error: {contract.disk_error_text(exc, attempt_dir, 4096)} (fix: free disk space, or choose a "
+            "writable --output-dir)", error=True)
         return EXIT_FAILURE
 
     state = AttemptState(profile, attempt_dir, str(resume_from) if resume_from else None, main=rank == 0)
@@ -140,7 +141,7 @@ def run_attempt(profile, attempt_dir, resume_from=None) -> int:
         outcome.status = _train(state, stopper)
         code = EXIT_FOR_STATUS[outcome.status]
         if outcome.status == INTERRUPTED:
-            outcome.error = "stopped by a signal; the adapter and a checkpoint were saved"
+            outcome.error = f"stopped by a signal; {saved_text(state)}"
     except BaseException as exc:  # every failure must leave an outcome file for the supervisor
         if isinstance(exc, SystemExit):
             raise
@@ -150,6 +151,24 @@ def run_attempt(profile, attempt_dir, resume_from=None) -> int:
         if not _close_outcome(state, outcome):
             code = code or EXIT_FAILURE
     return code
+
+
+def saved_text(state: AttemptState) -> str:
+    """What an interrupted attempt leaves to continue from, as it is on disk (not as it was hoped)."""
+    adapter = (state.attempt_dir / contract.ADAPTER_DIR).is_dir()
+    checkpoint = contract.latest_checkpoint(state.attempt_dir)
+    if adapter and checkpoint is not None:
+        return f"the adapter and {checkpoint.name} were saved"
+    if checkpoint is not None:
+        return f"{checkpoint.name} was saved (no adapter)"
+    if adapter:
+        return "the adapter was saved (no checkpoint)"
+    before = f"; --resume continues from {Path(state.resume_from).name}" if state.resume_from else ""
+    return f"nothing was saved (it stopped before a checkpoint){before}"
+
+
+def _is_disk_error(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in _DISK_ERRNOS or any(t in str(exc) for t in _DISK_TEXTS)
 
 
 def _record_failure(outcome: Outcome, exc: BaseException, profile_name: str, rank: int) -> int:
@@ -164,15 +183,15 @@ def _record_failure(outcome: Outcome, exc: BaseException, profile_name: str, ran
     outcome.traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     who = f"attempt '{profile_name}'" + (f" rank {rank}" if rank else "")
     say(f"{who} ended: {status}: {line}", error=True)
-    if status == ERROR and not isinstance(exc, UsageError):
-        say(outcome.traceback, error=True)
+    if status == ERROR and not isinstance(exc, UsageError) and not _is_disk_error(exc):
+        say(outcome.traceback, error=True)  # a bug: the traceback is the report (a full disk is not one)
     return code
 
 
 def _close_outcome(state: AttemptState, outcome: Outcome) -> bool:
     """Complete the outcome with what the attempt reached and write it; False when it could not be written."""
     outcome.steps = state.steps
-    outcome.checkpoint = state.latest_checkpoint()
+    outcome.checkpoint = contract.relative_path(state.latest_checkpoint(), state.attempt_dir)  # folder may move
     outcome.estimate_gib = state.estimate_gib
     if state.memory is not None:
         try:
@@ -183,7 +202,8 @@ def _close_outcome(state: AttemptState, outcome: Outcome) -> bool:
     try:
         outcome.write(state.attempt_dir, outcome.rank)
     except OSError as exc:
-        say(f"error: cannot write {state.attempt_dir / contract.outcome_name(outcome.rank)}: {exc}", error=True)
+        say(f"error: {outcome.status}, but {contract.disk_error_text(exc, state.attempt_dir, len(outcome.to_json()))}"
+            f" for {contract.outcome_name(outcome.rank)}", error=True)
         return False
     return True
 
@@ -194,6 +214,12 @@ def _train(state: AttemptState, signals) -> str:
     from trainer.stages import build_trainer, evaluate_rows, finish, load, train
 
     parse_inject(os.environ.get(contract.ENV_INJECT_OOM))  # refuse a malformed value before anything loads
+    if state.resume_from:
+        problem = contract.checkpoint_problem(Path(state.resume_from))
+        if problem:
+            raise UsageError(f"--resume-from {state.resume_from}: cannot resume from it: {problem} (fix: give an "
+                             "earlier checkpoint-N, or use --resume, which picks the newest whole one)")
+        say(f"resuming from {Path(state.resume_from).name} (step {contract.checkpoint_step(state.resume_from)})")
     state.estimate_gib = attempt_estimate(state.profile)
     loaded = load(state)
     if signals.stopped:
@@ -233,7 +259,7 @@ def build_summary(state: AttemptState, backend, rows, reward_names, before, afte
         "device": device,
         "steps": state.steps,
         "max_steps": profile.max_steps,
-        "resumed_from": state.resume_from,
+        "resumed_from": contract.relative_path(state.resume_from, state.attempt_dir),
         "train_seconds": round(train_seconds, 2),
         "wall_seconds": round(time.time() - state.started, 2),
         "train_rows": train_rows,
@@ -244,5 +270,5 @@ def build_summary(state: AttemptState, backend, rows, reward_names, before, afte
         "accuracy": {"samples": before["total"], "before": before["accuracy"], "after": after["accuracy"],
                      "correct_before": before["correct"], "correct_after": after["correct"],
                      "examples_after": after["examples"]},
-        "checkpoint": state.latest_checkpoint(),
+        "checkpoint": contract.relative_path(state.latest_checkpoint(), state.attempt_dir),
     }
