@@ -384,9 +384,12 @@ def disk_error_text(exc: OSError, folder: Path, needed_bytes: int | None = None)
     probe = folder
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
+    def size(n: float) -> str:
+        return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{max(n / 1024, 0.1 if n else 0):.1f} KiB"
+
     try:
         free = shutil.disk_usage(probe).free
-        free_text = f"{free / 2**20:.1f} MiB free"
+        free_text = f"{size(free)} free"
     except OSError:
         free, free_text = None, "free space unknown"
     mount = probe.resolve()
@@ -395,7 +398,7 @@ def disk_error_text(exc: OSError, folder: Path, needed_bytes: int | None = None)
     reason = os.strerror(exc.errno) if exc.errno else str(exc)
     text = f"cannot write to {folder}: {reason} (disk {mount}, {free_text}"
     if needed_bytes and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        text += f", about {needed_bytes / 2**20:.1f} MiB needed"
+        text += f", about {size(needed_bytes)} needed"
     return text + ")"
 
 

@@ -297,14 +297,17 @@ def supervise(plan, output_dir: Path, overrides: list[str] | None = None, resume
     if fresh_attempt and not resume:
         raise UsageError("--fresh-attempt only applies to --resume (a new run starts at step 1 anyway)")
     runner = ChildRunner(child_command)
-    if resume:
-        run_dir = latest_run_dir(output_dir)
-    elif plan.chosen is None:
+    if not resume and plan.chosen is None:
         _print_nothing_fits(console, plan)
         return EXIT_OUT_OF_MEMORY
-    else:
-        run_dir = new_run_dir(output_dir)
-    lock = RunLock(run_dir).acquire()
+    try:
+        run_dir = latest_run_dir(output_dir) if resume else new_run_dir(output_dir)
+        lock = RunLock(run_dir).acquire()
+    except OSError as exc:
+        if exc.errno not in _DISK_ERRNOS:
+            raise
+        console.print(f"error: {disk_error_text(exc, output_dir)}; nothing was started", markup=False)
+        return EXIT_FAILURE
     supervisor = Supervisor(plan, run_dir, console, runner, overrides or [], server_command=server_command)
     previous = {}
     if threading.current_thread() is threading.main_thread():

@@ -26,6 +26,10 @@ from launcher.errors import EXIT_BAD_INPUT, EXIT_FAILURE, UsageError
 
 _DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
 _DISK_TEXTS = ("No space left on device", "StorageFull", "Disk quota exceeded", "Read-only file system")
+# torch.save's zip writer words a full disk as its own failure, without the errno
+_TORCH_WRITER_TEXTS = ("PytorchStreamWriter failed writing", "inline_container.cc", "file write failed")
+# Below this much free space a failed torch.save is the disk's doing
+_NEARLY_FULL_BYTES = 64 * 2**20
 
 
 class AttemptState:
@@ -85,7 +89,7 @@ def _one_line(text: str) -> str:
     return (lines[0] if lines else "")[:500]
 
 
-def classify(exc: BaseException) -> tuple[str, str]:
+def classify(exc: BaseException, folder: Path | None = None) -> tuple[str, str]:
     """(status, one-line error) for an exception raised during an attempt, read the supervisor's way."""
     from launcher.oom import classify_failure, is_oom_exception
 
@@ -98,9 +102,14 @@ def classify(exc: BaseException) -> tuple[str, str]:
     verdict = classify_failure(f"{name}: {text}")
     if verdict != ERROR:
         return verdict, _one_line(text)
-    if _is_disk_error(exc):
-        where = getattr(exc, "filename", None)
-        what = os.strerror(exc.errno) if isinstance(exc, OSError) and exc.errno else _one_line(text)
+    if _is_disk_error(exc, folder):
+        where = getattr(exc, "filename", None) or folder
+        if isinstance(exc, OSError) and exc.errno:
+            what = os.strerror(exc.errno)
+        elif any(t in text for t in _DISK_TEXTS):
+            what = _one_line(text)
+        else:  # torch's writer on a nearly full disk
+            what = f"{os.strerror(errno.ENOSPC)} ({_one_line(text)})"
         return ERROR, (f"cannot write the attempt's files{f' to {where}' if where else ''}: {what} "
                        "(fix: free disk space, or choose a writable --output-dir)")
     return ERROR, f"{name}: {_one_line(text)}"
@@ -145,7 +154,7 @@ def run_attempt(profile, attempt_dir, resume_from=None) -> int:
     except BaseException as exc:  # every failure must leave an outcome file for the supervisor
         if isinstance(exc, SystemExit):
             raise
-        code = _record_failure(outcome, exc, profile.name, rank)
+        code = _record_failure(outcome, exc, profile.name, rank, attempt_dir)
     finally:
         stopper.uninstall()
         if not _close_outcome(state, outcome):
@@ -167,13 +176,25 @@ def saved_text(state: AttemptState) -> str:
     return f"nothing was saved (it stopped before a checkpoint){before}"
 
 
-def _is_disk_error(exc: BaseException) -> bool:
-    return isinstance(exc, OSError) and exc.errno in _DISK_ERRNOS or any(t in str(exc) for t in _DISK_TEXTS)
+def _is_disk_error(exc: BaseException, folder: Path | None = None) -> bool:
+    """A failure to write for want of disk: the errno or its words, or torch's writer failing on a nearly
+    full disk under `folder`."""
+    if isinstance(exc, OSError) and exc.errno in _DISK_ERRNOS or any(t in str(exc) for t in _DISK_TEXTS):
+        return True
+    if folder is None or not any(t in str(exc) for t in _TORCH_WRITER_TEXTS):
+        return False
+    import shutil
+
+    try:
+        return shutil.disk_usage(folder).free < _NEARLY_FULL_BYTES
+    except OSError:
+        return False
 
 
-def _record_failure(outcome: Outcome, exc: BaseException, profile_name: str, rank: int) -> int:
+def _record_failure(outcome: Outcome, exc: BaseException, profile_name: str, rank: int,
+                    attempt_dir: Path | None = None) -> int:
     """Fill the outcome from the exception, say what happened, and return the exit status."""
-    status, line = classify(exc)
+    status, line = classify(exc, attempt_dir)
     code = EXIT_FOR_STATUS[status]
     if isinstance(exc, UsageError):
         status, line, code = ERROR, str(exc), EXIT_BAD_INPUT
@@ -183,7 +204,7 @@ def _record_failure(outcome: Outcome, exc: BaseException, profile_name: str, ran
     outcome.traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     who = f"attempt '{profile_name}'" + (f" rank {rank}" if rank else "")
     say(f"{who} ended: {status}: {line}", error=True)
-    if status == ERROR and not isinstance(exc, UsageError) and not _is_disk_error(exc):
+    if status == ERROR and not isinstance(exc, UsageError) and not _is_disk_error(exc, attempt_dir):
         say(outcome.traceback, error=True)  # a bug: the traceback is the report (a full disk is not one)
     return code
 
@@ -202,8 +223,8 @@ def _close_outcome(state: AttemptState, outcome: Outcome) -> bool:
     try:
         outcome.write(state.attempt_dir, outcome.rank)
     except OSError as exc:
-        say(f"error: {outcome.status}, but {contract.disk_error_text(exc, state.attempt_dir, len(outcome.to_json()))}"
-            f" for {contract.outcome_name(outcome.rank)}", error=True)
+        say(f"error: the attempt ended {outcome.status}, but its {contract.outcome_name(outcome.rank)} is not "
+            f"written: {contract.disk_error_text(exc, state.attempt_dir, len(outcome.to_json()))}", error=True)
         return False
     return True
 
