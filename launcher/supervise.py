@@ -306,7 +306,8 @@ def supervise(plan, output_dir: Path, overrides: list[str] | None = None, resume
     except OSError as exc:
         if exc.errno not in _DISK_ERRNOS:
             raise
-        console.print(f"error: {disk_error_text(exc, output_dir)}; nothing was started", markup=False)
+        console.print(f"error: {disk_error_text(exc, output_dir)}; nothing was started", markup=False,
+                      soft_wrap=True)
         return EXIT_FAILURE
     supervisor = Supervisor(plan, run_dir, console, runner, overrides or [], server_command=server_command)
     previous = {}
@@ -359,7 +360,7 @@ def _disk_failure(supervisor: Supervisor, exc: OSError) -> int:
                     f"(its folder {record.attempt_dir})")
     text = disk_error_text(exc, supervisor.run_dir, needed)
     supervisor.console.print(f"error: {text}; kept: {'; '.join(kept) or 'nothing new'}", markup=False,
-                             highlight=False)
+                             highlight=False, soft_wrap=True)  # one line, however long
     return EXIT_FAILURE
 
 
