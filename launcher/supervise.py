@@ -17,13 +17,17 @@ appends one line to the run's attempts.jsonl, and decides:
   interrupted   stop (exit 130); `--resume` continues from the last checkpoint
 
 An attempt with the same model and LoRA shape as an earlier one continues from its last checkpoint
-(`--resume-from`), so the global step goes on; otherwise it starts fresh. Nothing is deleted.
+(`--resume-from`), so the global step goes on; otherwise it starts fresh. Nothing is deleted: a checkpoint
+that cannot be resumed from (cut short, damaged) is named, with why, and renamed checkpoint-N.damaged.
 
-Run folder: OUTPUT_DIR/run-YYYYmmdd-HHMMSS/{plan.json, attempts.jsonl, attempt-NN-<profile>/}.
+Run folder: OUTPUT_DIR/run-YYYYmmdd-HHMMSS/{plan.json, attempts.jsonl, run.lock, attempt-NN-<profile>/}; the
+paths in attempts.jsonl are relative to it, so that a moved run folder resumes. A full disk ends the run with
+exit 1 and one line (the disk, the space, what was kept).
 
 This module is the loop; the rooms it calls: launcher.child (run one process), launcher.attempts (read what
-it ended as, write its attempts.jsonl line), launcher.fallback (what to run next), launcher.distributed and
-launcher.vllm_server (several GPUs, the server), launcher.narrate (what the terminal is told).
+it ended as, write its attempts.jsonl line), launcher.fallback (what to run next), launcher.resume (continue
+a run), launcher.run_folder (the folder, its lock), launcher.distributed and launcher.vllm_server (several
+GPUs, the server), launcher.narrate (what the terminal is told).
 """
 
 from __future__ import annotations
@@ -44,14 +48,14 @@ from launcher.attempts import (AttemptRecord, AttemptResult, read_attempts, read
                                server_failure_result)
 from launcher.child import ChildRunner, attempt_command
 from launcher.contract import (ENV_ALLOC_CONF, ENV_ESTIMATE_GIB, ENV_INJECT_OOM, ERROR, INTERRUPTED, LOG_FILE,
-                               OK, OOM, PLAN_FILE, PROFILE_FILE, SERVER_LOG, SHAPE_KEYS, UNSUPPORTED,
-                               attempt_environment, checkpoint_step, disk_error_text, latest_checkpoint,
+                               OK, OOM, PLAN_FILE, PROFILE_FILE, SERVER_LOG, attempt_environment, checkpoint_step, disk_error_text, latest_checkpoint,
                                relative_path, resolve_path, shape_of, write_atomic)
 from launcher.distributed import launch_env
 from launcher.errors import (EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUT_OF_MEMORY,
                              UsageError)
 from launcher.fallback import Decision, decide, estimate_of, estimate_profile
-from launcher.profiles import Profile, load_profile
+from launcher.profiles import Profile
+from launcher.resume import resume_run
 from launcher.run_folder import RunLock, latest_run_dir, new_run_dir, set_aside
 from launcher.topology import free_port, topology
 from launcher.vllm_server import ServerError, start_server
@@ -316,7 +320,7 @@ def supervise(plan, output_dir: Path, overrides: list[str] | None = None, resume
             previous[signum] = signal.signal(signum, runner.handle_signal)
     try:
         if resume:
-            code = _resume(supervisor, run_dir, overrides or [], console, fresh_attempt)
+            code = resume_run(supervisor, run_dir, overrides or [], console, fresh_attempt)
         else:
             write_atomic(run_dir / PLAN_FILE, json.dumps(plan.to_json(), indent=2) + "\n")
             console.print(f"run folder: {run_dir}", markup=False)
@@ -370,59 +374,3 @@ def _print_nothing_fits(console, plan) -> None:
                   "(see `python train.py --auto --dry-run` for the estimates)")
     for candidate in plan.candidates:
         console.print(f"  {candidate.profile.name}: {candidate.reason}", markup=False, highlight=False)
-
-
-def _resume(supervisor: Supervisor, run_dir: Path, overrides: list[str], console, fresh: bool = False) -> int:
-    """Continue the latest run: re-run its last attempt's profile from its last checkpoint, or, when that
-    attempt ran out of memory and the run stopped before deciding, take the decision it would have taken."""
-    attempt_dirs = sorted((p for p in run_dir.glob("attempt-*") if (p / PROFILE_FILE).is_file()),
-                          key=lambda p: p.name)
-    if not attempt_dirs:
-        raise UsageError(f"--resume: {run_dir} holds no attempt (fix: start a new run with --auto)")
-    last_dir = attempt_dirs[-1]
-    record = next((r for r in supervisor.records
-                   if r.attempt_dir and Path(r.attempt_dir).name == last_dir.name), None)
-    console.print(f"resuming run {run_dir}", markup=False)
-    if record is not None and record.status == OK and not fresh:
-        console.print(f"{last_dir.name} already finished ok: nothing to resume")
-        return EXIT_OK
-    as_run = load_profile(last_dir / PROFILE_FILE)
-    profile = load_profile(last_dir / PROFILE_FILE, overrides)
-    if record is None:
-        # The supervisor stopped while this attempt ran: count its checkpoints too.
-        supervisor.attempt_shapes.append((shape_of(as_run), last_dir))
-    _check_shape(supervisor, as_run, profile, fresh)
-    if record is None:
-        return supervisor.run(profile, None, "resumed: the run stopped during this attempt")
-    if record.status in (OOM, UNSUPPORTED):
-        decision = supervisor.decide_after(profile, record.status, record.report)
-        for line in decision.skipped:
-            console.print(f"  {line}")
-        console.print(f"resumed after attempt {record.attempt} ({record.status}): {decision.text}", markup=False)
-        if decision.action == "stop":
-            return EXIT_OUT_OF_MEMORY
-        return supervisor.run(decision.profile, decision.changes or None, decision.text)
-    return supervisor.run(profile, None, f"resumed after attempt {record.attempt} ({record.status})")
-
-
-def _check_shape(supervisor: Supervisor, as_run: Profile, profile: Profile, fresh: bool) -> None:
-    """--set that changes the model or LoRA shape cannot continue the run's checkpoint: refuse, saying what
-    differs and how to start over, unless --fresh-attempt asks for exactly that (then say so, loudly)."""
-    checkpoint = supervisor.resume_point(as_run)
-    if fresh:
-        supervisor.resume_floor = len(supervisor.attempt_shapes)
-        dropped = (f"{supervisor.in_run(checkpoint)} (step {checkpoint_step(checkpoint)}) is kept but not used"
-                   if checkpoint else "no checkpoint is used")
-        supervisor.console.print(f"[bold red]--fresh-attempt: starting over at step 1[/bold red] with "
-                                 f"{escape(profile.name)}; {escape(dropped)}")
-        return
-    if checkpoint is None or shape_of(as_run) == shape_of(profile):
-        return
-    old, new = as_run.to_dict(), profile.to_dict()
-    differs = ", ".join(f"{key} {old.get(key)!r} -> {new.get(key)!r}" for key in SHAPE_KEYS
-                        if old.get(key) != new.get(key))
-    step = checkpoint_step(checkpoint)
-    raise UsageError(f"--resume: {differs} changes the model/LoRA shape, so {supervisor.in_run(checkpoint)} "
-                     f"(step {step}) of {supervisor.run_dir} cannot be loaded; resuming would silently start "
-                     f"over at step 1 (fix: drop that --set to continue from step {step}, or add --fresh-attempt "
-                     "to start this run over with the new shape, or start a new run with --auto)")

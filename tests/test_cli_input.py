@@ -19,7 +19,7 @@ import train
 from launcher.errors import UsageError
 from launcher.gpu import Machine, probe
 from launcher.plan import make_plan
-from launcher.profiles import load_profile, load_profiles
+from launcher.profiles import load_profiles
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = str(ROOT / "profiles" / "cpu-tiny-4gen.yaml")
