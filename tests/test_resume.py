@@ -211,6 +211,19 @@ def test_the_interrupted_line_says_only_what_was_saved(tmp_path):
     assert saved_text(state) == "the adapter and checkpoint-2 were saved"
 
 
+def test_an_attempt_given_a_damaged_checkpoint_refuses_it_before_loading(tmp_path):
+    damaged = tmp_path / "old" / "checkpoint-4"
+    _whole_checkpoint(damaged)
+    os.truncate(damaged / "adapter_model.safetensors", 10)
+    env = {k: v for k, v in os.environ.items() if k not in ("FAKE_CHILD_PLAN", "GRPO_INJECT_OOM")}
+    done = subprocess.run([sys.executable, str(ROOT / "train.py"), "--profile", str(ROOT / "profiles" /
+                           "cpu-tiny-4gen.yaml"), "--attempt-dir", str(tmp_path / "attempt"), "--resume-from",
+                           str(damaged)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "adapter_model.safetensors is 10 bytes" in done.stderr and "Traceback" not in done.stderr
+    assert json.loads((tmp_path / "attempt" / "outcome.json").read_text())["status"] == "error"
+
+
 # ---------------------------------------------------------------------------------------------------
 # Fault injection: SIGKILL the real trainer while it writes checkpoints, resume, repeat
 
