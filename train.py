@@ -152,7 +152,12 @@ def check_run_inputs(profiles: list, plan, args: argparse.Namespace) -> None:
         chosen = plan.chosen
         # the data is read here, in the planner's process: bad rows exit 2 before a model loads or a run folder
         # is made (the attempt reads it again; for the built-in tasks and local files this is quick)
-        load_task(chosen.dataset, "train", limit=chosen.train_samples, seed=chosen.seed)
+        try:
+            load_task(chosen.dataset, "train", limit=chosen.train_samples, seed=chosen.seed)
+        except UsageError:
+            raise
+        except Exception:  # not about the data's content (the hub unreachable...): the attempt reports it
+            pass
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

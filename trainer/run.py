@@ -136,8 +136,11 @@ def run_attempt(profile, attempt_dir, resume_from=None) -> int:
     try:
         check_writable(attempt_dir, rank)
     except OSError as exc:
-        say(f"error: {contract.disk_error_text(exc, attempt_dir, 4096)} (fix: free disk space, or choose a "
-            "writable --output-dir)", error=True)
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # which disk, and how full
+            reason = contract.disk_error_text(exc, attempt_dir).split(": ", 1)[-1]
+        say(f"error: cannot write to the attempt folder {attempt_dir}: {reason} "
+            "(fix: free disk space, or choose a writable --output-dir)", error=True)
         return EXIT_FAILURE
 
     state = AttemptState(profile, attempt_dir, str(resume_from) if resume_from else None, main=rank == 0)
