@@ -22,7 +22,7 @@ import pytest
 from rich.console import Console
 
 from launcher.attempts import read_attempts
-from launcher.contract import checkpoint_problem, checkpoint_step, latest_checkpoint
+from launcher.contract import COMPLETE_MARKER, checkpoint_problem, checkpoint_step, latest_checkpoint
 from launcher.errors import UsageError
 from launcher.gpu import Machine
 from launcher.plan import make_plan
@@ -242,13 +242,15 @@ def _children(pid: int) -> list[int]:
 
 
 def _kill_at_next_checkpoint(proc: subprocess.Popen, run_parent: Path, after_s: float, seen: set,
-                             timeout: float = 120) -> Path | None:
-    """Wait for a checkpoint folder that was not there before, then SIGKILL the attempt process `after_s`
-    seconds later; the folder (None when the run ended first)."""
+                             whole: bool, timeout: float = 120) -> Path | None:
+    """Wait for a checkpoint folder that was not there before (with `whole`: for its completeness marker
+    too), then SIGKILL the attempt process `after_s` seconds later; the folder (None when the run ended
+    first)."""
     deadline = time.time() + timeout
     while time.time() < deadline and proc.poll() is None:
         fresh = [p for p in run_parent.glob("run-*/attempt-*/checkpoint-*")
-                 if p not in seen and p.is_dir() and p.name.split("-")[-1].isdigit()]
+                 if p not in seen and p.is_dir() and p.name.split("-")[-1].isdigit()
+                 and (not whole or (p / COMPLETE_MARKER).exists())]
         if fresh:
             time.sleep(after_s)
             for pid in _children(proc.pid):
@@ -257,7 +259,7 @@ def _kill_at_next_checkpoint(proc: subprocess.Popen, run_parent: Path, after_s: 
                 except ProcessLookupError:
                     pass
             return fresh[0]
-        time.sleep(0.002)
+        time.sleep(0.001)
     return None
 
 
@@ -274,14 +276,16 @@ def test_fault_injection_sigkill_during_checkpoint_writes_never_loses_a_whole_ch
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if k not in ("FAKE_CHILD_PLAN", "GRPO_INJECT_OOM")}
     common = ["--profiles-dir", str(profiles), "--output-dir", str(out)]
-    first = ["--auto", *common, "--set", "max_steps=7", "--set", "save_steps=1", "--set", "eval_samples=0",
+    first = ["--auto", *common, "--set", "max_steps=40", "--set", "save_steps=1", "--set", "eval_samples=0",
              "--set", "train_samples=16"]
     seen: set = set()
     newest_step = 0
-    # killed as the folder appears, a little later, and (a step takes seconds) after the save has finished
-    for round_number, after_s in enumerate((0.0, 0.1, 1.5, 3.0)):
+    # killed as a checkpoint folder appears and a moment later (the save cut short), as its completeness marker
+    # appears and a moment later (the save whole, the next one perhaps under way)
+    kill_points = ((0.0, False), (0.02, False), (0.0, True), (0.05, True), (0.005, False))
+    for round_number, (after_s, whole) in enumerate(kill_points):
         proc = _train_py(*(first if round_number == 0 else ["--resume", *common]), env=env)
-        killed = _kill_at_next_checkpoint(proc, out, after_s, seen)
+        killed = _kill_at_next_checkpoint(proc, out, after_s, seen, whole)
         output, _ = proc.communicate(timeout=120)
         assert killed is not None, output[-3000:]
         assert proc.returncode == 1, output[-3000:]  # a plain SIGKILL: an error, not host OOM
@@ -294,6 +298,8 @@ def test_fault_injection_sigkill_during_checkpoint_writes_never_loses_a_whole_ch
             steps = [json.loads(line)["step"] for line in
                      (run_dir / records[-1]["attempt_dir"] / "metrics.jsonl").read_text().splitlines()]
             assert not steps or min(steps) == newest_step + 1  # the global step went on, never back
+        print(f"kill {round_number} ({after_s} s after {'the marker' if whole else 'the folder'} of "
+              f"{killed.parent.name}/{killed.name}): resumed from {records[-1]['resumed_from']}")
         seen |= set(out.glob("run-*/attempt-*/checkpoint-*"))
         newest = _newest_whole_checkpoint(run_dir)
         assert newest is None or checkpoint_problem(newest) is None
@@ -303,6 +309,6 @@ def test_fault_injection_sigkill_during_checkpoint_writes_never_loses_a_whole_ch
     output, _ = done.communicate(timeout=120)
     assert done.returncode == 0, output[-3000:]
     last = read_attempts(next(out.glob("run-*")))[-1]
-    assert last["status"] == "ok" and last["steps"] == 7
+    assert last["status"] == "ok" and last["steps"] == 40
     assert checkpoint_step(last["resumed_from"]) == newest_step
     assert newest_step > 0  # some resume did start from a whole checkpoint
