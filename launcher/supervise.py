@@ -48,8 +48,9 @@ from launcher.attempts import (AttemptRecord, AttemptResult, read_attempts, read
                                server_failure_result)
 from launcher.child import ChildRunner, attempt_command
 from launcher.contract import (ENV_ALLOC_CONF, ENV_ESTIMATE_GIB, ENV_INJECT_OOM, ERROR, INTERRUPTED, LOG_FILE,
-                               OK, OOM, PLAN_FILE, PROFILE_FILE, SERVER_LOG, attempt_environment, checkpoint_step, disk_error_text, latest_checkpoint,
-                               relative_path, resolve_path, shape_of, write_atomic)
+                               OK, OOM, PLAN_FILE, PROFILE_FILE, SERVER_LOG, attempt_environment, checkpoint_step,
+                               disk_error_text, latest_checkpoint, relative_path, resolve_path, shape_of,
+                               write_atomic)
 from launcher.distributed import launch_env
 from launcher.errors import (EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUT_OF_MEMORY,
                              UsageError)
