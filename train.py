@@ -73,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="where run folders are written (default: %(default)s)")
     what.add_argument("--resume", action="store_true",
                       help="continue the latest run in --output-dir from its last checkpoint")
+    what.add_argument("--fresh-attempt", action="store_true",
+                      help="with --resume: start the run's next attempt over at step 1 (e.g. after --set "
+                           "lora_rank=N, which its checkpoint cannot take); the checkpoints are kept")
 
     plan = parser.add_argument_group("planning")
     plan.add_argument("--dry-run", action="store_true",
@@ -111,15 +114,82 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from launcher.errors import EXIT_BAD_INPUT, UsageError
+    from launcher.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, UsageError
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        check_flags(args)
         return run(args, parser)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt:  # Ctrl-C before the run's own handlers are in place: nothing to save yet
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """Refuse flags that contradict each other, and an --output-dir that cannot hold a run, before anything
+    starts (exit 2): a silent choice between two modes runs what the user did not ask for."""
+    from launcher.errors import UsageError
+
+    if args.attempt_dir:
+        return  # the supervisor's own command for one attempt
+    modes = {"--auto": args.auto, "--profile": args.profile, "--resume": args.resume,
+             "--fit-table": args.fit_table, "--explain-oom": args.explain_oom, "--dry-run": args.dry_run}
+    conflicts = [("--auto", "--profile"), ("--resume", "--profile"), ("--explain-oom", "--auto"),
+                 ("--explain-oom", "--profile"), ("--explain-oom", "--resume"), ("--explain-oom", "--fit-table"),
+                 ("--explain-oom", "--dry-run"), ("--fit-table", "--auto"), ("--fit-table", "--profile"),
+                 ("--fit-table", "--resume")]
+    for first, second in conflicts:
+        if modes[first] and modes[second]:
+            raise UsageError(f"{first} and {second} ask for two different things; give one of them")
+    if args.fresh_attempt and not args.resume:
+        raise UsageError("--fresh-attempt only applies to --resume (a new run starts at step 1 anyway)")
+    if not (args.dry_run or args.fit_table or args.explain_oom):
+        from launcher.run_folder import check_output_dir
+
+        check_output_dir(Path(args.output_dir), must_exist=args.resume)
+
+
+def check_run_inputs(profiles: list, plan, args: argparse.Namespace) -> None:
+    """What a run (not a dry run) needs that the profiles alone do not show, checked before the run folder
+    exists: a GPU behind --gpu-memory, the names in GRPO_INJECT_OOM, and the chosen profile's training data."""
+    import os
+
+    from launcher.contract import ENV_INJECT_OOM
+    from launcher.errors import UsageError
+
+    if args.gpu_memory is not None:
+        from launcher.gpu import probe
+
+        here = probe()
+        if not here.gpus:
+            raise UsageError(f"--gpu-memory {args.gpu_memory:g} without --dry-run: training runs on this machine, "
+                             f"and it has no GPU ({here.message}) (fix: add --dry-run to plan for that card, or "
+                             "drop --gpu-memory to train on what is here)")
+    raw = os.environ.get(ENV_INJECT_OOM, "")
+    known = sorted({p.name for p in profiles})
+    for part in (p.strip() for p in raw.split(",") if p.strip()):
+        name, _, at = (x.strip() for x in part.partition("@"))
+        if name not in known:
+            raise UsageError(f"{ENV_INJECT_OOM}={raw!r}: no profile named {name!r} (known: {', '.join(known)}) "
+                             "(fix: NAME[@STEP|@probe][,...] with these names)")
+        if at and at != "probe" and not (at.isdigit() and int(at) >= 1):
+            raise UsageError(f"{ENV_INJECT_OOM}={raw!r}: {at!r} after {name}@ is not a step >= 1 nor 'probe'")
+    if plan.chosen is not None and not args.resume:
+        from tasks import check_data
+
+        # the data is read here, in the planner's process: bad rows exit 2 before a model loads or a run folder
+        # is made (the attempt reads it again; for the built-in tasks and local files this is quick)
+        try:
+            found = check_data(plan.chosen)
+        except UsageError:
+            raise
+        except Exception:  # not about the data's content (the hub unreachable...): the attempt reports it
+            return
+        print(f"data for '{plan.chosen.name}': {found}", flush=True)
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -181,12 +251,14 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         from launcher.calibrate import calibrate
         return calibrate(plan, output_dir=Path(args.output_dir))
 
-    if plan.chosen is not None and not args.resume:  # bad data is bad input: refused before any model loads
-        from tasks import check_data
-        print(f"data for '{plan.chosen.name}': {check_data(plan.chosen)}", flush=True)
+    check_run_inputs(profiles, plan, args)
     from launcher.supervise import supervise
-    return supervise(plan, output_dir=Path(args.output_dir), overrides=args.overrides, resume=args.resume)
+    return supervise(plan, output_dir=Path(args.output_dir), overrides=args.overrides, resume=args.resume,
+                     fresh_attempt=args.fresh_attempt)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # during the first imports, before main's own handling
+        sys.exit(130)

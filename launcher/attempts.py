@@ -4,7 +4,6 @@ status and output), and its line in the run's attempts.jsonl."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Any
 
 from launcher import oom as oomlib
 from launcher.contract import (ATTEMPTS_FILE, ERROR, INTERRUPTED, OK, OOM, OUTCOME_FILE, UNSUPPORTED, Outcome,
-                               checkpoint_step, latest_checkpoint, merge_outcomes)
+                               append_line, checkpoint_step, latest_checkpoint, merge_outcomes, resolve_path)
 from launcher.errors import EXIT_INTERRUPTED
 
 
@@ -42,9 +41,15 @@ def _read_outcome(outcome: Outcome) -> tuple[str, str | None, oomlib.OomReport |
     return status, outcome.error, report
 
 
-def _read_exit(returncode: int | None, text: str) -> tuple[str, str | None, oomlib.OomReport | None]:
-    """(status, error, OOM report) of a child that died without an outcome: its exit status and output."""
-    report = oomlib.read_oom(text, returncode)
+def _read_exit(returncode: int | None, text: str,
+               kernel_oom: bool | None = None) -> tuple[str, str | None, oomlib.OomReport | None]:
+    """(status, error, OOM report) of a child that died without an outcome: its exit status and output.
+    A SIGKILL without an OOM text is the kernel's OOM killer only when `kernel_oom` (the kernel said so)."""
+    killed = returncode in oomlib.SIGKILL_CODES
+    report = oomlib.read_oom(text, returncode if kernel_oom else None)
+    if killed and report is None:
+        cause = "the kernel reports no out-of-memory kill" if kernel_oom is False else "cause unknown"
+        return ERROR, f"killed by SIGKILL ({cause}; exit {returncode})", None
     if returncode == 0:
         return ERROR, f"the attempt exited 0 without writing {OUTCOME_FILE}", None
     if returncode in (EXIT_INTERRUPTED, -signal.SIGINT, -signal.SIGTERM):
@@ -59,22 +64,24 @@ def _read_exit(returncode: int | None, text: str) -> tuple[str, str | None, ooml
 
 
 def read_result(attempt_dir: Path, returncode: int | None, tail_text: str, duration: float,
-                interrupted: bool) -> AttemptResult:
+                interrupted: bool, kernel_oom: bool | None = None) -> AttemptResult:
     """The attempt's outcome: the ranks' outcome files merged (worst status first) when the child wrote
-    any, else its exit status and output."""
+    any, else its exit status and output (`kernel_oom`: whether the kernel says it killed the child for
+    memory, None when it cannot be asked). The checkpoint comes back as a path on this disk."""
     outcome = merge_outcomes(attempt_dir)
     if outcome is not None:
         status, error, report = _read_outcome(outcome)
     else:
-        status, error, report = _read_exit(returncode, tail_text)
+        status, error, report = _read_exit(returncode, tail_text, kernel_oom)
     if interrupted and status not in (OK, INTERRUPTED):
         status = INTERRUPTED
     if status != OOM:
         report = None
-    checkpoint = outcome.checkpoint if outcome is not None else None
-    if not checkpoint:
-        found = latest_checkpoint(attempt_dir)
-        checkpoint = str(found) if found else None
+    # outcome.json holds it relative to the attempt folder (older attempts: absolute)
+    found = resolve_path(outcome.checkpoint, attempt_dir) if outcome is not None else None
+    if found is None or not found.is_dir():
+        found = latest_checkpoint(attempt_dir) or found
+    checkpoint = str(found) if found else None
     steps = outcome.steps if outcome is not None else checkpoint_step(checkpoint)
     return AttemptResult(status=status, steps=steps, checkpoint=checkpoint, exit_code=returncode, error=error,
                          report=report, duration_s=round(duration, 2),
@@ -154,11 +161,9 @@ class AttemptRecord:
         return cls(**values, extra={k: v for k, v in data.items() if k not in known})
 
     def append_to(self, run_dir: Path) -> None:
-        """One line, flushed to disk: the record survives the supervisor being killed right after."""
-        with open(Path(run_dir) / ATTEMPTS_FILE, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(self.to_dict()) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        """One whole line, flushed to disk (or none on a full disk): the record survives the supervisor being
+        killed right after, and the file never ends in half a record."""
+        append_line(Path(run_dir) / ATTEMPTS_FILE, json.dumps(self.to_dict()))
 
 
 def read_attempts(run_dir: Path) -> list[dict]:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from launcher import distributed
 from launcher.contract import LOG_FILE
+from launcher.errors import EXIT_INTERRUPTED
 
 _TAIL_BYTES = 256 * 1024  # the end of the output, read for an OOM when the child wrote no outcome
 
@@ -58,7 +59,9 @@ class ChildRunner:
         self.override = list(command) if command else None
         self.echo = echo if echo is not None else sys.stdout
         self.proc: subprocess.Popen | None = None
+        self.last_pid: int | None = None  # the last attempt's pid, to ask the kernel why it died
         self.signals: list[int] = []
+        self.forwarded = 0  # how many of `signals` the attempt process has been sent
         # True while a vLLM server loads (minutes): a signal then stops the wait instead of being held
         self.waiting_for_server = False
 
@@ -82,6 +85,7 @@ class ChildRunner:
                 hint = "; press again to stop without waiting, a third time to kill" \
                     if len(self.signals) == 1 else ""
                 os.write(2, f"\n{name}: asking the attempt (pid {proc.pid}) to save and stop{hint}\n".encode())
+                self.forwarded = len(self.signals)
                 os.kill(proc.pid, signum)
         except (ProcessLookupError, PermissionError):
             pass
@@ -89,10 +93,19 @@ class ChildRunner:
     def run_argv(self, argv: list[str], attempt_dir: Path, env: dict) -> tuple[int, str]:
         """Run one attempt's command to its end (output read until the process exits); (status, output tail)."""
         tail = bytearray()
-        with open(attempt_dir / LOG_FILE, "ab") as log:
+        if len(self.signals) > self.forwarded:
+            # Ctrl-C while the attempt was being prepared: do not start it (a process hit by a signal in its
+            # first imports could only die with a traceback)
+            self.forwarded = len(self.signals)
+            return EXIT_INTERRUPTED, ""
+        with open(attempt_dir / LOG_FILE, "ab", buffering=0) as log:  # unbuffered: a full disk loses a chunk only
             self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                                          stdin=subprocess.DEVNULL, start_new_session=True,
                                          preexec_fn=parent_death_signal())
+            self.last_pid = self.proc.pid
+            if len(self.signals) > self.forwarded:  # one arrived as the process started: it is its to handle
+                self.forwarded = len(self.signals)
+                os.kill(self.proc.pid, self.signals[-1])
             reader = threading.Thread(target=self._pump, args=(self.proc.stdout, log, tail), daemon=True)
             reader.start()
             while True:
@@ -115,8 +128,11 @@ class ChildRunner:
                 break
             if not chunk:
                 break
-            log.write(chunk)
-            log.flush()
+            if log is not None:
+                try:
+                    log.write(chunk)
+                except OSError:  # a full disk: the terminal and the tail still get the output
+                    log = None
             tail.extend(chunk)
             if len(tail) > _TAIL_BYTES:
                 del tail[:len(tail) - _TAIL_BYTES]

@@ -124,14 +124,7 @@ class Outcome:
 
     def write(self, attempt_dir: Path, rank: int = 0) -> Path:
         """Atomically (a temporary file renamed over the old one): a reader never sees half an outcome."""
-        path = Path(attempt_dir) / outcome_name(rank)
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(self.to_json())
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-        return path
+        return write_atomic(Path(attempt_dir) / outcome_name(rank), self.to_json())
 
 
 def rank_of_outcome_file(path: Path) -> int:
@@ -377,6 +370,8 @@ def append_line(path: Path, line: str) -> None:
             os.fsync(fd)
         except OSError:
             os.ftruncate(fd, start)
+            if start == 0:  # this call created it: leave no empty file behind
+                Path(path).unlink(missing_ok=True)
             raise
     finally:
         os.close(fd)
@@ -391,9 +386,12 @@ def disk_error_text(exc: OSError, folder: Path, needed_bytes: int | None = None)
     probe = folder
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
+    def size(n: float) -> str:
+        return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{max(n / 1024, 0.1 if n else 0):.1f} KiB"
+
     try:
         free = shutil.disk_usage(probe).free
-        free_text = f"{free / 2**20:.1f} MiB free"
+        free_text = f"{size(free)} free"
     except OSError:
         free, free_text = None, "free space unknown"
     mount = probe.resolve()
@@ -402,5 +400,34 @@ def disk_error_text(exc: OSError, folder: Path, needed_bytes: int | None = None)
     reason = os.strerror(exc.errno) if exc.errno else str(exc)
     text = f"cannot write to {folder}: {reason} (disk {mount}, {free_text}"
     if needed_bytes and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        text += f", about {needed_bytes / 2**20:.1f} MiB needed"
+        text += f", about {size(needed_bytes)} needed"
     return text + ")"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Paths in a run's records: relative to the folder that holds them, so that a moved run folder resumes
+
+def relative_path(path: str | Path | None, base: Path) -> str | None:
+    """`path` as written in a record kept in `base` (attempts.jsonl: the run folder; outcome.json: the attempt
+    folder): relative to it, `..` included where it lies beside it. None stays None."""
+    if not path:
+        return None
+    return os.path.relpath(os.path.abspath(path), os.path.abspath(base))
+
+
+def resolve_path(value: str | Path | None, base: Path) -> Path | None:
+    """A path read from a record kept in `base`: a relative one against `base`; an absolute one (older runs)
+    as it is when it exists, else by its last parts inside `base`'s run folder (the folder was moved)."""
+    if not value:
+        return None
+    path = Path(value)
+    if not path.is_absolute():
+        return Path(os.path.normpath(Path(base) / path))
+    if path.exists():
+        return path
+    # an old record of a moved run: .../run-X/attempt-NN-P/checkpoint-N -> <run folder>/attempt-NN-P/...
+    run_dir = Path(base).parent if Path(base).name.startswith("attempt-") else Path(base)
+    for index, part in enumerate(path.parts):
+        if part.startswith("attempt-") and run_dir.joinpath(*path.parts[index:]).exists():
+            return run_dir.joinpath(*path.parts[index:])
+    return path

@@ -11,7 +11,8 @@ Recognised:
   cache blocks, a KV cache too small for one sequence of `max_model_len`;
 - cuBLAS / cuDNN workspace allocation failures (they happen when the card is full, like an OOM);
 - host RAM: PyTorch's CPU allocator, Python's MemoryError, and a child killed by SIGKILL (the kernel's
-  OOM killer), which is not a GPU OOM.
+  OOM killer), which is not a GPU OOM. The supervisor takes a SIGKILL for the OOM killer only when the
+  kernel says so (`killed_by_kernel_oom`: the cgroup's OOM-kill count, or its log).
 Separately, `read_unsupported` tells an architecture that vLLM / transformers / Unsloth cannot load.
 """
 
@@ -320,3 +321,62 @@ def classify_failure(text: str, returncode: int | None = None) -> str:
     if read_unsupported(text):
         return "unsupported"
     return "error"
+
+
+# ---------------------------------------------------------------------------------------------------
+# A child killed by SIGKILL: the kernel's OOM killer, or someone's `kill -9`? Only the kernel can say.
+
+def oom_kill_count() -> int | None:
+    """The kernel's count of OOM kills in this process's memory cgroup (cgroup v2 memory.events, or v1
+    memory.oom_control), None where neither can be read."""
+    from pathlib import Path
+
+    candidates = []
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _id, controllers, path = line.split(":", 2)
+            if controllers == "":
+                candidates.append(Path("/sys/fs/cgroup") / path.lstrip("/") / "memory.events")
+            elif "memory" in controllers.split(","):
+                candidates.append(Path("/sys/fs/cgroup/memory") / path.lstrip("/") / "memory.oom_control")
+    except (OSError, ValueError):
+        pass
+    candidates += [Path("/sys/fs/cgroup/memory.events"), Path("/sys/fs/cgroup/memory/memory.oom_control")]
+    for path in candidates:
+        try:
+            for line in path.read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill" and value.strip().isdigit():
+                    return int(value)
+        except OSError:
+            continue
+    return None
+
+
+def _dmesg_names(pid: int) -> bool | None:
+    """Whether the kernel log names `pid` as killed for memory; None where the log cannot be read."""
+    import subprocess
+
+    try:
+        done = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if done.returncode != 0 or not done.stdout:
+        return None
+    return re.search(rf"(Killed process {pid}\b|oom-kill:.*\bpid={pid}\b)", done.stdout) is not None
+
+
+def killed_by_kernel_oom(pid: int | None, count_before: int | None) -> bool | None:
+    """After a child died of SIGKILL: True when the kernel says it killed for memory (its cgroup's OOM-kill
+    count rose during the attempt, or its log names the pid), False when it says not, None when unknown."""
+    after = oom_kill_count()
+    if count_before is not None and after is not None:
+        if after > count_before:
+            return True
+    if pid is not None:
+        named = _dmesg_names(pid)
+        if named is not None:
+            return named
+    if count_before is not None and after is not None:
+        return False
+    return None

@@ -17,17 +17,22 @@ appends one line to the run's attempts.jsonl, and decides:
   interrupted   stop (exit 130); `--resume` continues from the last checkpoint
 
 An attempt with the same model and LoRA shape as an earlier one continues from its last checkpoint
-(`--resume-from`), so the global step goes on; otherwise it starts fresh. Nothing is deleted.
+(`--resume-from`), so the global step goes on; otherwise it starts fresh. Nothing is deleted: a checkpoint
+that cannot be resumed from (cut short, damaged) is named, with why, and renamed checkpoint-N.damaged.
 
-Run folder: OUTPUT_DIR/run-YYYYmmdd-HHMMSS/{plan.json, attempts.jsonl, attempt-NN-<profile>/}.
+Run folder: OUTPUT_DIR/run-YYYYmmdd-HHMMSS/{plan.json, attempts.jsonl, run.lock, attempt-NN-<profile>/}; the
+paths in attempts.jsonl are relative to it, so that a moved run folder resumes. A full disk ends the run with
+exit 1 and one line (the disk, the space, what was kept).
 
 This module is the loop; the rooms it calls: launcher.child (run one process), launcher.attempts (read what
-it ended as, write its attempts.jsonl line), launcher.fallback (what to run next), launcher.distributed and
-launcher.vllm_server (several GPUs, the server), launcher.narrate (what the terminal is told).
+it ended as, write its attempts.jsonl line), launcher.fallback (what to run next), launcher.resume (continue
+a run), launcher.run_folder (the folder, its lock), launcher.distributed and launcher.vllm_server (several
+GPUs, the server), launcher.narrate (what the terminal is told).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import signal
 import threading
@@ -43,38 +48,18 @@ from launcher.attempts import (AttemptRecord, AttemptResult, read_attempts, read
                                server_failure_result)
 from launcher.child import ChildRunner, attempt_command
 from launcher.contract import (ENV_ALLOC_CONF, ENV_ESTIMATE_GIB, ENV_INJECT_OOM, ERROR, INTERRUPTED, LOG_FILE,
-                               OK, OOM, PLAN_FILE, PROFILE_FILE, SERVER_LOG, UNSUPPORTED, attempt_environment,
-                               latest_checkpoint, shape_of)
+                               OK, OOM, PLAN_FILE, PROFILE_FILE, SERVER_LOG, attempt_environment, checkpoint_step,
+                               disk_error_text, latest_checkpoint, relative_path, resolve_path, shape_of,
+                               write_atomic)
 from launcher.distributed import launch_env
-from launcher.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUT_OF_MEMORY, UsageError
+from launcher.errors import (EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUT_OF_MEMORY,
+                             UsageError)
 from launcher.fallback import Decision, decide, estimate_of, estimate_profile
-from launcher.profiles import Profile, load_profile
+from launcher.profiles import Profile
+from launcher.resume import resume_run
+from launcher.run_folder import RunLock, latest_run_dir, new_run_dir, set_aside
 from launcher.topology import free_port, topology
 from launcher.vllm_server import ServerError, start_server
-
-
-# ---------------------------------------------------------------------------------------------------
-# Run folders
-
-def _new_run_dir(output_dir: Path) -> Path:
-    output_dir.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    for n in range(1, 1000):
-        path = output_dir / (f"run-{stamp}" if n == 1 else f"run-{stamp}-{n}")
-        try:
-            path.mkdir()
-            return path
-        except FileExistsError:
-            continue
-    raise UsageError(f"{output_dir}: cannot create a new run folder (fix: choose another --output-dir)")
-
-
-def latest_run_dir(output_dir: Path) -> Path:
-    runs = sorted((p for p in output_dir.glob("run-*") if p.is_dir()), key=lambda p: (p.stat().st_mtime, p.name))
-    if not runs:
-        raise UsageError(f"--resume: no run-* folder in {output_dir} (fix: start a run with --auto, or give "
-                         "the --output-dir that holds it)")
-    return runs[-1]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -95,23 +80,32 @@ class Supervisor:
         self.shrunk: set[str] = {r.profile for r in self.records if r.shrink}
         self.tried: set[str] = {r.profile for r in self.records}
         self.ceiling: tuple[float, str] | None = None
-        # (shape, checkpoint) per attempt, in order: where a later attempt of the same shape resumes
-        self.attempt_shapes: list[tuple[tuple, str | None]] = []
+        # (shape, attempt folder) per attempt, in order: where a later attempt of the same shape resumes
+        self.attempt_shapes: list[tuple[tuple, Path | None]] = []
+        self.resume_floor = 0  # attempts before this index are not resumed from (--fresh-attempt)
         for record in self.records:
             self._remember(record)
 
     # -- bookkeeping ----------------------------------------------------------------------------------
     def _remember(self, record: AttemptRecord) -> None:
-        """Count a finished attempt: tried, shrunk, its checkpoint, and the OOM ceiling it sets."""
+        """Count a finished attempt: tried, shrunk, its folder, and the OOM ceiling it sets."""
         self.tried.add(record.profile)
         if record.shrink:
             self.shrunk.add(record.profile)
-        self.attempt_shapes.append((shape_of(record.settings or {}), record.checkpoint))
+        self.attempt_shapes.append((shape_of(record.settings or {}), self.path_of(record.attempt_dir)))
         oom_kind = (record.oom or {}).get("kind")
         est = record.estimate_gib
         if record.status == OOM and est is not None and oom_kind != oomlib.KIND_HOST:
             if self.ceiling is None or est < self.ceiling[0]:
                 self.ceiling = (float(est), record.profile)
+
+    def path_of(self, value: str | None) -> Path | None:
+        """A path of attempts.jsonl (relative to the run folder; absolute in older runs) on this disk."""
+        return resolve_path(value, self.run_dir)
+
+    def in_run(self, path: str | Path | None) -> str | None:
+        """A path as attempts.jsonl holds it: relative to the run folder, which may be moved."""
+        return relative_path(path, self.run_dir)
 
     def next_number(self) -> int:
         numbers = [int(r.attempt or 0) for r in self.records]
@@ -122,14 +116,30 @@ class Supervisor:
                 pass
         return max(numbers, default=0) + 1
 
-    def resume_point(self, profile: Profile) -> str | None:
-        """The latest checkpoint of an earlier attempt with the same model and LoRA shape."""
+    def resume_point(self, profile: Profile) -> Path | None:
+        """The newest checkpoint that can be resumed from, of an earlier attempt with the same model and LoRA
+        shape. Newer ones that cannot (cut short, damaged) are named, with why, and set aside."""
         shape = shape_of(profile)
-        for earlier_shape, checkpoint in reversed(self.attempt_shapes):
-            if earlier_shape == shape and checkpoint and Path(checkpoint).is_dir():
-                return checkpoint
+        for earlier_shape, attempt_dir in reversed(self.attempt_shapes[self.resume_floor:]):
+            if earlier_shape == shape and attempt_dir is not None and attempt_dir.is_dir():
+                found = self.valid_checkpoint(attempt_dir)
+                if found is not None:
+                    return found
         return None
 
+    def valid_checkpoint(self, attempt_dir: Path) -> Path | None:
+        """latest_checkpoint of one attempt folder, telling the user which newer ones it passed over and
+        renaming those to checkpoint-N.damaged (kept, never picked again)."""
+        skipped: list[str] = []
+        found = latest_checkpoint(attempt_dir, skipped)
+        for line in skipped:
+            name, _, reason = line.partition(": ")
+            moved = set_aside(attempt_dir / name)
+            kept = f"renamed to {moved.name}" if moved is not None else "left in place"
+            instead = f"{self.in_run(found)} (step {checkpoint_step(found)})" if found else "an earlier attempt"
+            self.console.print(f"passing over {attempt_dir.name}/{name}: {reason}; {kept}; resuming from "
+                               f"{instead} instead", markup=False, highlight=False)
+        return found
     def _estimate_for(self, profile: Profile) -> float | None:
         """The estimate the plan judged this profile by (a shrunk profile's is estimated afresh)."""
         for cand in self.plan.candidates:
@@ -141,34 +151,42 @@ class Supervisor:
     # -- one attempt, step by step --------------------------------------------------------------------
     def attempt(self, profile: Profile, changes: dict | None, decision_text: str | None) -> AttemptRecord:
         number = self.next_number()
-        attempt_dir = self._open_attempt_dir(number, profile)
         resume_from = self.resume_point(profile)
+        if resume_from is None and self._has_checkpoints(profile):
+            self.console.print("no complete checkpoint of this shape is left: starting at step 1", markup=False)
+        attempt_dir = self._open_attempt_dir(number, profile)
         estimate_gib = self._estimate_for(profile)
-        narrate.print_start(self.console, number, profile, estimate_gib, resume_from)
+        narrate.print_start(self.console, number, profile, estimate_gib, self.in_run(resume_from))
         started = time.time()
         env = self._environment(profile, estimate_gib)
-        result = self._run(profile, attempt_dir, resume_from, env, started)
+        result = self._run(profile, attempt_dir, str(resume_from) if resume_from else None, env, started)
         record = AttemptRecord(
             attempt=number, profile=profile.name, status=result.status, steps=result.steps,
             started=datetime.fromtimestamp(started).isoformat(timespec="seconds"), duration_s=result.duration_s,
-            exit_code=result.exit_code, attempt_dir=str(attempt_dir), resumed_from=resume_from,
-            checkpoint=result.checkpoint, shrink=changes or None, estimate_gib=estimate_gib,
+            exit_code=result.exit_code, attempt_dir=self.in_run(attempt_dir), resumed_from=self.in_run(resume_from),
+            checkpoint=self.in_run(result.checkpoint), shrink=changes or None, estimate_gib=estimate_gib,
             peak_gib=result.peak_gib, oom=result.report.to_dict() if result.report else None, error=result.error,
             decided=decision_text, settings=profile.to_dict(),
             env={ENV_ALLOC_CONF: env.get(ENV_ALLOC_CONF), ENV_INJECT_OOM: env.get(ENV_INJECT_OOM)})
+        self.records.append(record)
+        self._remember(record)
         record.append_to(self.run_dir)
         ledger.record_attempt(profile, self.plan, record, attempt_dir,
                               warn=lambda text: self.console.print(text, markup=False))
-        self.records.append(record)
-        self._remember(record)
         narrate.print_result(self.console, number, profile, result)
         return record
+
+    def _has_checkpoints(self, profile: Profile) -> bool:
+        """Whether an earlier attempt of this shape left checkpoint folders (damaged ones included)."""
+        shape = shape_of(profile)
+        return any(earlier == shape and folder is not None and any(folder.glob("checkpoint-*"))
+                   for earlier, folder in self.attempt_shapes[self.resume_floor:])
 
     def _open_attempt_dir(self, number: int, profile: Profile) -> Path:
         """DIR/attempt-NN-<profile>/ holding the profile as it runs (the child reads it from there)."""
         attempt_dir = self.run_dir / f"attempt-{number:02d}-{profile.name}"
         attempt_dir.mkdir(parents=True, exist_ok=False)
-        (attempt_dir / PROFILE_FILE).write_text(profile.to_yaml(), encoding="utf-8")
+        write_atomic(attempt_dir / PROFILE_FILE, profile.to_yaml())
         return attempt_dir
 
     @staticmethod
@@ -193,8 +211,12 @@ class Supervisor:
             except ServerError as exc:
                 return server_failure_result(str(exc), resume_from, time.time() - started,
                                              bool(self.runner.signals))
+            kills_before = oomlib.oom_kill_count()
             returncode, tail = self.runner.run_argv(argv, attempt_dir, env)
-            return read_result(attempt_dir, returncode, tail, time.time() - started, bool(self.runner.signals))
+            kernel_oom = oomlib.killed_by_kernel_oom(self.runner.last_pid, kills_before) \
+                if returncode in oomlib.SIGKILL_CODES else None
+            return read_result(attempt_dir, returncode, tail, time.time() - started, bool(self.runner.signals),
+                               kernel_oom=kernel_oom)
         finally:
             if server is not None:
                 server.stop()
@@ -238,9 +260,15 @@ class Supervisor:
 
     def _stop_code(self, record: AttemptRecord) -> int | None:
         """The run's exit status when this attempt ends it (ok, interrupted, an error); None to fall back."""
+        attempt_dir = self.path_of(record.attempt_dir) or self.run_dir
         if record.status == OK:
-            self.console.print(f"[green]done[/green]: {escape(str(record.attempt_dir))}")
+            self.console.print(f"[green]done[/green]: {escape(str(attempt_dir))}")
             return EXIT_OK
+        if record.status == ERROR and record.exit_code == EXIT_BAD_INPUT:
+            # bad input the planner could not see (the data, a setting only the trainer checks): same exit 2
+            self.console.print(f"[red]attempt {record.attempt} refused its input[/red]: {escape(str(record.error))}"
+                               "\n  not falling back: every profile would refuse it the same way")
+            return EXIT_BAD_INPUT
         if record.status == INTERRUPTED:
             where = record.checkpoint or "no checkpoint yet"
             self.console.print(f"interrupted after {record.steps} steps ({where}); continue with "
@@ -250,7 +278,7 @@ class Supervisor:
         if record.status == ERROR:
             self.console.print(f"[red]attempt {record.attempt} failed with an error that is not about "
                                f"memory[/red]: {escape(str(record.error))}\n  see "
-                               f"{escape(str(Path(record.attempt_dir) / LOG_FILE))}; not falling back: another "
+                               f"{escape(str(attempt_dir / LOG_FILE))}; not falling back: another "
                                "profile would most likely fail the same way")
             return EXIT_FAILURE
         return None
@@ -264,23 +292,30 @@ class Supervisor:
 
 def supervise(plan, output_dir: Path, overrides: list[str] | None = None, resume: bool = False,
               child_command: list[str] | None = None, console=None,
-              server_command: list[str] | None = None) -> int:
+              server_command: list[str] | None = None, fresh_attempt: bool = False) -> int:
     """Run the plan's chosen profile (or, with resume, continue the latest run); exit status per design.
 
     `child_command` (in place of `[python, train.py]`) and `server_command` (in place of `trl vllm-serve`)
     are the documented boundary where tests run small fakes of the attempt and of the vLLM server; a real
-    run leaves both unset.
+    run leaves both unset. `fresh_attempt` (with resume): start the run's next attempt over at step 1.
     """
     console = console or narrate.make_console()
-    output_dir = Path(output_dir)
+    output_dir = Path(output_dir).absolute()  # the child runs from the same folder, but paths are printed
+    if fresh_attempt and not resume:
+        raise UsageError("--fresh-attempt only applies to --resume (a new run starts at step 1 anyway)")
     runner = ChildRunner(child_command)
-    if resume:
-        run_dir = latest_run_dir(output_dir)
-    elif plan.chosen is None:
+    if not resume and plan.chosen is None:
         _print_nothing_fits(console, plan)
         return EXIT_OUT_OF_MEMORY
-    else:
-        run_dir = _new_run_dir(output_dir)
+    try:
+        run_dir = latest_run_dir(output_dir) if resume else new_run_dir(output_dir)
+        lock = RunLock(run_dir).acquire()
+    except OSError as exc:
+        if exc.errno not in _DISK_ERRNOS:
+            raise
+        console.print(f"error: {disk_error_text(exc, output_dir)}; nothing was started", markup=False,
+                      soft_wrap=True)
+        return EXIT_FAILURE
     supervisor = Supervisor(plan, run_dir, console, runner, overrides or [], server_command=server_command)
     previous = {}
     if threading.current_thread() is threading.main_thread():
@@ -288,15 +323,20 @@ def supervise(plan, output_dir: Path, overrides: list[str] | None = None, resume
             previous[signum] = signal.signal(signum, runner.handle_signal)
     try:
         if resume:
-            code = _resume(supervisor, run_dir, overrides or [], console)
+            code = resume_run(supervisor, run_dir, overrides or [], console, fresh_attempt)
         else:
-            (run_dir / PLAN_FILE).write_text(json.dumps(plan.to_json(), indent=2) + "\n", encoding="utf-8")
+            write_atomic(run_dir / PLAN_FILE, json.dumps(plan.to_json(), indent=2) + "\n")
             console.print(f"run folder: {run_dir}", markup=False)
             narrate.print_plan_choice(console, plan)
             code = supervisor.run(plan.chosen)
+    except OSError as exc:
+        if exc.errno not in _DISK_ERRNOS:
+            raise
+        code = _disk_failure(supervisor, exc)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        lock.release()
     if supervisor.records:
         console.print(narrate.attempts_table(supervisor.records))
     if code == EXIT_OUT_OF_MEMORY:
@@ -306,40 +346,34 @@ def supervise(plan, output_dir: Path, overrides: list[str] | None = None, resume
     return code
 
 
+# A write of the supervisor's own files failed for want of disk (or of a writable one): one line, no traceback.
+_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
+def _disk_failure(supervisor: Supervisor, exc: OSError) -> int:
+    """Say which disk is full, what was needed when known, and what the run folder keeps; exit 1."""
+    needed = None
+    record = supervisor.records[-1] if supervisor.records else None
+    if record is not None:
+        needed = len(json.dumps(record.to_dict())) + 1
+    kept = []
+    for _shape, folder in reversed(supervisor.attempt_shapes):
+        found = latest_checkpoint(folder) if folder is not None and folder.is_dir() else None
+        if found is not None:
+            kept.append(f"checkpoint {supervisor.in_run(found)} (resume with --resume once there is space)")
+            break
+    if record is not None:
+        kept.append(f"attempt {record.attempt} ended {record.status} after {record.steps} steps "
+                    f"(its folder {record.attempt_dir})")
+    text = disk_error_text(exc, supervisor.run_dir, needed)
+    supervisor.console.print(f"error: {text}; kept: {'; '.join(kept) or 'nothing new'}", markup=False,
+                             highlight=False, soft_wrap=True)  # one line, however long
+    return EXIT_FAILURE
+
+
 def _print_nothing_fits(console, plan) -> None:
     narrate.print_plan_choice(console, plan)
     console.print("[red]nothing fits[/red]: no profile on the ladder is estimated to fit this machine "
                   "(see `python train.py --auto --dry-run` for the estimates)")
     for candidate in plan.candidates:
         console.print(f"  {candidate.profile.name}: {candidate.reason}", markup=False, highlight=False)
-
-
-def _resume(supervisor: Supervisor, run_dir: Path, overrides: list[str], console) -> int:
-    """Continue the latest run: re-run its last attempt's profile from its last checkpoint, or, when that
-    attempt ran out of memory and the run stopped before deciding, take the decision it would have taken."""
-    attempt_dirs = sorted((p for p in run_dir.glob("attempt-*") if (p / PROFILE_FILE).is_file()),
-                          key=lambda p: p.name)
-    if not attempt_dirs:
-        raise UsageError(f"--resume: {run_dir} holds no attempt (fix: start a new run with --auto)")
-    last_dir = attempt_dirs[-1]
-    record = next((r for r in supervisor.records if r.attempt_dir and Path(r.attempt_dir).name == last_dir.name),
-                  None)
-    console.print(f"resuming run {run_dir}", markup=False)
-    if record is not None and record.status == OK:
-        console.print(f"{last_dir.name} already finished ok: nothing to resume")
-        return EXIT_OK
-    profile = load_profile(last_dir / PROFILE_FILE, overrides)
-    if record is None:
-        # The supervisor stopped while this attempt ran: count its checkpoints too.
-        found = latest_checkpoint(last_dir)
-        supervisor.attempt_shapes.append((shape_of(profile), str(found) if found else None))
-        return supervisor.run(profile, None, "resumed: the run stopped during this attempt")
-    if record.status in (OOM, UNSUPPORTED):
-        decision = supervisor.decide_after(profile, record.status, record.report)
-        for line in decision.skipped:
-            console.print(f"  {line}")
-        console.print(f"resumed after attempt {record.attempt} ({record.status}): {decision.text}", markup=False)
-        if decision.action == "stop":
-            return EXIT_OUT_OF_MEMORY
-        return supervisor.run(decision.profile, decision.changes or None, decision.text)
-    return supervisor.run(profile, None, f"resumed after attempt {record.attempt} ({record.status})")

@@ -17,6 +17,10 @@ SYSTEM_PROMPT = (
 )
 
 
+# Characters per token that a prompt's text hardly exceeds on average (English BPE: about 4).
+CHARACTERS_PER_TOKEN_BOUND = 8
+
+
 def build_prompt(question: str, system_prompt: str | None = None) -> list[dict]:
     """The conversation for one question: the system turn (the format instructions unless the profile's
     `system_prompt` says otherwise; "" = none), then the question as the user turn."""
@@ -61,5 +65,9 @@ def filter_by_length(rows: list[dict], tokenizer, max_prompt_length: int) -> tup
     """
     if not max_prompt_length or max_prompt_length <= 0:
         return list(rows), 0
-    kept = [row for row in rows if count_prompt_tokens(row["prompt"], tokenizer) <= max_prompt_length]
+    # A token rarely spans more than CHARACTERS_PER_TOKEN_BOUND characters, so a longer text is taken as too long
+    # unread: one huge line must not cost gigabytes of token ids (and become the attempt's measured peak).
+    most_characters = CHARACTERS_PER_TOKEN_BOUND * max_prompt_length + len(SYSTEM_PROMPT)
+    kept = [row for row in rows if len(_prompt_text(row["prompt"])) <= most_characters
+            and count_prompt_tokens(row["prompt"], tokenizer) <= max_prompt_length]
     return kept, len(rows) - len(kept)

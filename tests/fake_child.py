@@ -3,7 +3,7 @@
 Called exactly like the real child: `fake_child.py --profile DIR/profile.yaml --attempt-dir DIR
 [--resume-from CHECKPOINT]`. What it does is read from the JSON in FAKE_CHILD_PLAN, keyed by profile name:
 
-  {"NAME": {"do": "ok" | "oom" | "oom_silent" | "unsupported" | "error" | "sigkill" | "wait_signal",
+  {"NAME": {"do": "ok" | "oom" | "oom_silent" | "unsupported" | "error" | "usage" | "sigkill" | "wait_signal",
             "text": "FILE in tests/data/oom",   # the text to report (OOM, unsupported, or an error's)
             "oom_if_batch_above": N,           # "oom" only while per_device_train_batch_size > N
             "at_step": N}}                     # steps trained (checkpointing by save_steps) before failing
@@ -29,7 +29,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from launcher.contract import mark_checkpoint_complete  # noqa: E402
+from launcher.contract import mark_checkpoint_complete, relative_path  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "oom"
 RANK = int(os.environ.get("RANK", "0"))
@@ -79,7 +79,7 @@ def train(attempt_dir: Path, start: int, stop: int, save_steps: int, checkpoint:
 
 
 def outcome(attempt_dir: Path, status: str, steps: int, checkpoint: str | None, text: str | None = None) -> None:
-    data = {"status": status, "steps": steps, "checkpoint": checkpoint,
+    data = {"status": status, "steps": steps, "checkpoint": relative_path(checkpoint, attempt_dir),
             "error": text.strip().splitlines()[-1] if text else None, "error_text": text,
             "traceback": text, "peak_gib": 0.5, "estimate_gib": None}
     (attempt_dir / ranked("outcome.json")).write_text(json.dumps(data))
@@ -132,6 +132,9 @@ def main() -> int:
         outcome(attempt_dir, "error", at, checkpoint,
                 text or "Traceback (most recent call last):\nKeyError: 'question'")
         return 1
+    if what == "usage":  # bad input only the attempt can see (its data): exit 2, as the trainer does
+        outcome(attempt_dir, "error", at, checkpoint, "dataset data.jsonl: line 3 has no \"question\"")
+        return 2
     if what == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)
     if what == "wait_signal":

@@ -84,8 +84,17 @@ def run(plan, tmp_path, monkeypatch, behaviour: dict, resume: bool = False, over
     return code, records, out.getvalue()
 
 
-def call_of(record: dict) -> dict:
-    return json.loads((Path(record["attempt_dir"]) / "call.json").read_text())
+def run_folder(tmp_path: Path) -> Path:
+    return sorted((tmp_path / "out").glob("run-*"))[-1]
+
+
+def in_run(tmp_path: Path, value: str) -> Path:
+    """A path of attempts.jsonl (relative to the run folder) on this disk."""
+    return run_folder(tmp_path) / value
+
+
+def call_of(record: dict, tmp_path: Path) -> dict:
+    return json.loads((in_run(tmp_path, record["attempt_dir"]) / "call.json").read_text())
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -220,16 +229,17 @@ def test_oom_then_shrink_then_ok(tmp_path, monkeypatch):
     assert "attempt 1: a OOM in logits/log-probs (asked 6.01 GiB, 2.72 GiB free): halving " \
            "per_device_train_batch_size 8 -> 4, gradient_accumulation_steps 1 -> 2, effective batch kept at 8" in out
     # the shrunk profile is written in the attempt's folder under the same name, and the child got it
-    shrunk = yaml.safe_load((Path(records[1]["attempt_dir"]) / "profile.yaml").read_text())
+    shrunk = yaml.safe_load((in_run(tmp_path, records[1]["attempt_dir"]) / "profile.yaml").read_text())
     assert (shrunk["name"], shrunk["per_device_train_batch_size"], shrunk["gradient_accumulation_steps"]) == ("a", 4, 2)
-    call = call_of(records[1])
-    assert call["argv"][:4] == ["--profile", str(Path(records[1]["attempt_dir"]) / "profile.yaml"),
-                                "--attempt-dir", records[1]["attempt_dir"]]
+    call = call_of(records[1], tmp_path)
+    attempt_dir = in_run(tmp_path, records[1]["attempt_dir"])
+    assert call["argv"][:4] == ["--profile", str(attempt_dir / "profile.yaml"), "--attempt-dir", str(attempt_dir)]
     assert call["PYTORCH_CUDA_ALLOC_CONF"] is None  # a cpu attempt: no CUDA allocator settings added
     assert records[1]["env"] == {"PYTORCH_CUDA_ALLOC_CONF": None, "GRPO_INJECT_OOM": None}
     assert call["pgid"] != os.getpgid(0)  # its own process group: a terminal's Ctrl-C reaches the supervisor only
     # nothing deleted: both attempts' folders and the plan stay
-    run_dir = Path(records[0]["attempt_dir"]).parent
+    run_dir = run_folder(tmp_path)
+    assert records[0]["attempt_dir"] == "attempt-01-a"  # relative: the run folder may be moved
     assert sorted(p.name for p in run_dir.iterdir()) == ["attempt-01-a", "attempt-02-a", "attempts.jsonl", "plan.json"]
     assert json.loads((run_dir / "plan.json").read_text())["chosen"] == "a"
 
@@ -242,7 +252,7 @@ def test_each_attempt_gets_the_estimate_its_record_holds(tmp_path, monkeypatch):
     assert code == 0 and len(records) == 2
     assert records[0]["estimate_gib"] == plan.candidates[0].estimate.total_gib
     for record in records:
-        given = call_of(record)[ENV_ESTIMATE_GIB]
+        given = call_of(record, tmp_path)[ENV_ESTIMATE_GIB]
         assert record["estimate_gib"] is not None
         # what the trainer reads back is the very figure of attempts.jsonl
         assert estimate_from_env({ENV_ESTIMATE_GIB: given}) == record["estimate_gib"]
@@ -296,10 +306,10 @@ def test_next_attempt_resumes_from_the_failed_attempts_checkpoint(tmp_path, monk
     assert (first["status"], first["steps"]) == ("oom", 3)
     assert first["checkpoint"] == str(Path(first["attempt_dir"]) / "checkpoint-2")
     assert second["resumed_from"] == first["checkpoint"]
-    assert call_of(second)["argv"][-2:] == ["--resume-from", first["checkpoint"]]
+    assert call_of(second, tmp_path)["argv"][-2:] == ["--resume-from", str(in_run(tmp_path, first["checkpoint"]))]
     assert (second["status"], second["steps"]) == ("ok", 4)
     assert f"resuming from {first['checkpoint']} (step 2)" in out
-    assert (Path(first["attempt_dir"]) / "checkpoint-2").is_dir()  # left where it was
+    assert in_run(tmp_path, first["checkpoint"]).is_dir()  # left where it was
 
 
 def test_other_lora_shape_starts_fresh(tmp_path, monkeypatch):
@@ -310,7 +320,7 @@ def test_other_lora_shape_starts_fresh(tmp_path, monkeypatch):
                            {"a": {"do": "oom", "text": "torch_logits_gib.txt", "at_step": 3}})
     assert code == 0
     assert records[1]["resumed_from"] is None
-    assert "--resume-from" not in call_of(records[1])["argv"]
+    assert "--resume-from" not in call_of(records[1], tmp_path)["argv"]
 
 
 def test_unsupported_goes_to_the_next_profile_without_shrinking(tmp_path, monkeypatch):
@@ -331,7 +341,9 @@ def test_error_stops_with_exit_1(tmp_path, monkeypatch):
     assert "not falling back" in out
 
 
-def test_sigkill_is_read_as_host_ram_and_falls_back_without_shrink(tmp_path, monkeypatch):
+def test_sigkill_the_kernel_reports_is_read_as_host_ram_and_falls_back_without_shrink(tmp_path, monkeypatch):
+    counts = iter([0, 1])  # the cgroup's OOM-kill count before and after the attempt: the kernel killed it
+    monkeypatch.setattr(oom, "oom_kill_count", lambda: next(counts, 1))
     plan = make_plan(ladder(), CPU_MACHINE)
     code, records, out = run(plan, tmp_path, monkeypatch, {"a": {"do": "sigkill"}})
     assert code == 0
@@ -341,6 +353,27 @@ def test_sigkill_is_read_as_host_ram_and_falls_back_without_shrink(tmp_path, mon
     assert "out of host RAM" in out and "no shrink (host RAM ran out" in out
 
 
+def test_plain_sigkill_is_not_called_host_oom_and_still_gets_its_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(oom, "oom_kill_count", lambda: 0)  # the kernel counts no OOM kill
+    monkeypatch.setattr(oom, "_dmesg_names", lambda pid: False)
+    plan = make_plan(ladder(), CPU_MACHINE)
+    code, records, out = run(plan, tmp_path, monkeypatch, {"a": {"do": "sigkill"}})
+    assert code == 1
+    assert [(r["profile"], r["status"], r["exit_code"]) for r in records] == [("a", "error", -9)]
+    assert records[0]["oom"] is None
+    assert "killed by SIGKILL (the kernel reports no out-of-memory kill" in records[0]["error"]
+    assert "host RAM" not in out
+
+
+def test_sigkill_with_no_word_from_the_kernel_says_cause_unknown(tmp_path, monkeypatch):
+    monkeypatch.setattr(oom, "oom_kill_count", lambda: None)
+    monkeypatch.setattr(oom, "_dmesg_names", lambda pid: None)
+    plan = make_plan(ladder(), CPU_MACHINE)
+    code, records, _out = run(plan, tmp_path, monkeypatch, {"a": {"do": "sigkill"}})
+    assert code == 1 and records[0]["status"] == "error"
+    assert records[0]["error"].startswith("killed by SIGKILL (cause unknown")
+
+
 def test_oom_read_from_output_when_the_child_wrote_no_outcome(tmp_path, monkeypatch):
     plan = make_plan(ladder(), CPU_MACHINE)
     code, records, _ = run(plan, tmp_path, monkeypatch,
@@ -348,7 +381,7 @@ def test_oom_read_from_output_when_the_child_wrote_no_outcome(tmp_path, monkeypa
     assert code == 0
     assert records[0]["status"] == "oom" and records[0]["oom"]["site"] == "backward"
     assert records[0]["oom"]["asked_gib"] == 0.375
-    log = (Path(records[0]["attempt_dir"]) / "train.log").read_text()
+    log = (in_run(tmp_path, records[0]["attempt_dir"]) / "train.log").read_text()
     assert "Tried to allocate 384.00 MiB" in log
 
 
@@ -393,7 +426,7 @@ def test_signal_is_forwarded_child_saves_and_run_exits_130(tmp_path, monkeypatch
     thread.join(timeout=5)
     assert code == 130
     assert [(r["profile"], r["status"], r["steps"]) for r in records] == [("a", "interrupted", 3)]
-    attempt_dir = Path(records[0]["attempt_dir"])
+    attempt_dir = in_run(tmp_path, records[0]["attempt_dir"])
     assert json.loads((attempt_dir / "signals.json").read_text()) == [int(signum)]  # exactly one, forwarded
     assert (attempt_dir / "adapter").is_dir()
     assert "--auto --resume" in out
@@ -464,13 +497,13 @@ def test_two_processes_are_launched_through_accelerate(tmp_path, monkeypatch):
     code, records, out = run(plan, tmp_path, monkeypatch, {})
     assert code == 0, out
     assert [(r["profile"], r["status"], r["steps"]) for r in records] == [("pair", "ok", 4)]
-    folder = Path(records[0]["attempt_dir"])
+    folder = in_run(tmp_path, records[0]["attempt_dir"])
     calls = [json.loads((folder / name).read_text()) for name in ("call.json", "call-rank1.json")]
     assert [(c["RANK"], c["WORLD_SIZE"]) for c in calls] == [("0", "2"), ("1", "2")]
     assert all(c["GRPO_TRAIN_NO_UNSLOTH"] == "1" for c in calls)  # launch_env's environment reached both
     assert (folder / "outcome.json").is_file() and (folder / "outcome-rank1.json").is_file()
     assert yaml.safe_load((folder / "accelerate.yaml").read_text())["num_processes"] == 2
-    assert records[0]["checkpoint"] == str(folder / "checkpoint-4")
+    assert in_run(tmp_path, records[0]["checkpoint"]) == folder / "checkpoint-4"
 
 
 # Stands in for `trl vllm-serve` (tests/fake_vllm_server.py): answers /health on GRPO_VLLM_PORT, after writing
@@ -528,13 +561,13 @@ def test_server_mode_starts_the_server_before_the_child_and_stops_it_after(tmp_p
     code, records, out, servers = run_with_server(tmp_path, monkeypatch, {})
     assert code == 0, out
     assert [r["status"] for r in records] == ["ok"]
-    call = call_of(records[0])
+    call = call_of(records[0], tmp_path)
     assert call["server_health"] == 200  # the server answered before the child started
     assert call["GRPO_TRAIN_NO_UNSLOTH"] == "1"
     # the child's command went through accelerate, its server port is the one the server listened on
-    assert call["argv"][:2] == ["--profile", str(Path(records[0]["attempt_dir"]) / "profile.yaml")]
-    assert (Path(records[0]["attempt_dir"]) / "accelerate.yaml").is_file()
-    assert "serving" in (Path(records[0]["attempt_dir"]) / "vllm-server.log").read_text()
+    assert call["argv"][:2] == ["--profile", str(in_run(tmp_path, records[0]["attempt_dir"]) / "profile.yaml")]
+    assert (in_run(tmp_path, records[0]["attempt_dir"]) / "accelerate.yaml").is_file()
+    assert "serving" in (in_run(tmp_path, records[0]["attempt_dir"]) / "vllm-server.log").read_text()
     assert len(servers) == 1 and gone(servers[0])
     assert "vLLM server ready at http://127.0.0.1:" + call["GRPO_VLLM_PORT"] in out
 
@@ -543,7 +576,7 @@ def test_server_is_stopped_when_the_attempt_fails(tmp_path, monkeypatch, server_
     code, records, out, servers = run_with_server(tmp_path, monkeypatch, {"multi-2x24gb-llama3.1-8b": {"do": "error"}})
     assert code == 1
     assert [r["status"] for r in records] == ["error"]
-    assert call_of(records[0])["server_health"] == 200
+    assert call_of(records[0], tmp_path)["server_health"] == 200
     assert len(servers) == 1 and gone(servers[0])
 
 
@@ -555,7 +588,7 @@ def test_a_server_that_runs_out_of_memory_is_an_oom_attempt(tmp_path, monkeypatc
     assert first["oom"]["kind"] == oom.KIND_VLLM
     assert first["error"].startswith("the vLLM server exited with status 1 before it answered")
     # no training process ran in any attempt, and every server that was started is gone
-    assert not any((Path(r["attempt_dir"]) / "call.json").exists() for r in records)
+    assert not any((in_run(tmp_path, r["attempt_dir"]) / "call.json").exists() for r in records)
     assert len(servers) == len(records) and all(gone(pid) for pid in servers)
 
 
@@ -563,7 +596,7 @@ def test_a_server_that_fails_otherwise_is_an_error(tmp_path, monkeypatch, server
     code, records, out, servers = run_with_server(tmp_path, monkeypatch, {}, server_text="not_oom.txt")
     assert code == 1
     assert [(r["status"], r["oom"]) for r in records] == [("error", None)]
-    assert not (Path(records[0]["attempt_dir"]) / "call.json").exists()
+    assert not (in_run(tmp_path, records[0]["attempt_dir"]) / "call.json").exists()
 
 
 def test_a_signal_while_the_server_loads_stops_it_and_the_run(tmp_path, monkeypatch, server_pids):
@@ -582,7 +615,7 @@ def test_a_signal_while_the_server_loads_stops_it_and_the_run(tmp_path, monkeypa
     assert code == 130
     assert [(r["status"], r["oom"]) for r in records] == [("interrupted", None)]
     assert records[0]["error"] == "stopped by SIGTERM while the vLLM server was starting"
-    assert not (Path(records[0]["attempt_dir"]) / "call.json").exists()
+    assert not (in_run(tmp_path, records[0]["attempt_dir"]) / "call.json").exists()
     assert len(servers) == 1 and gone(servers[0])
 
 
@@ -630,7 +663,7 @@ def test_e2e_injected_oom_falls_back_and_ends_ok(tmp_path):
     assert statuses == [("cpu-tiny-8gen", "oom"), ("cpu-tiny-8gen", "oom"), ("cpu-tiny-4gen", "ok")]
     assert records[0]["oom"]["site"] == "logits/log-probs"
     assert records[1]["shrink"] == {"per_device_train_batch_size": [8, 4], "gradient_accumulation_steps": [1, 2]}
-    assert (Path(records[2]["attempt_dir"]) / "adapter").is_dir()
+    assert (in_run(tmp_path, records[2]["attempt_dir"]) / "adapter").is_dir()
     assert "halving per_device_train_batch_size 8 -> 4" in done.stdout
 
 
@@ -690,7 +723,7 @@ def test_e2e_two_processes_through_the_supervisor(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     records = e2e_records(tmp_path)
     assert [(r["profile"], r["status"], r["steps"]) for r in records] == [("cpu-tiny-pair", "ok", 2)]
-    folder = Path(records[0]["attempt_dir"])
+    folder = in_run(tmp_path, records[0]["attempt_dir"])
     assert json.loads((folder / "outcome-rank1.json").read_text())["status"] == "ok"
     assert (folder / "adapter" / "adapter_config.json").is_file() and (folder / "summary.json").is_file()
     assert done.stdout.count("attempt 'cpu-tiny-pair' done:") == 1  # rank 0 alone reports
@@ -716,5 +749,5 @@ def test_e2e_sigterm_saves_and_exits_130(tmp_path):
     records = e2e_records(tmp_path)
     assert [r["status"] for r in records] == ["interrupted"]
     assert records[0]["steps"] >= 1
-    assert (Path(records[0]["attempt_dir"]) / "adapter").is_dir()
+    assert (in_run(tmp_path, records[0]["attempt_dir"]) / "adapter").is_dir()
     assert "--auto --resume" in output

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import json
 from contextlib import contextmanager
 from pathlib import Path
+
+from launcher.contract import write_atomic
 
 WINDOW = 10  # steps averaged for the "first" and "last" reward figures
 SMOOTH = 10  # steps in the plots' rolling mean
@@ -56,7 +59,9 @@ def _plot(plt, attempt_dir: Path, name: str, written: list[str], height: float, 
         ax.grid(alpha=0.3)
         ax.legend(loc=legend, fontsize=9)
         fig.tight_layout()
-        fig.savefig(attempt_dir / name)
+        image = io.BytesIO()
+        fig.savefig(image, format="png")
+        write_atomic(attempt_dir / name, image.getvalue())  # whole or absent, even on a full disk
     finally:
         plt.close(fig)
     written.append(name)
@@ -126,7 +131,7 @@ def _probe_line(probe: dict | None) -> str:
 
 def write_report(attempt_dir: Path, summary: dict) -> None:
     """summary.json and report.md from one summary dict."""
-    (attempt_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    write_atomic(attempt_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     mem = summary["memory"]
     acc = summary["accuracy"]
     lines = [
@@ -165,4 +170,4 @@ def write_report(attempt_dir: Path, summary: dict) -> None:
         lines += ["## Sample answers after training", ""]
         for example in examples:
             lines += [f"expected `{example['answer']}`:", "", "```", example["completion"].strip(), "```", ""]
-    (attempt_dir / "report.md").write_text("\n".join(lines), encoding="utf-8")
+    write_atomic(attempt_dir / "report.md", "\n".join(lines))

@@ -26,6 +26,10 @@ from launcher.errors import EXIT_BAD_INPUT, EXIT_FAILURE, UsageError
 
 _DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
 _DISK_TEXTS = ("No space left on device", "StorageFull", "Disk quota exceeded", "Read-only file system")
+# torch.save's zip writer words a full disk as its own failure, without the errno
+_TORCH_WRITER_TEXTS = ("PytorchStreamWriter failed writing", "inline_container.cc", "file write failed")
+# Below this much free space a failed torch.save is the disk's doing
+_NEARLY_FULL_BYTES = 64 * 2**20
 
 
 class AttemptState:
@@ -101,7 +105,7 @@ def user_reward_error(exc: BaseException):
     return None
 
 
-def classify(exc: BaseException) -> tuple[str, str]:
+def classify(exc: BaseException, folder: Path | None = None) -> tuple[str, str]:
     """(status, one-line error) for an exception raised during an attempt, read the supervisor's way."""
     from launcher.oom import classify_failure, is_oom_exception
 
@@ -117,9 +121,14 @@ def classify(exc: BaseException) -> tuple[str, str]:
     verdict = classify_failure(f"{name}: {text}")
     if verdict != ERROR:
         return verdict, _one_line(text)
-    if isinstance(exc, OSError) and exc.errno in _DISK_ERRNOS or any(t in text for t in _DISK_TEXTS):
-        where = getattr(exc, "filename", None)
-        what = os.strerror(exc.errno) if isinstance(exc, OSError) and exc.errno else _one_line(text)
+    if _is_disk_error(exc, folder):
+        where = getattr(exc, "filename", None) or folder
+        if isinstance(exc, OSError) and exc.errno:
+            what = os.strerror(exc.errno)
+        elif any(t in text for t in _DISK_TEXTS):
+            what = _one_line(text)
+        else:  # torch's writer on a nearly full disk
+            what = f"{os.strerror(errno.ENOSPC)} ({_one_line(text)})"
         return ERROR, (f"cannot write the attempt's files{f' to {where}' if where else ''}: {what} "
                        "(fix: free disk space, or choose a writable --output-dir)")
     return ERROR, f"{name}: {_one_line(text)}"
@@ -128,11 +137,13 @@ def classify(exc: BaseException) -> tuple[str, str]:
 def check_writable(attempt_dir: Path, rank: int = 0) -> None:
     attempt_dir.mkdir(parents=True, exist_ok=True)
     probe = attempt_dir / (".write-test" if rank == 0 else f".write-test-rank{rank}")  # ranks check at once
-    with open(probe, "wb") as handle:
-        handle.write(b"x" * 4096)
-        handle.flush()
-        os.fsync(handle.fileno())
-    probe.unlink()
+    try:
+        with open(probe, "wb") as handle:
+            handle.write(b"x" * 4096)
+            handle.flush()
+            os.fsync(handle.fileno())
+    finally:
+        probe.unlink(missing_ok=True)
 
 
 def run_attempt(profile, attempt_dir, resume_from=None) -> int:
@@ -145,6 +156,8 @@ def run_attempt(profile, attempt_dir, resume_from=None) -> int:
         check_writable(attempt_dir, rank)
     except OSError as exc:
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # which disk, and how full
+            reason = contract.disk_error_text(exc, attempt_dir).split(": ", 1)[-1]
         say(f"error: cannot write to the attempt folder {attempt_dir}: {reason} "
             "(fix: free disk space, or choose a writable --output-dir)", error=True)
         return EXIT_FAILURE
@@ -159,11 +172,11 @@ def run_attempt(profile, attempt_dir, resume_from=None) -> int:
         outcome.status = _train(state, stopper)
         code = EXIT_FOR_STATUS[outcome.status]
         if outcome.status == INTERRUPTED:
-            outcome.error = "stopped by a signal; the adapter and a checkpoint were saved"
+            outcome.error = f"stopped by a signal; {saved_text(state)}"
     except BaseException as exc:  # every failure must leave an outcome file for the supervisor
         if isinstance(exc, SystemExit):
             raise
-        code = _record_failure(outcome, exc, profile.name, rank)
+        code = _record_failure(outcome, exc, profile.name, rank, attempt_dir)
     finally:
         stopper.uninstall()
         if not _close_outcome(state, outcome):
@@ -171,9 +184,39 @@ def run_attempt(profile, attempt_dir, resume_from=None) -> int:
     return code
 
 
-def _record_failure(outcome: Outcome, exc: BaseException, profile_name: str, rank: int) -> int:
+def saved_text(state: AttemptState) -> str:
+    """What an interrupted attempt leaves to continue from, as it is on disk (not as it was hoped)."""
+    adapter = (state.attempt_dir / contract.ADAPTER_DIR).is_dir()
+    checkpoint = contract.latest_checkpoint(state.attempt_dir)
+    if adapter and checkpoint is not None:
+        return f"the adapter and {checkpoint.name} were saved"
+    if checkpoint is not None:
+        return f"{checkpoint.name} was saved (no adapter)"
+    if adapter:
+        return "the adapter was saved (no checkpoint)"
+    before = f"; --resume continues from {Path(state.resume_from).name}" if state.resume_from else ""
+    return f"nothing was saved (it stopped before a checkpoint){before}"
+
+
+def _is_disk_error(exc: BaseException, folder: Path | None = None) -> bool:
+    """A failure to write for want of disk: the errno or its words, or torch's writer failing on a nearly
+    full disk under `folder`."""
+    if isinstance(exc, OSError) and exc.errno in _DISK_ERRNOS or any(t in str(exc) for t in _DISK_TEXTS):
+        return True
+    if folder is None or not any(t in str(exc) for t in _TORCH_WRITER_TEXTS):
+        return False
+    import shutil
+
+    try:
+        return shutil.disk_usage(folder).free < _NEARLY_FULL_BYTES
+    except OSError:
+        return False
+
+
+def _record_failure(outcome: Outcome, exc: BaseException, profile_name: str, rank: int,
+                    attempt_dir: Path | None = None) -> int:
     """Fill the outcome from the exception, say what happened, and return the exit status."""
-    status, line = classify(exc)
+    status, line = classify(exc, attempt_dir)
     code = EXIT_FOR_STATUS[status]
     if isinstance(exc, UsageError):
         status, line, code = ERROR, str(exc), EXIT_BAD_INPUT
@@ -183,15 +226,15 @@ def _record_failure(outcome: Outcome, exc: BaseException, profile_name: str, ran
     outcome.traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     who = f"attempt '{profile_name}'" + (f" rank {rank}" if rank else "")
     say(f"{who} ended: {status}: {line}", error=True)
-    if status == ERROR and not isinstance(exc, UsageError):
-        say(outcome.traceback, error=True)
+    if status == ERROR and not isinstance(exc, UsageError) and not _is_disk_error(exc, attempt_dir):
+        say(outcome.traceback, error=True)  # a bug: the traceback is the report (a full disk is not one)
     return code
 
 
 def _close_outcome(state: AttemptState, outcome: Outcome) -> bool:
     """Complete the outcome with what the attempt reached and write it; False when it could not be written."""
     outcome.steps = state.steps
-    outcome.checkpoint = state.latest_checkpoint()
+    outcome.checkpoint = contract.relative_path(state.latest_checkpoint(), state.attempt_dir)  # folder may move
     outcome.estimate_gib = state.estimate_gib
     outcome.probe = state.probe
     if state.memory is not None:
@@ -203,7 +246,8 @@ def _close_outcome(state: AttemptState, outcome: Outcome) -> bool:
     try:
         outcome.write(state.attempt_dir, outcome.rank)
     except OSError as exc:
-        say(f"error: cannot write {state.attempt_dir / contract.outcome_name(outcome.rank)}: {exc}", error=True)
+        say(f"error: the attempt ended {outcome.status}, but its {contract.outcome_name(outcome.rank)} is not "
+            f"written: {contract.disk_error_text(exc, state.attempt_dir, len(outcome.to_json()))}", error=True)
         return False
     return True
 
@@ -214,6 +258,12 @@ def _train(state: AttemptState, signals) -> str:
     from trainer.stages import build_trainer, evaluate_rows, finish, load, probe, train
 
     parse_inject(os.environ.get(contract.ENV_INJECT_OOM))  # refuse a malformed value before anything loads
+    if state.resume_from:
+        problem = contract.checkpoint_problem(Path(state.resume_from))
+        if problem:
+            raise UsageError(f"--resume-from {state.resume_from}: cannot resume from it: {problem} (fix: give an "
+                             "earlier checkpoint-N, or use --resume, which picks the newest whole one)")
+        say(f"resuming from {Path(state.resume_from).name} (step {contract.checkpoint_step(state.resume_from)})")
     state.estimate_gib = attempt_estimate(state.profile)
     loaded = load(state)
     if signals.stopped:
@@ -254,7 +304,7 @@ def build_summary(state: AttemptState, backend, rows, reward_names, before, afte
         "device": device,
         "steps": state.steps,
         "max_steps": profile.max_steps,
-        "resumed_from": state.resume_from,
+        "resumed_from": contract.relative_path(state.resume_from, state.attempt_dir),
         "train_seconds": round(train_seconds, 2),
         "wall_seconds": round(time.time() - state.started, 2),
         "train_rows": train_rows,
@@ -266,6 +316,6 @@ def build_summary(state: AttemptState, backend, rows, reward_names, before, afte
                      "after": after["accuracy"],
                      "correct_before": before["correct"], "correct_after": after["correct"],
                      "examples_after": after["examples"]},
-        "checkpoint": state.latest_checkpoint(),
+        "checkpoint": contract.relative_path(state.latest_checkpoint(), state.attempt_dir),
         "probe": state.probe,
     }
