@@ -119,8 +119,7 @@ def vllm_refuses(arch: Architecture, bf16: bool) -> str | None:
     """Why vLLM will not start for this model on a card with (bf16=True) or without bfloat16, else None."""
     if bf16 or arch.family not in VLLM_FLOAT16_REFUSED:
         return None
-    return (f"vLLM refuses float16 for {arch.family} (numerical instability) and this card has no bfloat16 "
-            "(compute capability below 8.0)")
+    return f"vLLM refuses float16 for {arch.family} and this card has no bfloat16 (compute capability < 8.0)"
 
 
 # Unsloth's mirrors rename a few models (Meta-Llama-3.1-...); these spellings map to the same entry.

@@ -164,7 +164,7 @@ def get_peft_model_kwargs(profile) -> dict:
 def load_model(backend: Backend, profile, model_path: str):
     """(model, tokenizer) ready for GRPO: LoRA-wrapped at rank > 0, all weights trainable at rank 0."""
     dtype = model_dtype(backend)
-    fast = profile.fast_inference and backend.name == "unsloth" and not _vllm_refusal(backend, profile)
+    fast = profile.fast_inference and backend.name == "unsloth"
     if backend.uses_unsloth:
         from unsloth import FastLanguageModel
 
@@ -177,20 +177,6 @@ def load_model(backend: Backend, profile, model_path: str):
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer
-
-
-def _vllm_refusal(backend: Backend, profile) -> str | None:
-    """Why vLLM cannot serve this model on this card (it refuses float16 for some families, and a card below
-    compute capability 8.0 has nothing else to give it); said once, and generation goes through transformers."""
-    from launcher.catalog import resolve, vllm_refuses
-
-    try:
-        reason = vllm_refuses(resolve(profile.model), backend.bf16)
-    except Exception:  # an architecture the catalogue cannot read: let Unsloth and vLLM decide
-        return None
-    if reason and process_rank() == 0:
-        print(f"note: {reason}: generating with transformers instead (fast_inference off)", flush=True)
-    return reason
 
 
 def engine_started(model) -> bool:
