@@ -187,6 +187,16 @@ def engine_started(model) -> bool:
     return getattr(model, "vllm_engine", None) is not None
 
 
+def generation_path(profile, backend: Backend, model) -> str:
+    """Which engine generates the completions: "unsloth-vllm" (the engine Unsloth started, one GPU),
+    "trl-vllm-server" / "trl-vllm-colocate" (TRL's, under accelerate) or "transformers" (`generate`)."""
+    if backend.name == "unsloth" and engine_started(model):
+        return "unsloth-vllm"
+    if profile.distributed and profile.fast_inference and backend.device == "cuda":
+        return "trl-vllm-server" if profile.uses_vllm_server else "trl-vllm-colocate"
+    return "transformers"
+
+
 def _load_with_transformers(profile, model_path: str, dtype, device: str):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer

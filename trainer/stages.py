@@ -28,6 +28,7 @@ class Loaded:
     eval_rows: list
     unsloth_vllm: bool  # Unsloth's own vLLM engine generates (single GPU)
     use_vllm: bool      # generation goes through vLLM at all (Unsloth's, or TRL's under accelerate)
+    generation: str = "transformers"  # trainer.backends.generation_path: which engine generated
 
 
 @dataclass
@@ -73,16 +74,15 @@ def load(state: AttemptState) -> Loaded:
         say(f"dataset {profile.dataset}: {len(kept)} training prompts ({dropped} dropped as longer than "
             f"max_prompt_length {profile.max_prompt_length}), {len(eval_rows)} test prompts "
             f"({eval_dropped} dropped)")
-    # Unsloth's engine on one GPU, when it started one; TRL's (colocated, or the launcher's server) under
-    # accelerate. What Unsloth loaded decides, not the profile: it may have turned fast_inference off.
-    from trainer.backends import engine_started
+    # What Unsloth loaded decides, not the profile: it may have turned fast_inference off by itself.
+    from trainer.backends import generation_path
 
-    unsloth_vllm = backend.name == "unsloth" and engine_started(model)
+    generation = generation_path(profile, backend, model)
+    unsloth_vllm, use_vllm = generation == "unsloth-vllm", generation != "transformers"
     if backend.name == "unsloth" and profile.fast_inference and not unsloth_vllm and state.main:
         say("note: no vLLM engine was started (see Unsloth's lines above); completions are generated with "
             "transformers, slower, and the KV cache lives beside training instead of in vLLM's share")
-    use_vllm = unsloth_vllm or (profile.distributed and profile.fast_inference and backend.device == "cuda")
-    return Loaded(backend, model, tokenizer, kept, dropped, eval_rows, unsloth_vllm, use_vllm)
+    return Loaded(backend, model, tokenizer, kept, dropped, eval_rows, unsloth_vllm, use_vllm, generation)
 
 
 def join_ranks() -> None:
@@ -193,6 +193,7 @@ def finish(state: AttemptState, loaded: Loaded, session: Session, before: dict, 
     rows = session.telemetry.rows
     summary = build_summary(state, loaded.backend, rows, session.reward_names, before, after, train_seconds,
                             len(loaded.train_rows), loaded.dropped, OK)
+    summary["generation"] = loaded.generation
     from trainer.report import write_plots, write_report
 
     summary["plots"] = write_plots(attempt_dir, rows, session.reward_names, loaded.backend.device,
