@@ -379,3 +379,42 @@ def test_the_server_is_started_on_a_local_folder(tmp_path):
     assert vs.local_model(str(tmp_path)) == str(tmp_path)
     argv = vs.server_command(profile("multi-2x24gb-llama3.1-8b"), 8011, python="py", model=str(tmp_path))
     assert argv[argv.index("--model") + 1] == str(tmp_path)
+
+
+def test_a_hub_model_is_fetched_before_the_servers_timed_start(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    calls = []
+
+    def fetch(repo_id, **kwargs):
+        calls.append(("fetch", repo_id, kwargs["token"], tuple(kwargs["allow_patterns"])))
+        return str(tmp_path)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fetch)
+    assert vs.local_model("unsloth/Llama-3.1-8B-Instruct", {"HF_TOKEN": "t0k"}) == str(tmp_path)
+    assert calls[0][:3] == ("fetch", "unsloth/Llama-3.1-8B-Instruct", "t0k") and "*.safetensors" in calls[0][3]
+
+    class Started(Exception):
+        pass
+
+    def start(server):
+        calls.append(("start", server.command[server.command.index("--model") + 1]))
+        raise Started  # the health wait would begin here
+
+    monkeypatch.setattr(vs.VllmServer, "start", start)
+    with pytest.raises(Started):
+        vs.start_server(profile("multi-2x24gb-llama3.1-8b"), tmp_path, env={"CUDA_VISIBLE_DEVICES": "0,1"})
+    assert [c[0] for c in calls] == ["fetch", "fetch", "start"] and calls[-1][1] == str(tmp_path)
+
+
+def test_a_failed_fetch_is_one_line_with_the_fix(monkeypatch):
+    import huggingface_hub
+
+    def refuse(repo_id, **kwargs):
+        raise OSError("401 Client Error: Unauthorized for url\nmore detail")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", refuse)
+    with pytest.raises(vs.ServerError) as caught:
+        vs.local_model("meta-llama/Llama-3.1-8B-Instruct", {})
+    assert "401 Client Error" in str(caught.value) and "HF_TOKEN" in str(caught.value)
+    assert "\n" not in str(caught.value)
