@@ -25,11 +25,23 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SIDE = Path(os.environ.get("GRPO_VLLM_SIDE", REPO / ".vllm-side"))
+
+
+def side_folder() -> Path:
+    """GRPO_VLLM_SIDE, else `make vllm-side`'s .vllm-side/, else a PYTHONPATH entry that holds vLLM."""
+    if os.environ.get("GRPO_VLLM_SIDE"):
+        return Path(os.environ["GRPO_VLLM_SIDE"])
+    for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        if entry and (Path(entry) / "vllm" / "__init__.py").is_file() and not (REPO / ".vllm-side").is_dir():
+            return Path(entry)
+    return REPO / ".vllm-side"
+
+
+SIDE = side_folder()
 
 pytestmark = pytest.mark.skipif(
     not (SIDE / "vllm" / "__init__.py").is_file(),
-    reason=f"no vLLM side folder at {SIDE} (run `make vllm-side`, or point GRPO_VLLM_SIDE at one)")
+    reason=f"no vLLM side folder at {SIDE} (run `make vllm-side`, or point GRPO_VLLM_SIDE or PYTHONPATH at one)")
 
 
 def probe(code: str, timeout: float = 300.0) -> dict:
@@ -145,6 +157,16 @@ import unsloth_zoo.vllm_utils as zoo
 print(json.dumps({"client": VLLMClient.__name__, "load_vllm": zoo.load_vllm.__name__}))
 """)
     assert facts == {"client": "VLLMClient", "load_vllm": "load_vllm"}
+
+
+def test_the_image_builds_import_check_passes():
+    # what `docker build` runs after installing the lock (scripts/check_imports.py)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(SIDE), str(REPO)])
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "check_imports.py")], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert done.stdout.count("ok: ") == 2
 
 
 def test_evaluation_calls_vllm_with_its_own_keywords(vllm_facts):
