@@ -32,6 +32,8 @@ def local_model(model: str, env: dict | None = None) -> str:
     from huggingface_hub import snapshot_download  # no torch: the launcher stays light
 
     token = env.get("HF_TOKEN") or env.get("HUGGING_FACE_HUB_TOKEN") or None
+    print(f"fetching {model} for the vLLM server (resumable; the server's start-up wait begins after it)",
+          file=sys.stderr, flush=True)
     try:
         return snapshot_download(repo_id=model, allow_patterns=SERVER_MODEL_FILES, token=token)
     except Exception as exc:  # network, authorisation, offline without a cached copy: one line for the log
