@@ -56,6 +56,11 @@ COPY requirements/gpu.lock requirements/
 RUN --mount=type=cache,target=/root/.cache/pip \
     pip install --no-deps --only-binary=:all: -r requirements/gpu.lock -c constraints.txt
 
+# The GPU glue imports here as in a run (vLLM, TRL's vLLM client and GRPOTrainer, Unsloth, unsloth_zoo's vLLM
+# loader): a pin that breaks one of them fails the build, not a user's first run. No GPU is needed to import.
+COPY scripts/check_imports.py scripts/
+RUN python scripts/check_imports.py
+
 # The project, last: editing code or a profile rebuilds only these small layers.
 COPY pyproject.toml train.py ./
 COPY launcher/ launcher/

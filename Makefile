@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed-$(shell cat constraints.txt pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: venv train test test-fast dry-run clean
+.PHONY: venv train test test-fast dry-run clean vllm-side
 
 venv: $(STAMP)
 
@@ -37,5 +37,10 @@ test: venv
 test-fast: venv
 	$(PY) -m pytest -q -m "not slow"
 
+# vLLM's Python code beside the environment (never in it: its wheel pins a CUDA torch), for the CPU checks of
+# the vLLM glue in tests/test_vllm_glue.py; they skip without it.
+vllm-side: venv
+	$(PIP) install --quiet --no-deps --only-binary=:all: --target .vllm-side -r requirements/vllm-side.txt
+
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .vllm-side .pytest_cache

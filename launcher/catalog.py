@@ -108,6 +108,20 @@ CATALOGUE: tuple[Architecture, ...] = (
     _arch("microsoft/phi-4", 14.7e9, 5120, 40, 40, 10, 128, 17920, 100352, False, "phi3"),
 )
 
+# Model types vLLM refuses to run in float16 ("The model type ... does not support float16. Reason: Numerical
+# instability", vllm/config/model.py _FLOAT16_NOT_SUPPORTED_MODELS, vLLM 0.32). Below compute capability 8.0
+# Unsloth hands vLLM float16 (no bfloat16 there) and vLLM refuses these at start: tests/test_vllm_glue.py keeps
+# this list equal to vLLM's.
+VLLM_FLOAT16_REFUSED = ("gemma2", "gemma3", "gemma3_text", "glm4")
+
+
+def vllm_refuses(arch: Architecture, bf16: bool) -> str | None:
+    """Why vLLM will not start for this model on a card with (bf16=True) or without bfloat16, else None."""
+    if bf16 or arch.family not in VLLM_FLOAT16_REFUSED:
+        return None
+    return f"vLLM refuses float16 for {arch.family} and this card has no bfloat16 (compute capability < 8.0)"
+
+
 # Unsloth's mirrors rename a few models (Meta-Llama-3.1-...); these spellings map to the same entry.
 ALIASES = {
     "meta-llama-3.1-8b-instruct": "llama-3.1-8b-instruct",

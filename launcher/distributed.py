@@ -68,8 +68,6 @@ def accelerate_config(profile, topo: Topology, port: int, train_gpu_ids: list[st
         "downcast_bf16": "no",
         "machine_rank": topo.machine_rank,
         "main_training_function": "main",
-        # precision comes from the GRPOConfig (bf16 or fp16 by the card); accelerate must not override it
-        "mixed_precision": "no",
         "num_machines": topo.num_machines,
         "num_processes": profile.num_gpus,
         "rdzv_backend": "static",
@@ -80,6 +78,12 @@ def accelerate_config(profile, topo: Topology, port: int, train_gpu_ids: list[st
         "tpu_use_cluster": False,
         "tpu_use_sudo": False,
     }
+    if kind != "DEEPSPEED":
+        # precision comes from the GRPOConfig (bf16 or fp16 by the card); accelerate must not override it.
+        # Under DeepSpeed the key must be absent: accelerate then lists it in ACCELERATE_CONFIG_DS_FIELDS and
+        # DeepSpeedPlugin refuses every config file that comes with it ("... will be ignored ...
+        # mixed_precision"); the file's "auto" precision is filled from the GRPOConfig instead.
+        config["mixed_precision"] = "no"
     if topo.multi_node:
         config["main_process_ip"] = topo.main_address
     if not cpu:

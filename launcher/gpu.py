@@ -8,6 +8,7 @@ call names, which is how the tests stand in for a driver.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 
 import psutil
@@ -63,6 +64,40 @@ def precision_text(gpu: GpuInfo | None) -> str:
     cc = ".".join(map(str, gpu.compute_capability))
     return f"bf16 (compute capability {cc})" if bf16_supported(gpu) else \
         f"fp16 (compute capability {cc} < {'.'.join(map(str, BF16_MIN_CAPABILITY))}: no bf16)"
+
+
+# ---------------------------------------------------------------------------------------------------
+# A named what-if card's compute capability
+
+# NVIDIA's published compute capabilities, by the name NVML reports with its "NVIDIA", "Tesla", "GeForce" and
+# "Quadro" words dropped. A what-if card (--gpu-name) has no driver to ask; its name decides whether it has
+# bfloat16, and with it which models vLLM will serve on it. Longer names first, so "RTX 6000 Ada" is not "RTX 6000".
+KNOWN_CAPABILITIES: tuple[tuple[str, tuple[int, int]], ...] = (
+    ("rtx 6000 ada", (8, 9)), ("rtx pro 6000", (12, 0)), ("rtx a6000", (8, 6)), ("rtx a5000", (8, 6)),
+    ("rtx a4000", (8, 6)), ("titan rtx", (7, 5)), ("titan v", (7, 0)),
+    ("rtx 5090", (12, 0)), ("rtx 5080", (12, 0)), ("rtx 4090", (8, 9)), ("rtx 4080", (8, 9)),
+    ("rtx 4070", (8, 9)), ("rtx 4060", (8, 9)), ("rtx 3090", (8, 6)), ("rtx 3080", (8, 6)),
+    ("rtx 3070", (8, 6)), ("rtx 3060", (8, 6)), ("rtx 2080", (7, 5)), ("rtx 2070", (7, 5)), ("rtx 2060", (7, 5)),
+    ("gtx 1080", (6, 1)), ("gtx 1070", (6, 1)),
+    ("gh200", (9, 0)), ("gb200", (10, 0)), ("gb10", (12, 1)), ("b200", (10, 0)), ("b100", (10, 0)),
+    ("h200", (9, 0)), ("h100", (9, 0)), ("h800", (9, 0)), ("h20", (9, 0)),
+    ("l40s", (8, 9)), ("l40", (8, 9)), ("l4", (8, 9)),
+    ("a100", (8, 0)), ("a800", (8, 0)), ("a40", (8, 6)), ("a30", (8, 0)), ("a10g", (8, 6)), ("a10", (8, 6)),
+    ("a16", (8, 6)), ("a2", (8, 6)),
+    ("v100", (7, 0)), ("t4", (7, 5)), ("p100", (6, 0)), ("p40", (6, 1)), ("p4", (6, 1)), ("k80", (3, 7)),
+)
+_VENDOR_WORDS = re.compile(r"\b(nvidia|tesla|geforce|quadro)\b")
+
+
+def known_capability(name: str | None) -> tuple[int, int] | None:
+    """The compute capability of a card known by name ("Tesla T4" -> (7, 5)); None for a name not listed."""
+    if not name:
+        return None
+    text = " ".join(_VENDOR_WORDS.sub(" ", name.lower()).replace("-", " ").split())
+    for key, capability in KNOWN_CAPABILITIES:
+        if re.search(rf"(?<![\w]){re.escape(key)}(?![\w])", text):
+            return capability
+    return None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -159,20 +194,25 @@ def _read_nvml(nvml) -> tuple[list[dict], str | None, str | None]:
 def probe(what_if_gib: float | None = None, what_if_name: str | None = None, nvml=None,
           what_if_count: int | None = None) -> Machine:
     """Read the machine. `what_if_gib` plans for a card of that size instead (free = total);
-    `what_if_count` (--gpus N) plans for N such cards, or for the first N of the GPUs found."""
+    `what_if_count` (--gpus N) plans for N such cards, or for the first N of the GPUs found. A what-if card
+    named like a known one (`what_if_name`) gets its compute capability; any other: unknown, bf16 assumed."""
     if what_if_count is not None and what_if_count < 1:
         raise UsageError(f"--gpus {what_if_count}: must be 1 or more")
     host_total, host_free = host_memory_gib()
     if what_if_gib is not None:
         name = what_if_name or f"{what_if_gib:g} GiB card"
         count = what_if_count or 1
+        capability = known_capability(what_if_name)
         gpus = [GpuInfo(name=name, total_gib=float(what_if_gib), free_gib=float(what_if_gib), used_gib=0.0,
-                        compute_capability=None, driver=None, cuda_driver=None, index=i, source="what-if")
+                        compute_capability=capability, driver=None, cuda_driver=None, index=i, source="what-if")
                 for i in range(count)]
         cards = f"{count} x {name}" if count > 1 else name
         flags = "--gpu-memory" + (" --gpus" if what_if_count else "")
-        return Machine(gpus, f"planning for {cards} ({what_if_gib:g} GiB, all of it free): {flags}",
-                       host_total, host_free)
+        machine = Machine(gpus, f"planning for {cards} ({what_if_gib:g} GiB, all of it free): {flags}",
+                          host_total, host_free)
+        if capability is not None:
+            machine.notes.append(f"{name}: {precision_text(gpus[0])}, known by its name")
+        return machine
     machine = _probe_driver(nvml, host_total, host_free)
     if what_if_count is None:
         return machine

@@ -301,6 +301,8 @@ _UNSUPPORTED = [
     re.compile(r"model type `([\w-]+)` but Transformers does not recognize"),
     re.compile(r"UnsupportedArchitecture|unsupported architecture", re.IGNORECASE),
     re.compile(r"vLLM[^\n]{0,80}\bnot supported\b", re.IGNORECASE),
+    # vLLM's refusal of float16 for Gemma 2/3 and GLM-4, met below compute capability 8.0 (T4, V100)
+    re.compile(r"The model type '?[\w-]+'? does not support float16"),
     # Unsloth's vLLM start-up for an architecture it cannot serve (seen with Gemma 3, unsloth #2107)
     re.compile(r"has no attribute 'vllm_engine'"),
 ]

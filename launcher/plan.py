@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from launcher.catalog import resolve
+from launcher.catalog import resolve, vllm_refuses
 from launcher.errors import UsageError
 from launcher.estimate import Estimate, estimate
-from launcher.gpu import GpuInfo, Machine, precision_text
+from launcher.gpu import GpuInfo, Machine, bf16_supported, precision_text
 from launcher.ledger import measured_for
 from launcher.topology import split_over_machines, topology
 
@@ -201,6 +201,38 @@ def _distributed_candidate(profile, arch, machine: Machine, machines: int, margi
     return Candidate(profile, est, fits, reason)
 
 
+def _single_candidate(profile, arch, machine: Machine, margin: float, measurements) -> Candidate:
+    """The verdict on a profile of one device: its estimate (or this machine's measurement) against the card,
+    or against the host's RAM for a cpu profile."""
+    gpu = machine.primary
+    est = estimate(profile, arch, gpu if profile.device == "cuda" else None)
+    measured = measured_for(measurements, profile, machine) if measurements else None
+    if profile.device == "cpu" and machine.device == "cuda":
+        fits, reason = _judge(profile, est, None, machine, margin_for(machine.host_ram_gib, "cpu"), measured)
+    else:
+        fits, reason = _judge(profile, est, gpu, machine, margin, measured)
+    return Candidate(profile, est, fits, reason, measured)
+
+
+def without_refused_vllm(profile, arch, gpu: GpuInfo | None):
+    """(the profile as it can run on `gpu`, why vLLM is off or None). vLLM refuses float16 for some model
+    families, and a card below compute capability 8.0 has nothing else to give it: such a profile generates with
+    transformers instead (fast_inference off), and is estimated and run that way. A vLLM server cannot be
+    turned into that: (None, why)."""
+    if profile.device != "cuda" or not profile.fast_inference or gpu is None:
+        return profile, None
+    refusal = vllm_refuses(arch, bf16_supported(gpu))
+    if refusal is None:
+        return profile, None
+    if profile.uses_vllm_server:
+        return None, refusal
+    return profile.replace(fast_inference=False, vllm_standby=False, vllm_tensor_parallel=1), refusal
+
+
+def _vllm_off_text(refusal: str) -> str:
+    return f"vLLM off: {refusal}; transformers generates (estimated so); "
+
+
 def make_plan(profiles, machine: Machine, margin_gib: float | None = None, measurements=None) -> Plan:
     """Judge the profiles for this machine in ladder order: cuda profiles on a GPU, cpu ones without.
     `measurements` (launcher.ledger entries) replace the estimate of every single-device shape this machine
@@ -242,15 +274,20 @@ def make_plan(profiles, machine: Machine, margin_gib: float | None = None, measu
             continue
         if profile.model not in archs:
             archs[profile.model] = resolve(profile.model)
-        if profile.device == "cuda" and profile.distributed:
-            candidates.append(_distributed_candidate(profile, archs[profile.model], machine, machines, margin_gib))
+        runnable, refusal = without_refused_vllm(profile, archs[profile.model], gpu)
+        if runnable is None:
+            candidates.append(Candidate(profile, None, False, f"{refusal}: its vLLM server cannot start here"))
             continue
-        est = estimate(profile, archs[profile.model], gpu if profile.device == "cuda" else None)
-        measured = measured_for(measurements, profile, machine) if measurements else None
-        if profile.device == "cpu" and device == "cuda":
-            fits, reason = _judge(profile, est, None, machine, margin_for(machine.host_ram_gib, "cpu"), measured)
+        profile = runnable
+        if profile.device == "cuda" and profile.distributed:
+            candidate = _distributed_candidate(profile, archs[profile.model], machine, machines, margin_gib)
         else:
-            fits, reason = _judge(profile, est, gpu, machine, margin_gib, measured)
-        candidates.append(Candidate(profile, est, fits, reason, measured))
+            candidate = _single_candidate(profile, archs[profile.model], machine, margin_gib, measurements)
+        if refusal:
+            candidate.reason = _vllm_off_text(refusal) + candidate.reason
+        candidates.append(candidate)
+    if any(c.reason.startswith("vLLM off") for c in candidates):
+        notes.append(f"{gpu.name}: no bfloat16, so vLLM is off for the models it refuses in float16 (Gemma 2/3, "
+                     "GLM-4); those rungs generate with transformers: slower, the KV cache in the training process")
     chosen = next((c.profile for c in candidates if c.fits), None)
     return Plan(machine, candidates, chosen, margin_gib, notes)

@@ -17,12 +17,39 @@ from launcher.contract import ENV_VLLM_PORT, SERVER_LOG, VLLM_SERVER_TIMEOUT_S
 from launcher.topology import free_port, gpu_assignment, topology
 
 
-def server_command(profile, port: int, host: str = "0.0.0.0", python: str | None = None) -> list[str]:
-    """`trl vllm-serve` for the profile: data-parallel copies x tensor-parallel slices = vllm_server_gpus."""
+# What vLLM reads from a model repository: configuration, weights, tokenizer and chat template.
+SERVER_MODEL_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "*.jinja"]
+
+
+def local_model(model: str, env: dict | None = None) -> str:
+    """`model` as a local folder: a folder as it is, a hub id downloaded (or found in the cache) first, so that
+    the server's health wait times loading alone and not a download of tens of GB. The token comes from the
+    environment and is never shown; HF_HUB_OFFLINE keeps it to the cache."""
+    folder = Path(model).expanduser()
+    if folder.is_dir():
+        return str(folder)
+    env = os.environ if env is None else env
+    from huggingface_hub import snapshot_download  # no torch: the launcher stays light
+
+    token = env.get("HF_TOKEN") or env.get("HUGGING_FACE_HUB_TOKEN") or None
+    print(f"fetching {model} for the vLLM server (resumable; the server's start-up wait begins after it)",
+          file=sys.stderr, flush=True)
+    try:
+        return snapshot_download(repo_id=model, allow_patterns=SERVER_MODEL_FILES, token=token)
+    except Exception as exc:  # network, authorisation, offline without a cached copy: one line for the log
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise ServerError(f"cannot fetch {model} for the vLLM server: {first} (fix: set HF_TOKEN for a gated "
+                          "model, or give a local folder as `model`)") from exc
+
+
+def server_command(profile, port: int, host: str = "0.0.0.0", python: str | None = None,
+                   model: str | None = None) -> list[str]:
+    """`trl vllm-serve` for the profile: data-parallel copies x tensor-parallel slices = vllm_server_gpus.
+    `model`: a local folder holding the profile's model (vLLM takes any existing path as local)."""
     python = python or sys.executable
     tp = profile.vllm_tensor_parallel
     command = [python, "-m", "trl.cli.main", "vllm-serve",
-               "--model", profile.model,
+               "--model", model or profile.model,
                "--tensor_parallel_size", str(tp),
                "--data_parallel_size", str(profile.vllm_server_gpus // tp),
                "--host", host, "--port", str(port),
@@ -135,6 +162,8 @@ def start_server(profile, attempt_dir, env: dict | None = None, timeout: float =
         return None
     _train_ids, server_ids = gpu_assignment(profile, topo, env)
     port = int(env.get(ENV_VLLM_PORT) or 0) or free_port()
+    if command is None:
+        command = server_command(profile, port, model=local_model(profile.model, env))
     server = VllmServer(profile, attempt_dir, server_ids, port=port, command=command, env=env)
     server.start()
     try:

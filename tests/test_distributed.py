@@ -101,13 +101,14 @@ def test_deepspeed_config_uses_the_estimators_buckets(stage):
 
 
 def test_launch_files_for_zero2(tmp_path):
-    p = profile("multi-8x80gb-qwen2.5-14b")
+    p = profile("multi-8x80gb-qwen2.5-14b").replace(zero_stage=2, optim="adamw_torch")
     path = dist.write_launch_files(p, tmp_path, env={})
     config = yaml.safe_load(path.read_text())
     assert config["distributed_type"] == "DEEPSPEED"
     assert (config["num_processes"], config["num_machines"], config["machine_rank"]) == (6, 1, 0)
     assert config["gpu_ids"] == "0,1,2,3,4,5"
-    assert config["mixed_precision"] == "no" and config["use_cpu"] is False
+    # no mixed_precision under DeepSpeed: accelerate would hand it to DeepSpeedPlugin, which refuses it
+    assert "mixed_precision" not in config and config["use_cpu"] is False
     assert config["deepspeed_config"]["deepspeed_config_file"] == str(tmp_path / "deepspeed.json")
     assert config["deepspeed_config"]["zero3_init_flag"] is False
     assert json.loads((tmp_path / "deepspeed.json").read_text())["zero_optimization"]["stage"] == 2
@@ -130,7 +131,7 @@ def test_launch_files_for_ddp_and_multi_node(tmp_path):
 def test_accelerate_reads_the_generated_files(tmp_path):
     from accelerate.commands.config.config_args import load_config_from_file
 
-    for name, overrides, kind in (("multi-8x80gb-qwen2.5-14b", (), "DEEPSPEED"),
+    for name, overrides, kind in (("multi-8x80gb-qwen2.5-14b", ("zero_stage=2", "optim=adamw_torch"), "DEEPSPEED"),
                                   ("multi-4x80gb-qwen2.5-14b", (), "MULTI_GPU"),
                                   ("cpu-tiny-4gen", ("num_gpus=2",), "MULTI_GPU")):
         folder = tmp_path / name
@@ -371,3 +372,49 @@ def test_children_get_sigterm_when_the_supervisor_is_killed():
     if not _ended(child_pid):
         os.kill(child_pid, signal.SIGKILL)
         raise AssertionError("the child outlived its killed parent")
+
+
+def test_the_server_is_started_on_a_local_folder(tmp_path):
+    # a folder is used as it is (no download); a hub id is fetched before the health wait starts counting
+    assert vs.local_model(str(tmp_path)) == str(tmp_path)
+    argv = vs.server_command(profile("multi-2x24gb-llama3.1-8b"), 8011, python="py", model=str(tmp_path))
+    assert argv[argv.index("--model") + 1] == str(tmp_path)
+
+
+def test_a_hub_model_is_fetched_before_the_servers_timed_start(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    calls = []
+
+    def fetch(repo_id, **kwargs):
+        calls.append(("fetch", repo_id, kwargs["token"], tuple(kwargs["allow_patterns"])))
+        return str(tmp_path)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fetch)
+    assert vs.local_model("unsloth/Llama-3.1-8B-Instruct", {"HF_TOKEN": "t0k"}) == str(tmp_path)
+    assert calls[0][:3] == ("fetch", "unsloth/Llama-3.1-8B-Instruct", "t0k") and "*.safetensors" in calls[0][3]
+
+    class Started(Exception):
+        pass
+
+    def start(server):
+        calls.append(("start", server.command[server.command.index("--model") + 1]))
+        raise Started  # the health wait would begin here
+
+    monkeypatch.setattr(vs.VllmServer, "start", start)
+    with pytest.raises(Started):
+        vs.start_server(profile("multi-2x24gb-llama3.1-8b"), tmp_path, env={"CUDA_VISIBLE_DEVICES": "0,1"})
+    assert [c[0] for c in calls] == ["fetch", "fetch", "start"] and calls[-1][1] == str(tmp_path)
+
+
+def test_a_failed_fetch_is_one_line_with_the_fix(monkeypatch):
+    import huggingface_hub
+
+    def refuse(repo_id, **kwargs):
+        raise OSError("401 Client Error: Unauthorized for url\nmore detail")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", refuse)
+    with pytest.raises(vs.ServerError) as caught:
+        vs.local_model("meta-llama/Llama-3.1-8B-Instruct", {})
+    assert "401 Client Error" in str(caught.value) and "HF_TOKEN" in str(caught.value)
+    assert "\n" not in str(caught.value)

@@ -466,3 +466,25 @@ def test_dockerfile_passes_hadolint():
     result = subprocess.run([hadolint, "--no-color", str(DOCKERFILE)], capture_output=True, text=True,
                             timeout=60, check=False)
     assert result.returncode == 0 and result.stdout == "", result.stdout + result.stderr
+
+
+def test_the_build_imports_the_gpu_glue_after_installing_the_lock(image: Image):
+    # a pin that breaks vLLM, TRL's vLLM client, Unsloth or unsloth_zoo's vLLM loader must fail `docker build`
+    (install,) = pip_installs(image)
+    install_at = next(i for i, ins in enumerate(image.instructions) if ins.line == install.line)
+    check = next((run for run in image.all("RUN") if "scripts/check_imports.py" in run.args), None)
+    assert check is not None, "no RUN of scripts/check_imports.py"
+    assert image.index(check) > install_at
+    assert in_build_context("scripts/check_imports.py")
+    script = (ROOT / "scripts" / "check_imports.py").read_text()
+    for module in ("import vllm", "trl.generation.vllm_client", "from trl import GRPOTrainer", "import unsloth\n",
+                   "unsloth_zoo.vllm_utils"):
+        assert module.strip() in script, module
+
+
+def test_the_vllm_side_folder_holds_the_locks_versions(lock: dict[str, str]):
+    side = (ROOT / "requirements" / "vllm-side.txt").read_text().splitlines()
+    pins = dict(line.split("==", 1) for line in side if line and not line.startswith("#"))
+    assert pins["vllm"] == lock["vllm"]
+    for name, version in pins.items():
+        assert lock.get(name) == version, f"requirements/vllm-side.txt pins {name}=={version}, the lock {lock.get(name)}"

@@ -97,6 +97,7 @@ def test_summary_and_report(quick_run):
     summary = json.loads((attempt_dir / "summary.json").read_text())
     assert summary["status"] == "ok"
     assert summary["backend"] == "unsloth-cpu"
+    assert summary["generation"] == "transformers"  # what generated, read from the loaded model
     assert summary["steps"] == 4 and summary["max_steps"] == 4
     assert summary["profile"]["name"] == "cpu-tiny-4gen"
     assert summary["accuracy"]["samples"] == 4

@@ -179,6 +179,24 @@ def load_model(backend: Backend, profile, model_path: str):
     return model, tokenizer
 
 
+def engine_started(model) -> bool:
+    """Whether Unsloth started a vLLM engine for `model`. Unsloth turns fast_inference off by itself on some
+    machines (compute capability below 7, NVIDIA GB10, model types its vLLM path cannot share) and says so
+    only in its log; `fast_generate` exists either way (without an engine it wraps `generate` and refuses
+    vLLM arguments), so the engine itself is what tells."""
+    return getattr(model, "vllm_engine", None) is not None
+
+
+def generation_path(profile, backend: Backend, model) -> str:
+    """Which engine generates the completions: "unsloth-vllm" (the engine Unsloth started, one GPU),
+    "trl-vllm-server" / "trl-vllm-colocate" (TRL's, under accelerate) or "transformers" (`generate`)."""
+    if backend.name == "unsloth" and engine_started(model):
+        return "unsloth-vllm"
+    if profile.distributed and profile.fast_inference and backend.device == "cuda":
+        return "trl-vllm-server" if profile.uses_vllm_server else "trl-vllm-colocate"
+    return "transformers"
+
+
 def _load_with_transformers(profile, model_path: str, dtype, device: str):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer

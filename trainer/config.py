@@ -7,6 +7,43 @@ import os
 
 from launcher.contract import DEFAULT_VLLM_PORT, ENV_VLLM_HOST, ENV_VLLM_PORT, VLLM_SERVER_TIMEOUT_S
 
+# Seconds a rank waits on the others; trainer.stages.join_ranks starts the process group with it
+DDP_TIMEOUT_S = 3 * 3600
+
+
+# Every GRPOConfig field that changes the loss or the sampled completions, stated. Unsloth's patched GRPOConfig
+# (single GPU) and plain TRL (under accelerate) default some of them differently; stating them makes both paths
+# train the same objective. Values are TRL 1.15's effective defaults except where noted.
+#  - vllm_importance_sampling_correction: TRL True, Unsloth False (unsloth/models/rl.py). False: Unsloth's tested
+#    default, and with Unsloth's shared weights vLLM samples from the very weights being trained.
+#  - loss_type "dapo" stated: Unsloth then sets mask_truncated_completions True and epsilon_high 0.28 unless
+#    they are given (rl.py, "The DAPO paper recommends ..."), so both are given: TRL's False and epsilon_high =
+#    epsilon, which is what TRL does with None (grpo_trainer.py).
+#  - top_k 0 (no top-k): vLLM 0.32 reads 0 as "off"; Unsloth rewrites 0 to -1 under vLLM, the same thing.
+LOSS_SETTINGS = {
+    "loss_type": "dapo",
+    "epsilon": 0.2,
+    "epsilon_high": 0.2,
+    "delta": None,
+    "importance_sampling_level": "token",
+    "scale_rewards": "group",
+    "mask_truncated_completions": False,
+    "num_iterations": 1,
+    "top_k": 0,
+    "min_p": None,
+    "repetition_penalty": 1.0,
+    "multi_objective_aggregation": "sum_then_normalize",
+    "top_entropy_quantile": 1.0,
+    "entropy_coef": 0.0,
+    "use_bias_correction_kl": True,
+    "off_policy_mask_threshold": None,
+    "vllm_importance_sampling_correction": False,
+    "router_aux_loss_coef": 0.0,
+    "cast_lm_head_to_fp32": False,
+    "disable_dropout": False,
+    "shuffle_dataset": True,
+}
+
 
 def grpo_config_kwargs(profile, output_dir: str, *, device: str, bf16: bool, use_vllm: bool) -> dict:
     """Keywords for trl.GRPOConfig. `device` is where training runs ("cuda" or "cpu"); `bf16` whether the
@@ -48,6 +85,7 @@ def grpo_config_kwargs(profile, output_dir: str, *, device: str, bf16: bool, use
         "fp16": (not on_cpu) and not bf16,
         "use_vllm": use_vllm,
     }
+    kwargs.update(LOSS_SETTINGS)
     if use_vllm:
         # Unsloth's engine already holds this share; TRL's own colocated engine would read it from here.
         # Sleep mode is left to Unsloth, which matches it to the engine it started (standby).
@@ -64,6 +102,7 @@ def grpo_config_kwargs(profile, output_dir: str, *, device: str, bf16: bool, use
     if profile.num_gpus > 1:
         # every trainable parameter gets a gradient each step: DDP need not search the graph for unused ones
         kwargs["ddp_find_unused_parameters"] = False
+        kwargs["ddp_timeout"] = DDP_TIMEOUT_S  # the group trainer.stages.join_ranks started, same timeout
     return kwargs
 
 

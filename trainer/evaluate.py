@@ -47,21 +47,37 @@ def score(completions: list[str], golds: list, verdicts: list[bool] | None = Non
     }
 
 
-def prompt_texts(tokenizer, rows: list[dict]) -> list[str]:
-    return [tokenizer.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True)
+def prompt_ids(tokenizer, rows: list[dict]) -> list[list[int]]:
+    """Each test prompt as the token ids training sends (TRL tokenises the chat template itself): the
+    template already holds the BOS token, so rendering text and tokenising it again would add a second one."""
+    return [list(tokenizer.apply_chat_template(row["prompt"], tokenize=True, add_generation_prompt=True,
+                                               return_dict=False))
             for row in rows]
 
 
-def generate_vllm(model, tokenizer, texts: list[str], max_new_tokens: int, lora_path: str | None) -> list[str]:
+def stop_ids(model, tokenizer) -> list[int]:
+    """Every token that ends a completion: the generation config's list (Gemma's <end_of_turn> besides <eos>)
+    and the tokenizer's own, as TRL's GRPOTrainer collects them."""
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids = [] if configured is None else [configured] if isinstance(configured, int) else list(configured)
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids.insert(0, tokenizer.eos_token_id)
+    return ids
+
+
+def generate_vllm(model, prompts: list[list[int]], max_new_tokens: int, lora_path: str | None) -> list[str]:
     from vllm import SamplingParams
 
+    # vLLM stops at the model's own generation-config EOS ids; it takes token-id prompts as they are
     params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
     lora_request = model.load_lora(str(lora_path)) if lora_path else None
-    outputs = model.fast_generate(texts, sampling_params=params, lora_request=lora_request, use_tqdm=False)
+    outputs = model.fast_generate([{"prompt_token_ids": ids} for ids in prompts], sampling_params=params,
+                                  lora_request=lora_request, use_tqdm=False)
     return [out.outputs[0].text for out in outputs]
 
 
-def generate_hf(model, tokenizer, texts: list[str], max_new_tokens: int, batch_size: int = 16) -> list[str]:
+def generate_hf(model, tokenizer, prompts: list[list[int]], max_new_tokens: int,
+                batch_size: int = 16) -> list[str]:
     import torch
 
     was_training = model.training
@@ -71,15 +87,15 @@ def generate_hf(model, tokenizer, texts: list[str], max_new_tokens: int, batch_s
     use_cache = getattr(model.config, "use_cache", True)
     model.config.use_cache = True
     device = next(model.parameters()).device
+    eos = stop_ids(model, tokenizer)
     out: list[str] = []
     try:
         with torch.no_grad():
-            for start in range(0, len(texts), batch_size):
-                batch = tokenizer(texts[start:start + batch_size], return_tensors="pt", padding=True,
-                                  add_special_tokens=False).to(device)
+            for start in range(0, len(prompts), batch_size):
+                chunk = [{"input_ids": ids} for ids in prompts[start:start + batch_size]]
+                batch = tokenizer.pad(chunk, return_tensors="pt").to(device)
                 generated = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
-                                           pad_token_id=tokenizer.pad_token_id,
-                                           eos_token_id=tokenizer.eos_token_id)
+                                           pad_token_id=tokenizer.pad_token_id, eos_token_id=eos)
                 new_tokens = generated[:, batch["input_ids"].shape[1]:]
                 out.extend(tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
     finally:
@@ -93,10 +109,10 @@ def generate_hf(model, tokenizer, texts: list[str], max_new_tokens: int, batch_s
 def generate(model, tokenizer, rows: list[dict], *, max_new_tokens: int, use_vllm: bool,
              lora_path: str | None = None) -> list[str]:
     """Greedy completions for rows of {prompt}, as text."""
-    texts = prompt_texts(tokenizer, rows)
+    prompts = prompt_ids(tokenizer, rows)
     if use_vllm:
-        return generate_vllm(model, tokenizer, texts, max_new_tokens, lora_path)
-    return generate_hf(model, tokenizer, texts, max_new_tokens)
+        return generate_vllm(model, prompts, max_new_tokens, lora_path)
+    return generate_hf(model, tokenizer, prompts, max_new_tokens)
 
 
 def completion_token_ids(tokenizer, completions: list[str]) -> list[list[int]]:

@@ -255,7 +255,7 @@ def _close_outcome(state: AttemptState, outcome: Outcome) -> bool:
 def _train(state: AttemptState, signals) -> str:
     """Load, evaluate, train, finish; the status. A signal between stages stops with what was saved."""
     from trainer.inject import parse_inject
-    from trainer.stages import build_trainer, evaluate_rows, finish, load, probe, train
+    from trainer.stages import build_trainer, evaluate_rows, finish, join_ranks, load, probe, train, wait_for_ranks
 
     parse_inject(os.environ.get(contract.ENV_INJECT_OOM))  # refuse a malformed value before anything loads
     if state.resume_from:
@@ -268,7 +268,9 @@ def _train(state: AttemptState, signals) -> str:
     loaded = load(state)
     if signals.stopped:
         return INTERRUPTED
+    join_ranks()  # every rank in the process group before rank 0 evaluates alone
     before = evaluate_rows(state, loaded, loaded.eval_rows)
+    wait_for_ranks()
     if signals.stopped:
         return INTERRUPTED
     session = build_trainer(state, loaded, signals)

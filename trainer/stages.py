@@ -30,6 +30,7 @@ class Loaded:
     unsloth_vllm: bool  # Unsloth's own vLLM engine generates (single GPU)
     use_vllm: bool      # generation goes through vLLM at all (Unsloth's, or TRL's under accelerate)
     correctness: Any = None  # the reward that judges an answer correct in evaluation (profile.correctness)
+    generation: str = "transformers"  # trainer.backends.generation_path: which engine generated
 
 
 @dataclass
@@ -78,10 +79,41 @@ def load(state: AttemptState) -> Loaded:
         say(f"dataset {profile.dataset}: {len(kept)} training prompts ({dropped} dropped as longer than "
             f"max_prompt_length {profile.max_prompt_length}), {len(eval_rows)} test prompts "
             f"({eval_dropped} dropped)")
-    # Unsloth's engine on one GPU; TRL's (colocated, or the launcher's server) under accelerate
-    unsloth_vllm = backend.name == "unsloth" and profile.fast_inference
-    use_vllm = unsloth_vllm or (profile.distributed and profile.fast_inference and backend.device == "cuda")
-    return Loaded(backend, model, tokenizer, kept, dropped, eval_rows, unsloth_vllm, use_vllm, correctness)
+    # What Unsloth loaded decides, not the profile: it may have turned fast_inference off by itself.
+    from trainer.backends import generation_path
+
+    generation = generation_path(profile, backend, model)
+    unsloth_vllm, use_vllm = generation == "unsloth-vllm", generation != "transformers"
+    if backend.name == "unsloth" and profile.fast_inference and not unsloth_vllm and state.main:
+        say("note: no vLLM engine was started (see Unsloth's lines above); completions are generated with "
+            "transformers, slower, and the KV cache lives beside training instead of in vLLM's share")
+    return Loaded(backend, model, tokenizer, kept, dropped, eval_rows, unsloth_vllm, use_vllm, correctness, generation)
+
+
+def join_ranks() -> None:
+    """Under accelerate, start the process group on every rank now. TrainingArguments.__post_init__ would
+    start it (its device set-up builds accelerate's PartialState, which calls init_process_group), but only
+    when the GRPOConfig is built, after rank 0's evaluation: the other ranks would wait inside it instead.
+    PartialState skips init_process_group when it has already run, so GRPOConfig joins this group."""
+    from datetime import timedelta
+
+    from trainer.backends import world_size
+    from trainer.config import DDP_TIMEOUT_S  # rank 0 evaluates alone meanwhile: longer than the 30 min default
+
+    if world_size() > 1:
+        from accelerate import PartialState
+
+        PartialState(timeout=timedelta(seconds=DDP_TIMEOUT_S))
+
+
+def wait_for_ranks() -> None:
+    """A barrier for every rank of a distributed attempt (none when alone)."""
+    from trainer.backends import world_size
+
+    if world_size() > 1:
+        from accelerate import PartialState
+
+        PartialState().wait_for_everyone()
 
 
 def evaluate_rows(state: AttemptState, loaded: Loaded, rows: list, lora_path: str | None = None) -> dict:
@@ -191,6 +223,7 @@ def finish(state: AttemptState, loaded: Loaded, session: Session, before: dict, 
     rows = session.telemetry.rows
     summary = build_summary(state, loaded.backend, rows, session.reward_names, before, after, train_seconds,
                             len(loaded.train_rows), loaded.dropped, OK)
+    summary["generation"] = loaded.generation
     from trainer.publish import push
     from trainer.report import write_plots, write_report
 

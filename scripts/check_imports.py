@@ -1,0 +1,53 @@
+"""Import the GPU stack's glue as a training run does, so that a pin which breaks an import fails `docker build`
+(or this check), not a user's first run.
+
+Two fresh interpreters: vLLM and TRL's vLLM glue in one, Unsloth and unsloth_zoo's vLLM loader in the other.
+They are kept apart because, where no NVIDIA driver is loaded (a docker build, a CPU machine), `import unsloth`
+finds vLLM's compiled extension unloadable and blocks every later vLLM import in its process. Each runs in an
+empty temporary folder, since Unsloth writes its compiled cache into the working folder.
+Exit status 0 when everything imports, 1 otherwise (the failing import's last lines are printed).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+
+CHECKS = {
+    "vLLM and TRL's vLLM glue": "\n".join([
+        "import vllm",
+        "from vllm import LLM, SamplingParams",
+        "from vllm.engine.arg_utils import EngineArgs",
+        "from vllm.inputs import TokensPrompt",
+        "import trl.generation.vllm_client, trl.generation.vllm_generation",
+        "from trl import GRPOTrainer",
+    ]),
+    "Unsloth and unsloth_zoo's vLLM loader": "\n".join([
+        "from trl import GRPOTrainer",
+        "import trl.generation.vllm_client",
+        "import unsloth",
+        "import unsloth_zoo.vllm_utils",
+    ]),
+}
+
+
+def check(name: str, code: str) -> bool:
+    with tempfile.TemporaryDirectory() as scratch:
+        done = subprocess.run([sys.executable, "-c", code], cwd=scratch, capture_output=True, text=True,
+                              check=False)
+    if done.returncode == 0:
+        print(f"ok: {name}")
+        return True
+    tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-8:])
+    print(f"FAILED: {name} (exit {done.returncode}):\n{tail}", file=sys.stderr)
+    return False
+
+
+def main() -> int:
+    results = [check(name, code) for name, code in CHECKS.items()]
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
