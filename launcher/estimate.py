@@ -201,8 +201,9 @@ def estimate_distributed(profile, arch: Architecture, gpu=None) -> Estimate:
         tp = profile.vllm_tensor_parallel
         if profile.uses_vllm_server:
             server = _server_estimate(profile, arch, vllm_weights, gpu)
+            copies = profile.vllm_server_gpus // tp
             notes.append(f"vLLM server on {profile.vllm_server_gpus} GPU(s) of its own "
-                         f"(tensor parallel {tp}, {profile.vllm_server_gpus // tp} cop{'y' if profile.vllm_server_gpus // tp == 1 else 'ies'}); the training GPUs "
+                         f"(tensor parallel {tp}, {copies} cop{'y' if copies == 1 else 'ies'}); the training GPUs "
                          "hold no vLLM memory")
         elif profile.fast_inference:
             # TRL's colocated engine holds its own 16-bit copy (merged LoRA weights are pushed into it)

@@ -123,7 +123,7 @@ def test_inject_oom_names_are_checked_against_the_profiles(monkeypatch):
 @pytest.mark.parametrize("content, says", [
     ("", "no"),
     ('{"question": "1+1?", "answer": "2"}\n{"question": "2+2?"\n', "line 2"),
-    ('{"question": "1+1?"}\n', "answer"),
+    ('{"question": "1+1?"}\n' * 10, "answer"),
 ])
 def test_bad_data_exits_2_before_a_run_folder_exists(capsys, tmp_path, monkeypatch, content, says):
     monkeypatch.delenv("GRPO_INJECT_OOM", raising=False)
