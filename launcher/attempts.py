@@ -25,6 +25,7 @@ class AttemptResult:
     report: oomlib.OomReport | None
     duration_s: float
     peak_gib: float | None = None
+    probe: dict | None = None  # the worst-case probe's figures (trainer.probe), when it ran
 
 
 def _read_outcome(outcome: Outcome) -> tuple[str, str | None, oomlib.OomReport | None]:
@@ -85,7 +86,8 @@ def read_result(attempt_dir: Path, returncode: int | None, tail_text: str, durat
     steps = outcome.steps if outcome is not None else checkpoint_step(checkpoint)
     return AttemptResult(status=status, steps=steps, checkpoint=checkpoint, exit_code=returncode, error=error,
                          report=report, duration_s=round(duration, 2),
-                         peak_gib=outcome.peak_gib if outcome is not None else None)
+                         peak_gib=outcome.peak_gib if outcome is not None else None,
+                         probe=outcome.probe if outcome is not None else None)
 
 
 def server_failure_result(text: str, resume_from: str | None, duration: float,
@@ -135,6 +137,7 @@ class AttemptRecord:
     shrink: dict | None = None             # key -> [old, new] when this attempt shrank the last one
     estimate_gib: float | None = None      # the plan's estimate, also given to the attempt
     peak_gib: float | None = None
+    probe: dict | None = None              # the worst-case probe's figures, when it ran
     oom: dict | None = None                # OomReport.to_dict() for an OOM
     error: str | None = None
     decided: str | None = None             # why this attempt was started

@@ -40,15 +40,16 @@ def print_plan_choice(console, plan) -> None:
         return
     cand = next((c for c in plan.candidates if c.profile.name == chosen.name), None)
     est = estimate_of(cand) if cand else None
-    more = [c.profile.name for c in plan.candidates if not c.fits]
+    more = [f"{c.profile.name} ({c.reason})" if c.reason else c.profile.name for c in plan.candidates
+            if not c.fits]
     line = f"plan: chose {chosen.name}"
     if est is not None:
         line += f", estimated {est:.2f} GiB"
     if cand is not None and cand.reason:
         line += f" ({cand.reason})"
-    console.print(line, markup=False)
+    console.print(line, markup=False, soft_wrap=True)
     if more:
-        console.print(f"plan: more ambitious or not fitting: {', '.join(more)}", markup=False)
+        console.print(f"plan: more ambitious or not fitting: {'; '.join(more)}", markup=False, soft_wrap=True)
 
 
 def print_start(console, number: int, profile: Profile, estimate_gib: float | None,

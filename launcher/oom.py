@@ -43,6 +43,9 @@ _UNIT_GIB = {"B": 1 / 2**30, "KiB": 1 / 2**20, "MiB": 1 / 2**10, "GiB": 1.0, "Ti
 _SIZE = r"(\d+(?:\.\d+)?)\s*(B|KiB|MiB|GiB|TiB|KB|MB|GB)"
 
 
+PROBE_FUNCTION = "run_probe"  # trainer.probe's entry point: its frame marks an OOM of the probe
+
+
 def _gib(number: str, unit: str) -> float:
     return float(number) * _UNIT_GIB[unit]
 
@@ -67,6 +70,7 @@ class OomReport:
     vllm_problem: str | None = None          # VLLM_SHARE_TOO_LARGE or VLLM_SHARE_TOO_SMALL
     message: str = ""                        # the line the reading came from
     frames: list[str] = field(default_factory=list)  # "file:function" of the traceback, innermost last
+    in_probe: bool = False                   # raised by the worst-case probe before training (trainer.probe)
 
     @property
     def shortfall_gib(self) -> float | None:
@@ -106,6 +110,8 @@ class OomReport:
             figures.append(f"{fmt_gib(self.free_gib)} free")
         if self.kind == KIND_VLLM and self.site != SITE_VLLM_START:
             what += f" ({self.site})"
+        if self.in_probe:
+            what += " during the worst-case probe, before any training step"
         return what + (f" ({', '.join(figures)})" if figures else "")
 
 
@@ -190,6 +196,7 @@ def read_oom(text: str, returncode: int | None = None) -> OomReport | None:
                              message=f"the process was killed by SIGKILL (exit {returncode}) without a traceback")
         return None
     report.frames = [f"{f}:{fn}" for f, fn, _ in frames]
+    report.in_probe = any(fn == PROBE_FUNCTION for _, fn, _ in frames)
     if report.kind == KIND_VLLM:
         report.site = SITE_VLLM_START
     elif report.kind == KIND_HOST:

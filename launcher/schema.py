@@ -188,6 +188,8 @@ class Profile(BaseModel):
     save_steps: Whole = _key(50, "checkpoint every N steps", "run", ge=1)
     seed: Whole = _key(3407, "random seed (data order, sampling, LoRA init)", "run", ge=0, le=2**32 - 1)
     report_to: Literal[REPORT_TO] = _key("none", "experiment tracker passed to TRL", "run")
+    probe: StrictBool = _key(True, "before training, one step at the longest prompts and full-length completions: "
+                             "an OOM shows before any step is spent; its peak is recorded", "run")
     save_merged: StrictBool = _key(False, "also save a merged 16-bit model at the end (GPU)", "run")
     hub_model_id: StrictStr = _key("", "push the adapter (the merged model with save_merged) to this hub repo "
                                    "org/name at the end, when HF_TOKEN is set", "run")

@@ -165,7 +165,8 @@ class Supervisor:
             started=datetime.fromtimestamp(started).isoformat(timespec="seconds"), duration_s=result.duration_s,
             exit_code=result.exit_code, attempt_dir=self.in_run(attempt_dir), resumed_from=self.in_run(resume_from),
             checkpoint=self.in_run(result.checkpoint), shrink=changes or None, estimate_gib=estimate_gib,
-            peak_gib=result.peak_gib, oom=result.report.to_dict() if result.report else None, error=result.error,
+            peak_gib=result.peak_gib, probe=result.probe, oom=result.report.to_dict() if result.report else None,
+            error=result.error,
             decided=decision_text, settings=profile.to_dict(),
             env={ENV_ALLOC_CONF: env.get(ENV_ALLOC_CONF), ENV_INJECT_OOM: env.get(ENV_INJECT_OOM)})
         self.records.append(record)

@@ -127,6 +127,29 @@ def test_standby_engine_sleeps_for_the_probe():
     assert not rest_generation_engine(SimpleNamespace(llm=None, model=object()))
 
 
+def test_profile_key_probe_is_on_unless_turned_off():
+    from launcher.profiles import load_profile
+    from trainer.probe import probe_enabled
+
+    assert probe_enabled(load_profile(SMALL)) and load_profile(SMALL).probe is True
+    off = load_profile(SMALL, ["probe=false"])
+    assert off.probe is False and not probe_enabled(off)
+    with pytest.raises(Exception, match="probe"):
+        load_profile(SMALL, ["probe=sometimes"])
+
+
+def test_an_oom_outside_the_probe_is_not_read_as_the_probe_s():
+    from launcher.oom import read_oom
+
+    trace = ('Traceback (most recent call last):\n  File "trainer/stages.py", line 190, in train\n'
+             '    session.trainer.train()\n'
+             'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity '
+             'of 23.56 GiB of which 1.00 GiB is free.')
+    report = read_oom(trace)
+    assert report is not None and not report.in_probe and "probe" not in report.summary()
+    assert read_oom(trace.replace("in train\n", "in run_probe\n")).in_probe
+
+
 def test_outcome_carries_the_probe(tmp_path):
     from launcher.contract import OOM, Outcome
 
@@ -160,6 +183,7 @@ def _attempt(attempt_dir: Path, env: dict, *overrides: str, resume_from: Path | 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_probe_oom_ends_the_attempt_and_without_it_training_runs(backend, tmp_path, cache_env):
     from launcher.contract import EXIT_FOR_STATUS, OOM
+    from launcher.oom import read_oom
 
     env = dict(cache_env, **BACKENDS[backend])
     injected = _attempt(tmp_path / "injected", dict(env, GRPO_INJECT_OOM="cpu-tiny-4gen@probe"), *QUICK)
@@ -167,6 +191,8 @@ def test_probe_oom_ends_the_attempt_and_without_it_training_runs(backend, tmp_pa
     out = json.loads((tmp_path / "injected" / "outcome.json").read_text())
     assert out["status"] == OOM and out["steps"] == 0 and out["probe"] is None
     assert "run_probe" in out["traceback"] and "OutOfMemoryError" in out["traceback"]
+    report = read_oom(out["traceback"])
+    assert report.in_probe and "during the worst-case probe" in report.summary()
 
     plain = _attempt(tmp_path / "plain", env, *QUICK)
     assert plain.returncode == 0, plain.stdout[-2000:] + plain.stderr[-2000:]

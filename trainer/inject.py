@@ -87,15 +87,18 @@ def _get_per_token_logps_and_entropies(message: str):
 
 
 def _card_total_gib() -> float | None:
-    """The real card's nominal size when there is one, for the message's figures."""
+    """The real card's nominal size when there is one, else the host's RAM (a CPU attempt's memory), for the
+    message's figures: an injected OOM then reads as needing more than this machine has."""
     try:
         import torch
 
         if torch.cuda.is_available():
             return torch.cuda.get_device_properties(0).total_memory / GIB / 0.985
+        import psutil
+
+        return psutil.virtual_memory().total / GIB / 0.985
     except Exception:
         return None
-    return None
 
 
 def raise_injected_oom(profile, model, estimate_gib: float | None = None):

@@ -21,7 +21,7 @@ import traceback
 from pathlib import Path
 
 from launcher import contract
-from launcher.contract import ERROR, EXIT_FOR_STATUS, INTERRUPTED, OOM, Outcome
+from launcher.contract import ERROR, EXIT_FOR_STATUS, INTERRUPTED, OK, OOM, Outcome
 from launcher.errors import EXIT_BAD_INPUT, EXIT_FAILURE, UsageError
 
 _DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
@@ -268,6 +268,11 @@ def _train(state: AttemptState, signals) -> str:
     loaded = load(state)
     if signals.stopped:
         return INTERRUPTED
+    if os.environ.get(contract.ENV_PROBE_ONLY) == "1":  # --calibrate: the probe's figures are all it wants
+        build_trainer(state, loaded, signals)  # the probe drives the trainer's own loss
+        probe(state, loaded, asked=True)
+        say("probe only: stopping before training")
+        return OK
     join_ranks()  # every rank in the process group before rank 0 evaluates alone
     before = evaluate_rows(state, loaded, loaded.eval_rows)
     wait_for_ranks()

@@ -66,7 +66,7 @@ def load(state: AttemptState) -> Loaded:
         model_path = str(ensure_tiny(profile.dataset, seed=profile.seed))
     if state.main:
         say(f"attempt '{profile.name}': {backend.name} on {backend.gpu_name or 'CPU'}, model {profile.model}, "
-            f"estimate {state.estimate_gib if state.estimate_gib is not None else 'n/a'} GiB")
+            f"estimate {'n/a' if state.estimate_gib is None else f'{state.estimate_gib:.2f}'} GiB")
     model, tokenizer = load_model(backend, profile, model_path)
 
     kept, dropped = filter_by_length(train_rows, tokenizer, profile.max_prompt_length)
@@ -158,14 +158,14 @@ def build_trainer(state: AttemptState, loaded: Loaded, signals) -> Session:
     return session
 
 
-def probe(state: AttemptState, loaded: Loaded) -> dict | None:
+def probe(state: AttemptState, loaded: Loaded, asked: bool = False) -> dict | None:
     """One step at the largest shapes the attempt will see (trainer.probe), before training starts or
-    resumes; its figures, or None when the profile turns it off or accelerate runs the processes (the
-    model is wrapped, and ZeRO shards it, only inside train())."""
+    resumes; its figures, or None when the profile turns it off (unless `asked`: --calibrate) or accelerate
+    runs the processes (the model is wrapped, and ZeRO shards it, only inside train())."""
     profile = state.profile
     from trainer.probe import probe_enabled, run_probe
 
-    if not probe_enabled(profile):
+    if not asked and not probe_enabled(profile):
         if state.main:
             say("probe: skipped (profile key probe is false)")
         return None
@@ -179,7 +179,7 @@ def probe(state: AttemptState, loaded: Loaded) -> dict | None:
     if state.main:
         say(f"probe: {figures['batch']} x ({figures['prompt_tokens']} prompt + {figures['completion_tokens']} "
             f"completion) tokens, peak {figures['peak_gib']:.2f} GiB ({figures['measure']}) in "
-            f"{figures['seconds']:.1f} s")
+            f"{figures['seconds']:.2f} s")
     return figures
 
 
