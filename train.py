@@ -35,6 +35,8 @@ def gpu_gib(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The command line; long but flat (one statement per flag), its epilog generated from the profile schema
+    and the reward registry."""
     from launcher.profiles import schema_help
     from rewards import describe as describe_rewards
 
@@ -153,46 +155,22 @@ def check_flags(args: argparse.Namespace) -> None:
         check_output_dir(Path(args.output_dir), must_exist=args.resume)
 
 
-def check_run_inputs(profiles: list, plan, args: argparse.Namespace) -> None:
-    """What a run (not a dry run) needs that the profiles alone do not show, checked before the run folder
-    exists: a GPU behind --gpu-memory, the names in GRPO_INJECT_OOM, and the chosen profile's training data."""
-    import os
-
-    from launcher.contract import ENV_INJECT_OOM
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    code = run_single_purpose(args)
+    if code is not None:
+        return code
     from launcher.errors import UsageError
 
-    if args.gpu_memory is not None:
-        from launcher.gpu import probe
-
-        here = probe()
-        if not here.gpus:
-            raise UsageError(f"--gpu-memory {args.gpu_memory:g} without --dry-run: training runs on this machine, "
-                             f"and it has no GPU ({here.message}) (fix: add --dry-run to plan for that card, or "
-                             "drop --gpu-memory to train on what is here)")
-    raw = os.environ.get(ENV_INJECT_OOM, "")
-    known = sorted({p.name for p in profiles})
-    for part in (p.strip() for p in raw.split(",") if p.strip()):
-        name, _, at = (x.strip() for x in part.partition("@"))
-        if name not in known:
-            raise UsageError(f"{ENV_INJECT_OOM}={raw!r}: no profile named {name!r} (known: {', '.join(known)}) "
-                             "(fix: NAME[@STEP|@probe][,...] with these names)")
-        if at and at != "probe" and not (at.isdigit() and int(at) >= 1):
-            raise UsageError(f"{ENV_INJECT_OOM}={raw!r}: {at!r} after {name}@ is not a step >= 1 nor 'probe'")
-    if plan.chosen is not None and not args.resume:
-        from tasks import check_data
-
-        # the data is read here, in the planner's process: bad rows exit 2 before a model loads or a run folder
-        # is made (the attempt reads it again; for the built-in tasks and local files this is quick)
-        try:
-            found = check_data(plan.chosen)
-        except UsageError:
-            raise
-        except Exception:  # not about the data's content (the hub unreachable...): the attempt reports it
-            return
-        print(f"data for '{plan.chosen.name}': {found}", flush=True)
+    if not (args.auto or args.profile or args.resume or args.dry_run or args.calibrate):
+        parser.print_usage(sys.stderr)
+        raise UsageError("choose --auto (fit the ladder to this machine) or --profile FILE")
+    # `--dry-run` and `--resume` alone mean the ladder (so `docker run grpo-train --dry-run` plans).
+    return plan_and_train(args)
 
 
-def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+def run_single_purpose(args: argparse.Namespace) -> int | None:
+    """The modes that neither plan nor train (explain an OOM, sample, the ledger, the fit table) and the
+    supervisor's one-attempt command; None when args ask for none of them."""
     from launcher.errors import UsageError
     from launcher.profiles import load_profile, load_profiles
 
@@ -203,37 +181,32 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         raise UsageError("--gpu-name needs --gpu-memory GIB (the card's memory)")
     if args.json and not (args.dry_run or args.fit_table):
         raise UsageError("--json only applies to --dry-run and --fit-table")
-
     if args.sample:
         from trainer.sample import sample_main
         return sample_main(args.sample, prompt=args.prompt, from_test=args.from_test, overrides=args.overrides)
     if args.prompt is not None or args.from_test is not None:
         raise UsageError("--prompt and --from-test go with --sample RUN_DIR_OR_ADAPTER")
-
-    if args.attempt_dir:
-        # One attempt, in this process: what the supervisor runs in a child.
+    if args.attempt_dir:  # one attempt, in this process: what the supervisor runs in a child
         if not args.profile:
             raise UsageError("--attempt-dir needs --profile FILE")
-        profile = load_profile(args.profile, args.overrides)
         from trainer.run import run_attempt
-        return run_attempt(profile, Path(args.attempt_dir), resume_from=args.resume_from)
-
+        return run_attempt(load_profile(args.profile, args.overrides), Path(args.attempt_dir),
+                           resume_from=args.resume_from)
     if args.ledger:
         from launcher.ledger import print_ledger
         return print_ledger()
-
     if args.fit_table:
         from launcher.plan_view import print_fit_table
         return print_fit_table(load_profiles(args.profiles_dir, args.overrides), as_json=args.json)
+    return None
 
-    if not (args.auto or args.profile or args.resume or args.dry_run or args.calibrate):
-        parser.print_usage(sys.stderr)
-        raise UsageError("choose --auto (fit the ladder to this machine) or --profile FILE")
-    # `--dry-run` and `--resume` alone mean the ladder (so `docker run grpo-train --dry-run` plans).
 
+def plan_and_train(args: argparse.Namespace) -> int:
+    """Plan for this machine (from the ledger unless told not to); print it, calibrate, or supervise the run."""
     from launcher.gpu import probe
     from launcher.plan import make_plan
     from launcher.plan_view import print_plan
+    from launcher.profiles import load_profile, load_profiles
 
     if args.profile:
         profiles = [load_profile(args.profile, args.overrides)]
@@ -251,7 +224,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         from launcher.calibrate import calibrate
         return calibrate(plan, output_dir=Path(args.output_dir))
 
-    check_run_inputs(profiles, plan, args)
+    from launcher.run_inputs import check_run_inputs
+    check_run_inputs(profiles, plan, gpu_memory=args.gpu_memory, resume=args.resume)
     from launcher.supervise import supervise
     return supervise(plan, output_dir=Path(args.output_dir), overrides=args.overrides, resume=args.resume,
                      fresh_attempt=args.fresh_attempt)

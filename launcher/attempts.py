@@ -11,8 +11,9 @@ from typing import Any
 
 from launcher import oom as oomlib
 from launcher.contract import (ATTEMPTS_FILE, ERROR, INTERRUPTED, OK, OOM, OUTCOME_FILE, UNSUPPORTED, Outcome,
-                               append_line, checkpoint_step, latest_checkpoint, merge_outcomes, resolve_path)
+                               checkpoint_step, latest_checkpoint, merge_outcomes, resolve_path)
 from launcher.errors import EXIT_INTERRUPTED
+from launcher.safe_write import append_line
 
 
 @dataclass

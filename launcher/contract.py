@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUT_OF_MEMORY
+from launcher.safe_write import write_atomic
 
 # ---------------------------------------------------------------------------------------------------
 # Statuses of an attempt (attempts.jsonl `status`, outcome.json `status`)
@@ -336,72 +337,38 @@ def cache_root() -> Path:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Writing files so that a crash or a full disk never leaves half of one
+# GRPO_INJECT_OOM's value: which profiles' attempts raise a real OOM, and where
 
-def write_atomic(path: Path, data: str | bytes) -> Path:
-    """Write to a temporary name beside the file, flush it to disk, then rename it over the file: a reader
-    (or a resume after a crash) sees the old content or the new, never a part."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    raw = data.encode("utf-8") if isinstance(data, str) else data
-    try:
-        with open(tmp, "wb") as handle:
-            handle.write(raw)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+INJECT_AT_PROBE = "probe"  # NAME@probe: inside the worst-case probe before training (trainer.probe)
 
 
-def append_line(path: Path, line: str) -> None:
-    """Append one whole line (one write, flushed to disk). On a full disk nothing is appended: a partial
-    write is cut back, so the file never ends in half a record."""
-    raw = (line.rstrip("\n") + "\n").encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        start = os.fstat(fd).st_size
-        try:
-            written = 0
-            while written < len(raw):
-                written += os.write(fd, raw[written:])
-            os.fsync(fd)
-        except OSError:
-            os.ftruncate(fd, start)
-            if start == 0:  # this call created it: leave no empty file behind
-                Path(path).unlink(missing_ok=True)
-            raise
-    finally:
-        os.close(fd)
-
-
-def disk_error_text(exc: OSError, folder: Path, needed_bytes: int | None = None) -> str:
-    """One line for a failed write: which disk, how much is free, how much more was needed when known."""
-    import errno
-    import shutil
-
-    folder = Path(folder)
-    probe = folder
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    def size(n: float) -> str:
-        return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{max(n / 1024, 0.1 if n else 0):.1f} KiB"
-
-    try:
-        free = shutil.disk_usage(probe).free
-        free_text = f"{size(free)} free"
-    except OSError:
-        free, free_text = None, "free space unknown"
-    mount = probe.resolve()
-    while not os.path.ismount(mount) and mount != mount.parent:
-        mount = mount.parent
-    reason = os.strerror(exc.errno) if exc.errno else str(exc)
-    text = f"cannot write to {folder}: {reason} (disk {mount}, {free_text}"
-    if needed_bytes and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        text += f", about {size(needed_bytes)} needed"
-    return text + ")"
+def parse_inject(text: str | None) -> dict[str, int | str]:
+    """{profile name: step number, or INJECT_AT_PROBE}; malformed parts are refused (ValueError) with the
+    variable's name and the expected form."""
+    targets: dict[str, int | str] = {}
+    for part in (text or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        name, _, step = part.partition("@")
+        name = name.strip()
+        if not name:
+            raise ValueError(f"{ENV_INJECT_OOM}={text!r}: empty profile name "
+                             "(expected NAME[@STEP][,NAME[@STEP]...])")
+        if step.strip().lower() == INJECT_AT_PROBE:
+            value = INJECT_AT_PROBE
+        elif step.strip():
+            try:
+                value = int(step)
+            except ValueError:
+                raise ValueError(f"{ENV_INJECT_OOM}={text!r}: step {step!r} of {name!r} is neither a whole number "
+                                 f"nor '{INJECT_AT_PROBE}' (expected NAME[@STEP] or NAME@{INJECT_AT_PROBE})") from None
+            if value < 1:
+                raise ValueError(f"{ENV_INJECT_OOM}={text!r}: step of {name!r} must be >= 1")
+        else:
+            value = 1
+        targets[name] = value
+    return targets
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -49,11 +49,11 @@ from launcher.attempts import (AttemptRecord, AttemptResult, read_attempts, read
 from launcher.child import ChildRunner, attempt_command
 from launcher.contract import (ENV_ALLOC_CONF, ENV_ESTIMATE_GIB, ENV_INJECT_OOM, ERROR, INTERRUPTED, LOG_FILE,
                                OK, OOM, PLAN_FILE, PROFILE_FILE, SERVER_LOG, attempt_environment, checkpoint_step,
-                               disk_error_text, latest_checkpoint, relative_path, resolve_path, shape_of,
-                               write_atomic)
+                               latest_checkpoint, relative_path, resolve_path, shape_of)
 from launcher.distributed import launch_env
 from launcher.errors import (EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUT_OF_MEMORY,
                              UsageError)
+from launcher.safe_write import disk_error_text, write_atomic
 from launcher.fallback import Decision, decide, estimate_of, estimate_profile
 from launcher.profiles import Profile
 from launcher.resume import resume_run

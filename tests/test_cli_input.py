@@ -5,7 +5,6 @@ characters before any tokenizer sees them."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import subprocess
@@ -20,6 +19,7 @@ from launcher.errors import UsageError
 from launcher.gpu import Machine, probe
 from launcher.plan import make_plan
 from launcher.profiles import load_profiles
+from launcher.run_inputs import check_run_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = str(ROOT / "profiles" / "cpu-tiny-4gen.yaml")
@@ -102,22 +102,17 @@ def test_gpu_memory_for_a_run_on_a_machine_without_a_gpu(capsys, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def _args(**values) -> argparse.Namespace:
-    base = dict(gpu_memory=None, resume=True, dry_run=False)
-    return argparse.Namespace(**{**base, **values})
-
-
 def test_inject_oom_names_are_checked_against_the_profiles(monkeypatch):
     profiles = load_profiles(ROOT / "profiles")
     plan = make_plan(profiles, Machine(gpus=[], message="no GPU", host_ram_gib=24.0, host_free_gib=20.0))
     monkeypatch.setenv("GRPO_INJECT_OOM", "cpu-tiny-8gen@2,cpu-tiny-4gen@probe,cpu-tiny-8gen")
-    train.check_run_inputs(profiles, plan, _args())  # the three forms are accepted
+    check_run_inputs(profiles, plan, gpu_memory=None, resume=True)  # the three forms are accepted
     monkeypatch.setenv("GRPO_INJECT_OOM", "cpu-tiny-8gen,cpu-tiny-9gen")
     with pytest.raises(UsageError, match=r"no profile named 'cpu-tiny-9gen' \(known: cpu-tiny-4gen, cpu-tiny-8gen"):
-        train.check_run_inputs(profiles, plan, _args())
+        check_run_inputs(profiles, plan, gpu_memory=None, resume=True)
     monkeypatch.setenv("GRPO_INJECT_OOM", "cpu-tiny-8gen@soon")
-    with pytest.raises(UsageError, match="'soon' after cpu-tiny-8gen@ is not a step"):
-        train.check_run_inputs(profiles, plan, _args())
+    with pytest.raises(UsageError, match="step 'soon' of 'cpu-tiny-8gen' is neither a whole number nor 'probe'"):
+        check_run_inputs(profiles, plan, gpu_memory=None, resume=True)
 
 
 @pytest.mark.parametrize("content, says", [

@@ -105,32 +105,3 @@ def test_estimate_from_env():
     assert contract.estimate_from_env({contract.ENV_ESTIMATE_GIB: "13.5"}) == 13.5
     for bad in ("", "nan", "inf", "-1", "lots"):
         assert contract.estimate_from_env({contract.ENV_ESTIMATE_GIB: bad}) is None
-
-
-def _fill(folder, leave_bytes: int) -> None:
-    import shutil
-
-    free = shutil.disk_usage(folder).free
-    (folder / "filler").write_bytes(b"\0" * max(0, free - leave_bytes))
-
-
-def test_append_line_on_a_full_disk_leaves_whole_lines(small_disk):
-    path = small_disk / "attempts.jsonl"
-    contract.append_line(path, json.dumps({"attempt": 1}))
-    _fill(small_disk, 0)
-    with pytest.raises(OSError) as info:
-        contract.append_line(path, json.dumps({"attempt": 2, "pad": "x" * 20000}))
-    assert info.value.errno in (28, 122)
-    assert path.read_text() == '{"attempt": 1}\n'  # nothing half-written
-    text = contract.disk_error_text(info.value, small_disk, needed_bytes=3 * 2**20)
-    assert "No space left on device" in text and str(small_disk) in text and "3.0 MiB needed" in text
-
-
-def test_write_atomic_keeps_the_old_file_when_the_disk_is_full(small_disk):
-    path = small_disk / "summary.json"
-    contract.write_atomic(path, '{"old": true}')
-    _fill(small_disk, 0)
-    with pytest.raises(OSError):
-        contract.write_atomic(path, "y" * 200_000)
-    assert path.read_text() == '{"old": true}'
-    assert [p.name for p in small_disk.iterdir() if p.name.startswith(".")] == []  # no temporary file left

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.contract import append_line, checkpoint_problem, disk_error_text, write_atomic
+from launcher.contract import checkpoint_problem
+from launcher.safe_write import append_line, disk_error_text, write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,6 +50,35 @@ def test_disk_error_text_names_the_disk_and_the_space(small_disk):
     text = disk_error_text(OSError(errno.ENOSPC, "No space left on device"), small_disk / "run", 3 * 2**20)
     assert f"cannot write to {small_disk / 'run'}: No space left on device (disk {small_disk}" in text
     assert " free" in text and "about 3.0 MiB needed" in text
+
+
+def _fill(folder, leave_bytes: int) -> None:
+    import shutil
+
+    free = shutil.disk_usage(folder).free
+    (folder / "filler").write_bytes(b"\0" * max(0, free - leave_bytes))
+
+
+def test_append_line_on_a_full_disk_leaves_whole_lines(small_disk):
+    path = small_disk / "attempts.jsonl"
+    append_line(path, json.dumps({"attempt": 1}))
+    _fill(small_disk, 0)
+    with pytest.raises(OSError) as info:
+        append_line(path, json.dumps({"attempt": 2, "pad": "x" * 20000}))
+    assert info.value.errno in (28, 122)
+    assert path.read_text() == '{"attempt": 1}\n'  # nothing half-written
+    text = disk_error_text(info.value, small_disk, needed_bytes=3 * 2**20)
+    assert "No space left on device" in text and str(small_disk) in text and "3.0 MiB needed" in text
+
+
+def test_write_atomic_keeps_the_old_file_when_the_disk_is_full(small_disk):
+    path = small_disk / "summary.json"
+    write_atomic(path, '{"old": true}')
+    _fill(small_disk, 0)
+    with pytest.raises(OSError):
+        write_atomic(path, "y" * 200_000)
+    assert path.read_text() == '{"old": true}'
+    assert [p.name for p in small_disk.iterdir() if p.name.startswith(".")] == []  # no temporary file left
 
 
 @pytest.mark.slow

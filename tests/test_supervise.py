@@ -260,13 +260,13 @@ def test_each_attempt_gets_the_estimate_its_record_holds(tmp_path, monkeypatch):
 
 def test_attempt_record_keeps_every_key_of_attempts_jsonl():
     keys = ["attempt", "profile", "status", "steps", "started", "duration_s", "exit_code", "attempt_dir",
-            "resumed_from", "checkpoint", "shrink", "estimate_gib", "peak_gib", "oom", "error", "decided", "env",
-            "settings"]
+            "resumed_from", "checkpoint", "shrink", "estimate_gib", "peak_gib", "probe", "oom", "error", "decided",
+            "env", "settings"]
     record = AttemptRecord(attempt=1, profile="a", status="oom", oom=report("torch_logits_gib.txt").to_dict())
     assert list(record.to_dict()) == keys
-    again = AttemptRecord.from_dict({**record.to_dict(), "probe": {"peak_gib": 1.0}})
+    again = AttemptRecord.from_dict({**record.to_dict(), "future": {"peak_gib": 1.0}})
     assert again.report.site == "logits/log-probs" and again.report.shortfall_gib == pytest.approx(3.29)
-    assert again.to_dict()["probe"] == {"peak_gib": 1.0}  # a key this version does not know is kept
+    assert again.to_dict()["future"] == {"peak_gib": 1.0}  # a key this version does not know is kept
 
 
 def test_oom_everywhere_exits_3_with_the_table(tmp_path, monkeypatch):

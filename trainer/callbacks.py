@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 from transformers import TrainerCallback
 
-from launcher.contract import append_line
+from launcher.safe_write import append_line
 
 GIB = float(1 << 30)
 

@@ -7,40 +7,13 @@ from __future__ import annotations
 
 import os
 
-from launcher.contract import ENV_INJECT_OOM
+from launcher.contract import ENV_INJECT_OOM, parse_inject
+from launcher.contract import INJECT_AT_PROBE as PROBE
+
 GIB = float(1 << 30)
 MIB = float(1 << 20)
-PROBE = "probe"  # the step name of the worst-case probe before training
 # Cards the message may describe when there is no real one to read.
 COMMON_CARD_GIB = (8.0, 12.0, 16.0, 24.0, 40.0, 48.0, 80.0, 94.0, 141.0)
-
-
-def parse_inject(text: str | None) -> dict[str, int | str]:
-    """{profile name: step number, or PROBE}; malformed parts are refused with the variable's name and the
-    expected form."""
-    targets: dict[str, int | str] = {}
-    for part in (text or "").split(","):
-        part = part.strip()
-        if not part:
-            continue
-        name, _, step = part.partition("@")
-        name = name.strip()
-        if not name:
-            raise ValueError(f"{ENV_INJECT_OOM}={text!r}: empty profile name (expected NAME[@STEP][,NAME[@STEP]...])")
-        if step.strip().lower() == PROBE:
-            value = PROBE
-        elif step.strip():
-            try:
-                value = int(step)
-            except ValueError:
-                raise ValueError(f"{ENV_INJECT_OOM}={text!r}: step {step!r} of {name!r} is neither a whole number nor "
-                                 f"'{PROBE}' (expected NAME[@STEP] or NAME@{PROBE})") from None
-            if value < 1:
-                raise ValueError(f"{ENV_INJECT_OOM}={text!r}: step of {name!r} must be >= 1")
-        else:
-            value = 1
-        targets[name] = value
-    return targets
 
 
 def injected_step(profile_name: str, environ=None) -> int | str | None:

@@ -7,7 +7,7 @@ import json
 from contextlib import contextmanager
 from pathlib import Path
 
-from launcher.contract import write_atomic
+from launcher.safe_write import write_atomic
 
 WINDOW = 10  # steps averaged for the "first" and "last" reward figures
 SMOOTH = 10  # steps in the plots' rolling mean

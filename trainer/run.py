@@ -23,6 +23,7 @@ from pathlib import Path
 from launcher import contract
 from launcher.contract import ERROR, EXIT_FOR_STATUS, INTERRUPTED, OK, OOM, Outcome
 from launcher.errors import EXIT_BAD_INPUT, EXIT_FAILURE, UsageError
+from launcher.safe_write import disk_error_text
 
 _DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
 _DISK_TEXTS = ("No space left on device", "StorageFull", "Disk quota exceeded", "Read-only file system")
@@ -157,7 +158,7 @@ def run_attempt(profile, attempt_dir, resume_from=None) -> int:
     except OSError as exc:
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # which disk, and how full
-            reason = contract.disk_error_text(exc, attempt_dir).split(": ", 1)[-1]
+            reason = disk_error_text(exc, attempt_dir).split(": ", 1)[-1]
         say(f"error: cannot write to the attempt folder {attempt_dir}: {reason} "
             "(fix: free disk space, or choose a writable --output-dir)", error=True)
         return EXIT_FAILURE
@@ -247,7 +248,7 @@ def _close_outcome(state: AttemptState, outcome: Outcome) -> bool:
         outcome.write(state.attempt_dir, outcome.rank)
     except OSError as exc:
         say(f"error: the attempt ended {outcome.status}, but its {contract.outcome_name(outcome.rank)} is not "
-            f"written: {contract.disk_error_text(exc, state.attempt_dir, len(outcome.to_json()))}", error=True)
+            f"written: {disk_error_text(exc, state.attempt_dir, len(outcome.to_json()))}", error=True)
         return False
     return True
 
