@@ -208,11 +208,11 @@ def plan_and_train(args: argparse.Namespace) -> int:
     from launcher.plan_view import print_plan
     from launcher.profiles import load_profile, load_profiles
 
+    gpu = probe(what_if_gib=args.gpu_memory, what_if_name=args.gpu_name, what_if_count=args.gpus)
     if args.profile:
         profiles = [load_profile(args.profile, args.overrides)]
-    else:
-        profiles = load_profiles(args.profiles_dir, args.overrides)
-    gpu = probe(what_if_gib=args.gpu_memory, what_if_name=args.gpu_name, what_if_count=args.gpus)
+    else:  # a --set is checked against the profiles that can run on this machine
+        profiles = load_profiles(args.profiles_dir, args.overrides, device="cuda" if gpu.gpus else "cpu")
     measurements = None
     if not args.ignore_ledger:
         from launcher.ledger import read as read_ledger

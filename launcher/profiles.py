@@ -239,8 +239,13 @@ def load_profile(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) 
     return profile
 
 
-def load_profiles(directory: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> list[Profile]:
-    """Every *.yaml in a folder (hidden files skipped: editor backups, locks), in ladder order."""
+def load_profiles(directory: str | Path, overrides: list[str] | tuple[str, ...] = (),
+                  device: str | None = None) -> list[Profile]:
+    """Every *.yaml in a folder (hidden files skipped: editor backups, locks), in ladder order.
+
+    device: the kind this machine trains on ("cpu" without a GPU). Only its profiles take the overrides and
+    are checked with them; the others load as written, for the plan to leave out, so that a --set meant for
+    the CPU ladder is not refused for a GPU profile that could never run here."""
     directory = Path(directory)
     if not directory.is_dir():
         raise UsageError(f"{directory}: profiles folder not found (fix: --profiles-dir DIR)")
@@ -248,7 +253,11 @@ def load_profiles(directory: str | Path, overrides: list[str] | tuple[str, ...] 
              if not f.name.startswith(".")]
     if not files:
         raise UsageError(f"{directory}: no *.yaml profiles in this folder")
-    profiles = [load_profile(f, overrides) for f in files]
+    profiles = []
+    for path in files:
+        as_written = load_profile(path) if device is not None and overrides else None
+        runs_here = as_written is None or as_written.device == device
+        profiles.append(load_profile(path, overrides) if runs_here else as_written)
     names: dict[str, str] = {}
     for p in profiles:
         if p.name in names:

@@ -151,7 +151,30 @@ def _check_answer_pattern(p) -> None:
                          "put the answer in a group, e.g. '#### (.+)'", "answer_pattern")
 
 
+# Families whose decoder blocks name their linear layers as Llama does (the catalogue's module_shapes).
+_LLAMA_NAMED = ("llama", "qwen2", "qwen3", "mistral", "gemma3", "gemma3_text")
+
+
+def check_target_modules(p) -> None:
+    """For a model the catalogue knows offline, every LoRA target must be one of its linear layers: PEFT
+    refuses an unknown name only after the model has loaded, and the estimate would count it as nothing."""
+    from launcher.catalog import CATALOGUE, TINY, catalogue_key
+
+    key = catalogue_key(p.model)
+    arch = TINY if p.model == "tiny" else next((a for a in CATALOGUE if catalogue_key(a.name) == key), None)
+    if arch is None or arch.family not in _LLAMA_NAMED:
+        return  # its layer names are read from its own config at load time
+    layers = list(arch.module_shapes())
+    unknown = [name for name in p.target_modules if name not in layers]
+    if unknown:
+        hint = suggest(unknown[0], layers)
+        what = "is not a linear layer" if len(unknown) == 1 else "are not linear layers"
+        raise KeyProblem(f"{', '.join(map(repr, unknown))} {what} of {p.model} (its layers: {', '.join(layers)})",
+                         (hint + "; " if hint else "") + "list names from its layers", "target_modules")
+
+
 def check_rewards_and_dataset(p) -> None:
+    check_target_modules(p)
     base = _base_dir(p)
     _check_rewards(p, base)
     _check_dataset(p, base)

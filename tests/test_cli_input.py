@@ -176,3 +176,19 @@ def test_huge_prompts_are_dropped_by_characters_before_tokenizing():
     kept, dropped = filter_by_length(rows, tokenizer, 64)
     assert [row["answer"] for row in kept] == ["4"] and dropped == 1
     assert tokenizer.characters < 10_000  # the 5 MB line never reached the tokenizer
+
+
+def test_set_is_checked_against_the_profiles_that_can_run_here(capsys):
+    # num_gpus=2 suits the CPU ladder (two processes) but no single-GPU Unsloth profile: on a machine without a
+    # GPU only the CPU profiles take it, the GPU ones load as written and are left out by the plan
+    cpu_ladder = load_profiles(ROOT / "profiles", ["num_gpus=2"], device="cpu")
+    assert {p.num_gpus for p in cpu_ladder if p.device == "cpu"} == {2}
+    assert all(p.num_gpus == load_profiles(ROOT / "profiles")[i].num_gpus
+               for i, p in enumerate(cpu_ladder) if p.device == "cuda")
+    with pytest.raises(UsageError, match="gradient_checkpointing"):
+        load_profiles(ROOT / "profiles", ["num_gpus=2"], device="cuda")
+    if not probe().gpus:
+        code, text = main(capsys, "--auto", "--dry-run", "--set", "num_gpus=2")
+        assert code == 0, text
+        code, text = main(capsys, "--auto", "--dry-run", "--set", "optim=adamw_8bit")
+        assert code == 2 and "cpu-tiny" in text and "adamw_8bit" in text

@@ -304,3 +304,18 @@ def test_any_values_give_a_profile_or_a_profile_error(keys):
         profile_from_dict(valid(**keys), "<fuzz>")
     except ProfileError as error:
         assert error.key is None or error.key in KEYS or error.key in str(keys), error
+
+
+def test_target_modules_of_a_known_model_are_its_linear_layers():
+    from launcher.profiles import load_profile
+
+    shipped = sorted((REPO / "profiles").glob("*.yaml"))
+    for path in shipped:  # every shipped profile names real layers
+        load_profile(path)
+    with pytest.raises(ProfileError, match=r"'v_prj' is not a linear layer of tiny .*did you mean 'v_proj'"):
+        load_profile(REPO / "profiles" / "cpu-tiny-4gen.yaml", ["target_modules=[q_proj,v_prj]"])
+    with pytest.raises(ProfileError, match="are not linear layers of unsloth/gemma-3-1b-it"):
+        load_profile(REPO / "profiles" / "gpu-16gb-gemma3-1b.yaml", ["target_modules=[c_attn,c_proj]"])
+    # a model the catalogue does not know offline keeps its own names (read from its config at load)
+    other = load_profile(REPO / "profiles" / "gpu-16gb-gemma3-1b.yaml", ["model=gpt2", "target_modules=[c_attn]"])
+    assert other.target_modules == ["c_attn"]
