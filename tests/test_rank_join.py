@@ -26,8 +26,9 @@ from trainer.stages import join_ranks, wait_for_ranks
 from trainer.config import DDP_TIMEOUT_S, grpo_config_kwargs
 from launcher.profiles import load_profile
 
-join_ranks()
+join_ranks(on_cpu=True)
 joined = dist.is_initialized()
+backend = dist.get_backend()
 group = dist.group.WORLD
 if int(os.environ["RANK"]) == 0:
     time.sleep(2)  # rank 0 evaluates alone
@@ -36,7 +37,7 @@ profile = load_profile("profiles/cpu-tiny-4gen.yaml").replace(num_gpus=2)
 kwargs = grpo_config_kwargs(profile, os.environ["OUT"], device="cpu", bf16=False, use_vllm=False)
 from trl import GRPOConfig
 config = GRPOConfig(**kwargs)
-print(json.dumps({"joined": joined, "same_group": dist.group.WORLD is group, "world": dist.get_world_size(),
+print(json.dumps({"joined": joined, "backend": backend, "same_group": dist.group.WORLD is group, "world": dist.get_world_size(),
                   "ddp_timeout": config.ddp_timeout, "stated": DDP_TIMEOUT_S}))
 """
 
@@ -56,5 +57,5 @@ def test_every_rank_joins_before_rank_0_evaluates(tmp_path):
         assert proc.returncode == 0, err[-3000:]
         results.append(json.loads(out.strip().splitlines()[-1]))
     for result in results:
-        assert result["joined"] and result["same_group"] and result["world"] == 2
+        assert result["joined"] and result["same_group"] and result["world"] == 2 and result["backend"] == "gloo"
         assert result["ddp_timeout"] == result["stated"] > 1800  # longer than the rendezvous' default

@@ -274,7 +274,7 @@ def _train(state: AttemptState, signals) -> str:
         probe(state, loaded, asked=True)
         say("probe only: stopping before training")
         return OK
-    join_ranks()  # every rank in the process group before rank 0 evaluates alone
+    join_ranks(loaded.backend.device == "cpu")  # every rank in the process group before rank 0 evaluates alone
     before = evaluate_rows(state, loaded, loaded.eval_rows)
     wait_for_ranks()
     if signals.stopped:

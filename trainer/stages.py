@@ -90,7 +90,7 @@ def load(state: AttemptState) -> Loaded:
     return Loaded(backend, model, tokenizer, kept, dropped, eval_rows, unsloth_vllm, use_vllm, correctness, generation)
 
 
-def join_ranks() -> None:
+def join_ranks(on_cpu: bool = False) -> None:
     """Under accelerate, start the process group on every rank now. TrainingArguments.__post_init__ would
     start it (its device set-up builds accelerate's PartialState, which calls init_process_group), but only
     when the GRPOConfig is built, after rank 0's evaluation: the other ranks would wait inside it instead.
@@ -103,7 +103,8 @@ def join_ranks() -> None:
     if world_size() > 1:
         from accelerate import PartialState
 
-        PartialState(timeout=timedelta(seconds=DDP_TIMEOUT_S))
+        # cpu=True as GRPOConfig's use_cpu will ask: gloo, not the "cuda:nccl,cpu:gloo" pair of a GPU machine
+        PartialState(cpu=on_cpu, timeout=timedelta(seconds=DDP_TIMEOUT_S))
 
 
 def wait_for_ranks() -> None:
