@@ -281,6 +281,15 @@ def _vllm_figures(attempt_dir: Path) -> dict | None:
     return parse_vllm_memory(text)
 
 
+def shape_text(settings: dict) -> str:
+    """The keys that tell two shapes of one profile apart at a glance: per-device batch / generations /
+    completion tokens, and the LoRA rank."""
+    get = settings.get
+    text = (f"{get('per_device_train_batch_size', '?')} / {get('num_generations', '?')} / "
+            f"{get('max_completion_length', '?')}")
+    return text + (f" r{get('lora_rank')}" if get("lora_rank") else " full")
+
+
 def accuracy_rows(entries: list[Entry]) -> list[dict]:
     """Per machine and shape: the estimate against what was measured (`python train.py --ledger`)."""
     groups: dict[tuple, list[Entry]] = {}
@@ -296,7 +305,8 @@ def accuracy_rows(entries: list[Entry]) -> list[dict]:
         peak = max(peaks) if peaks else None
         rows.append({
             "machine": f"{name} ({total} GiB)" if device == "cuda" else f"CPU ({total} GiB RAM)",
-            "profile": group[-1].profile, "runs": len(group), "estimate_gib": est, "peak_gib": peak,
+            "profile": group[-1].profile, "shape": shape_text(group[-1].settings), "runs": len(group),
+            "estimate_gib": est, "peak_gib": peak,
             "ratio": round(peak / est, 3) if peak and est else None,
             "oom_lower_bound_gib": max(bounds) if bounds else None,
             "last": max(e.date for e in group),
@@ -317,15 +327,15 @@ def print_ledger(path: Path | None = None, console=None) -> int:
                       markup=False)
         return 0
     table = Table(title=f"ledger: {path}")
-    for col in ("machine", "profile", "runs", "estimate GiB", "measured peak GiB", "measured / estimate",
-                "OOM lower bound GiB", "last"):
+    for col in ("machine", "profile", "batch / gens / completion", "runs", "estimate GiB",
+                "measured peak GiB", "measured / estimate", "OOM lower bound GiB", "last"):
         table.add_column(col)
 
     def fmt(value, digits=2):
         return "-" if value is None else f"{value:.{digits}f}"
 
     for r in rows:
-        table.add_row(r["machine"], r["profile"], str(r["runs"]), fmt(r["estimate_gib"]), fmt(r["peak_gib"]),
-                      fmt(r["ratio"], 3), fmt(r["oom_lower_bound_gib"]), r["last"][:19])
+        table.add_row(r["machine"], r["profile"], r["shape"], str(r["runs"]), fmt(r["estimate_gib"]), fmt(r["peak_gib"]),
+                      fmt(r["ratio"], 3), fmt(r["oom_lower_bound_gib"]), r["last"][:16].replace("T", " "))
     console.print(table)
     return 0

@@ -131,3 +131,13 @@ def test_missing_ledger_is_empty(tmp_path, monkeypatch):
     monkeypatch.setenv("GRPO_TRAIN_CACHE", str(tmp_path / "nowhere"))
     assert ledger.read() == []
     assert ledger.ledger_path() == tmp_path / "nowhere" / "ledger.jsonl"
+
+
+def test_ledger_report_tells_two_shapes_of_one_profile_apart():
+    from launcher.ledger import shape_text
+
+    assert shape_text({"per_device_train_batch_size": 8, "num_generations": 8, "max_completion_length": 48,
+                       "lora_rank": 16}) == "8 / 8 / 48 r16"
+    assert shape_text({"per_device_train_batch_size": 4, "num_generations": 8, "max_completion_length": 48,
+                       "lora_rank": 0}) == "4 / 8 / 48 full"
+    assert shape_text({}) == "? / ? / ? full"
