@@ -334,7 +334,7 @@ def _train(state: AttemptState, signals) -> str:
 
 def build_summary(state: AttemptState, backend, rows, reward_names, before, after, train_seconds,
                   train_rows, dropped, status) -> dict:
-    from trainer.report import reward_figures
+    from trainer.report import reward_figures, scored_examples, warm_start_record
 
     profile = state.profile
     memory = state.memory.summary()
@@ -370,6 +370,8 @@ def build_summary(state: AttemptState, backend, rows, reward_names, before, afte
         "rewards": reward_figures(rows, reward_names),
         "accuracy": {"samples": before["total"], "before": before["accuracy"], "after": after["accuracy"],
                      "correct_before": before["correct"], "correct_after": after["correct"],
-                     "examples_after": after["examples"]},
+                     "examples_before": scored_examples(before["examples"], profile.rewards),
+                     "examples_after": scored_examples(after["examples"], profile.rewards)},
+        "warm_start": warm_start_record(profile),
         "checkpoint": state.latest_checkpoint(),
     }
