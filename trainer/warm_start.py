@@ -28,15 +28,26 @@ def worked_completion(row: dict) -> str:
     return f"<reasoning>\n{steps}\n</reasoning>\n<answer>\n{row['answer']}\n</answer>"
 
 
-def _examples(tokenizer, seed: int, count: int):
-    """(input ids, labels) per training problem; labels mask the prompt so only the answer is learned.
-    Problems come from their own seeded stream, with every held-out question removed."""
+def training_rows(seed: int, count: int) -> list[dict]:
+    """`count` generated problems from the warm start's own seeded stream, every held-out question removed
+    (prefix-stable: a smaller count gives the first rows of a larger one)."""
     from tasks import arithmetic, load_task
-    from tasks.gsm8k import build_prompt
 
     held_out = {row["prompt"][-1]["content"] for row in load_task("arithmetic", "test")}
-    rows = [row for row in arithmetic.generate(count + count // 4, seed=f"warm-start {seed}")
-            if row["question"] not in held_out][:count]
+    drawn = count
+    while True:
+        drawn += drawn // 8 + 16
+        rows = [row for row in arithmetic.generate(drawn, seed=f"warm-start {seed}")
+                if row["question"] not in held_out]
+        if len(rows) >= count:
+            return rows[:count]
+
+
+def _examples(tokenizer, seed: int, count: int):
+    """(input ids, labels) per training problem; labels mask the prompt so only the answer is learned."""
+    from tasks.gsm8k import build_prompt
+
+    rows = training_rows(seed, count)
     out = []
     for row in rows:
         prompt = tokenizer.apply_chat_template(build_prompt(row["question"]), tokenize=False,
