@@ -54,7 +54,10 @@ def score_checkpoints(attempt: Path, held_out: int) -> dict:
     rows = load_task(profile["dataset"], "test", limit=held_out)
     curve = {0: probe(AutoModelForCausalLM.from_pretrained(base_path), tokenizer, rows)["accuracy"]}
     for checkpoint in sorted(attempt.glob("checkpoint-*"), key=lambda p: int(p.name.rsplit("-", 1)[1])):
-        model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_path), str(checkpoint))
+        if (checkpoint / "adapter_config.json").is_file():
+            model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_path), str(checkpoint))
+        else:  # lora_rank 0: the checkpoint holds every weight
+            model = AutoModelForCausalLM.from_pretrained(str(checkpoint))
         curve[int(checkpoint.name.rsplit("-", 1)[1])] = probe(model, tokenizer, rows)["accuracy"]
     record = summary.get("warm_start") or {}
     return {"seed": profile["seed"], "random": record.get("random_accuracy"), "curve": curve,
