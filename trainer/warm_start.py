@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-WARM_START_STEPS = 200    # chosen so that held-out accuracy starts near 20% (see README)
+WARM_START_STEPS = 200    # held-out accuracy 0.25 at seed 3407 (0.59 at 300 steps): weak, with room to improve
 WARM_START_BATCH = 32
 WARM_START_LR = 2.0e-3
 PROBE_ROWS = 200          # held-out problems measured at build time (random and warm-started)
