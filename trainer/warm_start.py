@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import re
 
-WARM_START_STEPS = 200    # held-out accuracy 0.25 at seed 3407 (0.59 at 300 steps): weak, with room to improve
+# Seed 3407: 200 steps give 0.25 held-out, but the numbers of the problem are restated right only 61% of the
+# time and GRPO cannot lift it; at 235 they are restated right 99% of the time while only 39% of the sums are
+# right (held-out 0.395): weak, and GRPO has the sums left to learn.
+WARM_START_STEPS = 235
 WARM_START_BATCH = 32
 WARM_START_LR = 2.0e-3
 PROBE_ROWS = 200          # held-out problems measured at build time (random and warm-started)
@@ -72,12 +75,14 @@ def _batch(examples, pad_id: int):
     return ids, labels, mask
 
 
-def train_warm_start(model, tokenizer, seed: int, steps: int = WARM_START_STEPS) -> None:
-    """Fine-tune every weight of `model` in place for `steps` seeded steps on worked arithmetic solutions."""
+def train_warm_start(model, tokenizer, seed: int, steps: int | None = None) -> None:
+    """Fine-tune every weight of `model` in place for `steps` (default WARM_START_STEPS, read at call time,
+    as the build key reads it) seeded steps on worked arithmetic solutions."""
     import random
 
     import torch
 
+    steps = WARM_START_STEPS if steps is None else steps
     examples = _examples(tokenizer, seed, steps * WARM_START_BATCH // 4 + WARM_START_BATCH)
     order = random.Random(seed)
     torch.manual_seed(seed)
