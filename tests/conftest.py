@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[1]
 # GSM8K lies next to the repository (../shared/data/gsm8k); it is never copied into it.
 GSM8K_DIR = REPO.parent / "shared" / "data" / "gsm8k"
 CPU_DEFAULT = REPO / "profiles" / "cpu-tiny-8gen.yaml"
-# Building the tiny model includes its warm start: about 1.5 min on an idle 2-core machine, several times
+# Building the tiny model includes its warm start: under a minute on an idle 2-core machine, several times
 # that when the machine is busy.
 TINY_BUILD_TIMEOUT_S = 1200
 

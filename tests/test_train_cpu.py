@@ -204,7 +204,7 @@ def test_cpu_default_learns(tmp_path, train_env):
     warm-started tiny model: the sampled answers get right more often and stay well-formed."""
     env = dict(train_env, CUDA_VISIBLE_DEVICES="")
     started = time.time()
-    # about 1.5 min on an idle 2-core machine; a machine busy with other tests takes several times longer
+    # about a minute on an idle 2-core machine; one busy with other tests can take ten times longer
     result = subprocess.run([sys.executable, str(TRAIN), "--auto", "--output-dir", str(tmp_path / "outputs")],
                             env=env, cwd=REPO, capture_output=True, text=True, timeout=1200)
     wall = time.time() - started
