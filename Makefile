@@ -6,6 +6,11 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed-$(shell cat constraints.txt pyproject.toml | cksum | cut -d' ' -f1)
+# Where torch comes from. Empty: the default index (on Linux its torch wheel is the CUDA build, which pulls
+# several GB of nvidia-* wheels). On a machine without a GPU, the CPU-only wheel (about 200 MB) is enough:
+#   make train TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+TORCH_INDEX_URL ?=
+TORCH_INDEX := $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL),)
 
 .PHONY: venv train test test-fast dry-run clean vllm-side
 
@@ -17,7 +22,7 @@ venv: $(STAMP)
 $(STAMP): constraints.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -c constraints.txt torch
+	$(PIP) install --quiet -c constraints.txt $(TORCH_INDEX) torch
 	$(PIP) install --quiet -c constraints.txt -e '.[test]'
 	$(PIP) install --quiet -c constraints.txt --no-deps unsloth unsloth_zoo json5
 	$(PIP) uninstall --quiet --yes torchvision 2>/dev/null || true

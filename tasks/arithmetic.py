@@ -5,15 +5,19 @@
 a whole number. The same seed always gives the same rows, and a longer list starts with the shorter one
 (generate(10, s) == generate(100, s)[:10]).
 
-Levels: 1 = two steps with numbers up to about 20; 2 = three steps, numbers up to about 100;
-3 = four or five steps, numbers up to about 1,000, with division, percentages and change.
+Levels: 0 = one step, adding or taking away two one-digit numbers (the default: what the offline tiny
+model can learn on a CPU in minutes); 1 = two steps with numbers up to about 20; 2 = three steps, numbers up
+to about 100; 3 = four or five steps, numbers up to about 1,000, with division, percentages and change.
+`level="mixed"` draws each problem's level from 1-3 (GSM8K-like, for larger models).
 """
 
 from __future__ import annotations
 
 import random
 
-LEVELS = (1, 2, 3)
+LEVELS = (0, 1, 2, 3)
+MIXED_LEVELS = (1, 2, 3)
+DEFAULT_LEVEL = 0
 
 _NAMES = ("Ava", "Ben", "Carla", "Dev", "Elena", "Farid", "Grace", "Hiro", "Ines", "Jamal", "Kofi", "Lena",
           "Mateo", "Nadia", "Omar", "Priya", "Quinn", "Rosa", "Sam", "Tariq", "Uma", "Victor", "Wen", "Yara")
@@ -258,6 +262,23 @@ def _discount(rng: random.Random, level: int) -> tuple[str, _Work, int]:
     return question + f" Shipping costs ${shipping}. How much does {name} pay in total?", work, total
 
 
+def _one_step(rng: random.Random) -> tuple[str, _Work, int]:
+    """Level 0: one addition or subtraction of one-digit numbers, phrased as a short word problem."""
+    name = rng.choice(_NAMES)
+    item = rng.choice(_ITEMS)
+    a, b = rng.randint(1, 9), rng.randint(1, 9)
+    work = _Work()
+    if rng.random() < 0.5:
+        total = work.step("", a, "+", b)
+        question = f"{name} has {a} {_plural(item, a)} and gets {b} more. How many {_plural(item)} now?"
+    else:
+        a, b = max(a, b), min(a, b)
+        total = work.step("", a, "-", b)
+        question = f"{name} has {a} {_plural(item, a)} and gives away {b}. How many {_plural(item)} are left?"
+    work.lines[-1] = work.lines[-1].lstrip()
+    return question, work, total
+
+
 def _gcd(a: int, b: int) -> int:
     while b:
         a, b = b, a % b
@@ -275,23 +296,27 @@ TEMPLATES = {
 }
 
 
-def generate(n: int, seed: int | str = 0, level: int | None = None) -> list[dict]:
+def generate(n: int, seed: int | str = 0, level: int | str | None = None) -> list[dict]:
     """n word problems as rows {question, answer_text, answer}, the same for the same (seed, level).
 
-    level 1, 2 or 3 fixes the difficulty; None draws each problem's level from the seed. `answer_text`
+    level 0, 1, 2 or 3 fixes the difficulty; None is DEFAULT_LEVEL (0); "mixed" draws each problem's
+    level from 1-3 with the seed. `answer_text`
     is the worked solution ending in "#### N"; `answer` is N as a string.
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"n must be a whole number >= 0, got {n!r}")
-    if level is not None and level not in LEVELS:
-        raise ValueError(f"level must be one of {', '.join(map(str, LEVELS))} or None, got {level!r}")
+    if level is not None and level != "mixed" and (isinstance(level, bool) or level not in LEVELS):
+        raise ValueError(f"level must be one of {', '.join(map(str, LEVELS))}, 'mixed' or None, got {level!r}")
+    level = DEFAULT_LEVEL if level is None else level
     # A string seed is hashed the same way on every run and every platform (unlike hash()).
     rng = random.Random(f"grpo-train arithmetic {seed}")
     names = list(TEMPLATES)
     rows = []
     for _ in range(n):
-        problem_level = level if level is not None else rng.choice(LEVELS)
-        template = TEMPLATES[rng.choice(names)]
-        question, work, final = template(rng, problem_level)
+        if level == 0:
+            question, work, final = _one_step(rng)
+        else:
+            problem_level = rng.choice(MIXED_LEVELS) if level == "mixed" else level
+            question, work, final = TEMPLATES[rng.choice(names)](rng, problem_level)
         rows.append({"question": question, "answer_text": work.answer_text(final), "answer": str(final)})
     return rows

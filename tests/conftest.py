@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+REPO = Path(__file__).resolve().parents[1]
 # GSM8K lies next to the repository (../shared/data/gsm8k); it is never copied into it.
-GSM8K_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "gsm8k"
+GSM8K_DIR = REPO.parent / "shared" / "data" / "gsm8k"
+CPU_DEFAULT = REPO / "profiles" / "cpu-tiny-8gen.yaml"
+# Building the tiny model includes its warm start: under a minute on an idle 2-core machine, several times
+# that when the machine is busy.
+TINY_BUILD_TIMEOUT_S = 1200
 
 
 @pytest.fixture(scope="session")
@@ -43,3 +51,26 @@ def own_ledger(tmp_path, monkeypatch):
     """Each test measures into a ledger of its own: an injected OOM in one test never reaches the plan of
     another, nor the ledger of the machine the tests run on."""
     monkeypatch.setenv("GRPO_TRAIN_LEDGER", str(tmp_path / "ledger.jsonl"))
+
+
+@pytest.fixture(scope="session")
+def tiny_seed() -> int:
+    """The seed of the CPU profiles, which is also the seed their tiny model is built with."""
+    from launcher.profiles import load_profile
+
+    return load_profile(CPU_DEFAULT).seed
+
+
+@pytest.fixture(scope="session")
+def tiny_cache(tmp_path_factory, tiny_seed) -> Path:
+    """A model cache (GRPO_TRAIN_CACHE) shared by the session's CPU runs, holding the CPU profiles' tiny model,
+    warm start included, built once here so that no run pays for the build inside its own time limit.
+    Built in a child process, as train.py builds it, so this process imports no torch/Unsloth for it."""
+    root = tmp_path_factory.mktemp("grpo-cache")
+    code = "import sys; from trainer.tiny import ensure_tiny; print(ensure_tiny('arithmetic', seed=int(sys.argv[1])))"
+    env = {**os.environ, "GRPO_TRAIN_CACHE": str(root)}
+    result = subprocess.run([sys.executable, "-c", code, str(tiny_seed)], cwd=REPO, env=env, capture_output=True,
+                            text=True, timeout=TINY_BUILD_TIMEOUT_S)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert Path(result.stdout.strip().splitlines()[-1]).parent == root
+    return root

@@ -215,8 +215,9 @@ def test_same_seed_same_rows_and_prefix_stable():
     assert generate(0) == []
 
 
-def test_rows_have_gsm8k_shape_and_correct_arithmetic():
-    rows = generate(600, seed=3)
+@pytest.mark.parametrize("level", [None, "mixed"])
+def test_rows_have_gsm8k_shape_and_correct_arithmetic(level):
+    rows = generate(600, seed=3, level=level)
     for row in rows:
         assert set(row) == {"question", "answer_text", "answer"}
         assert row["question"].endswith("?")
@@ -233,11 +234,12 @@ def test_rows_have_gsm8k_shape_and_correct_arithmetic():
 
 
 def test_levels_set_the_number_of_steps_and_every_template_appears():
-    for level, steps in zip(LEVELS, ((2, 3), (3, 4), (4, 7))):
+    for level, steps in zip(LEVELS, ((1, 1), (2, 3), (3, 4), (4, 7))):
         rows = generate(300, seed=1, level=level)
         counts = {row["answer_text"].count("<<") for row in rows}
         assert min(counts) >= steps[0] and max(counts) <= steps[1], (level, counts)
-    mixed = generate(400, seed=2)
+    assert generate(50, seed=1) == generate(50, seed=1, level=0)  # the default is the one-step level
+    mixed = generate(400, seed=2, level="mixed")
     kinds = {len(row["answer_text"].split("\n")) for row in mixed}
     assert len(kinds) >= 4
     first_words = {row["answer_text"].split(" ")[0] for row in mixed}
@@ -246,15 +248,16 @@ def test_levels_set_the_number_of_steps_and_every_template_appears():
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"n": -1}, "n must be a whole number"), ({"n": 2.5}, "n must be a whole number"),
-    ({"n": 1, "level": 4}, "level must be one of 1, 2, 3"),
+    ({"n": 1, "level": 4}, "level must be one of 0, 1, 2, 3"), ({"n": 1, "level": True}, "level must be"),
 ])
 def test_generate_refuses_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         generate(**kwargs)
 
 
-def test_generated_solutions_score_full_marks():
-    rows = generate(300, seed=5)
+@pytest.mark.parametrize("level", [None, "mixed"])
+def test_generated_solutions_score_full_marks(level):
+    rows = generate(300, seed=5, level=level)
     texts = [f"<reasoning>\n{row['answer_text'].rpartition('####')[0].strip()}\n</reasoning>\n"
              f"<answer>\n{row['answer']}\n</answer>" for row in rows]
     golds = [row["answer"] for row in rows]

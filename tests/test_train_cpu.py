@@ -22,9 +22,9 @@ REWARD_NAMES = ["xml_count", "xml_soft", "number", "accuracy"]
 
 
 @pytest.fixture(scope="session")
-def train_env(tmp_path_factory):
+def train_env(tiny_cache):
     env = dict(os.environ)
-    env["GRPO_TRAIN_CACHE"] = str(tmp_path_factory.mktemp("grpo-cache"))
+    env["GRPO_TRAIN_CACHE"] = str(tiny_cache)  # the tiny model is built once per session, before any run
     env.pop("GRPO_INJECT_OOM", None)
     env.pop("GRPO_TRAIN_NO_UNSLOTH", None)
     env.pop("GRPO_ATTEMPT_ESTIMATE_GIB", None)
@@ -66,6 +66,11 @@ def test_outcome_of_a_finished_attempt(quick_run):
     assert (out["rank"], out["ranks"]) == (0, 1)
     assert set(out) == {"status", "steps", "checkpoint", "error", "error_text", "traceback", "peak_gib",
                         "estimate_gib", "rank", "ranks", "probe"}
+
+
+def test_runs_reuse_the_session_tiny_model(quick_run, tiny_cache):
+    built = [p for p in tiny_cache.iterdir() if p.name.startswith("tiny-")]
+    assert len(built) == 1, built  # train.py found the session's build instead of building its own
 
 
 def test_every_output_is_written(quick_run):
@@ -207,21 +212,26 @@ def test_bad_dataset_path_is_bad_input(tmp_path, train_env):
 
 @pytest.mark.slow
 def test_cpu_default_learns(tmp_path, train_env):
-    """`python train.py --auto` without a GPU: the CPU ladder's first profile, seeded, learns the format."""
+    """`python train.py --auto` without a GPU: the CPU ladder's first profile, seeded, from the session's
+    warm-started tiny model: the sampled answers get right more often and stay well-formed."""
     env = dict(train_env, CUDA_VISIBLE_DEVICES="")
     started = time.time()
+    # about a minute on an idle 2-core machine; one busy with other tests can take ten times longer
     result = subprocess.run([sys.executable, str(TRAIN), "--auto", "--output-dir", str(tmp_path / "outputs")],
-                            env=env, cwd=REPO, capture_output=True, text=True, timeout=400)
+                            env=env, cwd=REPO, capture_output=True, text=True, timeout=1200)
     wall = time.time() - started
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     attempts = sorted((tmp_path / "outputs").glob("run-*/attempt-*"))
     assert attempts, result.stdout[-2000:]
     attempt_dir = attempts[-1]
     rows = metrics(attempt_dir)
-    first = sum(r["rewards"]["xml_count"] for r in rows[:10]) / 10
-    last = sum(r["rewards"]["xml_count"] for r in rows[-10:]) / 10
-    print(f"CPU default: {len(rows)} steps, xml_count first 10 {first:.3f}, last 10 {last:.3f}, wall {wall:.1f} s")
-    assert last > first
+    first = sum(r["rewards"]["accuracy"] for r in rows[:20]) / 20
+    last = sum(r["rewards"]["accuracy"] for r in rows[-20:]) / 20
+    well_formed = sum(r["rewards"]["xml_soft"] for r in rows[-20:]) / 20
+    print(f"CPU default: {len(rows)} steps, accuracy reward first 20 {first:.3f}, last 20 {last:.3f}, "
+          f"well-formed {well_formed:.3f}, wall {wall:.1f} s")
+    assert last > first + 0.05  # the warm start already writes the format: the sums are what GRPO learns
+    assert well_formed >= 0.9
     for name in ("adapter/adapter_model.safetensors", "summary.json", "report.md", "rewards.png",
                  "completion_length.png", "memory.png"):
         assert (attempt_dir / name).is_file(), name

@@ -30,10 +30,10 @@ def _profile(**changes):
 # tiny model
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
+def tiny_dir(tiny_cache, tiny_seed):
     from trainer.tiny import ensure_tiny
 
-    return ensure_tiny("arithmetic", seed=0, root=tmp_path_factory.mktemp("tiny-cache"))
+    return ensure_tiny("arithmetic", seed=tiny_seed, root=tiny_cache)  # the session's build, found not rebuilt
 
 
 def test_tiny_shape_is_the_catalogue_entry(tiny_dir):
@@ -44,8 +44,9 @@ def test_tiny_shape_is_the_catalogue_entry(tiny_dir):
             config["num_key_value_heads"], config["head_dim"], config["intermediate_size"]) == \
         (TINY.hidden, TINY.layers, TINY.heads, TINY.kv_heads, TINY.head_dim, TINY.intermediate)
     assert config["tie_word_embeddings"] is True
-    # the BPE vocabulary (specials included) plus the four XML tags
-    assert config["vocab_size"] == TINY.vocab + 4
+    # the BPE vocabulary (specials included) plus the four XML tags; BPE stops short of its size when the
+    # task's text has no pair left to merge (504 at seed 3407), so the catalogue's figure is the ceiling
+    assert TINY.vocab - 64 < config["vocab_size"] <= TINY.vocab + 4
 
 
 def test_tiny_tokenizer_keeps_its_ids_and_tags(tiny_dir):
@@ -70,20 +71,30 @@ def test_tiny_tokenizer_keeps_its_ids_and_tags(tiny_dir):
     assert tokenizer.pad_token == "<|pad|>"
 
 
-def test_tiny_is_cached_and_seeded(tiny_dir, tmp_path):
-    from safetensors.torch import load_file
-
+def test_tiny_is_cached(tiny_dir, tiny_seed):
     from trainer.tiny import ensure_tiny
 
     stamp = (tiny_dir / "model.safetensors").stat().st_mtime_ns
-    assert ensure_tiny("arithmetic", seed=0, root=tiny_dir.parent) == tiny_dir
+    assert ensure_tiny("arithmetic", seed=tiny_seed, root=tiny_dir.parent) == tiny_dir
     assert (tiny_dir / "model.safetensors").stat().st_mtime_ns == stamp  # reused, not rebuilt
-    again = ensure_tiny("arithmetic", seed=0, root=tmp_path)
-    first, second = load_file(tiny_dir / "model.safetensors"), load_file(again / "model.safetensors")
+
+
+def test_tiny_is_seeded(tmp_path, monkeypatch):
+    from safetensors.torch import load_file
+
+    from trainer import warm_start
+    from trainer.tiny import ensure_tiny, read_warm_start
+
+    # two builds of the same seed, each with a short warm start and probe (the full build takes minutes)
+    monkeypatch.setattr(warm_start, "WARM_START_STEPS", 3)
+    monkeypatch.setattr(warm_start, "PROBE_ROWS", 8)
+    one, two = (ensure_tiny("arithmetic", seed=5, root=tmp_path / name) for name in ("one", "two"))
+    first, second = load_file(one / "model.safetensors"), load_file(two / "model.safetensors")
     assert first.keys() == second.keys()
     assert all((first[k] == second[k]).all() for k in first)
-    assert (tiny_dir / "tokenizer.json").read_text() == (again / "tokenizer.json").read_text()
-    assert not list(tmp_path.glob("*.*"))  # no staging folder left behind
+    assert (one / "tokenizer.json").read_text() == (two / "tokenizer.json").read_text()
+    assert read_warm_start(one)["steps"] == 3 and read_warm_start(one)["held_out"] == 8
+    assert not [p for p in (tmp_path / "one").iterdir() if p != one]  # no staging folder left behind
 
 
 def test_cache_root_follows_the_environment(monkeypatch, tmp_path):

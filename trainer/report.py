@@ -38,6 +38,37 @@ def reward_figures(rows: list[dict], reward_names: list[str]) -> dict:
     return out
 
 
+def scored_examples(examples: list[dict], weights: dict) -> list[dict]:
+    """Sample answers with each profile reward's score and the weighted total, as GRPO saw them."""
+    from rewards import get_reward
+
+    out = []
+    for example in examples or []:
+        scores = {}
+        for name in weights:
+            try:
+                scores[name] = get_reward(name)([example["completion"]], answer=[example["answer"]])[0]
+            except Exception:  # a reward the registry cannot score (a user's file) is left out, not fatal
+                continue
+        total = round(sum(float(weights[name]) * value for name, value in scores.items()), 4)
+        out.append({**example, "rewards": scores, "reward": total})
+    return out
+
+
+def warm_start_record(profile) -> dict | None:
+    """The tiny model's build-time record (random and warm-started held-out accuracy), None otherwise."""
+    if getattr(profile, "model", None) != "tiny":
+        return None
+    from trainer.tiny import ensure_tiny, read_warm_start
+
+    record = read_warm_start(ensure_tiny(profile.dataset, seed=profile.seed))
+    if not record:
+        return None
+    return {"steps": record["steps"], "held_out": record["held_out"], "seconds": record["seconds"],
+            "random_accuracy": record["random"]["accuracy"], "warm_start_accuracy": record["warm_start"]["accuracy"],
+            "warm_start_well_formed": record["warm_start"].get("well_formed")}
+
+
 def _memory_series(rows: list[dict], device: str):
     key = "peak_reserved_gib" if device == "cuda" else "rss_gib"
     label = "peak reserved (torch)" if device == "cuda" else "process RSS"
@@ -129,6 +160,16 @@ def _probe_line(probe: dict | None) -> str:
             f"({probe['measure']}) in {_fmt(probe['seconds'], 1, ' s')}")
 
 
+def _warm_start_lines(warm: dict | None, acc: dict) -> list[str]:
+    """The three points of a tiny-model run: random model, warm start (built in), after GRPO."""
+    if not warm:
+        return []
+    return [f"- held-out accuracy, random model -> warm start -> after GRPO: {_fmt(warm['random_accuracy'])} -> "
+            f"{_fmt(acc['before'])} -> {_fmt(acc['after'])} (the warm start is {warm['steps']} supervised steps "
+            f"in the tiny model's build; GRPO's own gain is "
+            f"{_fmt(None if acc['before'] is None or acc['after'] is None else acc['after'] - acc['before'])})"]
+
+
 def write_report(attempt_dir: Path, summary: dict) -> None:
     """summary.json and report.md from one summary dict."""
     write_atomic(attempt_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
@@ -147,6 +188,7 @@ def write_report(attempt_dir: Path, summary: dict) -> None:
         + (f" (measured/estimate {mem['ratio']:.2f})" if mem.get("ratio") is not None else ""),
         _probe_line(summary.get("probe")),
         f"- accuracy on {acc['samples']} test problems: before {_fmt(acc['before'])}, after {_fmt(acc['after'])}",
+        *_warm_start_lines(summary.get("warm_start"), acc),
         "",
         "## Rewards (mean of the first and the last steps)",
         "",
@@ -165,9 +207,12 @@ def write_report(attempt_dir: Path, summary: dict) -> None:
               "Hugging Face format",
               "- `metrics.jsonl`: one line per step (rewards, loss, completion length, memory)",
               "- `checkpoint-N/`: trainer checkpoints, for `--resume`", ""]
-    examples = acc.get("examples_after") or []
-    if examples:
-        lines += ["## Sample answers after training", ""]
-        for example in examples:
-            lines += [f"expected `{example['answer']}`:", "", "```", example["completion"].strip(), "```", ""]
+    for key, heading in (("examples_before", "before training"), ("examples_after", "after training")):
+        examples = acc.get(key) or []
+        if examples:
+            lines += [f"## Sample answers {heading}", ""]
+            for example in examples:
+                reward = f", reward {_fmt(example['reward'], 2)}" if "reward" in example else ""
+                lines += [f"expected `{example['answer']}`{reward}:", "", "```", example["completion"].strip(),
+                          "```", ""]
     write_atomic(attempt_dir / "report.md", "\n".join(lines))

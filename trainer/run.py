@@ -290,7 +290,7 @@ def build_summary(state: AttemptState, backend, rows, reward_names, before, afte
     """summary.json: what ran where, for how long, with what memory against the estimate, and the result."""
     import torch
 
-    from trainer.report import reward_figures
+    from trainer.report import reward_figures, scored_examples, warm_start_record
 
     profile = state.profile
     memory = state.memory.summary()
@@ -323,7 +323,9 @@ def build_summary(state: AttemptState, backend, rows, reward_names, before, afte
         "accuracy": {"correctness": profile.correctness, "samples": before["total"], "before": before["accuracy"],
                      "after": after["accuracy"],
                      "correct_before": before["correct"], "correct_after": after["correct"],
-                     "examples_after": after["examples"]},
+                     "examples_before": scored_examples(before["examples"], profile.rewards),
+                     "examples_after": scored_examples(after["examples"], profile.rewards)},
+        "warm_start": warm_start_record(profile),
         "checkpoint": contract.relative_path(state.latest_checkpoint(), state.attempt_dir),
         "probe": state.probe,
     }
