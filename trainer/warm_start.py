@@ -48,7 +48,7 @@ def training_rows(seed: int, count: int) -> list[dict]:
 
 def _examples(tokenizer, seed: int, count: int):
     """(input ids, labels) per training problem; labels mask the prompt so only the answer is learned."""
-    from tasks.gsm8k import build_prompt
+    from tasks.prompts import build_prompt
 
     rows = training_rows(seed, count)
     out = []
@@ -101,9 +101,9 @@ def train_warm_start(model, tokenizer, seed: int, steps: int | None = None) -> N
 def probe(model, tokenizer, rows: list[dict]) -> dict:
     """Greedy held-out accuracy, the share of well-formed answers and a few samples with their rewards."""
     from rewards import REWARDS
-    from trainer.evaluate import generate_hf, prompt_texts, score
+    from trainer.evaluate import generate_hf, prompt_ids, score
 
-    completions = generate_hf(model, tokenizer, prompt_texts(tokenizer, rows), PROBE_TOKENS, batch_size=50)
+    completions = generate_hf(model, tokenizer, prompt_ids(tokenizer, rows), PROBE_TOKENS, batch_size=50)
     golds = [row["answer"] for row in rows]
     result = score(completions, golds)
     well_formed = REWARDS["xml_soft"](completions, answer=golds)
