@@ -76,6 +76,14 @@ def test_report_shows_random_warm_start_and_after_with_scored_samples(tmp_path):
     assert json.loads((tmp_path / "summary.json").read_text())["warm_start"]["random_accuracy"] == 0.0
 
 
+def test_well_formed_share_counts_full_layouts_only():
+    from trainer.evaluate import well_formed_share
+
+    right = "<reasoning>\n4 + 8 = 12.\n</reasoning>\n<answer>\n12\n</answer>"
+    assert well_formed_share([right, right, "12", "<answer>12</answer>"]) == 0.5
+    assert well_formed_share([]) is None
+
+
 # ------------------------------------------------------------------ the learning regression test
 
 SHORT_RUN_STEPS = 150  # the profile's settings, half the steps: about 45 s of training on an idle 2-core machine
@@ -102,6 +110,7 @@ def test_grpo_raises_held_out_accuracy_well_above_the_warm_start(tmp_path, tiny_
     assert warm["random_accuracy"] <= 0.05
     assert 0.05 <= accuracy["before"] <= 0.45, accuracy
     assert accuracy["after"] >= accuracy["before"] + 0.10, (accuracy["before"], accuracy["after"])
+    assert accuracy["well_formed_after"] >= 0.9, accuracy  # greedy held-out answers keep the layout
     # the time it takes (about 56 s of training on an idle 2-core machine) is a benchmark's figure, not a test's:
     # benchmarks/learning_curve.py and the README report it
     assert summary["steps"] == int(LEARNING_STEPS or SHORT_RUN_STEPS)

@@ -128,4 +128,13 @@ def evaluate(model, tokenizer, rows: list[dict], *, max_new_tokens: int, use_vll
     completions = generate(model, tokenizer, rows, max_new_tokens=max_new_tokens, use_vllm=use_vllm,
                            lora_path=lora_path)
     verdicts = judge(reward or REWARDS["accuracy"], rows, completions, completion_token_ids(tokenizer, completions))
-    return score(completions, [row.get("answer") for row in rows], verdicts)
+    result = score(completions, [row.get("answer") for row in rows], verdicts)
+    result["well_formed"] = well_formed_share(completions)
+    return result
+
+
+def well_formed_share(completions: list[str]) -> float | None:
+    """The share of completions in the <reasoning>/<answer> layout (the xml_soft reward's full score)."""
+    if not completions:
+        return None
+    return round(sum(s == 1.0 for s in REWARDS["xml_soft"](list(completions))) / len(completions), 4)

@@ -187,7 +187,9 @@ def write_report(attempt_dir: Path, summary: dict) -> None:
         f"estimate {_fmt(mem['estimate_gib'], 2, ' GiB')}"
         + (f" (measured/estimate {mem['ratio']:.2f})" if mem.get("ratio") is not None else ""),
         _probe_line(summary.get("probe")),
-        f"- accuracy on {acc['samples']} test problems: before {_fmt(acc['before'])}, after {_fmt(acc['after'])}",
+        f"- accuracy on {acc['samples']} test problems: before {_fmt(acc['before'])}, after {_fmt(acc['after'])}"
+        + (f"; well-formed <reasoning>/<answer> answers {_fmt(acc['well_formed_before'])} -> "
+           f"{_fmt(acc['well_formed_after'])}" if acc.get("well_formed_after") is not None else ""),
         *_warm_start_lines(summary.get("warm_start"), acc),
         "",
         "## Rewards (mean of the first and the last steps)",

@@ -323,6 +323,7 @@ def build_summary(state: AttemptState, backend, rows, reward_names, before, afte
         "accuracy": {"correctness": profile.correctness, "samples": before["total"], "before": before["accuracy"],
                      "after": after["accuracy"],
                      "correct_before": before["correct"], "correct_after": after["correct"],
+                     "well_formed_before": before.get("well_formed"), "well_formed_after": after.get("well_formed"),
                      "examples_before": scored_examples(before["examples"], profile.rewards),
                      "examples_after": scored_examples(after["examples"], profile.rewards)},
         "warm_start": warm_start_record(profile),
