@@ -27,8 +27,7 @@ from launcher import oom
 from launcher.errors import UsageError
 from launcher.gpu import GpuInfo, Machine
 from launcher.plan import make_plan
-from launcher.profiles import profile_from_dict
-from launcher.profiles import load_profile
+from launcher.profiles import load_profile, profile_from_dict
 from launcher.attempts import AttemptRecord, read_attempts, server_failure_result
 from launcher.child import attempt_command
 from launcher.contract import ENV_ESTIMATE_GIB, attempt_environment, estimate_from_env
@@ -662,9 +661,11 @@ def test_e2e_injected_oom_falls_back_and_ends_ok(tmp_path):
     # 8gen OOMs as planned and again shrunk (the injection names the profile), then 4gen trains
     assert statuses == [("cpu-tiny-8gen", "oom"), ("cpu-tiny-8gen", "oom"), ("cpu-tiny-4gen", "ok")]
     assert records[0]["oom"]["site"] == "logits/log-probs"
-    assert records[1]["shrink"] == {"per_device_train_batch_size": [8, 4], "gradient_accumulation_steps": [1, 2]}
+    batch = load_profile(ROOT / "profiles" / "cpu-tiny-8gen.yaml").per_device_train_batch_size
+    assert records[1]["shrink"] == {"per_device_train_batch_size": [batch, batch // 2],
+                                    "gradient_accumulation_steps": [1, 2]}
     assert (in_run(tmp_path, records[2]["attempt_dir"]) / "adapter").is_dir()
-    assert "halving per_device_train_batch_size 8 -> 4" in done.stdout
+    assert f"halving per_device_train_batch_size {batch} -> {batch // 2}" in done.stdout
 
 
 @pytest.mark.slow
