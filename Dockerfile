@@ -63,10 +63,12 @@ RUN python scripts/check_imports.py
 
 # The project, last: editing code or a profile rebuilds only these small layers.
 COPY pyproject.toml train.py ./
+COPY contract/ contract/
 COPY launcher/ launcher/
 COPY trainer/ trainer/
 COPY tasks/ tasks/
 COPY rewards/ rewards/
+COPY tiny_model/ tiny_model/
 COPY profiles/ profiles/
 # Planning needs neither torch nor a GPU: a broken CLI or profile fails the build, not the first run.
 RUN python train.py --help >/dev/null

@@ -37,7 +37,7 @@ def gpu_gib(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     """The command line; long but flat (one statement per flag), its epilog generated from the profile schema
     and the reward registry."""
-    from launcher.profiles import schema_help
+    from launcher.profile.help import schema_help
     from rewards import describe as describe_rewards
 
     rewards_help = "\n".join(f"    {name}: {text}" for name, text in describe_rewards().items())
@@ -116,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from launcher.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, UsageError
+    from contract.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, UsageError
 
     try:
         parser = build_parser()
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
 def check_flags(args: argparse.Namespace) -> None:
     """Refuse flags that contradict each other, and an --output-dir that cannot hold a run, before anything
     starts (exit 2): a silent choice between two modes runs what the user did not ask for."""
-    from launcher.errors import UsageError
+    from contract.errors import UsageError
 
     if args.attempt_dir:
         return  # the supervisor's own command for one attempt
@@ -150,7 +150,7 @@ def check_flags(args: argparse.Namespace) -> None:
     if args.fresh_attempt and not args.resume:
         raise UsageError("--fresh-attempt only applies to --resume (a new run starts at step 1 anyway)")
     if not (args.dry_run or args.fit_table or args.explain_oom):
-        from launcher.run_folder import check_output_dir
+        from launcher.run.folder import check_output_dir
 
         check_output_dir(Path(args.output_dir), must_exist=args.resume)
 
@@ -159,7 +159,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     code = run_single_purpose(args)
     if code is not None:
         return code
-    from launcher.errors import UsageError
+    from contract.errors import UsageError
 
     if not (args.auto or args.profile or args.resume or args.dry_run or args.calibrate):
         parser.print_usage(sys.stderr)
@@ -171,11 +171,11 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 def run_single_purpose(args: argparse.Namespace) -> int | None:
     """The modes that neither plan nor train (explain an OOM, sample, the ledger, the fit table) and the
     supervisor's one-attempt command; None when args ask for none of them."""
-    from launcher.errors import UsageError
-    from launcher.profiles import load_profile, load_profiles
+    from contract.errors import UsageError
+    from launcher.profile.load import load_profile, load_profiles
 
     if args.explain_oom:
-        from launcher.oom_explain import explain_file
+        from launcher.oom.explain import explain_file
         return explain_file(args.explain_oom)
     if args.gpu_name and args.gpu_memory is None:
         raise UsageError("--gpu-name needs --gpu-memory GIB (the card's memory)")
@@ -193,20 +193,20 @@ def run_single_purpose(args: argparse.Namespace) -> int | None:
         return run_attempt(load_profile(args.profile, args.overrides), Path(args.attempt_dir),
                            resume_from=args.resume_from)
     if args.ledger:
-        from launcher.ledger import print_ledger
+        from launcher.memory.ledger import print_ledger
         return print_ledger()
     if args.fit_table:
-        from launcher.plan_view import print_fit_table
+        from launcher.plan.view import print_fit_table
         return print_fit_table(load_profiles(args.profiles_dir, args.overrides), as_json=args.json)
     return None
 
 
 def plan_and_train(args: argparse.Namespace) -> int:
     """Plan for this machine (from the ledger unless told not to); print it, calibrate, or supervise the run."""
-    from launcher.gpu import probe
-    from launcher.plan import make_plan
-    from launcher.plan_view import print_plan
-    from launcher.profiles import load_profile, load_profiles
+    from launcher.card.detect import probe
+    from launcher.plan.choose import make_plan
+    from launcher.plan.view import print_plan
+    from launcher.profile.load import load_profile, load_profiles
 
     gpu = probe(what_if_gib=args.gpu_memory, what_if_name=args.gpu_name, what_if_count=args.gpus)
     if args.profile:
@@ -215,18 +215,18 @@ def plan_and_train(args: argparse.Namespace) -> int:
         profiles = load_profiles(args.profiles_dir, args.overrides, device="cuda" if gpu.gpus else "cpu")
     measurements = None
     if not args.ignore_ledger:
-        from launcher.ledger import read as read_ledger
+        from launcher.memory.ledger import read as read_ledger
         measurements = read_ledger()
     plan = make_plan(profiles, gpu, measurements=measurements)
     if args.dry_run:
         return print_plan(plan, as_json=args.json)
     if args.calibrate:
-        from launcher.calibrate import calibrate
+        from launcher.memory.calibrate import calibrate
         return calibrate(plan, output_dir=Path(args.output_dir))
 
-    from launcher.run_inputs import check_run_inputs
+    from launcher.run.inputs import check_run_inputs
     check_run_inputs(profiles, plan, gpu_memory=args.gpu_memory, resume=args.resume)
-    from launcher.supervise import supervise
+    from launcher.run.supervise import supervise
     return supervise(plan, output_dir=Path(args.output_dir), overrides=args.overrides, resume=args.resume,
                      fresh_attempt=args.fresh_attempt)
 

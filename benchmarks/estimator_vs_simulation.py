@@ -6,7 +6,7 @@
 For each catalogue model, LoRA (r 16, every linear layer, fp32 adapters) and full fine-tuning, gradient
 checkpointing off and on, and two lengths, one plain-TRL GRPO step (bf16, AdamW, per-device batch 2, padded
 batch, beta 0) is simulated with fake tensors (benchmarks/step_simulation.py) and set beside
-launcher.estimate's figures for the same profile. Writes one section ("before" or "after") of
+launcher.memory.estimate's figures for the same profile. Writes one section ("before" or "after") of
 benchmarks/estimator_vs_simulation.md and keeps the other. Percentages are (estimate - simulation) /
 simulation. The total compares the estimator's training components (everything but the CUDA context, vLLM
 and generation, which the simulation cannot see) with the simulated peak of live bytes.
@@ -25,9 +25,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from launcher.catalog import resolve  # noqa: E402
-from launcher.estimate import GIB, estimate  # noqa: E402
-from launcher.profiles import profile_from_dict  # noqa: E402
+from launcher.profile.catalog import resolve  # noqa: E402
+from launcher.memory.estimate import GIB, estimate  # noqa: E402
+from launcher.profile.load import profile_from_dict  # noqa: E402
 
 MODELS = ("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct", "meta-llama/Llama-3.2-1B-Instruct",
           "meta-llama/Llama-3.2-3B-Instruct", "google/gemma-3-1b-it", "meta-llama/Llama-3.1-8B-Instruct")

@@ -43,8 +43,8 @@ def score_checkpoints(attempt: Path, held_out: int) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from tasks import load_task
-    from trainer.tiny import ensure_tiny
-    from trainer.warm_start import probe
+    from tiny_model.build import ensure_tiny
+    from tiny_model.warm_start import probe
 
     torch.set_num_threads(2)
     summary = json.loads((attempt / "summary.json").read_text())

@@ -33,7 +33,7 @@ def bare_run(profile_path: str, steps: int, out: Path) -> None:
     import unsloth  # noqa: F401  (first, as always)
     from unsloth import FastLanguageModel
 
-    from launcher.profiles import load_profile
+    from launcher.profile.load import load_profile
 
     profile = load_profile(profile_path, [f"max_steps={steps}", f"save_steps={steps}"])
     from datasets import Dataset
@@ -44,7 +44,7 @@ def bare_run(profile_path: str, steps: int, out: Path) -> None:
     from tasks.prompts import filter_by_length
     from trainer.backends import from_pretrained_kwargs, get_peft_model_kwargs, install_cpu_logprob_fallback
     from trainer.config import grpo_config_kwargs
-    from trainer.tiny import ensure_tiny
+    from tiny_model.build import ensure_tiny
 
     import torch
 

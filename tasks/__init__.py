@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.errors import UsageError
+from contract.errors import UsageError
 from tasks import arithmetic, gsm8k
 from tasks.prompts import to_prompt_rows
 from tasks.user_data import DataSpec

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from launcher.errors import UsageError
+from contract.errors import UsageError
 
 HUB_ID = "openai/gsm8k"
 HUB_CONFIG = "main"

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.errors import UsageError
+from contract.errors import UsageError
 
 SUFFIX_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 QUESTION_FIELDS = ("question", "prompt", "problem")

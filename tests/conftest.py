@@ -56,7 +56,7 @@ def own_ledger(tmp_path, monkeypatch):
 @pytest.fixture(scope="session")
 def tiny_seed() -> int:
     """The seed of the CPU profiles, which is also the seed their tiny model is built with."""
-    from launcher.profiles import load_profile
+    from launcher.profile.load import load_profile
 
     return load_profile(CPU_DEFAULT).seed
 
@@ -67,7 +67,7 @@ def tiny_cache(tmp_path_factory, tiny_seed) -> Path:
     warm start included, built once here so that no run pays for the build inside its own time limit.
     Built in a child process, as train.py builds it, so this process imports no torch/Unsloth for it."""
     root = tmp_path_factory.mktemp("grpo-cache")
-    code = "import sys; from trainer.tiny import ensure_tiny; print(ensure_tiny('arithmetic', seed=int(sys.argv[1])))"
+    code = "import sys; from tiny_model.build import ensure_tiny; print(ensure_tiny('arithmetic', seed=int(sys.argv[1])))"
     env = {**os.environ, "GRPO_TRAIN_CACHE": str(root)}
     result = subprocess.run([sys.executable, "-c", code, str(tiny_seed)], cwd=REPO, env=env, capture_output=True,
                             text=True, timeout=TINY_BUILD_TIMEOUT_S)

@@ -29,7 +29,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from launcher.contract import mark_checkpoint_complete, relative_path  # noqa: E402
+from contract.attempt import mark_checkpoint_complete, relative_path  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "oom"
 RANK = int(os.environ.get("RANK", "0"))

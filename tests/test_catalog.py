@@ -1,12 +1,12 @@
-"""launcher.catalog: architecture facts, name resolution, config.json from a folder or the HF cache; offline."""
+"""launcher.profile.catalog: architecture facts, name resolution, config.json from a folder or the HF cache; offline."""
 
 import json
 
 import pytest
 
-from launcher import catalog
-from launcher.catalog import CATALOGUE, TINY, resolve
-from launcher.errors import UsageError
+from launcher.profile import catalog
+from launcher.profile.catalog import CATALOGUE, TINY, resolve
+from contract.errors import UsageError
 
 # models.md's published parameter counts
 PUBLISHED = {

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 import train
-from launcher.errors import UsageError
-from launcher.gpu import Machine, probe
-from launcher.plan import make_plan
-from launcher.profiles import load_profiles
-from launcher.run_inputs import check_run_inputs
+from contract.errors import UsageError
+from launcher.card.detect import Machine, probe
+from launcher.plan.choose import make_plan
+from launcher.profile.load import load_profiles
+from launcher.run.inputs import check_run_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = str(ROOT / "profiles" / "cpu-tiny-4gen.yaml")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from launcher import contract
+from contract import attempt as contract
 
 
 def make_checkpoint(attempt_dir, step: int, complete: bool = True):
@@ -88,7 +88,7 @@ def test_outcome_refuses_what_is_not_one(tmp_path):
 
 
 def test_shape_of_reads_profiles_and_settings_alike():
-    from launcher.profiles import load_profile
+    from launcher.profile.load import load_profile
 
     profile = load_profile("profiles/cpu-tiny-8gen.yaml")
     assert contract.shape_of(profile) == contract.shape_of(profile.to_dict())

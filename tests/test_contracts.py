@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.profiles import VLLM_LORA_RANKS, load_profile, load_profiles, profile_from_dict
-from launcher import contract
+from launcher.profile.load import VLLM_LORA_RANKS, load_profile, load_profiles, profile_from_dict
+from contract import attempt as contract
 from trainer import backends
 from trainer.config import grpo_config_kwargs
 
@@ -177,7 +177,7 @@ def test_grpo_config_keywords_for_a_vllm_server_profile(unsloth_first, monkeypat
     assert (kwargs["vllm_server_host"], kwargs["vllm_server_port"], kwargs["vllm_server_timeout"]) == \
         ("10.0.0.7", 8123, 900)
     assert kwargs["ddp_find_unused_parameters"] is False
-    assert "vllm_tensor_parallel_size" not in kwargs  # the server's own flag (launcher.distributed)
+    assert "vllm_tensor_parallel_size" not in kwargs  # the server's own flag (launcher.run.distributed)
     monkeypatch.delenv("GRPO_VLLM_HOST")
     monkeypatch.delenv("GRPO_VLLM_PORT")
     kwargs = grpo_config_kwargs(server.replace(num_gpus=1), "out", device="cuda", bf16=True, use_vllm=True)

@@ -15,8 +15,8 @@ from unittest import mock
 
 import pytest
 
-from launcher.distributed import write_launch_files
-from launcher.profiles import load_profile
+from launcher.run.distributed import write_launch_files
+from launcher.profile.load import load_profile
 from trainer.config import grpo_config_kwargs
 
 REPO = Path(__file__).resolve().parents[1]

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.contract import checkpoint_problem
-from launcher.safe_write import append_line, disk_error_text, write_atomic
+from contract.attempt import checkpoint_problem
+from contract.safe_write import append_line, disk_error_text, write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""launcher.distributed: the accelerate and DeepSpeed configuration, an attempt's command line and environment,
+"""launcher.run.distributed: the accelerate and DeepSpeed configuration, an attempt's command line and environment,
 the vLLM server's start, health check and stop, the merged outcome of several ranks; and (slow) a real
 two-process data-parallel GRPO run of the tiny model through `accelerate launch` on CPU (gloo), the real trainer
 writing the shared outputs from rank 0 only."""
@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from launcher import contract
-from launcher import distributed as dist
-from launcher import topology as topo
-from launcher import vllm_server as vs
-from launcher.errors import UsageError
-from launcher.estimate import ZERO3_MAX_LIVE_ELEMENTS, ZERO3_PREFETCH_ELEMENTS, ZERO_BUCKET_ELEMENTS
-from launcher.profiles import load_profile
+from contract import attempt as contract
+from launcher.run import distributed as dist
+from launcher.card import topology as topo
+from launcher.run import vllm_server as vs
+from contract.errors import UsageError
+from launcher.memory.estimate import ZERO3_MAX_LIVE_ELEMENTS, ZERO3_PREFETCH_ELEMENTS, ZERO_BUCKET_ELEMENTS
+from launcher.profile.load import load_profile
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILES = REPO / "profiles"
@@ -357,7 +357,7 @@ def test_children_get_sigterm_when_the_supervisor_is_killed():
     """A supervisor killed with SIGKILL must not leave a training child or a vLLM server holding the GPU."""
     parent_code = (
         "import subprocess, sys, time\n"
-        "from launcher.child import parent_death_signal\n"
+        "from launcher.run.child import parent_death_signal\n"
         "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'],\n"
         "                         preexec_fn=parent_death_signal(), start_new_session=True)\n"
         "print(child.pid, flush=True)\n"

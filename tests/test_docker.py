@@ -21,6 +21,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
+# every package of the project (a folder with an __init__.py beside train.py): the image needs them all
+PACKAGES = sorted(p.parent.name for p in ROOT.glob("*/__init__.py") if p.parent.name != "tests")
 CONSTRAINTS = ROOT / "constraints.txt"
 PYPROJECT = ROOT / "pyproject.toml"
 LOCK_SCRIPT = ROOT / "scripts" / "lock-gpu.sh"
@@ -323,8 +325,8 @@ def test_code_lands_where_the_entrypoint_and_train_py_look_for_it(image: Image):
     # train.py finds the ladder beside itself and writes runs under ./outputs (the volume).
     assert train.DEFAULT_PROFILES_DIR.relative_to(train.HERE) == Path("profiles")
     assert copied["profiles"] == entry_dir / "profiles"
-    for package in ("launcher", "trainer", "tasks", "rewards"):
-        assert copied[package] == entry_dir / package, f"{package}/ must be copied to {entry_dir / package}"
+    for package in PACKAGES:
+        assert copied.get(package) == entry_dir / package, f"{package}/ must be copied to {entry_dir / package}"
 
 
 def test_arguments_given_to_docker_run_plan_like_the_documented_commands(image: Image):
@@ -388,7 +390,7 @@ def test_layer_order_keeps_library_layer_cached_across_code_edits(image: Image):
     assert copied_before == {"constraints.txt", "requirements/gpu.lock"}, (
         f"only the pin file and the lock may come before the library install; found {sorted(copied_before)}")
     copied_after = {s.rstrip("/") for c in code_copies for s in shlex.split(c.args)[:-1]}
-    assert {"train.py", "launcher", "trainer", "tasks", "rewards", "profiles"} <= copied_after
+    assert {"train.py", "profiles", *PACKAGES} <= copied_after
     assert all(s not in (".", "./") for c in copies for s in shlex.split(c.args)[:-1]), (
         "COPY . would invalidate the library layer on any edit")
 

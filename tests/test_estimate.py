@@ -1,4 +1,4 @@
-"""launcher.estimate: each component against a hand computation, then against memory.md's public figures.
+"""launcher.memory.estimate: each component against a hand computation, then against memory.md's public figures.
 
 Tolerances, and why:
 - hand computations: exact (1e-9), they restate the formula with the catalogue's numbers;
@@ -16,11 +16,11 @@ Tolerances, and why:
 
 import pytest
 
-from launcher.catalog import resolve
-from launcher.estimate import (CUDA_CONTEXT_GIB, GIB, NF4_BYTES, PYTHON_RUNTIME_GIB, estimate,
+from launcher.profile.catalog import resolve
+from launcher.memory.estimate import (CUDA_CONTEXT_GIB, GIB, NF4_BYTES, PYTHON_RUNTIME_GIB, estimate,
                                standby_utilisation, vllm_workspace_bytes)
-from launcher.gpu import GpuInfo
-from launcher.profiles import profile_from_dict
+from launcher.card.detect import GpuInfo
+from launcher.profile.load import profile_from_dict
 
 
 def card(total, free=None):
@@ -175,7 +175,7 @@ def test_unsloth_8b_20k_logits_9_8_gib():
     est = estimate(unsloth_20k(), gpu=card(80))
     assert est.components["logits"] == pytest.approx(9.8, rel=0.01)
     # the TRL it compared with materialised all 8 generations: its "78.3" is two 16-bit tensors of that batch
-    from launcher.estimate import logits_bytes
+    from launcher.memory.estimate import logits_bytes
     materialised = logits_bytes(8, 20480, LLAMA8.vocab, "trl") / GIB
     assert materialised * 4 / 12 == pytest.approx(78.3, rel=0.01)
     # TRL 1.15's chunked head never holds them: one 4096 x 32768 tile, the scored hidden states and their
@@ -203,7 +203,7 @@ def test_trl_3678_logits_310_mb_and_log_prob_peak_902_mb():
     vocab = 151665  # the tiny Qwen2 test model's vocabulary
     fp32_logits = 2 * 256 * vocab * 4
     assert fp32_logits / 1e6 == pytest.approx(310, rel=0.01)
-    from launcher.estimate import logits_bytes
+    from launcher.memory.estimate import logits_bytes
     assert logits_bytes(2, 256, vocab, "trl") / 1e6 == pytest.approx(902, rel=0.15)
     assert tiny_qwen.vocab == 151936  # the catalogue's Qwen has padding rows; the test model does not
 
@@ -219,7 +219,7 @@ def oxen(model, **extra):
     had no fused LM head: its materialised logits take the place of TRL 1.15's chunked head."""
     profile = make(model=model, **{**OXEN, **extra})
     est = estimate(profile, gpu=card(80), backend="trl")
-    from launcher.estimate import logits_bytes
+    from launcher.memory.estimate import logits_bytes
     materialised = logits_bytes(4, profile.max_completion_length, resolve(model).vocab, "trl") / GIB
     return est.total_gib - est.components["logits"] + materialised
 

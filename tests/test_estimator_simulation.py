@@ -1,4 +1,4 @@
-"""launcher.estimate's `trl` path against a simulated plain-TRL GRPO step: every training component within
+"""launcher.memory.estimate's `trl` path against a simulated plain-TRL GRPO step: every training component within
 10% of the simulation, the total within 10% of the simulated peak.
 
 The simulation (benchmarks/step_simulation.py) runs one real step of transformers + PEFT + TRL 1.15 with

@@ -1,16 +1,16 @@
-"""launcher.gpu: reading GPUs through a fake NVML (same call names as pynvml), CUDA_VISIBLE_DEVICES, what-if."""
+"""launcher.card.detect: reading GPUs through a fake NVML (same call names as pynvml), CUDA_VISIBLE_DEVICES, what-if."""
 
 from types import SimpleNamespace
 
 import pytest
 
-from launcher.gpu import bf16_supported, probe, visible_selection
+from launcher.card.detect import bf16_supported, probe, visible_selection
 
 GIB = 1024 ** 3
 
 
 class FakeNvml:
-    """Stands in for pynvml: the calls launcher.gpu makes, with pynvml's names and error classes."""
+    """Stands in for pynvml: the calls launcher.card.detect makes, with pynvml's names and error classes."""
 
     class NVMLError(Exception):
         pass

@@ -13,7 +13,8 @@ import pytest
 
 from rewards import REWARDS
 from tasks import arithmetic, load_task
-from trainer import tiny, warm_start
+from tiny_model import build as tiny
+from tiny_model import warm_start
 from trainer.report import scored_examples, write_report
 
 REPO = Path(__file__).resolve().parents[1]

@@ -7,10 +7,10 @@ import multiprocessing
 
 import pytest
 
-from launcher import ledger
-from launcher.gpu import GpuInfo, Machine
-from launcher.oom import read_oom
-from launcher.profiles import load_profile
+from launcher.memory import ledger
+from launcher.card.detect import GpuInfo, Machine
+from launcher.oom.read import read_oom
+from launcher.profile.load import load_profile
 
 PROFILES = "profiles"
 
@@ -91,7 +91,7 @@ def test_damaged_lines_are_skipped_with_one_warning(tmp_path, cpu_profile):
 
 def _append_many(args):
     path, worker, count = args
-    from launcher.profiles import load_profile as load
+    from launcher.profile.load import load_profile as load
 
     profile = load("profiles/cpu-tiny-8gen.yaml")
     machine = _cpu()
@@ -113,7 +113,7 @@ def test_concurrent_appends_lose_nothing(tmp_path):
 
 
 def test_accuracy_rows_compare_estimate_and_peak(tmp_path, cpu_profile):
-    from launcher.estimate import estimate
+    from launcher.memory.estimate import estimate
 
     path = tmp_path / "ledger.jsonl"
     est = estimate(cpu_profile)
@@ -134,7 +134,7 @@ def test_missing_ledger_is_empty(tmp_path, monkeypatch):
 
 
 def test_ledger_report_tells_two_shapes_of_one_profile_apart():
-    from launcher.ledger import shape_text
+    from launcher.memory.ledger import shape_text
 
     assert shape_text({"per_device_train_batch_size": 8, "num_generations": 8, "max_completion_length": 48,
                        "lora_rank": 16}) == "8 / 8 / 48 r16"

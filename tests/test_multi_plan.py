@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from launcher.catalog import resolve
-from launcher.errors import ProfileError, UsageError
-from launcher.estimate import GIB, estimate, zero_model_state_bytes
-from launcher.gpu import GpuInfo, Machine, probe
-from launcher.plan import make_plan
-from launcher.plan_view import fit_table
-from launcher.profiles import load_profile, load_profiles, profile_from_dict
+from launcher.profile.catalog import resolve
+from contract.errors import ProfileError, UsageError
+from launcher.memory.estimate import GIB, estimate, zero_model_state_bytes
+from launcher.card.detect import GpuInfo, Machine, probe
+from launcher.plan.choose import make_plan
+from launcher.plan.view import fit_table
+from launcher.profile.load import load_profile, load_profiles, profile_from_dict
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILES = REPO / "profiles"
@@ -358,7 +358,7 @@ def test_defaults_keep_every_single_gpu_profile_on_the_unsloth_path():
 
 def test_zero_profile_on_real_gpus_needs_deepspeed_installed(monkeypatch):
     """Found through NVML (not a what-if), a ZeRO profile is chosen only where deepspeed can be imported."""
-    import launcher.plan as plan_module
+    import launcher.plan.choose as plan_module
 
     real = [GpuInfo(f"NVIDIA H100 {i}", 80.0, 80.0, 0.0, (9, 0), "580.65", "13.0", i, "nvml") for i in range(8)]
     machine = Machine(real, "8 x H100", 64.0, 60.0)
@@ -390,9 +390,9 @@ def _grid_profile(num_gpus: int, server: bool):
 
 
 def test_planner_never_marks_as_fitting_a_split_the_launcher_refuses(tmp_path, monkeypatch):
-    from launcher import distributed as dist
-    from launcher.plan import local_gpus_needed
-    from launcher.topology import gpu_assignment
+    from launcher.run import distributed as dist
+    from launcher.plan.choose import local_gpus_needed
+    from launcher.card.topology import gpu_assignment
 
     disagreements, fitting = [], 0
     for machines in range(1, 5):

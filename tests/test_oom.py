@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from launcher import oom
-from launcher import oom_site
-from launcher.oom import classify_failure, read_oom, read_unsupported
-from launcher.oom_site import parse_frames
-from launcher.oom_explain import explain, explain_file
+from launcher.oom import read as oom
+from launcher.oom import site as oom_site
+from launcher.oom.read import classify_failure, read_oom, read_unsupported
+from launcher.oom.site import parse_frames
+from launcher.oom.explain import explain, explain_file
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data" / "oom"
@@ -266,7 +266,7 @@ def test_train_py_explain_oom_from_stdin():
 
 def test_injected_message_reads_like_a_real_one():
     from trainer.inject import oom_message
-    from launcher.profiles import profile_from_dict
+    from launcher.profile.load import profile_from_dict
 
     profile = profile_from_dict({"name": "cpu-x", "device": "cpu", "fast_inference": False, "load_in_4bit": False,
                                  "optim": "adamw_torch", "per_device_train_batch_size": 4,

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.errors import ProfileError
-from launcher.profiles import load_profile, profile_from_dict
+from contract.errors import ProfileError
+from launcher.profile.load import load_profile, profile_from_dict
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = REPO / "train.py"

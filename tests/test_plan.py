@@ -1,4 +1,4 @@
-"""launcher.plan and the planning CLI: verdicts, the choice, --dry-run, --json, --fit-table, lean imports."""
+"""launcher.plan.choose and the planning CLI: verdicts, the choice, --dry-run, --json, --fit-table, lean imports."""
 
 import json
 import os
@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from launcher.errors import EXIT_OUT_OF_MEMORY
-from launcher.gpu import GpuInfo, Machine, probe
-from launcher.plan import make_plan, margin_for
-from launcher.plan_view import COMMON_CARDS, fit_table, print_plan
-from launcher.profiles import load_profile, load_profiles, profile_from_dict
+from contract.errors import EXIT_OUT_OF_MEMORY
+from launcher.card.detect import GpuInfo, Machine, probe
+from launcher.plan.choose import make_plan, margin_for
+from launcher.plan.view import COMMON_CARDS, fit_table, print_plan
+from launcher.profile.load import load_profile, load_profiles, profile_from_dict
 from test_gpu import FakeNvml
 
 REPO = Path(__file__).resolve().parents[1]

@@ -34,7 +34,7 @@ def cache_env(tmp_path_factory):
 def tiny_tokenizer(cache_env):
     from transformers import AutoTokenizer
 
-    from trainer.tiny import ensure_tiny
+    from tiny_model.build import ensure_tiny
 
     folder = ensure_tiny("arithmetic", seed=0, root=Path(cache_env["GRPO_TRAIN_CACHE"]) / "tiny")
     return AutoTokenizer.from_pretrained(str(folder))
@@ -128,7 +128,7 @@ def test_standby_engine_sleeps_for_the_probe():
 
 
 def test_profile_key_probe_is_on_unless_turned_off():
-    from launcher.profiles import load_profile
+    from launcher.profile.load import load_profile
     from trainer.probe import probe_enabled
 
     assert probe_enabled(load_profile(SMALL)) and load_profile(SMALL).probe is True
@@ -139,7 +139,7 @@ def test_profile_key_probe_is_on_unless_turned_off():
 
 
 def test_an_oom_outside_the_probe_is_not_read_as_the_probe_s():
-    from launcher.oom import read_oom
+    from launcher.oom.read import read_oom
 
     trace = ('Traceback (most recent call last):\n  File "trainer/stages.py", line 190, in train\n'
              '    session.trainer.train()\n'
@@ -151,7 +151,7 @@ def test_an_oom_outside_the_probe_is_not_read_as_the_probe_s():
 
 
 def test_outcome_carries_the_probe(tmp_path):
-    from launcher.contract import OOM, Outcome
+    from contract.attempt import OOM, Outcome
 
     figures = {"peak_gib": 1.5, "seconds": 2.0, "prompt_tokens": 100, "completion_tokens": 64, "batch": 4,
                "measure": "torch peak reserved"}
@@ -182,8 +182,8 @@ def _attempt(attempt_dir: Path, env: dict, *overrides: str, resume_from: Path | 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_probe_oom_ends_the_attempt_and_without_it_training_runs(backend, tmp_path, cache_env):
-    from launcher.contract import EXIT_FOR_STATUS, OOM
-    from launcher.oom import read_oom
+    from contract.attempt import EXIT_FOR_STATUS, OOM
+    from launcher.oom.read import read_oom
 
     env = dict(cache_env, **BACKENDS[backend])
     injected = _attempt(tmp_path / "injected", dict(env, GRPO_INJECT_OOM="cpu-tiny-4gen@probe"), *QUICK)
@@ -217,7 +217,7 @@ def test_probe_oom_ends_the_attempt_and_without_it_training_runs(backend, tmp_pa
 _TWO_ATTEMPTS = """
 import sys
 from pathlib import Path
-from launcher.profiles import load_profile
+from launcher.profile.load import load_profile
 from trainer.run import run_attempt
 
 out, profile_path, sets = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]

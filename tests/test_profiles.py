@@ -1,14 +1,14 @@
-"""launcher.profiles: the schema's refusals (each names its key), overrides, YAML errors; the shipped ladder."""
+"""launcher.profile.load: the schema's refusals (each names its key), overrides, YAML errors; the shipped ladder."""
 
 import re
 from pathlib import Path
 
 import pytest
 
-from launcher.errors import ProfileError, UsageError
-from launcher.estimate import estimate
-from launcher.gpu import GpuInfo
-from launcher.profiles import KEYS, Profile, load_profile, load_profiles, parse_overrides, profile_from_dict
+from contract.errors import ProfileError, UsageError
+from launcher.memory.estimate import estimate
+from launcher.card.detect import GpuInfo
+from launcher.profile.load import KEYS, Profile, load_profile, load_profiles, parse_overrides, profile_from_dict
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILES = REPO / "profiles"
@@ -189,7 +189,7 @@ def test_gpu_ladder_covers_every_card_class_with_the_named_models():
 
 
 def test_ladder_puts_larger_models_first_then_more_generations_and_longer_completions():
-    from launcher.estimate import estimate
+    from launcher.memory.estimate import estimate
 
     gpu = [p for p in load_profiles(PROFILES) if p.device == "cuda"]
     # "larger" is the model as loaded: 14B in 16-bit before 14B in 4-bit

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from launcher.topology import free_port
+from launcher.card.topology import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -24,7 +24,7 @@ import json, os, time
 import torch.distributed as dist
 from trainer.stages import join_ranks, wait_for_ranks
 from trainer.config import DDP_TIMEOUT_S, grpo_config_kwargs
-from launcher.profiles import load_profile
+from launcher.profile.load import load_profile
 
 join_ranks(on_cpu=True)
 joined = dist.is_initialized()

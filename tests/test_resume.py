@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from launcher.attempts import read_attempts
-from launcher.contract import COMPLETE_MARKER, checkpoint_problem, checkpoint_step, latest_checkpoint
-from launcher.errors import UsageError
-from launcher.gpu import Machine
-from launcher.plan import make_plan
-from launcher.profiles import profile_from_dict
-from launcher.supervise import supervise
+from launcher.run.attempts import read_attempts
+from contract.attempt import COMPLETE_MARKER, checkpoint_problem, checkpoint_step, latest_checkpoint
+from contract.errors import UsageError
+from launcher.card.detect import Machine
+from launcher.plan.choose import make_plan
+from launcher.profile.load import profile_from_dict
+from launcher.run.supervise import supervise
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_CHILD = [sys.executable, str(Path(__file__).resolve().parent / "fake_child.py")]
@@ -189,7 +189,7 @@ def test_a_child_that_refuses_its_input_makes_the_run_exit_2(tmp_path, monkeypat
 
 
 def _whole_checkpoint(folder: Path) -> None:
-    from launcher.contract import mark_checkpoint_complete
+    from contract.attempt import mark_checkpoint_complete
 
     folder.mkdir(parents=True)
     (folder / "trainer_state.json").write_text(json.dumps({"global_step": checkpoint_step(folder)}))

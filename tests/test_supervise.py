@@ -23,17 +23,17 @@ import pytest
 import yaml
 from rich.console import Console
 
-from launcher import oom
-from launcher.errors import UsageError
-from launcher.gpu import GpuInfo, Machine
-from launcher.plan import make_plan
-from launcher.profiles import load_profile, profile_from_dict
-from launcher.attempts import AttemptRecord, read_attempts, server_failure_result
-from launcher.child import attempt_command
-from launcher.contract import ENV_ESTIMATE_GIB, attempt_environment, estimate_from_env
-from launcher.fallback import (adjust_vllm_share, decide, next_profile, shrink_batch, shrink_for,
+from launcher.oom import read as oom
+from contract.errors import UsageError
+from launcher.card.detect import GpuInfo, Machine
+from launcher.plan.choose import make_plan
+from launcher.profile.load import load_profile, profile_from_dict
+from launcher.run.attempts import AttemptRecord, read_attempts, server_failure_result
+from launcher.run.child import attempt_command
+from contract.attempt import ENV_ESTIMATE_GIB, attempt_environment, estimate_from_env
+from launcher.run.fallback import (adjust_vllm_share, decide, next_profile, shrink_batch, shrink_for,
                                shrink_optimizer)
-from launcher.supervise import supervise
+from launcher.run.supervise import supervise
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_CHILD = [sys.executable, str(Path(__file__).resolve().parent / "fake_child.py")]
@@ -466,7 +466,7 @@ def test_resume_without_a_run_is_a_usage_error(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Several processes and the vLLM server (launcher.distributed): accelerate's command, a fake server
+# Several processes and the vLLM server (launcher.run.distributed): accelerate's command, a fake server
 
 def test_attempt_command_is_the_plain_script_on_one_gpu_and_accelerate_on_several(tmp_path, monkeypatch):
     monkeypatch.delenv("GRPO_NUM_MACHINES", raising=False)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.errors import UsageError
+from contract.errors import UsageError
 from rewards import REWARDS
 from tasks import ARITHMETIC_TEST_SIZE, ARITHMETIC_TRAIN_SIZE, TASKS, describe, load_task, task_names
 from tasks.user_data import DataSpec
@@ -127,7 +127,7 @@ def test_real_gsm8k_files(gsm8k_dir):
 
 LOAD_SCRIPT = """
 import json, sys
-from launcher.errors import UsageError
+from contract.errors import UsageError
 from tasks.gsm8k import load_gsm8k
 try:
     rows = load_gsm8k(sys.argv[1])

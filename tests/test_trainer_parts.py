@@ -20,7 +20,7 @@ def unsloth_first():
 
 
 def _profile(**changes):
-    from launcher.profiles import load_profile
+    from launcher.profile.load import load_profile
 
     base = load_profile(Path(__file__).resolve().parents[1] / "profiles" / "cpu-tiny-4gen.yaml")
     return base.replace(**changes) if changes else base
@@ -31,13 +31,13 @@ def _profile(**changes):
 
 @pytest.fixture(scope="module")
 def tiny_dir(tiny_cache, tiny_seed):
-    from trainer.tiny import ensure_tiny
+    from tiny_model.build import ensure_tiny
 
     return ensure_tiny("arithmetic", seed=tiny_seed, root=tiny_cache)  # the session's build, found not rebuilt
 
 
 def test_tiny_shape_is_the_catalogue_entry(tiny_dir):
-    from launcher.catalog import TINY
+    from launcher.profile.catalog import TINY
 
     config = json.loads((tiny_dir / "config.json").read_text())
     assert (config["hidden_size"], config["num_hidden_layers"], config["num_attention_heads"],
@@ -72,7 +72,7 @@ def test_tiny_tokenizer_keeps_its_ids_and_tags(tiny_dir):
 
 
 def test_tiny_is_cached(tiny_dir, tiny_seed):
-    from trainer.tiny import ensure_tiny
+    from tiny_model.build import ensure_tiny
 
     stamp = (tiny_dir / "model.safetensors").stat().st_mtime_ns
     assert ensure_tiny("arithmetic", seed=tiny_seed, root=tiny_dir.parent) == tiny_dir
@@ -82,8 +82,8 @@ def test_tiny_is_cached(tiny_dir, tiny_seed):
 def test_tiny_is_seeded(tmp_path, monkeypatch):
     from safetensors.torch import load_file
 
-    from trainer import warm_start
-    from trainer.tiny import ensure_tiny, read_warm_start
+    from tiny_model import warm_start
+    from tiny_model.build import ensure_tiny, read_warm_start
 
     # two builds of the same seed, each with a short warm start and probe (the full build takes minutes)
     monkeypatch.setattr(warm_start, "WARM_START_STEPS", 3)
@@ -98,7 +98,7 @@ def test_tiny_is_seeded(tmp_path, monkeypatch):
 
 
 def test_cache_root_follows_the_environment(monkeypatch, tmp_path):
-    from trainer.tiny import cache_root
+    from tiny_model.build import cache_root
 
     monkeypatch.setenv("GRPO_TRAIN_CACHE", str(tmp_path))
     assert cache_root() == tmp_path
@@ -149,7 +149,7 @@ def test_oom_message_has_torch_wording_and_the_logits_size():
 
 
 def test_oom_message_is_read_by_the_supervisor():
-    oom = pytest.importorskip("launcher.oom")
+    oom = pytest.importorskip("launcher.oom.read")
     from trainer.inject import oom_message
 
     profile = _profile().replace(device="cuda", per_device_train_batch_size=2, gradient_accumulation_steps=2,
@@ -192,8 +192,8 @@ def test_injected_error_is_a_real_oom_from_the_logits_path(monkeypatch):
 def test_an_attempt_reports_the_supervisors_estimate(tmp_path, monkeypatch):
     """The supervisor judged the attempt by an estimate made for the card; the attempt must report that
     figure (outcome.json, summary.json's ratio), not one it makes again without the card."""
-    from launcher.contract import ENV_ESTIMATE_GIB, Outcome
-    from launcher.errors import EXIT_BAD_INPUT
+    from contract.attempt import ENV_ESTIMATE_GIB, Outcome
+    from contract.errors import EXIT_BAD_INPUT
     from trainer.run import run_attempt
 
     monkeypatch.setenv(ENV_ESTIMATE_GIB, "7.25")
@@ -210,8 +210,8 @@ def test_an_attempt_reports_the_supervisors_estimate(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("value", [None, "", "zero", "0", "-3", "nan", "inf"])
 def test_without_the_supervisors_estimate_the_estimator_is_asked(monkeypatch, value):
-    from launcher.contract import ENV_ESTIMATE_GIB
-    from launcher.estimate import estimate
+    from contract.attempt import ENV_ESTIMATE_GIB
+    from launcher.memory.estimate import estimate
     from trainer.run import attempt_estimate
 
     if value is None:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from launcher.errors import UsageError
+from contract.errors import UsageError
 from tasks import user_data
 from tasks.user_data import DataSpec, load_splits, to_rows
 

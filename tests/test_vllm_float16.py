@@ -18,12 +18,12 @@ import pytest
 import yaml
 from rich.console import Console
 
-from launcher import oom
-from launcher.catalog import CATALOGUE, VLLM_FLOAT16_REFUSED, resolve, vllm_refuses
-from launcher.gpu import known_capability, probe
-from launcher.plan import make_plan
-from launcher.profiles import load_profile
-from launcher.supervise import supervise
+from launcher.oom import read as oom
+from launcher.profile.catalog import CATALOGUE, VLLM_FLOAT16_REFUSED, resolve, vllm_refuses
+from launcher.card.detect import known_capability, probe
+from launcher.plan.choose import make_plan
+from launcher.profile.load import load_profile
+from launcher.run.supervise import supervise
 
 REPO = Path(__file__).resolve().parents[1]
 GEMMA = REPO / "profiles" / "gpu-16gb-gemma3-1b.yaml"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from launcher.vllm_log import parse_vllm_memory
+from launcher.memory.vllm_log import parse_vllm_memory
 
 # Lines as vLLM 0.32's V1 engine logs them (gpu_model_runner / gpu_worker / kv_cache_utils), with the
 # prefixes its logger and Unsloth's process add.

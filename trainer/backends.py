@@ -13,8 +13,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from launcher.contract import ENV_NO_UNSLOTH, apply_attempt_environment, bf16_capable
-from launcher.profiles import VLLM_LORA_RANKS
+from contract.attempt import ENV_NO_UNSLOTH, apply_attempt_environment, bf16_capable
+from launcher.profile.keys import VLLM_LORA_RANKS
 
 
 def world_size() -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 from transformers import TrainerCallback
 
-from launcher.safe_write import append_line
+from contract.safe_write import append_line
 
 GIB = float(1 << 30)
 
@@ -255,14 +255,14 @@ class StopOnSignal(TrainerCallback):
 
 class MarkCheckpointComplete(TrainerCallback):
     """After the trainer has written checkpoint-N, flush it to disk and add the completeness marker
-    (launcher.contract): a folder cut short by a kill or a full disk never looks resumable."""
+    (contract.attempt): a folder cut short by a kill or a full disk never looks resumable."""
 
     def on_save(self, args, state, control, **kwargs):
         if not state.is_world_process_zero:
             return control
         from pathlib import Path
 
-        from launcher.contract import CHECKPOINT_PREFIX, mark_checkpoint_complete
+        from contract.attempt import CHECKPOINT_PREFIX, mark_checkpoint_complete
 
         folder = Path(args.output_dir) / f"{CHECKPOINT_PREFIX}{state.global_step}"
         if folder.is_dir():

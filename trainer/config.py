@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from launcher.contract import DEFAULT_VLLM_PORT, ENV_VLLM_HOST, ENV_VLLM_PORT, VLLM_SERVER_TIMEOUT_S
+from contract.attempt import DEFAULT_VLLM_PORT, ENV_VLLM_HOST, ENV_VLLM_PORT, VLLM_SERVER_TIMEOUT_S
 
 # Seconds a rank waits on the others; trainer.stages.join_ranks starts the process group with it
 DDP_TIMEOUT_S = 3 * 3600
@@ -47,7 +47,7 @@ LOSS_SETTINGS = {
 
 def grpo_config_kwargs(profile, output_dir: str, *, device: str, bf16: bool, use_vllm: bool) -> dict:
     """Keywords for trl.GRPOConfig. `device` is where training runs ("cuda" or "cpu"); `bf16` whether the
-    card supports bfloat16 (launcher.contract.bf16_capable); `use_vllm` whether generation goes through vLLM."""
+    card supports bfloat16 (contract.attempt.bf16_capable); `use_vllm` whether generation goes through vLLM."""
     on_cpu = device == "cpu"
     kwargs = {
         "output_dir": output_dir,

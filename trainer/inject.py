@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import os
 
-from launcher.contract import ENV_INJECT_OOM, parse_inject
-from launcher.contract import INJECT_AT_PROBE as PROBE
+from contract.attempt import ENV_INJECT_OOM, parse_inject
+from contract.attempt import INJECT_AT_PROBE as PROBE
 
 GIB = float(1 << 30)
 MIB = float(1 << 20)

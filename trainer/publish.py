@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from launcher import contract
+from contract import attempt as contract
 
 MERGED_DIR = "merged"
 

@@ -7,7 +7,7 @@ import json
 from contextlib import contextmanager
 from pathlib import Path
 
-from launcher.safe_write import write_atomic
+from contract.safe_write import write_atomic
 
 WINDOW = 10  # steps averaged for the "first" and "last" reward figures
 SMOOTH = 10  # steps in the plots' rolling mean
@@ -53,20 +53,6 @@ def scored_examples(examples: list[dict], weights: dict) -> list[dict]:
         total = round(sum(float(weights[name]) * value for name, value in scores.items()), 4)
         out.append({**example, "rewards": scores, "reward": total})
     return out
-
-
-def warm_start_record(profile) -> dict | None:
-    """The tiny model's build-time record (random and warm-started held-out accuracy), None otherwise."""
-    if getattr(profile, "model", None) != "tiny":
-        return None
-    from trainer.tiny import ensure_tiny, read_warm_start
-
-    record = read_warm_start(ensure_tiny(profile.dataset, seed=profile.seed))
-    if not record:
-        return None
-    return {"steps": record["steps"], "held_out": record["held_out"], "seconds": record["seconds"],
-            "random_accuracy": record["random"]["accuracy"], "warm_start_accuracy": record["warm_start"]["accuracy"],
-            "warm_start_well_formed": record["warm_start"].get("well_formed")}
 
 
 def _memory_series(rows: list[dict], device: str):

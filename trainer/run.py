@@ -2,8 +2,8 @@
 (trainer.stages: load, evaluate, train with GRPO, save, evaluate, report), a failure is classified the
 supervisor's way, and the summary is built.
 
-Always leaves its outcome file in the attempt folder (launcher.contract.Outcome, what the supervisor reads)
-and returns the exit status of launcher.contract.EXIT_FOR_STATUS, or 2 for bad input.
+Always leaves its outcome file in the attempt folder (contract.attempt.Outcome, what the supervisor reads)
+and returns the exit status of contract.attempt.EXIT_FOR_STATUS, or 2 for bad input.
 
 Under accelerate (several processes) every rank trains, rank 0 alone writes the shared files (metrics,
 adapter, summary, report, plots), evaluates and prints progress; rank N > 0 leaves only its own
@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import errno
 import os
-import platform
 import sys
 import time
 import traceback
 from pathlib import Path
 
-from launcher import contract
-from launcher.contract import ERROR, EXIT_FOR_STATUS, INTERRUPTED, OK, OOM, Outcome
-from launcher.errors import EXIT_BAD_INPUT, EXIT_FAILURE, UsageError
-from launcher.safe_write import disk_error_text
+from contract import attempt as contract
+from contract.attempt import ERROR, EXIT_FOR_STATUS, INTERRUPTED, OK, OOM, Outcome
+from contract.errors import EXIT_BAD_INPUT, EXIT_FAILURE, UsageError
+from contract.safe_write import disk_error_text
+from trainer.state import AttemptState, say
 
 _DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
 _DISK_TEXTS = ("No space left on device", "StorageFull", "Disk quota exceeded", "Read-only file system")
@@ -33,44 +33,6 @@ _TORCH_WRITER_TEXTS = ("PytorchStreamWriter failed writing", "inline_container.c
 _NEARLY_FULL_BYTES = 64 * 2**20
 
 
-class AttemptState:
-    """What is known so far, so that a failure at any point still reports steps, peak and checkpoint."""
-
-    def __init__(self, profile, attempt_dir: Path, resume_from: str | None, main: bool = True):
-        self.profile = profile
-        self.attempt_dir = attempt_dir
-        self.resume_from = resume_from
-        self.main = main  # the one process that writes the attempt's shared files and prints
-        self.trainer = None
-        self.memory = None
-        self.estimate_gib = None
-        self.probe = None  # the worst-case probe's figures (trainer.probe), once it has run
-        self.started = time.time()
-
-    @property
-    def steps(self) -> int:
-        # before train() loads the checkpoint (the probe runs then) the trainer still counts from 0
-        resumed = contract.checkpoint_step(self.resume_from)
-        if self.trainer is not None:
-            return max(int(self.trainer.state.global_step), resumed)
-        return resumed
-
-    def latest_checkpoint(self) -> str | None:
-        """This attempt's latest complete checkpoint, else the one it resumed from."""
-        found = contract.latest_checkpoint(self.attempt_dir)
-        if found is not None:
-            return str(found)
-        return str(self.resume_from) if self.resume_from else None
-
-
-def say(text: str, error: bool = False) -> None:
-    """Print a line; a closed pipe (the reader has gone) must not turn a good attempt into a failed one."""
-    try:
-        print(text, file=sys.stderr if error else sys.stdout, flush=True)
-    except OSError:
-        pass
-
-
 def attempt_estimate(profile) -> float | None:
     """The memory estimate this attempt is judged by: the supervisor's (it knew the card), else, for an
     attempt started by hand, the estimator's from the profile alone."""
@@ -78,7 +40,7 @@ def attempt_estimate(profile) -> float | None:
     if given is not None:
         return given
     try:
-        from launcher.estimate import estimate
+        from launcher.memory.estimate import estimate
     except ImportError:
         return None
     try:
@@ -108,7 +70,7 @@ def user_reward_error(exc: BaseException):
 
 def classify(exc: BaseException, folder: Path | None = None) -> tuple[str, str]:
     """(status, one-line error) for an exception raised during an attempt, read the supervisor's way."""
-    from launcher.oom import classify_failure, is_oom_exception
+    from launcher.oom.read import classify_failure, is_oom_exception
 
     name = type(exc).__name__
     text = str(exc)
@@ -283,50 +245,3 @@ def _train(state: AttemptState, signals) -> str:
     probe(state, loaded)  # an OOM here is the attempt's OOM, before any step is spent
     train_seconds = train(state, session)
     return finish(state, loaded, session, before, train_seconds, signals)
-
-
-def build_summary(state: AttemptState, backend, rows, reward_names, before, after, train_seconds,
-                  train_rows, dropped, status) -> dict:
-    """summary.json: what ran where, for how long, with what memory against the estimate, and the result."""
-    import torch
-
-    from trainer.report import reward_figures, scored_examples, warm_start_record
-
-    profile = state.profile
-    memory = state.memory.summary()
-    peak = memory["peak_gib"]
-    estimate = state.estimate_gib
-    if backend.device == "cuda":
-        total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / (1 << 30)
-        device = {"name": backend.gpu_name, "total_gib": round(total, 2),
-                  "compute_capability": list(backend.compute_capability or ()), "bf16": backend.bf16}
-        measure = "torch peak reserved"
-    else:
-        device = {"name": f"CPU ({platform.machine()}, {torch.get_num_threads()} threads)", "total_gib": None,
-                  "compute_capability": None, "bf16": False}
-        measure = "process peak RSS"
-    return {
-        "status": status,
-        "profile": profile.to_dict(),
-        "backend": backend.name,
-        "device": device,
-        "steps": state.steps,
-        "max_steps": profile.max_steps,
-        "resumed_from": contract.relative_path(state.resume_from, state.attempt_dir),
-        "train_seconds": round(train_seconds, 2),
-        "wall_seconds": round(time.time() - state.started, 2),
-        "train_rows": train_rows,
-        "dropped_prompts": dropped,
-        "memory": {**memory, "estimate_gib": estimate, "measure": measure,
-                   "ratio": round(peak / estimate, 3) if estimate else None},
-        "rewards": reward_figures(rows, reward_names),
-        "accuracy": {"correctness": profile.correctness, "samples": before["total"], "before": before["accuracy"],
-                     "after": after["accuracy"],
-                     "correct_before": before["correct"], "correct_after": after["correct"],
-                     "well_formed_before": before.get("well_formed"), "well_formed_after": after.get("well_formed"),
-                     "examples_before": scored_examples(before["examples"], profile.rewards),
-                     "examples_after": scored_examples(after["examples"], profile.rewards)},
-        "warm_start": warm_start_record(profile),
-        "checkpoint": contract.relative_path(state.latest_checkpoint(), state.attempt_dir),
-        "probe": state.probe,
-    }

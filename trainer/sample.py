@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from launcher import contract
-from launcher.errors import UsageError
+from contract import attempt as contract
+from contract.errors import UsageError
 
 DEFAULT_FROM_TEST = 3
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -57,7 +57,7 @@ def find_target(given: str | Path) -> Target:
         return Target(path.parent, path)
     if (path / contract.ADAPTER_DIR).is_dir():
         return Target(path, path / contract.ADAPTER_DIR)
-    from launcher.attempts import read_attempts
+    from launcher.run.attempts import read_attempts
 
     named = [path / Path(r.get("attempt_dir", "")).name for r in read_attempts(path) if r.get("status") == contract.OK]
     candidates = [d for d in named if d.is_dir()] or sorted(path.glob("attempt-*"))
@@ -70,7 +70,7 @@ def find_target(given: str | Path) -> Target:
 
 def profile_of(target: Target, overrides: list[str]):
     """The profile the adapter was trained with, with --set overrides applied."""
-    from launcher.profiles import load_profile, parse_overrides, profile_from_dict
+    from launcher.profile.load import load_profile, parse_overrides, profile_from_dict
 
     profile_file = target.attempt_dir / contract.PROFILE_FILE
     if profile_file.is_file():
@@ -94,13 +94,13 @@ def _base_model(profile, adapter_dir: Path) -> str:
         base = None
     if base and Path(base).is_dir():
         return base
-    if profile.model == "tiny":
+    from trainer.model_source import TINY, resolve_model
+
+    if profile.model == TINY:
         from tasks import load_task
-        from trainer.tiny import ensure_tiny
 
         load_task(profile, "train", limit=1)  # the tiny tokenizer reads the data with the profile's columns
-        return str(ensure_tiny(profile.dataset, seed=profile.seed))
-    return profile.model
+    return resolve_model(profile).path
 
 
 # ---------------------------------------------------------------------------------------------------

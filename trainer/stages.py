@@ -12,10 +12,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from launcher import contract
-from launcher.contract import INTERRUPTED, OK
-from launcher.errors import UsageError
-from trainer.run import AttemptState, build_summary, say
+from contract import attempt as contract
+from contract.attempt import INTERRUPTED, OK
+from contract.errors import UsageError
+from trainer.state import AttemptState, say
+from trainer.summary import build_summary
 
 
 @dataclass
@@ -59,15 +60,14 @@ def load(state: AttemptState) -> Loaded:
     from rewards import get_reward
 
     correctness = get_reward(profile.correctness)  # the user's own reward is imported here, in the attempt
-    model_path = profile.model
-    if profile.model == "tiny":
-        from trainer.tiny import ensure_tiny
+    from trainer.model_source import resolve_model
 
-        model_path = str(ensure_tiny(profile.dataset, seed=profile.seed))
+    source = resolve_model(profile)
+    state.model_built = source.built
     if state.main:
         say(f"attempt '{profile.name}': {backend.name} on {backend.gpu_name or 'CPU'}, model {profile.model}, "
             f"estimate {'n/a' if state.estimate_gib is None else f'{state.estimate_gib:.2f}'} GiB")
-    model, tokenizer = load_model(backend, profile, model_path)
+    model, tokenizer = load_model(backend, profile, source.path)
 
     kept, dropped = filter_by_length(train_rows, tokenizer, profile.max_prompt_length)
     if not kept:

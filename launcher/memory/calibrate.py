@@ -1,0 +1,105 @@
+"""HOW MUCH each rung really needs on this machine: `python train.py --calibrate` runs the worst-case probe
+alone (model loaded, one step at the longest prompts and full-length completions, no training), each rung
+in its own process, records every figure in the ledger, and prints estimate against measurement.
+
+Measured: every single-device rung the plan says fits, and the first rung above them (the nearest more
+ambitious one), whose probe either fits after all or proves by its OOM how much more it needs. The next
+`--auto` plans from these figures.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from types import SimpleNamespace
+
+from launcher.memory import ledger
+from launcher.run.attempts import read_result
+from launcher.run.child import ChildRunner, attempt_command
+from contract.attempt import ENV_ESTIMATE_GIB, ENV_PROBE_ONLY, OK, OOM, PROFILE_FILE, attempt_environment
+from contract.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, UsageError
+
+
+def rungs_to_measure(plan) -> list:
+    """The candidates to probe, in ladder order: those that fit, and the nearest more ambitious one."""
+    single = [c for c in plan.candidates if not c.profile.distributed and c.estimate is not None]
+    fitting = [i for i, c in enumerate(single) if c.fits]
+    if not fitting:
+        return single[-1:]  # nothing fits: the least ambitious rung shows by how much
+    first = fitting[0]
+    chosen = [single[i] for i in fitting]
+    return ([single[first - 1]] if first > 0 else []) + chosen
+
+
+def _calibration_dir(output_dir: Path) -> Path:
+    folder = Path(output_dir) / f"calibrate-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    try:
+        folder.mkdir(parents=True, exist_ok=False)
+    except FileExistsError:
+        folder = folder.with_name(folder.name + f"-{time.time_ns() % 10**6}")
+        folder.mkdir(parents=True)
+    except OSError as exc:
+        raise UsageError(f"{output_dir}: cannot create the calibration folder ({exc.strerror or exc})") from None
+    return folder
+
+
+def probe_rung(candidate, plan, folder: Path, number: int, runner: ChildRunner, console):
+    """One probe in its own process; the ledger entry it made (None when it measured nothing)."""
+    profile = candidate.profile
+    attempt_dir = folder / f"probe-{number:02d}-{profile.name}"
+    attempt_dir.mkdir()
+    (attempt_dir / PROFILE_FILE).write_text(profile.to_yaml(), encoding="utf-8")
+    env = attempt_environment(profile)
+    env[ENV_PROBE_ONLY] = "1"
+    env[ENV_ESTIMATE_GIB] = repr(float(candidate.estimate.total_gib))
+    console.print(f"probe {number}: {profile.name} (estimated {candidate.estimate.total_gib:.2f} GiB)",
+                  markup=False)
+    started = time.time()
+    argv = attempt_command(profile, attempt_dir, None, runner.override, env=env)
+    returncode, tail = runner.run_argv(argv, attempt_dir, env)
+    result = read_result(attempt_dir, returncode, tail, time.time() - started, bool(runner.signals))
+    record = SimpleNamespace(status=result.status, report=result.report, peak_gib=None)
+    entry = ledger.record_attempt(profile, plan, record, attempt_dir,
+                                  warn=lambda text: console.print(text, markup=False))
+    if entry is not None:
+        entry.status = "probe-oom" if result.status == OOM else "probe-ok" if result.status == OK else entry.status
+    return result, entry
+
+
+def calibrate(plan, output_dir: Path, child_command: list[str] | None = None, console=None) -> int:
+    """Probe the rungs (see the module docstring); 0 when every probe ran (an OOM is a measurement too)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    rungs = rungs_to_measure(plan)
+    if not rungs:
+        raise UsageError("--calibrate: no single-device rung of the ladder can run on this machine")
+    folder = _calibration_dir(output_dir)
+    console.print(f"calibrating {len(rungs)} rung(s): {', '.join(c.profile.name for c in rungs)} "
+                  f"(folder: {folder})", markup=False)
+    runner = ChildRunner(child_command)
+    table = Table(title="calibration: estimate against the probe's measured peak")
+    for col in ("profile", "estimate GiB", "measured GiB", "measured / estimate", "result"):
+        table.add_column(col)
+    code = EXIT_OK
+    for number, cand in enumerate(rungs, 1):
+        if runner.signals:
+            code = EXIT_INTERRUPTED
+            break
+        result, entry = probe_rung(cand, plan, folder, number, runner, console)
+        est = cand.estimate.total_gib
+        peak = entry.peak_gib if entry is not None else None
+        bound = entry.oom_lower_bound_gib if entry is not None else None
+        verdict = {OK: "probe ran", OOM: f"OOM: needs at least {bound:.2f} GiB" if bound else "OOM"}.get(
+            result.status, f"{result.status}: {result.error or ''}"[:120])
+        if result.status not in (OK, OOM):
+            code = EXIT_FAILURE
+        table.add_row(cand.profile.name, f"{est:.2f}", "-" if peak is None else f"{peak:.2f}",
+                      "-" if peak is None else f"{peak / est:.3f}", verdict)
+    console.print(table)
+    console.print(f"recorded in {ledger.ledger_path()}; `python train.py --auto` now plans from these figures "
+                  "(`--ignore-ledger` to plan from the estimate alone)", markup=False)
+    return code

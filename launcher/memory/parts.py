@@ -1,0 +1,216 @@
+"""HOW MANY bytes each piece of one GRPO training step takes: the constants and formulas behind
+launcher.memory.estimate, which adds them up per profile (that module's docstring tells the physics)."""
+
+from __future__ import annotations
+
+from launcher.profile.catalog import Architecture
+from launcher.memory.trl_step import optimizer_step_bytes
+from launcher.memory.trl_step import training_pass as trl_pass
+
+
+GIB = 1024 ** 3
+
+# Fixed costs
+CUDA_CONTEXT_GIB = 0.75      # CUDA context + cuBLAS workspace + allocator slack (public range 0.5-1.0 GiB)
+PYTHON_RUNTIME_GIB = 0.6     # CPU: torch + transformers + TRL imported (about 600 MB RSS measured)
+
+# Bytes per parameter
+NF4_BYTES = 0.5625           # bitsandbytes NF4: 4 bits + one 16-bit scale per 64 weights
+HALF_BYTES = 2
+FULL_BYTES = 4
+OPTIMIZER_BYTES = {          # per trainable parameter
+    "adamw_torch": 8, "adamw_torch_fused": 8, "paged_adamw_32bit": 8,   # two fp32 moments
+    "adamw_8bit": 2, "adamw_bnb_8bit": 2, "paged_adamw_8bit": 2,        # two 8-bit moments (+ block scales)
+    "adafactor": 0.5,        # factored second moment only: rows + columns, far under 1 B/param; 0.5 is generous
+    "sgd": 0,                # plain SGD (TRL's default: no momentum) keeps no state
+}
+TORCH_OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "sgd")  # state in the parameters' dtype
+
+# Logits (bytes per element of completion x vocab)
+UNSLOTH_LOGIT_BYTES = 2 * HALF_BYTES     # two 16-bit tensors, one sequence at a time
+# Materialised logits (TRL before its fused head, and the CPU path's torch fallback): the fp32 log-softmax kept
+# for backward, then its gradient and the softmax in backward (a simulated step peaks at 12 B per logit)
+TRL_LOGIT_BYTES = 3 * FULL_BYTES
+
+# vLLM (colocated through Unsloth's fast_inference)
+VLLM_FIXED_GIB = 0.5          # CUDA graphs and vLLM's non-torch memory
+VLLM_PREFILL_TOKENS = 8192    # Unsloth's chunked-prefill budget: the profiling forward vLLM measures
+VLLM_SAMPLER_SEQS = 256       # max_num_seqs: the sampler holds fp32 logits for this many sequences
+# UNSLOTH_VLLM_STANDBY replaces gpu_memory_utilization with its own tier (about 0.76 on 16 GB, 0.88 on 80 GB)
+STANDBY_UTILISATION = ((16.0, 0.76), (80.0, 0.88))
+
+
+# Scale-out (accelerate + DeepSpeed). Bucket sizes are the ones launcher/run/distributed.py writes into the
+# DeepSpeed configuration, in elements; the estimate and the configuration must agree.
+ZERO_BUCKET_ELEMENTS = 50_000_000      # reduce_bucket_size and allgather_bucket_size (stages 1-2)
+ZERO3_PREFETCH_ELEMENTS = 50_000_000   # stage3_prefetch_bucket_size
+ZERO3_MAX_LIVE_ELEMENTS = 100_000_000  # stage3_max_live_parameters: gathered parameters held at once
+COLLECTIVE_BUFFERS_GIB = 0.25          # NCCL's communicator buffers per GPU (a few MiB per channel and peer)
+# DeepSpeed's mixed precision (ZeRO paper): 16-bit parameters and gradients, and an fp32 master copy of the
+# trained parameters beside the optimizer's moments.
+MASTER_BYTES = FULL_BYTES
+
+
+# ---------------------------------------------------------------------------------------------------
+# Pieces, each usable on its own (the tests check them against hand computations)
+
+def weights_bytes(arch: Architecture, load_in_4bit: bool, device: str = "cuda") -> float:
+    """The base model as loaded. NF4 shrinks the blocks' linear layers; embeddings, an untied lm_head and
+    the norms stay 16-bit. On CPU the model is fp32."""
+    if device == "cpu":
+        return arch.computed_params * FULL_BYTES
+    if load_in_4bit:
+        rest = arch.embedding_params + arch.lm_head_params + arch.norm_params
+        return arch.linear_params * NF4_BYTES + rest * HALF_BYTES
+    return arch.computed_params * HALF_BYTES
+
+
+def activation_bytes_per_token_layer(arch: Architecture, element_bytes: int = HALF_BYTES,
+                                     backend: str = "unsloth") -> float:
+    """What one decoder block keeps for the backward pass per token (FlashAttention/SDPA: no s^2 scores).
+
+    unsloth (fused RMSNorm, RoPE and SwiGLU kernels): both norms' input and output (4h), q and the attention
+        output (2q), k and v (2kv), gate, up and their product (3i).
+    trl (transformers' modules): each RMSNorm keeps an fp32 copy of its input, the fp32 normalised tensor
+        and its 16-bit cast (5h per norm, 10h), RoPE keeps q, k and their rotated halves besides the
+        rotated q, k and v (4q, 4kv), SwiGLU keeps gate, SiLU(gate), up and the product (4i).
+    """
+    h, q, kv, i = arch.hidden, arch.q_dim, arch.kv_dim, arch.intermediate
+    if backend == "unsloth":
+        return element_bytes * (4 * h + 2 * q + 2 * kv + 3 * i)
+    return element_bytes * (10 * h + 4 * q + 4 * kv + 4 * i)
+
+
+def logits_bytes(batch: int, tokens: int, vocab: int, backend: str) -> float:
+    if backend == "unsloth":
+        return tokens * vocab * UNSLOTH_LOGIT_BYTES
+    return batch * tokens * vocab * TRL_LOGIT_BYTES
+
+
+def standby_utilisation(total_gib: float) -> float:
+    (low_gib, low), (high_gib, high) = STANDBY_UTILISATION
+    if total_gib <= low_gib:
+        return low
+    if total_gib >= high_gib:
+        return high
+    return low + (high - low) * (total_gib - low_gib) / (high_gib - low_gib)
+
+
+def vllm_workspace_bytes(arch: Architecture) -> float:
+    """vLLM's memory besides weights and KV cache: graphs, the profiling forward, the sampler's logits."""
+    prefill = VLLM_PREFILL_TOKENS * HALF_BYTES * (arch.hidden + 2 * arch.intermediate)
+    sampler = VLLM_SAMPLER_SEQS * arch.vocab * FULL_BYTES
+    return VLLM_FIXED_GIB * GIB + prefill + sampler
+
+
+# ---------------------------------------------------------------------------------------------------
+# Parts that the single-device and the data-parallel estimates count the same way (bytes)
+
+def sequence_tokens(profile) -> int:
+    return profile.max_prompt_length + profile.max_completion_length
+
+
+def model_states(profile, arch: Architecture, weights: float, element: int, notes: list[str], world: int = 1,
+                 stage: int = 0, backend: str = "unsloth") -> dict[str, float]:
+    """What is trained (LoRA adapters or every parameter), its gradients and optimizer state, ZeRO's buckets,
+    and the reference copy of `weights` (the weights one GPU holds) for full fine-tuning with beta > 0. One
+    process is the ZeRO accounting at world size 1, stage 0, without DDP's bucket copy."""
+    if profile.uses_lora:
+        trainable = arch.lora_params(profile.lora_rank, profile.target_modules)
+    else:
+        trainable = arch.computed_params
+        notes.append("full fine-tuning: every parameter has a gradient and optimizer state")
+    comp = zero_model_state_bytes(trainable, profile.optim, world, stage, profile.uses_lora, element)
+    if world == 1:
+        comp.pop("gradient_buckets", None)  # one process: no DDP wrapper, no bucket copy
+    if backend == "trl" and stage == 0 and not profile.uses_lora and profile.optim in TORCH_OPTIMIZERS:
+        comp["optimizer"] *= element / FULL_BYTES  # torch keeps the moments in the (16-bit) parameters' dtype
+        if element == HALF_BYTES:
+            comp["optimizer_step"] = optimizer_step_bytes(profile.optim, trainable, element)
+    elif backend == "trl" and stage == 0 and element == HALF_BYTES:
+        comp["optimizer_step"] = optimizer_step_bytes(profile.optim, trainable, OPTIMIZER_BYTES[profile.optim] / 2)
+    if stage in (1, 2):
+        comp["zero_buckets"] = 2 * HALF_BYTES * min(ZERO_BUCKET_ELEMENTS, trainable)
+    elif stage == 3:
+        comp["zero_buckets"] = HALF_BYTES * min(ZERO_BUCKET_ELEMENTS, trainable)
+    comp["reference"] = weights if (profile.beta > 0 and not profile.uses_lora) else 0.0
+    return comp
+
+
+def training_pass(profile, arch: Architecture, element: int, backend: str, notes: list[str],
+                   offload: bool) -> tuple[dict[str, float], float]:
+    """(activations, activation checkpoints and logits of one micro-batch, bytes offloaded to host RAM).
+    `offload`: Unsloth's gradient_checkpointing "unsloth" moves the checkpoints to host RAM (on a GPU)."""
+    if backend == "trl" and element == HALF_BYTES:
+        targets = profile.target_modules if profile.uses_lora else None
+        lora_params = arch.lora_params(profile.lora_rank, targets) if profile.uses_lora else 0
+        return trl_pass(arch, profile.per_device_train_batch_size, sequence_tokens(profile),
+                        profile.max_completion_length, targets, lora_params,
+                        profile.gradient_checkpointing != "false"), 0.0
+    micro_tokens = profile.per_device_train_batch_size * sequence_tokens(profile)
+    per_token_layer = activation_bytes_per_token_layer(arch, element, backend)
+    hidden_state = micro_tokens * arch.hidden * element  # one layer's input: what a checkpoint keeps
+    mode = profile.gradient_checkpointing
+    host_offload = 0.0
+    if mode == "false":
+        comp = {"activations": arch.layers * micro_tokens * per_token_layer, "activation_checkpoints": 0.0}
+    else:
+        # the layer being recomputed holds its full activations
+        comp = {"activations": micro_tokens * per_token_layer}
+        checkpoints = arch.layers * hidden_state
+        if mode == "unsloth" and offload:
+            comp["activation_checkpoints"] = 2 * hidden_state  # in-flight copies to and from host RAM
+            host_offload = checkpoints
+            notes.append(f"Unsloth offloads activation checkpoints ({checkpoints / GIB:.2f} GiB) to host RAM")
+        else:
+            comp["activation_checkpoints"] = checkpoints
+    comp["logits"] = logits_bytes(profile.per_device_train_batch_size, profile.max_completion_length,
+                                  arch.vocab, backend)
+    return comp, host_offload
+
+
+def generate_kv_cache(arch: Architecture, completions: int, seq: int, element: int) -> float:
+    """transformers' generate (no vLLM): the KV cache of `completions` full-length sequences."""
+    return completions * seq * arch.kv_bytes_per_token(element)
+
+
+def cpu_process(arch: Architecture, completions: int, seq: int) -> dict[str, float]:
+    """What a cpu process holds besides the model and the training pass: generate's fp32 KV cache, the runtime."""
+    return {"generate_kv_cache": generate_kv_cache(arch, completions, seq, FULL_BYTES),
+            "runtime": PYTHON_RUNTIME_GIB * GIB}
+
+
+def vllm_sizes(profile, arch: Architecture, tp: int = 1) -> tuple[float, float, float]:
+    """(workspace, KV bytes of one token, KV bytes of one max_seq_length sequence) of one vLLM GPU holding
+    1/tp of the model."""
+    kv_token = arch.kv_bytes_per_token(HALF_BYTES) / tp
+    return vllm_workspace_bytes(arch), kv_token, profile.max_seq_length * kv_token
+
+
+def zero_model_state_bytes(trainable: int, optim: str, world: int, stage: int, lora: bool,
+                           element: int = HALF_BYTES) -> dict[str, float]:
+    """Per-GPU bytes of what is trained (Psi parameters), by the ZeRO paper's partitioning.
+
+    stage 0 (DDP): as on one GPU (PEFT's fp32 adapters, or the full model in `element` bytes counted with
+        the weights), plus DDP's gradient buckets: a second, flat copy of the gradients.
+    stage >= 1 (DeepSpeed mixed precision): 16-bit parameters (2 Psi) and gradients (2 Psi), and
+        K Psi of optimizer state = fp32 master copy (4) + the optimizer's moments. Stage 1 divides the K Psi
+        by the world size, stage 2 also the gradients, stage 3 also the parameters.
+    """
+    optimizer = OPTIMIZER_BYTES[optim]
+    if stage == 0:
+        grad = FULL_BYTES if lora else element
+        return {"lora": trainable * FULL_BYTES if lora else 0.0,
+                "gradients": trainable * grad,
+                "gradient_buckets": trainable * grad,
+                "optimizer": trainable * optimizer}
+    params = trainable * HALF_BYTES
+    grads = trainable * HALF_BYTES
+    states = trainable * (MASTER_BYTES + optimizer)
+    return {"lora": (params / (world if stage >= 3 else 1)) if lora else 0.0,
+            "gradients": grads / (world if stage >= 2 else 1),
+            "optimizer": states / world}
+
+
+def layer_params(arch: Architecture) -> int:
+    return arch.linear_params // arch.layers + 2 * arch.hidden

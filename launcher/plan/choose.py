@@ -1,0 +1,293 @@
+"""WHICH profile runs: every candidate of the ladder with its estimate and verdict, and the choice.
+
+A profile fits when vLLM can start in its share of the card and its estimated total stays within the free
+memory less a margin (GPU_MARGIN_TEXT says how much and why). The first that fits, in ladder order, is chosen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from launcher.profile.catalog import resolve, vllm_refuses
+from contract.errors import UsageError
+from launcher.memory.estimate import Estimate, estimate
+from launcher.card.detect import GpuInfo, Machine, bf16_supported, precision_text
+from launcher.memory.ledger import measured_for
+from launcher.card.topology import split_over_machines, topology
+
+
+def machine_count() -> int:
+    """Machines of a multi-node run (GRPO_NUM_MACHINES, default 1); launcher.card.topology reads the rest."""
+    return topology().num_machines
+
+# Kept free on top of the estimate: the allocator's fragmentation and the slow creep of reserved memory
+# over a long run (reported in unsloth #2470 and trl #2927), plus a desktop's display and other processes.
+GPU_MARGIN_SHARE, GPU_MARGIN_MIN_GIB = 0.05, 0.5
+# Host RAM also serves the OS, the data loader and the page cache.
+HOST_MARGIN_SHARE, HOST_MARGIN_MIN_GIB = 0.10, 1.0
+GPU_MARGIN_TEXT = ("margin: 5% of the card (at least 0.5 GiB) stays free for allocator fragmentation, memory "
+                   "that creeps up over steps, and other processes")
+HOST_MARGIN_TEXT = "margin: 10% of RAM (at least 1 GiB) stays free for the OS, the data loader and other processes"
+
+
+def margin_for(total_gib: float, device: str = "cuda") -> float:
+    if device == "cpu":
+        return max(HOST_MARGIN_MIN_GIB, HOST_MARGIN_SHARE * total_gib)
+    return max(GPU_MARGIN_MIN_GIB, GPU_MARGIN_SHARE * total_gib)
+
+
+@dataclass
+class Candidate:
+    profile: object  # launcher.profile.load.Profile
+    estimate: Estimate | None
+    fits: bool
+    reason: str
+    measured: object = None  # launcher.memory.ledger.Measured: what this machine measured of this shape, or None
+
+
+@dataclass
+class Plan:
+    machine: Machine
+    candidates: list[Candidate]
+    chosen: object | None  # Profile
+    margin_gib: float
+    notes: list[str] = field(default_factory=list)
+
+    def gpu_json(self) -> dict:
+        gpu = self.machine.primary
+        if gpu is None:
+            return {"name": "CPU (no GPU)", "total_gib": round(self.machine.host_ram_gib, 2),
+                    "free_gib": round(self.machine.host_free_gib, 2), "source": "none", "device": "cpu",
+                    "message": self.machine.message}
+        return {"name": gpu.name, "total_gib": round(gpu.total_gib, 2), "free_gib": round(gpu.free_gib, 2),
+                "source": gpu.source, "device": "cuda", "index": gpu.index,
+                "compute_capability": ".".join(map(str, gpu.compute_capability)) if gpu.compute_capability
+                else None, "precision": precision_text(gpu), "driver": gpu.driver,
+                "cuda_driver": gpu.cuda_driver, "count": len(self.machine.gpus), "message": self.machine.message}
+
+    def to_json(self) -> dict:
+        return {
+            "gpu": self.gpu_json(),
+            "margin_gib": round(self.margin_gib, 2),
+            "margin": GPU_MARGIN_TEXT if self.machine.primary else HOST_MARGIN_TEXT,
+            "candidates": [
+                {"profile": c.profile.name, "path": c.profile.source, "ladder": c.profile.ladder,
+                 "model": c.profile.model, "fits": c.fits, "reason": c.reason,
+                 "world_size": c.profile.num_gpus, "zero_stage": c.profile.zero_stage,
+                 "gpus": c.profile.gpus_needed, "vllm_mode": c.profile.vllm_mode if c.profile.fast_inference
+                 else None,
+                 "estimate": c.estimate.to_json() if c.estimate else None,
+                 "measured": c.measured.to_json() if c.measured else None}
+                for c in self.candidates],
+            "chosen": self.chosen.name if self.chosen is not None else None,
+            "notes": list(self.notes),
+        }
+
+
+# ---------------------------------------------------------------------------------------------------
+
+def _need(est: Estimate, measured) -> tuple[float, str]:
+    """The figure a candidate is judged by, and how to name it: this machine's measurement of the shape when
+    the ledger has one (an OOM's lower bound counts), else the estimate."""
+    need = measured.need_gib if measured is not None else None
+    if need is None:
+        return est.total_gib, ""
+    return need, f" ({measured.text()}; est. {est.total_gib:.2f})"
+
+
+def _judge(profile, est: Estimate, gpu: GpuInfo | None, machine: Machine, margin: float,
+           measured=None) -> tuple[bool, str]:
+    need, source = _need(est, measured)
+    if est.memory == "host":
+        usable = machine.host_free_gib - margin
+        processes = max(1, est.world_size)
+        need = need * processes
+        each = f" ({processes} processes x {need / processes:.2f})" if processes > 1 else ""
+        if need <= usable:
+            return True, f"fits: {need:.2f}{each} of {usable:.2f} GiB usable RAM{source}"
+        return False, (f"too large: needs {need:.2f} GiB of RAM{each}, {usable:.2f} usable "
+                       f"({machine.host_free_gib:.2f} available - {margin:.2f} margin){source}")
+    assert gpu is not None
+    if est.vllm_problem:
+        return False, est.vllm_problem
+    if est.vllm_share_gib is not None and est.vllm_share_gib > gpu.free_gib:
+        return False, (f"vLLM asks {est.vllm_share_gib:.2f} GiB (gpu_memory_utilization x total) but only "
+                       f"{gpu.free_gib:.2f} GiB is free: lower gpu_memory_utilization or free the card")
+    usable = gpu.free_gib - margin
+    if need <= usable:
+        return True, f"fits: {need:.2f} of {usable:.2f} GiB usable{source}"
+    return False, (f"too large: needs {need:.2f} GiB, {usable:.2f} usable "
+                   f"({gpu.free_gib:.2f} free - {margin:.2f} margin){source}")
+
+
+def split_gpus(profile, machine: Machine, machines: int = 1) -> tuple[list[GpuInfo], list[GpuInfo]]:
+    """(training GPUs, vLLM server GPUs) of this machine: training first, the server's after them.
+    UsageError for a split over machines the launcher would refuse."""
+    train = split_over_machines(profile.num_gpus, machines, profile.name)
+    server = profile.vllm_server_gpus if profile.uses_vllm_server else 0
+    return machine.gpus[:train], machine.gpus[train:train + server]
+
+
+def _judge_distributed(profile, est: Estimate, train_gpus, server_gpus, margin: float) -> tuple[bool, str]:
+    """Per GPU: every training GPU must hold the training estimate, every server GPU the server's."""
+    if est.server is not None and est.server.vllm_problem:
+        return False, est.server.vllm_problem  # the server would refuse to start: say that first
+    tightest = min(train_gpus, key=lambda g: g.free_gib)
+    fits, reason = _judge(profile, est, tightest, None, margin)
+    if profile.num_gpus == 1:
+        where = "training GPU"
+    else:
+        where = f"per training GPU ({profile.num_gpus} x " + \
+            (f"ZeRO-{profile.zero_stage})" if profile.zero_stage else "DDP)")
+    if not fits:
+        return False, f"{where}: {reason}"
+    text = f"{where}: {reason}"
+    if est.server is not None:
+        server = est.server
+        tight = min(server_gpus, key=lambda g: g.free_gib)
+        usable = tight.free_gib - margin_for(tight.total_gib)
+        if server.total_gib > usable:
+            return False, (f"{text}; vLLM server GPU too small: needs {server.total_gib:.2f} GiB, "
+                           f"{usable:.2f} usable on {tight.name}")
+        text += f"; vLLM server: {server.total_gib:.2f} of {usable:.2f} GiB per GPU on {len(server_gpus)} GPU(s)"
+    return True, text
+
+
+def local_gpus_needed(profile, machines: int = 1) -> int:
+    """GPUs one machine must show: its share of the training GPUs, and the vLLM server's on the first.
+    UsageError for a split over machines the launcher would refuse."""
+    if profile.device == "cpu":
+        return 0
+    per_machine = split_over_machines(profile.num_gpus, machines, profile.name)
+    return per_machine + (profile.vllm_server_gpus if profile.uses_vllm_server else 0)
+
+
+def _split_refusal(profile, machines: int) -> str | None:
+    """Why the launcher would refuse to divide the profile's training GPUs over the machines, else None."""
+    try:
+        split_over_machines(profile.num_gpus, machines, profile.name)
+    except UsageError as exc:
+        return str(exc)
+    return None
+
+
+def _deepspeed_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("deepspeed") is not None
+
+
+def _distributed_candidate(profile, arch, machine: Machine, machines: int, margin: float) -> Candidate:
+    """The verdict on a profile of several GPUs (or a vLLM server): its split over the machines (the
+    launcher's own rule), the GPUs this machine must show, and each GPU's estimate."""
+    refusal = _split_refusal(profile, machines)
+    if refusal:
+        return Candidate(profile, None, False, refusal)
+    need = local_gpus_needed(profile, machines)
+    if need > len(machine.gpus):
+        # estimated as if every missing GPU were like the first one, so the table still says per GPU
+        return Candidate(profile, estimate(profile, arch, machine.primary), False,
+                         f"needs {need} GPUs on this machine, {len(machine.gpus)} visible "
+                         f"(plan for them with --gpus {need} --gpu-memory GIB)")
+    train_gpus, server_gpus = split_gpus(profile, machine, machines)
+    est = estimate(profile, arch, min(train_gpus, key=lambda g: g.free_gib))
+    if est.server is not None:
+        est.server = estimate(profile, arch, min(server_gpus, key=lambda g: g.free_gib)).server
+    fits, reason = _judge_distributed(profile, est, train_gpus, server_gpus, margin)
+    if fits and profile.zero_stage and machine.gpus[0].source == "nvml" and not _deepspeed_installed():
+        # a real run here would fail at launch; a what-if plan is about the card, not this install
+        fits, reason = False, (f"needs the deepspeed package for ZeRO stage {profile.zero_stage} "
+                               "(fix: pip install deepspeed -c constraints.txt); " + reason)
+    return Candidate(profile, est, fits, reason)
+
+
+def _single_candidate(profile, arch, machine: Machine, margin: float, measurements) -> Candidate:
+    """The verdict on a profile of one device: its estimate (or this machine's measurement) against the card,
+    or against the host's RAM for a cpu profile."""
+    gpu = machine.primary
+    est = estimate(profile, arch, gpu if profile.device == "cuda" else None)
+    measured = measured_for(measurements, profile, machine) if measurements else None
+    if profile.device == "cpu" and machine.device == "cuda":
+        fits, reason = _judge(profile, est, None, machine, margin_for(machine.host_ram_gib, "cpu"), measured)
+    else:
+        fits, reason = _judge(profile, est, gpu, machine, margin, measured)
+    return Candidate(profile, est, fits, reason, measured)
+
+
+def without_refused_vllm(profile, arch, gpu: GpuInfo | None):
+    """(the profile as it can run on `gpu`, why vLLM is off or None). vLLM refuses float16 for some model
+    families, and a card below compute capability 8.0 has nothing else to give it: such a profile generates with
+    transformers instead (fast_inference off), and is estimated and run that way. A vLLM server cannot be
+    turned into that: (None, why)."""
+    if profile.device != "cuda" or not profile.fast_inference or gpu is None:
+        return profile, None
+    refusal = vllm_refuses(arch, bf16_supported(gpu))
+    if refusal is None:
+        return profile, None
+    if profile.uses_vllm_server:
+        return None, refusal
+    return profile.replace(fast_inference=False, vllm_standby=False, vllm_tensor_parallel=1), refusal
+
+
+def _vllm_off_text(refusal: str) -> str:
+    return f"vLLM off: {refusal}; transformers generates (estimated so); "
+
+
+def make_plan(profiles, machine: Machine, margin_gib: float | None = None, measurements=None) -> Plan:
+    """Judge the profiles for this machine in ladder order: cuda profiles on a GPU, cpu ones without.
+    `measurements` (launcher.memory.ledger entries) replace the estimate of every single-device shape this machine
+    has measured; multi-GPU profiles are judged by the estimate alone."""
+    profiles = sorted(profiles, key=lambda p: (p.ladder, p.name))
+    if not profiles:
+        raise UsageError("no profiles to plan (fix: --profiles-dir DIR holding *.yaml profiles)")
+    gpu = machine.primary
+    device = machine.device
+    notes = list(machine.notes)
+    matching = [p for p in profiles if p.device == device]
+    if matching:
+        skipped = len(profiles) - len(matching)
+        if skipped:
+            notes.append(f"{skipped} profile(s) for device {'cpu' if device == 'cuda' else 'cuda'} left out")
+        profiles = matching
+    machines = machine_count() if device == "cuda" else 1
+    if device == "cuda":
+        # A multi-GPU profile can be chosen only where its GPUs are there (or asked for with --gpus N); it is
+        # still listed, with what each of its GPUs would need. Single-GPU profiles stay candidates anywhere.
+        short = sum(1 for p in profiles if p.distributed and not _split_refusal(p, machines)
+                    and local_gpus_needed(p, machines) > len(machine.gpus))
+        if short:
+            notes.append(f"{short} profile(s) need more GPUs than the {len(machine.gpus)} visible: listed, not "
+                         "chosen (plan for more with --gpus N)")
+    if margin_gib is None:
+        if device == "cuda":
+            margin_gib = margin_for(gpu.total_gib, "cuda")
+        else:
+            margin_gib = margin_for(machine.host_ram_gib, "cpu")
+
+    archs: dict[str, object] = {}
+    candidates: list[Candidate] = []
+    for profile in profiles:
+        if profile.device == "cuda" and gpu is None:
+            candidates.append(Candidate(profile, None, False,
+                                        "needs an NVIDIA GPU and none was found (plan for a card with "
+                                        "--gpu-memory GIB, or use a cpu profile)"))
+            continue
+        if profile.model not in archs:
+            archs[profile.model] = resolve(profile.model)
+        runnable, refusal = without_refused_vllm(profile, archs[profile.model], gpu)
+        if runnable is None:
+            candidates.append(Candidate(profile, None, False, f"{refusal}: its vLLM server cannot start here"))
+            continue
+        profile = runnable
+        if profile.device == "cuda" and profile.distributed:
+            candidate = _distributed_candidate(profile, archs[profile.model], machine, machines, margin_gib)
+        else:
+            candidate = _single_candidate(profile, archs[profile.model], machine, margin_gib, measurements)
+        if refusal:
+            candidate.reason = _vllm_off_text(refusal) + candidate.reason
+        candidates.append(candidate)
+    if any(c.reason.startswith("vLLM off") for c in candidates):
+        notes.append(f"{gpu.name}: no bfloat16, so vLLM is off for the models it refuses in float16 (Gemma 2/3, "
+                     "GLM-4); those rungs generate with transformers: slower, the KV cache in the training process")
+    chosen = next((c.profile for c in candidates if c.fits), None)
+    return Plan(machine, candidates, chosen, margin_gib, notes)

@@ -1,0 +1,42 @@
+"""The vocabulary every profile rule shares: the choices and defaults of the keys, and the refusal type
+(KeyProblem) that the schema's validators and the longer rules raise and the loader turns into errors."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+# LoRA ranks vLLM can serve (`max_lora_rank` must be one of these).
+VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
+DATASETS = ("gsm8k", "arithmetic")
+CHECKPOINTING_MODES = ("unsloth", "true", "false")
+OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adamw_8bit", "adamw_bnb_8bit", "paged_adamw_8bit",
+              "paged_adamw_32bit", "adafactor", "sgd")
+SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine")
+VLLM_MODES = ("colocate", "server")
+# The trackers transformers 5.17 knows (its INTEGRATION_TO_CALLBACK), plus its "none" and "all".
+REPORT_TO = ("none", "all", "azure_ml", "clearml", "codecarbon", "comet_ml", "dagshub", "dvclive", "flyte",
+             "kubeflow", "mlflow", "neptune", "swanlab", "tensorboard", "trackio", "wandb")
+DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+DEFAULT_REWARDS = {"xml_count": 0.5, "xml_soft": 0.5, "xml_strict": 0.5, "number": 0.5, "accuracy": 2.0}
+# The name becomes a folder name: no separators, no leading dot, short.
+NAME_PATTERN = r"^(?:[A-Za-z0-9_-][A-Za-z0-9._-]{0,63})?$"  # empty: the file's stem, filled in by the loader
+
+
+class KeyProblem(ValueError):
+    """A refused value: the reason, how to fix it, and the key when a rule (not a field) found it."""
+
+    def __init__(self, reason: str, fix: str | None = None, key: str | None = None):
+        super().__init__(reason)
+        self.reason, self.fix, self.key = reason, fix, key
+
+
+def shown(value: Any) -> str:
+    """repr, cut short: a 400-digit number should not fill the terminal."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
+
+
+def suggest(word: str, known) -> str | None:
+    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.5)
+    return f"did you mean '{close[0]}'?" if close else None

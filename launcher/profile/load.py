@@ -1,0 +1,215 @@
+"""HOW a profile is read: YAML files (guarded against surprises), `--set` overrides, and the schema's refusals
+turned into errors that name the file, the key and the fix. The keys themselves live in launcher.profile.schema.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from contract.errors import ProfileError, UsageError
+from launcher.profile.keys import DEFAULT_REWARDS, DEFAULT_TARGET_MODULES, VLLM_LORA_RANKS, suggest
+from launcher.profile.schema import KEYS, Profile, profile_from_dict
+
+__all__ = ["DEFAULT_REWARDS", "DEFAULT_TARGET_MODULES", "KEYS", "MAX_PROFILE_BYTES", "VLLM_LORA_RANKS", "Profile",
+           "load_profile", "load_profiles", "parse_overrides", "profile_from_dict"]
+
+# A profile is a few dozen lines; anything far larger is a wrong path, not a profile.
+MAX_PROFILE_BYTES = 1 << 20
+
+# ---------------------------------------------------------------------------------------------------
+# YAML without its silent surprises: repeated keys (the last one wins), 010 read as octal 8, 1:30 as 90,
+# yes/no/on/off read as booleans
+
+
+class YamlSurprise(Exception):
+    def __init__(self, reason: str, key: str | None = None, line: int | None = None):
+        super().__init__(reason)
+        self.reason, self.key, self.line = reason, key, line
+
+
+def _int_surprise(text: str) -> str | None:
+    digits = text.replace("_", "").lstrip("+-")
+    if ":" in digits:
+        return f"{text} is a YAML 1.1 base-60 number ({text} reads as minutes:seconds)"
+    if re.fullmatch(r"0[0-9]+", digits):
+        return f"{text} has a leading zero, which YAML 1.1 reads as an octal number"
+    if len(digits) > 100:
+        return f"a whole number of {len(digits)} digits"
+    return None
+
+
+def _bool_surprise(text: str) -> str | None:
+    if text.lower() in ("true", "false"):
+        return None
+    return f"{text} is YAML 1.1's spelling of {'false' if text.lower() in ('no', 'n', 'off') else 'true'}"
+
+
+_SURPRISES = {"tag:yaml.org,2002:int": _int_surprise, "tag:yaml.org,2002:bool": _bool_surprise}
+
+
+# libyaml's parser where it is installed (several times faster); the checks below work on its nodes alike
+_BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _ProfileLoader(_BaseLoader):
+    def construct_yaml_int(self, node):
+        self._refuse_surprise(node)
+        return super().construct_yaml_int(node)
+
+    def construct_yaml_bool(self, node):
+        self._refuse_surprise(node)
+        return super().construct_yaml_bool(node)
+
+    @staticmethod
+    def _refuse_surprise(node, key: str | None = None) -> None:
+        check = _SURPRISES.get(node.tag) if isinstance(node, yaml.ScalarNode) else None
+        surprise = check(node.value) if check else None
+        if surprise:
+            raise YamlSurprise(surprise, key, node.start_mark.line + 1)
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, int] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *base` then a key of its own overrides on purpose
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            self._refuse_surprise(value_node, str(key))
+            try:
+                first = seen.get(key)
+            except TypeError:
+                continue  # an unhashable key; the mapping constructor refuses it with its own message
+            if first is not None:
+                raise YamlSurprise(f"'{key}' is given more than once (lines {first} and {line}); YAML would keep "
+                                   "only the last, silently", str(key))
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+_ProfileLoader.add_constructor("tag:yaml.org,2002:int", _ProfileLoader.construct_yaml_int)
+_ProfileLoader.add_constructor("tag:yaml.org,2002:bool", _ProfileLoader.construct_yaml_bool)
+
+
+def _surprise_fix(surprise: YamlSurprise) -> str:
+    if "more than once" in surprise.reason:
+        return "keep one of them"
+    if "spelling of" in surprise.reason:
+        return "write true or false, or quote it if it is text"
+    return "write the number in plain decimal digits, or quote it if it is text"
+
+
+def read_yaml(text: str, source: str) -> Any:
+    """YAML through the guarded loader (safe_load's classes); errors name the source and where."""
+    try:
+        return yaml.load(text, Loader=_ProfileLoader)  # noqa: S506 - a SafeLoader subclass
+    except YamlSurprise as exc:
+        where = f" (line {exc.line})" if exc.line else ""
+        raise ProfileError(source, exc.key, exc.reason + where, _surprise_fix(exc)) from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
+        raise ProfileError(source, None, f"YAML syntax error at {where}: {exc.problem or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ProfileError(source, None, f"YAML error: {exc}") from None
+
+
+def _read_text(path: Path) -> str:
+    """The file's text; refuses at once what is not a small regular file (a device or fifo never blocks)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise UsageError(f"{path}: profile not found (fix: give an existing .yaml file, e.g. profiles/*.yaml)") \
+            from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read profile: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ProfileError(str(path), None, "not a regular file", "give a profile .yaml file")
+        data = handle.read(MAX_PROFILE_BYTES + 1)
+    if len(data) > MAX_PROFILE_BYTES:
+        raise ProfileError(str(path), None, f"the file is larger than {MAX_PROFILE_BYTES // 1024} KiB; a profile "
+                           "is a few dozen lines", "give a profile .yaml file")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProfileError(str(path), None, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+# ---------------------------------------------------------------------------------------------------
+# Files and overrides
+
+
+def parse_overrides(pairs: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """`--set KEY=VALUE` pairs into a dict; values are read as YAML (true, 2, 0.5, {accuracy: 2.0})."""
+    out: dict[str, Any] = {}
+    for pair in pairs or ():
+        if "=" not in pair:
+            raise UsageError(f"--set {pair!r}: expected KEY=VALUE (e.g. --set lora_rank=32)")
+        key, _, raw = pair.partition("=")
+        key = key.strip()
+        if key not in KEYS:
+            raise ProfileError("--set", key, "unknown key",
+                               suggest(key, KEYS) or "run `python train.py --help` for the keys")
+        if not raw.strip():
+            raise ProfileError("--set", key, "empty value",
+                               f"give a value (--set {key}=VALUE), or leave the --set out to keep the profile's")
+        try:
+            out[key] = yaml.load(raw, Loader=_ProfileLoader)  # noqa: S506 - a SafeLoader subclass
+        except YamlSurprise as exc:
+            raise ProfileError("--set", key, exc.reason, _surprise_fix(exc)) from None
+        except yaml.YAMLError:
+            out[key] = raw  # text that is not YAML stays text
+        if out[key] is None and raw.strip() not in ("null", "Null", "NULL", "~"):
+            out[key] = raw  # YAML reads text led by '#' (a regex such as '#### (.+)') as a comment: nothing
+    return out
+
+
+def load_profile(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Profile:
+    """Read, validate and override one profile file. Errors name the file (or --set) and the key."""
+    path = Path(path)
+    data = read_yaml(_read_text(path), str(path))
+    if data is None:  # no bytes, or only comments and blank lines
+        raise ProfileError(str(path), None, "the file is empty",
+                           "write the profile's keys, e.g. copy one from profiles/ and edit it")
+    if not isinstance(data, dict):
+        raise ProfileError(str(path), None, "a profile must be a mapping of keys to values")
+    profile = profile_from_dict(data, str(path))
+    changes = parse_overrides(overrides)
+    if changes:
+        profile = profile_from_dict({**profile.to_dict(), **changes}, f"{path} with --set")
+    return profile
+
+
+def load_profiles(directory: str | Path, overrides: list[str] | tuple[str, ...] = (),
+                  device: str | None = None) -> list[Profile]:
+    """Every *.yaml in a folder (hidden files skipped: editor backups, locks), in ladder order.
+
+    device: the kind this machine trains on ("cpu" without a GPU). Only its profiles take the overrides and
+    are checked with them; the others load as written, for the plan to leave out, so that a --set meant for
+    the CPU ladder is not refused for a GPU profile that could never run here."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise UsageError(f"{directory}: profiles folder not found (fix: --profiles-dir DIR)")
+    files = [f for pattern in ("*.yaml", "*.yml") for f in sorted(directory.glob(pattern))
+             if not f.name.startswith(".")]
+    if not files:
+        raise UsageError(f"{directory}: no *.yaml profiles in this folder")
+    profiles = []
+    for path in files:
+        as_written = load_profile(path) if device is not None and overrides else None
+        runs_here = as_written is None or as_written.device == device
+        profiles.append(load_profile(path, overrides) if runs_here else as_written)
+    names: dict[str, str] = {}
+    for p in profiles:
+        if p.name in names:
+            raise ProfileError(p.source, "name", f"'{p.name}' is also the name of {names[p.name]}",
+                               "give each profile a unique name")
+        names[p.name] = p.source
+    return sorted(profiles, key=lambda p: (p.ladder, p.name))

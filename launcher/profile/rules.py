@@ -1,0 +1,178 @@
+"""The longer cross-key rules of a profile: scale-out keys against each other, rewards and dataset that exist.
+
+Called by launcher.profile.schema.Profile's validators; each refusal is a KeyProblem naming the key to change.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from launcher.profile.keys import DATASETS, KeyProblem, shown, suggest
+
+_HUB_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def check_scale_out(p) -> None:
+    """The scale-out keys against each other and against the single-device Unsloth path."""
+    if p.zero_stage and p.num_gpus == 1:
+        raise KeyProblem(f"ZeRO stage {p.zero_stage} shards model states over the data-parallel GPUs, and "
+                         "num_gpus is 1: there is nothing to shard over", "set num_gpus above 1, or zero_stage: 0",
+                         "zero_stage")
+    if p.device == "cpu":
+        if p.zero_stage:
+            raise KeyProblem("DeepSpeed ZeRO needs GPUs; several cpu processes train with plain DDP (gloo)",
+                             "set zero_stage: 0 on a cpu profile", "zero_stage")
+        if p.vllm_mode == "server":
+            raise KeyProblem("a vLLM server needs GPUs", "set vllm_mode: colocate on a cpu profile", "vllm_mode")
+    if p.vllm_mode == "server" and not p.fast_inference:
+        raise KeyProblem("server mode generates with vLLM, which is off (fast_inference: false)",
+                         "set fast_inference: true, or vllm_mode: colocate", "vllm_mode")
+    if p.distributed:
+        if p.vllm_standby:
+            raise KeyProblem("standby is Unsloth's, and Unsloth trains on one GPU; this profile trains through "
+                             "accelerate (num_gpus > 1 or a vLLM server)", "set vllm_standby: false", "vllm_standby")
+        if p.gradient_checkpointing == "unsloth":
+            raise KeyProblem("'unsloth' (checkpoints offloaded to RAM) needs the single-GPU Unsloth path; this "
+                             "profile trains through accelerate", "use gradient_checkpointing: true",
+                             "gradient_checkpointing")
+    if p.vllm_tensor_parallel > 1:
+        _check_tensor_parallel(p)
+
+
+def _check_tensor_parallel(p) -> None:
+    tp = p.vllm_tensor_parallel
+    if not p.fast_inference:
+        raise KeyProblem("tensor parallelism applies to vLLM, which is off", "set vllm_tensor_parallel: 1",
+                         "vllm_tensor_parallel")
+    if p.uses_vllm_server and p.vllm_server_gpus % tp:
+        raise KeyProblem(f"vllm_server_gpus ({p.vllm_server_gpus}) is not a multiple of vllm_tensor_parallel "
+                         f"({tp}): each server copy needs whole GPUs",
+                         f"use vllm_server_gpus: {tp * max(1, p.vllm_server_gpus // tp)}", "vllm_tensor_parallel")
+    if not p.uses_vllm_server and p.num_gpus % tp:
+        raise KeyProblem(f"num_gpus ({p.num_gpus}) is not a multiple of vllm_tensor_parallel ({tp}): colocated "
+                         "vLLM splits the model over groups of training GPUs",
+                         "use a divisor of num_gpus, or vllm_mode: server", "vllm_tensor_parallel")
+
+
+def _base_dir(p) -> Path | None:
+    """The profile's folder, where its relative paths are looked for first (then the current directory)."""
+    if not p.source or p.source.startswith("<") or p.source.startswith("--set"):
+        return None
+    return Path(p.source).expanduser().parent
+
+
+def _reward_entry(text: str, base: Path | None, key: str) -> str:
+    """A `rewards` (or `correctness`) entry checked without importing anything heavy; a file entry comes back
+    with its file's absolute path, so that the attempt and `--sample` find it from any folder."""
+    import importlib.util
+
+    from rewards import REWARDS
+    from rewards import user
+
+    if text in REWARDS:
+        if text == "math" and importlib.util.find_spec("math_verify") is None:
+            raise KeyProblem("the math reward needs the math-verify package, which is not installed",
+                             "pip install math-verify, or remove math", key)
+        return text
+    if not user.is_user_reward(text):
+        raise KeyProblem(f"unknown reward '{text}'; known: {', '.join(REWARDS)}, or path/to/file.py:function, "
+                         "or package.module:function", suggest(text, REWARDS), key)
+    try:
+        spec = user.parse_spec(text, base_dir=base)
+        user.check_spec(spec)
+    except ValueError as exc:
+        raise KeyProblem(str(exc), None, key) from None
+    return f"{spec.path.resolve()}:{spec.function}" if spec.path is not None else text
+
+
+def _check_rewards(p, base: Path | None) -> None:
+    from rewards.user import is_user_reward
+
+    resolved = {}
+    for name, weight in p.rewards.items():
+        resolved[_reward_entry(name, base, "rewards")] = weight
+    logged: dict[str, str] = {}
+    for entry in resolved:  # TRL logs each reward under its function's name: two of one name would merge
+        shown_as = entry.rpartition(":")[2] if is_user_reward(entry) else entry
+        if shown_as in logged:
+            raise KeyProblem(f"'{entry}' and '{logged[shown_as]}' would both be logged as rewards/{shown_as}",
+                             "rename one of the functions", "rewards")
+        logged[shown_as] = entry
+    p.rewards = resolved
+    p.correctness = _reward_entry(p.correctness, base, "correctness")
+
+
+def _check_dataset(p, base: Path | None) -> None:
+    from tasks.user_data import SUFFIX_BUILDERS, source_kind
+
+    if p.dataset in DATASETS:
+        for key, value in (("dataset_config", p.dataset_config), ("question_field", p.question_field),
+                           ("answer_field", p.answer_field), ("answer_pattern", p.answer_pattern),
+                           ("train_split", p.train_split != "train"), ("test_split", p.test_split != "test")):
+            if value:
+                raise KeyProblem(f"applies to your own data; {p.dataset} knows its own columns and splits",
+                                 f"remove {key}, or set dataset to your file, folder or hub id", key)
+        return
+    given = Path(p.dataset).expanduser()
+    if not given.is_absolute() and base is not None and (base / given).exists():
+        given = base / given
+    try:
+        kind = source_kind(str(given))
+    except Exception as exc:  # tasks.user_data's UsageError: its text names the path and the fix
+        raise KeyProblem(str(exc), None, "dataset") from None
+    if kind == "folder" and not any(f.suffix.lower() in SUFFIX_BUILDERS for f in given.iterdir()):
+        raise KeyProblem(f"folder {given} holds no {', '.join(SUFFIX_BUILDERS)} files",
+                         "give a folder with train.<ext> (and test.<ext>) files, or one file", "dataset")
+    if kind == "hub":
+        return
+    p.dataset = str(given.resolve())
+    if p.dataset_config:
+        raise KeyProblem("dataset_config applies to hub datasets, not local files", "remove dataset_config",
+                         "dataset_config")
+
+
+def _check_answer_pattern(p) -> None:
+    if not p.answer_pattern:
+        return
+    try:
+        groups = re.compile(p.answer_pattern).groups
+    except re.error as exc:
+        raise KeyProblem(f"{shown(p.answer_pattern)} is not a regular expression ({exc})", None,
+                         "answer_pattern") from None
+    if groups < 1:
+        raise KeyProblem(f"{shown(p.answer_pattern)} has no group around the gold answer",
+                         "put the answer in a group, e.g. '#### (.+)'", "answer_pattern")
+
+
+# Families whose decoder blocks name their linear layers as Llama does (the catalogue's module_shapes).
+_LLAMA_NAMED = ("llama", "qwen2", "qwen3", "mistral", "gemma3", "gemma3_text")
+
+
+def check_target_modules(p) -> None:
+    """For a model the catalogue knows offline, every LoRA target must be one of its linear layers: PEFT
+    refuses an unknown name only after the model has loaded, and the estimate would count it as nothing."""
+    from launcher.profile.catalog import CATALOGUE, TINY, catalogue_key
+
+    key = catalogue_key(p.model)
+    arch = TINY if p.model == "tiny" else next((a for a in CATALOGUE if catalogue_key(a.name) == key), None)
+    if arch is None or arch.family not in _LLAMA_NAMED:
+        return  # its layer names are read from its own config at load time
+    layers = list(arch.module_shapes())
+    unknown = [name for name in p.target_modules if name not in layers]
+    if unknown:
+        hint = suggest(unknown[0], layers)
+        what = "is not a linear layer" if len(unknown) == 1 else "are not linear layers"
+        raise KeyProblem(f"{', '.join(map(repr, unknown))} {what} of {p.model} (its layers: {', '.join(layers)})",
+                         (hint + "; " if hint else "") + "list names from its layers", "target_modules")
+
+
+def check_rewards_and_dataset(p) -> None:
+    check_target_modules(p)
+    base = _base_dir(p)
+    _check_rewards(p, base)
+    _check_dataset(p, base)
+    _check_answer_pattern(p)
+    if p.hub_model_id and not _HUB_REPO.match(p.hub_model_id):
+        raise KeyProblem(f"{shown(p.hub_model_id)} is not a hub repository id", "write it as org/name",
+                         "hub_model_id")

@@ -1,0 +1,363 @@
+"""WHAT a profile may say: the one model of a profile's keys, their ranges and the rules that tie them together.
+
+Every default, range and help line lives in the field definitions below; `--help`, the error messages and
+profiles/schema.json (launcher.profile.help) are generated from them. `profile_from_dict` turns the schema's
+refusals into errors that name the source, the key and the fix; reading files and `--set` overrides live in
+launcher.profile.load.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Any, Literal, get_args, get_origin
+
+from pydantic import BaseModel, ValidationError, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr, model_validator
+from pydantic.json_schema import SkipJsonSchema
+
+from contract.errors import ProfileError
+from launcher.profile.keys import (CHECKPOINTING_MODES, DEFAULT_REWARDS, DEFAULT_TARGET_MODULES,
+                                   NAME_PATTERN, OPTIMIZERS, REPORT_TO, SCHEDULERS, VLLM_LORA_RANKS, VLLM_MODES,
+                                   KeyProblem, shown, suggest)
+from launcher.profile.rules import check_rewards_and_dataset, check_scale_out
+from tasks.prompts import SYSTEM_PROMPT
+
+# ---------------------------------------------------------------------------------------------------
+# Value types: stricter than pydantic's lax mode where YAML makes mistakes easy
+
+def _whole_number(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise KeyProblem(f"expected a whole number, got {shown(value)}")
+    return value
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, str):  # YAML 1.1 reads 5e-6 (no dot) as text
+        try:
+            value = float(value)
+        except ValueError:
+            raise KeyProblem(f"expected a number, got {shown(value)}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise KeyProblem(f"expected a number, got {shown(value)}")
+    try:
+        value = float(value)
+    except OverflowError:
+        raise KeyProblem(f"expected a finite number, got {shown(value)} (too large)") from None
+    if not math.isfinite(value):
+        raise KeyProblem(f"expected a finite number, got {shown(value)}")
+    return value
+
+
+def _module_names(value: Any) -> list[str]:
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+        raise KeyProblem(f"expected a non-empty list of names, got {shown(value)}")
+    twice = sorted({v for v in value if value.count(v) > 1})
+    if twice:
+        raise KeyProblem(f"{', '.join(twice)} listed more than once", "list each module once")
+    return value
+
+
+def _reward_weights(value: Any) -> dict[str, float]:
+    if not isinstance(value, dict) or not value:
+        raise KeyProblem(f"expected a mapping of reward name to weight, got {shown(value)}",
+                         "write e.g. `rewards: {accuracy: 2.0, xml_soft: 0.5}`")
+    weights = {}
+    for name, weight in value.items():
+        try:
+            weights[str(name)] = _number(weight)
+        except KeyProblem as problem:
+            raise KeyProblem(f"weight of reward '{name}' must be a number: {problem.reason}") from None
+    return weights
+
+
+def _checkpointing(value: Any) -> Any:
+    if isinstance(value, bool):  # `gradient_checkpointing: true` unquoted
+        return "true" if value else "false"
+    return value.lower() if isinstance(value, str) else value
+
+
+Whole = Annotated[int, BeforeValidator(_whole_number)]
+Number = Annotated[float, BeforeValidator(_number)]
+ModuleNames = Annotated[list[str], BeforeValidator(_module_names)]
+RewardWeights = Annotated[dict[str, float], BeforeValidator(_reward_weights)]
+
+
+def _key(default: Any, help: str, section: str, **limits: Any) -> Any:
+    """A profile key: its default, one help line, the section it is listed under, and its range."""
+    if isinstance(default, (list, dict)):
+        return Field(default_factory=lambda d=default: type(d)(d), description=help,
+                     json_schema_extra={"section": section}, **limits)
+    return Field(default, description=help, json_schema_extra={"section": section}, **limits)
+
+
+class Profile(BaseModel):
+    model_config = ConfigDict(extra="forbid", title="grpo-train profile",
+                              json_schema_extra={"$schema": "https://json-schema.org/draft/2020-12/schema"})
+
+    # --- identity ---
+    name: StrictStr = _key("", "profile name (default: the file's stem); letters, digits, '.', '_', '-'",
+                           "identity", pattern=NAME_PATTERN)
+    description: StrictStr = _key("", "one line: what card this profile targets", "identity")
+    ladder: Whole = _key(100, "position on the ladder: lower is more ambitious and tried first", "identity", ge=0)
+    # --- model ---
+    model: StrictStr = _key("tiny", "hub id or local folder; `tiny` = the offline CPU model", "model")
+    device: Literal["cuda", "cpu"] = _key("cuda", "where to train", "model")
+    load_in_4bit: StrictBool = _key(True, "load base weights in 4-bit NF4 (bitsandbytes, GPU only)", "model")
+    trust_remote_code: StrictBool = _key(False, "run the model repository's own code (off unless you trust it)",
+                                         "model")
+    max_seq_length: Whole = _key(1024, "longest prompt + completion in tokens", "model", ge=16)
+    max_prompt_length: Whole = _key(256, "prompts longer than this (tokens) are dropped", "model", ge=8)
+    max_completion_length: Whole = _key(512, "tokens generated per completion", "model", ge=1)
+    # --- LoRA ---
+    lora_rank: Whole = _key(16, "LoRA rank; 0 = full fine-tuning", "lora", ge=0, le=512)
+    lora_alpha: Whole = _key(32, "LoRA alpha (scale = alpha / rank)", "lora", ge=1)
+    lora_dropout: Number = _key(0.0, "LoRA dropout", "lora", ge=0.0, lt=1.0)
+    target_modules: ModuleNames = _key(list(DEFAULT_TARGET_MODULES), "modules that get LoRA adapters", "lora")
+    # --- generation ---
+    fast_inference: StrictBool = _key(True, "generate with vLLM inside the process (Unsloth fast_inference)",
+                                      "generation")
+    gpu_memory_utilization: Number = _key(0.5, "vLLM's share of the whole GPU, reserved at start", "generation",
+                                          gt=0.0, lt=1.0)
+    vllm_standby: StrictBool = _key(False, "UNSLOTH_VLLM_STANDBY: vLLM sleeps during training and lends its "
+                                    "memory", "generation")
+    num_generations: Whole = _key(4, "completions sampled per prompt (the GRPO group)", "generation", ge=2)
+    temperature: Number = _key(1.0, "sampling temperature", "generation", gt=0.0, le=5.0)
+    top_p: Number = _key(1.0, "nucleus sampling", "generation", gt=0.0, le=1.0)
+    # --- batch ---
+    per_device_train_batch_size: Whole = _key(2, "completions per forward/backward (not prompts)", "batch", ge=1)
+    gradient_accumulation_steps: Whole = _key(2, "micro-batches per optimizer step", "batch", ge=1)
+    # --- optimisation ---
+    optim: Literal[OPTIMIZERS] = _key("adamw_8bit", "optimizer (8-bit variants need bitsandbytes, i.e. a GPU)",
+                                      "optimisation")
+    gradient_checkpointing: Annotated[Literal[CHECKPOINTING_MODES], BeforeValidator(_checkpointing)] = _key(
+        "unsloth", "activation checkpointing: unsloth (offloads to RAM), true, false", "optimisation")
+    learning_rate: Number = _key(5e-6, "peak learning rate", "optimisation", gt=0.0, le=1.0)
+    lr_scheduler_type: Literal[SCHEDULERS] = _key("cosine", "learning-rate schedule", "optimisation")
+    warmup_ratio: Number = _key(0.1, "share of max_steps spent warming up", "optimisation", ge=0.0, lt=1.0)
+    weight_decay: Number = _key(0.1, "AdamW weight decay", "optimisation", ge=0.0)
+    max_grad_norm: Number = _key(0.1, "gradient clipping", "optimisation", gt=0.0)
+    beta: Number = _key(0.0, "KL coefficient; > 0 needs a reference model (a full copy without LoRA)",
+                        "optimisation", ge=0.0)
+    # --- scale-out (more than one GPU: accelerate, DeepSpeed ZeRO, a vLLM server) ---
+    num_gpus: Whole = _key(1, "data-parallel world size: training processes, one GPU each (processes on a cpu "
+                           "profile); above 1 trains through accelerate without Unsloth", "scale-out", ge=1,
+                           le=4096)
+    zero_stage: Whole = _key(0, "DeepSpeed ZeRO stage over the training GPUs: 0 plain DDP, 1 shards optimizer "
+                             "states, 2 also gradients, 3 also parameters", "scale-out", ge=0, le=3)
+    vllm_mode: Literal[VLLM_MODES] = _key("colocate", "where vLLM generates: colocate (inside each training "
+                                          "process) or server (`trl vllm-serve` on GPUs of its own)", "scale-out")
+    vllm_server_gpus: Whole = _key(1, "server mode: GPUs of the vLLM server, after the training GPUs",
+                                   "scale-out", ge=1, le=4096)
+    vllm_tensor_parallel: Whole = _key(1, "GPUs that hold one vLLM copy of the model (tensor parallelism); must "
+                                       "divide vllm_server_gpus (server) or num_gpus (colocate)", "scale-out",
+                                       ge=1, le=64)
+    # --- run ---
+    max_steps: Whole = _key(250, "optimizer steps", "run", ge=1)
+    save_steps: Whole = _key(50, "checkpoint every N steps", "run", ge=1)
+    seed: Whole = _key(3407, "random seed (data order, sampling, LoRA init)", "run", ge=0, le=2**32 - 1)
+    report_to: Literal[REPORT_TO] = _key("none", "experiment tracker passed to TRL", "run")
+    probe: StrictBool = _key(True, "before training, one step at the longest prompts and full-length completions: "
+                             "an OOM shows before any step is spent; its peak is recorded", "run")
+    save_merged: StrictBool = _key(False, "also save a merged 16-bit model at the end (GPU)", "run")
+    hub_model_id: StrictStr = _key("", "push the adapter (the merged model with save_merged) to this hub repo "
+                                   "org/name at the end, when HF_TOKEN is set", "run")
+    # --- task ---
+    dataset: StrictStr = _key("gsm8k", "gsm8k, arithmetic (generated offline), a hub dataset id org/name, or a "
+                              "local .jsonl/.json/.csv/.parquet file or folder of them", "task")
+    dataset_config: StrictStr = _key("", "hub datasets: the configuration (subset) name; empty = the default",
+                                     "task")
+    train_split: StrictStr = _key("train", "your data: the split trained on", "task", min_length=1)
+    test_split: StrictStr = _key("test", "your data: the split scored before and after; when absent, a seeded "
+                                 "tenth of the training split is held out", "task", min_length=1)
+    question_field: StrictStr = _key("", "your data: the column holding the question; empty = the first of "
+                                     "question, prompt, problem", "task")
+    answer_field: StrictStr = _key("", "your data: the column holding the gold answer; empty = the first of "
+                                   "answer, solution, label", "task")
+    answer_pattern: StrictStr = _key("", "your data: a regex whose first group is the gold answer in "
+                                     "answer_field, e.g. '#### (.+)'; empty = the whole field", "task")
+    system_prompt: StrictStr = _key(SYSTEM_PROMPT, "the system turn before each question (default: the "
+                                    "<reasoning>/<answer> format instruction); empty = no system turn", "task")
+    train_samples: Whole = _key(0, "use only the first N training rows; 0 = all", "task", ge=0)
+    eval_samples: Whole = _key(50, "test rows scored before and after training; 0 = skip", "task", ge=0)
+    rewards: RewardWeights = _key(dict(DEFAULT_REWARDS), "reward -> weight: a name from the reward list, "
+                                  "path/to/file.py:function or package.module:function", "task")
+    correctness: StrictStr = _key("accuracy", "the reward whose full score (1.0) counts an answer as correct "
+                                  "in the before/after evaluation", "task", min_length=1)
+    # not a YAML key: the file the profile was read from
+    source: SkipJsonSchema[str] = Field("", exclude=True)
+
+    # ------------------------------------------------------------------------------------------------
+    @property
+    def effective_batch(self) -> int:
+        """Completions per optimizer step in one training process."""
+        return self.per_device_train_batch_size * self.gradient_accumulation_steps
+
+    @property
+    def generation_batch(self) -> int:
+        """Completions generated per optimizer step over every training process (TRL's generation_batch_size)."""
+        return self.effective_batch * self.num_gpus
+
+    @property
+    def uses_lora(self) -> bool:
+        return self.lora_rank > 0
+
+    @property
+    def uses_vllm_server(self) -> bool:
+        return self.fast_inference and self.vllm_mode == "server"
+
+    @property
+    def distributed(self) -> bool:
+        """True when this profile trains through accelerate (plain TRL + PEFT) instead of the single-device
+        Unsloth path: more than one training process, or generation on a separate vLLM server."""
+        return self.num_gpus > 1 or self.uses_vllm_server
+
+    @property
+    def gpus_needed(self) -> int:
+        """Every GPU the profile occupies: the training GPUs plus, in server mode, the vLLM server's."""
+        if self.device == "cpu":
+            return 0
+        return self.num_gpus + (self.vllm_server_gpus if self.uses_vllm_server else 0)
+
+    def to_dict(self) -> dict:
+        """The YAML keys and their values (not `source`)."""
+        return self.model_dump()
+
+    def replace(self, **changes: Any) -> "Profile":
+        """A validated copy with some keys changed (used by the supervisor's shrink)."""
+        return profile_from_dict({**self.to_dict(), **changes}, self.source or "<profile>")
+
+    def to_yaml(self) -> str:
+        import yaml
+
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    # ------------------------------------------------------------------------------------------------
+    # Rules that involve more than one key, in the order they are reported. Each names the key to change.
+
+    @model_validator(mode="after")
+    def _whole_groups_per_step(self) -> "Profile":
+        # TRL's GRPOConfig: generation_batch_size = per-device batch x processes x steps_per_generation
+        # (= gradient_accumulation_steps), and it must hold whole groups of num_generations.
+        if self.generation_batch % self.num_generations:
+            raise KeyProblem(
+                f"per_device_train_batch_size x num_gpus x gradient_accumulation_steps = "
+                f"{self.per_device_train_batch_size} x {self.num_gpus} x {self.gradient_accumulation_steps} = "
+                f"{self.generation_batch} is not divisible by num_generations ({self.num_generations}); GRPO "
+                f"needs whole groups of completions per step",
+                f"make the product a multiple of {self.num_generations}", "per_device_train_batch_size")
+        return self
+
+    @model_validator(mode="after")
+    def _lengths_fit(self) -> "Profile":
+        total = self.max_prompt_length + self.max_completion_length
+        if total > self.max_seq_length:
+            raise KeyProblem(
+                f"max_prompt_length + max_completion_length = {self.max_prompt_length} + "
+                f"{self.max_completion_length} > max_seq_length ({self.max_seq_length})",
+                f"raise max_seq_length to {total} or shorten the others", "max_seq_length")
+        return self
+
+    @model_validator(mode="after")
+    def _cpu_has_no_gpu_features(self) -> "Profile":
+        if self.device != "cpu":
+            return self
+        if self.fast_inference:
+            raise KeyProblem("vLLM needs a GPU; a cpu profile generates with transformers",
+                             "set fast_inference: false", "fast_inference")
+        if self.load_in_4bit:
+            raise KeyProblem("4-bit weights (bitsandbytes) need a GPU", "set load_in_4bit: false", "load_in_4bit")
+        if "8bit" in self.optim:
+            raise KeyProblem(f"{self.optim} needs bitsandbytes on a GPU", "use adamw_torch on a cpu profile",
+                             "optim")
+        return self
+
+    @model_validator(mode="after")
+    def _standby_needs_vllm(self) -> "Profile":
+        if self.vllm_standby and not self.fast_inference:
+            raise KeyProblem("standby applies to the vLLM engine, which is off", "set fast_inference: true",
+                             "vllm_standby")
+        return self
+
+    @model_validator(mode="after")
+    def _lora_rank_fits(self) -> "Profile":
+        if self.fast_inference and self.uses_lora and self.lora_rank not in VLLM_LORA_RANKS:
+            nearest = min(VLLM_LORA_RANKS, key=lambda r: (abs(r - self.lora_rank), r))
+            raise KeyProblem(f"vLLM serves LoRA ranks {', '.join(map(str, VLLM_LORA_RANKS))}, not "
+                             f"{self.lora_rank}", f"use lora_rank: {nearest}, or fast_inference: false", "lora_rank")
+        if not self.uses_lora and self.load_in_4bit:
+            raise KeyProblem("full fine-tuning (lora_rank 0) cannot update 4-bit weights",
+                             "set load_in_4bit: false or a LoRA rank", "lora_rank")
+        return self
+
+    @model_validator(mode="after")
+    def _scale_out_fits(self) -> "Profile":
+        check_scale_out(self)
+        return self
+
+    @model_validator(mode="after")
+    def _rewards_and_dataset_exist(self) -> "Profile":
+        check_rewards_and_dataset(self)
+        return self
+
+
+KEYS = tuple(name for name in Profile.model_fields if name != "source")
+
+
+def choices_of(key: str) -> tuple:
+    """The allowed values of a key that is a choice (empty for the others)."""
+    annotation = Profile.model_fields[key].annotation
+    return get_args(annotation) if get_origin(annotation) is Literal else ()
+
+
+# ---------------------------------------------------------------------------------------------------
+# The schema's refusals as ProfileError
+
+
+def _problem(error: dict) -> tuple[str | None, str, str | None]:
+    """(key, reason, fix) from one of pydantic's error records."""
+    key = str(error["loc"][0]) if error["loc"] else None
+    kind, value, ctx = error["type"], error.get("input"), error.get("ctx") or {}
+    if isinstance(ctx.get("error"), KeyProblem):
+        problem = ctx["error"]
+        return problem.key or key, problem.reason, problem.fix
+    for limit, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+        if limit in ctx and kind.startswith(("greater_than", "less_than")):
+            return key, f"{shown(value)} must be {sign} {ctx[limit]}", None
+    if kind.startswith("bool"):
+        return key, f"expected true or false, got {shown(value)}", None
+    if kind == "literal_error" and key:
+        choices = choices_of(key)
+        return key, f"{shown(value)} is not one of {', '.join(map(str, choices))}", suggest(str(value), choices)
+    if kind.startswith("string_") and key == "name":
+        return key, f"{shown(value)} is not a safe folder name", \
+            "use up to 64 letters, digits, '.', '_' or '-', not starting with '.'"
+    if kind == "string_type":
+        return key, f"expected text, got {shown(value)}", None
+    if kind == "extra_forbidden":
+        return key, "unknown key", suggest(str(key), KEYS) or "run `python train.py --help` for the list of keys"
+    return key, error["msg"], None
+
+
+def profile_from_dict(data: Any, source: str) -> Profile:
+    """Validate plain data (a YAML mapping) into a Profile; raise ProfileError naming the key."""
+    if not isinstance(data, dict):
+        raise ProfileError(source, None, f"expected a mapping of keys to values, got {type(data).__name__}")
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        key = str(key)
+        if key not in KEYS:
+            raise ProfileError(source, key, "unknown key", suggest(key, KEYS) or
+                               "run `python train.py --help` for the list of keys")
+        if value is not None:  # an empty value keeps the default
+            values[key] = value
+    if not values.get("name"):
+        values["name"] = Path(source).stem if source and not source.startswith("<") else "profile"
+    try:
+        return Profile.model_validate({**values, "source": source})
+    except ValidationError as exc:
+        key, reason, fix = _problem(exc.errors()[0])
+        raise ProfileError(source, key, reason, fix) from None

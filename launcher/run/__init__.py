@@ -1,0 +1,14 @@
+"""HOW a run is kept alive: every attempt in a fresh child process, an OOM survived by shrinking or
+falling back, nothing lost on a stop.
+
+- `supervise`    the loop over attempts
+- `fallback`     what to run after a failed attempt (pure policy)
+- `child`        one attempt's process: command line, process group, output teed to its log
+- `attempts`     what an attempt ended as, and its line in attempts.jsonl
+- `resume`       `--resume`: the run's last attempt taken up again
+- `folder`       the output and run folders, the run's lock
+- `inputs`       what a run needs beyond valid profiles, checked before its folder exists
+- `narrate`      what the terminal is told
+- `distributed`  accelerate / DeepSpeed launch of a multi-GPU attempt
+- `vllm_server`  the vLLM server of server mode
+"""

@@ -1,0 +1,172 @@
+"""WHAT to run after an attempt fails: shrink what its OOM names (keeping the effective batch), or fall back
+to the next profile of the ladder. Pure policy: no processes, no files; tested on its own."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from launcher.oom import read as oomlib
+from launcher.oom import site as oom_site
+from contract.attempt import OOM, UNSUPPORTED
+from contract.errors import UsageError
+from launcher.profile.schema import Profile
+
+
+def estimate_of(candidate) -> float | None:
+    """A plan candidate's estimated total (GiB), or None when it has none."""
+    est = getattr(candidate, "estimate", None)
+    value = getattr(est, "total_gib", None)
+    return float(value) if value is not None else None
+
+
+def estimate_profile(profile: Profile, machine) -> Any:
+    """The estimator's Estimate for a (changed) profile on this machine, or None when it cannot tell."""
+    try:
+        from launcher.memory.estimate import estimate
+        gpu = machine.primary if machine is not None and profile.device == "cuda" else None
+        return estimate(profile, gpu=gpu)
+    except Exception:  # an estimate guides the fallback; it never stops it
+        return None
+
+
+
+@dataclass
+class Decision:
+    action: str                      # "shrink", "next", "stop"
+    text: str                        # what is done and why, in plain words
+    profile: Profile | None = None
+    changes: dict = field(default_factory=dict)   # key -> [old, new] for a shrink
+    skipped: list[str] = field(default_factory=list)
+
+
+def _smallest_factor(n: int) -> int:
+    for f in range(2, int(math.isqrt(n)) + 1):
+        if n % f == 0:
+            return f
+    return n
+
+
+def shrink_batch(profile: Profile) -> tuple[Profile | None, dict, str]:
+    """Fewer completions per forward/backward, more accumulation: the effective batch and the group rule
+    (per-device x accumulation divisible by num_generations) stay as they were."""
+    b, ga = profile.per_device_train_batch_size, profile.gradient_accumulation_steps
+    if b == 1:
+        return None, {}, "per_device_train_batch_size is already 1: nothing to halve"
+    factor = _smallest_factor(b)
+    new_b, new_ga = b // factor, ga * factor
+    verb = "halving" if factor == 2 else f"dividing by {factor}"
+    shrunk = profile.replace(per_device_train_batch_size=new_b, gradient_accumulation_steps=new_ga)
+    changes = {"per_device_train_batch_size": [b, new_b], "gradient_accumulation_steps": [ga, new_ga]}
+    return shrunk, changes, (f"{verb} per_device_train_batch_size {b} -> {new_b}, gradient_accumulation_steps "
+                             f"{ga} -> {new_ga}, effective batch kept at {shrunk.effective_batch}")
+
+
+def adjust_vllm_share(profile: Profile, report: oomlib.OomReport, machine) -> tuple[Profile | None, dict, str]:
+    """Move vLLM's share the way its refusal asks (lower when it asked more than was free, higher when its
+    share left too little KV cache), when the estimate says the result can start and fit."""
+    if not profile.fast_inference:
+        return None, {}, "the profile does not use vLLM"
+    gpu = machine.primary if machine is not None else None
+    total = report.total_gib or (gpu.total_gib if gpu is not None else None)
+    if not total:
+        return None, {}, "the card's total memory is unknown"
+    old = profile.gpu_memory_utilization
+    if report.vllm_problem == oomlib.VLLM_SHARE_TOO_LARGE:
+        if report.free_gib is None:
+            return None, {}, "the message does not say how much memory was free"
+        new = math.floor(round((report.free_gib - oomlib.VLLM_HEADROOM_GIB) / total * 100, 6)) / 100
+        if new <= 0 or new >= old:
+            return None, {}, f"only {oomlib.fmt_gib(report.free_gib)} was free: no smaller share helps"
+    elif report.vllm_problem == oomlib.VLLM_SHARE_TOO_SMALL:
+        short = report.shortfall_gib
+        extra = (short + 0.25) if short else 0.1 * total
+        new = math.ceil(round((old * total + extra) / total * 100, 6)) / 100
+        if new >= 0.95:
+            return None, {}, f"vLLM would need gpu_memory_utilization {new:.2f}: more than the card can give"
+    else:
+        return None, {}, "the message does not say which way vLLM's share is wrong"
+    try:
+        shrunk = profile.replace(gpu_memory_utilization=new)
+    except UsageError as exc:
+        return None, {}, str(exc)
+    est = estimate_profile(shrunk, machine)
+    if est is not None:
+        if getattr(est, "vllm_problem", None):
+            return None, {}, f"at {new:.2f} the estimate says vLLM cannot start ({est.vllm_problem})"
+        free = gpu.free_gib if gpu is not None else None
+        if new > old and free is not None and est.total_gib > free:
+            return None, {}, (f"at {new:.2f} the estimate ({est.total_gib:.2f} GiB) exceeds the free "
+                              f"{free:.2f} GiB")
+    verb = "lowering" if new < old else "raising"
+    return shrunk, {"gpu_memory_utilization": [old, new]}, f"{verb} gpu_memory_utilization {old:g} -> {new:g}"
+
+
+def shrink_optimizer(profile: Profile) -> tuple[Profile | None, dict, str]:
+    if "8bit" in profile.optim or profile.optim in ("sgd", "adafactor"):
+        return None, {}, f"the optimizer ({profile.optim}) is already small"
+    if profile.device != "cuda":
+        return None, {}, "8-bit optimizers need a GPU"
+    shrunk = profile.replace(optim="adamw_8bit")
+    return shrunk, {"optim": [profile.optim, "adamw_8bit"]}, \
+        f"switching optim {profile.optim} -> adamw_8bit (optimizer state ~4x smaller)"
+
+
+def shrink_for(profile: Profile, report: oomlib.OomReport, machine) -> tuple[Profile | None, dict, str]:
+    """The one shrink the OOM's site calls for: (new profile, changes, text) or (None, {}, why not)."""
+    site = report.site
+    if report.kind == oomlib.KIND_HOST:
+        return None, {}, "host RAM ran out: a smaller GPU batch does not fix that"
+    if report.kind == oomlib.KIND_VLLM or site == oom_site.SITE_VLLM_START:
+        return adjust_vllm_share(profile, report, machine)
+    if site == oom_site.SITE_MODEL_LOAD:
+        return None, {}, "the weights alone do not fit"
+    if site == oom_site.SITE_GENERATION:
+        return None, {}, ("generation runs the whole generation batch at once: halving the per-device batch "
+                          "would not change it")
+    if site == oom_site.SITE_OPTIMIZER:
+        return shrink_optimizer(profile)
+    # logits/log-probs, activations, backward, or a site the text does not name (GRPO's usual suspects)
+    return shrink_batch(profile)
+
+
+def next_profile(plan, current: str, tried: set[str], ceiling: tuple[float, str] | None) -> Decision:
+    """The next profile down the ladder that the estimate says fits, estimated below the failed ones."""
+    names = [c.profile.name for c in plan.candidates]
+    start = names.index(current) + 1 if current in names else 0
+    skipped = []
+    for cand in plan.candidates[start:]:
+        name = cand.profile.name
+        est = estimate_of(cand)
+        if name in tried:
+            continue
+        if not cand.fits:
+            skipped.append(f"skipping {name}: {cand.reason or 'the estimate says it does not fit'}")
+            continue
+        if ceiling is not None and est is not None and est >= ceiling[0]:
+            skipped.append(f"skipping {name}: estimated {est:.2f} GiB, not below the {ceiling[0]:.2f} GiB of "
+                           f"{ceiling[1]}, which ran out of memory")
+            continue
+        return Decision("next", f"falling back to {name}" + (f" (estimated {est:.2f} GiB)" if est else ""),
+                        profile=cand.profile, skipped=skipped)
+    return Decision("stop", "no profile left on the ladder", skipped=skipped)
+
+
+def decide(plan, profile: Profile, status: str, report: oomlib.OomReport | None, shrunk: set[str],
+           tried: set[str], ceiling: tuple[float, str] | None) -> Decision:
+    """What to do after a failed attempt of `profile` (status oom or unsupported)."""
+    prefix = ""
+    if status == OOM and report is not None:
+        if profile.name not in shrunk:
+            new, changes, text = shrink_for(profile, report, plan.machine)
+            if new is not None:
+                return Decision("shrink", text, profile=new, changes=changes)
+            prefix = f"no shrink ({text}); "
+        else:
+            prefix = f"{profile.name} was already shrunk once; "
+    elif status == UNSUPPORTED:
+        prefix = "the architecture cannot be loaded; "
+    nxt = next_profile(plan, profile.name, tried, ceiling)
+    nxt.text = prefix + nxt.text
+    return nxt

@@ -1,0 +1,137 @@
+"""WHERE a run lives: the output folder checked before anything starts, the run folder created or found
+again, its lock (one supervisor at a time), and damaged checkpoints set aside rather than deleted."""
+
+from __future__ import annotations
+
+import errno
+import os
+from datetime import datetime
+from pathlib import Path
+
+from contract.errors import UsageError
+
+LOCK_FILE = "run.lock"
+DAMAGED_SUFFIX = ".damaged"
+# Kernel file systems: a path under them is never a place for a run's files.
+_PSEUDO_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
+
+
+def check_output_dir(path: Path, must_exist: bool = False) -> None:
+    """Refuse an --output-dir that cannot hold run folders: a file, a path under a file, a kernel pseudo
+    file system, a read-only mount or a folder without write permission. UsageError names the path and why."""
+    path = Path(path)
+    absolute = Path(os.path.abspath(path))
+    for root in _PSEUDO_ROOTS:
+        if absolute == root or root in absolute.parents:
+            raise UsageError(f"--output-dir {path}: lies under {root}, a kernel file system, not a disk "
+                             "(fix: choose a folder on a disk, e.g. --output-dir outputs)")
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--output-dir {path}: is a file, not a folder (fix: give a folder's path)")
+    existing = absolute
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError(f"--output-dir {path}: lies under {existing}, which is a file, not a folder "
+                         "(fix: give a folder's path)")
+    if must_exist and existing != absolute:
+        raise UsageError(f"--resume: --output-dir {path} does not exist (fix: give the folder that holds "
+                         "the run-* folder)")
+    try:
+        read_only = bool(os.statvfs(existing).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    if read_only:
+        raise UsageError(f"--output-dir {path}: {existing} is on a read-only mount (fix: choose a writable "
+                         "folder)")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"--output-dir {path}: no permission to write in {existing} (fix: choose a folder "
+                         "you can write to)")
+
+
+def new_run_dir(output_dir: Path) -> Path:
+    output_dir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    for n in range(1, 1000):
+        path = output_dir / (f"run-{stamp}" if n == 1 else f"run-{stamp}-{n}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise UsageError(f"{output_dir}: cannot create a new run folder (fix: choose another --output-dir)")
+
+
+def latest_run_dir(output_dir: Path) -> Path:
+    runs = sorted((p for p in output_dir.glob("run-*") if p.is_dir()), key=lambda p: (p.stat().st_mtime, p.name))
+    if not runs:
+        raise UsageError(f"--resume: no run-* folder in {output_dir} (fix: start a run with --auto, or give "
+                         "the --output-dir that holds it)")
+    return runs[-1]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+class RunLock:
+    """RUN_DIR/run.lock holding the supervisor's pid while it runs the folder: a second `--resume` of the same
+    run is refused while the first trains; a lock left by a process that has died is taken over."""
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / LOCK_FILE
+        self.held = False
+
+    def acquire(self) -> "RunLock":
+        for _try in range(3):
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                owner = self._owner()
+                if owner is not None and owner != os.getpid() and _alive(owner):
+                    raise UsageError(f"{self.path.parent}: this run is in use by process {owner} (its "
+                                     f"{LOCK_FILE}); a second supervisor would train over the first (fix: wait "
+                                     f"for it to end, or stop it: kill -INT {owner})") from None
+                self.path.unlink(missing_ok=True)  # stale: its owner has died
+                continue
+            try:
+                os.write(fd, f"{os.getpid()}\n".encode())
+            finally:
+                os.close(fd)
+            self.held = True
+            return self
+        raise UsageError(f"{self.path}: cannot take the run's lock (fix: remove the file if no run is active)")
+
+    def _owner(self) -> int | None:
+        try:
+            return int(self.path.read_text(encoding="utf-8").split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def release(self) -> None:
+        if self.held and self._owner() == os.getpid():
+            self.path.unlink(missing_ok=True)
+        self.held = False
+
+
+def set_aside(folder: Path) -> Path | None:
+    """Rename a checkpoint that cannot be resumed from to checkpoint-N.damaged (-2, -3... when taken): it is
+    kept for a person to look at and never picked again. None when it could not be renamed."""
+    folder = Path(folder)
+    for n in range(1, 100):
+        target = folder.with_name(folder.name + DAMAGED_SUFFIX + ("" if n == 1 else f"-{n}"))
+        if target.exists():
+            continue
+        try:
+            folder.rename(target)
+        except OSError as exc:
+            if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                continue
+            return None
+        return target
+    return None

@@ -1,0 +1,49 @@
+"""WHAT a run needs beyond valid profiles, checked before its folder exists (exit 2 on bad input): a GPU
+behind --gpu-memory, the profile names in GRPO_INJECT_OOM, and the chosen profile's training data, read here
+so that bad rows are refused before any model loads."""
+
+from __future__ import annotations
+
+import os
+
+from contract.attempt import ENV_INJECT_OOM, parse_inject
+from contract.errors import UsageError
+
+
+def check_inject(profiles: list, environ=None) -> None:
+    """GRPO_INJECT_OOM must be well formed and name only profiles of this run."""
+    raw = (os.environ if environ is None else environ).get(ENV_INJECT_OOM, "")
+    try:
+        targets = parse_inject(raw)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    known = sorted({p.name for p in profiles})
+    for name in targets:
+        if name not in known:
+            raise UsageError(f"{ENV_INJECT_OOM}={raw!r}: no profile named {name!r} (known: {', '.join(known)}) "
+                             "(fix: NAME[@STEP|@probe][,...] with these names)")
+
+
+def check_run_inputs(profiles: list, plan, gpu_memory: float | None, resume: bool) -> None:
+    """Raise UsageError for what would fail the run later; print what the data check found."""
+    if gpu_memory is not None:
+        from launcher.card.detect import probe
+
+        here = probe()
+        if not here.gpus:
+            raise UsageError(f"--gpu-memory {gpu_memory:g} without --dry-run: training runs on this machine, "
+                             f"and it has no GPU ({here.message}) (fix: add --dry-run to plan for that card, or "
+                             "drop --gpu-memory to train on what is here)")
+    check_inject(profiles)
+    if plan.chosen is None or resume:
+        return
+    from tasks import check_data
+
+    # the attempt reads the data again; for the built-in tasks and local files this is quick
+    try:
+        found = check_data(plan.chosen)
+    except UsageError:
+        raise
+    except Exception:  # not about the data's content (the hub unreachable...): the attempt reports it
+        return
+    print(f"data for '{plan.chosen.name}': {found}", flush=True)

@@ -1,0 +1,86 @@
+"""HOW `--resume` continues a run: its last attempt found again, the shape that attempt's checkpoints need
+checked against the --set given now (refused, or started over on --fresh-attempt, never silently), and the
+supervisor's loop taken up where the run stopped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+from rich.markup import escape
+
+from contract.attempt import OK, OOM, PROFILE_FILE, SHAPE_KEYS, UNSUPPORTED, checkpoint_step, shape_of
+from contract.errors import EXIT_OK, EXIT_OUT_OF_MEMORY, UsageError
+from launcher.profile.load import Profile, load_profile
+
+
+
+class Supervisor(Protocol):
+    """What resuming asks of the run's supervisor (launcher.run.supervise.Supervisor), named here so that
+    the supervisor may call this module without this module importing it back."""
+    records: list
+    attempt_shapes: list
+    resume_floor: int
+    run_dir: Path
+    console: object
+
+    def run(self, profile: Profile, changes: dict | None = None, decision_text: str | None = None) -> int: ...
+    def decide_after(self, profile: Profile, status: str, report): ...
+    def resume_point(self, profile: Profile) -> Path | None: ...
+    def in_run(self, path) -> str | None: ...
+
+
+def resume_run(supervisor: Supervisor, run_dir: Path, overrides: list[str], console, fresh: bool = False) -> int:
+    """Continue the latest run: re-run its last attempt's profile from its last checkpoint, or, when that
+    attempt ran out of memory and the run stopped before deciding, take the decision it would have taken."""
+    attempt_dirs = sorted((p for p in run_dir.glob("attempt-*") if (p / PROFILE_FILE).is_file()),
+                          key=lambda p: p.name)
+    if not attempt_dirs:
+        raise UsageError(f"--resume: {run_dir} holds no attempt (fix: start a new run with --auto)")
+    last_dir = attempt_dirs[-1]
+    record = next((r for r in supervisor.records
+                   if r.attempt_dir and Path(r.attempt_dir).name == last_dir.name), None)
+    console.print(f"resuming run {run_dir}", markup=False)
+    if record is not None and record.status == OK and not fresh:
+        console.print(f"{last_dir.name} already finished ok: nothing to resume")
+        return EXIT_OK
+    as_run = load_profile(last_dir / PROFILE_FILE)
+    profile = load_profile(last_dir / PROFILE_FILE, overrides)
+    if record is None:
+        # The supervisor stopped while this attempt ran: count its checkpoints too.
+        supervisor.attempt_shapes.append((shape_of(as_run), last_dir))
+    _check_shape(supervisor, as_run, profile, fresh)
+    if record is None:
+        return supervisor.run(profile, None, "resumed: the run stopped during this attempt")
+    if record.status in (OOM, UNSUPPORTED):
+        decision = supervisor.decide_after(profile, record.status, record.report)
+        for line in decision.skipped:
+            console.print(f"  {line}")
+        console.print(f"resumed after attempt {record.attempt} ({record.status}): {decision.text}", markup=False)
+        if decision.action == "stop":
+            return EXIT_OUT_OF_MEMORY
+        return supervisor.run(decision.profile, decision.changes or None, decision.text)
+    return supervisor.run(profile, None, f"resumed after attempt {record.attempt} ({record.status})")
+
+
+def _check_shape(supervisor: Supervisor, as_run: Profile, profile: Profile, fresh: bool) -> None:
+    """--set that changes the model or LoRA shape cannot continue the run's checkpoint: refuse, saying what
+    differs and how to start over, unless --fresh-attempt asks for exactly that (then say so, loudly)."""
+    checkpoint = supervisor.resume_point(as_run)
+    if fresh:
+        supervisor.resume_floor = len(supervisor.attempt_shapes)
+        dropped = (f"{supervisor.in_run(checkpoint)} (step {checkpoint_step(checkpoint)}) is kept but not used"
+                   if checkpoint else "no checkpoint is used")
+        supervisor.console.print(f"[bold red]--fresh-attempt: starting over at step 1[/bold red] with "
+                                 f"{escape(profile.name)}; {escape(dropped)}")
+        return
+    if checkpoint is None or shape_of(as_run) == shape_of(profile):
+        return
+    old, new = as_run.to_dict(), profile.to_dict()
+    differs = ", ".join(f"{key} {old.get(key)!r} -> {new.get(key)!r}" for key in SHAPE_KEYS
+                        if old.get(key) != new.get(key))
+    step = checkpoint_step(checkpoint)
+    raise UsageError(f"--resume: {differs} changes the model/LoRA shape, so {supervisor.in_run(checkpoint)} "
+                     f"(step {step}) of {supervisor.run_dir} cannot be loaded; resuming would silently start "
+                     f"over at step 1 (fix: drop that --set to continue from step {step}, or add --fresh-attempt "
+                     "to start this run over with the new shape, or start a new run with --auto)")

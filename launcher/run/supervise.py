@@ -1,0 +1,381 @@
+"""Run the planned profile in child processes and survive out-of-memory: shrink, fall back, resume.
+
+Every attempt is a fresh `python train.py --profile DIR/profile.yaml --attempt-dir DIR` process, so each one
+starts with a clean GPU (vLLM does not give its memory back inside a process, and a caught OOM keeps tensors
+alive through its traceback). A distributed profile (several GPUs, or a vLLM server) runs the same script under
+accelerate, one process per training GPU, with its vLLM server started and health-checked before the attempt
+and stopped after it. The child writes DIR/outcome.json (each further rank its own outcome-rank<N>.json); the
+supervisor reads them (or, when the child died without one, its exit status and the tail of its output),
+appends one line to the run's attempts.jsonl, and decides:
+
+  ok            done (exit 0)
+  oom           shrink what the OOM site names, once per profile, keeping the effective batch; otherwise the
+                next profile on the ladder that the estimate says fits and that is estimated below every
+                attempt that ran out of memory; nothing left: exit 3 with the table of attempts
+  unsupported   the next profile (an architecture the stack cannot load says nothing about memory)
+  error         stop (exit 1): a bug or bad data would fail the same way on every profile
+  interrupted   stop (exit 130); `--resume` continues from the last checkpoint
+
+An attempt with the same model and LoRA shape as an earlier one continues from its last checkpoint
+(`--resume-from`), so the global step goes on; otherwise it starts fresh. Nothing is deleted: a checkpoint
+that cannot be resumed from (cut short, damaged) is named, with why, and renamed checkpoint-N.damaged.
+
+Run folder: OUTPUT_DIR/run-YYYYmmdd-HHMMSS/{plan.json, attempts.jsonl, run.lock, attempt-NN-<profile>/}; the
+paths in attempts.jsonl are relative to it, so that a moved run folder resumes. A full disk ends the run with
+exit 1 and one line (the disk, the space, what was kept).
+
+This module is the loop; the rooms it calls: launcher.run.child (run one process), launcher.run.attempts (read what
+it ended as, write its attempts.jsonl line), launcher.run.fallback (what to run next), launcher.run.resume (continue
+a run), launcher.run.folder (the folder, its lock), launcher.run.distributed and launcher.run.vllm_server (several
+GPUs, the server), launcher.run.narrate (what the terminal is told).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import signal
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+from rich.markup import escape
+
+from launcher.memory import ledger
+from launcher.run import narrate
+from launcher.oom import read as oomlib
+from launcher.run.attempts import (AttemptRecord, AttemptResult, read_attempts, read_result,
+                               server_failure_result)
+from launcher.run.child import ChildRunner, attempt_command
+from contract.attempt import (ENV_ALLOC_CONF, ENV_ESTIMATE_GIB, ENV_INJECT_OOM, ERROR, INTERRUPTED, LOG_FILE,
+                               OK, OOM, PLAN_FILE, PROFILE_FILE, SERVER_LOG, attempt_environment, checkpoint_step,
+                               latest_checkpoint, relative_path, resolve_path, shape_of)
+from launcher.run.distributed import launch_env
+from contract.errors import (EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUT_OF_MEMORY,
+                             UsageError)
+from contract.safe_write import disk_error_text, write_atomic
+from launcher.run.fallback import Decision, decide, estimate_of, estimate_profile
+from launcher.profile.schema import Profile
+from launcher.run.resume import resume_run
+from launcher.run.folder import RunLock, latest_run_dir, new_run_dir, set_aside
+from launcher.card.topology import free_port, topology
+from launcher.run.vllm_server import ServerError, start_server
+
+
+# ---------------------------------------------------------------------------------------------------
+# The supervisor
+
+class Supervisor:
+    """One run folder's attempts: what was tried, shrunk and checkpointed, and the next attempt."""
+
+    def __init__(self, plan, run_dir: Path, console, runner: ChildRunner, overrides: list[str],
+                 server_command: list[str] | None = None):
+        self.plan = plan
+        self.server_command = server_command  # stands in for `trl vllm-serve` in tests
+        self.run_dir = run_dir
+        self.console = console
+        self.runner = runner
+        self.overrides = list(overrides or [])
+        self.records = [AttemptRecord.from_dict(data) for data in read_attempts(run_dir)]
+        self.shrunk: set[str] = {r.profile for r in self.records if r.shrink}
+        self.tried: set[str] = {r.profile for r in self.records}
+        self.ceiling: tuple[float, str] | None = None
+        # (shape, attempt folder) per attempt, in order: where a later attempt of the same shape resumes
+        self.attempt_shapes: list[tuple[tuple, Path | None]] = []
+        self.resume_floor = 0  # attempts before this index are not resumed from (--fresh-attempt)
+        for record in self.records:
+            self._remember(record)
+
+    # -- bookkeeping ----------------------------------------------------------------------------------
+    def _remember(self, record: AttemptRecord) -> None:
+        """Count a finished attempt: tried, shrunk, its folder, and the OOM ceiling it sets."""
+        self.tried.add(record.profile)
+        if record.shrink:
+            self.shrunk.add(record.profile)
+        self.attempt_shapes.append((shape_of(record.settings or {}), self.path_of(record.attempt_dir)))
+        oom_kind = (record.oom or {}).get("kind")
+        est = record.estimate_gib
+        if record.status == OOM and est is not None and oom_kind != oomlib.KIND_HOST:
+            if self.ceiling is None or est < self.ceiling[0]:
+                self.ceiling = (float(est), record.profile)
+
+    def path_of(self, value: str | None) -> Path | None:
+        """A path of attempts.jsonl (relative to the run folder; absolute in older runs) on this disk."""
+        return resolve_path(value, self.run_dir)
+
+    def in_run(self, path: str | Path | None) -> str | None:
+        """A path as attempts.jsonl holds it: relative to the run folder, which may be moved."""
+        return relative_path(path, self.run_dir)
+
+    def next_number(self) -> int:
+        numbers = [int(r.attempt or 0) for r in self.records]
+        for path in self.run_dir.glob("attempt-*"):
+            try:
+                numbers.append(int(path.name.split("-")[1]))
+            except (IndexError, ValueError):
+                pass
+        return max(numbers, default=0) + 1
+
+    def resume_point(self, profile: Profile) -> Path | None:
+        """The newest checkpoint that can be resumed from, of an earlier attempt with the same model and LoRA
+        shape. Newer ones that cannot (cut short, damaged) are named, with why, and set aside."""
+        shape = shape_of(profile)
+        for earlier_shape, attempt_dir in reversed(self.attempt_shapes[self.resume_floor:]):
+            if earlier_shape == shape and attempt_dir is not None and attempt_dir.is_dir():
+                found = self.valid_checkpoint(attempt_dir)
+                if found is not None:
+                    return found
+        return None
+
+    def valid_checkpoint(self, attempt_dir: Path) -> Path | None:
+        """latest_checkpoint of one attempt folder, telling the user which newer ones it passed over and
+        renaming those to checkpoint-N.damaged (kept, never picked again)."""
+        skipped: list[str] = []
+        found = latest_checkpoint(attempt_dir, skipped)
+        for line in skipped:
+            name, _, reason = line.partition(": ")
+            moved = set_aside(attempt_dir / name)
+            kept = f"renamed to {moved.name}" if moved is not None else "left in place"
+            instead = f"{self.in_run(found)} (step {checkpoint_step(found)})" if found else "an earlier attempt"
+            self.console.print(f"passing over {attempt_dir.name}/{name}: {reason}; {kept}; resuming from "
+                               f"{instead} instead", markup=False, highlight=False)
+        return found
+    def _estimate_for(self, profile: Profile) -> float | None:
+        """The estimate the plan judged this profile by (a shrunk profile's is estimated afresh)."""
+        for cand in self.plan.candidates:
+            if cand.profile == profile:
+                return estimate_of(cand)
+        est = estimate_profile(profile, self.plan.machine)
+        return float(est.total_gib) if est is not None else None
+
+    # -- one attempt, step by step --------------------------------------------------------------------
+    def attempt(self, profile: Profile, changes: dict | None, decision_text: str | None) -> AttemptRecord:
+        number = self.next_number()
+        resume_from = self.resume_point(profile)
+        if resume_from is None and self._has_checkpoints(profile):
+            self.console.print("no complete checkpoint of this shape is left: starting at step 1", markup=False)
+        attempt_dir = self._open_attempt_dir(number, profile)
+        estimate_gib = self._estimate_for(profile)
+        narrate.print_start(self.console, number, profile, estimate_gib, self.in_run(resume_from))
+        started = time.time()
+        env = self._environment(profile, estimate_gib)
+        result = self._run(profile, attempt_dir, str(resume_from) if resume_from else None, env, started)
+        record = AttemptRecord(
+            attempt=number, profile=profile.name, status=result.status, steps=result.steps,
+            started=datetime.fromtimestamp(started).isoformat(timespec="seconds"), duration_s=result.duration_s,
+            exit_code=result.exit_code, attempt_dir=self.in_run(attempt_dir), resumed_from=self.in_run(resume_from),
+            checkpoint=self.in_run(result.checkpoint), shrink=changes or None, estimate_gib=estimate_gib,
+            peak_gib=result.peak_gib, probe=result.probe, oom=result.report.to_dict() if result.report else None,
+            error=result.error,
+            decided=decision_text, settings=profile.to_dict(),
+            env={ENV_ALLOC_CONF: env.get(ENV_ALLOC_CONF), ENV_INJECT_OOM: env.get(ENV_INJECT_OOM)})
+        self.records.append(record)
+        self._remember(record)
+        record.append_to(self.run_dir)
+        ledger.record_attempt(profile, self.plan, record, attempt_dir,
+                              warn=lambda text: self.console.print(text, markup=False))
+        narrate.print_result(self.console, number, profile, result)
+        return record
+
+    def _has_checkpoints(self, profile: Profile) -> bool:
+        """Whether an earlier attempt of this shape left checkpoint folders (damaged ones included)."""
+        shape = shape_of(profile)
+        return any(earlier == shape and folder is not None and any(folder.glob("checkpoint-*"))
+                   for earlier, folder in self.attempt_shapes[self.resume_floor:])
+
+    def _open_attempt_dir(self, number: int, profile: Profile) -> Path:
+        """DIR/attempt-NN-<profile>/ holding the profile as it runs (the child reads it from there)."""
+        attempt_dir = self.run_dir / f"attempt-{number:02d}-{profile.name}"
+        attempt_dir.mkdir(parents=True, exist_ok=False)
+        write_atomic(attempt_dir / PROFILE_FILE, profile.to_yaml())
+        return attempt_dir
+
+    @staticmethod
+    def _environment(profile: Profile, estimate_gib: float | None) -> dict:
+        """The attempt's environment: the contract's, the plan's estimate (the child reports it back
+        unchanged), and a distributed attempt's own settings with the port of its vLLM server."""
+        env = attempt_environment(profile)
+        env.pop(ENV_ESTIMATE_GIB, None)  # never a figure left over from elsewhere
+        if estimate_gib is not None:
+            env[ENV_ESTIMATE_GIB] = repr(float(estimate_gib))
+        port = free_port() if profile.uses_vllm_server else None
+        return launch_env(profile, env, server_port=port)
+
+    def _run(self, profile: Profile, attempt_dir: Path, resume_from: str | None, env: dict,
+             started: float) -> AttemptResult:
+        """The attempt's vLLM server (server mode) and its process, to their end; what came of them."""
+        argv = attempt_command(profile, attempt_dir, resume_from, self.runner.override, env=env)
+        server = None
+        try:
+            try:
+                server = self._start_server(profile, attempt_dir, env)
+            except ServerError as exc:
+                return server_failure_result(str(exc), resume_from, time.time() - started,
+                                             bool(self.runner.signals))
+            kills_before = oomlib.oom_kill_count()
+            returncode, tail = self.runner.run_argv(argv, attempt_dir, env)
+            kernel_oom = oomlib.killed_by_kernel_oom(self.runner.last_pid, kills_before) \
+                if returncode in oomlib.SIGKILL_CODES else None
+            return read_result(attempt_dir, returncode, tail, time.time() - started, bool(self.runner.signals),
+                               kernel_oom=kernel_oom)
+        finally:
+            if server is not None:
+                server.stop()
+
+    def _start_server(self, profile: Profile, attempt_dir: Path, env: dict):
+        """The attempt's vLLM server, up and healthy (None without server mode); ServerError otherwise."""
+        if not profile.uses_vllm_server or profile.device != "cuda" or topology(env).machine_rank:
+            return None  # only machine 0 of a run serves
+        self.console.print(f"starting the vLLM server for {profile.name} "
+                           f"(log: {attempt_dir / SERVER_LOG})", markup=False)
+        self.runner.waiting_for_server = True
+        try:
+            server = start_server(profile, attempt_dir, env=env, command=self.server_command)
+        except KeyboardInterrupt as exc:  # start_server has stopped the server already
+            raise ServerError(f"stopped by {exc or 'a signal'} while the vLLM server was starting")
+        finally:
+            self.runner.waiting_for_server = False
+        if server is not None:
+            self.console.print(f"vLLM server ready at {server.url}", markup=False)
+        return server
+
+    # -- the loop -------------------------------------------------------------------------------------
+    def run(self, profile: Profile, changes: dict | None = None, decision_text: str | None = None) -> int:
+        while True:
+            if self.runner.signals:
+                self.console.print("interrupted before the next attempt started")
+                return EXIT_INTERRUPTED
+            record = self.attempt(profile, changes, decision_text)
+            code = self._stop_code(record)
+            if code is not None:
+                return code
+            decision = self.decide_after(profile, record.status, record.report)
+            for line in decision.skipped:
+                self.console.print(f"  {line}")
+            failed = record.report.summary() if record.report else record.status
+            self.console.print(f"attempt {record.attempt}: {profile.name} {failed}: {decision.text}",
+                               highlight=False, markup=False)
+            if decision.action == "stop":
+                return EXIT_OUT_OF_MEMORY
+            profile, changes, decision_text = decision.profile, decision.changes or None, decision.text
+
+    def _stop_code(self, record: AttemptRecord) -> int | None:
+        """The run's exit status when this attempt ends it (ok, interrupted, an error); None to fall back."""
+        attempt_dir = self.path_of(record.attempt_dir) or self.run_dir
+        if record.status == OK:
+            self.console.print(f"[green]done[/green]: {escape(str(attempt_dir))}")
+            return EXIT_OK
+        if record.status == ERROR and record.exit_code == EXIT_BAD_INPUT:
+            # bad input the planner could not see (the data, a setting only the trainer checks): same exit 2
+            self.console.print(f"[red]attempt {record.attempt} refused its input[/red]: {escape(str(record.error))}"
+                               "\n  not falling back: every profile would refuse it the same way")
+            return EXIT_BAD_INPUT
+        if record.status == INTERRUPTED:
+            where = record.checkpoint or "no checkpoint yet"
+            self.console.print(f"interrupted after {record.steps} steps ({where}); continue with "
+                               f"`python train.py --auto --resume --output-dir {self.run_dir.parent}`",
+                               markup=False)
+            return EXIT_INTERRUPTED
+        if record.status == ERROR:
+            self.console.print(f"[red]attempt {record.attempt} failed with an error that is not about "
+                               f"memory[/red]: {escape(str(record.error))}\n  see "
+                               f"{escape(str(attempt_dir / LOG_FILE))}; not falling back: another "
+                               "profile would most likely fail the same way")
+            return EXIT_FAILURE
+        return None
+
+    def decide_after(self, profile: Profile, status: str, report) -> Decision:
+        return decide(self.plan, profile, status, report, self.shrunk, self.tried, self.ceiling)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Entry point
+
+def supervise(plan, output_dir: Path, overrides: list[str] | None = None, resume: bool = False,
+              child_command: list[str] | None = None, console=None,
+              server_command: list[str] | None = None, fresh_attempt: bool = False) -> int:
+    """Run the plan's chosen profile (or, with resume, continue the latest run); exit status per design.
+
+    `child_command` (in place of `[python, train.py]`) and `server_command` (in place of `trl vllm-serve`)
+    are the documented boundary where tests run small fakes of the attempt and of the vLLM server; a real
+    run leaves both unset. `fresh_attempt` (with resume): start the run's next attempt over at step 1.
+    """
+    console = console or narrate.make_console()
+    output_dir = Path(output_dir).absolute()  # the child runs from the same folder, but paths are printed
+    if fresh_attempt and not resume:
+        raise UsageError("--fresh-attempt only applies to --resume (a new run starts at step 1 anyway)")
+    runner = ChildRunner(child_command)
+    if not resume and plan.chosen is None:
+        _print_nothing_fits(console, plan)
+        return EXIT_OUT_OF_MEMORY
+    try:
+        run_dir = latest_run_dir(output_dir) if resume else new_run_dir(output_dir)
+        lock = RunLock(run_dir).acquire()
+    except OSError as exc:
+        if exc.errno not in _DISK_ERRNOS:
+            raise
+        console.print(f"error: {disk_error_text(exc, output_dir)}; nothing was started", markup=False,
+                      soft_wrap=True)
+        return EXIT_FAILURE
+    supervisor = Supervisor(plan, run_dir, console, runner, overrides or [], server_command=server_command)
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, runner.handle_signal)
+    try:
+        if resume:
+            code = resume_run(supervisor, run_dir, overrides or [], console, fresh_attempt)
+        else:
+            write_atomic(run_dir / PLAN_FILE, json.dumps(plan.to_json(), indent=2) + "\n")
+            console.print(f"run folder: {run_dir}", markup=False)
+            narrate.print_plan_choice(console, plan)
+            code = supervisor.run(plan.chosen)
+    except OSError as exc:
+        if exc.errno not in _DISK_ERRNOS:
+            raise
+        code = _disk_failure(supervisor, exc)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        lock.release()
+    if supervisor.records:
+        console.print(narrate.attempts_table(supervisor.records))
+    if code == EXIT_OUT_OF_MEMORY:
+        console.print("[red]every profile that could run here ran out of memory or could not load[/red]; "
+                      "the table above lists the attempts. Try a profile with a smaller model, shorter "
+                      "max_completion_length or fewer num_generations (--set KEY=VALUE).")
+    return code
+
+
+# A write of the supervisor's own files failed for want of disk (or of a writable one): one line, no traceback.
+_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
+def _disk_failure(supervisor: Supervisor, exc: OSError) -> int:
+    """Say which disk is full, what was needed when known, and what the run folder keeps; exit 1."""
+    needed = None
+    record = supervisor.records[-1] if supervisor.records else None
+    if record is not None:
+        needed = len(json.dumps(record.to_dict())) + 1
+    kept = []
+    for _shape, folder in reversed(supervisor.attempt_shapes):
+        found = latest_checkpoint(folder) if folder is not None and folder.is_dir() else None
+        if found is not None:
+            kept.append(f"checkpoint {supervisor.in_run(found)} (resume with --resume once there is space)")
+            break
+    if record is not None:
+        kept.append(f"attempt {record.attempt} ended {record.status} after {record.steps} steps "
+                    f"(its folder {record.attempt_dir})")
+    text = disk_error_text(exc, supervisor.run_dir, needed)
+    supervisor.console.print(f"error: {text}; kept: {'; '.join(kept) or 'nothing new'}", markup=False,
+                             highlight=False, soft_wrap=True)  # one line, however long
+    return EXIT_FAILURE
+
+
+def _print_nothing_fits(console, plan) -> None:
+    narrate.print_plan_choice(console, plan)
+    console.print("[red]nothing fits[/red]: no profile on the ladder is estimated to fit this machine "
+                  "(see `python train.py --auto --dry-run` for the estimates)")
+    for candidate in plan.candidates:
+        console.print(f"  {candidate.profile.name}: {candidate.reason}", markup=False, highlight=False)

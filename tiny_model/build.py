@@ -1,0 +1,254 @@
+"""The offline `tiny` model: a byte-level BPE tokenizer trained on the task's own text (one token per
+digit) and a small Llama-shaped model, warm-started by a short supervised pass on worked solutions
+(tiny_model/warm_start.py), built once (seeded) and cached, so CPU runs and tests need no download.
+
+Beside the weights, `warm_start.json` records the held-out accuracy of the random model and of the
+warm-started one, measured at build time, so a run's report can show random -> warm start -> after GRPO.
+
+transformers is imported inside functions only: the trainer imports Unsloth first, then calls this.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from rewards.parse import TAGS as XML_TAGS  # the answer format the rewards score
+
+ROLE_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>")
+EOS_TOKEN = "<|end|>"
+PAD_TOKEN = "<|pad|>"
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|' + message['role'] + '|>\n' + message['content'] + '<|end|>\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}"
+)
+# Bump when the build below changes, so old caches are not reused.
+BUILD_VERSION = 4
+WARM_START_FILE = "warm_start.json"
+CORPUS_ROWS = 2000
+
+
+@dataclass(frozen=True)
+class TinyShape:
+    hidden_size: int = 64
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    head_dim: int = 16
+    intermediate_size: int = 256
+    vocab_size: int = 512  # BPE vocabulary incl. special tokens; the XML tags are added on top
+    tie_word_embeddings: bool = True
+    initializer_range: float = 0.02  # the warm start, not a large random init, gives the policy its shape
+    max_position_embeddings: int = 2048
+
+
+def tiny_shape() -> TinyShape:
+    """The shape the launcher's catalogue gives `tiny` (its estimate must describe this model)."""
+    shape = TinyShape()
+    try:
+        from launcher.profile.catalog import TINY
+    except Exception:  # the catalogue is optional here: the defaults above are the same numbers
+        return shape
+    aliases = {
+        "hidden_size": ("hidden_size", "hidden"),
+        "num_hidden_layers": ("num_hidden_layers", "layers", "num_layers"),
+        "num_attention_heads": ("num_attention_heads", "heads", "num_heads"),
+        "num_key_value_heads": ("num_key_value_heads", "kv_heads", "num_kv_heads"),
+        "head_dim": ("head_dim",),
+        "intermediate_size": ("intermediate_size", "intermediate"),
+        "vocab_size": ("vocab_size", "vocab"),
+        "tie_word_embeddings": ("tie_word_embeddings", "tied_embeddings", "tied"),
+    }
+    values = {}
+    for field_name, names in aliases.items():
+        for name in names:
+            value = getattr(TINY, name, None)
+            if value is not None:
+                values[field_name] = type(getattr(shape, field_name))(value)
+                break
+    return TinyShape(**{**asdict(shape), **values})
+
+
+def cache_root() -> Path:
+    env = os.environ.get("GRPO_TRAIN_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "grpo-train"
+
+
+def _corpus(dataset: str, seed: int) -> list[str]:
+    """Text the tokenizer learns from: the task's prompts and answers, and the XML answer format."""
+    from tasks import load_task
+
+    rows = load_task(dataset, "train", limit=CORPUS_ROWS, seed=seed)
+    texts = []
+    for row in rows:
+        for message in row["prompt"]:
+            texts.append(message["content"])
+        answer = str(row["answer"])
+        texts.append(f"<reasoning>\n{answer}\n</reasoning>\n<answer>\n{answer}\n</answer>")
+    return texts
+
+
+def _build_tokenizer(texts: list[str], shape: TinyShape):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.BPE())
+    # One token per digit: numbers then share their pieces, which is what makes sums learnable.
+    core.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                  pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=shape.vocab_size,
+        special_tokens=[PAD_TOKEN, EOS_TOKEN, *ROLE_TOKENS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    core.train_from_iterator(texts, trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        eos_token=EOS_TOKEN,
+        pad_token=PAD_TOKEN,
+        additional_special_tokens=list(ROLE_TOKENS),
+    )
+    # Ordinary added tokens, not special ones: TRL decodes completions with skip_special_tokens=True,
+    # which would erase special tokens before the rewards see them. Left to BPE, each tag would take
+    # several tokens and a random model would never write one.
+    tokenizer.add_tokens(list(XML_TAGS))
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def _build_model(tokenizer, shape: TinyShape, seed: int):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size,
+        num_hidden_layers=shape.num_hidden_layers,
+        num_attention_heads=shape.num_attention_heads,
+        num_key_value_heads=shape.num_key_value_heads,
+        head_dim=shape.head_dim,
+        max_position_embeddings=shape.max_position_embeddings,
+        initializer_range=shape.initializer_range,
+        tie_word_embeddings=shape.tie_word_embeddings,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model.to(torch.float32)
+
+
+def build_key(dataset: str, seed: int, shape: TinyShape) -> str:
+    from tiny_model import warm_start
+
+    spec = {"dataset": dataset, "seed": seed, "shape": asdict(shape), "version": BUILD_VERSION,
+            "warm_start": [warm_start.WARM_START_STEPS, warm_start.WARM_START_BATCH, warm_start.WARM_START_LR]
+            if dataset == "arithmetic" else None,
+            "rows": CORPUS_ROWS, "tags": XML_TAGS, "template": CHAT_TEMPLATE}
+    if dataset not in ("gsm8k", "arithmetic"):
+        path = Path(dataset).expanduser()
+        spec["file"] = [str(path.resolve()), path.stat().st_mtime_ns if path.exists() else 0]
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def ensure_tiny(dataset: str = "arithmetic", seed: int = 0, root: Path | None = None) -> Path:
+    """The folder of the tiny model for this task (built on first use, then reused)."""
+    shape = tiny_shape()
+    root = Path(root) if root else cache_root()
+    target = root / f"tiny-{build_key(dataset, seed, shape)}"
+    if (target / "config.json").is_file() and (target / "tokenizer.json").is_file():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    tokenizer = _build_tokenizer(_corpus(dataset, seed), shape)
+    model = _build_model(tokenizer, shape, seed)
+    record = _warm_start(model, tokenizer, dataset, seed)
+    # Build beside the target and rename: a concurrent build or an interrupted one never leaves half a model.
+    staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=root))
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        _pin_tokenizer_class(staging)
+        if record is not None:
+            (staging / WARM_START_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        try:
+            staging.rename(target)
+        except OSError:
+            if not (target / "config.json").is_file():
+                raise
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _warm_start(model, tokenizer, dataset: str, seed: int) -> dict | None:
+    """Warm-start the model for the generated arithmetic task (the one it can learn offline) and return the
+    build-time record: held-out accuracy before and after, samples, steps and seconds. Other tasks keep the
+    random model (None)."""
+    if dataset != "arithmetic":
+        return None
+    import time
+
+    import torch
+
+    from tasks import load_task
+    from tiny_model import warm_start
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(min(threads, 2))  # the CPU default's budget: two cores
+    try:
+        rows = load_task(dataset, "test", limit=warm_start.PROBE_ROWS)
+        random_probe = warm_start.probe(model, tokenizer, rows)
+        started = time.time()
+        warm_start.train_warm_start(model, tokenizer, seed)
+        seconds = round(time.time() - started, 1)
+        warm_probe = warm_start.probe(model, tokenizer, rows)
+    finally:
+        torch.set_num_threads(threads)
+    return {"steps": warm_start.WARM_START_STEPS, "batch": warm_start.WARM_START_BATCH,
+            "learning_rate": warm_start.WARM_START_LR, "seconds": seconds, "held_out": len(rows),
+            "random": random_probe, "warm_start": warm_probe}
+
+
+def read_warm_start(model_path) -> dict | None:
+    """The build-time record beside a tiny model (None for any other model)."""
+    path = Path(model_path) / WARM_START_FILE
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _pin_tokenizer_class(folder: Path) -> None:
+    """Keep the tokenizer's own class: with a llama config.json, AutoTokenizer would otherwise pick the
+    Llama tokenizer and its own pre-tokenizer, and the token ids would no longer match the training."""
+    path = folder / "tokenizer_config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    config["chat_template"] = CHAT_TEMPLATE
+    path.write_text(json.dumps(config, indent=2), encoding="utf-8")
+
+
+def build_record(model_path) -> dict | None:
+    """The warm start's figures as a run reports them (random and warm-started held-out accuracy), or None
+    beside a model built without one."""
+    record = read_warm_start(model_path)
+    if not record:
+        return None
+    return {"steps": record["steps"], "held_out": record["held_out"], "seconds": record["seconds"],
+            "random_accuracy": record["random"]["accuracy"], "warm_start_accuracy": record["warm_start"]["accuracy"],
+            "warm_start_well_formed": record["warm_start"].get("well_formed")}

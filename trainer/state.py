@@ -1,0 +1,49 @@
+"""WHAT one attempt knows so far (its profile, folder, trainer, memory probe, the model it loaded), so that a
+failure at any stage still reports steps, peak and checkpoint; and `say`, the attempt's one way to print."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from contract import attempt as contract
+
+
+class AttemptState:
+    """What is known so far, so that a failure at any point still reports steps, peak and checkpoint."""
+
+    def __init__(self, profile, attempt_dir: Path, resume_from: str | None, main: bool = True):
+        self.profile = profile
+        self.attempt_dir = attempt_dir
+        self.resume_from = resume_from
+        self.main = main  # the one process that writes the attempt's shared files and prints
+        self.trainer = None
+        self.memory = None
+        self.estimate_gib = None
+        self.probe = None  # the worst-case probe's figures (trainer.probe), once it has run
+        self.model_built = None  # how the project built the model, when it did (trainer.model_source)
+        self.started = time.time()
+
+    @property
+    def steps(self) -> int:
+        # before train() loads the checkpoint (the probe runs then) the trainer still counts from 0
+        resumed = contract.checkpoint_step(self.resume_from)
+        if self.trainer is not None:
+            return max(int(self.trainer.state.global_step), resumed)
+        return resumed
+
+    def latest_checkpoint(self) -> str | None:
+        """This attempt's latest complete checkpoint, else the one it resumed from."""
+        found = contract.latest_checkpoint(self.attempt_dir)
+        if found is not None:
+            return str(found)
+        return str(self.resume_from) if self.resume_from else None
+
+
+def say(text: str, error: bool = False) -> None:
+    """Print a line; a closed pipe (the reader has gone) must not turn a good attempt into a failed one."""
+    try:
+        print(text, file=sys.stderr if error else sys.stdout, flush=True)
+    except OSError:
+        pass

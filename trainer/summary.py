@@ -1,0 +1,58 @@
+"""summary.json of one attempt: what ran where, for how long, with what memory against the estimate, and
+what it learned (rewards first and last, accuracy before and after, and how the model was built when the
+project built it)."""
+
+from __future__ import annotations
+
+import platform
+import time
+
+from contract import attempt as contract
+from trainer.state import AttemptState
+
+
+def build_summary(state: AttemptState, backend, rows, reward_names, before, after, train_seconds,
+                  train_rows, dropped, status) -> dict:
+    """summary.json: what ran where, for how long, with what memory against the estimate, and the result."""
+    import torch
+
+    from trainer.report import reward_figures, scored_examples
+
+    profile = state.profile
+    memory = state.memory.summary()
+    peak = memory["peak_gib"]
+    estimate = state.estimate_gib
+    if backend.device == "cuda":
+        total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / (1 << 30)
+        device = {"name": backend.gpu_name, "total_gib": round(total, 2),
+                  "compute_capability": list(backend.compute_capability or ()), "bf16": backend.bf16}
+        measure = "torch peak reserved"
+    else:
+        device = {"name": f"CPU ({platform.machine()}, {torch.get_num_threads()} threads)", "total_gib": None,
+                  "compute_capability": None, "bf16": False}
+        measure = "process peak RSS"
+    return {
+        "status": status,
+        "profile": profile.to_dict(),
+        "backend": backend.name,
+        "device": device,
+        "steps": state.steps,
+        "max_steps": profile.max_steps,
+        "resumed_from": contract.relative_path(state.resume_from, state.attempt_dir),
+        "train_seconds": round(train_seconds, 2),
+        "wall_seconds": round(time.time() - state.started, 2),
+        "train_rows": train_rows,
+        "dropped_prompts": dropped,
+        "memory": {**memory, "estimate_gib": estimate, "measure": measure,
+                   "ratio": round(peak / estimate, 3) if estimate else None},
+        "rewards": reward_figures(rows, reward_names),
+        "accuracy": {"correctness": profile.correctness, "samples": before["total"], "before": before["accuracy"],
+                     "after": after["accuracy"],
+                     "correct_before": before["correct"], "correct_after": after["correct"],
+                     "well_formed_before": before.get("well_formed"), "well_formed_after": after.get("well_formed"),
+                     "examples_before": scored_examples(before["examples"], profile.rewards),
+                     "examples_after": scored_examples(after["examples"], profile.rewards)},
+        "warm_start": state.model_built,
+        "checkpoint": contract.relative_path(state.latest_checkpoint(), state.attempt_dir),
+        "probe": state.probe,
+    }
