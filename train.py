@@ -89,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--gpus", metavar="N", type=int,
                       help="plan for N GPUs (with --gpu-memory: N such cards; else the first N found): "
                            "a multi-GPU profile is chosen only when its GPUs are there")
+    plan.add_argument("--fit", action="store_true",
+                      help="with --set model=ORG/NAME: print the most ambitious profile of that model that fits the "
+                           "card (YAML that loads with --profile) and what was given up, then stop")
     plan.add_argument("--fit-table", action="store_true",
                       help="print which profile the ladder gives common cards, then stop")
     plan.add_argument("--ignore-ledger", action="store_true",
@@ -147,9 +150,11 @@ def check_flags(args: argparse.Namespace) -> None:
     for first, second in conflicts:
         if modes[first] and modes[second]:
             raise UsageError(f"{first} and {second} ask for two different things; give one of them")
+    if args.fit and (args.auto or args.profile or args.resume or args.fit_table or args.explain_oom):
+        raise UsageError("--fit prints a profile and stops; give it alone, with --set model=ORG/NAME")
     if args.fresh_attempt and not args.resume:
         raise UsageError("--fresh-attempt only applies to --resume (a new run starts at step 1 anyway)")
-    if not (args.dry_run or args.fit_table or args.explain_oom):
+    if not (args.dry_run or args.fit_table or args.explain_oom or args.fit):
         from launcher.run.folder import check_output_dir
 
         check_output_dir(Path(args.output_dir), must_exist=args.resume)
@@ -179,8 +184,8 @@ def run_single_purpose(args: argparse.Namespace) -> int | None:
         return explain_file(args.explain_oom)
     if args.gpu_name and args.gpu_memory is None:
         raise UsageError("--gpu-name needs --gpu-memory GIB (the card's memory)")
-    if args.json and not (args.dry_run or args.fit_table):
-        raise UsageError("--json only applies to --dry-run and --fit-table")
+    if args.json and not (args.dry_run or args.fit_table or args.fit):
+        raise UsageError("--json only applies to --dry-run, --fit and --fit-table")
     if args.sample:
         from trainer.sample import sample_main
         return sample_main(args.sample, prompt=args.prompt, from_test=args.from_test, overrides=args.overrides)
@@ -195,6 +200,8 @@ def run_single_purpose(args: argparse.Namespace) -> int | None:
     if args.ledger:
         from launcher.memory.ledger import print_ledger
         return print_ledger()
+    if args.fit:
+        return fit_main(args)
     if args.fit_table:
         from launcher.plan.view import print_fit_table
         return print_fit_table(load_profiles(args.profiles_dir, args.overrides), as_json=args.json)
@@ -206,7 +213,7 @@ def plan_and_train(args: argparse.Namespace) -> int:
     from launcher.card.detect import probe
     from launcher.plan.choose import make_plan
     from launcher.plan.view import print_plan
-    from launcher.profile.load import load_profile, load_profiles
+    from launcher.profile.load import load_profile, load_profiles, parse_overrides
 
     gpu = probe(what_if_gib=args.gpu_memory, what_if_name=args.gpu_name, what_if_count=args.gpus)
     if args.profile:
@@ -217,7 +224,15 @@ def plan_and_train(args: argparse.Namespace) -> int:
     if not args.ignore_ledger:
         from launcher.memory.ledger import read as read_ledger
         measurements = read_ledger()
+    fit_notes = []
+    if gpu.gpus and not args.profile and "model" in parse_overrides(args.overrides):
+        # a model of the user's: derive its configurations from the rungs' intents instead of borrowing theirs
+        from launcher.plan.solve import derive_ladder
+        profiles, fit_notes = derive_ladder(profiles, parse_overrides(args.overrides)["model"], gpu,
+                                            pinned=set(parse_overrides(args.overrides)) - {"model"},
+                                            measurements=measurements)
     plan = make_plan(profiles, gpu, measurements=measurements)
+    plan.notes.extend(fit_notes)
     if args.dry_run:
         return print_plan(plan, as_json=args.json)
     if args.calibrate:
@@ -229,6 +244,27 @@ def plan_and_train(args: argparse.Namespace) -> int:
     from launcher.run.supervise import supervise
     return supervise(plan, output_dir=Path(args.output_dir), overrides=args.overrides, resume=args.resume,
                      fresh_attempt=args.fresh_attempt)
+
+
+def fit_main(args: argparse.Namespace) -> int:
+    """--fit: the most ambitious profile of the --set model that fits the card (found, or --gpu-memory)."""
+    from contract.errors import UsageError
+    from launcher.card.detect import probe
+    from launcher.plan.fit_view import print_fit
+    from launcher.profile.load import load_profiles, parse_overrides
+
+    overrides = parse_overrides(args.overrides)
+    if "model" not in overrides:
+        raise UsageError("--fit needs the model to fit (fix: --set model=ORG/NAME, a local folder or a "
+                         "catalogue name)")
+    machine = probe(what_if_gib=args.gpu_memory, what_if_name=args.gpu_name, what_if_count=args.gpus)
+    measurements = None
+    if not args.ignore_ledger:
+        from launcher.memory.ledger import read as read_ledger
+        measurements = read_ledger()
+    rungs = load_profiles(args.profiles_dir, args.overrides, device="cuda")
+    return print_fit(rungs, overrides["model"], machine, pinned=set(overrides) - {"model"},
+                     measurements=measurements, as_json=args.json)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from launcher.memory.estimate import Estimate, estimate
 from launcher.card.detect import GpuInfo, Machine, bf16_supported, precision_text
 from launcher.memory.ledger import measured_for
 from launcher.card.topology import split_over_machines, topology
+from launcher.plan.settings import settings_of
 
 
 def machine_count() -> int:
@@ -76,6 +77,7 @@ class Plan:
                  "world_size": c.profile.num_gpus, "zero_stage": c.profile.zero_stage,
                  "gpus": c.profile.gpus_needed, "vllm_mode": c.profile.vllm_mode if c.profile.fast_inference
                  else None,
+                 "settings": settings_of(c.profile),
                  "estimate": c.estimate.to_json() if c.estimate else None,
                  "measured": c.measured.to_json() if c.measured else None}
                 for c in self.candidates],
