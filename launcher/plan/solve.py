@@ -169,6 +169,7 @@ class _Solver:
         self.arch, self.gpu, self.budget = arch, gpu, budget_gib
         self.machine, self.measurements = machine, measurements
         self.vllm_refused = vllm_refuses(arch, bf16_supported(gpu))
+        self.share_cap = SHARE_CAP
         self.calls = 0
 
     # --- judging ------------------------------------------------------------------------------------
@@ -215,9 +216,9 @@ class _Solver:
             return p.model_copy(update={"gpu_memory_utilization": min(round(
                 standby_utilisation(self.gpu.total_gib), 2), SHARE_CAP)})
         floor, full = self.share_range(p)
-        if floor > SHARE_CAP:
+        if floor > self.share_cap:
             return None
-        full = min(full, SHARE_CAP)
+        full = min(full, self.share_cap)
         if at == "floor":
             return p.model_copy(update={"gpu_memory_utilization": floor})
         top = p.model_copy(update={"gpu_memory_utilization": full})
@@ -544,3 +545,52 @@ def derive_ladder(profiles, model: str, machine, *, pinned=(), measurements=None
     notes = [f"fit solver: {len(derived)} configuration(s) of {arch.name} for this card, most ambitious first "
              f"(derived from the rungs' intents" + (f"; kept as written: {', '.join(kept)}" if kept else "") + ")"]
     return others + derived, notes
+
+
+# ---------------------------------------------------------------------------------------------------
+# After an out-of-memory failure
+
+# Kept free on top of the OOM's shortfall: the failed allocation is rarely the step's last one.
+OOM_HEADROOM_GIB = 0.5
+SHRINK_KEYS = ("gpu_memory_utilization", "per_device_train_batch_size", "gradient_accumulation_steps",
+               "gradient_checkpointing", "vllm_standby", "load_in_4bit", "lora_rank", "lora_alpha",
+               "max_completion_length", "max_seq_length", "fast_inference")
+
+
+def shrink_after_oom(profile, report, machine) -> tuple[object | None, dict, str]:
+    """The fallback's shrink through the solver: the configuration closest to `profile` (the same generations
+    and effective batch) whose estimate is lower by at least the OOM's shortfall (asked - free) plus a headroom,
+    levers given up in the solver's order. (new profile, {key: [old, new]}, text), or (None, {}, why not)."""
+    gpu = machine.primary if machine is not None else None
+    short = report.shortfall_gib
+    if gpu is None or profile.device != "cuda" or profile.distributed:
+        return None, {}, "the solver shrinks single-GPU profiles"
+    if short is None:
+        return None, {}, "the message does not say how much was missing"
+    arch = resolve(profile.model)
+    current = estimate(profile, arch, gpu).total_gib
+    saving = short + OOM_HEADROOM_GIB
+    budget = current - saving
+    amb = Ambition(generations=profile.num_generations,
+                   prompts_per_step=max(1, profile.effective_batch // profile.num_generations),
+                   completion=profile.max_completion_length, prompt=profile.max_prompt_length,
+                   rank=profile.lora_rank, sixteen_bit=not profile.load_in_4bit,
+                   checkpointing=profile.gradient_checkpointing, batch=profile.per_device_train_batch_size,
+                   standby=profile.vllm_standby, source=profile.name,
+                   pinned=frozenset({"num_generations"} | ({"load_in_4bit"} if profile.load_in_4bit else set())
+                                    | ({"fast_inference"} if not profile.fast_inference else set())))
+    solver = _Solver(arch, gpu, budget)
+    solver.share_cap = min(SHARE_CAP, profile.gpu_memory_utilization)  # never a larger share than the one that ran
+    found = solver.solve(profile, amb)
+    if found is None:
+        return None, {}, (f"no configuration of {profile.num_generations} generations x effective batch "
+                          f"{profile.effective_batch} is estimated {saving:.2f} GiB below this one's {current:.2f} "
+                          f"(the shortfall {short:.2f} + {OOM_HEADROOM_GIB} headroom)")
+    changes = {k: [getattr(profile, k), getattr(found, k)] for k in SHRINK_KEYS
+               if getattr(profile, k) != getattr(found, k)}
+    shrunk = profile.replace(**{k: new for k, (_, new) in changes.items()})
+    after = estimate(shrunk, arch, gpu).total_gib
+    moved = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changes.items())
+    return shrunk, changes, (f"solver: {moved} (estimate {current:.2f} -> {after:.2f} GiB, at least the shortfall "
+                             f"{short:.2f} + {OOM_HEADROOM_GIB} GiB lower), effective batch kept at "
+                             f"{shrunk.effective_batch}")

@@ -127,7 +127,11 @@ def shrink_for(profile: Profile, report: oomlib.OomReport, machine) -> tuple[Pro
                           "would not change it")
     if site == oom_site.SITE_OPTIMIZER:
         return shrink_optimizer(profile)
-    # logits/log-probs, activations, backward, or a site the text does not name (GRPO's usual suspects)
+    # logits/log-probs, activations, backward, or a site the text does not name (GRPO's usual suspects): on a
+    # GPU the solver shrinks by what the OOM says was missing; without its figures (or on the CPU) the batch halves
+    if profile.device == "cuda" and not profile.distributed and report.shortfall_gib is not None:
+        from launcher.plan.solve import shrink_after_oom
+        return shrink_after_oom(profile, report, machine)
     return shrink_batch(profile)
 
 
