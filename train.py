@@ -262,9 +262,11 @@ def fit_main(args: argparse.Namespace) -> int:
     if not args.ignore_ledger:
         from launcher.memory.ledger import read as read_ledger
         measurements = read_ledger()
-    rungs = load_profiles(args.profiles_dir, args.overrides, device="cuda")
-    return print_fit(rungs, overrides["model"], machine, pinned=set(overrides) - {"model"},
-                     measurements=measurements, as_json=args.json)
+    # the rungs with the model only: the other keys set are pinned into each rung's intent by the solver
+    rungs = load_profiles(args.profiles_dir, [f"model={overrides['model']}"], device="cuda")
+    pinned = {key: value for key, value in overrides.items() if key != "model"}
+    return print_fit(rungs, overrides["model"], machine, pinned=pinned, measurements=measurements,
+                     as_json=args.json)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ def fit_text(result: Fit, card: str) -> str:
              f"(ambition {amb.objective})",
              f"# ambition: {amb.text()}"]
     if result.given_up:
-        lines.append("# given up against the ambition (first given up last):")
+        lines.append("# given up against the ambition (each saving counted after the ones above it):")
         width = max(len(g.lever) for g in result.given_up)
         for g in result.given_up:
             lines.append(f"#   {g.lever.replace('_', ' '):<{width}}  {g.before:>9} -> {g.after:<9} "

@@ -485,15 +485,17 @@ def derived_name(arch: Architecture, p) -> str:
 
 def best_fit(rungs, model: str, gpu: GpuInfo, *, pinned=(), machine=None, measurements=None) -> list[Fit]:
     """The solver from every single-GPU rung's intent for `model`: the fits, most ambitious first (those
-    that found nothing last)."""
+    that found nothing last). `pinned`: the keys the user set, or a dict of them with their values, put into
+    each rung before its intent is read (a rung need not be valid with them: the solver reshapes the batch)."""
     arch = resolve(model)
+    values = dict(pinned) if isinstance(pinned, dict) else {}
     fits = []
     for rung in rungs:
         if rung.device != "cuda" or rung.gpus_needed != 1:
             continue
-        base = rung.model_copy(update={"model": model})
-        fits.append(fit(base, gpu, arch=arch, ambition=ambition_of(rung, pinned, rung.name), machine=machine,
-                        measurements=measurements))
+        base = rung.model_copy(update={**values, "model": model})
+        fits.append(fit(base, gpu, arch=arch, ambition=ambition_of(base, set(pinned), rung.name),
+                        machine=machine, measurements=measurements))
     return sorted(fits, key=lambda f: (f.profile is not None,
                                        quality_key(f.profile) if f.profile is not None else ()), reverse=True)
 
