@@ -18,8 +18,8 @@ from launcher.memory import ledger
 from launcher.memory.estimate import estimate
 from launcher.oom import read as oom
 from launcher.plan.choose import make_plan
-from launcher.plan.solve import (MIN_COMPLETION_LENGTH, MIN_GENERATIONS, _Solver, best_fit, derive_ladder, fit,
-                                 objective, shrink_after_oom, usable_of)
+from launcher.plan.solve import (MIN_COMPLETION_LENGTH, MIN_GENERATIONS, _Solver, best_fit, derive_ladder, fit, fit_gpus,
+                                 objective, shrink_after_oom, topologies, usable_of)
 from launcher.profile.catalog import resolve
 from launcher.profile.load import load_profile, load_profiles
 
@@ -253,3 +253,38 @@ def test_oom_shrink_says_why_when_nothing_saves_enough():
     report = oom.OomReport(kind=oom.KIND_CUDA, site="backward", asked_gib=40.0, free_gib=1.0, total_gib=24.0)
     new, changes, text = shrink_after_oom(rung, report, m)
     assert new is None and changes == {} and "effective batch 16" in text
+
+
+# ---------------------------------------------------------------------------------------------------
+# More than one GPU
+
+def test_topologies_cover_data_parallel_and_server_splits():
+    found = {(t["num_gpus"], t["vllm_mode"], t["vllm_server_gpus"], t["vllm_tensor_parallel"])
+             for t in topologies(4)}
+    assert (4, "colocate", 1, 1) in found and (1, "colocate", 1, 1) in found
+    assert {(3, "server", 1, 1), (2, "server", 2, 1), (2, "server", 2, 2), (1, "server", 3, 1)} <= found
+    assert all(t["num_gpus"] + (t["vllm_server_gpus"] if t["vllm_mode"] == "server" else 0) <= 4
+               for t in topologies(4))
+
+
+def test_several_gpus_search_spreads_the_run_and_each_gpu_fits():
+    m = probe(what_if_gib=24.0, what_if_count=2)
+    single = best_fit(rungs(), "unsloth/Llama-3.1-8B-Instruct", m.primary)[0]
+    rung = next(r for r in rungs() if r.name == single.ambition.source)
+    spread = fit_gpus(rung, "unsloth/Llama-3.1-8B-Instruct", m)
+    p = spread.profile
+    assert p.gpus_needed == 2 and objective(p) > objective(single.profile)
+    plan = make_plan([p], m)
+    assert plan.chosen is not None, plan.candidates[0].reason
+    assert fit_gpus(rung, "unsloth/Llama-3.1-8B-Instruct", machine(24.0)) is None  # one GPU: nothing to spread
+
+
+def test_auto_with_gpus_chooses_the_spread_configuration(tmp_path):
+    done = train_py("--auto", "--dry-run", "--json", "--set", "model=Qwen/Qwen3-8B", "--gpu-memory", "24",
+                    "--gpus", "2", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    chosen = next(c for c in plan["candidates"] if c["profile"] == plan["chosen"])
+    assert chosen["gpus"] == 2 and chosen["settings"]["model"] == "Qwen/Qwen3-8B"
+    assert chosen["settings"]["num_gpus"] + (chosen["settings"]["vllm_server_gpus"]
+                                             if chosen["settings"]["vllm_mode"] == "server" else 0) == 2

@@ -9,7 +9,7 @@ import sys
 
 from contract.errors import EXIT_OK, EXIT_OUT_OF_MEMORY, UsageError
 from launcher.plan.settings import settings_of
-from launcher.plan.solve import Fit, best_fit, objective
+from launcher.plan.solve import Fit, best_fit, fit_gpus, objective, quality_key
 
 
 def fit_text(result: Fit, card: str) -> str:
@@ -58,7 +58,13 @@ def print_fit(rungs, model: str, machine, *, pinned=(), measurements=None, as_js
         raise UsageError("--fit: no single-GPU cuda profile in the ladder to take an ambition from "
                          "(fix: --profiles-dir with gpu-*.yaml)")
     best = results[0]
-    card = f"{gpu.name} ({gpu.total_gib:g} GiB)"
+    if best.profile is not None and len(machine.gpus) > 1:  # --gpus N: data parallel and the vLLM server too
+        rung = next(r for r in rungs if r.name == best.ambition.source)
+        spread = fit_gpus(rung, model, machine, pinned=pinned, measurements=measurements)
+        if spread is not None and quality_key(spread.profile) > quality_key(best.profile):
+            best = spread
+    card = f"{gpu.name} ({gpu.total_gib:g} GiB)" if len(machine.gpus) == 1 else \
+        f"{len(machine.gpus)} x {gpu.name} ({gpu.total_gib:g} GiB each)"
     if as_json:
         print(json.dumps(fit_json(best, card), indent=2))
     elif best.profile is not None:

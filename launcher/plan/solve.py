@@ -192,6 +192,8 @@ class _Solver:
             return False
         if est.vllm_share_gib is not None and est.vllm_share_gib > self.gpu.free_gib:
             return False
+        if est.server is not None and (est.server.vllm_problem or est.server.total_gib > usable_of(self.gpu)):
+            return False  # a vLLM server GPU holds its share and its own context
         return need <= self.budget
 
     # --- the vLLM share -----------------------------------------------------------------------------
@@ -212,6 +214,11 @@ class _Solver:
         """`p` with its vLLM share at the floor ("floor") or the largest that fits up to full ("best")."""
         if not p.fast_inference or "gpu_memory_utilization" in pinned:
             return p
+        if p.uses_vllm_server:  # GPUs of its own: the largest share beside its CUDA context and NCCL buffers
+            rest = estimate(p.model_copy(update={"gpu_memory_utilization": 0.01}), self.arch, self.gpu).server
+            room = usable_of(self.gpu) - (rest.total_gib - 0.01 * self.gpu.total_gib)
+            share = min(math.floor(room / self.gpu.total_gib * 100) / 100, self.share_cap)
+            return p.model_copy(update={"gpu_memory_utilization": share}) if share > 0 else None
         if p.vllm_standby:  # Unsloth's standby sets the share itself; the profile says what it will be
             return p.model_copy(update={"gpu_memory_utilization": min(round(
                 standby_utilisation(self.gpu.total_gib), 2), SHARE_CAP)})
@@ -259,7 +266,10 @@ class _Solver:
             checkpointing = [amb.checkpointing]
         else:
             checkpointing = list(CHECKPOINTING_ORDER[CHECKPOINTING_ORDER.index(amb.checkpointing):])
-        if not base.fast_inference:
+        if base.distributed:  # accelerate keeps checkpoints on the GPU ("true"); standby is Unsloth's
+            checkpointing = [m for m in checkpointing if m != "unsloth"] or \
+                ([] if "gradient_checkpointing" in pinned else ["true"])
+        if not base.fast_inference or base.distributed:
             standby = [False]
         elif "vllm_standby" in pinned:
             standby = [amb.standby]
@@ -301,12 +311,14 @@ class _Solver:
         if self.vllm_refused and base.fast_inference:
             base = base.model_copy(update={"fast_inference": False, "vllm_standby": False})
         found = self._search(base, amb)
-        if found is None and base.fast_inference and "fast_inference" not in amb.pinned:
+        if found is None and base.fast_inference and not base.uses_vllm_server and "fast_inference" not in amb.pinned:
             found = self._search(base.model_copy(update={"fast_inference": False, "vllm_standby": False}), amb)
         return found
 
     def _search(self, base, amb: Ambition):
         opts = self.options(base, amb)
+        if not all(opts.values()):
+            return None  # a pinned key the configuration cannot take (e.g. offloaded checkpoints on accelerate)
         pairs = sorted(((g, n) for g in opts["gens"] for n in opts["lengths"]),
                        key=lambda gn: (-gn[0] * gn[1], -gn[0]))
         order = ("lora_rank", "load_in_4bit", "gradient_checkpointing", "vllm_standby")
@@ -335,8 +347,9 @@ class _Solver:
         """The ambition as a profile: every lever where the ambition has it, vLLM holding the whole batch."""
         if self.vllm_refused and base.fast_inference:
             base = base.model_copy(update={"fast_inference": False, "vllm_standby": False})
+        checkpointing = "true" if base.distributed and amb.checkpointing == "unsloth" else amb.checkpointing
         levers = {"lora_rank": amb.rank, "load_in_4bit": not amb.sixteen_bit,
-                  "gradient_checkpointing": amb.checkpointing,
+                  "gradient_checkpointing": checkpointing,
                   "vllm_standby": amb.standby and base.fast_inference}
         completions = amb.prompts_per_step * amb.generations
         batch = max([b for b in range(1, min(amb.batch, completions) + 1) if completions % b == 0])
@@ -344,7 +357,7 @@ class _Solver:
         return self.full_share(p, amb.pinned)
 
     def full_share(self, p, pinned):
-        if not p.fast_inference or p.vllm_standby or "gpu_memory_utilization" in pinned:
+        if not p.fast_inference or p.vllm_standby or p.uses_vllm_server or "gpu_memory_utilization" in pinned:
             return p
         # in hundredths, uncapped: what the whole generation batch would take, even above what a card can give
         share = self._share_bytes(p, p.effective_batch) / (self.gpu.total_gib * GIB)
@@ -412,15 +425,23 @@ def _lever_text(lever: str, p) -> str:
 # ---------------------------------------------------------------------------------------------------
 # Entry points
 
+SINGLE_GPU = {"num_gpus": 1, "vllm_mode": "colocate", "vllm_server_gpus": 1, "vllm_tensor_parallel": 1}
+
+
 def fit(base, gpu: GpuInfo, *, arch: Architecture | None = None, ambition: Ambition | None = None, pinned=(),
-        machine=None, measurements=None, budget_gib: float | None = None, name: str | None = None) -> Fit:
+        machine=None, measurements=None, budget_gib: float | None = None, name: str | None = None,
+        topology: dict | None = None) -> Fit:
     """The most ambitious configuration of `base`'s model that fits `gpu` (free memory less the margin, or
-    `budget_gib`), starting from `ambition` (default: `base`'s own intent)."""
+    `budget_gib`), starting from `ambition` (default: `base`'s own intent), on one GPU or the `topology` given
+    (num_gpus, vllm_mode, vllm_server_gpus, vllm_tensor_parallel; `gpu` is then each GPU's card)."""
     arch = arch or resolve(base.model)
     amb = ambition or ambition_of(base, pinned)
     usable = usable_of(gpu) if budget_gib is None else budget_gib
     solver = _Solver(arch, gpu, usable, machine, measurements)
-    base = base.model_copy(update={"device": "cuda", "num_gpus": 1, "vllm_mode": "colocate", "zero_stage": 0})
+    base = base.model_copy(update={"device": "cuda", "zero_stage": 0, **(topology or SINGLE_GPU)})
+    if base.distributed:
+        base = base.model_copy(update={"vllm_standby": False, "fast_inference": True if base.uses_vllm_server
+                                       else base.fast_inference})
     top = solver.ambitious(base, amb)
     top_need = estimate(top, arch, gpu).total_gib
     found = solver.solve(base, amb)
@@ -441,7 +462,8 @@ def fit(base, gpu: GpuInfo, *, arch: Architecture | None = None, ambition: Ambit
 LEVER_UPDATE_KEYS = ("num_generations", "max_completion_length", "max_prompt_length", "max_seq_length",
                      "per_device_train_batch_size", "gradient_accumulation_steps", "lora_rank", "lora_alpha",
                      "load_in_4bit", "gradient_checkpointing", "vllm_standby", "fast_inference",
-                     "gpu_memory_utilization", "device", "num_gpus", "vllm_mode", "zero_stage")
+                     "gpu_memory_utilization", "device", "num_gpus", "vllm_mode", "zero_stage",
+                     "vllm_server_gpus", "vllm_tensor_parallel")
 
 
 def _nothing_fits(solver: _Solver, base, amb: Ambition, usable: float) -> str:
@@ -475,10 +497,12 @@ def _nothing_fits(solver: _Solver, base, amb: Ambition, usable: float) -> str:
 
 def derived_name(arch: Architecture, p) -> str:
     """fit-MODEL-GxL-rR-4bit: what the configuration is, readable in a table and safe as a folder name."""
-    model = "".join(c if c.isalnum() or c in "._-" else "-" for c in catalogue_key(arch.name))[:30]
+    model = "".join(c if c.isalnum() or c in "._-" else "-" for c in catalogue_key(arch.name))[:24]
     weights = "4bit" if p.load_in_4bit else "16bit"
     prompts = p.effective_batch // p.num_generations
     generator = "" if p.fast_inference else "-hf"
+    if p.distributed:
+        generator += f"-{p.num_gpus}gpu" + (f"-server{p.vllm_server_gpus}" if p.uses_vllm_server else "")
     return (f"fit-{model}-{p.num_generations}x{prompts}x{p.max_completion_length}-r{p.lora_rank}-{weights}"
             f"{generator}")
 
@@ -510,29 +534,34 @@ def _own_model(rung, load_profile) -> str | None:
 
 
 def derive_ladder(profiles, model: str, machine, *, pinned=(), measurements=None) -> tuple[list, list[str]]:
-    """The ladder for a model of the user's (`--auto --set model=...`): each single-GPU rung written for that
-    model that fits as written is kept; every other rung's intent becomes the ambition the solver derives a
-    configuration from. Derived and kept rungs are ordered from the most ambitious (ladder 100 on, after any
-    multi-GPU rung); identical derivations appear once. Returns (profiles, notes for the plan)."""
+    """The ladder for a model of the user's (`--auto --set model=...`): a rung written for that model that fits
+    as written (its GPUs there) is kept; every other single-GPU rung's intent becomes an ambition the solver
+    derives a configuration from, and with several GPUs the best of those intents is also spread over them
+    (data parallel, or beside a vLLM server). Multi-GPU rungs of other models give way to that search. All are
+    ordered from the most ambitious (ladder 100 on); identical derivations appear once.
+    Returns (profiles, notes for the plan)."""
     from launcher.profile.load import load_profile
 
     gpu = machine.primary
     arch = resolve(model)
-    single = [p for p in profiles if p.device == "cuda" and p.gpus_needed == 1]
-    others = [p for p in profiles if p not in single]
-    if gpu is None or not single:
+    cuda = [p for p in profiles if p.device == "cuda"]
+    others = [p for p in profiles if p.device != "cuda"]
+    if gpu is None or not any(p.gpus_needed == 1 for p in cuda):
         return profiles, []
     solver = _Solver(arch, gpu, usable_of(gpu), machine, measurements)
     chosen: dict[str, object] = {}
     kept, failed = [], []
-    for rung in single:
+    best_rung, best_key = None, None
+    for rung in cuda:
         own = _own_model(rung, load_profile)
         runnable = rung
-        if solver.vllm_refused and rung.fast_inference:
+        if solver.vllm_refused and rung.fast_inference and not rung.uses_vllm_server:
             runnable = rung.model_copy(update={"fast_inference": False, "vllm_standby": False})
-        if own == catalogue_key(model) and solver.fits(runnable):
+        if own == catalogue_key(model) and rung.gpus_needed <= len(machine.gpus) and solver.fits(runnable):
             chosen.setdefault(rung.name, rung)
             kept.append(rung.name)
+            continue
+        if rung.gpus_needed != 1:
             continue
         result = fit(rung, gpu, arch=arch, ambition=ambition_of(rung, pinned, rung.name), machine=machine,
                      measurements=measurements)
@@ -540,11 +569,17 @@ def derive_ladder(profiles, model: str, machine, *, pinned=(), measurements=None
             failed.append(result.reason)
             continue
         chosen.setdefault(result.profile.name, result.profile)
+        if best_key is None or quality_key(result.profile) > best_key:
+            best_rung, best_key = rung, quality_key(result.profile)
+    if best_rung is not None and len(machine.gpus) > 1:  # --gpus N: the same search over the GPUs' splits
+        spread = fit_gpus(best_rung, model, machine, pinned=pinned, measurements=measurements)
+        if spread is not None:
+            chosen.setdefault(spread.profile.name, spread.profile)
     if not chosen:  # the rungs as the user set them, with their verdicts, and why nothing could be derived
         return profiles, [f"fit solver for {arch.name}: {failed[0]}"] if failed else []
     ordered = sorted(chosen.values(), key=quality_key, reverse=True)
     derived = [p.replace(ladder=100 + i) for i, p in enumerate(ordered)]
-    notes = [f"fit solver: {len(derived)} configuration(s) of {arch.name} for this card, most ambitious first "
+    notes = [f"fit solver: {len(derived)} configuration(s) of {arch.name} for this machine, most ambitious first "
              f"(derived from the rungs' intents" + (f"; kept as written: {', '.join(kept)}" if kept else "") + ")"]
     return others + derived, notes
 
@@ -596,3 +631,39 @@ def shrink_after_oom(profile, report, machine) -> tuple[object | None, dict, str
     return shrunk, changes, (f"solver: {moved} (estimate {current:.2f} -> {after:.2f} GiB, at least the shortfall "
                              f"{short:.2f} + {OOM_HEADROOM_GIB} GiB lower), effective batch kept at "
                              f"{shrunk.effective_batch}")
+
+
+# ---------------------------------------------------------------------------------------------------
+# More than one GPU (--gpus N)
+
+def topologies(gpus: int) -> list[dict]:
+    """Every way to use up to `gpus` GPUs: data parallel over 1..N with vLLM colocated in each process, or
+    N - s training GPUs beside a vLLM server on s GPUs (tensor parallel over a power of two dividing s)."""
+    out = [dict(SINGLE_GPU, num_gpus=world) for world in range(gpus, 0, -1)]
+    for servers in range(1, gpus):
+        tp = 1
+        while tp <= servers:
+            if servers % tp == 0:
+                out.append({"num_gpus": gpus - servers, "vllm_mode": "server", "vllm_server_gpus": servers,
+                            "vllm_tensor_parallel": tp})
+            tp *= 2
+    return out
+
+
+def fit_gpus(rung, model: str, machine, *, pinned=(), measurements=None) -> Fit | None:
+    """The most ambitious configuration of `model` over the machine's GPUs (their smallest card counts), from
+    `rung`'s intent: the solver on every topology, the best by the objective (completion tokens per optimizer
+    step over every training GPU). None with fewer than two GPUs."""
+    if len(machine.gpus) < 2:
+        return None
+    arch = resolve(model)
+    gpu = min(machine.gpus, key=lambda g: g.free_gib)
+    values = dict(pinned) if isinstance(pinned, dict) else {}
+    base = rung.model_copy(update={**values, "model": model})
+    amb = ambition_of(base, set(pinned), rung.name)
+    found = [fit(base, gpu, arch=arch, ambition=amb, machine=machine, measurements=measurements, topology=t)
+             for t in topologies(len(machine.gpus))]
+    fitting = [f for f in found if f.profile is not None]
+    if not fitting:
+        return None
+    return max(fitting, key=lambda f: quality_key(f.profile))
