@@ -24,9 +24,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--gpu-memory", default="24", help="plan for a what-if card of this size (GiB)")
+    parser.add_argument("--model", help="plan this model (--set model=M): the fit solver derives its configurations")
     args = parser.parse_args()
 
     command = [sys.executable, str(REPO / "train.py"), "--auto", "--dry-run", "--gpu-memory", args.gpu_memory]
+    if args.model:
+        command += ["--set", f"model={args.model}"]
     walls, cpus = [], []
     for _ in range(args.runs):
         before = os.times()

@@ -119,7 +119,8 @@ def main() -> int:
     lines = ["# Fit grid: what `--auto --set model=M --gpu-memory G` plans, before and after the fit solver", "",
              "Written by `python benchmarks/fit_grid.py` (estimator only, no ledger). Cells: before, the rung "
              "chosen and its use of usable memory (estimate / (card - margin)); after, generations x prompts x "
-             "completion tokens, LoRA rank, weights (`hf`: transformers generates, vLLM off), and use; `*` marks a choice below its ambition (something of "
+             "completion tokens, LoRA rank, weights (`hf`: transformers generates, vLLM off), and use; `*` marks "
+             "a choice below its ambition (something of "
              "the experiment given up: generations, length, rank or 16-bit).", "",
              f"| | before | after |", "|---|---|---|",
              f"| pairs where nothing fits | {before['nothing_fits']} | {after['nothing_fits']} |",

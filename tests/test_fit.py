@@ -18,8 +18,8 @@ from launcher.memory import ledger
 from launcher.memory.estimate import estimate
 from launcher.oom import read as oom
 from launcher.plan.choose import make_plan
-from launcher.plan.solve import (MIN_COMPLETION_LENGTH, MIN_GENERATIONS, _Solver, best_fit, derive_ladder, fit, fit_gpus,
-                                 objective, shrink_after_oom, topologies, usable_of)
+from launcher.plan.solve import (MIN_COMPLETION_LENGTH, MIN_GENERATIONS, _Solver, best_fit, derive_ladder, fit,
+                                 fit_gpus, objective, shrink_after_oom, topologies, usable_of)
 from launcher.profile.catalog import resolve
 from launcher.profile.load import load_profile, load_profiles
 

@@ -366,8 +366,8 @@ class _Solver:
     def given_up(self, ambition_profile, chosen) -> list[GivenUp]:
         """Each lever's change from the ambition to the choice, with the GiB it saved, taken from the last given
         up (the experiment) to the first, so each saving is counted on the configuration it was taken from."""
-        steps = (("generator", ("fast_inference",)), ("generations", ("num_generations",)), ("completion_length", ("max_completion_length",
-                                                                               "max_seq_length")),
+        steps = (("generator", ("fast_inference",)), ("generations", ("num_generations",)),
+                 ("completion_length", ("max_completion_length", "max_seq_length")),
                  ("lora_rank", ("lora_rank", "lora_alpha")), ("4-bit", ("load_in_4bit",)),
                  ("standby", ("vllm_standby",)), ("checkpointing", ("gradient_checkpointing",)),
                  ("batch", ("per_device_train_batch_size", "gradient_accumulation_steps")),
@@ -535,7 +535,7 @@ def _own_model(rung, load_profile) -> str | None:
 
 def derive_ladder(profiles, model: str, machine, *, pinned=(), measurements=None) -> tuple[list, list[str]]:
     """The ladder for a model of the user's (`--auto --set model=...`): a rung written for that model that fits
-    as written (its GPUs there) is kept; every other single-GPU rung's intent becomes an ambition the solver
+    as written (its GPUs there) is kept; every single-GPU rung's intent becomes an ambition the solver
     derives a configuration from, and with several GPUs the best of those intents is also spread over them
     (data parallel, or beside a vLLM server). Multi-GPU rungs of other models give way to that search. All are
     ordered from the most ambitious (ladder 100 on); identical derivations appear once.
@@ -559,8 +559,7 @@ def derive_ladder(profiles, model: str, machine, *, pinned=(), measurements=None
             runnable = rung.model_copy(update={"fast_inference": False, "vllm_standby": False})
         if own == catalogue_key(model) and rung.gpus_needed <= len(machine.gpus) and solver.fits(runnable):
             chosen.setdefault(rung.name, rung)
-            kept.append(rung.name)
-            continue
+            kept.append(rung.name)  # and still derived from: its intent may fit better than as written
         if rung.gpus_needed != 1:
             continue
         result = fit(rung, gpu, arch=arch, ambition=ambition_of(rung, pinned, rung.name), machine=machine,
