@@ -221,6 +221,7 @@ def test_auto_with_a_model_plans_derived_configurations_with_settings(tmp_path):
     assert settings["model"] == "microsoft/phi-4" and settings["load_in_4bit"] is True
     assert settings["effective_batch"] % settings["num_generations"] == 0
     assert any("fit solver" in note for note in plan["notes"])
+    assert all(c["settings"]["model"] == "microsoft/phi-4" for c in plan["candidates"])
 
 
 def test_a_rung_for_its_own_model_is_kept_as_written():

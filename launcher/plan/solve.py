@@ -567,7 +567,9 @@ def derive_ladder(profiles, model: str, machine, *, pinned=(), measurements=None
         if result.profile is None:
             failed.append(result.reason)
             continue
-        chosen.setdefault(result.profile.name, result.profile)
+        same = chosen.get(result.profile.name)  # one name per shape: keep its most ambitious batch and share
+        if same is None or quality_key(result.profile) > quality_key(same):
+            chosen[result.profile.name] = result.profile
         if best_key is None or quality_key(result.profile) > best_key:
             best_rung, best_key = rung, quality_key(result.profile)
     if best_rung is not None and len(machine.gpus) > 1:  # --gpus N: the same search over the GPUs' splits
