@@ -551,7 +551,7 @@ def derive_ladder(profiles, model: str, machine, *, pinned=(), measurements=None
     solver = _Solver(arch, gpu, usable_of(gpu), machine, measurements)
     chosen: dict[str, object] = {}
     kept, failed = [], []
-    best_rung, best_key = None, None
+    best_rung, best_key, best_result = None, None, None
     for rung in cuda:
         own = _own_model(rung, load_profile)
         runnable = rung
@@ -571,7 +571,7 @@ def derive_ladder(profiles, model: str, machine, *, pinned=(), measurements=None
         if same is None or quality_key(result.profile) > quality_key(same):
             chosen[result.profile.name] = result.profile
         if best_key is None or quality_key(result.profile) > best_key:
-            best_rung, best_key = rung, quality_key(result.profile)
+            best_rung, best_key, best_result = rung, quality_key(result.profile), result
     if best_rung is not None and len(machine.gpus) > 1:  # --gpus N: the same search over the GPUs' splits
         spread = fit_gpus(best_rung, model, machine, pinned=pinned, measurements=measurements)
         if spread is not None:
@@ -582,6 +582,11 @@ def derive_ladder(profiles, model: str, machine, *, pinned=(), measurements=None
     derived = [p.replace(ladder=100 + i) for i, p in enumerate(ordered)]
     notes = [f"fit solver: {len(derived)} configuration(s) of {arch.name} for this machine, most ambitious first "
              f"(derived from the rungs' intents" + (f"; kept as written: {', '.join(kept)}" if kept else "") + ")"]
+    if best_result is not None and best_result.given_up:
+        notes.append(f"fit solver: the full ambition ({best_result.ambition.text()}) needs "
+                     f"{best_result.ambition_need_gib:.2f} GiB, {best_result.usable_gib:.2f} usable here (a card of "
+                     f"{best_result.card_for_ambition_gib:.1f} GiB would hold it); given up: "
+                     + "; ".join(g.text() for g in best_result.given_up))
     return others + derived, notes
 
 
