@@ -18,8 +18,9 @@ def fit_text(result: Fit, card: str) -> str:
     amb = result.ambition
     lines = [f"# {p.name}: derived by `train.py --fit` for {card}",
              f"# {result.reason}",
-             f"# objective: {p.num_generations} generations x {p.effective_batch // p.num_generations} prompt(s) "
-             f"x {p.max_completion_length} tokens = {objective(p)} completion tokens per step "
+             f"# objective: {p.num_generations} generations x {p.generation_batch // p.num_generations} prompt(s) "
+             f"x {p.max_completion_length} tokens = {objective(p)} completion tokens per step"
+             + (f" over {p.num_gpus} training GPUs" if p.num_gpus > 1 else "") + " "
              f"(ambition {amb.objective})",
              f"# ambition: {amb.text()}"]
     if result.given_up:

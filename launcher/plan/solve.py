@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from contract.errors import ProfileError
 from launcher.card.detect import GpuInfo, bf16_supported
 from launcher.memory.estimate import GIB, Estimate, estimate, standby_utilisation, vllm_sizes, weights_bytes
 from launcher.memory.ledger import measured_for
@@ -308,6 +309,8 @@ class _Solver:
     def solve(self, base, amb: Ambition):
         """The most ambitious profile (unvalidated copy of `base`) that fits, or None. Generating with
         transformers instead of vLLM is the last resort: no cost in quality, but several times slower."""
+        if self.vllm_refused and base.uses_vllm_server:
+            return None  # the server cannot start here, and it is nothing but vLLM
         if self.vllm_refused and base.fast_inference:
             base = base.model_copy(update={"fast_inference": False, "vllm_standby": False})
         found = self._search(base, amb)
@@ -562,8 +565,12 @@ def derive_ladder(profiles, model: str, machine, *, pinned=(), measurements=None
             kept.append(rung.name)  # and still derived from: its intent may fit better than as written
         if rung.gpus_needed != 1:
             continue
-        result = fit(rung, gpu, arch=arch, ambition=ambition_of(rung, pinned, rung.name), machine=machine,
-                     measurements=measurements)
+        try:
+            result = fit(rung, gpu, arch=arch, ambition=ambition_of(rung, pinned, rung.name), machine=machine,
+                         measurements=measurements)
+        except ProfileError as exc:  # a pinned key the derived shape cannot take: that rung gives nothing
+            failed.append(str(exc))
+            continue
         if result.profile is None:
             failed.append(result.reason)
             continue
@@ -667,8 +674,13 @@ def fit_gpus(rung, model: str, machine, *, pinned=(), measurements=None) -> Fit 
     values = dict(pinned) if isinstance(pinned, dict) else {}
     base = rung.model_copy(update={**values, "model": model})
     amb = ambition_of(base, set(pinned), rung.name)
-    found = [fit(base, gpu, arch=arch, ambition=amb, machine=machine, measurements=measurements, topology=t)
-             for t in topologies(len(machine.gpus))]
+    found = []
+    for topology in topologies(len(machine.gpus)):
+        try:
+            found.append(fit(base, gpu, arch=arch, ambition=amb, machine=machine, measurements=measurements,
+                             topology=topology))
+        except ProfileError:  # a pinned key this split cannot take (e.g. standby on accelerate)
+            continue
     fitting = [f for f in found if f.profile is not None]
     if not fitting:
         return None
