@@ -289,3 +289,17 @@ def test_auto_with_gpus_chooses_the_spread_configuration(tmp_path):
     assert chosen["gpus"] == 2 and chosen["settings"]["model"] == "Qwen/Qwen3-8B"
     assert chosen["settings"]["num_gpus"] + (chosen["settings"]["vllm_server_gpus"]
                                              if chosen["settings"]["vllm_mode"] == "server" else 0) == 2
+
+
+def test_a_local_model_folder_is_fitted_from_its_config(tmp_path):
+    """A model the catalogue does not know: its config.json gives the shape (Qwen3-4B's, here)."""
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "qwen3", "hidden_size": 2560, "num_hidden_layers": 36, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 9728, "vocab_size": 151936,
+        "tie_word_embeddings": True}))
+    mine = best(str(folder), 15.0, "Tesla T4")
+    known = best("Qwen/Qwen3-4B", 15.0, "Tesla T4")
+    assert mine.profile.model == str(folder) and mine.profile.name.startswith("fit-my-model-")
+    assert objective(mine.profile) == objective(known.profile)
