@@ -227,7 +227,7 @@ def plan_and_train(args: argparse.Namespace) -> int:
     fit_notes = []
     if gpu.gpus and not args.profile and "model" in parse_overrides(args.overrides):
         # a model of the user's: derive its configurations from the rungs' intents instead of borrowing theirs
-        from launcher.plan.solve import derive_ladder
+        from launcher.plan.derive import derive_ladder
         profiles, fit_notes = derive_ladder(profiles, parse_overrides(args.overrides)["model"], gpu,
                                             pinned=set(parse_overrides(args.overrides)) - {"model"},
                                             measurements=measurements)

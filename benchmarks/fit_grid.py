@@ -23,7 +23,8 @@ sys.path.insert(0, str(REPO))
 
 from launcher.card.detect import probe  # noqa: E402
 from launcher.plan.choose import make_plan  # noqa: E402
-from launcher.plan.solve import best_fit, derive_ladder, objective  # noqa: E402
+from launcher.plan.derive import best_fit, derive_ladder  # noqa: E402
+from launcher.plan.solve import objective  # noqa: E402
 from launcher.profile.catalog import CATALOGUE  # noqa: E402
 from launcher.profile.load import load_profiles  # noqa: E402
 
@@ -122,7 +123,7 @@ def main() -> int:
              "completion tokens, LoRA rank, weights (`hf`: transformers generates, vLLM off), and use; `*` marks "
              "a choice below its ambition (something of "
              "the experiment given up: generations, length, rank or 16-bit).", "",
-             f"| | before | after |", "|---|---|---|",
+             "| | before | after |", "|---|---|---|",
              f"| pairs where nothing fits | {before['nothing_fits']} | {after['nothing_fits']} |",
              f"| median use of usable memory (all chosen) | {before['median_use']:.2f} | {after['median_use']:.2f} |",
              f"| choices below their ambition | - | {after['below_ambition']} |",

@@ -11,15 +11,14 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from launcher.card.detect import probe
 from launcher.memory import ledger
 from launcher.memory.estimate import estimate
 from launcher.oom import read as oom
 from launcher.plan.choose import make_plan
-from launcher.plan.solve import (MIN_COMPLETION_LENGTH, MIN_GENERATIONS, _Solver, best_fit, derive_ladder, fit,
-                                 fit_gpus, objective, shrink_after_oom, topologies, usable_of)
+from launcher.plan.derive import best_fit, derive_ladder, fit_gpus, topologies
+from launcher.plan.solve import (MIN_COMPLETION_LENGTH, MIN_GENERATIONS, Solver, fit, objective, shrink_after_oom,
+                                 usable_of)
 from launcher.profile.catalog import resolve
 from launcher.profile.load import load_profile, load_profiles
 
@@ -72,7 +71,7 @@ def test_no_more_ambitious_pair_fits_even_with_every_other_lever_at_its_cheapest
     base = rung.model_copy(update={"model": "Qwen/Qwen3-14B"})
     result = fit(base, m.primary)
     chosen = result.profile
-    solver = _Solver(resolve("Qwen/Qwen3-14B"), m.primary, usable_of(m.primary))
+    solver = Solver(resolve("Qwen/Qwen3-14B"), m.primary, usable_of(m.primary))
     amb = result.ambition
     opts = solver.options(base, amb)
     cheapest = {"lora_rank": 8, "load_in_4bit": True, "gradient_checkpointing": "unsloth", "vllm_standby": False}

@@ -9,7 +9,8 @@ import sys
 
 from contract.errors import EXIT_OK, EXIT_OUT_OF_MEMORY, UsageError
 from launcher.plan.settings import settings_of
-from launcher.plan.solve import Fit, best_fit, fit_gpus, objective, quality_key
+from launcher.plan.derive import best_fit, fit_gpus
+from launcher.plan.solve import Fit, objective, quality_key
 
 
 def fit_text(result: Fit, card: str) -> str:
