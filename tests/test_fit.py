@@ -302,3 +302,17 @@ def test_a_local_model_folder_is_fitted_from_its_config(tmp_path):
     known = best("Qwen/Qwen3-4B", 15.0, "Tesla T4")
     assert mine.profile.model == str(folder) and mine.profile.name.startswith("fit-my-model-")
     assert objective(mine.profile) == objective(known.profile)
+
+
+def test_oom_in_transformers_generate_shortens_the_completions():
+    """Without vLLM the KV cache of the whole generation batch sits in the training process: the solver keeps
+    the generations and the effective batch and gives up completion length."""
+    from launcher.run.fallback import shrink_for
+
+    m = machine(16.0)
+    base = load_profile(PROFILES / "gpu-16gb-llama3.2-3b.yaml").replace(fast_inference=False)
+    report = oom.OomReport(kind=oom.KIND_CUDA, site="generation", asked_gib=2.0, free_gib=0.5, total_gib=16.0)
+    new, changes, text = shrink_for(base, report, m)
+    assert new is not None, text
+    assert new.max_completion_length < base.max_completion_length
+    assert (new.num_generations, new.effective_batch) == (base.num_generations, base.effective_batch)

@@ -154,6 +154,11 @@ def card_for(need_gib: float) -> float:
     return max(need_gib + GPU_MARGIN_MIN_GIB, need_gib / (1 - GPU_MARGIN_SHARE))
 
 
+def live_gib(est: Estimate, not_live) -> float:
+    """The estimate without the components that are not held at one moment of the step."""
+    return est.total_gib - sum(est.components.get(name, 0.0) for name in not_live)
+
+
 def usable_of(gpu: GpuInfo) -> float:
     from launcher.plan.choose import margin_for
 
@@ -165,9 +170,11 @@ def usable_of(gpu: GpuInfo) -> float:
 class Solver:
     """One model, one card, one budget (GiB the need must stay under), optionally this machine's ledger."""
 
-    def __init__(self, arch: Architecture, gpu: GpuInfo, budget_gib: float, machine=None, measurements=None):
+    def __init__(self, arch: Architecture, gpu: GpuInfo, budget_gib: float, machine=None, measurements=None,
+                 not_live=()):
         self.arch, self.gpu, self.budget = arch, gpu, budget_gib
         self.machine, self.measurements = machine, measurements
+        self.not_live = tuple(not_live)  # components not held at the moment judged (an OOM's site)
         self.vllm_refused = vllm_refuses(arch, bf16_supported(gpu))
         self.share_cap = SHARE_CAP
         self.calls = 0
@@ -180,6 +187,8 @@ class Solver:
         if self.measurements and self.machine is not None:
             measured = measured_for(self.measurements, p, self.machine)
         need = measured.need_gib if measured is not None and measured.need_gib is not None else est.total_gib
+        if self.not_live:
+            need = live_gib(est, self.not_live)
         return need, est, measured
 
     def fits(self, p) -> bool:
@@ -514,6 +523,8 @@ def derived_name(arch: Architecture, p) -> str:
 
 # Kept free on top of the OOM's shortfall: the failed allocation is rarely the step's last one.
 OOM_HEADROOM_GIB = 0.5
+# While transformers generates, the training pass holds nothing yet: its parts do not count against that OOM.
+TRAINING_PASS_PARTS = ("activations", "activation_checkpoints", "logits", "standby_reuse")
 SHRINK_KEYS = ("gpu_memory_utilization", "per_device_train_batch_size", "gradient_accumulation_steps",
                "gradient_checkpointing", "vllm_standby", "load_in_4bit", "lora_rank", "lora_alpha",
                "max_completion_length", "max_seq_length", "fast_inference")
@@ -530,7 +541,8 @@ def shrink_after_oom(profile, report, machine) -> tuple[object | None, dict, str
     if short is None:
         return None, {}, "the message does not say how much was missing"
     arch = resolve(profile.model)
-    current = estimate(profile, arch, gpu).total_gib
+    not_live = TRAINING_PASS_PARTS if report.site == "generation" else ()
+    current = live_gib(estimate(profile, arch, gpu), not_live)
     saving = short + OOM_HEADROOM_GIB
     budget = current - saving
     amb = Ambition(generations=profile.num_generations,
@@ -541,7 +553,7 @@ def shrink_after_oom(profile, report, machine) -> tuple[object | None, dict, str
                    standby=profile.vllm_standby, source=profile.name,
                    pinned=frozenset({"num_generations"} | ({"load_in_4bit"} if profile.load_in_4bit else set())
                                     | ({"fast_inference"} if not profile.fast_inference else set())))
-    solver = Solver(arch, gpu, budget)
+    solver = Solver(arch, gpu, budget, not_live=not_live)
     solver.share_cap = min(SHARE_CAP, profile.gpu_memory_utilization)  # never a larger share than the one that ran
     found = solver.solve(profile, amb)
     if found is None:
@@ -551,8 +563,9 @@ def shrink_after_oom(profile, report, machine) -> tuple[object | None, dict, str
     changes = {k: [getattr(profile, k), getattr(found, k)] for k in SHRINK_KEYS
                if getattr(profile, k) != getattr(found, k)}
     shrunk = profile.replace(**{k: new for k, (_, new) in changes.items()})
-    after = estimate(shrunk, arch, gpu).total_gib
+    after = live_gib(estimate(shrunk, arch, gpu), not_live)
     moved = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changes.items())
-    return shrunk, changes, (f"solver: {moved} (estimate {current:.2f} -> {after:.2f} GiB, at least the shortfall "
-                             f"{short:.2f} + {OOM_HEADROOM_GIB} GiB lower), effective batch kept at "
+    moment = " while generating" if not_live else ""
+    return shrunk, changes, (f"solver: {moved} (estimate{moment} {current:.2f} -> {after:.2f} GiB, at least the "
+                             f"shortfall {short:.2f} + {OOM_HEADROOM_GIB} GiB lower), effective batch kept at "
                              f"{shrunk.effective_batch}")

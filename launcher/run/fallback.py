@@ -123,6 +123,11 @@ def shrink_for(profile: Profile, report: oomlib.OomReport, machine) -> tuple[Pro
     if site == oom_site.SITE_MODEL_LOAD:
         return None, {}, "the weights alone do not fit"
     if site == oom_site.SITE_GENERATION:
+        if profile.device == "cuda" and not profile.fast_inference and not profile.distributed \
+                and report.shortfall_gib is not None:
+            # transformers' generate holds the KV cache of the whole generation batch: shorter completions help
+            from launcher.plan.solve import shrink_after_oom
+            return shrink_after_oom(profile, report, machine)
         return None, {}, ("generation runs the whole generation batch at once: halving the per-device batch "
                           "would not change it")
     if site == oom_site.SITE_OPTIMIZER:
