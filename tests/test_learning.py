@@ -37,13 +37,6 @@ def test_warm_start_problems_never_hold_a_held_out_question():
     assert warm_start.training_rows(seed=3407, count=50) == rows[:50]
 
 
-def test_warm_start_settings_are_part_of_the_cached_build(monkeypatch):
-    shape = tiny.tiny_shape()
-    key = tiny.build_key("arithmetic", 0, shape)
-    monkeypatch.setattr(warm_start, "WARM_START_STEPS", warm_start.WARM_START_STEPS + 1)
-    assert tiny.build_key("arithmetic", 0, shape) != key
-
-
 def test_read_warm_start_is_none_beside_a_model_without_one(tmp_path):
     assert tiny.read_warm_start(tmp_path) is None
     (tmp_path / tiny.WARM_START_FILE).write_text('{"steps": 3}')
