@@ -42,7 +42,8 @@ def _scripted(monkeypatch, readings):
 
     def check(model, tokenizer, rows):
         calls.append(len(rows))
-        return {"restated": readings[len(calls) - 1], "accuracy": 0.4}
+        restated, accuracy = readings[len(calls) - 1]
+        return {"restated": restated, "accuracy": accuracy}
 
     monkeypatch.setattr(warm_start, "check", check)
     return calls
@@ -56,20 +57,40 @@ def _short(monkeypatch, max_steps=8):
     monkeypatch.setattr(warm_start, "WARM_START_BATCH", 4)
 
 
-def test_warm_start_stops_once_the_target_holds_at_checks_in_a_row(monkeypatch, tiny_parts):
+def test_warm_start_stops_once_the_numbers_are_read_and_the_sums_still_weak(monkeypatch, tiny_parts):
     tokenizer, shape = tiny_parts
     _short(monkeypatch)
-    calls = _scripted(monkeypatch, [0.5, 0.99, 0.5, 0.99, 0.98, 0.2, 0.2])
+    calls = _scripted(monkeypatch, [(0.5, 0.2), (0.99, 0.7), (0.9, 0.3), (0.96, 0.45), (0.2, 0.2)])
     done = warm_start.train_warm_start(tiny._build_model(tokenizer, shape, 0), tokenizer, seed=0)
-    # checks at steps 2..6; 0.99 then 0.5 resets the count; 0.99, 0.98 in a row stops at step 6
-    assert done["stopped"] == "criterion" and done["steps"] == 6
-    assert [c["step"] for c in done["checks"]] == [2, 3, 4, 5, 6] and calls == [4] * 5
+    # checks at steps 2..5: numbers misread, then read but sums too strong, then misread, then both met
+    assert done["stopped"] == "criterion" and done["steps"] == 5
+    assert [c["step"] for c in done["checks"]] == [2, 3, 4, 5] and calls == [4] * 4
 
 
-def test_warm_start_says_when_it_ran_out_of_steps(monkeypatch, tiny_parts):
+def test_at_its_limit_the_warm_start_keeps_the_reading_state_with_the_weakest_sums(monkeypatch, tiny_parts):
+    import torch
+
+    tokenizer, shape = tiny_parts
+    _short(monkeypatch, max_steps=5)
+    kept = {}
+    readings = iter([(0.1, 0.1), (0.99, 0.8), (0.97, 0.6), (0.98, 0.9)])
+
+    def check(model, tokenizer, rows):
+        reading = dict(zip(("restated", "accuracy"), next(readings)))
+        kept[reading["accuracy"]] = {k: v.clone() for k, v in model.state_dict().items()}
+        return reading
+
+    monkeypatch.setattr(warm_start, "check", check)
+    model = tiny._build_model(tokenizer, shape, 0)
+    done = warm_start.train_warm_start(model, tokenizer, seed=0)
+    assert done["stopped"] == "max_steps" and done["steps"] == 4 and len(done["checks"]) == 4
+    assert all(torch.equal(v, kept[0.6][k]) for k, v in model.state_dict().items())  # step 4's weights
+
+
+def test_without_a_reading_state_the_warm_start_ends_at_its_limit(monkeypatch, tiny_parts):
     tokenizer, shape = tiny_parts
     _short(monkeypatch, max_steps=4)
-    _scripted(monkeypatch, [0.1, 0.99, 0.1])
+    _scripted(monkeypatch, [(0.1, 0.0), (0.5, 0.1), (0.9, 0.2)])
     done = warm_start.train_warm_start(tiny._build_model(tokenizer, shape, 0), tokenizer, seed=0)
     assert done == {"steps": 4, "stopped": "max_steps", "checks": done["checks"]} and len(done["checks"]) == 3
 
@@ -85,7 +106,8 @@ def test_a_fixed_step_count_skips_the_criterion(monkeypatch, tiny_parts):
 def test_criterion_settings_are_part_of_the_cached_build(monkeypatch):
     shape = tiny.tiny_shape()
     key = tiny.build_key("arithmetic", 0, shape)
-    for name, value in (("RESTATE_TARGET", 0.9), ("WARM_START_MIN_STEPS", 1), ("CHECK_ROWS", 7),
+    for name, value in (("RESTATE_TARGET", 0.9), ("ACCURACY_CEILING", 0.6), ("WARM_START_MIN_STEPS", 1),
+                        ("CHECK_ROWS", 7),
                         ("WARM_START_THREADS", 2)):
         with monkeypatch.context() as patch:
             patch.setattr(warm_start, name, value)
