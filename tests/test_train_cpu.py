@@ -122,7 +122,7 @@ def test_summary_and_report(quick_run):
     assert summary["memory"]["estimate_gib"] == SUPERVISOR_ESTIMATE_GIB
     assert summary["memory"]["ratio"] == round(summary["memory"]["peak_gib"] / SUPERVISOR_ESTIMATE_GIB, 3)
     assert set(summary["rewards"]) == {"window", "total", *REWARD_NAMES}
-    assert summary["plots"] == ["rewards.png", "completion_length.png", "memory.png"]
+    assert summary["plots"] == ["rewards.png", "completion_length.png", "group_signal.png", "memory.png"]
     report = (attempt_dir / "report.md").read_text()
     assert report.startswith("# GRPO run: cpu-tiny-4gen")
     assert "![rewards](rewards.png)" in report
