@@ -114,7 +114,7 @@ def test_grpo_raises_held_out_accuracy_well_above_the_warm_start(which, tmp_path
     # "before" is the warm-started policy (batching may flip a near-tie in greedy decoding, no more)
     assert warm["warm_start_accuracy"] == pytest.approx(accuracy["before"], abs=0.02)
     assert warm["random_accuracy"] <= 0.05
-    assert warm["stopped"] == "criterion", warm  # the warm start reached its target before its step limit
+    assert warm["restated"] >= 0.95, warm  # the warm start's answers read the problem's numbers
     assert 0.05 <= accuracy["before"] <= 0.6, accuracy  # weak enough to leave GRPO room
     assert accuracy["after"] >= accuracy["before"] + 0.10, (seed, accuracy["before"], accuracy["after"])
     assert accuracy["well_formed_after"] >= 0.9, accuracy  # greedy held-out answers keep the layout

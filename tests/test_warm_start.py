@@ -60,11 +60,15 @@ def _short(monkeypatch, max_steps=8):
 def test_warm_start_stops_once_the_numbers_are_read_and_the_sums_still_weak(monkeypatch, tiny_parts):
     tokenizer, shape = tiny_parts
     _short(monkeypatch)
-    calls = _scripted(monkeypatch, [(0.5, 0.45), (0.99, 0.7), (0.97, 0.2), (0.9, 0.45), (0.96, 0.45), (0.2, 0.2)])
+    readings = [(0.5, 0.45), (0.99, 0.7), (0.97, 0.2), (0.96, 0.45), (0.9, 0.45), (0.96, 0.41), (0.99, 0.5),
+                (0.2, 0.2)]
+    calls = _scripted(monkeypatch, readings)
+    monkeypatch.setattr(warm_start, "WARM_START_MAX_STEPS", 10)
     done = warm_start.train_warm_start(tiny._build_model(tokenizer, shape, 0), tokenizer, seed=0)
-    # checks at steps 2..6: numbers misread, read but sums too strong, read but sums too weak, misread, both met
-    assert done["stopped"] == "criterion" and done["steps"] == 6
-    assert [c["step"] for c in done["checks"]] == [2, 3, 4, 5, 6] and calls == [4] * 5
+    # checks at steps 2..8: numbers misread; read, sums too strong; read, sums too weak; both met once, then the
+    # numbers misread (the count starts over); both met at steps 7 and 8 in a row
+    assert done["stopped"] == "criterion" and done["steps"] == 8
+    assert [c["step"] for c in done["checks"]] == [2, 3, 4, 5, 6, 7, 8] and calls == [4] * 7
 
 
 def test_at_its_limit_the_warm_start_keeps_the_reading_state_nearest_the_band(monkeypatch, tiny_parts):
@@ -73,7 +77,7 @@ def test_at_its_limit_the_warm_start_keeps_the_reading_state_nearest_the_band(mo
     tokenizer, shape = tiny_parts
     _short(monkeypatch, max_steps=5)
     kept = {}
-    readings = iter([(0.1, 0.45), (0.99, 0.8), (0.97, 0.55), (0.98, 0.3)])
+    readings = iter([(0.1, 0.45), (0.99, 0.8), (0.97, 0.55), (0.98, 0.45)])
 
     def check(model, tokenizer, rows):
         reading = dict(zip(("restated", "accuracy"), next(readings)))
@@ -83,8 +87,9 @@ def test_at_its_limit_the_warm_start_keeps_the_reading_state_nearest_the_band(mo
     monkeypatch.setattr(warm_start, "check", check)
     model = tiny._build_model(tokenizer, shape, 0)
     done = warm_start.train_warm_start(model, tokenizer, seed=0)
-    assert done["stopped"] == "max_steps" and done["steps"] == 4 and len(done["checks"]) == 4
-    assert all(torch.equal(v, kept[0.55][k]) for k, v in model.state_dict().items())  # step 4's weights
+    assert done["stopped"] == "max_steps" and done["steps"] == 5 and len(done["checks"]) == 4
+    # one check inside the band (step 5) is not two in a row; step 5's weights are nearest the band
+    assert all(torch.equal(v, kept[0.45][k]) for k, v in model.state_dict().items())
 
 
 def test_without_a_reading_state_the_warm_start_ends_at_its_limit(monkeypatch, tiny_parts):
@@ -106,9 +111,8 @@ def test_a_fixed_step_count_skips_the_criterion(monkeypatch, tiny_parts):
 def test_criterion_settings_are_part_of_the_cached_build(monkeypatch):
     shape = tiny.tiny_shape()
     key = tiny.build_key("arithmetic", 0, shape)
-    for name, value in (("RESTATE_TARGET", 0.9), ("ACCURACY_BAND", (0.3, 0.5)), ("WARM_START_MIN_STEPS", 1),
-                        ("CHECK_ROWS", 7),
-                        ("WARM_START_THREADS", 2)):
+    for name, value in (("RESTATE_TARGET", 0.9), ("ACCURACY_BAND", (0.3, 0.5)), ("BAND_CHECKS", 1),
+                        ("WARM_START_MIN_STEPS", 1), ("CHECK_ROWS", 7), ("WARM_START_THREADS", 2)):
         with monkeypatch.context() as patch:
             patch.setattr(warm_start, name, value)
             assert tiny.build_key("arithmetic", 0, shape) != key, name

@@ -250,8 +250,9 @@ def build_record(model_path) -> dict | None:
     record = read_warm_start(model_path)
     if not record:
         return None
-    checks = record.get("checks") or []
+    # the reading of the weights kept (at the step limit, an earlier check's)
+    kept = [c for c in record.get("checks") or [] if c["step"] == record["steps"]]
     return {"steps": record["steps"], "held_out": record["held_out"], "seconds": record["seconds"],
             "random_accuracy": record["random"]["accuracy"], "warm_start_accuracy": record["warm_start"]["accuracy"],
             "warm_start_well_formed": record["warm_start"].get("well_formed"), "stopped": record.get("stopped"),
-            "restated": checks[-1]["restated"] if checks else None}
+            "restated": kept[-1]["restated"] if kept else None}

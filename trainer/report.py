@@ -199,10 +199,12 @@ def _warm_start_lines(warm: dict | None, acc: dict) -> list[str]:
     if not warm:
         return []
     how = f"{warm['steps']} supervised steps in the tiny model's build"
-    if warm.get("stopped") == "criterion" and warm.get("restated") is not None:
-        how += f", stopped once {warm['restated']:.0%} of its answers restated the problem's numbers"
+    restated = "" if warm.get("restated") is None else f" ({warm['restated']:.0%} of its answers restating the " \
+        "problem's numbers)"
+    if warm.get("stopped") == "criterion":
+        how += f", stopped on its criterion{restated}"
     elif warm.get("stopped") == "max_steps":
-        how += ", its step limit: its answers never restated the problem's numbers often enough"
+        how += f", the checked step nearest its criterion once it reached its step limit{restated}"
     return [f"- held-out accuracy, random model -> warm start -> after GRPO: {_fmt(warm['random_accuracy'])} -> "
             f"{_fmt(acc['before'])} -> {_fmt(acc['after'])} (the warm start is {how}; GRPO's own gain is "
             f"{_fmt(None if acc['before'] is None or acc['after'] is None else acc['after'] - acc['before'])})"]
