@@ -3,7 +3,8 @@ digit) and a small Llama-shaped model, warm-started by a short supervised pass o
 (tiny_model/warm_start.py), built once (seeded) and cached, so CPU runs and tests need no download.
 
 Beside the weights, `warm_start.json` records the held-out accuracy of the random model and of the
-warm-started one, measured at build time, so a run's report can show random -> warm start -> after GRPO.
+warm-started one, measured at build time, so a run's report can show random -> warm start -> after GRPO, and
+the warm start's own checks (where it stopped, and why).
 
 transformers is imported inside functions only: the trainer imports Unsloth first, then calls this.
 """

@@ -2,7 +2,8 @@
 
 A random model never writes a right answer, so GRPO's accuracy reward never fires and nothing is learned.
 A few hundred seeded steps of next-token training on generated problems (training split only, never the
-held-out ones) give a weak policy: well-formed `<reasoning>`/`<answer>` completions, right only some of
+held-out ones), stopped when its own answers show it (see below), give a weak policy: well-formed
+`<reasoning>`/`<answer>` completions that read the problem's numbers right, with the sums right only some of
 the time. GRPO then has rewards to compare and the gain it reports is its own.
 
 transformers/torch are imported inside functions only (the trainer imports Unsloth first).
