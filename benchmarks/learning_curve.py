@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Held-out accuracy of the CPU default during GRPO, over several seeds: is the learning real and steady?
 
-    python benchmarks/learning_curve.py [--profile profiles/cpu-tiny-8gen.yaml] [--seeds 3407,1,2]
+    python benchmarks/learning_curve.py [--profile profiles/cpu-tiny-8gen.yaml] [--seeds 3407,1,2,3,4,5]
                                         [--every 50] [--held-out 200] [--out learning_curve.png]
 
 For each seed, `train.py --profile ... --set seed=S` runs as a child process (the product's own path: the
 tiny model built and warm-started for that seed, then GRPO), checkpointing every `--every` steps. Each
 checkpoint's adapter is then scored greedily on the held-out problems (never seen in training or in the
 warm start). Step 0 is the warm-started model; the random model's accuracy comes from the build record.
-Prints one line per seed and the mean and spread per step, writes a JSON beside the PNG.
+Prints one line per seed, the mean and spread per step and a Markdown table (gain, well-formed answers,
+the share of groups that taught nothing), writes a JSON beside the PNG. `--results a.json,b.json` redraws
+the PNG, JSON and table from earlier runs' JSON (seeds measured in separate processes) without training.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def score_checkpoints(attempt: Path, held_out: int) -> dict:
     from tiny_model.build import ensure_tiny
     from tiny_model.warm_start import probe
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
     summary = json.loads((attempt / "summary.json").read_text())
     profile = summary["profile"]
     base_path = ensure_tiny(profile["dataset"], seed=profile["seed"])
@@ -60,8 +62,13 @@ def score_checkpoints(attempt: Path, held_out: int) -> dict:
             model = AutoModelForCausalLM.from_pretrained(str(checkpoint))
         curve[int(checkpoint.name.rsplit("-", 1)[1])] = probe(model, tokenizer, rows)["accuracy"]
     record = summary.get("warm_start") or {}
+    signal = summary.get("group_signal") or {}
     return {"seed": profile["seed"], "random": record.get("random_accuracy"), "curve": curve,
-            "train_seconds": summary["train_seconds"], "after": summary["accuracy"]["after"]}
+            "train_seconds": summary["train_seconds"], "wall_seconds": summary["wall_seconds"],
+            "after": summary["accuracy"]["after"], "well_formed_after": summary["accuracy"]["well_formed_after"],
+            "warm_start": {key: record.get(key) for key in ("steps", "stopped", "restated", "seconds")},
+            "groups_alike": signal.get("groups_alike"), "groups_all_correct": signal.get("groups_all_correct"),
+            "groups_all_wrong": signal.get("groups_all_wrong")}
 
 
 def plot(results: list[dict], path: Path, title: str) -> None:
@@ -93,19 +100,46 @@ def plot(results: list[dict], path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def table(results: list[dict], steps: list[int]) -> str:
+    """The seeds as a Markdown table: warm start, held-out accuracy at each measured step, gain, well-formed
+    answers after, and the run's share of groups that taught nothing at its start and end."""
+    shown = [s for s in steps if s]
+    lines = ["| seed | warm start (steps) | " + " / ".join(f"step {s}" for s in shown)
+             + " | gain | well-formed after | alike groups first -> last |",
+             "|---|---|---|---|---|---|"]
+    gains = []
+    for r in results:
+        gain = r["curve"][shown[-1]] - r["curve"][0]
+        gains.append(gain)
+        alike = r.get("groups_alike") or {}
+        lines.append(f"| {r['seed']} | {r['curve'][0]:.3f} ({r['warm_start']['steps']}) | "
+                     + " / ".join(f"{r['curve'][s]:.3f}" for s in shown)
+                     + f" | {100 * gain:+.1f} | {r['well_formed_after']:.3f} | "
+                     f"{alike.get('first', float('nan')):.2f} -> {alike.get('last', float('nan')):.2f} |")
+    means = [statistics.mean(r["curve"][s] for r in results) for s in [0, *shown]]
+    lines.append(f"| mean | {means[0]:.3f} | " + " / ".join(f"{m:.3f}" for m in means[1:])
+                 + f" | {100 * statistics.mean(gains):+.1f} (min {100 * min(gains):+.1f}) | "
+                 f"{min(r['well_formed_after'] for r in results):.3f} (min) | |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", default=str(REPO / "profiles" / "cpu-tiny-8gen.yaml"))
-    parser.add_argument("--seeds", default="3407,1,2")
+    parser.add_argument("--seeds", default="3407,1,2,3,4,5")
     parser.add_argument("--every", type=int, default=50, help="steps between held-out measurements")
     parser.add_argument("--held-out", type=int, default=200)
     parser.add_argument("--set", action="append", default=[], help="extra profile override, repeatable")
+    parser.add_argument("--results", default="", help="earlier runs' JSON files, comma-separated: redraw only")
     parser.add_argument("--out", default="learning_curve.png")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "2")
     results = []
+    for path in filter(None, args.results.split(",")):
+        for result in json.loads(Path(path).read_text(encoding="utf-8")):
+            results.append({**result, "curve": {int(step): acc for step, acc in result["curve"].items()}})
     with tempfile.TemporaryDirectory(prefix="learning-curve-") as tmp:
-        for seed in (int(s) for s in args.seeds.split(",")):
+        for seed in ([] if args.results else (int(s) for s in args.seeds.split(","))):
             attempt = train(args.profile, seed, args.every, args.held_out, Path(tmp) / f"seed-{seed}", args.set)
             result = score_checkpoints(attempt, args.held_out)
             results.append(result)
@@ -117,6 +151,7 @@ def main() -> int:
         values = [r["curve"][step] for r in results]
         print(f"step {step:4d}: mean {statistics.mean(values):.3f}  sd {statistics.pstdev(values):.3f}  "
               f"min {min(values):.3f}  max {max(values):.3f}")
+    print(table(results, steps))
     out = Path(args.out)
     plot(results, out, f"{Path(args.profile).stem}: held-out accuracy during GRPO")
     out.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")

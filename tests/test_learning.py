@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -35,13 +36,6 @@ def test_warm_start_problems_never_hold_a_held_out_question():
     assert len(rows) == 3000
     assert not held_out & {row["question"] for row in rows}
     assert warm_start.training_rows(seed=3407, count=50) == rows[:50]
-
-
-def test_warm_start_settings_are_part_of_the_cached_build(monkeypatch):
-    shape = tiny.tiny_shape()
-    key = tiny.build_key("arithmetic", 0, shape)
-    monkeypatch.setattr(warm_start, "WARM_START_STEPS", warm_start.WARM_START_STEPS + 1)
-    assert tiny.build_key("arithmetic", 0, shape) != key
 
 
 def test_read_warm_start_is_none_beside_a_model_without_one(tmp_path):
@@ -87,31 +81,43 @@ def test_well_formed_share_counts_full_layouts_only():
 
 # ------------------------------------------------------------------ the learning regression test
 
-SHORT_RUN_STEPS = 150  # the profile's settings, half the steps: about 45 s of training on an idle 2-core machine
+SHORT_RUN_STEPS = 150  # the profile's settings, fewer steps: the gain must show well before the profile's end
 LEARNING_STEPS = os.environ.get("GRPO_LEARNING_TEST_STEPS", "")  # longer runs by hand, e.g. 300
+OTHER_SEED = 2  # not the profile's: where the former fixed warm start left GRPO nothing to learn (+0.5 points)
 
 
 @pytest.mark.slow
-def test_grpo_raises_held_out_accuracy_well_above_the_warm_start(tmp_path, tiny_cache):
-    """A shorter seeded run of the CPU default from the session's warm-started tiny model: held-out accuracy
-    (200 problems, greedy) after GRPO must beat the warm start by 10 points or more."""
-    env = {**os.environ, "GRPO_TRAIN_CACHE": str(tiny_cache), "OMP_NUM_THREADS": "2"}
-    overrides = ["eval_samples=200", f"max_steps={LEARNING_STEPS or SHORT_RUN_STEPS}",
-                 f"save_steps={LEARNING_STEPS or SHORT_RUN_STEPS}"]
+@pytest.mark.parametrize("which", ["profile seed", "other seed"])
+def test_grpo_raises_held_out_accuracy_well_above_the_warm_start(which, tmp_path, tiny_cache, tiny_seed,
+                                                                 record_property):
+    """A shorter seeded run of the CPU default, at the profile's seed (its tiny model built once for the
+    session) and at another seed (its own tiny model built inside the run): held-out accuracy (200 problems,
+    greedy) after GRPO must beat the warm start by 10 points or more at each."""
+    seed = tiny_seed if which == "profile seed" else OTHER_SEED
+    # the CPU default's two threads, unless the caller asks for another count (one on a busy machine)
+    env = {**os.environ, "GRPO_TRAIN_CACHE": str(tiny_cache), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
+    steps = int(LEARNING_STEPS or SHORT_RUN_STEPS)
+    overrides = [f"seed={seed}", "eval_samples=200", f"max_steps={steps}", f"save_steps={steps}"]
     command = [sys.executable, "train.py", "--profile", str(PROFILE), "--output-dir", str(tmp_path / "out")]
     for item in overrides:
         command += ["--set", item]
+    started = time.time()
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     summary = json.loads(next((tmp_path / "out").glob("run-*/attempt-*/summary.json")).read_text())
+    # the time it takes is a benchmark's figure, not a test's (benchmarks/learning_curve.py and the README
+    # report it): recorded in the test report, never asserted
+    record_property("wall_seconds", round(time.time() - started, 1))
+    record_property("train_seconds", summary["train_seconds"])
     accuracy, warm = summary["accuracy"], summary["warm_start"]
     assert accuracy["samples"] == 200
     # "before" is the warm-started policy (batching may flip a near-tie in greedy decoding, no more)
     assert warm["warm_start_accuracy"] == pytest.approx(accuracy["before"], abs=0.02)
     assert warm["random_accuracy"] <= 0.05
-    assert 0.05 <= accuracy["before"] <= 0.45, accuracy
-    assert accuracy["after"] >= accuracy["before"] + 0.10, (accuracy["before"], accuracy["after"])
+    assert warm["restated"] >= 0.95, warm  # the warm start's answers read the problem's numbers
+    assert 0.05 <= accuracy["before"] <= 0.6, accuracy  # weak enough to leave GRPO room
+    assert accuracy["after"] >= accuracy["before"] + 0.10, (seed, accuracy["before"], accuracy["after"])
     assert accuracy["well_formed_after"] >= 0.9, accuracy  # greedy held-out answers keep the layout
-    # the time it takes (about 56 s of training on an idle 2-core machine) is a benchmark's figure, not a test's:
-    # benchmarks/learning_curve.py and the README report it
-    assert summary["steps"] == int(LEARNING_STEPS or SHORT_RUN_STEPS)
+    assert summary["steps"] == steps
+    signal = summary["group_signal"]  # the run shows what it learned from
+    assert signal is not None and 0 <= signal["groups_alike"]["last"] <= 1

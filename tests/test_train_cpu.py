@@ -97,6 +97,16 @@ def test_metrics_have_one_line_per_step(quick_run):
         assert row["memory"]["rss_gib"] > 0.05
 
 
+def test_metrics_show_the_groups_each_step_learned_from(quick_run):
+    attempt_dir, _ = quick_run
+    for row in metrics(attempt_dir):
+        signal = row["group_signal"]  # 4 completions a step, 4 a group: one group, scored by TRL's own call
+        assert signal["groups"] == 1
+        assert signal["groups_alike"] in (0.0, 1.0) and signal["group_reward_spread"] >= 0
+        assert signal["groups_all_correct"] + signal["groups_all_wrong"] <= 1
+        assert (signal["group_reward_spread"] == 0) == (signal["groups_alike"] == 1.0)
+
+
 def test_summary_and_report(quick_run):
     attempt_dir, result = quick_run
     summary = json.loads((attempt_dir / "summary.json").read_text())
@@ -112,7 +122,7 @@ def test_summary_and_report(quick_run):
     assert summary["memory"]["estimate_gib"] == SUPERVISOR_ESTIMATE_GIB
     assert summary["memory"]["ratio"] == round(summary["memory"]["peak_gib"] / SUPERVISOR_ESTIMATE_GIB, 3)
     assert set(summary["rewards"]) == {"window", "total", *REWARD_NAMES}
-    assert summary["plots"] == ["rewards.png", "completion_length.png", "memory.png"]
+    assert summary["plots"] == ["rewards.png", "completion_length.png", "group_signal.png", "memory.png"]
     report = (attempt_dir / "report.md").read_text()
     assert report.startswith("# GRPO run: cpu-tiny-4gen")
     assert "![rewards](rewards.png)" in report

@@ -86,7 +86,9 @@ def test_tiny_is_seeded(tmp_path, monkeypatch):
     from tiny_model.build import ensure_tiny, read_warm_start
 
     # two builds of the same seed, each with a short warm start and probe (the full build takes minutes)
-    monkeypatch.setattr(warm_start, "WARM_START_STEPS", 3)
+    monkeypatch.setattr(warm_start, "WARM_START_MIN_STEPS", 3)
+    monkeypatch.setattr(warm_start, "WARM_START_MAX_STEPS", 3)
+    monkeypatch.setattr(warm_start, "CHECK_ROWS", 4)
     monkeypatch.setattr(warm_start, "PROBE_ROWS", 8)
     one, two = (ensure_tiny("arithmetic", seed=5, root=tmp_path / name) for name in ("one", "two"))
     first, second = load_file(one / "model.safetensors"), load_file(two / "model.safetensors")

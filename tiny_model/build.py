@@ -3,7 +3,8 @@ digit) and a small Llama-shaped model, warm-started by a short supervised pass o
 (tiny_model/warm_start.py), built once (seeded) and cached, so CPU runs and tests need no download.
 
 Beside the weights, `warm_start.json` records the held-out accuracy of the random model and of the
-warm-started one, measured at build time, so a run's report can show random -> warm start -> after GRPO.
+warm-started one, measured at build time, so a run's report can show random -> warm start -> after GRPO, and
+the warm start's own checks (where it stopped, and why).
 
 transformers is imported inside functions only: the trainer imports Unsloth first, then calls this.
 """
@@ -30,7 +31,7 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}"
 )
 # Bump when the build below changes, so old caches are not reused.
-BUILD_VERSION = 4
+BUILD_VERSION = 5
 WARM_START_FILE = "warm_start.json"
 CORPUS_ROWS = 2000
 
@@ -156,8 +157,7 @@ def build_key(dataset: str, seed: int, shape: TinyShape) -> str:
     from tiny_model import warm_start
 
     spec = {"dataset": dataset, "seed": seed, "shape": asdict(shape), "version": BUILD_VERSION,
-            "warm_start": [warm_start.WARM_START_STEPS, warm_start.WARM_START_BATCH, warm_start.WARM_START_LR]
-            if dataset == "arithmetic" else None,
+            "warm_start": warm_start.settings() if dataset == "arithmetic" else None,
             "rows": CORPUS_ROWS, "tags": XML_TAGS, "template": CHAT_TEMPLATE}
     if dataset not in ("gsm8k", "arithmetic"):
         path = Path(dataset).expanduser()
@@ -209,19 +209,21 @@ def _warm_start(model, tokenizer, dataset: str, seed: int) -> dict | None:
     from tiny_model import warm_start
 
     threads = torch.get_num_threads()
-    torch.set_num_threads(min(threads, 2))  # the CPU default's budget: two cores
+    # the same thread count on every machine: the sums run in one order, so the criterion stops at the same
+    # step and the cached weights are the same whatever the machine's cores
+    torch.set_num_threads(warm_start.WARM_START_THREADS)
     try:
         rows = load_task(dataset, "test", limit=warm_start.PROBE_ROWS)
         random_probe = warm_start.probe(model, tokenizer, rows)
         started = time.time()
-        warm_start.train_warm_start(model, tokenizer, seed)
+        done = warm_start.train_warm_start(model, tokenizer, seed)
         seconds = round(time.time() - started, 1)
         warm_probe = warm_start.probe(model, tokenizer, rows)
     finally:
         torch.set_num_threads(threads)
-    return {"steps": warm_start.WARM_START_STEPS, "batch": warm_start.WARM_START_BATCH,
-            "learning_rate": warm_start.WARM_START_LR, "seconds": seconds, "held_out": len(rows),
-            "random": random_probe, "warm_start": warm_probe}
+    return {"steps": done["steps"], "stopped": done["stopped"], "checks": done["checks"],
+            "batch": warm_start.WARM_START_BATCH, "learning_rate": warm_start.WARM_START_LR, "seconds": seconds,
+            "held_out": len(rows), "random": random_probe, "warm_start": warm_probe}
 
 
 def read_warm_start(model_path) -> dict | None:
@@ -249,6 +251,9 @@ def build_record(model_path) -> dict | None:
     record = read_warm_start(model_path)
     if not record:
         return None
+    # the reading of the weights kept (at the step limit, an earlier check's)
+    kept = [c for c in record.get("checks") or [] if c["step"] == record["steps"]]
     return {"steps": record["steps"], "held_out": record["held_out"], "seconds": record["seconds"],
             "random_accuracy": record["random"]["accuracy"], "warm_start_accuracy": record["warm_start"]["accuracy"],
-            "warm_start_well_formed": record["warm_start"].get("well_formed")}
+            "warm_start_well_formed": record["warm_start"].get("well_formed"), "stopped": record.get("stopped"),
+            "restated": kept[-1]["restated"] if kept else None}

@@ -2,7 +2,8 @@
 
 A random model never writes a right answer, so GRPO's accuracy reward never fires and nothing is learned.
 A few hundred seeded steps of next-token training on generated problems (training split only, never the
-held-out ones) give a weak policy: well-formed `<reasoning>`/`<answer>` completions, right only some of
+held-out ones), stopped when its own answers show it (see below), give a weak policy: well-formed
+`<reasoning>`/`<answer>` completions that read the problem's numbers right, with the sums right only some of
 the time. GRPO then has rewards to compare and the gain it reports is its own.
 
 transformers/torch are imported inside functions only (the trainer imports Unsloth first).
@@ -12,12 +13,28 @@ from __future__ import annotations
 
 import re
 
-# Seed 3407: 200 steps give 0.25 held-out, but the numbers of the problem are restated right only 61% of the
-# time and GRPO cannot lift it; at 235 they are restated right 99% of the time while only 39% of the sums are
-# right (held-out 0.395): weak, and GRPO has the sums left to learn.
-WARM_START_STEPS = 235
+# The warm start stops on a measured criterion, not after a fixed count: GRPO needs a policy that restates the
+# problem's numbers right and gets the sums right only part of the time. A fixed 235 steps did that at seed
+# 3407 (numbers restated in 99.5% of answers, sums right 39%) but not at seed 2 (38% restated): most groups
+# of completions then score alike and GRPO learns nothing. So from WARM_START_MIN_STEPS on, every
+# WARM_START_CHECK_EVERY steps, the greedy answers to CHECK_ROWS problems of a stream of its own (never a
+# held-out one) are read; the warm start stops once BAND_CHECKS checks in a row find at least RESTATE_TARGET
+# of them restating the numbers and a share inside ACCURACY_BAND with the sum right. Below the band GRPO's
+# gain was slow, inside it fast, above it there is little left to learn (benchmarks/learning.md). Sums right
+# swing by 0.1-0.3 between checks 10 steps apart (learning rate 2e-3): two checks in a row keep a passing
+# swing from stopping it. At WARM_START_MAX_STEPS without such checks, it takes back the checked weights
+# that restated the numbers with the sums right nearest the band (or the last ones, when none restated them).
+WARM_START_MIN_STEPS = 200
+WARM_START_MAX_STEPS = 400
+WARM_START_CHECK_EVERY = 10
+CHECK_ROWS = 100
+CHECK_SEED = "warm-start check"
+RESTATE_TARGET = 0.95
+ACCURACY_BAND = (0.4, 0.5)
+BAND_CHECKS = 2           # checks in a row inside the band
 WARM_START_BATCH = 32
 WARM_START_LR = 2.0e-3
+WARM_START_THREADS = 1     # one thread: sums in one order on every machine, so the build is the same anywhere
 PROBE_ROWS = 200          # held-out problems measured at build time (random and warm-started)
 PROBE_TOKENS = 48
 
@@ -75,27 +92,94 @@ def _batch(examples, pad_id: int):
     return ids, labels, mask
 
 
-def train_warm_start(model, tokenizer, seed: int, steps: int | None = None) -> None:
-    """Fine-tune every weight of `model` in place for `steps` (default WARM_START_STEPS, read at call time,
-    as the build key reads it) seeded steps on worked arithmetic solutions."""
+def settings() -> dict:
+    """Everything that decides the warm-started weights (part of the tiny model's build key)."""
+    return {"min_steps": WARM_START_MIN_STEPS, "max_steps": WARM_START_MAX_STEPS,
+            "check_every": WARM_START_CHECK_EVERY, "check_rows": CHECK_ROWS, "check_seed": CHECK_SEED,
+            "restate_target": RESTATE_TARGET, "accuracy_band": list(ACCURACY_BAND), "band_checks": BAND_CHECKS,
+            "batch": WARM_START_BATCH,
+            "learning_rate": WARM_START_LR, "threads": WARM_START_THREADS}
+
+
+def check_rows(count: int) -> list[dict]:
+    """The problems the stopping criterion reads: a stream of their own, every held-out question removed."""
+    from tasks import arithmetic, load_task
+    from tasks.prompts import build_prompt
+
+    held_out = {row["prompt"][-1]["content"] for row in load_task("arithmetic", "test")}
+    drawn = count
+    while True:
+        drawn += drawn // 8 + 16
+        rows = [row for row in arithmetic.generate(drawn, seed=CHECK_SEED) if row["question"] not in held_out]
+        if len(rows) >= count:
+            return [{**row, "prompt": build_prompt(row["question"])} for row in rows[:count]]
+
+
+def restates(completion: str, row: dict) -> bool:
+    """Whether the answer's reasoning begins with the worked solution's first operation ("7 + 5 ="): the
+    problem's numbers read right, whatever the result."""
+    worked = _ANNOTATION.sub("", row["answer_text"]).strip().splitlines()[0]
+    operation = worked.partition("=")[0].strip()
+    reasoning = completion.partition("<reasoning>")[2].strip()
+    return bool(operation) and reasoning.startswith(operation + " =")
+
+
+def check(model, tokenizer, rows: list[dict]) -> dict:
+    """The criterion's reading: the share of greedy answers that restate the numbers, and that are right."""
+    from rewards import is_correct
+    from trainer.evaluate import generate_hf, prompt_ids
+
+    completions = generate_hf(model, tokenizer, prompt_ids(tokenizer, rows), PROBE_TOKENS, batch_size=50)
+    restated = sum(restates(c, row) for c, row in zip(completions, rows))
+    right = sum(bool(is_correct(c, row["answer"])) for c, row in zip(completions, rows))
+    return {"restated": round(restated / len(rows), 4), "accuracy": round(right / len(rows), 4)}
+
+
+def train_warm_start(model, tokenizer, seed: int, steps: int | None = None) -> dict:
+    """Fine-tune every weight of `model` in place on worked arithmetic solutions, seeded, until the stopping
+    criterion holds (see RESTATE_TARGET) or for exactly `steps` steps when given. Returns what it did:
+    {"steps" (of the weights kept), "stopped" ("criterion", "max_steps" or "fixed"),
+    "checks": [{"step", "restated", "accuracy"}]}."""
+    import copy
     import random
 
     import torch
 
-    steps = WARM_START_STEPS if steps is None else steps
-    examples = _examples(tokenizer, seed, steps * WARM_START_BATCH // 4 + WARM_START_BATCH)
+    limit = WARM_START_MAX_STEPS if steps is None else steps
+    examples = _examples(tokenizer, seed, limit * WARM_START_BATCH // 4 + WARM_START_BATCH)
+    rows = check_rows(CHECK_ROWS) if steps is None else []
     order = random.Random(seed)
     torch.manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=WARM_START_LR, weight_decay=0.0)
+    checks: list[dict] = []
+    fallback = None  # (distance to the band, step, weights) of the nearest checked state that restated
+    in_a_row = 0
     model.train()
-    for _ in range(steps):
+    for step in range(1, limit + 1):
         ids, labels, mask = _batch(order.sample(examples, WARM_START_BATCH), tokenizer.pad_token_id)
         loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
+        if rows and step >= WARM_START_MIN_STEPS and (step - WARM_START_MIN_STEPS) % WARM_START_CHECK_EVERY == 0:
+            model.eval()
+            reading = {"step": step, **check(model, tokenizer, rows)}
+            checks.append(reading)
+            low, high = ACCURACY_BAND
+            distance = max(low - reading["accuracy"], reading["accuracy"] - high, 0.0)
+            reads = reading["restated"] >= RESTATE_TARGET
+            in_a_row = in_a_row + 1 if reads and distance == 0.0 else 0
+            if in_a_row >= BAND_CHECKS:
+                return {"steps": step, "stopped": "criterion", "checks": checks}
+            if reads and (fallback is None or distance < fallback[0]):
+                fallback = (distance, step, copy.deepcopy(model.state_dict()))
+            model.train()
     model.eval()
+    if fallback is not None:
+        model.load_state_dict(fallback[2])
+        return {"steps": fallback[1], "stopped": "max_steps", "checks": checks}
+    return {"steps": limit, "stopped": "fixed" if steps is not None else "max_steps", "checks": checks}
 
 
 def probe(model, tokenizer, rows: list[dict]) -> dict:

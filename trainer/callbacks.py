@@ -118,11 +118,13 @@ def _number(value):
 class TelemetryCallback(TrainerCallback):
     """One JSON line per optimizer step in metrics.jsonl, from TRL's per-step log and our own timers."""
 
-    def __init__(self, path: Path, reward_names: list[str], memory: MemoryProbe, progress=None):
+    def __init__(self, path: Path, reward_names: list[str], memory: MemoryProbe, progress=None, signal=None):
         self.path = Path(path)
         self.reward_names = list(reward_names)
         self.memory = memory
         self.progress = progress
+        self.signal = signal  # trainer.group_signal.GroupSignal: the rewards each step's groups got
+        self.warning: str | None = None  # the run's "cannot learn" line, once it has been said
         self.rows: list[dict] = []
         self.final_logs: dict = {}
         self._step_started = None
@@ -130,6 +132,8 @@ class TelemetryCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         self._last_log_time = time.perf_counter()
+        if self.signal is not None:
+            self.signal.clear()  # the probe's step scored completions too; they are not training's
 
     def on_step_begin(self, args, state, control, **kwargs):
         self._step_started = time.perf_counter()
@@ -151,6 +155,7 @@ class TelemetryCallback(TrainerCallback):
             "entropy": _number(logs.get("entropy")),
             "grad_norm": _number(logs.get("grad_norm")),
             "learning_rate": _number(logs.get("learning_rate")),
+            "group_signal": self.signal.take() if self.signal is not None else None,
             "step_time": round(now - self._last_log_time, 4),
             "time": round(time.time(), 3),
             "memory": self.memory.sample(),
@@ -162,6 +167,12 @@ class TelemetryCallback(TrainerCallback):
         append_line(self.path, json.dumps(row))
         if self.progress is not None:
             self.progress.update(state.global_step, state.max_steps, row)
+        if self.warning is None:
+            from trainer.group_signal import no_signal_warning
+
+            self.warning = no_signal_warning(self.rows)
+            if self.warning is not None and self.progress is not None:
+                self.progress.warn(self.warning)
 
     def on_train_end(self, args, state, control, **kwargs):
         self.close()
@@ -212,8 +223,11 @@ class Progress:
 
     def update(self, step: int, total: int, row: dict):
         reward = row.get("reward")
-        info = f"reward {reward:.3f}  {self._memory_text(row['memory'])}" if reward is not None else \
-            self._memory_text(row["memory"])
+        info = f"reward {reward:.3f}  " if reward is not None else ""
+        signal = row.get("group_signal")
+        if signal:  # what GRPO learns from: groups whose completions differ
+            info += f"alike groups {signal['groups_alike']:.0%}  spread {signal['group_reward_spread']:.2f}  "
+        info += self._memory_text(row["memory"])
         if self._bar is not None:
             self._bar.update(self._task, completed=step, total=total or self.total, info=info)
         elif self._printing:
@@ -227,6 +241,17 @@ class Progress:
                 print(f"[{self.name}] step {step}/{total}  {info}  ({row['step_time']:.2f} s/step, "
                       f"~{_duration(left)} left)", flush=True)
             except OSError:  # whoever read our output has gone (a closed pipe): keep training, stop printing
+                self._printing = False
+
+    def warn(self, line: str):
+        """One line that stays on screen, above a live bar or between the plain lines."""
+        text = f"[{self.name}] warning: {line}"
+        if self._bar is not None:
+            self._bar.console.print(text)
+        elif self._printing:
+            try:
+                print(text, flush=True)
+            except OSError:
                 self._printing = False
 
     def close(self):

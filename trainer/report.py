@@ -38,6 +38,27 @@ def reward_figures(rows: list[dict], reward_names: list[str]) -> dict:
     return out
 
 
+SIGNAL_KEYS = ("groups_alike", "group_reward_spread", "groups_all_correct", "groups_all_wrong")
+
+
+def signal_figures(rows: list[dict]) -> dict | None:
+    """The learning signal (trainer.group_signal) averaged over the first and the last WINDOW steps that
+    carry it, and the "cannot learn" line when the last ones say so; None when no step carries it."""
+    from trainer.group_signal import no_signal_warning
+
+    carried = [r for r in rows if r.get("group_signal")]
+    if not carried:
+        return None
+    first, last = carried[:WINDOW], carried[-WINDOW:]
+    out = {"window": min(WINDOW, len(carried))}
+    for key in SIGNAL_KEYS:
+        if key in carried[-1]["group_signal"]:
+            out[key] = {"first": _mean(r["group_signal"].get(key) for r in first),
+                        "last": _mean(r["group_signal"].get(key) for r in last)}
+    out["warning"] = no_signal_warning(carried)
+    return out
+
+
 def scored_examples(examples: list[dict], weights: dict) -> list[dict]:
     """Sample answers with each profile reward's score and the weighted total, as GRPO saw them."""
     from rewards import get_reward
@@ -114,6 +135,10 @@ def write_plots(attempt_dir: Path, rows: list[dict], reward_names: list[str], de
         ax.plot(steps, _rolling(lengths, span), color="tab:blue", linewidth=2.0, label=f"{span}-step rolling mean")
         ax.set_ylim(0, max([v for v in lengths if v == v] + [1.0]) * 1.1)
 
+    signal_rows = [r for r in rows if r.get("group_signal")]
+    if signal_rows:
+        _plot_signal(plt, attempt_dir, signal_rows, span, title, written)
+
     mem_steps, mem_values, label = _memory_series(rows, device)
     with _plot(plt, attempt_dir, "memory.png", written, 4, "GiB", f"{title}: memory per step", "lower right") as ax:
         ax.plot(mem_steps, mem_values, label=label, color="tab:green", linewidth=1.5)
@@ -127,6 +152,29 @@ def write_plots(attempt_dir: Path, rows: list[dict], reward_names: list[str], de
         top = max([*mem_values, estimate_gib or 0.0, 0.01])
         ax.set_ylim(0, top * 1.15)
     return written
+
+
+def _plot_signal(plt, attempt_dir: Path, rows: list[dict], span: int, title: str, written: list[str]) -> None:
+    """What GRPO learns from: the share of groups whose completions all scored alike (no advantage) and, with
+    a correctness reward, all right / all wrong; the reward spread within groups on the right axis."""
+    steps = [r["step"] for r in rows]
+
+    def series(key):
+        return _rolling([float("nan") if r["group_signal"].get(key) is None else r["group_signal"][key]
+                         for r in rows], span)
+
+    with _plot(plt, attempt_dir, "group_signal.png", written, 4.5, f"share of groups ({span}-step rolling mean)",
+               f"{title}: learning signal per step", "upper left") as ax:
+        ax.plot(steps, series("groups_alike"), color="black", linewidth=2.2, label="one reward for the whole group")
+        if "groups_all_correct" in rows[-1]["group_signal"]:
+            ax.plot(steps, series("groups_all_correct"), color="tab:green", linewidth=1.3, label="all correct")
+            ax.plot(steps, series("groups_all_wrong"), color="tab:red", linewidth=1.3, label="all wrong")
+        ax.set_ylim(0, 1)
+        right = ax.twinx()
+        right.plot(steps, series("group_reward_spread"), color="tab:blue", linewidth=1.3, linestyle="--")
+        right.set_ylabel("reward spread within a group (sd)", color="tab:blue")
+        right.set_ylim(bottom=0)
+        ax.plot([], [], color="tab:blue", linestyle="--", label="reward spread within a group (right axis)")
 
 
 def _fmt(value, digits=3, unit=""):
@@ -150,10 +198,33 @@ def _warm_start_lines(warm: dict | None, acc: dict) -> list[str]:
     """The three points of a tiny-model run: random model, warm start (built in), after GRPO."""
     if not warm:
         return []
+    how = f"{warm['steps']} supervised steps in the tiny model's build"
+    restated = "" if warm.get("restated") is None else f" ({warm['restated']:.0%} of its answers restating the " \
+        "problem's numbers)"
+    if warm.get("stopped") == "criterion":
+        how += f", stopped on its criterion{restated}"
+    elif warm.get("stopped") == "max_steps":
+        how += f", the checked step nearest its criterion once it reached its step limit{restated}"
     return [f"- held-out accuracy, random model -> warm start -> after GRPO: {_fmt(warm['random_accuracy'])} -> "
-            f"{_fmt(acc['before'])} -> {_fmt(acc['after'])} (the warm start is {warm['steps']} supervised steps "
-            f"in the tiny model's build; GRPO's own gain is "
+            f"{_fmt(acc['before'])} -> {_fmt(acc['after'])} (the warm start is {how}; GRPO's own gain is "
             f"{_fmt(None if acc['before'] is None or acc['after'] is None else acc['after'] - acc['before'])})"]
+
+
+def _signal_lines(signal: dict | None) -> list[str]:
+    """The learning signal's table (first and last steps) and the "cannot learn" line, if any."""
+    if not signal:
+        return []
+    names = {"groups_alike": "groups with one reward for all completions (no advantage)",
+             "group_reward_spread": "reward spread within a group (sd)",
+             "groups_all_correct": "groups all correct", "groups_all_wrong": "groups all wrong"}
+    lines = ["", "## Learning signal (mean of the first and the last steps)", "",
+             f"| per step | first {signal['window']} | last {signal['window']} |", "|---|---|---|"]
+    for key, label in names.items():
+        if key in signal:
+            lines.append(f"| {label} | {_fmt(signal[key]['first'])} | {_fmt(signal[key]['last'])} |")
+    if signal.get("warning"):
+        lines += ["", f"**Warning: {signal['warning']}.**"]
+    return lines
 
 
 def write_report(attempt_dir: Path, summary: dict) -> None:
@@ -187,13 +258,15 @@ def write_report(attempt_dir: Path, summary: dict) -> None:
         if name == "window":
             continue
         lines.append(f"| {name} | {_fmt(pair['first'])} | {_fmt(pair['last'])} |")
+    lines += _signal_lines(summary.get("group_signal"))
     lines += ["", "## Plots", ""]
     for plot in summary.get("plots", []):
         lines.append(f"![{plot[:-4]}]({plot})")
     lines += ["", "## Outputs", "",
               "- `adapter/`: the trained LoRA adapter (or the full model at lora_rank 0) and the tokenizer, "
               "Hugging Face format",
-              "- `metrics.jsonl`: one line per step (rewards, loss, completion length, memory)",
+              "- `metrics.jsonl`: one line per step (rewards, learning signal per group, loss, completion length, "
+              "memory)",
               "- `checkpoint-N/`: trainer checkpoints, for `--resume`", ""]
     for key, heading in (("examples_before", "before training"), ("examples_after", "after training")):
         examples = acc.get(key) or []

@@ -137,16 +137,21 @@ def build_trainer(state: AttemptState, loaded: Loaded, signals) -> Session:
     from trainer.config import build_grpo_config
     from trainer.inject import make_injector
 
-    reward_funcs, _weights = get_reward_funcs(profile.rewards)  # the weights go in through the config
+    from trainer.group_signal import GroupSignal
+
+    reward_funcs, weights = get_reward_funcs(profile.rewards)  # the weights go in through the config
     reward_names = [f.__name__ for f in reward_funcs]
     args = build_grpo_config(profile, str(state.attempt_dir), device=loaded.backend.device,
                              bf16=loaded.backend.bf16, use_vllm=loaded.use_vllm)
     session = Session(trainer=None, reward_names=reward_names)
     callbacks = [StopOnSignal(signals), MarkCheckpointComplete()]
     if state.main:
+        correctness = getattr(loaded.correctness, "__name__", None)
+        signal = GroupSignal(dict(zip(reward_names, weights)), profile.num_generations, correctness)
+        reward_funcs = [signal.wrap(name, fn) for name, fn in zip(reward_names, reward_funcs)]
         session.progress = Progress(profile.name, profile.max_steps, loaded.backend.device)
         session.telemetry = TelemetryCallback(state.attempt_dir / contract.METRICS_FILE, reward_names,
-                                              state.memory, session.progress)
+                                              state.memory, session.progress, signal)
         callbacks.insert(0, session.telemetry)
     injector = make_injector(profile, state.estimate_gib)
     if injector is not None:

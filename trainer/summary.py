@@ -16,7 +16,7 @@ def build_summary(state: AttemptState, backend, rows, reward_names, before, afte
     """summary.json: what ran where, for how long, with what memory against the estimate, and the result."""
     import torch
 
-    from trainer.report import reward_figures, scored_examples
+    from trainer.report import reward_figures, scored_examples, signal_figures
 
     profile = state.profile
     memory = state.memory.summary()
@@ -46,6 +46,7 @@ def build_summary(state: AttemptState, backend, rows, reward_names, before, afte
         "memory": {**memory, "estimate_gib": estimate, "measure": measure,
                    "ratio": round(peak / estimate, 3) if estimate else None},
         "rewards": reward_figures(rows, reward_names),
+        "group_signal": signal_figures(rows),
         "accuracy": {"correctness": profile.correctness, "samples": before["total"], "before": before["accuracy"],
                      "after": after["accuracy"],
                      "correct_before": before["correct"], "correct_after": after["correct"],
