@@ -18,7 +18,7 @@ from types import SimpleNamespace
 from launcher.memory import ledger
 from launcher.run.attempts import read_result
 from launcher.run.child import ChildRunner, attempt_command
-from contract.attempt import ENV_ESTIMATE_GIB, ENV_PROBE_ONLY, OK, OOM, PROFILE_FILE, attempt_environment
+from contract.attempt import ENV_ESTIMATE_GIB, ENV_INJECT_OOM, ENV_PROBE_ONLY, OK, OOM, PROFILE_FILE, attempt_environment
 from contract.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, UsageError
 
 
@@ -31,6 +31,22 @@ def rungs_to_measure(plan) -> list:
     first = fitting[0]
     chosen = [single[i] for i in fitting]
     return ([single[first - 1]] if first > 0 else []) + chosen
+
+
+def print_calibration_plan(plan, as_json: bool = False) -> int:
+    """`--calibrate --dry-run`: the plan, and the rungs a calibration would probe (nothing runs)."""
+    import json
+
+    from launcher.plan.view import print_plan
+
+    names = [c.profile.name for c in rungs_to_measure(plan)]
+    if as_json:
+        print(json.dumps({**plan.to_json(), "calibrate": names}, indent=2))
+        return EXIT_OK
+    print_plan(plan)
+    print(f"--calibrate would probe {len(names)} rung(s), each in its own process: {', '.join(names) or 'none'} "
+          f"(drop --dry-run to measure them into {ledger.ledger_path()})", flush=True)
+    return EXIT_OK
 
 
 def _calibration_dir(output_dir: Path) -> Path:
@@ -77,6 +93,14 @@ def calibrate(plan, output_dir: Path, child_command: list[str] | None = None, co
     rungs = rungs_to_measure(plan)
     if not rungs:
         raise UsageError("--calibrate: no single-device rung of the ladder can run on this machine")
+    from launcher.run.inputs import check_inject
+
+    check_inject([c.profile for c in plan.candidates])
+    if ledger.test_run_without_ledger():
+        raise UsageError(f"--calibrate with {ENV_INJECT_OOM} set measures nothing for this machine (an injected "
+                         f"OOM is no measurement) (fix: unset {ENV_INJECT_OOM}, or set {ledger.ENV_LEDGER}=FILE "
+                         "to calibrate into a ledger of its own)")
+    ledger.check_writable()
     folder = _calibration_dir(output_dir)
     console.print(f"calibrating {len(rungs)} rung(s): {', '.join(c.profile.name for c in rungs)} "
                   f"(folder: {folder})", markup=False)
