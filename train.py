@@ -153,6 +153,11 @@ def check_flags(args: argparse.Namespace) -> None:
     for first, second in conflicts:
         if modes[first] and modes[second]:
             raise UsageError(f"{first} and {second} ask for two different things; give one of them")
+    if args.forget is not None:
+        others = [flag for flag, given in modes.items() if given] + (["--ledger"] if args.ledger else [])
+        if others:
+            raise UsageError(f"--forget removes ledger records and stops; {others[0]} asks for something else "
+                             "(fix: run --forget alone first)")
     if args.fresh_attempt and not args.resume:
         raise UsageError("--fresh-attempt only applies to --resume (a new run starts at step 1 anyway)")
     if not (args.dry_run or args.fit_table or args.explain_oom):

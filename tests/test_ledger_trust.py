@@ -94,6 +94,14 @@ def test_old_records_age_out(l4):
     assert not effect.counts and "aged out" in effect.text
 
 
+def test_a_record_dated_in_the_future_has_no_effect(l4):
+    """A clock set wrong (or a ledger from a machine that had one) must not hold the newest place for good."""
+    future = _entry(l4, _card(), days_ago=-400, status="oom", oom_report=_oom(21.0))
+    assert ledger.measured_for([future], l4, _card()) is None
+    (effect,) = ledger.record_effects([future], _card())
+    assert not effect.counts and "future" in effect.text
+
+
 def _legacy_injected_line(profile, machine) -> dict:
     """What an older version wrote for `GRPO_INJECT_OOM=cpu-tiny-8gen python train.py --auto` on a 24 GiB
     machine: the injected CUDA message, sized to the host, taken as an OOM's lower bound."""
@@ -192,8 +200,12 @@ def test_forget_on_the_command_line(tmp_path):
     ledger.append(_entry(eight, _cpu(), status="ok", peak_gib=0.6), path)
     missing = _train(["--forget", "nosuch"], path)
     assert missing.returncode == 2 and "it holds: cpu-tiny-8gen" in missing.stderr
+    mixed = _train(["--forget", "cpu-tiny-8gen", "--auto"], path)
+    assert mixed.returncode == 2 and "run --forget alone" in mixed.stderr and ledger.read(path)
     done = _train(["--forget", "cpu-tiny-8gen"], path)
     assert done.returncode == 0 and "forgot 1 record(s)" in done.stdout and ledger.read(path) == []
+    gone = _train(["--forget", "all"], tmp_path / "never.jsonl")
+    assert gone.returncode == 0 and "nothing to forget" in gone.stdout
 
 
 def test_calibrate_dry_run_says_what_it_would_probe(tmp_path):

@@ -341,6 +341,8 @@ def _weigh_group(group: list[Entry], now: datetime) -> tuple[dict[int, Effect], 
                                            "(GRPO_INJECT_OOM)")
         elif e.when < oldest:
             effects[id(e)] = Effect(False, f"aged out: older than {MAX_AGE_DAYS} days")
+        elif e.when > now + timedelta(days=1):  # it would stay the newest, and never age
+            effects[id(e)] = Effect(False, "dated in the future (a clock set wrong?): no effect")
         elif not e.succeeded and e.oom_lower_bound_gib is None:
             effects[id(e)] = Effect(False, "no figure: the attempt measured nothing")
         else:
@@ -645,7 +647,7 @@ def forget(target: str, path: Path | None = None) -> int:
     if not target:
         raise UsageError("--forget needs a profile name, a fingerprint or `all` (see `python train.py --ledger`)")
     if not path.exists():
-        raise UsageError(f"--forget {target}: the ledger {path} does not exist: nothing to forget")
+        return 0
     try:
         with _locked(path, os.O_RDONLY):
             lines = path.read_bytes().decode("utf-8", errors="replace").splitlines(keepends=True)
@@ -677,5 +679,8 @@ def forget_main(target: str, path: Path | None = None) -> int:
     """`python train.py --forget TARGET`: remove, and say what went and how to see what is left."""
     path = Path(path) if path is not None else ledger_path()
     removed = forget(target, path)
-    print(f"forgot {removed} record(s) of {target!r} from {path}; `python train.py --ledger` shows what is left")
+    if not removed:
+        print(f"the ledger {path} does not exist: nothing to forget")
+    else:
+        print(f"forgot {removed} record(s) of {target!r} from {path}; `python train.py --ledger` shows what is left")
     return 0
