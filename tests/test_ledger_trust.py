@@ -235,3 +235,15 @@ def test_calibrate_with_injection_and_no_ledger_of_its_own_is_refused(tmp_path):
                            str(tmp_path / "out")], cwd=REPO, env=env, text=True, capture_output=True, timeout=120)
     assert done.returncode == 2 and "an injected OOM is no measurement" in done.stderr
     assert not (tmp_path / "cache" / "ledger.jsonl").exists()
+
+
+def test_a_calibration_counts_over_an_earlier_injected_oom(tmp_path):
+    """`--calibrate` measured 0.68 GiB, but the plan kept an older version's injected 23.55 GiB."""
+    eight = load_profile("profiles/cpu-tiny-8gen.yaml")
+    path = tmp_path / "ledger.jsonl"
+    legacy = _legacy_injected_line(eight, _cpu())
+    legacy["date"] = (datetime.now() - timedelta(hours=1)).isoformat(timespec="seconds")
+    path.write_text(json.dumps(legacy) + "\n")
+    ledger.append(_entry(eight, _cpu(), status="probe-ok", peak_gib=0.68), path)
+    (cand,) = make_plan([eight], _cpu(), measurements=ledger.read(path)).candidates
+    assert cand.fits and cand.measured.need_gib == 0.68 and "measured 0.68 GiB" in cand.reason

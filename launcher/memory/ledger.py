@@ -620,7 +620,7 @@ def print_ledger(machine, path: Path | None = None, console=None, as_json: bool 
     console.print(records)
     console.print(f"rules: the newest measurement of a shape counts; an OOM counts until a later success of "
                   f"that shape; records older than {MAX_AGE_DAYS} days no longer count; `python train.py "
-                  "--forget PROFILE|FINGERPRINT|all` removes records", markup=False)
+                  "--forget PROFILE|FINGERPRINT|all` removes records", markup=False, soft_wrap=True)
     return 0
 
 
