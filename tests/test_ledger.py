@@ -298,3 +298,12 @@ def test_a_genuine_oom_records_its_bound_and_what_others_held(tmp_path, gpu_prof
     assert entry.status == "oom" and entry.oom_lower_bound_gib == pytest.approx(14.90)
     assert entry.oom_kind == "cuda" and entry.others_gib == pytest.approx(22.05 - 1.10 - 12.90, abs=1e-3)
     assert ledger.read()[0].others_gib == pytest.approx(8.05, abs=1e-3)
+
+
+def test_forget_rewrites_the_file_a_link_points_to(tmp_path, cpu_profile):
+    real = tmp_path / "real.jsonl"
+    ledger.append(ledger.make_entry(cpu_profile, _cpu(), status="ok", peak_gib=0.5), real)
+    link = tmp_path / "ledger.jsonl"
+    link.symlink_to(real)
+    assert ledger.forget("all", link) == 1
+    assert link.is_symlink() and real.read_text() == ""

@@ -9,6 +9,7 @@ ambitious one), whose probe either fits after all or proves by its OOM how much 
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from datetime import datetime
@@ -18,7 +19,8 @@ from types import SimpleNamespace
 from launcher.memory import ledger
 from launcher.run.attempts import read_result
 from launcher.run.child import ChildRunner, attempt_command
-from contract.attempt import ENV_ESTIMATE_GIB, ENV_INJECT_OOM, ENV_PROBE_ONLY, OK, OOM, PROFILE_FILE, attempt_environment
+from contract.attempt import (ENV_ESTIMATE_GIB, ENV_INJECT_OOM, ENV_PROBE_ONLY, OK, OOM, PROFILE_FILE,
+                              attempt_environment, parse_inject)
 from contract.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, UsageError
 
 
@@ -117,7 +119,10 @@ def calibrate(plan, output_dir: Path, child_command: list[str] | None = None, co
         est = cand.estimate.total_gib
         peak = entry.peak_gib if entry is not None else None
         bound = entry.oom_lower_bound_gib if entry is not None else None
-        verdict = {OK: "probe ran", OOM: f"OOM: needs at least {bound:.2f} GiB" if bound else "OOM"}.get(
+        injected = result.status == OOM and bound is None and cand.profile.name in parse_inject(
+            os.environ.get(ENV_INJECT_OOM))
+        verdict = {OK: "probe ran", OOM: f"OOM: needs at least {bound:.2f} GiB" if bound else
+                   "OOM (injected: not recorded)" if injected else "OOM"}.get(
             result.status, f"{result.status}: {result.error or ''}"[:120])
         if result.status not in (OK, OOM):
             code = EXIT_FAILURE

@@ -642,7 +642,7 @@ def forget(target: str, path: Path | None = None) -> int:
     UsageError when nothing matches (naming what the ledger holds) or the file cannot be rewritten."""
     from contract.errors import UsageError
 
-    path = Path(path) if path is not None else ledger_path()
+    path = (Path(path) if path is not None else ledger_path()).resolve()  # a link's file, not the link, is rewritten
     target = target.strip()
     if not target:
         raise UsageError("--forget needs a profile name, a fingerprint or `all` (see `python train.py --ledger`)")
