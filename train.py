@@ -82,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan = parser.add_argument_group("planning")
     plan.add_argument("--dry-run", action="store_true",
                       help="print the plan and stop (instant, no torch); alone it plans the ladder like --auto")
-    plan.add_argument("--json", action="store_true", help="with --dry-run: one JSON object on stdout")
+    plan.add_argument("--json", action="store_true",
+                      help="with --dry-run, --fit-table or --ledger: one JSON object on stdout")
     plan.add_argument("--gpu-memory", metavar="GIB", type=gpu_gib,
                       help="plan for a card with this much memory instead of the one found")
     plan.add_argument("--gpu-name", metavar="NAME", help="with --gpu-memory: the card's name in the plan")
@@ -97,7 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--ignore-ledger", action="store_true",
                       help="plan from the estimator alone, not from what this machine measured before")
     plan.add_argument("--ledger", action="store_true",
-                      help="print what this machine measured per shape against the estimate, then stop")
+                      help="print what this machine measured per shape against the estimate, and each record's "
+                           "effect on its plans, then stop")
+    plan.add_argument("--forget", metavar="PROFILE|FINGERPRINT|all",
+                      help="remove these records from the ledger (a profile name, a fingerprint shown by --ledger "
+                           "--json, or all), then stop")
     plan.add_argument("--calibrate", action="store_true",
                       help="measure the ladder here: the worst-case probe alone for every rung that fits and "
                            "the first above them, each in its own process; the next --auto plans from it")
@@ -142,16 +147,23 @@ def check_flags(args: argparse.Namespace) -> None:
     if args.attempt_dir:
         return  # the supervisor's own command for one attempt
     modes = {"--auto": args.auto, "--profile": args.profile, "--resume": args.resume,
-             "--fit-table": args.fit_table, "--explain-oom": args.explain_oom, "--dry-run": args.dry_run}
+             "--fit-table": args.fit_table, "--explain-oom": args.explain_oom, "--dry-run": args.dry_run,
+             "--calibrate": args.calibrate}
     conflicts = [("--auto", "--profile"), ("--resume", "--profile"), ("--explain-oom", "--auto"),
                  ("--explain-oom", "--profile"), ("--explain-oom", "--resume"), ("--explain-oom", "--fit-table"),
                  ("--explain-oom", "--dry-run"), ("--fit-table", "--auto"), ("--fit-table", "--profile"),
-                 ("--fit-table", "--resume")]
+                 ("--fit-table", "--resume"), ("--calibrate", "--resume"), ("--calibrate", "--fit-table")]
     for first, second in conflicts:
         if modes[first] and modes[second]:
             raise UsageError(f"{first} and {second} ask for two different things; give one of them")
     if args.fit and (args.auto or args.profile or args.resume or args.fit_table or args.explain_oom):
         raise UsageError("--fit prints a profile and stops; give it alone, with --set model=ORG/NAME")
+    if args.forget is not None:
+        others = [flag for flag, given in modes.items() if given] + (["--ledger"] if args.ledger else []) \
+            + (["--fit"] if args.fit else [])
+        if others:
+            raise UsageError(f"--forget removes ledger records and stops; {others[0]} asks for something else "
+                             "(fix: run --forget alone first)")
     if args.fresh_attempt and not args.resume:
         raise UsageError("--fresh-attempt only applies to --resume (a new run starts at step 1 anyway)")
     if not (args.dry_run or args.fit_table or args.explain_oom or args.fit):
@@ -184,8 +196,8 @@ def run_single_purpose(args: argparse.Namespace) -> int | None:
         return explain_file(args.explain_oom)
     if args.gpu_name and args.gpu_memory is None:
         raise UsageError("--gpu-name needs --gpu-memory GIB (the card's memory)")
-    if args.json and not (args.dry_run or args.fit_table or args.fit):
-        raise UsageError("--json only applies to --dry-run, --fit and --fit-table")
+    if args.json and not (args.dry_run or args.fit_table or args.fit or args.ledger):
+        raise UsageError("--json only applies to --dry-run, --fit, --fit-table and --ledger")
     if args.sample:
         from trainer.sample import sample_main
         return sample_main(args.sample, prompt=args.prompt, from_test=args.from_test, overrides=args.overrides)
@@ -197,9 +209,13 @@ def run_single_purpose(args: argparse.Namespace) -> int | None:
         from trainer.run import run_attempt
         return run_attempt(load_profile(args.profile, args.overrides), Path(args.attempt_dir),
                            resume_from=args.resume_from)
+    if args.forget is not None:
+        from launcher.memory.ledger import forget_main
+        return forget_main(args.forget)
     if args.ledger:
+        from launcher.card.detect import probe
         from launcher.memory.ledger import print_ledger
-        return print_ledger()
+        return print_ledger(probe(), as_json=args.json)
     if args.fit:
         return fit_main(args)
     if args.fit_table:
@@ -231,13 +247,16 @@ def plan_and_train(args: argparse.Namespace) -> int:
         profiles, fit_notes = derive_ladder(profiles, parse_overrides(args.overrides)["model"], gpu,
                                             pinned=set(parse_overrides(args.overrides)) - {"model"},
                                             measurements=measurements)
-    plan = make_plan(profiles, gpu, measurements=measurements)
+    # a profile the user named is never refused by the ledger, only warned about
+    plan = make_plan(profiles, gpu, measurements=measurements, ledger_refuses=not args.profile)
     plan.notes.extend(fit_notes)
+    if args.calibrate:
+        from launcher.memory.calibrate import calibrate, print_calibration_plan
+        if args.dry_run:
+            return print_calibration_plan(plan, as_json=args.json)
+        return calibrate(plan, output_dir=Path(args.output_dir))
     if args.dry_run:
         return print_plan(plan, as_json=args.json)
-    if args.calibrate:
-        from launcher.memory.calibrate import calibrate
-        return calibrate(plan, output_dir=Path(args.output_dir))
 
     from launcher.run.inputs import check_run_inputs
     check_run_inputs(profiles, plan, gpu_memory=args.gpu_memory, resume=args.resume)

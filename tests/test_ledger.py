@@ -69,10 +69,8 @@ def test_oom_gives_a_lower_bound(tmp_path, gpu_profile):
     assert found.peak_gib is None and found.oom_lower_bound_gib == pytest.approx(22.90)
     assert found.need_gib == pytest.approx(22.90)
     assert "at least 22.90 GiB" in found.text()
-    # a later success with a smaller peak does not hide the bound: the larger figure is the one to plan by
-    ledger.append(ledger.make_entry(gpu_profile, _card(), status="ok", peak_gib=18.0), path)
-    found = ledger.measured_for(ledger.read(path), gpu_profile, _card())
-    assert found.runs == 2 and found.peak_gib == 18.0 and found.need_gib == pytest.approx(22.90)
+    # 22.05 total - 1.10 free - 20.90 held by this process: nothing else held the card
+    assert found.others_gib == pytest.approx(0.05, abs=1e-3)
 
 
 def test_damaged_lines_are_skipped_with_one_warning(tmp_path, cpu_profile):
@@ -86,7 +84,8 @@ def test_damaged_lines_are_skipped_with_one_warning(tmp_path, cpu_profile):
     warnings = []
     entries = ledger.read(path, warn=warnings.append)
     assert [e.peak_gib for e in entries] == [0.6, 0.7]
-    assert len(warnings) == 1 and "skipped 3 damaged line(s)" in warnings[0] and "line 2, 3, 4" in warnings[0]
+    assert len(warnings) == 1 and "skipped 3 damaged line(s)" in warnings[0]
+    assert "line 2: not JSON" in warnings[0] and "line 3: not a JSON object" in warnings[0]
 
 
 def _append_many(args):
@@ -141,3 +140,170 @@ def test_ledger_report_tells_two_shapes_of_one_profile_apart():
     assert shape_text({"per_device_train_batch_size": 4, "num_generations": 8, "max_completion_length": 48,
                        "lora_rank": 0}) == "4 / 8 / 48 full"
     assert shape_text({}) == "? / ? / ? full"
+
+
+def _line(profile, where, **fields) -> str:
+    data = json.loads(ledger.make_entry(profile, where, status="ok", peak_gib=0.6).to_json())
+    data.update(fields)
+    return json.dumps(data) + "\n"
+
+
+@pytest.mark.parametrize("fields, why", [
+    ({"peak_gib": "big"}, "peak_gib is 'big'"),
+    ({"date": 5}, "date is 5"),
+    ({"date": "yesterday"}, "date is 'yesterday'"),
+    ({"peak_gib": -0.5}, "peak_gib is -0.5"),
+    ({"peak_gib": float("nan")}, "peak_gib is nan"),
+    ({"oom_lower_bound_gib": float("inf")}, "oom_lower_bound_gib is inf"),
+    ({"peak_gib": True}, "peak_gib is True"),
+    ({"machine": "cpu"}, "machine is 'cpu'"),
+    ({"fingerprint": None}, "fingerprint is None"),
+    ({"settings": [1]}, "settings is [1]"),
+])
+def test_a_wrongly_typed_line_is_skipped_with_one_warning(tmp_path, cpu_profile, fields, why):
+    path = tmp_path / "ledger.jsonl"
+    path.write_text(_line(cpu_profile, _cpu(), **fields) + _line(cpu_profile, _cpu(), peak_gib=0.7),
+                    encoding="utf-8")
+    warnings = []
+    entries = ledger.read(path, warn=warnings.append)
+    assert [e.peak_gib for e in entries] == [0.7]
+    assert len(warnings) == 1 and "skipped 1 damaged line(s)" in warnings[0] and why in warnings[0], warnings
+    found = ledger.measured_for(entries, cpu_profile, _cpu())
+    assert found.peak_gib == 0.7
+    # the report reads the same file without a traceback, and shows the line it skipped
+    report = ledger.ledger_report(_cpu(), path, warn=lambda _text: None)
+    assert report["skipped_lines"][0]["line"] == 1 and len(report["records"]) == 1
+
+
+def test_forget_removes_a_profile_a_fingerprint_or_all(tmp_path, cpu_profile, gpu_profile):
+    from contract.errors import UsageError
+
+    path = tmp_path / "ledger.jsonl"
+    for peak in (0.5, 0.6):
+        ledger.append(ledger.make_entry(cpu_profile, _cpu(), status="ok", peak_gib=peak), path)
+    ledger.append(ledger.make_entry(gpu_profile, _card(), status="ok", peak_gib=17.0), path)
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write('{"cut short\n')
+    assert ledger.forget("cpu-tiny-8gen", path) == 2
+    assert [e.profile for e in ledger.read(path, warn=lambda _t: None)] == [gpu_profile.name]
+    assert '{"cut short' in path.read_text()  # a damaged line is not a record of that profile: kept
+    with pytest.raises(UsageError, match=f"no record of that profile.*it holds: {gpu_profile.name}"):
+        ledger.forget("cpu-tiny-8gn", path)
+    assert ledger.forget(ledger.fingerprint(gpu_profile)[:6], path) == 1
+    ledger.append(ledger.make_entry(cpu_profile, _cpu(), status="ok", peak_gib=0.5), path)
+    assert ledger.forget("all", path) == 2  # the record and the damaged line
+    assert path.read_text() == ""
+
+
+def _append_while_forgetting(args):
+    path, worker, count = args
+    from launcher.profile.load import load_profile as load
+
+    profile = load("profiles/cpu-tiny-4gen.yaml")
+    for i in range(count):
+        ledger.append(ledger.make_entry(profile, _cpu(), status="ok", peak_gib=1 + worker + i / 1000), path)
+
+
+def test_appends_while_forget_rewrites_the_file_lose_nothing(tmp_path, cpu_profile):
+    """--forget replaces the file; a run appending at that moment must land its line in the new one."""
+    path = tmp_path / "ledger.jsonl"
+    workers, count = 3, 40
+    ledger.append(ledger.make_entry(cpu_profile, _cpu(), status="ok", peak_gib=0.5), path)
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        pending = pool.map_async(_append_while_forgetting, [(path, w, count) for w in range(workers)])
+        forgotten = 0
+        while not pending.ready():
+            ledger.append(ledger.make_entry(cpu_profile, _cpu(), status="ok", peak_gib=0.5), path)
+            forgotten += ledger.forget("cpu-tiny-8gen", path)
+        pending.get()
+    entries = ledger.read(path)
+    assert forgotten >= 1 and not [e for e in entries if e.profile == "cpu-tiny-8gen"]
+    assert sorted(e.peak_gib for e in entries) == sorted(1 + w + i / 1000 for w in range(workers) for i in range(count))
+
+
+def test_a_ledger_that_cannot_be_written_is_named_with_the_fix(tmp_path):
+    from contract.errors import UsageError
+
+    folder = tmp_path / "ledger.jsonl"
+    folder.mkdir()  # a folder where the file should be: as unwritable as a read-only file, even for root
+    with pytest.raises(UsageError, match="cannot write the ledger .*ledger.jsonl.*GRPO_TRAIN_LEDGER=FILE"):
+        ledger.check_writable(folder)
+    assert ledger.check_writable(tmp_path / "new" / "ledger.jsonl").exists()
+
+
+@pytest.mark.skipif(hasattr(__import__("os"), "geteuid") and __import__("os").geteuid() == 0,
+                    reason="root writes read-only files")
+def test_a_read_only_ledger_is_read_but_not_written(tmp_path, cpu_profile):
+    from contract.errors import UsageError
+
+    path = tmp_path / "ledger.jsonl"
+    ledger.append(ledger.make_entry(cpu_profile, _cpu(), status="ok", peak_gib=0.5), path)
+    path.chmod(0o444)
+    assert [e.peak_gib for e in ledger.read(path)] == [0.5]
+    with pytest.raises(UsageError, match="cannot write the ledger"):
+        ledger.check_writable(path)
+
+
+# ---------------------------------------------------------------------------------------------------
+# What an attempt writes
+
+def _attempt(tmp_path, probe_peak=None):
+    from types import SimpleNamespace
+
+    folder = tmp_path / "attempt-01"
+    folder.mkdir()
+    probe = {"peak_gib": probe_peak, "seconds": 0.1} if probe_peak else None
+    (folder / "outcome.json").write_text(json.dumps({"status": "oom", "probe": probe}), encoding="utf-8")
+    plan = SimpleNamespace(machine=_card(), candidates=[])
+    return folder, plan
+
+
+_OOM_TEXT = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+             "of 22.05 GiB of which 1.10 GiB is free. Including non-PyTorch memory, this process has 12.90 GiB "
+             "memory in use.")
+
+
+def _oom_record(text=_OOM_TEXT):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(status="oom", report=read_oom(text), peak_gib=None)
+
+
+def test_a_test_run_writes_no_ledger_unless_one_is_named(tmp_path, monkeypatch, gpu_profile):
+    folder, plan = _attempt(tmp_path, probe_peak=11.0)
+    monkeypatch.delenv("GRPO_TRAIN_LEDGER")
+    monkeypatch.setenv("GRPO_TRAIN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(ledger, "_told_test_run", False)
+    environ = {"GRPO_INJECT_OOM": "someone-else"}
+    warnings = []
+    assert ledger.record_attempt(gpu_profile, plan, _oom_record(), folder, warn=warnings.append,
+                                 environ=environ) is None
+    assert not (tmp_path / "cache" / "ledger.jsonl").exists()
+    assert len(warnings) == 1 and "GRPO_INJECT_OOM is set: this run adds nothing to the ledger" in warnings[0]
+
+
+def test_an_injected_oom_is_never_a_measurement(tmp_path, gpu_profile):
+    folder, plan = _attempt(tmp_path, probe_peak=11.0)
+    environ = {"GRPO_INJECT_OOM": f"{gpu_profile.name}@3", "GRPO_TRAIN_LEDGER": str(tmp_path / "asked.jsonl")}
+    entry = ledger.record_attempt(gpu_profile, plan, _oom_record(), folder, environ=environ)
+    # the probe that got through before the injected step is a measurement; the OOM is not
+    assert entry.status == "probe-ok" and entry.peak_gib == 11.0 and entry.oom_lower_bound_gib is None
+    (written,) = ledger.read()
+    assert written.oom_lower_bound_gib is None and written.succeeded
+
+
+def test_a_genuine_oom_records_its_bound_and_what_others_held(tmp_path, gpu_profile):
+    folder, plan = _attempt(tmp_path)
+    entry = ledger.record_attempt(gpu_profile, plan, _oom_record(), folder, environ={})
+    assert entry.status == "oom" and entry.oom_lower_bound_gib == pytest.approx(14.90)
+    assert entry.oom_kind == "cuda" and entry.others_gib == pytest.approx(22.05 - 1.10 - 12.90, abs=1e-3)
+    assert ledger.read()[0].others_gib == pytest.approx(8.05, abs=1e-3)
+
+
+def test_forget_rewrites_the_file_a_link_points_to(tmp_path, cpu_profile):
+    real = tmp_path / "real.jsonl"
+    ledger.append(ledger.make_entry(cpu_profile, _cpu(), status="ok", peak_gib=0.5), real)
+    link = tmp_path / "ledger.jsonl"
+    link.symlink_to(real)
+    assert ledger.forget("all", link) == 1
+    assert link.is_symlink() and real.read_text() == ""

@@ -9,6 +9,7 @@ ambitious one), whose probe either fits after all or proves by its OOM how much 
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from datetime import datetime
@@ -18,7 +19,8 @@ from types import SimpleNamespace
 from launcher.memory import ledger
 from launcher.run.attempts import read_result
 from launcher.run.child import ChildRunner, attempt_command
-from contract.attempt import ENV_ESTIMATE_GIB, ENV_PROBE_ONLY, OK, OOM, PROFILE_FILE, attempt_environment
+from contract.attempt import (ENV_ESTIMATE_GIB, ENV_INJECT_OOM, ENV_PROBE_ONLY, OK, OOM, PROFILE_FILE,
+                              attempt_environment, parse_inject)
 from contract.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, UsageError
 
 
@@ -31,6 +33,22 @@ def rungs_to_measure(plan) -> list:
     first = fitting[0]
     chosen = [single[i] for i in fitting]
     return ([single[first - 1]] if first > 0 else []) + chosen
+
+
+def print_calibration_plan(plan, as_json: bool = False) -> int:
+    """`--calibrate --dry-run`: the plan, and the rungs a calibration would probe (nothing runs)."""
+    import json
+
+    from launcher.plan.view import print_plan
+
+    names = [c.profile.name for c in rungs_to_measure(plan)]
+    if as_json:
+        print(json.dumps({**plan.to_json(), "calibrate": names}, indent=2))
+        return EXIT_OK
+    print_plan(plan)
+    print(f"--calibrate would probe {len(names)} rung(s), each in its own process: {', '.join(names) or 'none'} "
+          f"(drop --dry-run to measure them into {ledger.ledger_path()})", flush=True)
+    return EXIT_OK
 
 
 def _calibration_dir(output_dir: Path) -> Path:
@@ -77,6 +95,14 @@ def calibrate(plan, output_dir: Path, child_command: list[str] | None = None, co
     rungs = rungs_to_measure(plan)
     if not rungs:
         raise UsageError("--calibrate: no single-device rung of the ladder can run on this machine")
+    from launcher.run.inputs import check_inject
+
+    check_inject([c.profile for c in plan.candidates])
+    if ledger.test_run_without_ledger():
+        raise UsageError(f"--calibrate with {ENV_INJECT_OOM} set measures nothing for this machine (an injected "
+                         f"OOM is no measurement) (fix: unset {ENV_INJECT_OOM}, or set {ledger.ENV_LEDGER}=FILE "
+                         "to calibrate into a ledger of its own)")
+    ledger.check_writable()
     folder = _calibration_dir(output_dir)
     console.print(f"calibrating {len(rungs)} rung(s): {', '.join(c.profile.name for c in rungs)} "
                   f"(folder: {folder})", markup=False)
@@ -93,7 +119,10 @@ def calibrate(plan, output_dir: Path, child_command: list[str] | None = None, co
         est = cand.estimate.total_gib
         peak = entry.peak_gib if entry is not None else None
         bound = entry.oom_lower_bound_gib if entry is not None else None
-        verdict = {OK: "probe ran", OOM: f"OOM: needs at least {bound:.2f} GiB" if bound else "OOM"}.get(
+        injected = result.status == OOM and bound is None and cand.profile.name in parse_inject(
+            os.environ.get(ENV_INJECT_OOM))
+        verdict = {OK: "probe ran", OOM: f"OOM: needs at least {bound:.2f} GiB" if bound else
+                   "OOM (injected: not recorded)" if injected else "OOM"}.get(
             result.status, f"{result.status}: {result.error or ''}"[:120])
         if result.status not in (OK, OOM):
             code = EXIT_FAILURE

@@ -44,6 +44,7 @@ class Candidate:
     fits: bool
     reason: str
     measured: object = None  # launcher.memory.ledger.Measured: what this machine measured of this shape, or None
+    ledger_note: str = ""    # one line when the measurement turned the estimate's verdict (see _ledger_note)
 
 
 @dataclass
@@ -203,17 +204,38 @@ def _distributed_candidate(profile, arch, machine: Machine, machines: int, margi
     return Candidate(profile, est, fits, reason)
 
 
-def _single_candidate(profile, arch, machine: Machine, margin: float, measurements) -> Candidate:
+def _single_candidate(profile, arch, machine: Machine, margin: float, measurements,
+                      ledger_refuses: bool = True) -> Candidate:
     """The verdict on a profile of one device: its estimate (or this machine's measurement) against the card,
-    or against the host's RAM for a cpu profile."""
+    or against the host's RAM for a cpu profile. Where the measurement turns the estimate's verdict, the
+    candidate says so in `ledger_note`; with `ledger_refuses` off (an explicit --profile) the ledger only
+    warns: the estimate's verdict stands."""
     gpu = machine.primary
     est = estimate(profile, arch, gpu if profile.device == "cuda" else None)
     measured = measured_for(measurements, profile, machine) if measurements else None
     if profile.device == "cpu" and machine.device == "cuda":
-        fits, reason = _judge(profile, est, None, machine, margin_for(machine.host_ram_gib, "cpu"), measured)
-    else:
-        fits, reason = _judge(profile, est, gpu, machine, margin, measured)
-    return Candidate(profile, est, fits, reason, measured)
+        gpu, margin = None, margin_for(machine.host_ram_gib, "cpu")
+    fits, reason = _judge(profile, est, gpu, machine, margin, measured)
+    candidate = Candidate(profile, est, fits, reason, measured)
+    if measured is not None:
+        by_estimate, estimate_reason = _judge(profile, est, gpu, machine, margin)
+        if by_estimate != fits:
+            candidate.ledger_note = _ledger_note(profile.name, measured, fits, ledger_refuses)
+            if by_estimate and not ledger_refuses:
+                candidate.fits, candidate.reason = True, f"{estimate_reason}; the ledger warns: {measured.text()}"
+    return candidate
+
+
+def _ledger_note(name: str, measured, fits: bool, ledger_refuses: bool) -> str:
+    """One line: the verdict the ledger changed (or, for an explicit --profile, would have), and the way out."""
+    if fits:
+        return (f"the ledger let {name} run ({measured.text()}) where the estimate would refuse it; "
+                "`--ignore-ledger` plans from the estimate alone")
+    if not ledger_refuses:
+        return (f"warning: {name} may run out of memory: {measured.text()}; running it as asked "
+                f"(`python train.py --forget {name}` drops its records)")
+    return (f"the ledger refused {name}, which the estimate fits: {measured.text()}; "
+            f"`python train.py --forget {name}` drops its records, `--ignore-ledger` plans from the estimate alone")
 
 
 def without_refused_vllm(profile, arch, gpu: GpuInfo | None):
@@ -235,10 +257,12 @@ def _vllm_off_text(refusal: str) -> str:
     return f"vLLM off: {refusal}; transformers generates (estimated so); "
 
 
-def make_plan(profiles, machine: Machine, margin_gib: float | None = None, measurements=None) -> Plan:
+def make_plan(profiles, machine: Machine, margin_gib: float | None = None, measurements=None,
+              ledger_refuses: bool = True) -> Plan:
     """Judge the profiles for this machine in ladder order: cuda profiles on a GPU, cpu ones without.
     `measurements` (launcher.memory.ledger entries) replace the estimate of every single-device shape this machine
-    has measured; multi-GPU profiles are judged by the estimate alone."""
+    has measured; multi-GPU profiles are judged by the estimate alone. `ledger_refuses=False` (a profile the
+    user named): the ledger warns but never refuses what the estimate fits."""
     profiles = sorted(profiles, key=lambda p: (p.ladder, p.name))
     if not profiles:
         raise UsageError("no profiles to plan (fix: --profiles-dir DIR holding *.yaml profiles)")
@@ -284,12 +308,14 @@ def make_plan(profiles, machine: Machine, margin_gib: float | None = None, measu
         if profile.device == "cuda" and profile.distributed:
             candidate = _distributed_candidate(profile, archs[profile.model], machine, machines, margin_gib)
         else:
-            candidate = _single_candidate(profile, archs[profile.model], machine, margin_gib, measurements)
+            candidate = _single_candidate(profile, archs[profile.model], machine, margin_gib, measurements,
+                                          ledger_refuses)
         if refusal:
             candidate.reason = _vllm_off_text(refusal) + candidate.reason
         candidates.append(candidate)
     if any(c.reason.startswith("vLLM off") for c in candidates):
         notes.append(f"{gpu.name}: no bfloat16, so vLLM is off for the models it refuses in float16 (Gemma 2/3, "
                      "GLM-4); those rungs generate with transformers: slower, the KV cache in the training process")
+    notes.extend(c.ledger_note for c in candidates if c.ledger_note)
     chosen = next((c.profile for c in candidates if c.fits), None)
     return Plan(machine, candidates, chosen, margin_gib, notes)

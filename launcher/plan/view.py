@@ -66,7 +66,7 @@ def print_plan(plan: Plan, as_json: bool = False) -> int:
     console = _console()
     console.print(plan.machine.message, markup=False, highlight=False)
     for note in plan.notes:
-        console.print(f"note: {note}", markup=False, highlight=False)
+        console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)  # one line, for grep too
     gpu = plan.machine.primary
     where = "GPU" if gpu else "RAM"
     table = Table(title=f"Ladder (lower rung = tried first); {where} margin {plan.margin_gib:.2f} GiB")

@@ -35,6 +35,9 @@ def print_plan_choice(console, plan) -> None:
     message = getattr(plan.machine, "message", "")
     if message:
         console.print(f"plan: {message}", markup=False)
+    for cand in plan.candidates:  # where the ledger turned a verdict, and the way out
+        if getattr(cand, "ledger_note", ""):
+            console.print(f"plan: {cand.ledger_note}", markup=False, soft_wrap=True)
     chosen = plan.chosen
     if chosen is None:
         return
