@@ -98,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--calibrate", action="store_true",
                       help="measure the ladder here: the worst-case probe alone for every rung that fits and "
                            "the first above them, each in its own process; the next --auto plans from it")
+    plan.add_argument("--random-weights", action="store_true",
+                      help="with --calibrate: probe each rung's architecture with random weights built from the "
+                           "catalogue's facts (nothing downloaded); the ledger marks these measurements")
     plan.add_argument("--explain-oom", metavar="FILE",
                       help="read a CUDA OOM error (file, or - for stdin) and explain what to change")
 
@@ -147,6 +150,8 @@ def check_flags(args: argparse.Namespace) -> None:
     for first, second in conflicts:
         if modes[first] and modes[second]:
             raise UsageError(f"{first} and {second} ask for two different things; give one of them")
+    if args.random_weights and not args.calibrate:
+        raise UsageError("--random-weights only applies to --calibrate (a training run needs the real weights)")
     if args.fresh_attempt and not args.resume:
         raise UsageError("--fresh-attempt only applies to --resume (a new run starts at step 1 anyway)")
     if not (args.dry_run or args.fit_table or args.explain_oom):
@@ -222,7 +227,7 @@ def plan_and_train(args: argparse.Namespace) -> int:
         return print_plan(plan, as_json=args.json)
     if args.calibrate:
         from launcher.memory.calibrate import calibrate
-        return calibrate(plan, output_dir=Path(args.output_dir))
+        return calibrate(plan, output_dir=Path(args.output_dir), random_weights=args.random_weights)
 
     from launcher.run.inputs import check_run_inputs
     check_run_inputs(profiles, plan, gpu_memory=args.gpu_memory, resume=args.resume)
