@@ -282,8 +282,8 @@ def evaluate(model_dir: str, out_dir: Path) -> dict:
                           "total": scored["total"], "well_formed": scored["well_formed"]}
     sent = [request.get("prompt_token_ids") if isinstance(request, dict) else request
             for request in engine.requests]
-    return {"model_dir": model_dir, "rows": len(rows), "stop_token": stop, "eos_token": tokenizer.eos_token_id, "results": results,
-            "sent_prompt_ids": sent, "training_prompt_ids": prompts,
+    return {"model_dir": model_dir, "rows": len(rows), "stop_token": stop, "eos_token": tokenizer.eos_token_id,
+            "results": results, "sent_prompt_ids": sent, "training_prompt_ids": prompts,
             "lora_requests": engine.lora_requests,
             "sampling_stop_token_ids": [sorted(getattr(p, "stop_token_ids", None) or []) for p in engine.sampling],
             "sampling_temperature": [getattr(p, "temperature", None) for p in engine.sampling],
