@@ -43,7 +43,7 @@ CPU_BASE = REPO / "profiles" / "cpu-tiny-8gen.yaml"
 BUDGET_S = 600
 # Estimate components by what the probe exercises: held before its step (the model), the step itself, and
 # what it does not run (generation's KV cache, vLLM).
-HELD = ("weights", "lora", "reference", "master_weights")
+HELD = ("weights", "lora", "reference", "master_weights", "runtime")  # runtime: the CPU process's libraries
 NOT_PROBED = ("generate_kv_cache", "vllm_cache", "vllm_workspace", "standby_reuse", "cuda_context")
 # The shape every probe here takes: GRPO's usual single-GPU settings, short enough to run in seconds.
 GPU_SHAPE = ["max_seq_length=1024", "max_prompt_length=256", "max_completion_length=512", "lora_rank=16",
@@ -280,7 +280,8 @@ def write_report(report: dict, out_dir: Path) -> tuple[Path, Path]:
              f"transformers {report['versions'].get('transformers', '?')}, trl {report['versions'].get('trl', '?')}"
              f", unsloth {report['versions'].get('unsloth', 'absent')}; random weights from the catalogue's "
              f"facts; {report['seconds']:.0f} s in all. Written by `python benchmarks/gpu_check.py`.", "",
-             "Estimate (GiB): held = weights and adapters, step = gradients, optimizer, activations, logits "
+             "Estimate (GiB): held = weights and adapters (and, on the CPU, the process's libraries), step = "
+             "gradients, optimizer, activations, logits "
              "(what the probe's step adds); generation's KV cache, vLLM and the CUDA context are left out, the "
              "probe does not run them. Measured: held = allocated when the step starts (on the CPU: the "
              "process's resident memory, libraries included), step = peak less that, peak = the probe's figure "
