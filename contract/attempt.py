@@ -55,6 +55,7 @@ ENV_INJECT_OOM = "GRPO_INJECT_OOM"          # NAME[@STEP][,...]: raise a real OO
 ENV_NO_UNSLOTH = "GRPO_TRAIN_NO_UNSLOTH"    # 1: train through transformers + PEFT even where Unsloth imports
 ENV_ESTIMATE_GIB = "GRPO_ATTEMPT_ESTIMATE_GIB"  # the estimate the plan judged this attempt by
 ENV_PROBE_ONLY = "GRPO_PROBE_ONLY"          # 1: load, run the worst-case probe, report it, stop (--calibrate)
+ENV_RANDOM_WEIGHTS = "GRPO_RANDOM_WEIGHTS"  # 1: the model's architecture with random weights, nothing downloaded
 ENV_VLLM_HOST = "GRPO_VLLM_HOST"            # where a distributed attempt finds its vLLM server
 ENV_VLLM_PORT = "GRPO_VLLM_PORT"
 ENV_NUM_MACHINES = "GRPO_NUM_MACHINES"      # multi-node: every machine runs the same command

@@ -65,11 +65,13 @@ def stop_ids(model, tokenizer) -> list[int]:
     return ids
 
 
-def generate_vllm(model, prompts: list[list[int]], max_new_tokens: int, lora_path: str | None) -> list[str]:
+def generate_vllm(model, prompts: list[list[int]], max_new_tokens: int, lora_path: str | None,
+                  stop_token_ids: list[int] | None = None) -> list[str]:
     from vllm import SamplingParams
 
-    # vLLM stops at the model's own generation-config EOS ids; it takes token-id prompts as they are
-    params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
+    # every end-of-sequence id stated, as generate_hf gives them: the engine need not have read the model's
+    # generation config for them. Token-id prompts are taken as they are.
+    params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens, stop_token_ids=list(stop_token_ids or []))
     lora_request = model.load_lora(str(lora_path)) if lora_path else None
     outputs = model.fast_generate([{"prompt_token_ids": ids} for ids in prompts], sampling_params=params,
                                   lora_request=lora_request, use_tqdm=False)
@@ -111,7 +113,7 @@ def generate(model, tokenizer, rows: list[dict], *, max_new_tokens: int, use_vll
     """Greedy completions for rows of {prompt}, as text."""
     prompts = prompt_ids(tokenizer, rows)
     if use_vllm:
-        return generate_vllm(model, prompts, max_new_tokens, lora_path)
+        return generate_vllm(model, prompts, max_new_tokens, lora_path, stop_ids(model, tokenizer))
     return generate_hf(model, tokenizer, prompts, max_new_tokens)
 
 

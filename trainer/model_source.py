@@ -7,9 +7,17 @@ so that loading, evaluation, the report and `--sample` read the same for every k
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
+from contract.attempt import ENV_RANDOM_WEIGHTS
+
 TINY = "tiny"
+
+
+def random_weights_requested(environ=None) -> bool:
+    """Whether this attempt runs on random weights (the supervisor sets ENV_RANDOM_WEIGHTS)."""
+    return (os.environ if environ is None else environ).get(ENV_RANDOM_WEIGHTS, "") not in ("", "0")
 
 
 @dataclass(frozen=True)
@@ -19,7 +27,15 @@ class ModelSource:
 
 
 def resolve_model(profile) -> ModelSource:
-    """The profile's model as something to load; builds the tiny model on first use (seeded, cached)."""
+    """The profile's model as something to load; builds the tiny model on first use (seeded, cached). With
+    random weights asked for (--calibrate --random-weights), the model's architecture from the catalogue's
+    facts with random weights instead, built offline (tiny_model.random_weights)."""
+    if random_weights_requested():
+        from tiny_model import random_weights
+
+        folder = random_weights.ensure_random_model(profile.model, dataset=profile.dataset, seed=profile.seed,
+                                                    max_positions=max(profile.max_seq_length, 2048))
+        return ModelSource(str(folder))  # the probe's figures carry the mark (trainer.probe)
     if profile.model != TINY:
         return ModelSource(profile.model)
     from tiny_model.build import build_record, ensure_tiny

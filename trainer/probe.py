@@ -173,6 +173,7 @@ class PeakMeter:
         self._poller = None
         self._polled = 0.0
         self._stop = threading.Event()
+        self.held_before: float | None = None
 
     def start(self) -> None:
         import torch
@@ -181,8 +182,12 @@ class PeakMeter:
             self.memory.sample()  # the run's peak so far is kept before the probe resets the counters
         if self.device == "cuda":
             torch.cuda.synchronize()
+            self.held_before = torch.cuda.memory_allocated() / GIB  # weights, adapters: what the step starts on
             torch.cuda.reset_peak_memory_stats()
             return
+        import psutil
+
+        self.held_before = psutil.Process().memory_info().rss / GIB
         try:
             with open("/proc/self/clear_refs", "w", encoding="ascii") as handle:
                 handle.write("5")  # resets the resident high-water mark to the resident size now
@@ -208,7 +213,8 @@ class PeakMeter:
             allocated = torch.cuda.max_memory_allocated() / GIB
             reserved = torch.cuda.max_memory_reserved() / GIB
             out = {"peak_gib": round(max(allocated, reserved), 4), "measure": "torch peak reserved",
-                   "peak_allocated_gib": round(allocated, 4), "peak_reserved_gib": round(reserved, 4)}
+                   "peak_allocated_gib": round(allocated, 4), "peak_reserved_gib": round(reserved, 4),
+                   "held_before_gib": round(self.held_before or 0.0, 4)}
             used = self._nvml_used_gib()
             if used is not None:
                 out["nvml_used_gib"] = round(used, 4)
@@ -216,8 +222,10 @@ class PeakMeter:
         if self._poller is not None:
             self._stop.set()
             self._poller.join()
-            return {"peak_gib": round(self._polled, 4), "measure": "process RSS, sampled"}
-        return {"peak_gib": round(_vm_hwm_gib() or 0.0, 4), "measure": "process peak RSS"}
+            return {"peak_gib": round(self._polled, 4), "measure": "process RSS, sampled",
+                    "held_before_gib": round(self.held_before or 0.0, 4)}
+        return {"peak_gib": round(_vm_hwm_gib() or 0.0, 4), "measure": "process peak RSS",
+                "held_before_gib": round(self.held_before or 0.0, 4)}
 
     def _nvml_used_gib(self) -> float | None:
         handle = getattr(self.memory, "_nvml_handle", None)
@@ -302,9 +310,13 @@ def run_probe(trainer, rows: list[dict], tokenizer, profile, memory=None, estima
     if device == "cuda":
         torch.cuda.empty_cache()  # the probe's blocks go back: generation (vLLM) may need them first
         torch.cuda.reset_peak_memory_stats()  # the first step's telemetry is the step's own
+    from trainer.model_source import random_weights_requested
+
+    # measured on random weights (--calibrate --random-weights): the ledger keeps the mark with the figures
+    marked = {"random_weights": True} if random_weights_requested() else {}
     return {**peaks, "seconds": round(seconds, 3), "cpu_seconds": round(cpu_seconds, 3),
             "prompt_tokens": int(inputs_width(prompts)), "completion_tokens": int(profile.max_completion_length),
-            "batch": batch, "num_generations": generations}
+            "batch": batch, "num_generations": generations, **marked}
 
 
 def inputs_width(prompts: list[list[int]]) -> int:

@@ -19,8 +19,8 @@ from types import SimpleNamespace
 from launcher.memory import ledger
 from launcher.run.attempts import read_result
 from launcher.run.child import ChildRunner, attempt_command
-from contract.attempt import (ENV_ESTIMATE_GIB, ENV_INJECT_OOM, ENV_PROBE_ONLY, OK, OOM, PROFILE_FILE,
-                              attempt_environment, parse_inject)
+from contract.attempt import (ENV_ESTIMATE_GIB, ENV_INJECT_OOM, ENV_PROBE_ONLY, ENV_RANDOM_WEIGHTS, OK, OOM,
+                              PROFILE_FILE, attempt_environment, parse_inject)
 from contract.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, UsageError
 
 
@@ -63,14 +63,19 @@ def _calibration_dir(output_dir: Path) -> Path:
     return folder
 
 
-def probe_rung(candidate, plan, folder: Path, number: int, runner: ChildRunner, console):
-    """One probe in its own process; the ledger entry it made (None when it measured nothing)."""
+def probe_rung(candidate, plan, folder: Path, number: int, runner: ChildRunner, console,
+               random_weights: bool = False):
+    """One probe in its own process; the ledger entry it made (None when it measured nothing). With
+    random_weights, the child builds the rung's architecture from the catalogue's facts with random weights
+    instead of loading the model (its probe figures, and so the ledger entry, say so)."""
     profile = candidate.profile
     attempt_dir = folder / f"probe-{number:02d}-{profile.name}"
     attempt_dir.mkdir()
     (attempt_dir / PROFILE_FILE).write_text(profile.to_yaml(), encoding="utf-8")
     env = attempt_environment(profile)
     env[ENV_PROBE_ONLY] = "1"
+    if random_weights:
+        env[ENV_RANDOM_WEIGHTS] = "1"
     env[ENV_ESTIMATE_GIB] = repr(float(candidate.estimate.total_gib))
     console.print(f"probe {number}: {profile.name} (estimated {candidate.estimate.total_gib:.2f} GiB)",
                   markup=False)
@@ -86,7 +91,8 @@ def probe_rung(candidate, plan, folder: Path, number: int, runner: ChildRunner, 
     return result, entry
 
 
-def calibrate(plan, output_dir: Path, child_command: list[str] | None = None, console=None) -> int:
+def calibrate(plan, output_dir: Path, child_command: list[str] | None = None, console=None,
+              random_weights: bool = False) -> int:
     """Probe the rungs (see the module docstring); 0 when every probe ran (an OOM is a measurement too)."""
     from rich.console import Console
     from rich.table import Table
@@ -105,7 +111,8 @@ def calibrate(plan, output_dir: Path, child_command: list[str] | None = None, co
     ledger.check_writable()
     folder = _calibration_dir(output_dir)
     console.print(f"calibrating {len(rungs)} rung(s): {', '.join(c.profile.name for c in rungs)} "
-                  f"(folder: {folder})", markup=False)
+                  f"(folder: {folder})" + ("; random weights from the catalogue's facts, nothing downloaded"
+                                           if random_weights else ""), markup=False)
     runner = ChildRunner(child_command)
     table = Table(title="calibration: estimate against the probe's measured peak")
     for col in ("profile", "estimate GiB", "measured GiB", "measured / estimate", "result"):
@@ -115,7 +122,7 @@ def calibrate(plan, output_dir: Path, child_command: list[str] | None = None, co
         if runner.signals:
             code = EXIT_INTERRUPTED
             break
-        result, entry = probe_rung(cand, plan, folder, number, runner, console)
+        result, entry = probe_rung(cand, plan, folder, number, runner, console, random_weights)
         est = cand.estimate.total_gib
         peak = entry.peak_gib if entry is not None else None
         bound = entry.oom_lower_bound_gib if entry is not None else None

@@ -13,6 +13,9 @@ Formats read (GiB; `format_gib` rounds to 0.01):
   "GPU KV cache size: 97,856 tokens, Maximum concurrency for 1,024 tokens per request: 95.56x"
   "Graph capturing finished in 12 secs, took 0.53 GiB"
   "CUDA graph pool memory: 0.51 GiB (actual), 0.55 GiB (estimated), ..."
+- vLLM's CPU build (the KV cache is the VLLM_CPU_KVCACHE_SPACE it was given; no weights or activation lines):
+  "Explicitly set (1.0/11.59) GiB for KV cache on node 0."
+  "CPU KV cache size: 2,097,152 tokens, Maximum concurrency for 256 tokens per request: 8192.00x"
 - vLLM 0.6 - 0.9 (V0 engine):
   "Loading model weights took 2.3124 GB"
   "model weights take 2.31GiB; non_torch_memory takes 0.12GiB; PyTorch activation peak memory takes
@@ -33,7 +36,8 @@ _PATTERNS = {
                             re.compile(r"PyTorch activation peak memory takes " + _NUM + r" ?GiB")],
     "non_torch_gib": [re.compile(r"non_torch_memory takes " + _NUM + r" ?GiB")],
     "kv_cache_gib": [re.compile(r"Available KV cache memory: " + _NUM + r" ?GiB"),
-                     re.compile(r"the rest of the memory reserved for KV Cache is " + _NUM + r" ?GiB")],
+                     re.compile(r"the rest of the memory reserved for KV Cache is " + _NUM + r" ?GiB"),
+                     re.compile(r"Explicitly set \(" + _NUM + r"/\d+(?:\.\d+)?\) ?GiB for KV cache")],
     "cuda_graphs_gib": [re.compile(r"Graph capturing finished in \d+ secs?, took " + _NUM + r" ?GiB"),
                         re.compile(r"CUDA graph pool memory: " + _NUM + r" ?GiB \(actual\)")],
 }
