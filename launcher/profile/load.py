@@ -180,8 +180,15 @@ def load_profile(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) 
                            "write the profile's keys, e.g. copy one from profiles/ and edit it")
     if not isinstance(data, dict):
         raise ProfileError(str(path), None, "a profile must be a mapping of keys to values")
-    profile = profile_from_dict(data, str(path))
     changes = parse_overrides(overrides)
+    try:
+        profile = profile_from_dict(data, str(path))
+    except ProfileError as exc:
+        if exc.key is None or exc.key not in changes:
+            raise
+        # The --set replaces the very key the file gets wrong (a saved profile whose reward file has since
+        # gone, given new rewards): the file with the change is what runs, so that is what is checked.
+        return profile_from_dict({**data, **changes}, f"{path} with --set")
     if changes:
         profile = profile_from_dict({**profile.to_dict(), **changes}, f"{path} with --set")
     return profile
