@@ -189,7 +189,11 @@ def _record_failure(outcome: Outcome, exc: BaseException, profile_name: str, ran
     outcome.traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     who = f"attempt '{profile_name}'" + (f" rank {rank}" if rank else "")
     say(f"{who} ended: {status}: {line}", error=True)
-    if status == ERROR and not isinstance(exc, UsageError) and not _is_disk_error(exc, attempt_dir):
+    reward_failure = user_reward_error(exc)
+    if reward_failure is not None:
+        if reward_failure.trace:  # the user's own frames; the library's around them are in outcome.json
+            say(reward_failure.trace, error=True)
+    elif status == ERROR and not isinstance(exc, UsageError) and not _is_disk_error(exc, attempt_dir):
         say(outcome.traceback, error=True)  # a bug: the traceback is the report (a full disk is not one)
     return code
 

@@ -58,7 +58,10 @@ def load(state: AttemptState) -> Loaded:
     eval_rows = load_task(profile, "test", limit=profile.eval_samples, seed=profile.seed) \
         if profile.eval_samples and state.main else []
     from rewards import get_reward
+    from rewards import user as user_rewards
 
+    if state.main:  # a process ended inside the user's reward is then named (contract.REWARD_RUNNING_FILE)
+        user_rewards.attach(state.attempt_dir, say)
     correctness = get_reward(profile.correctness)  # the user's own reward is imported here, in the attempt
     from trainer.model_source import resolve_model
 
