@@ -100,8 +100,21 @@ def _user_rows(spec: DataSpec) -> dict:
     key = tuple(sorted(vars(spec).items()))
     if key not in _READ:
         system = SYSTEM_PROMPT if spec.system_prompt is None else spec.system_prompt
-        records = user_data.load_splits(spec)
-        _READ[key] = {split: user_data.to_rows(records[split], spec, system, split) for split in SPLITS}
+        numbers: dict = {}
+        records = user_data.load_splits(spec, numbers)
+        unreadable: dict = {split: [] for split in SPLITS}
+        # judged per file: a held-out test split is part of the training file, and its few rows alone would
+        # make one empty cell look like a tenth of the data
+        read = {split: user_data.to_rows(records[split], spec, system, split, row_numbers=numbers[split],
+                                         judge=not numbers["held_out"], unreadable_out=unreadable[split])
+                for split in SPLITS}
+        if numbers["held_out"]:
+            columns = list(records["train"][0]) if records["train"] else []
+            question = spec.question_field or next((c for c in user_data.QUESTION_FIELDS if c in columns), None)
+            answer = spec.answer_field or next((c for c in user_data.ANSWER_FIELDS if c in columns), "answer")
+            user_data.check_unreadable(spec, "", unreadable["train"] + unreadable["test"],
+                                       len(records["train"]) + len(records["test"]), question, answer)
+        _READ[key] = read
     return _READ[key]
 
 

@@ -114,6 +114,9 @@ def _check_dataset(p, base: Path | None) -> None:
                 raise KeyProblem(f"applies to your own data; {p.dataset} knows its own columns and splits",
                                  f"remove {key}, or set dataset to your file, folder or hub id", key)
         return
+    if p.question_field and p.question_field == p.answer_field:
+        raise KeyProblem(f"'{p.question_field}' is both question_field and answer_field: the model would be shown "
+                         "its own gold answer", "name two different columns", "answer_field")
     given = Path(p.dataset).expanduser()
     if not given.is_absolute() and base is not None and (base / given).exists():
         given = base / given
