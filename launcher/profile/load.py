@@ -171,6 +171,20 @@ def parse_overrides(pairs: list[str] | tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
+def _refuse_empty_values(data: dict, source: str) -> None:
+    """`max_steps:` with nothing after it reads as null, which would silently mean the default (250): refused,
+    except for text keys whose default is empty anyway (`hub_model_id:` means none)."""
+    for key, value in data.items():
+        if value is not None or str(key) not in Profile.model_fields:
+            continue
+        default = Profile.model_fields[str(key)].get_default(call_default_factory=True)
+        if default == "":
+            continue
+        fix = "write system_prompt: \"\" for no system turn, or remove the line for the default" \
+            if key == "system_prompt" else f"give a value, or remove the line to keep the default ({default!r})"
+        raise ProfileError(source, str(key), "empty value", fix)
+
+
 def load_profile(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Profile:
     """Read, validate and override one profile file. Errors name the file (or --set) and the key."""
     path = Path(path)
@@ -180,6 +194,7 @@ def load_profile(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) 
                            "write the profile's keys, e.g. copy one from profiles/ and edit it")
     if not isinstance(data, dict):
         raise ProfileError(str(path), None, "a profile must be a mapping of keys to values")
+    _refuse_empty_values(data, str(path))
     changes = parse_overrides(overrides)
     try:
         profile = profile_from_dict(data, str(path))
