@@ -79,3 +79,15 @@ def test_a_missing_hf_token_for_hub_model_id_is_said_before_training(monkeypatch
     check_run_inputs(profiles, plan, gpu_memory=None, resume=False)
     captured = capsys.readouterr()
     assert "HF_TOKEN" not in captured.err and "hf_secret_never_shown" not in captured.out + captured.err
+
+
+def test_a_set_every_rung_refuses_names_the_rung_auto_tries_first(capsys):
+    code = train.main(["--auto", "--dry-run", "--set", "dataset=no-such-file.csv"])
+    err = capsys.readouterr().err
+    first = min((p for p in load_profiles(CPU_DIR) if p.device == "cpu"), key=lambda p: (p.ladder, p.name))
+    assert code == 2 and f"{first.name}.yaml with --set: key 'dataset'" in err, err
+
+
+def test_calibrate_with_dry_run_is_refused_not_dropped(capsys):
+    code = train.main(["--calibrate", "--dry-run"])
+    assert code == 2 and "--calibrate and --dry-run ask for two different things" in capsys.readouterr().err

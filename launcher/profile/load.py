@@ -224,10 +224,15 @@ def load_profiles(directory: str | Path, overrides: list[str] | tuple[str, ...] 
     if not files:
         raise UsageError(f"{directory}: no *.yaml profiles in this folder")
     profiles = []
-    for path in files:
-        as_written = load_profile(path) if device is not None and overrides else None
-        runs_here = as_written is None or as_written.device == device
-        profiles.append(load_profile(path, overrides) if runs_here else as_written)
+    if device is not None and overrides:
+        # the overrides are applied rung by rung in ladder order, so that a --set every rung refuses is
+        # reported for the rung --auto tries first, not for the file that sorts first by name
+        written = sorted(((load_profile(path), path) for path in files), key=lambda item: (item[0].ladder,
+                                                                                          item[0].name))
+        for as_written, path in written:
+            profiles.append(load_profile(path, overrides) if as_written.device == device else as_written)
+    else:
+        profiles = [load_profile(path, overrides) for path in files]
     names: dict[str, str] = {}
     for p in profiles:
         if p.name in names:
