@@ -208,3 +208,18 @@ def test_a_misspelled_module_path_exits_2_at_dry_run(package, tmp_path):
     with pytest.raises(ProfileError) as info:
         load_profile(cpu, ["rewards={accuracy: 1, mypkg.nosuch:exact: 1}"])
     assert info.value.key == "rewards" and "has no module 'nosuch'" in str(info.value)
+
+
+def test_a_slow_reward_is_said_once(tmp_path, monkeypatch):
+    path = tmp_path / "slow.py"
+    path.write_text("import time\ndef slow(completions, **kw):\n    time.sleep(0.05)\n    return [0.0] * len(completions)\n")
+    monkeypatch.setattr(user, "SLOW_CALL_S", 0.01)
+    said = []
+    user.attach(None, said.append)
+    try:
+        reward = user.load(user.parse_spec(f"{path}:slow"))
+        reward(prompts=["p"], completions=["c"])
+        reward(prompts=["p"], completions=["c"])
+    finally:
+        user.attach(None)
+    assert len(said) == 1 and said[0].startswith("warning: reward 'slow' took ") and "every training step" in said[0]
