@@ -260,12 +260,13 @@ def _load_hub(spec: DataSpec):
                          "dataset_config)") from None
 
 
-def load_splits(spec: DataSpec, row_numbers: dict | None = None) -> dict:
+def load_splits(spec: DataSpec, row_numbers: dict | None = None, as_datasets: bool = False) -> dict:
     """{"train": rows, "test": rows} as plain dicts, with the held-out tenth when there is no test split.
 
     row_numbers, when given, receives each split's rows' positions in their file ({"train": [0, 1, 3, ...],
     "test": [2, ...]}) and "held_out": whether the test rows came out of the training file, so that errors
-    name the file's rows and judge the file as a whole."""
+    name the file's rows and judge the file as a whole. as_datasets: the splits as `datasets.Dataset`s (on
+    disk, memory-mapped) instead of lists, for a caller that reads only some of the rows."""
     kind = source_kind(spec.dataset)
     data = _load_hub(spec) if kind == "hub" else _load_local(spec, kind)
     names = list(data.keys())
@@ -293,6 +294,8 @@ def load_splits(spec: DataSpec, row_numbers: dict | None = None) -> dict:
         train = train.select(numbers["train"])
     if row_numbers is not None:
         row_numbers.update(numbers)
+    if as_datasets:
+        return {"train": train, "test": test}
     return {"train": train.to_list(), "test": test.to_list()}
 
 
@@ -373,13 +376,7 @@ def to_rows(records: list[dict], spec: DataSpec, system_prompt: str, split: str,
     if not records:
         raise UsageError(f"dataset {spec.dataset}: the {split} split is empty (fix: add rows)")
     numbers = row_numbers if row_numbers is not None else range(len(records))
-    columns = list(records[0].keys())
-    chat = "prompt" in columns and _is_chat(records[0].get("prompt")) and not spec.question_field
-    question = None if chat else _pick(columns, spec.question_field, QUESTION_FIELDS, "question", spec)
-    answer = _pick(columns, spec.answer_field, ANSWER_FIELDS, "answer", spec)
-    if question is not None and question == answer:
-        raise UsageError(f"dataset {spec.dataset}: column '{question}' is both the question and the answer (fix: "
-                         "set question_field and answer_field to two different columns)")
+    chat, question, answer = _columns(spec, list(records[0].keys()), records[0])
     read_gold = gold_reader(spec, default_pattern)
     rows, unreadable = [], []
     for index, record in enumerate(records):
@@ -401,6 +398,50 @@ def to_rows(records: list[dict], spec: DataSpec, system_prompt: str, split: str,
     if judge:
         check_unreadable(spec, f" ({split})", unreadable, len(records), question, answer, default_pattern)
     return rows, len(unreadable)
+
+
+SCAN_BATCH = 8192
+
+
+def _columns(spec: DataSpec, columns: list[str], first: dict) -> tuple[bool, str | None, str]:
+    """(chat prompts, question column or None, answer column) of a split, refused as to_rows refuses them."""
+    chat = "prompt" in columns and _is_chat(first.get("prompt")) and not spec.question_field
+    question = None if chat else _pick(columns, spec.question_field, QUESTION_FIELDS, "question", spec)
+    answer = _pick(columns, spec.answer_field, ANSWER_FIELDS, "answer", spec)
+    if question is not None and question == answer:
+        raise UsageError(f"dataset {spec.dataset}: column '{question}' is both the question and the answer (fix: "
+                         "set question_field and answer_field to two different columns)")
+    return chat, question, answer
+
+
+def scan(data, spec: DataSpec, split: str, row_numbers: list[int] | None = None,
+         default_pattern: str | None = None) -> tuple:
+    """Which rows of a split (a `datasets.Dataset`) can be used, reading only its question and answer columns
+    in batches, so that a file of millions of rows is never held whole as Python objects.
+
+    Returns (positions of the usable rows in `data`, as an array; file positions of the unusable ones,
+    the question column or None, the answer column)."""
+    from array import array
+
+    if len(data) == 0:
+        raise UsageError(f"dataset {spec.dataset}: the {split} split is empty (fix: add rows)")
+    chat, question, answer = _columns(spec, list(data.column_names), data[0])
+    read_gold = gold_reader(spec, default_pattern)
+    numbers = row_numbers if row_numbers is not None else range(len(data))
+    usable, unusable = array("q"), []
+    position = 0
+    for batch in data.select_columns([c for c in (question, answer) if c]).iter(batch_size=SCAN_BATCH):
+        golds = batch[answer]
+        questions = batch[question] if question else [None] * len(golds)
+        for gold, text in zip(golds, questions):
+            ok = read_gold(gold) is not None and (chat or (isinstance(text, (str, int, float)) and
+                                                          _cell_text(text) is not None))
+            if ok:
+                usable.append(position)
+            else:
+                unusable.append(numbers[position])
+            position += 1
+    return usable, unusable, question, answer
 
 
 def check_unreadable(spec: DataSpec, where: str, unreadable: list[int], total: int, question: str | None,

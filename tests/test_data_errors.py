@@ -126,3 +126,18 @@ def test_a_hub_id_without_network_says_so_at_once(tmp_path):
         done.stdout + done.stderr[-2000:]
     assert "HF_DATASETS_OFFLINE=1" in text and "Retrying" not in done.stderr
     assert float(seconds) < 15  # no retries of the hub
+
+
+def test_train_samples_of_a_large_file_maps_only_those_rows(tmp_path, monkeypatch):
+    # a 1,000,000-row CSV held whole took 2.1 GB for a check that uses 2,000 rows; now only the question and
+    # answer columns are scanned, in batches, and only the rows asked for become Python objects
+    from tasks import user_data
+
+    path = csv_file(tmp_path / "large.csv", [i + 1 for i in range(5000)])
+    mapped = []
+    real = user_data.to_rows
+    monkeypatch.setattr(user_data, "to_rows", lambda records, *a, **k: mapped.append(len(records)) or
+                        real(records, *a, **k))
+    found = tasks.check_data(own(path, train_samples=20, eval_samples=5))
+    assert found == "20 of 4,500 training rows (train_samples), 5 test rows"
+    assert sorted(mapped) == [5, 20]
