@@ -139,11 +139,12 @@ def check_flags(args: argparse.Namespace) -> None:
     if args.attempt_dir:
         return  # the supervisor's own command for one attempt
     modes = {"--auto": args.auto, "--profile": args.profile, "--resume": args.resume,
-             "--fit-table": args.fit_table, "--explain-oom": args.explain_oom, "--dry-run": args.dry_run}
+             "--fit-table": args.fit_table, "--explain-oom": args.explain_oom, "--dry-run": args.dry_run,
+             "--calibrate": args.calibrate}
     conflicts = [("--auto", "--profile"), ("--resume", "--profile"), ("--explain-oom", "--auto"),
                  ("--explain-oom", "--profile"), ("--explain-oom", "--resume"), ("--explain-oom", "--fit-table"),
                  ("--explain-oom", "--dry-run"), ("--fit-table", "--auto"), ("--fit-table", "--profile"),
-                 ("--fit-table", "--resume")]
+                 ("--fit-table", "--resume"), ("--calibrate", "--dry-run")]
     for first, second in conflicts:
         if modes[first] and modes[second]:
             raise UsageError(f"{first} and {second} ask for two different things; give one of them")
@@ -171,7 +172,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 def run_single_purpose(args: argparse.Namespace) -> int | None:
     """The modes that neither plan nor train (explain an OOM, sample, the ledger, the fit table) and the
     supervisor's one-attempt command; None when args ask for none of them."""
-    from contract.errors import UsageError
+    from contract.errors import EXIT_INTERRUPTED, UsageError
     from launcher.profile.load import load_profile, load_profiles
 
     if args.explain_oom:
@@ -190,8 +191,12 @@ def run_single_purpose(args: argparse.Namespace) -> int | None:
         if not args.profile:
             raise UsageError("--attempt-dir needs --profile FILE")
         from trainer.run import run_attempt
-        return run_attempt(load_profile(args.profile, args.overrides), Path(args.attempt_dir),
+        from trainer.signals import exit_on_signal
+
+        code = run_attempt(load_profile(args.profile, args.overrides), Path(args.attempt_dir),
                            resume_from=args.resume_from)
+        exit_on_signal(EXIT_INTERRUPTED)  # the outcome is written: nothing left to save
+        return code
     if args.ledger:
         from launcher.memory.ledger import print_ledger
         return print_ledger()
