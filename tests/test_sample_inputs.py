@@ -60,3 +60,12 @@ def test_an_adapter_moved_out_of_its_attempt_says_where_the_profile_should_be(at
 def test_from_test_below_one_is_refused(attempt, count):
     with pytest.raises(UsageError, match=f"--from-test {count}: give a number of test questions >= 1"):
         sample(attempt, from_test=count)
+
+
+def test_from_test_beyond_the_test_split_answers_all_of_it_and_says_so(capsys):
+    from trainer.sample import rows_to_answer
+
+    profile = load_profile(CPU)
+    rows = rows_to_answer(profile, None, 100_000)
+    assert len(rows) == 500  # the arithmetic task's held-out problems
+    assert "--from-test 100000: the test split holds 500 rows; answering all of them" in capsys.readouterr().err
