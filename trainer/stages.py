@@ -134,8 +134,10 @@ def evaluate_rows(state: AttemptState, loaded: Loaded, rows: list, lora_path: st
 
 def nothing_left_to_train(state: AttemptState) -> bool:
     """The checkpoint resumed from already holds max_steps (a run stopped during its final evaluation or
-    report): training would only add steps past max_steps."""
-    return bool(state.resume_from) and contract.checkpoint_step(state.resume_from) >= state.profile.max_steps
+    report): training would only add steps past max_steps. Single-process attempts only: under accelerate the
+    weights load into the wrapped (and, with ZeRO, sharded) model inside train() itself."""
+    return (bool(state.resume_from) and not state.profile.distributed
+            and contract.checkpoint_step(state.resume_from) >= state.profile.max_steps)
 
 
 def load_trained_checkpoint(state: AttemptState, session: Session) -> None:
