@@ -62,6 +62,8 @@ def test_sigterm_in_the_final_evaluation_stops_then_resume_finishes_without_a_st
     resumed = next(run_dir.glob("attempt-02-*"))
     outcome = json.loads((resumed / "outcome.json").read_text())
     assert outcome["status"] == "ok" and outcome["steps"] == 2, outcome
+    assert outcome["peak_gib"] is None  # no training step here: nothing measured for the ledger
+    assert "2 steps in 0.0 s, no step trained in this attempt" in text
     assert not (resumed / "metrics.jsonl").exists() or not (resumed / "metrics.jsonl").read_text().strip()
     summary = json.loads((resumed / "summary.json").read_text())
     assert summary["steps"] == 2 and summary["accuracy"]["after"] is not None

@@ -204,7 +204,7 @@ def _close_outcome(state: AttemptState, outcome: Outcome) -> bool:
     outcome.checkpoint = contract.relative_path(state.latest_checkpoint(), state.attempt_dir)  # folder may move
     outcome.estimate_gib = state.estimate_gib
     outcome.probe = state.probe
-    if state.memory is not None:
+    if state.memory is not None and state.measures_peak:
         try:
             state.memory.sample()
         except Exception:  # a last sample is a nicety; the peak so far stands

@@ -144,6 +144,9 @@ def load_trained_checkpoint(state: AttemptState, session: Session) -> None:
     """Put the resumed checkpoint's weights in the model without a training step (what train() would load
     before its first step), for an attempt with nothing left to train."""
     session.trainer._load_from_checkpoint(state.resume_from)
+    state.measures_peak = False
+    if state.memory is not None:
+        state.memory.sample()  # for the report; the outcome leaves the peak out (measures_peak)
     say(f"{Path(state.resume_from).name} already holds max_steps ({state.profile.max_steps}): nothing left to "
         "train; saving, evaluating and reporting it")
 
@@ -268,8 +271,9 @@ def finish(state: AttemptState, loaded: Loaded, session: Session, before: dict, 
     summary["plots"] = write_plots(attempt_dir, rows, session.reward_names, loaded.backend.device,
                                    state.estimate_gib, profile.name)
     write_report(attempt_dir, summary)
-    say(f"attempt '{profile.name}' done: {summary['steps']} steps in {train_seconds:.1f} s, reward "
-        f"{summary['rewards']['total']['first']} -> {summary['rewards']['total']['last']}, accuracy "
+    trained = (f"reward {summary['rewards']['total']['first']} -> {summary['rewards']['total']['last']}"
+               if rows else "no step trained in this attempt")
+    say(f"attempt '{profile.name}' done: {summary['steps']} steps in {train_seconds:.1f} s, {trained}, accuracy "
         f"{before['accuracy']} -> {after['accuracy']}, peak "
         f"{summary['memory']['peak_gib']:.2f} GiB ({summary['memory']['measure']}); report: "
         f"{attempt_dir / 'report.md'}")
