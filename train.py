@@ -193,7 +193,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 def run_single_purpose(args: argparse.Namespace) -> int | None:
     """The modes that neither plan nor train (explain an OOM, sample, the ledger, the fit table) and the
     supervisor's one-attempt command; None when args ask for none of them."""
-    from contract.errors import UsageError
+    from contract.errors import EXIT_INTERRUPTED, UsageError
     from launcher.profile.load import load_profile, load_profiles
 
     if args.explain_oom:
@@ -212,8 +212,12 @@ def run_single_purpose(args: argparse.Namespace) -> int | None:
         if not args.profile:
             raise UsageError("--attempt-dir needs --profile FILE")
         from trainer.run import run_attempt
-        return run_attempt(load_profile(args.profile, args.overrides), Path(args.attempt_dir),
+        from trainer.signals import exit_on_signal
+
+        code = run_attempt(load_profile(args.profile, args.overrides), Path(args.attempt_dir),
                            resume_from=args.resume_from)
+        exit_on_signal(EXIT_INTERRUPTED)  # the outcome is written: nothing left to save
+        return code
     if args.forget is not None:
         from launcher.memory.ledger import forget_main
         return forget_main(args.forget)

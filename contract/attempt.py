@@ -47,6 +47,9 @@ METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 ADAPTER_DIR = "adapter"
 CHECKPOINT_PREFIX = "checkpoint-"
+# Present while the user's own reward code runs (its name and entry inside): a process that ends there without
+# an outcome (os._exit in the reward) is reported as that reward's doing
+REWARD_RUNNING_FILE = "reward-running.json"
 
 # ---------------------------------------------------------------------------------------------------
 # Environment variables the supervisor sets for an attempt (or a user sets for a run)

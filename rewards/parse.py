@@ -23,13 +23,15 @@ TAGS = (REASONING_OPEN, REASONING_CLOSE, ANSWER_OPEN, ANSWER_CLOSE)
 # One number as people write it in an answer: an optional sign written right before it (a sign after a
 # word or a digit is an operator, so "5-3" reads 5 and 3), an optional currency sign, digits with or
 # without thousands commas, an optional decimal part (or a bare ".5"), and an optional "/denominator" for
-# a simple fraction. A number glued to a letter, a digit or a caret before it ("m2", "cm^2", "CO2") is
-# part of a name or a unit, not a number.
+# a simple fraction, or an exponent ("1e-05", "2.5E+3": how Python, spreadsheets and many datasets write
+# small and large numbers). A number glued to a letter, a digit or a caret before it ("m2", "cm^2", "CO2")
+# is part of a name or a unit, not a number.
 _NUMBER = re.compile(
     r"(?<![\w^.])"
     r"(?P<sign>[-+\u2212]?)"
     r"(?:[$\u00a3\u20ac\u00a5]\s?(?P<sign2>[-\u2212]?))?"
     r"(?:(?P<int>[0-9]{1,3}(?:,[0-9]{3})+(?![0-9])|[0-9]+)(?:\.(?P<frac>[0-9]+))?|\.(?P<bare>[0-9]+))"
+    r"(?:[eE](?P<exp>[-+\u2212]?[0-9]+))?"
     r"(?:/(?P<den>[0-9]+)(?!\.?[0-9]))?"
 )
 _HAS_DIGIT = re.compile(r"\d")
@@ -163,17 +165,20 @@ def _last_number(text: str) -> float | None:
 
 
 def _match_value(match: re.Match) -> float | None:
-    whole, frac, bare, den = match.group("int", "frac", "bare", "den")
+    whole, frac, bare, exp, den = match.group("int", "frac", "bare", "exp", "den")
     if bare is not None:
-        value = float("0." + bare)
+        text = "0." + bare
     elif frac is not None:
-        value = float(whole.replace(",", "") + "." + frac)
+        text = whole.replace(",", "") + "." + frac
     else:
-        value = float(whole.replace(",", ""))
+        text = whole.replace(",", "")
+    if exp is not None:  # read by float itself, so "1e-05" is exactly the float Python writes for 0.00001
+        text += "e" + exp.replace("\u2212", "-")
+    value = float(text)
     if den is not None:
         denominator = float(den)
-        if whole is None or frac is not None or denominator == 0:
-            return None  # "1.5/2" or "3/0" is no fraction people write as an answer
+        if whole is None or frac is not None or exp is not None or denominator == 0:
+            return None  # "1.5/2", "1e3/2" or "3/0" is no fraction people write as an answer
         value /= denominator
     if match.group("sign") in ("-", "\u2212") or match.group("sign2") in ("-", "\u2212"):
         value = -value

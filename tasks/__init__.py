@@ -77,8 +77,9 @@ def describe() -> dict[str, str]:
 # The data keys last given for each of the user's sources in this process: a caller that knows only the
 # dataset's name (the tiny model's tokenizer reads the task's text) gets the same columns as the attempt.
 _KEYS_FOR: dict[str, DataSpec] = {}
-# Each source's mapped rows, read once per process: {spec key: {"train": (rows, unreadable), "test": ...}}
-_READ: dict[tuple, dict] = {}
+# Each source read once per process: {spec key: (splits as datasets.Dataset, file positions, scans)}; rows are
+# mapped only for the rows asked for (train_samples of a million-row file maps train_samples rows)
+_SOURCES: dict[tuple, tuple] = {}
 
 
 def _spec_of(dataset) -> DataSpec:
@@ -93,16 +94,44 @@ def _spec_of(dataset) -> DataSpec:
                      ".jsonl/.json/.csv/.parquet file or folder")
 
 
-def _user_rows(spec: DataSpec) -> dict:
+def _user_source(spec: DataSpec) -> tuple:
+    from tasks import user_data
+
+    key = tuple(sorted(vars(spec).items()))
+    if key not in _SOURCES:
+        numbers: dict = {}
+        data = user_data.load_splits(spec, numbers, as_datasets=True)
+        scans = {split: user_data.scan(data[split], spec, split, numbers[split]) for split in SPLITS}
+        if numbers["held_out"]:
+            # judged over the file: a held-out test split is part of the training file, and its few rows alone
+            # would make one empty cell look like a tenth of the data
+            _usable, _unusable, question, answer = scans["train"]
+            user_data.check_unreadable(spec, "", scans["train"][1] + scans["test"][1],
+                                       len(data["train"]) + len(data["test"]), question, answer)
+        else:
+            for split in SPLITS:
+                usable, unusable, question, answer = scans[split]
+                user_data.check_unreadable(spec, f" ({split})", unusable, len(data[split]), question, answer)
+        _SOURCES[key] = (data, numbers, scans)
+    return _SOURCES[key]
+
+
+def _user_rows(spec: DataSpec, split: str, limit: int) -> list[dict]:
+    """The first `limit` usable rows of a split (all when 0), mapped to the trainer's rows."""
     from tasks import user_data
     from tasks.prompts import SYSTEM_PROMPT
 
-    key = tuple(sorted(vars(spec).items()))
-    if key not in _READ:
-        system = SYSTEM_PROMPT if spec.system_prompt is None else spec.system_prompt
-        records = user_data.load_splits(spec)
-        _READ[key] = {split: user_data.to_rows(records[split], spec, system, split) for split in SPLITS}
-    return _READ[key]
+    data, numbers, scans = _user_source(spec)
+    usable = scans[split][0]
+    chosen = list(usable[:limit] if limit else usable)
+    if not chosen:
+        raise UsageError(f"dataset {spec.dataset}: no usable row in the {split} split (fix: fill the question and "
+                         "answer cells)")
+    system = SYSTEM_PROMPT if spec.system_prompt is None else spec.system_prompt
+    records = data[split].select(chosen).to_list()
+    rows, _dropped = user_data.to_rows(records, spec, system, split, row_numbers=[numbers[split][i] for i in chosen],
+                                       judge=False)
+    return rows
 
 
 def load_task(dataset, split: str = "train", limit: int = 0, seed: int = 0) -> list[dict]:
@@ -122,8 +151,7 @@ def load_task(dataset, split: str = "train", limit: int = 0, seed: int = 0) -> l
     if spec.dataset in TASKS:
         rows = TASKS[spec.dataset].load(split, limit, seed)
         return to_prompt_rows(rows[:limit] if limit else rows, spec.system_prompt)
-    rows, _unreadable = _user_rows(spec)[split]
-    return rows[:limit] if limit else list(rows)
+    return _user_rows(spec, split, limit)
 
 
 def check_data(profile) -> str:
@@ -135,11 +163,11 @@ def check_data(profile) -> str:
     test = load_task(profile, "test", limit=profile.eval_samples, seed=profile.seed) if profile.eval_samples else []
     text = f"{len(train):,} training rows, {len(test):,} test rows"
     if spec.dataset not in TASKS:
-        splits = _user_rows(spec)
-        available = len(splits["train"][0])
+        scans = _user_source(spec)[2]
+        available = len(scans["train"][0])
         if len(train) < available:
             text = f"{len(train):,} of {available:,} training rows (train_samples), {len(test):,} test rows"
-        unreadable = splits["train"][1] + splits["test"][1]
+        unreadable = len(scans["train"][1]) + len(scans["test"][1])
         if unreadable:
             text += f", {unreadable:,} answer{'s' if unreadable > 1 else ''} unreadable (dropped)"
     return text

@@ -117,10 +117,57 @@ def _quiet_datasets():
     return datasets
 
 
+# How much of a text file is read to tell its encoding and shape before `datasets` parses it all.
+SNIFF_BYTES = 1 << 20
+_WRAPPED_JSON = re.compile(rb'^\s*\{\s*"((?:[^"\\]|\\.){1,200})"\s*:\s*\[')
+
+
+def _text_problem(path: Path) -> str | None:
+    """What makes a .csv / .json / .jsonl file unreadable as UTF-8 rows, from its first SNIFF_BYTES: empty,
+    UTF-16, NUL bytes, or another encoding (Latin-1, Windows-1252), with the line; None when it looks right."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(SNIFF_BYTES)
+    except OSError as exc:
+        return f"cannot be opened ({exc.strerror or exc})"
+    if not head.strip():
+        return "the file is empty: no rows (fix: add a header line and rows)" if path.suffix.lower() == ".csv" \
+            else "the file is empty: no rows (fix: add rows, one JSON object per line)"
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in head[:4096]:
+        return ("the file is UTF-16 text (or holds NUL bytes), not UTF-8 (fix: save it as UTF-8, e.g. `iconv -f "
+                f"utf-16 -t utf-8 {path.name} > utf8-{path.name}`, or 'CSV UTF-8' in a spreadsheet's Save As)")
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 4:  # not a character cut in two by the sniff's end
+            line = head[:exc.start].count(b"\n") + 1
+            return (f"the file is not UTF-8 text (byte 0x{head[exc.start]:02x} on line {line}: Latin-1 or "
+                    f"Windows-1252?) (fix: save it as UTF-8, e.g. `iconv -f latin1 -t utf-8 {path.name} > "
+                    f"utf8-{path.name}`)")
+    return None
+
+
+def _json_field(path: Path) -> str | None:
+    """The key of a .json file shaped {"data": [rows...]}: its rows are that list."""
+    if path.suffix.lower() != ".json":
+        return None
+    try:
+        with open(path, "rb") as handle:
+            found = _WRAPPED_JSON.match(handle.read(4096))
+    except OSError:
+        return None
+    return json.loads(b'"' + found.group(1) + b'"') if found else None
+
+
 def _load_local(spec: DataSpec, kind: str):
     datasets = _quiet_datasets()
 
     path = Path(spec.dataset).expanduser()
+    files = [path] if kind == "file" else sorted(f for f in path.iterdir() if f.suffix.lower() in SUFFIX_BUILDERS)
+    for file in files:
+        problem = _text_problem(file) if file.suffix.lower() in (".csv", ".json", ".jsonl") else None
+        if problem:
+            raise UsageError(f"dataset {file}: {problem}")
     try:
         if kind == "file":
             builder = SUFFIX_BUILDERS[path.suffix.lower()]
@@ -128,34 +175,98 @@ def _load_local(spec: DataSpec, kind: str):
             sibling = path.with_name("test" + path.suffix)
             if path.stem == "train" and sibling.is_file():  # train.csv with test.csv beside it: the two splits
                 files["test"] = str(sibling)
+            field = _json_field(path)
+            if field is not None:  # {"data": [rows...]}: the rows are under that key
+                return datasets.load_dataset(builder, data_files=files, field=field)
             return datasets.load_dataset(builder, data_files=files)
         return datasets.load_dataset(str(path))
     except Exception as error:
-        where = ""
-        if kind == "file" and path.suffix.lower() == ".jsonl":
-            where = _bad_json_line(path) or ""
-        raise UsageError(f"dataset {path}: cannot be read ({where or _first_line(error)}) (fix: one JSON object "
-                         "per line for .jsonl; a header row for .csv)") from None
+        raise UsageError(f"dataset {path}: {_read_error(path, kind, error)}") from None
+
+
+def _read_error(path: Path, kind: str, error: BaseException) -> str:
+    """Why `datasets` could not read a local file, with the fix that fits the cause."""
+    text = _first_line(error)
+    suffix = path.suffix.lower() if kind == "file" else ""
+    if "corresponds to no data" in text or "StopIteration" in text:
+        return "it holds no rows (fix: add rows below the header line)" if suffix == ".csv" else \
+            "it holds no rows (fix: add rows)"
+    if "Invalid UTF8" in text or "UnicodeDecodeError" in text:
+        return (f"cannot be read ({text}): the file is not UTF-8 text past its first megabyte (fix: save it as "
+                "UTF-8, e.g. `iconv -f latin1 -t utf-8`)")
+    if suffix == ".jsonl":
+        return f"cannot be read ({_bad_json_line(path) or text}) (fix: one JSON object per line)"
+    if suffix == ".json":
+        return (f"cannot be read ({text}) (fix: a list of objects [{{...}}, ...], one object per line, or "
+                '{"data": [{...}, ...]})')
+    if suffix == ".csv":
+        return f"cannot be read ({text}) (fix: a header line naming the columns, then one row per line)"
+    return f"cannot be read ({text})"
+
+
+_PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "HTTP_PROXY", "http_proxy")
+
+
+def _hub_reachable(timeout_s: float = 3.0) -> bool:
+    """Whether the hub's host answers on its port within timeout_s (True behind a proxy: not ours to judge)."""
+    import socket
+    from urllib.parse import urlparse
+
+    if any(os.environ.get(name) for name in _PROXY_VARIABLES):
+        return True
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    try:
+        with socket.create_connection((endpoint.hostname or "huggingface.co",
+                                       endpoint.port or (80 if endpoint.scheme == "http" else 443)), timeout_s):
+            return True
+    except OSError:
+        return False
 
 
 def _load_hub(spec: DataSpec):
-    datasets = _quiet_datasets()
+    import sys
 
+    offline = _offline()
+    unreachable = not offline and not _hub_reachable()
+    if unreachable and "datasets" not in sys.modules:
+        # No network: read the cache at once instead of retrying the hub for half a minute. datasets and
+        # huggingface_hub read these at import; they are put back after it so that no child inherits them.
+        saved = {name: os.environ.get(name) for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
+        os.environ.update({name: "1" for name in saved})
+        try:
+            datasets = _quiet_datasets()
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+    else:
+        datasets = _quiet_datasets()
     try:
         return datasets.load_dataset(spec.dataset, spec.dataset_config)
     except Exception as error:
-        if _offline() or "offline" in str(error).lower() or "connect" in str(error).lower():
+        text = str(error).lower()
+        if offline or unreachable or "offline" in text or "connect" in text or "not cached" in text:
+            why = "HF_DATASETS_OFFLINE / HF_HUB_OFFLINE is set" if offline else \
+                "the hub cannot be reached from here (no network)" if unreachable else \
+                "the hub cannot be reached"
             raise UsageError(
-                f"dataset {spec.dataset}: not in the local Hugging Face cache and the hub cannot be reached "
-                f"({_first_line(error)}) (fix: download it once where there is network, e.g. `python -c \"import "
-                f"datasets; datasets.load_dataset('{spec.dataset}')\"`, then run with HF_DATASETS_OFFLINE=1; or "
-                "give a local .jsonl/.csv/.parquet file)") from None
+                f"dataset {spec.dataset}: not in the local Hugging Face cache, and {why} ({_first_line(error)}) "
+                f"(fix: download it once where there is network, e.g. `python -c \"import datasets; "
+                f"datasets.load_dataset('{spec.dataset}')\"`, then run with HF_DATASETS_OFFLINE=1; or give a local "
+                ".jsonl/.csv/.parquet file)") from None
         raise UsageError(f"dataset {spec.dataset}: cannot be loaded ({_first_line(error)}) (fix: check the id and "
                          "dataset_config)") from None
 
 
-def load_splits(spec: DataSpec) -> dict:
-    """{"train": rows, "test": rows} as plain dicts, with the held-out tenth when there is no test split."""
+def load_splits(spec: DataSpec, row_numbers: dict | None = None, as_datasets: bool = False) -> dict:
+    """{"train": rows, "test": rows} as plain dicts, with the held-out tenth when there is no test split.
+
+    row_numbers, when given, receives each split's rows' positions in their file ({"train": [0, 1, 3, ...],
+    "test": [2, ...]}) and "held_out": whether the test rows came out of the training file, so that errors
+    name the file's rows and judge the file as a whole. as_datasets: the splits as `datasets.Dataset`s (on
+    disk, memory-mapped) instead of lists, for a caller that reads only some of the rows."""
     kind = source_kind(spec.dataset)
     data = _load_hub(spec) if kind == "hub" else _load_local(spec, kind)
     names = list(data.keys())
@@ -163,17 +274,28 @@ def load_splits(spec: DataSpec) -> dict:
         raise UsageError(f"dataset {spec.dataset}: no split '{spec.train_split}' (splits there: "
                          f"{', '.join(names)}) (fix: set train_split)")
     train = data[spec.train_split]
+    numbers = {"train": list(range(len(train))), "test": [], "held_out": False}
     if spec.test_split in data and spec.test_split != spec.train_split:
         test = data[spec.test_split]
+        numbers["test"] = list(range(len(test)))
     else:
+        if len(train) == 0:
+            raise UsageError(f"dataset {spec.dataset}: it holds no rows (fix: add rows)")
         if len(train) < 2:
             raise UsageError(f"dataset {spec.dataset}: {len(train)} row(s): too few to hold out a test split "
                              "(fix: add rows, or a test file)")
         held = max(1, min(int(len(train) * HELD_OUT_SHARE), HELD_OUT_MAX))
         # Seeded choice of the held-out rows; both parts keep the file's order (train_samples takes the first)
         chosen = set(random.Random(HELD_OUT_SEED).sample(range(len(train)), held))
-        test = train.select(sorted(chosen))
-        train = train.select([i for i in range(len(train)) if i not in chosen])
+        numbers["test"] = sorted(chosen)
+        numbers["train"] = [i for i in range(len(train)) if i not in chosen]
+        numbers["held_out"] = True
+        test = train.select(numbers["test"])
+        train = train.select(numbers["train"])
+    if row_numbers is not None:
+        row_numbers.update(numbers)
+    if as_datasets:
+        return {"train": train, "test": test}
     return {"train": train.to_list(), "test": test.to_list()}
 
 
@@ -199,11 +321,25 @@ def _is_chat(value) -> bool:
             and all(isinstance(m, dict) and "role" in m and "content" in m for m in value))
 
 
+def _cell_text(value) -> str | None:
+    """A cell as text: None and NaN (an empty cell of a number column) are nothing; a whole number that a
+    number column holds as a float (12.0) is written as the whole number it is."""
+    if value is None:
+        return None
+    if isinstance(value, float):
+        if value != value:  # NaN
+            return None
+        if value.is_integer() and abs(value) < 1e16:
+            return str(int(value))
+    text = str(value).strip()
+    return text or None
+
+
 def gold_reader(spec: DataSpec, default_pattern: str | None = None):
     """A function from an answer field to the gold answer (None when the pattern cannot read it)."""
     text = spec.answer_pattern or default_pattern
     if not text:
-        return lambda value: str(value).strip() or None
+        return _cell_text
     try:
         pattern = re.compile(text, re.DOTALL)
     except re.error as exc:
@@ -212,7 +348,10 @@ def gold_reader(spec: DataSpec, default_pattern: str | None = None):
         raise UsageError(f"answer_pattern {text!r}: needs a group around the gold answer, e.g. '#### (.+)'")
 
     def read(value) -> str | None:
-        found = pattern.findall(str(value))
+        value = _cell_text(value)
+        if value is None:
+            return None
+        found = pattern.findall(value)
         if not found:
             return None
         last = found[-1][0] if isinstance(found[-1], tuple) else found[-1]
@@ -220,39 +359,102 @@ def gold_reader(spec: DataSpec, default_pattern: str | None = None):
     return read
 
 
+def shown_rows(numbers: list[int]) -> str:
+    """File positions as people count rows: from 1, the first data row after any header being row 1."""
+    shown = ", ".join(str(n + 1) for n in numbers[:5])
+    return f"{shown}{', ...' if len(numbers) > 5 else ''}"
+
+
 def to_rows(records: list[dict], spec: DataSpec, system_prompt: str, split: str,
-            default_pattern: str | None = None) -> tuple[list[dict], int]:
-    """(rows for the trainer, rows dropped because their answer could not be read)."""
+            default_pattern: str | None = None, row_numbers: list[int] | None = None, judge: bool = True,
+            unreadable_out: list | None = None) -> tuple[list[dict], int]:
+    """(rows for the trainer, rows dropped because their answer or question could not be read).
+
+    row_numbers: each record's position in its file (default: its position in records), for the messages.
+    judge: refuse when more than MAX_UNREADABLE_SHARE are unreadable (the caller may judge the whole file
+    instead, see check_unreadable); unreadable_out receives the file positions of the dropped rows."""
     if not records:
         raise UsageError(f"dataset {spec.dataset}: the {split} split is empty (fix: add rows)")
-    columns = list(records[0].keys())
-    chat = "prompt" in columns and _is_chat(records[0].get("prompt")) and not spec.question_field
-    question = None if chat else _pick(columns, spec.question_field, QUESTION_FIELDS, "question", spec)
-    answer = _pick(columns, spec.answer_field, ANSWER_FIELDS, "answer", spec)
+    numbers = row_numbers if row_numbers is not None else range(len(records))
+    chat, question, answer = _columns(spec, list(records[0].keys()), records[0])
     read_gold = gold_reader(spec, default_pattern)
     rows, unreadable = [], []
     for index, record in enumerate(records):
-        gold = read_gold(record.get(answer)) if record.get(answer) is not None else None
-        if gold is None:
-            unreadable.append(index)
-            continue
+        gold = read_gold(record.get(answer))
         if chat:
             prompt = record["prompt"]
         else:
-            text = record.get(question)
-            if not isinstance(text, (str, int, float)) or not str(text).strip():
-                raise UsageError(f"dataset {spec.dataset} ({split}) row {index}: column '{question}' is empty or "
-                                 f"not text ({text!r})")
-            prompt = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + \
-                [{"role": "user", "content": str(text).strip()}]
+            text = _cell_text(record.get(question)) if isinstance(record.get(question), (str, int, float)) else None
+            prompt = None if text is None else \
+                ([{"role": "system", "content": system_prompt}] if system_prompt else []) + \
+                [{"role": "user", "content": text}]
+        if gold is None or prompt is None:  # an empty cell on either side: dropped and counted
+            unreadable.append(numbers[index])
+            continue
         extra = {k: v for k, v in record.items() if k not in RESERVED and k not in (question, answer)}
         rows.append({**extra, "prompt": prompt, "answer": gold})
-    share = len(unreadable) / len(records)
-    if share > MAX_UNREADABLE_SHARE:
-        shown = ", ".join(map(str, unreadable[:5]))
-        raise UsageError(f"dataset {spec.dataset} ({split}): the answer of {len(unreadable)} of {len(records)} rows "
-                         f"({share:.0%}; rows {shown}{', ...' if len(unreadable) > 5 else ''}) cannot be read from "
-                         f"column '{answer}' with answer_pattern {spec.answer_pattern or default_pattern!r} (more than "
-                         f"{MAX_UNREADABLE_SHARE:.0%} is refused) (fix: set answer_pattern, a regex whose first "
-                         "group is the gold answer, or answer_field)")
+    if unreadable_out is not None:
+        unreadable_out.extend(unreadable)
+    if judge:
+        check_unreadable(spec, f" ({split})", unreadable, len(records), question, answer, default_pattern)
     return rows, len(unreadable)
+
+
+SCAN_BATCH = 8192
+
+
+def _columns(spec: DataSpec, columns: list[str], first: dict) -> tuple[bool, str | None, str]:
+    """(chat prompts, question column or None, answer column) of a split, refused as to_rows refuses them."""
+    chat = "prompt" in columns and _is_chat(first.get("prompt")) and not spec.question_field
+    question = None if chat else _pick(columns, spec.question_field, QUESTION_FIELDS, "question", spec)
+    answer = _pick(columns, spec.answer_field, ANSWER_FIELDS, "answer", spec)
+    if question is not None and question == answer:
+        raise UsageError(f"dataset {spec.dataset}: column '{question}' is both the question and the answer (fix: "
+                         "set question_field and answer_field to two different columns)")
+    return chat, question, answer
+
+
+def scan(data, spec: DataSpec, split: str, row_numbers: list[int] | None = None,
+         default_pattern: str | None = None) -> tuple:
+    """Which rows of a split (a `datasets.Dataset`) can be used, reading only its question and answer columns
+    in batches, so that a file of millions of rows is never held whole as Python objects.
+
+    Returns (positions of the usable rows in `data`, as an array; file positions of the unusable ones,
+    the question column or None, the answer column)."""
+    from array import array
+
+    if len(data) == 0:
+        raise UsageError(f"dataset {spec.dataset}: the {split} split is empty (fix: add rows)")
+    chat, question, answer = _columns(spec, list(data.column_names), data[0])
+    read_gold = gold_reader(spec, default_pattern)
+    numbers = row_numbers if row_numbers is not None else range(len(data))
+    usable, unusable = array("q"), []
+    position = 0
+    for batch in data.select_columns([c for c in (question, answer) if c]).iter(batch_size=SCAN_BATCH):
+        golds = batch[answer]
+        questions = batch[question] if question else [None] * len(golds)
+        for gold, text in zip(golds, questions):
+            ok = read_gold(gold) is not None and (chat or (isinstance(text, (str, int, float)) and
+                                                          _cell_text(text) is not None))
+            if ok:
+                usable.append(position)
+            else:
+                unusable.append(numbers[position])
+            position += 1
+    return usable, unusable, question, answer
+
+
+def check_unreadable(spec: DataSpec, where: str, unreadable: list[int], total: int, question: str | None,
+                     answer: str, default_pattern: str | None = None) -> None:
+    """Refuse data of which more than MAX_UNREADABLE_SHARE of the rows have no readable answer or question;
+    the rows named are the file's."""
+    share = len(unreadable) / total if total else 0.0
+    if share <= MAX_UNREADABLE_SHARE:
+        return
+    asked = f"column '{answer}' with answer_pattern {spec.answer_pattern or default_pattern!r}"
+    if question:
+        asked += f" (or whose '{question}' is empty)"
+    raise UsageError(f"dataset {spec.dataset}{where}: the answer of {len(unreadable)} of {total} rows ({share:.0%}; "
+                     f"rows {shown_rows(sorted(unreadable))} of the file, counted from 1 after any header) cannot "
+                     f"be read from {asked} (more than {MAX_UNREADABLE_SHARE:.0%} is refused) (fix: fill those "
+                     "cells, or set answer_pattern, a regex whose first group is the gold answer, or answer_field)")

@@ -260,6 +260,20 @@ def test_accuracy(answer, gold, expected):
     assert accuracy(completions=[chat(strict("r", answer))], answer=[gold], prompts=["q"]) == [expected]
 
 
+@pytest.mark.parametrize("answer, gold, expected", [
+    ("0.00001", "1e-05", 1.0),                                        # str(0.00001): how a float column reads
+    ("5", "1e-05", 0.0),                                              # never the exponent alone
+    ("10000000000000000", "1e+16", 1.0),
+    ("16", "1e+16", 0.0),
+    ("2.5E+3", "2500", 1.0),
+    ("1.5e-3", "0.0015", 1.0),
+    ("3", "1e9999", 0.0),                                             # too large to be a number: no gold
+])
+def test_accuracy_reads_scientific_notation(answer, gold, expected):
+    assert accuracy([strict("r", answer)], answer=[gold]) == [expected]
+    assert accuracy([strict("r", answer)], answer=[float(gold)] if gold != "1e9999" else [gold]) == [expected]
+
+
 def test_accuracy_reads_only_the_answer_block():
     gold = ["72"] * 4
     completions = ["72", "The answer is 72.", "<reasoning>\n72\n</reasoning>", "<answer>72"]
@@ -350,6 +364,7 @@ def test_extract_answer(text, expected):
     ("-$5", -5.0), ("$-5", -5.0), ("$ 5", 5.0), ("£12.50", 12.5), ("€3", 3.0), ("(-3)", -3.0),
     ("5-3", 3.0), ("8 - 3", 3.0), ("72.", 72.0), ("72 km/h", 72.0), ("4 m2", 4.0), ("CO2: 4", 4.0),
     ("1,2,3", 3.0), ("18 (9 x 2)", 18.0), ("(2) 18", 18.0), ("((4)) 5", 5.0), ("x (1", 1.0),
+    ("1e-05", 1e-05), ("2.5E+3", 2500.0), ("-1e3", -1000.0), ("1e3/2", None), ("1e9999", None), ("2eggs", 2.0),
     ("3/0", None), ("1.5/2", None), ("", None), ("none", None), (None, None),
     (b"72", None), (True, None), (72, 72.0), (0.5, 0.5), (float("nan"), None), (float("inf"), None),
     (10 ** 400, None), ("9" * 400, None), ("x" * (MAX_COMPLETION_CHARS + 1), None),

@@ -107,7 +107,7 @@ def test_unreadable_answers_are_counted_then_refused(tmp_path):
     rows, dropped = to_rows(records, spec, SYSTEM, "train")
     assert dropped == 2 and len(rows) == 38  # 5% unreadable: dropped and counted
     records = [{"question": f"q{i}", "answer": "#### 1" if i % 2 else "?"} for i in range(40)]
-    with pytest.raises(UsageError, match=r"20 of 40 rows \(50%; rows 0, 2, 4, 6, 8, \.\.\.\)"):
+    with pytest.raises(UsageError, match=r"20 of 40 rows \(50%; rows 1, 3, 5, 7, 9, \.\.\. of the file"):
         to_rows(records, spec, SYSTEM, "train")
 
 

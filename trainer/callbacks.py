@@ -265,7 +265,6 @@ class StopOnSignal(TrainerCallback):
 
     def __init__(self, flag):
         self.flag = flag
-        flag.training = True
 
     @property
     def received(self):

@@ -11,6 +11,10 @@ EXAMPLES_KEPT = 3
 FULL_SCORE = 1.0
 
 
+class EvaluationStopped(Exception):
+    """The evaluation was asked to stop (a signal) between two batches of generation."""
+
+
 def _ignore(*args, **kwargs) -> None:
     """Stands in for TRL's log_extra / log_metric, which a reward may call."""
 
@@ -79,7 +83,7 @@ def generate_vllm(model, prompts: list[list[int]], max_new_tokens: int, lora_pat
 
 
 def generate_hf(model, tokenizer, prompts: list[list[int]], max_new_tokens: int,
-                batch_size: int = 16) -> list[str]:
+                batch_size: int = 16, stop=None) -> list[str]:
     import torch
 
     was_training = model.training
@@ -94,6 +98,8 @@ def generate_hf(model, tokenizer, prompts: list[list[int]], max_new_tokens: int,
     try:
         with torch.no_grad():
             for start in range(0, len(prompts), batch_size):
+                if stop is not None and stop():
+                    raise EvaluationStopped(f"stopped after {start} of {len(prompts)} answers")
                 chunk = [{"input_ids": ids} for ids in prompts[start:start + batch_size]]
                 batch = tokenizer.pad(chunk, return_tensors="pt").to(device)
                 generated = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
@@ -109,12 +115,13 @@ def generate_hf(model, tokenizer, prompts: list[list[int]], max_new_tokens: int,
 
 
 def generate(model, tokenizer, rows: list[dict], *, max_new_tokens: int, use_vllm: bool,
-             lora_path: str | None = None) -> list[str]:
-    """Greedy completions for rows of {prompt}, as text."""
+             lora_path: str | None = None, stop=None) -> list[str]:
+    """Greedy completions for rows of {prompt}, as text. `stop()` true between two batches raises
+    EvaluationStopped (vLLM generates them all in one call)."""
     prompts = prompt_ids(tokenizer, rows)
     if use_vllm:
         return generate_vllm(model, prompts, max_new_tokens, lora_path, stop_ids(model, tokenizer))
-    return generate_hf(model, tokenizer, prompts, max_new_tokens)
+    return generate_hf(model, tokenizer, prompts, max_new_tokens, stop=stop)
 
 
 def completion_token_ids(tokenizer, completions: list[str]) -> list[list[int]]:
@@ -122,13 +129,13 @@ def completion_token_ids(tokenizer, completions: list[str]) -> list[list[int]]:
 
 
 def evaluate(model, tokenizer, rows: list[dict], *, max_new_tokens: int, use_vllm: bool,
-             lora_path: str | None = None, reward=None) -> dict:
+             lora_path: str | None = None, reward=None, stop=None) -> dict:
     """{"accuracy", "correct", "total", "examples"} over rows of {prompt, answer, ...}, judged by `reward`
     (the correctness reward; the accuracy reward when none is given)."""
     if not rows:
         return {"accuracy": None, "correct": 0, "total": 0, "examples": []}
     completions = generate(model, tokenizer, rows, max_new_tokens=max_new_tokens, use_vllm=use_vllm,
-                           lora_path=lora_path)
+                           lora_path=lora_path, stop=stop)
     verdicts = judge(reward or REWARDS["accuracy"], rows, completions, completion_token_ids(tokenizer, completions))
     result = score(completions, [row.get("answer") for row in rows], verdicts)
     result["well_formed"] = well_formed_share(completions)

@@ -28,9 +28,11 @@ def _mean(values):
 
 
 def reward_figures(rows: list[dict], reward_names: list[str]) -> dict:
-    """Mean of each reward (and the weighted total) over the first and the last WINDOW steps."""
-    first, last = rows[:WINDOW], rows[-WINDOW:]
-    out = {"window": min(WINDOW, len(rows)),
+    """Mean of each reward (and the weighted total) over the first and the last WINDOW steps; a run shorter
+    than two windows compares its first and second halves (windows that overlap would show no change)."""
+    window = max(1, min(WINDOW, len(rows) // 2))
+    first, last = rows[:window], rows[-window:]
+    out = {"window": min(window, len(rows)),
            "total": {"first": _mean(r["reward"] for r in first), "last": _mean(r["reward"] for r in last)}}
     for name in reward_names:
         out[name] = {"first": _mean(r["rewards"].get(name) for r in first),

@@ -141,9 +141,9 @@ def run_attempt(profile, attempt_dir, resume_from=None) -> int:
             raise
         code = _record_failure(outcome, exc, profile.name, rank, attempt_dir)
     finally:
-        stopper.uninstall()
         if not _close_outcome(state, outcome):
             code = code or EXIT_FAILURE
+        stopper.uninstall()
     return code
 
 
@@ -189,7 +189,11 @@ def _record_failure(outcome: Outcome, exc: BaseException, profile_name: str, ran
     outcome.traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     who = f"attempt '{profile_name}'" + (f" rank {rank}" if rank else "")
     say(f"{who} ended: {status}: {line}", error=True)
-    if status == ERROR and not isinstance(exc, UsageError) and not _is_disk_error(exc, attempt_dir):
+    reward_failure = user_reward_error(exc)
+    if reward_failure is not None:
+        if reward_failure.trace:  # the user's own frames; the library's around them are in outcome.json
+            say(reward_failure.trace, error=True)
+    elif status == ERROR and not isinstance(exc, UsageError) and not _is_disk_error(exc, attempt_dir):
         say(outcome.traceback, error=True)  # a bug: the traceback is the report (a full disk is not one)
     return code
 
@@ -200,7 +204,7 @@ def _close_outcome(state: AttemptState, outcome: Outcome) -> bool:
     outcome.checkpoint = contract.relative_path(state.latest_checkpoint(), state.attempt_dir)  # folder may move
     outcome.estimate_gib = state.estimate_gib
     outcome.probe = state.probe
-    if state.memory is not None:
+    if state.memory is not None and state.measures_peak:
         try:
             state.memory.sample()
         except Exception:  # a last sample is a nicety; the peak so far stands
@@ -218,7 +222,8 @@ def _close_outcome(state: AttemptState, outcome: Outcome) -> bool:
 def _train(state: AttemptState, signals) -> str:
     """Load, evaluate, train, finish; the status. A signal between stages stops with what was saved."""
     from trainer.inject import parse_inject
-    from trainer.stages import build_trainer, evaluate_rows, finish, join_ranks, load, probe, train, wait_for_ranks
+    from trainer.stages import (build_trainer, evaluate_rows, finish, join_ranks, load, load_trained_checkpoint,
+                                nothing_left_to_train, probe, train, wait_for_ranks)
 
     parse_inject(os.environ.get(contract.ENV_INJECT_OOM))  # refuse a malformed value before anything loads
     if state.resume_from:
@@ -237,11 +242,25 @@ def _train(state: AttemptState, signals) -> str:
         say("probe only: stopping before training")
         return OK
     join_ranks(loaded.backend.device == "cpu")  # every rank in the process group before rank 0 evaluates alone
-    before = evaluate_rows(state, loaded, loaded.eval_rows)
+    from trainer.evaluate import EvaluationStopped
+
+    try:
+        # under accelerate the ranks must meet at the barrier below: rank 0 evaluates to its end
+        before = evaluate_rows(state, loaded, loaded.eval_rows, signals=None if state.profile.distributed else signals)
+    except EvaluationStopped:
+        return INTERRUPTED
     wait_for_ranks()
     if signals.stopped:
         return INTERRUPTED
     session = build_trainer(state, loaded, signals)
+    if nothing_left_to_train(state):
+        load_trained_checkpoint(state, session)
+        return finish(state, loaded, session, before, 0.0, signals)
+    signals.phase = "probe"
     probe(state, loaded)  # an OOM here is the attempt's OOM, before any step is spent
+    if signals.stopped:
+        return INTERRUPTED
+    signals.phase = "training"
     train_seconds = train(state, session)
     return finish(state, loaded, session, before, train_seconds, signals)
+

@@ -140,6 +140,9 @@ def rows_to_answer(profile, prompt: str | None, from_test: int | None) -> list[d
     rows = load_task(profile, "test", limit=from_test or DEFAULT_FROM_TEST, seed=profile.seed)
     if not rows:
         raise UsageError(f"--sample: dataset {profile.dataset} has no test rows (fix: --prompt TEXT)")
+    if from_test is not None and from_test > len(rows):
+        print(f"note: --from-test {from_test}: the test split holds {len(rows)} rows; answering all of them",
+              file=sys.stderr)
     return rows
 
 

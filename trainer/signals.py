@@ -1,8 +1,10 @@
 """SIGINT / SIGTERM during an attempt: the first asks for a clean stop (save, then exit 130), a second stops
-at once. Imports nothing heavy, so it can be installed before Unsloth and transformers load."""
+at once; once the attempt has written its outcome, any signal ends the process at once with 130
+(exit_on_signal). Imports nothing heavy, so it can be installed before Unsloth and transformers load."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -10,9 +12,19 @@ import sys
 class StopFlag:
     """Installed for the whole attempt; the training loop reads it through callbacks.StopOnSignal."""
 
+    # What the first signal's message promises, by the stage the attempt is in (trainer.run sets `phase`)
+    PROMISES = {
+        "loading": "stopping before training starts",
+        "probe": "stopping after the worst-case probe, before training starts",
+        "training": "saving a checkpoint at the end of this step, then stopping",
+        "finishing": "the adapter is saved; stopping without the final evaluation and report (--resume "
+                     "finishes them)",
+        "reporting": "finishing the report (seconds), then exiting",
+    }
+
     def __init__(self):
         self.received: int | None = None
-        self.training = False  # only changes what the first signal's message promises
+        self.phase = "loading"
         self._previous = {}
 
     def install(self) -> "StopFlag":
@@ -37,12 +49,23 @@ class StopFlag:
         if self.received is not None:
             raise KeyboardInterrupt(f"second {name}")
         self.received = signum
-        if self.training:
-            text = (f"\n{name} received: saving a checkpoint at the end of this step, then stopping "
-                    "(send it again to stop now)")
-        else:
-            text = f"\n{name} received while loading: stopping before training starts"
+        text = f"\n{name} received while {self.phase}: {self.PROMISES.get(self.phase, 'stopping')}"
+        if self.phase == "training":
+            text += " (send it again to stop now)"
         try:
             print(text, file=sys.stderr, flush=True)
         except OSError:  # the reader of our output has gone
+            pass
+
+
+def exit_on_signal(code: int) -> None:
+    """After the attempt's outcome is written, a signal has nothing left to save: end at once with `code`
+    (130) instead of dying by the default SIGTERM (143) while the interpreter tears torch down."""
+    def _exit(signum, frame):
+        os._exit(code)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        try:
+            signal.signal(signum, _exit)
+        except ValueError:  # not the main thread
             pass

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from contract import attempt as contract
@@ -58,7 +59,10 @@ def load(state: AttemptState) -> Loaded:
     eval_rows = load_task(profile, "test", limit=profile.eval_samples, seed=profile.seed) \
         if profile.eval_samples and state.main else []
     from rewards import get_reward
+    from rewards import user as user_rewards
 
+    if state.main:  # a process ended inside the user's reward is then named (contract.REWARD_RUNNING_FILE)
+        user_rewards.attach(state.attempt_dir, say)
     correctness = get_reward(profile.correctness)  # the user's own reward is imported here, in the attempt
     from trainer.model_source import resolve_model
 
@@ -117,12 +121,34 @@ def wait_for_ranks() -> None:
         PartialState().wait_for_everyone()
 
 
-def evaluate_rows(state: AttemptState, loaded: Loaded, rows: list, lora_path: str | None = None) -> dict:
-    """Accuracy on `rows`: through Unsloth's engine when there is one, else through `generate`."""
+def evaluate_rows(state: AttemptState, loaded: Loaded, rows: list, lora_path: str | None = None,
+                  signals=None) -> dict:
+    """Accuracy on `rows`: through Unsloth's engine when there is one, else through `generate`. A signal
+    (signals.stopped) between two batches raises trainer.evaluate.EvaluationStopped."""
     from trainer.evaluate import evaluate
 
+    stop = (lambda: signals.stopped) if signals is not None else None
     return evaluate(loaded.model, loaded.tokenizer, rows, max_new_tokens=state.profile.max_completion_length,
-                    use_vllm=loaded.unsloth_vllm, lora_path=lora_path, reward=loaded.correctness)
+                    use_vllm=loaded.unsloth_vllm, lora_path=lora_path, reward=loaded.correctness, stop=stop)
+
+
+def nothing_left_to_train(state: AttemptState) -> bool:
+    """The checkpoint resumed from already holds max_steps (a run stopped during its final evaluation or
+    report): training would only add steps past max_steps. Single-process attempts only: under accelerate the
+    weights load into the wrapped (and, with ZeRO, sharded) model inside train() itself."""
+    return (bool(state.resume_from) and not state.profile.distributed
+            and contract.checkpoint_step(state.resume_from) >= state.profile.max_steps)
+
+
+def load_trained_checkpoint(state: AttemptState, session: Session) -> None:
+    """Put the resumed checkpoint's weights in the model without a training step (what train() would load
+    before its first step), for an attempt with nothing left to train."""
+    session.trainer._load_from_checkpoint(state.resume_from)
+    state.measures_peak = False
+    if state.memory is not None:
+        state.memory.sample()  # for the report; the outcome leaves the peak out (measures_peak)
+    say(f"{Path(state.resume_from).name} already holds max_steps ({state.profile.max_steps}): nothing left to "
+        "train; saving, evaluating and reporting it")
 
 
 def build_trainer(state: AttemptState, loaded: Loaded, signals) -> Session:
@@ -213,19 +239,32 @@ def finish(state: AttemptState, loaded: Loaded, session: Session, before: dict, 
     elif state.main:
         model.save_pretrained(str(adapter_dir))
         tokenizer.save_pretrained(str(adapter_dir))
+    signals.phase = "finishing"
     if signals.stopped:
         return INTERRUPTED
     if not state.main:
         return OK
     if profile.save_merged and loaded.backend.device == "cuda" and hasattr(model, "save_pretrained_merged"):
         model.save_pretrained_merged(str(attempt_dir / "merged"), tokenizer, save_method="merged_16bit")
+    elif profile.save_merged:
+        say(f"note: save_merged is set, but {loaded.backend.name} has no merged save here: only the adapter is saved "
+            "(merge it with peft's merge_and_unload)")
 
     eval_rows = loaded.eval_rows
     if profile.zero_stage == 3 and eval_rows:
         # ZeRO-3 keeps each weight in pieces across the ranks: generating alone would wait on them forever
         say("note: no evaluation after training under ZeRO-3 (the weights are partitioned across the ranks)")
         eval_rows = []
-    after = evaluate_rows(state, loaded, eval_rows, lora_path=str(adapter_dir) if profile.uses_lora else None)
+    from trainer.evaluate import EvaluationStopped
+
+    try:
+        after = evaluate_rows(state, loaded, eval_rows, lora_path=str(adapter_dir) if profile.uses_lora else None,
+                              signals=signals)
+    except EvaluationStopped:
+        return INTERRUPTED
+    if signals.stopped:  # during the last batch: what was promised is a stop without the report
+        return INTERRUPTED
+    signals.phase = "reporting"
     rows = session.telemetry.rows
     summary = build_summary(state, loaded.backend, rows, session.reward_names, before, after, train_seconds,
                             len(loaded.train_rows), loaded.dropped, OK)
@@ -237,8 +276,9 @@ def finish(state: AttemptState, loaded: Loaded, session: Session, before: dict, 
     summary["plots"] = write_plots(attempt_dir, rows, session.reward_names, loaded.backend.device,
                                    state.estimate_gib, profile.name)
     write_report(attempt_dir, summary)
-    say(f"attempt '{profile.name}' done: {summary['steps']} steps in {train_seconds:.1f} s, reward "
-        f"{summary['rewards']['total']['first']} -> {summary['rewards']['total']['last']}, accuracy "
+    trained = (f"reward {summary['rewards']['total']['first']} -> {summary['rewards']['total']['last']}"
+               if rows else "no step trained in this attempt")
+    say(f"attempt '{profile.name}' done: {summary['steps']} steps in {train_seconds:.1f} s, {trained}, accuracy "
         f"{before['accuracy']} -> {after['accuracy']}, peak "
         f"{summary['memory']['peak_gib']:.2f} GiB ({summary['memory']['measure']}); report: "
         f"{attempt_dir / 'report.md'}")

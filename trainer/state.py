@@ -23,6 +23,9 @@ class AttemptState:
         self.estimate_gib = None
         self.probe = None  # the worst-case probe's figures (trainer.probe), once it has run
         self.model_built = None  # how the project built the model, when it did (trainer.model_source)
+        # False for an attempt that only finishes a run (nothing left to train): its memory peak measures no
+        # training step, so it is not reported as the shape's peak (the ledger would take it as one)
+        self.measures_peak = True
         self.started = time.time()
 
     @property

@@ -17,6 +17,17 @@ VLLM_MODES = ("colocate", "server")
 # The trackers transformers 5.17 knows (its INTEGRATION_TO_CALLBACK), plus its "none" and "all".
 REPORT_TO = ("none", "all", "azure_ml", "clearml", "codecarbon", "comet_ml", "dagshub", "dvclive", "flyte",
              "kubeflow", "mlflow", "neptune", "swanlab", "tensorboard", "trackio", "wandb")
+# What each tracker needs importable, as transformers 5.17 checks it when the trainer is built (after the model
+# has loaded): any one of the modules, and the pip name to install. kubeflow needs its server's address instead.
+TRACKER_MODULES = {
+    "azure_ml": (("azureml.core",), "azureml-core"), "clearml": (("clearml",), "clearml"),
+    "codecarbon": (("codecarbon",), "codecarbon"), "comet_ml": (("comet_ml",), "comet-ml"),
+    "dagshub": (("dagshub",), "dagshub mlflow"), "dvclive": (("dvclive",), "dvclive"),
+    "flyte": (("flytekit",), "flytekit flytekitplugins-deck-standard"), "mlflow": (("mlflow",), "mlflow"),
+    "neptune": (("neptune", "neptune_client"), "neptune"), "swanlab": (("swanlab",), "swanlab"),
+    "tensorboard": (("tensorboard", "tensorboardX"), "tensorboard"), "trackio": (("trackio",), "trackio"),
+    "wandb": (("wandb",), "wandb"),
+}
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 DEFAULT_REWARDS = {"xml_count": 0.5, "xml_soft": 0.5, "xml_strict": 0.5, "number": 0.5, "accuracy": 2.0}
 # The name becomes a folder name: no separators, no leading dot, short.

@@ -171,6 +171,20 @@ def parse_overrides(pairs: list[str] | tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
+def _refuse_empty_values(data: dict, source: str) -> None:
+    """`max_steps:` with nothing after it reads as null, which would silently mean the default (250): refused,
+    except for text keys whose default is empty anyway (`hub_model_id:` means none)."""
+    for key, value in data.items():
+        if value is not None or str(key) not in Profile.model_fields:
+            continue
+        default = Profile.model_fields[str(key)].get_default(call_default_factory=True)
+        if default == "":
+            continue
+        fix = "write system_prompt: \"\" for no system turn, or remove the line for the default" \
+            if key == "system_prompt" else f"give a value, or remove the line to keep the default ({default!r})"
+        raise ProfileError(source, str(key), "empty value", fix)
+
+
 def load_profile(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Profile:
     """Read, validate and override one profile file. Errors name the file (or --set) and the key."""
     path = Path(path)
@@ -180,8 +194,16 @@ def load_profile(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) 
                            "write the profile's keys, e.g. copy one from profiles/ and edit it")
     if not isinstance(data, dict):
         raise ProfileError(str(path), None, "a profile must be a mapping of keys to values")
-    profile = profile_from_dict(data, str(path))
+    _refuse_empty_values(data, str(path))
     changes = parse_overrides(overrides)
+    try:
+        profile = profile_from_dict(data, str(path))
+    except ProfileError as exc:
+        if exc.key is None or exc.key not in changes:
+            raise
+        # The --set replaces the very key the file gets wrong (a saved profile whose reward file has since
+        # gone, given new rewards): the file with the change is what runs, so that is what is checked.
+        return profile_from_dict({**data, **changes}, f"{path} with --set")
     if changes:
         profile = profile_from_dict({**profile.to_dict(), **changes}, f"{path} with --set")
     return profile
@@ -202,10 +224,15 @@ def load_profiles(directory: str | Path, overrides: list[str] | tuple[str, ...] 
     if not files:
         raise UsageError(f"{directory}: no *.yaml profiles in this folder")
     profiles = []
-    for path in files:
-        as_written = load_profile(path) if device is not None and overrides else None
-        runs_here = as_written is None or as_written.device == device
-        profiles.append(load_profile(path, overrides) if runs_here else as_written)
+    if device is not None and overrides:
+        # the overrides are applied rung by rung in ladder order, so that a --set every rung refuses is
+        # reported for the rung --auto tries first, not for the file that sorts first by name
+        written = sorted(((load_profile(path), path) for path in files), key=lambda item: (item[0].ladder,
+                                                                                          item[0].name))
+        for as_written, path in written:
+            profiles.append(load_profile(path, overrides) if as_written.device == device else as_written)
+    else:
+        profiles = [load_profile(path, overrides) for path in files]
     names: dict[str, str] = {}
     for p in profiles:
         if p.name in names:

@@ -114,6 +114,9 @@ def _check_dataset(p, base: Path | None) -> None:
                 raise KeyProblem(f"applies to your own data; {p.dataset} knows its own columns and splits",
                                  f"remove {key}, or set dataset to your file, folder or hub id", key)
         return
+    if p.question_field and p.question_field == p.answer_field:
+        raise KeyProblem(f"'{p.question_field}' is both question_field and answer_field: the model would be shown "
+                         "its own gold answer", "name two different columns", "answer_field")
     given = Path(p.dataset).expanduser()
     if not given.is_absolute() and base is not None and (base / given).exists():
         given = base / given
@@ -176,3 +179,31 @@ def check_rewards_and_dataset(p) -> None:
     if p.hub_model_id and not _HUB_REPO.match(p.hub_model_id):
         raise KeyProblem(f"{shown(p.hub_model_id)} is not a hub repository id", "write it as org/name",
                          "hub_model_id")
+
+
+def missing_tracker(p, environ=None) -> str | None:
+    """Why the profile's `report_to` tracker cannot start on this machine (its package is not installed), or
+    None. Checked before a run starts: transformers refuses it only when the trainer is built, after the model
+    has loaded."""
+    import importlib.util
+    import os
+
+    from launcher.profile.keys import TRACKER_MODULES
+
+    if p.report_to == "kubeflow":
+        if (os.environ if environ is None else environ).get("KUBEFLOW_TRAINER_SERVER_URL"):
+            return None
+        return ("report_to 'kubeflow' needs KUBEFLOW_TRAINER_SERVER_URL in the environment (fix: set it, or "
+                "report_to: none)")
+    if p.report_to not in TRACKER_MODULES:
+        return None  # none, or all (whatever is installed)
+    modules, package = TRACKER_MODULES[p.report_to]
+    for module in modules:
+        top = module.split(".")[0]
+        try:
+            if importlib.util.find_spec(top) is not None and importlib.util.find_spec(module) is not None:
+                return None
+        except (ImportError, ValueError):
+            continue
+    return (f"report_to '{p.report_to}' needs the {package} package, which is not installed here (fix: pip "
+            f"install {package}, or set report_to: none)")

@@ -12,7 +12,8 @@ import math
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
-from pydantic import BaseModel, ValidationError, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr, ValidationError,
+                      WithJsonSchema, model_validator)
 from pydantic.json_schema import SkipJsonSchema
 
 from contract.errors import ProfileError
@@ -82,7 +83,11 @@ def _checkpointing(value: Any) -> Any:
 
 Whole = Annotated[int, BeforeValidator(_whole_number)]
 Number = Annotated[float, BeforeValidator(_number)]
-ModuleNames = Annotated[list[str], BeforeValidator(_module_names)]
+# What editors are told (profiles/schema.json) is what the validators accept: a list or one comma-separated
+# string of module names; true / false unquoted or the mode's name.
+ModuleNames = Annotated[list[str], BeforeValidator(_module_names), WithJsonSchema({"anyOf": [
+    {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
+    {"type": "string", "minLength": 1, "description": "comma-separated names"}]})]
 RewardWeights = Annotated[dict[str, float], BeforeValidator(_reward_weights)]
 
 
@@ -133,7 +138,10 @@ class Profile(BaseModel):
     # --- optimisation ---
     optim: Literal[OPTIMIZERS] = _key("adamw_8bit", "optimizer (8-bit variants need bitsandbytes, i.e. a GPU)",
                                       "optimisation")
-    gradient_checkpointing: Annotated[Literal[CHECKPOINTING_MODES], BeforeValidator(_checkpointing)] = _key(
+    gradient_checkpointing: Annotated[Literal[CHECKPOINTING_MODES], BeforeValidator(_checkpointing),
+                                      WithJsonSchema({"anyOf": [{"type": "boolean"},
+                                                                {"type": "string", "enum": list(CHECKPOINTING_MODES)}]})
+                                      ] = _key(
         "unsloth", "activation checkpointing: unsloth (offloads to RAM), true, false", "optimisation")
     learning_rate: Number = _key(5e-6, "peak learning rate", "optimisation", gt=0.0, le=1.0)
     lr_scheduler_type: Literal[SCHEDULERS] = _key("cosine", "learning-rate schedule", "optimisation")
@@ -273,6 +281,9 @@ class Profile(BaseModel):
         if "8bit" in self.optim:
             raise KeyProblem(f"{self.optim} needs bitsandbytes on a GPU", "use adamw_torch on a cpu profile",
                              "optim")
+        if self.save_merged:  # the merge is Unsloth's, on the GPU path; on CPU it would be skipped silently
+            raise KeyProblem("the merged 16-bit model is saved by Unsloth on a GPU; a cpu profile saves the adapter "
+                             "only", "set save_merged: false", "save_merged")
         return self
 
     @model_validator(mode="after")

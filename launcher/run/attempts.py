@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from launcher.oom import read as oomlib
-from contract.attempt import (ATTEMPTS_FILE, ERROR, INTERRUPTED, OK, OOM, OUTCOME_FILE, UNSUPPORTED, Outcome,
-                               checkpoint_step, latest_checkpoint, merge_outcomes, resolve_path)
+from contract.attempt import (ATTEMPTS_FILE, ERROR, INTERRUPTED, OK, OOM, OUTCOME_FILE, REWARD_RUNNING_FILE,
+                              UNSUPPORTED, Outcome, checkpoint_step, latest_checkpoint, merge_outcomes,
+                              resolve_path)
 from contract.errors import EXIT_INTERRUPTED
 from contract.safe_write import append_line
 
@@ -65,6 +66,17 @@ def _read_exit(returncode: int | None, text: str,
     return ERROR, f"exit {returncode} without {OUTCOME_FILE}" + (f": {last[-1][:300]}" if last else ""), None
 
 
+def _inside_reward(attempt_dir: Path, returncode: int | None) -> str | None:
+    """The error of a child that ended inside the user's reward code (its marker is still there)."""
+    try:
+        running = json.loads((attempt_dir / REWARD_RUNNING_FILE).read_text(encoding="utf-8"))
+        name, entry = str(running["reward"]), str(running["entry"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return (f"the attempt process ended (exit {returncode}) inside reward '{name}' ({entry}) without an outcome: "
+            "a reward must return its scores, never end the process (os._exit, a signal)")
+
+
 def read_result(attempt_dir: Path, returncode: int | None, tail_text: str, duration: float,
                 interrupted: bool, kernel_oom: bool | None = None) -> AttemptResult:
     """The attempt's outcome: the ranks' outcome files merged (worst status first) when the child wrote
@@ -75,6 +87,8 @@ def read_result(attempt_dir: Path, returncode: int | None, tail_text: str, durat
         status, error, report = _read_outcome(outcome)
     else:
         status, error, report = _read_exit(returncode, tail_text, kernel_oom)
+        if status == ERROR and returncode not in oomlib.SIGKILL_CODES:
+            error = _inside_reward(attempt_dir, returncode) or error
     if interrupted and status not in (OK, INTERRUPTED):
         status = INTERRUPTED
     if status != OOM:

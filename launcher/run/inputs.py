@@ -1,10 +1,11 @@
 """WHAT a run needs beyond valid profiles, checked before its folder exists (exit 2 on bad input): a GPU
-behind --gpu-memory, the profile names in GRPO_INJECT_OOM, and the chosen profile's training data, read here
-so that bad rows are refused before any model loads."""
+behind --gpu-memory, the profile names in GRPO_INJECT_OOM, the tracker packages `report_to` names, and the
+chosen profile's training data, read here so that bad rows are refused before any model loads."""
 
 from __future__ import annotations
 
 import os
+import sys
 
 from contract.attempt import ENV_INJECT_OOM, parse_inject
 from contract.errors import UsageError
@@ -35,8 +36,20 @@ def check_run_inputs(profiles: list, plan, gpu_memory: float | None, resume: boo
                              f"and it has no GPU ({here.message}) (fix: add --dry-run to plan for that card, or "
                              "drop --gpu-memory to train on what is here)")
     check_inject(profiles)
+    from launcher.profile.rules import missing_tracker
+
+    first = [plan.chosen] if plan.chosen is not None else []  # the rung that would run is the one named
+    for profile in first + [p for p in profiles if p is not plan.chosen]:
+        problem = missing_tracker(profile)
+        if problem:
+            raise UsageError(f"{profile.source or profile.name}: key 'report_to': {problem}")
     if plan.chosen is None or resume:
         return
+    if plan.chosen.hub_model_id and not (os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")):
+        # said now, not after hours of training (the push itself only notes it and keeps the files)
+        print(f"note: '{plan.chosen.name}' pushes to {plan.chosen.hub_model_id} when it ends, but HF_TOKEN is not "
+              "set: the result will stay on disk only (fix: export HF_TOKEN=<a write token> before the run, or "
+              "set hub_model_id to empty)", file=sys.stderr, flush=True)
     from tasks import check_data
 
     # the attempt reads the data again; for the built-in tasks and local files this is quick
