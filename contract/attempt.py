@@ -64,6 +64,11 @@ ENV_MAIN_PORT = "GRPO_MAIN_PORT"
 ENV_ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
 ENV_VLLM_STANDBY = "UNSLOTH_VLLM_STANDBY"
 
+# What a measured GPU peak counts. The estimate counts the whole process (CUDA context and memory outside
+# torch's allocator included); torch's own peak lacks both, and under vLLM standby includes the sleeping KV cache.
+MEASURE_GPU_PROCESS = "GPU process (torch peak + non-torch memory, NVML)"
+MEASURE_TORCH = "torch peak reserved"
+
 DEFAULT_VLLM_PORT = 8000
 DEFAULT_MAIN_PORT = 29500
 # The vLLM server's start-up (weights loaded, KV cache allocated, first health answer) must finish in this.
@@ -97,6 +102,7 @@ class Outcome:
     error_text: str | None = None      # the exception's whole text
     traceback: str | None = None
     peak_gib: float | None = None
+    peak_measure: str | None = None    # what peak_gib counts: MEASURE_GPU_PROCESS, MEASURE_TORCH or host RSS
     estimate_gib: float | None = None  # the supervisor's estimate, reported back unchanged
     rank: int = 0
     ranks: int = 1

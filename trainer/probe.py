@@ -204,14 +204,24 @@ class PeakMeter:
         import torch
 
         if self.device == "cuda":
+            from trainer.callbacks import MEASURE_GPU_PROCESS, MEASURE_TORCH, gpu_process_peak_gib
+
             torch.cuda.synchronize()
             allocated = torch.cuda.max_memory_allocated() / GIB
             reserved = torch.cuda.max_memory_reserved() / GIB
-            out = {"peak_gib": round(max(allocated, reserved), 4), "measure": "torch peak reserved",
+            out = {"peak_gib": round(max(allocated, reserved), 4), "measure": MEASURE_TORCH,
                    "peak_allocated_gib": round(allocated, 4), "peak_reserved_gib": round(reserved, 4)}
             used = self._nvml_used_gib()
             if used is not None:
                 out["nvml_used_gib"] = round(used, 4)
+            process = self.memory.process_gib() if self.memory is not None else None
+            if process is not None:
+                # the estimate's terms: context and memory outside torch in, vLLM's sleeping KV cache out
+                out["nvml_process_gib"] = round(process, 4)
+                out["torch_peak_gib"] = out["peak_gib"]
+                out["peak_gib"] = round(gpu_process_peak_gib(max(allocated, reserved),
+                                                             torch.cuda.memory_reserved() / GIB, process), 4)
+                out["measure"] = MEASURE_GPU_PROCESS
             return out
         if self._poller is not None:
             self._stop.set()

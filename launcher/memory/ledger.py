@@ -20,7 +20,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from contract.attempt import cache_root
+from contract.attempt import MEASURE_GPU_PROCESS, MEASURE_TORCH, cache_root
+from launcher.memory.parts import CUDA_CONTEXT_GIB
 
 LEDGER_FILE = "ledger.jsonl"
 # Profile keys that change how much memory a step needs; anything else (learning rate, seed, steps, rewards,
@@ -86,7 +87,8 @@ class Entry:
     status: str                                   # the attempt's status, or "probe-ok" / "probe-oom"
     estimate_gib: float | None = None
     components: dict = field(default_factory=dict)
-    peak_gib: float | None = None                 # measured peak of the attempt (or of its probe)
+    peak_gib: float | None = None                 # measured peak of the attempt (or of its probe), as planned with
+    measure: str | None = None                    # what was measured (see planning_peak); None: before it was said
     probe: dict | None = None
     oom_lower_bound_gib: float | None = None      # in use + asked, from an OOM's figures
     vllm: dict | None = None                      # vLLM's own start-up breakdown, when it printed one
@@ -124,8 +126,9 @@ def oom_lower_bound(report) -> float | None:
 
 
 def make_entry(profile, machine, *, status: str, estimate=None, peak_gib: float | None = None,
-               probe: dict | None = None, oom_report=None, vllm: dict | None = None) -> Entry:
-    return Entry(
+               probe: dict | None = None, oom_report=None, vllm: dict | None = None,
+               measure: str | None = None) -> Entry:
+    return Entry(measure=measure,
         profile=profile.name, fingerprint=fingerprint(profile),
         machine=machine_identity(machine, profile.device), status=status,
         estimate_gib=round(float(estimate.total_gib), 4) if estimate is not None else None,
@@ -232,14 +235,16 @@ def record_attempt(profile, plan, record, attempt_dir: Path, warn=None) -> Entry
     oom = record.report if record.status == "oom" else None
     outcome = _read_json(Path(attempt_dir) / "outcome.json") or {}
     probe = outcome.get("probe") if isinstance(outcome.get("probe"), dict) else None
-    probe_peak = probe.get("peak_gib") if probe else None
-    peaks = [p for p in (record.peak_gib if record.status == "ok" else None, probe_peak)
-             if isinstance(p, (int, float))]
-    if oom is None and not peaks:
+    measured = [planning_peak(profile.device, peak, measure) for peak, measure in (
+        (record.peak_gib if record.status == "ok" else None, outcome.get("peak_measure")),
+        (probe.get("peak_gib") if probe else None, probe.get("measure") if probe else None))
+        if isinstance(peak, (int, float))]
+    if oom is None and not measured:
         return None
+    peak, measure = max(measured) if measured else (None, None)
     entry = make_entry(profile, plan.machine, status=record.status, estimate=_plan_estimate(plan, profile),
-                       peak_gib=max(peaks) if peaks else None, probe=probe, oom_report=oom,
-                       vllm=_vllm_figures(Path(attempt_dir)))
+                       peak_gib=peak, probe=probe, oom_report=oom, vllm=_vllm_figures(Path(attempt_dir)),
+                       measure=measure)
     if entry.peak_gib is not None and record.status not in ("ok", "oom"):
         entry.status = "probe-ok"  # the probe got through even though the run did not finish
     try:
@@ -247,6 +252,18 @@ def record_attempt(profile, plan, record, attempt_dir: Path, warn=None) -> Entry
     except OSError as exc:
         _warn(warn, f"warning: cannot add to the ledger {ledger_path()}: {exc.strerror or exc}")
     return entry
+
+
+# ---------------------------------------------------------------------------------------------------
+# Which figure of a GPU peak is planned with: the one that counts what the estimate counts
+
+def planning_peak(device: str, peak_gib: float, measure: str | None) -> tuple[float, str]:
+    """(the peak in the estimate's terms, what it is). The GPU process's figure (NVML) already counts the CUDA
+    context and memory outside torch; torch's own peak lacks the context, which the estimate counts and free
+    memory (NVML) does not hold, so the context is added to it."""
+    if device != "cuda" or measure == MEASURE_GPU_PROCESS:
+        return float(peak_gib), measure or "process RSS"
+    return float(peak_gib) + CUDA_CONTEXT_GIB, f"{MEASURE_TORCH} + CUDA context {CUDA_CONTEXT_GIB:g} GiB"
 
 
 def _read_json(path: Path):
@@ -307,6 +324,7 @@ def accuracy_rows(entries: list[Entry]) -> list[dict]:
             "machine": f"{name} ({total} GiB)" if device == "cuda" else f"CPU ({total} GiB RAM)",
             "profile": group[-1].profile, "shape": shape_text(group[-1].settings), "runs": len(group),
             "estimate_gib": est, "peak_gib": peak,
+            "measure": next((e.measure for e in reversed(group) if e.succeeded and e.measure), None),
             "ratio": round(peak / est, 3) if peak and est else None,
             "oom_lower_bound_gib": max(bounds) if bounds else None,
             "last": max(e.date for e in group),
@@ -328,14 +346,15 @@ def print_ledger(path: Path | None = None, console=None) -> int:
         return 0
     table = Table(title=f"ledger: {path}")
     for col in ("machine", "profile", "batch / gens / completion", "runs", "estimate GiB",
-                "measured peak GiB", "measured / estimate", "OOM lower bound GiB", "last"):
+                "measured peak GiB", "measured as", "measured / estimate", "OOM lower bound GiB", "last"):
         table.add_column(col)
 
     def fmt(value, digits=2):
         return "-" if value is None else f"{value:.{digits}f}"
 
     for r in rows:
-        table.add_row(r["machine"], r["profile"], r["shape"], str(r["runs"]), fmt(r["estimate_gib"]), fmt(r["peak_gib"]),
-                      fmt(r["ratio"], 3), fmt(r["oom_lower_bound_gib"]), r["last"][:16].replace("T", " "))
+        table.add_row(r["machine"], r["profile"], r["shape"], str(r["runs"]), fmt(r["estimate_gib"]),
+                      fmt(r["peak_gib"]), r["measure"] or "-", fmt(r["ratio"], 3), fmt(r["oom_lower_bound_gib"]),
+                      r["last"][:16].replace("T", " "))
     console.print(table)
     return 0
