@@ -61,3 +61,9 @@ def test_the_pinned_release_still_prints_these_lines():
                      "Graph capturing finished in %.0f secs, took %.2f GiB", "torch peak memory increase: ",
                      "Total non KV cache memory: ", "KV cache size: %s tokens"):
         assert fragment in sources, fragment
+
+
+def test_a_negative_kv_cache_figure_is_read_with_its_sign():
+    # vLLM 0.32 logs format_gib(requested - non-KV memory - graphs): below zero when the share held too little
+    line = "(EngineCore_DP0 pid=4123) INFO 11-22 10:01:15 [gpu_worker.py:760] Available KV cache memory: -0.53 GiB\n"
+    assert parse_vllm_memory(line) == {"kv_cache_gib": -0.53}

@@ -9,7 +9,7 @@ Formats read (GiB; `format_gib` rounds to 0.01):
   "Model loading took 2.31 GiB memory and 5.123456 seconds"
   "Memory profiling takes 3.20 seconds. Total non KV cache memory: 3.63GiB; torch peak memory increase:
    1.02GiB; total consumed (from mem_get_info): ...; weights memory: 2.31GiB."  (a debug line)
-  "Available KV cache memory: 10.45 GiB"
+  "Available KV cache memory: 10.45 GiB"  (negative when the share left nothing for it: "-0.53 GiB")
   "GPU KV cache size: 97,856 tokens, Maximum concurrency for 1,024 tokens per request: 95.56x"
   "Graph capturing finished in 12 secs, took 0.53 GiB"
   "CUDA graph pool memory: 0.51 GiB (actual), 0.55 GiB (estimated), ..."
@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 
 _NUM = r"(\d+(?:\.\d+)?)"
+_SIGNED = r"(-?\d+(?:\.\d+)?)"  # the KV cache figure goes negative when the share leaves nothing for it
 _PATTERNS = {
     "weights_gib": [re.compile(r"Model loading took " + _NUM + r" ?GiB"),
                     re.compile(r"Loading model weights took " + _NUM + r" ?GB"),
@@ -32,8 +33,8 @@ _PATTERNS = {
     "activation_peak_gib": [re.compile(r"torch peak memory increase: " + _NUM + r" ?GiB"),
                             re.compile(r"PyTorch activation peak memory takes " + _NUM + r" ?GiB")],
     "non_torch_gib": [re.compile(r"non_torch_memory takes " + _NUM + r" ?GiB")],
-    "kv_cache_gib": [re.compile(r"Available KV cache memory: " + _NUM + r" ?GiB"),
-                     re.compile(r"the rest of the memory reserved for KV Cache is " + _NUM + r" ?GiB")],
+    "kv_cache_gib": [re.compile(r"Available KV cache memory: " + _SIGNED + r" ?GiB"),
+                     re.compile(r"the rest of the memory reserved for KV Cache is " + _SIGNED + r" ?GiB")],
     "cuda_graphs_gib": [re.compile(r"Graph capturing finished in \d+ secs?, took " + _NUM + r" ?GiB"),
                         re.compile(r"CUDA graph pool memory: " + _NUM + r" ?GiB \(actual\)")],
 }
