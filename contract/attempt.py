@@ -301,6 +301,8 @@ def attempt_environment(profile, base: dict | None = None) -> dict:
     env = dict(os.environ if base is None else base)
     env["PYTHONUNBUFFERED"] = "1"  # the child's output reaches the log as it happens
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # CUDA numbers GPUs fastest first by default, NVML (which the plan read) by PCI bus: make them agree
+    env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     parts = [p for p in env.get(ENV_ALLOC_CONF, "").split(",") if p.strip()]
     if profile.vllm_standby:
         parts = [p for p in parts if not p.strip().startswith("expandable_segments")]
