@@ -276,7 +276,25 @@ def worst_case_step(trainer, inputs) -> None:
         torch.nn.utils.clip_grad_norm_(params, trainer.args.max_grad_norm)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+    release_paged_state(optimizer)
     del loss, optimizer
+
+
+def release_paged_state(optimizer) -> int:
+    """bitsandbytes' paged optimizers (paged_adamw_8bit, ...) register each paged state buffer with a
+    process-wide page manager, which keeps it alive after the optimizer is dropped: the throwaway's state
+    would stay allocated beside the real optimizer's for the whole run. Drop its buffers from the manager;
+    returns how many."""
+    import torch
+
+    manager = getattr(optimizer, "page_mng", None)
+    if manager is None or not getattr(optimizer, "is_paged", False):
+        return 0
+    mine = {id(t) for state in optimizer.state.values() for t in state.values() if torch.is_tensor(t)}
+    kept = [t for t in manager.paged_tensors if id(t) not in mine]
+    released = len(manager.paged_tensors) - len(kept)
+    manager.paged_tensors[:] = kept
+    return released
 
 
 def run_probe(trainer, rows: list[dict], tokenizer, profile, memory=None, estimate_gib=None) -> dict:
