@@ -440,7 +440,7 @@ def test_lock_header_states_its_provenance(image: Image):
 
 def test_certifi_override_is_explained_wherever_it_is_used(image: Image, lock: dict[str, str]):
     header = lock_header(lock_path(image))
-    override = re.search(r"#   overrides:\s+(\S+)", header).group(1)
+    override = re.search(r"#   overrides:\s+([^,\s]+)", header).group(1)  # the first; others follow a comma
     if override == "none":
         return
     name, version = override.split("==")
@@ -499,3 +499,14 @@ def test_the_vllm_side_folder_holds_the_locks_versions(lock: dict[str, str]):
     assert pins["vllm"] == lock["vllm"]
     for name, version in pins.items():
         assert lock.get(name) == version, f"requirements/vllm-side.txt pins {name}=={version}, the lock {lock.get(name)}"
+
+
+def test_the_lock_writes_each_file_once_and_loads_beside_its_torch(lock: dict[str, str], image: Image):
+    # cuda-python 12.x ships cuda/bindings itself and overwrites cuda-bindings 13's files; 13.x is a
+    # metapackage over cuda-bindings of its own release
+    python, bindings = lock["cuda-python"], lock["cuda-bindings"]
+    assert python.split(".")[0] == bindings.split(".")[0] == "13", (python, bindings)
+    assert python.split(".")[:3] == bindings.split(".")[:3], (python, bindings)
+    # every xformers release on the index is built against another torch (0.0.35: 2.10.0+cu128)
+    assert "xformers" not in lock, "xformers is built for another torch: it cannot load beside the lock's"
+    assert "xformers" in lock_header(lock_path(image)), "the header must say why xformers is left out"
