@@ -13,6 +13,10 @@ Formats read (GiB; `format_gib` rounds to 0.01):
   "GPU KV cache size: 97,856 tokens, Maximum concurrency for 1,024 tokens per request: 95.56x"
   "Graph capturing finished in 12 secs, took 0.53 GiB"
   "CUDA graph pool memory: 0.51 GiB (actual), 0.55 GiB (estimated), ..."
+  The "Total non KV cache memory" line is at debug level; at the default level the figure is derived from
+  Unsloth's own lines, printed whatever the level: "Unsloth: vLLM loading MODEL with actual GPU utilization =
+  57.5%" and "Unsloth: Your GPU has CUDA compute capability 8.6 with VRAM = 12.0 GB." (vLLM's share) less
+  the available KV cache (so it includes vLLM's CUDA graph estimate).
 - vLLM 0.6 - 0.9 (V0 engine):
   "Loading model weights took 2.3124 GB"
   "model weights take 2.31GiB; non_torch_memory takes 0.12GiB; PyTorch activation peak memory takes
@@ -39,6 +43,9 @@ _PATTERNS = {
                         re.compile(r"CUDA graph pool memory: " + _NUM + r" ?GiB \(actual\)")],
 }
 _KV_TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
+# Unsloth's own start-up lines (printed, so at any log level): vLLM's share and the card's size
+_UNSLOTH_SHARE = re.compile(r"vLLM loading \S+ with actual GPU utilization = " + _NUM + r"%")
+_UNSLOTH_VRAM = re.compile(r"Your GPU has CUDA compute capability [\d.]+ with VRAM = " + _NUM + r" GB")
 
 
 def parse_vllm_memory(text: str) -> dict | None:
@@ -54,4 +61,11 @@ def parse_vllm_memory(text: str) -> dict | None:
     tokens = _KV_TOKENS.findall(text)
     if tokens:
         found["kv_cache_tokens"] = int(tokens[-1].replace(",", ""))
+    share, vram = _UNSLOTH_SHARE.findall(text), _UNSLOTH_VRAM.findall(text)
+    if share and vram:
+        # vLLM's reservation; with its KV cache figure it gives what vLLM holds besides the KV cache, which
+        # vLLM 0.32 states only at debug level (Unsloth's "GB" are GiB: it divides by 1024 three times)
+        found["vllm_share_gib"] = round(float(share[-1]) / 100 * float(vram[-1]), 3)
+        if "kv_cache_gib" in found and "non_kv_cache_gib" not in found:
+            found["non_kv_cache_gib"] = round(found["vllm_share_gib"] - found["kv_cache_gib"], 3)
     return found or None
