@@ -72,7 +72,7 @@ def test_a_negative_kv_cache_figure_is_read_with_its_sign():
 def test_at_the_default_level_vllms_non_kv_memory_comes_from_unsloths_lines():
     # vLLM 0.32 says "Total non KV cache memory" only at debug level; Unsloth prints its share and the card
     log = ("Unsloth: vLLM loading unsloth/Llama-3.2-3B-Instruct-unsloth-bnb-4bit with actual GPU utilization = 57.5%\n"
-           "Unsloth: Your GPU has CUDA compute capability 8.6 with VRAM = 12.0 GB.\n"
+           "Unsloth: Your GPU has CUDA compute capability 8.6 with VRAM = 24.0 GB.\n"
            + "\n".join(line for line in V1_LOG.splitlines() if " DEBUG " not in line))
     figures = parse_vllm_memory(log)
     assert figures["vllm_share_gib"] == 13.8
