@@ -24,6 +24,7 @@ It prints one JSON line: `{"reached": true, "engine": {...}}` with what vLLM wou
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import ctypes
 import importlib.abc
@@ -31,6 +32,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import shutil
 import sys
 import tempfile
 import traceback
@@ -370,6 +372,7 @@ def rehearse(profile_path: str, card: Card, overrides: list[str], without: set[s
     arch = resolve(profile.model)
 
     hub = Path(tempfile.mkdtemp(prefix="rehearsal-hub-"))
+    atexit.register(shutil.rmtree, hub, True)
     repos = {profile.model: config_json(arch, quantized=False)}
     if profile.load_in_4bit:
         # Unsloth loads its pre-quantized repository for a 4-bit run (unsloth.models.loader_utils mappers)
