@@ -68,6 +68,11 @@ ENV_MAIN_PORT = "GRPO_MAIN_PORT"
 ENV_ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
 ENV_VLLM_STANDBY = "UNSLOTH_VLLM_STANDBY"
 
+# What a measured GPU peak counts. The estimate counts the whole process (CUDA context and memory outside
+# torch's allocator included); torch's own peak lacks both, and under vLLM standby includes the sleeping KV cache.
+MEASURE_GPU_PROCESS = "GPU process (torch peak + non-torch memory, NVML)"
+MEASURE_TORCH = "torch peak reserved"
+
 DEFAULT_VLLM_PORT = 8000
 DEFAULT_MAIN_PORT = 29500
 # The vLLM server's start-up (weights loaded, KV cache allocated, first health answer) must finish in this.
@@ -101,6 +106,7 @@ class Outcome:
     error_text: str | None = None      # the exception's whole text
     traceback: str | None = None
     peak_gib: float | None = None
+    peak_measure: str | None = None    # what peak_gib counts: MEASURE_GPU_PROCESS, MEASURE_TORCH or host RSS
     estimate_gib: float | None = None  # the supervisor's estimate, reported back unchanged
     rank: int = 0
     ranks: int = 1
@@ -299,6 +305,8 @@ def attempt_environment(profile, base: dict | None = None) -> dict:
     env = dict(os.environ if base is None else base)
     env["PYTHONUNBUFFERED"] = "1"  # the child's output reaches the log as it happens
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # CUDA numbers GPUs fastest first by default, NVML (which the plan read) by PCI bus: make them agree
+    env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     parts = [p for p in env.get(ENV_ALLOC_CONF, "").split(",") if p.strip()]
     if profile.vllm_standby:
         parts = [p for p in parts if not p.strip().startswith("expandable_segments")]

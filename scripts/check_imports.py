@@ -1,9 +1,11 @@
 """Import the GPU stack's glue as a training run does, so that a pin which breaks an import fails `docker build`
 (or this check), not a user's first run.
 
-Two fresh interpreters: vLLM and TRL's vLLM glue in one, Unsloth and unsloth_zoo's vLLM loader in the other.
-They are kept apart because, where no NVIDIA driver is loaded (a docker build, a CPU machine), `import unsloth`
-finds vLLM's compiled extension unloadable and blocks every later vLLM import in its process. Each runs in an
+Fresh interpreters: vLLM and TRL's vLLM glue in one, vLLM's bitsandbytes plugin in another, Unsloth and
+unsloth_zoo's vLLM loader in a third. The plugin is imported directly: 4-bit with fast_inference needs it under
+vLLM >= 0.28, and `import unsloth` never reaches it on a build machine. They are kept apart because, where no
+NVIDIA driver is loaded (a docker build, a CPU machine), `import unsloth` finds vLLM's compiled extension
+unloadable and blocks every later vLLM import in its process. Each runs in an
 empty temporary folder, since Unsloth writes its compiled cache into the working folder.
 Exit status 0 when everything imports, 1 otherwise (the failing import's last lines are printed).
 """
@@ -22,6 +24,12 @@ CHECKS = {
         "from vllm.inputs import TokensPrompt",
         "import trl.generation.vllm_client, trl.generation.vllm_generation",
         "from trl import GRPOTrainer",
+    ]),
+    "vLLM's bitsandbytes plugin (4-bit under vLLM >= 0.28)": "\n".join([
+        "import bitsandbytes",
+        "import vllm_bnb_plugin",
+        "import vllm_bnb_plugin.bitsandbytes",
+        "from vllm_bnb_plugin import register",
     ]),
     "Unsloth and unsloth_zoo's vLLM loader": "\n".join([
         "from trl import GRPOTrainer",

@@ -19,6 +19,12 @@ EXCLUDE_NEWER=${EXCLUDE_NEWER:-$(date -u +%Y-%m-%dT%H:%M:%SZ)}
 # written (newest 2026.10.18); without this override the set does not resolve. Set CERTIFI_OVERRIDE= (empty)
 # once a certifi >= 2026.10.19 is published, and drop the note from the header below.
 CERTIFI_OVERRIDE=${CERTIFI_OVERRIDE-certifi==2026.10.18}
+# xformers: every release on the index (0.0.35 the newest) is built against another torch (0.0.35: torch
+# 2.10.0+cu128), so beside torch 2.13 + CUDA 13 it cannot load and Unsloth says so on every attempt; Unsloth
+# and vLLM run without it (SDPA / FlashAttention). A marker that never holds leaves it out of the set. Set
+# XFORMERS_OVERRIDE= (empty) once a release is built for the pinned torch.
+never_installed='xformers ; sys_platform == "never"'
+XFORMERS_OVERRIDE=${XFORMERS_OVERRIDE-$never_installed}
 LOCK=requirements/gpu.lock
 
 if ! command -v "$UV" >/dev/null 2>&1; then
@@ -34,10 +40,14 @@ compile_args=(pip compile pyproject.toml --extra gpu -c constraints.txt
               --only-binary :all: --exclude-newer "$EXCLUDE_NEWER"
               --no-header --annotation-style line)
 override_note="none"
-if [[ -n "$CERTIFI_OVERRIDE" ]]; then
-    echo "$CERTIFI_OVERRIDE" > "$work/overrides.txt"
+: > "$work/overrides.txt"
+for override in "$CERTIFI_OVERRIDE" "$XFORMERS_OVERRIDE"; do
+    [[ -n "$override" ]] || continue
+    echo "$override" >> "$work/overrides.txt"
+    override_note=$([[ "$override_note" == none ]] && echo "$override" || echo "$override_note, $override")
+done
+if [[ -s "$work/overrides.txt" ]]; then
     compile_args+=(--override "$work/overrides.txt")
-    override_note="$CERTIFI_OVERRIDE"
 fi
 
 started=$(date +%s)
@@ -65,7 +75,15 @@ seconds=$(( $(date +%s) - started ))
         echo "# when this was resolved, so that one requirement is overridden to $CERTIFI_OVERRIDE. pip's own resolver"
         echo "# would refuse the set for it; the image therefore installs this file with --no-deps (nothing is"
         echo "# re-resolved, unsloth and unsloth_zoo go in without pulling certifi), and \`pip check\` in the image"
-        echo "# reports exactly that one mismatch. Every other requirement of every package here is satisfied."
+        echo "# reports that mismatch. Every other requirement of every package here is satisfied but the one below."
+    fi
+    if [[ -n "$XFORMERS_OVERRIDE" ]]; then
+        echo "#"
+        echo "# xformers: unsloth asks for it on Linux x86_64, but every release on the index is built against another"
+        echo "# torch (0.0.35: torch 2.10.0+cu128) and cannot load beside torch 2.13 + CUDA 13; Unsloth and vLLM run"
+        echo "# without it. It is left out (override above), and \`pip check\` reports unsloth's unmet xformers too."
+        echo "# cuda-python is pinned to the 13.x metapackage (constraints.txt): 12.6.2.post1 ships its own"
+        echo "# cuda/bindings files and would overwrite cuda-bindings 13's."
     fi
     echo
     # uv names the override file in its notes; that path is a temporary one, so say what it held instead.

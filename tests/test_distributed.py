@@ -418,3 +418,19 @@ def test_a_failed_fetch_is_one_line_with_the_fix(monkeypatch):
         vs.local_model("meta-llama/Llama-3.1-8B-Instruct", {})
     assert "401 Client Error" in str(caught.value) and "HF_TOKEN" in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+def test_shipped_servers_run_one_copy_of_a_dense_model():
+    # TRL 1.15's vllm-serve: "Setting this above `1` for dense models is not supported/useful and will error out"
+    # (its --data_parallel_size help); every catalogued model is dense, so a server is one (tensor-parallel) copy
+    from trl.scripts.vllm_serve import ScriptArguments
+
+    help_text = ScriptArguments.__dataclass_fields__["data_parallel_size"].metadata["help"]
+    assert "dense models" in help_text and "error" in help_text
+    for path in sorted(Path("profiles").glob("multi-*.yaml")):
+        p = load_profile(path)
+        if p.uses_vllm_server:
+            argv = vs.server_command(p, 8011, python="py")
+            options = dict(zip(argv[4::2], argv[5::2]))
+            assert options["--data_parallel_size"] == "1", path.name
+            assert int(options["--tensor_parallel_size"]) == p.vllm_server_gpus, path.name

@@ -440,7 +440,7 @@ def test_lock_header_states_its_provenance(image: Image):
 
 def test_certifi_override_is_explained_wherever_it_is_used(image: Image, lock: dict[str, str]):
     header = lock_header(lock_path(image))
-    override = re.search(r"#   overrides:\s+(\S+)", header).group(1)
+    override = re.search(r"#   overrides:\s+([^,\s]+)", header).group(1)  # the first; others follow a comma
     if override == "none":
         return
     name, version = override.split("==")
@@ -471,7 +471,8 @@ def test_dockerfile_passes_hadolint():
 
 
 def test_the_build_imports_the_gpu_glue_after_installing_the_lock(image: Image):
-    # a pin that breaks vLLM, TRL's vLLM client, Unsloth or unsloth_zoo's vLLM loader must fail `docker build`
+    # a pin that breaks vLLM, TRL's vLLM client, vLLM's bitsandbytes plugin, Unsloth or unsloth_zoo's vLLM loader
+    # must fail `docker build`
     (install,) = pip_installs(image)
     install_at = next(i for i, ins in enumerate(image.instructions) if ins.line == install.line)
     check = next((run for run in image.all("RUN") if "scripts/check_imports.py" in run.args), None)
@@ -480,8 +481,16 @@ def test_the_build_imports_the_gpu_glue_after_installing_the_lock(image: Image):
     assert in_build_context("scripts/check_imports.py")
     script = (ROOT / "scripts" / "check_imports.py").read_text()
     for module in ("import vllm", "trl.generation.vllm_client", "from trl import GRPOTrainer", "import unsloth\n",
-                   "unsloth_zoo.vllm_utils"):
+                   "unsloth_zoo.vllm_utils", "import vllm_bnb_plugin.bitsandbytes"):
         assert module.strip() in script, module
+
+
+def test_the_image_can_load_4bit_models_under_vllm(lock: dict[str, str]):
+    # vLLM 0.28 moved bitsandbytes out of its tree: without the plugin unsloth_zoo refuses load_in_4bit with
+    # fast_inference, which every 4-bit rung uses
+    major, minor = (int(x) for x in lock["vllm"].split(".")[:2])
+    if (major, minor) >= (0, 28):
+        assert "vllm-bnb-plugin" in lock, "the lock has no vllm-bnb-plugin: 4-bit + fast_inference cannot load"
 
 
 def test_the_vllm_side_folder_holds_the_locks_versions(lock: dict[str, str]):
@@ -490,3 +499,14 @@ def test_the_vllm_side_folder_holds_the_locks_versions(lock: dict[str, str]):
     assert pins["vllm"] == lock["vllm"]
     for name, version in pins.items():
         assert lock.get(name) == version, f"requirements/vllm-side.txt pins {name}=={version}, the lock {lock.get(name)}"
+
+
+def test_the_lock_writes_each_file_once_and_loads_beside_its_torch(lock: dict[str, str], image: Image):
+    # cuda-python 12.x ships cuda/bindings itself and overwrites cuda-bindings 13's files; 13.x is a
+    # metapackage over cuda-bindings of its own release
+    python, bindings = lock["cuda-python"], lock["cuda-bindings"]
+    assert python.split(".")[0] == bindings.split(".")[0] == "13", (python, bindings)
+    assert python.split(".")[:3] == bindings.split(".")[:3], (python, bindings)
+    # every xformers release on the index is built against another torch (0.0.35: 2.10.0+cu128)
+    assert "xformers" not in lock, "xformers is built for another torch: it cannot load beside the lock's"
+    assert "xformers" in lock_header(lock_path(image)), "the header must say why xformers is left out"

@@ -18,7 +18,8 @@ import pytest
 
 from launcher.profile.catalog import resolve
 from launcher.memory.estimate import (CUDA_CONTEXT_GIB, GIB, NF4_BYTES, PYTHON_RUNTIME_GIB, estimate,
-                               standby_utilisation, vllm_workspace_bytes)
+                               standby_utilisation, vllm_workspace_bytes, STANDBY_UTILISATION,
+                               STANDBY_HEADROOM)
 from launcher.card.detect import GpuInfo
 from launcher.profile.load import profile_from_dict
 
@@ -127,8 +128,7 @@ def test_standby_uses_unsloths_tier_and_lends_the_kv_cache():
     keys = dict(model="unsloth/Llama-3.2-3B-Instruct", gpu_memory_utilization=0.5)
     plain = estimate(make(**keys), gpu=card(80))
     standby = estimate(make(**keys, vllm_standby=True), gpu=card(80))
-    assert standby.vllm_share_gib == pytest.approx(0.88 * 80)
-    assert standby_utilisation(16) == 0.76 and standby_utilisation(48) == pytest.approx(0.82)
+    assert standby.vllm_share_gib == pytest.approx(0.925 * 0.95 * 80)
     lent = plain.components["activations"] + plain.components["activation_checkpoints"] + plain.components["logits"]
     assert standby.components["standby_reuse"] == pytest.approx(-lent)
 
@@ -301,3 +301,46 @@ def test_trl_full_finetuning_keeps_bf16_moments_and_peaks_at_the_step():
     assert eight_bit["optimizer"] == pytest.approx(2 * params / GIB) and eight_bit["optimizer_step"] == 0
     unsloth = estimate(make(**keys), gpu=card(80)).components  # the unsloth path is unchanged
     assert unsloth["optimizer"] == pytest.approx(8 * params / GIB) and "optimizer_step" not in unsloth
+
+
+def _unsloth_standby_steps() -> tuple[list[tuple[float, float]], float]:
+    """unsloth_zoo's standby tiers for vLLM >= 0.11, read from its load_vllm: [(floor of a tenth of the card's
+    GiB, share)], the last one the `else`, and the factor applied after them."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("unsloth_zoo")
+    source = Path(list(spec.submodule_search_locations)[0], "vllm_utils.py").read_text(encoding="utf-8")
+    load_vllm = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.name == "load_vllm")
+    branch = next(n for n in ast.walk(load_vllm) if isinstance(n, ast.If) and "0.11.0" in ast.unparse(n.test))
+    node = next(n for n in branch.orelse if isinstance(n, ast.If))
+    steps = []
+    while True:  # if / elif ... chain: `if ten_percent >= FLOOR: standby_target_gpu_util = SHARE`
+        steps.append((node.test.comparators[0].value, node.body[0].value.value))
+        if len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If):
+            node = node.orelse[0]
+            continue
+        steps.append((0.0, node.orelse[0].value.value))  # the final else
+        break
+    factor = next(n.value.value for n in branch.orelse if isinstance(n, ast.AugAssign))
+    return steps, factor
+
+
+def test_standby_tiers_are_unsloths_own():
+    steps, factor = _unsloth_standby_steps()
+    assert steps and factor, "unsloth_zoo's standby tiers were not found in load_vllm"
+    assert list(STANDBY_UTILISATION) == steps and STANDBY_HEADROOM == factor
+
+
+@pytest.mark.parametrize("total, share", [(39.39, 0.9 * 0.95), (23.99, 0.825 * 0.95), (47.5, 0.925 * 0.95),
+                                          (14.57, 0.8 * 0.95), (79.19, 0.925 * 0.95), (7.66, 0.75 * 0.95)])
+def test_standby_share_is_unsloths_step_of_free_memory(total, share):
+    # A100-40, 24 GB, 48 GB, T4, H100, 8 GB: Unsloth's step, taken of the memory free when vLLM starts
+    assert standby_utilisation(total) == pytest.approx(share)
+    profile = make(model="unsloth/Llama-3.2-3B-Instruct", gpu_memory_utilization=0.3, vllm_standby=True)
+    free = total - 1.5
+    assert estimate(profile, gpu=card(total, free)).vllm_share_gib == pytest.approx(share * free)
+    # the profile's own share is overridden both ways
+    higher = profile.replace(gpu_memory_utilization=0.9)
+    assert estimate(higher, gpu=card(total, free)).vllm_share_gib == pytest.approx(share * free)

@@ -164,3 +164,70 @@ def test_bf16_needs_compute_capability_8(cc, expected):
     machine = probe(nvml=FakeNvml([dict(T4, cc=cc)]))
     assert bf16_supported(machine.primary) is expected
     assert bf16_supported(None) is False
+
+
+# ---------------------------------------------------------------------------------------------------
+# Cards the plan used to misread: MIG slices, CUDA's own device order, capabilities the CUDA 13 builds lack
+
+class MigNvml(FakeNvml):
+    """An A100 80GB in MIG mode with two 3g.40gb slices, beside a plain T4."""
+
+    SLICES = [{"name": "MIG 3g.40gb", "uuid": "MIG-1111aaaa-0000", "total": 39 * GIB, "free": 38 * GIB},
+              {"name": "MIG 3g.40gb", "uuid": "MIG-2222bbbb-0000", "total": 39 * GIB, "free": 30 * GIB}]
+
+    def nvmlDeviceGetMigMode(self, handle):
+        if handle is A100:
+            return 1, 1
+        raise self.NVMLError("Not Supported")
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle):
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle, index):
+        if index >= len(self.SLICES):
+            raise self.NVMLError("Not Found")
+        return self.SLICES[index]
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle):
+        if handle in self.SLICES:
+            raise self.NVMLError("Not Supported")
+        return handle["cc"]
+
+
+def test_a_mig_slice_named_in_cuda_visible_devices_is_planned_with_its_own_memory(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-2222bbbb-0000")
+    machine = probe(nvml=MigNvml([A100, T4]))
+    assert machine.device == "cuda" and len(machine.gpus) == 1
+    gpu = machine.primary
+    assert (gpu.total_gib, gpu.free_gib) == (39.0, 30.0)      # the slice's, not the parent's 80 GiB
+    assert gpu.compute_capability == (8, 0)                    # the parent's
+    assert "MIG" in gpu.name
+
+
+def test_a_gpu_in_mig_mode_shows_its_slices_not_itself():
+    machine = probe(nvml=MigNvml([A100, T4]))
+    assert [g.total_gib for g in machine.gpus] == [39.0, 39.0, 15.0]
+
+
+def test_cards_below_turing_are_not_planned_for():
+    v100 = {"name": "Tesla V100-SXM2-16GB", "uuid": "GPU-cccc3333-0000", "total": 16 * GIB, "free": 15 * GIB,
+            "cc": (7, 0)}
+    machine = probe(nvml=FakeNvml([v100]))
+    assert machine.device == "cpu"
+    assert "compute capability 7.0" in machine.message and "7.5" in machine.message
+
+
+def test_a_cuda_order_other_than_nvmls_on_mixed_cards_is_named(monkeypatch):
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
+    machine = probe(nvml=FakeNvml([T4, A100]))
+    assert any("CUDA_DEVICE_ORDER=FASTEST_FIRST" in note and "PCI_BUS_ID" in note for note in machine.notes)
+
+
+def test_attempts_number_gpus_as_nvml_does():
+    from contract.attempt import attempt_environment
+    from launcher.profile.load import load_profile
+
+    profile = load_profile("profiles/gpu-24gb-llama3.1-8b.yaml")
+    assert attempt_environment(profile, base={})["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert attempt_environment(profile, base={"CUDA_DEVICE_ORDER": "FASTEST_FIRST"})["CUDA_DEVICE_ORDER"] == \
+        "FASTEST_FIRST"  # a user's explicit choice is kept (the plan names it)

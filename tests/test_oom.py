@@ -276,3 +276,59 @@ def test_injected_message_reads_like_a_real_one():
     assert r.kind == oom.KIND_CUDA
     assert r.asked_gib == pytest.approx(4 * 256 * 151936 * 4 / 2**30, abs=0.01)
     assert r.shortfall_gib > 0
+
+
+# The spellings of an out-of-memory failure that the pinned vLLM 0.32 and unsloth_zoo raise besides PyTorch's,
+# each in its upstream wording (vLLM's strings as its sources and its cumem_allocator library format them).
+
+def test_standby_wake_up_out_of_memory_is_an_oom():
+    # vLLM's cumem allocator ("CUDA Error: %s at %s:%d", the driver's error string) re-maps the sleeping KV cache
+    r = read_oom(text("vllm_cumem_wake.txt"))
+    assert r is not None and r.kind == oom.KIND_DRIVER
+    assert r.message == "RuntimeError: CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62"
+    assert oom.is_oom_exception(RuntimeError("CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:7"))
+    assert "the CUDA driver" in explain(text("vllm_cumem_wake.txt"))
+
+
+def test_the_drivers_error_name_is_an_oom():
+    # cuda-python's CUresult, as vLLM formats a failed driver call: f"... failed: {err}"
+    message = "RuntimeError: cuMemCreate failed: CUresult.CUDA_ERROR_OUT_OF_MEMORY"
+    r = read_oom(message)
+    assert r is not None and r.kind == oom.KIND_DRIVER
+    assert read_oom("RuntimeError: CUDA Error: invalid argument at /workspace/csrc/cumem_allocator.cpp:62") is None
+
+
+def test_unsloths_standby_start_failure_is_vllm_not_host_ram():
+    # unsloth_zoo raises a MemoryError when vLLM cannot start under standby: a GPU failure, not host RAM
+    r = read_oom(text("unsloth_standby_start.txt"))
+    assert r.kind == oom.KIND_VLLM and r.site == oom_site.SITE_VLLM_START
+    assert r.vllm_problem == oom.VLLM_SHARE_TOO_LARGE
+    only_unsloth = "MemoryError: Unsloth: Your GPU ran out of memory loading vLLM with standby mode enabled.\n" \
+                   "Your GPU has 22.0 GB VRAM with gpu_memory_utilization=0.784.\n"
+    r = read_oom(only_unsloth)
+    assert (r.kind, r.total_gib, r.utilization) == (oom.KIND_VLLM, 22.0, 0.784)
+
+
+def test_vllm_032_start_up_refusals_in_their_own_words():
+    free = ("ValueError: Free memory on device cuda:0 (5.21/23.55 GiB) on startup is less than desired GPU memory "
+            "utilization (0.7, 16.49 GiB). Decrease GPU memory utilization or reduce GPU memory used by other "
+            "processes.")
+    r = read_oom(free)
+    assert (r.kind, r.vllm_problem, r.free_gib, r.total_gib, r.utilization, r.asked_gib) == \
+        (oom.KIND_VLLM, oom.VLLM_SHARE_TOO_LARGE, 5.21, 23.55, 0.7, 16.49)
+    kv = ("ValueError: To serve at least one request with the model's max seq len (1792), (0.22 GiB KV cache is "
+          "needed, which is larger than the available KV cache memory (0.1 GiB). Based on the available memory, "
+          "the estimated maximum model length is 816. Try increasing `gpu_memory_utilization` (which also "
+          "controls CPU memory on the CPU backend) or decreasing `max_model_len` when initializing the engine. "
+          "See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.")
+    r = read_oom(kv)
+    assert (r.vllm_problem, r.max_model_len, r.asked_gib, r.free_gib) == (oom.VLLM_SHARE_TOO_SMALL, 1792, 0.22, 0.1)
+    blocks = ("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+              "initializing the engine (this flag also controls CPU memory reservation on the CPU backend, "
+              "despite its name). See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more "
+              "details.")
+    assert read_oom(blocks).vllm_problem == oom.VLLM_SHARE_TOO_SMALL
+    sampler = ("RuntimeError: CUDA out of memory occurred when warming up sampler with 256 dummy requests. Please "
+               "try lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine.")
+    r = read_oom(sampler)
+    assert (r.kind, r.site, r.vllm_problem) == (oom.KIND_VLLM, oom_site.SITE_VLLM_START, oom.VLLM_SHARE_TOO_LARGE)

@@ -256,3 +256,26 @@ def test_probe_leaves_learning_unchanged(backend, tmp_path, cache_env):
                     map(json.loads, (tmp_path / run / "metrics.jsonl").read_text().splitlines())]
               for run in ("with", "without")}
     assert len(logged["with"]) == 3 and logged["with"] == logged["without"]
+
+
+def test_the_throwaway_paged_optimizer_state_is_released():
+    from types import SimpleNamespace
+
+    # bitsandbytes' paged optimizers append each paged state buffer (CUDA managed memory: stood in for by
+    # tensors here) to a process-wide page manager's list, which outlives the optimizer
+    import torch
+
+    from trainer.probe import release_paged_state
+
+    manager = SimpleNamespace(paged_tensors=[])
+    kept = torch.zeros(4)            # the real optimizer's, registered earlier
+    manager.paged_tensors.append(kept)
+    param = torch.nn.Parameter(torch.zeros(4))
+    state1, state2 = torch.zeros(4), torch.zeros(4)
+    manager.paged_tensors += [state1, state2]
+    throwaway = SimpleNamespace(page_mng=manager, is_paged=True,
+                                state={param: {"state1": state1, "state2": state2, "step": 1}})
+    assert release_paged_state(throwaway) == 2
+    assert manager.paged_tensors == [kept]
+    # an optimizer that pages nothing is left alone
+    assert release_paged_state(SimpleNamespace(state={})) == 0

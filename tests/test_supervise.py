@@ -146,6 +146,15 @@ def test_vllm_share_lowered_to_what_was_free():
     assert new.per_device_train_batch_size == 4
 
 
+def test_vllm_share_is_not_moved_under_standby():
+    # Unsloth overrides gpu_memory_utilization under standby: a moved share would retry an identical engine
+    for name in ("vllm_free_memory.txt", "vllm_kv_cache.txt"):
+        p = gpu_profile("g", 1, gpu_memory_utilization=0.5, vllm_standby=True)
+        new, changes, text = adjust_vllm_share(p, report(name), card(24, free=23.0))
+        assert new is None and changes == {}
+        assert "Unsloth sets vLLM's share itself" in text
+
+
 def test_vllm_share_not_lowered_below_what_vllm_needs():
     # a 14B model's 4-bit weights do not fit in 0.2 x 24 GiB: the estimator says vLLM cannot start
     p = gpu_profile("big", 1, model="Qwen/Qwen3-14B", gpu_memory_utilization=0.7)

@@ -61,3 +61,21 @@ def test_the_pinned_release_still_prints_these_lines():
                      "Graph capturing finished in %.0f secs, took %.2f GiB", "torch peak memory increase: ",
                      "Total non KV cache memory: ", "KV cache size: %s tokens"):
         assert fragment in sources, fragment
+
+
+def test_a_negative_kv_cache_figure_is_read_with_its_sign():
+    # vLLM 0.32 logs format_gib(requested - non-KV memory - graphs): below zero when the share held too little
+    line = "(EngineCore_DP0 pid=4123) INFO 11-22 10:01:15 [gpu_worker.py:760] Available KV cache memory: -0.53 GiB\n"
+    assert parse_vllm_memory(line) == {"kv_cache_gib": -0.53}
+
+
+def test_at_the_default_level_vllms_non_kv_memory_comes_from_unsloths_lines():
+    # vLLM 0.32 says "Total non KV cache memory" only at debug level; Unsloth prints its share and the card
+    log = ("Unsloth: vLLM loading unsloth/Llama-3.2-3B-Instruct-unsloth-bnb-4bit with actual GPU utilization = 57.5%\n"
+           "Unsloth: Your GPU has CUDA compute capability 8.6 with VRAM = 24.0 GB.\n"
+           + "\n".join(line for line in V1_LOG.splitlines() if " DEBUG " not in line))
+    figures = parse_vllm_memory(log)
+    assert figures["vllm_share_gib"] == 13.8
+    assert figures["non_kv_cache_gib"] == round(13.8 - 10.45, 3)
+    # where vLLM states it (debug level), its own figure stands
+    assert parse_vllm_memory(log + "\n" + V1_LOG)["non_kv_cache_gib"] == 3.63

@@ -209,15 +209,25 @@ class PeakMeter:
         import torch
 
         if self.device == "cuda":
+            from trainer.callbacks import MEASURE_GPU_PROCESS, MEASURE_TORCH, gpu_process_peak_gib
+
             torch.cuda.synchronize()
             allocated = torch.cuda.max_memory_allocated() / GIB
             reserved = torch.cuda.max_memory_reserved() / GIB
-            out = {"peak_gib": round(max(allocated, reserved), 4), "measure": "torch peak reserved",
+            out = {"peak_gib": round(max(allocated, reserved), 4), "measure": MEASURE_TORCH,
                    "peak_allocated_gib": round(allocated, 4), "peak_reserved_gib": round(reserved, 4),
                    "held_before_gib": round(self.held_before or 0.0, 4)}
             used = self._nvml_used_gib()
             if used is not None:
                 out["nvml_used_gib"] = round(used, 4)
+            process = self.memory.process_gib() if self.memory is not None else None
+            if process is not None:
+                # the estimate's terms: context and memory outside torch in, vLLM's sleeping KV cache out
+                out["nvml_process_gib"] = round(process, 4)
+                out["torch_peak_gib"] = out["peak_gib"]
+                out["peak_gib"] = round(gpu_process_peak_gib(max(allocated, reserved),
+                                                             torch.cuda.memory_reserved() / GIB, process), 4)
+                out["measure"] = MEASURE_GPU_PROCESS
             return out
         if self._poller is not None:
             self._stop.set()
@@ -274,7 +284,25 @@ def worst_case_step(trainer, inputs) -> None:
         torch.nn.utils.clip_grad_norm_(params, trainer.args.max_grad_norm)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+    release_paged_state(optimizer)
     del loss, optimizer
+
+
+def release_paged_state(optimizer) -> int:
+    """bitsandbytes' paged optimizers (paged_adamw_8bit, ...) register each paged state buffer with a
+    process-wide page manager, which keeps it alive after the optimizer is dropped: the throwaway's state
+    would stay allocated beside the real optimizer's for the whole run. Drop its buffers from the manager;
+    returns how many."""
+    import torch
+
+    manager = getattr(optimizer, "page_mng", None)
+    if manager is None or not getattr(optimizer, "is_paged", False):
+        return 0
+    mine = {id(t) for state in optimizer.state.values() for t in state.values() if torch.is_tensor(t)}
+    kept = [t for t in manager.paged_tensors if id(t) not in mine]
+    released = len(manager.paged_tensors) - len(kept)
+    manager.paged_tensors[:] = kept
+    return released
 
 
 def run_probe(trainer, rows: list[dict], tokenizer, profile, memory=None, estimate_gib=None) -> dict:

@@ -210,6 +210,7 @@ def _close_outcome(state: AttemptState, outcome: Outcome) -> bool:
         except Exception:  # a last sample is a nicety; the peak so far stands
             pass
         outcome.peak_gib = round(state.memory.peak_gib, 4)
+        outcome.peak_measure = state.memory.measure
     try:
         outcome.write(state.attempt_dir, outcome.rank)
     except OSError as exc:

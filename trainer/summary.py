@@ -26,7 +26,7 @@ def build_summary(state: AttemptState, backend, rows, reward_names, before, afte
         total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / (1 << 30)
         device = {"name": backend.gpu_name, "total_gib": round(total, 2),
                   "compute_capability": list(backend.compute_capability or ()), "bf16": backend.bf16}
-        measure = "torch peak reserved"
+        measure = memory.get("measure")
     else:
         device = {"name": f"CPU ({platform.machine()}, {torch.get_num_threads()} threads)", "total_gib": None,
                   "compute_capability": None, "bf16": False}

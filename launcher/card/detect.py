@@ -18,6 +18,12 @@ from contract.errors import UsageError
 
 GIB = 1024 ** 3
 
+# torch 2.13 and vLLM 0.32 are CUDA 13 builds, whose kernels start at Turing (compute capability 7.5)
+MIN_CAPABILITY = (7, 5)
+# CUDA numbers devices fastest first unless told otherwise; NVML numbers them by PCI bus. Attempts run with
+# PCI_BUS_ID (contract.attempt) so that an index means the same card to both.
+CUDA_ORDER = "PCI_BUS_ID"
+
 
 @dataclass
 class GpuInfo:
@@ -170,25 +176,51 @@ def _read_nvml(nvml) -> tuple[list[dict], str | None, str | None]:
     devices = []
     for index in range(int(nvml.nvmlDeviceGetCount())):
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
-        memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+        device = _device(nvml, handle, index)
+        slices = _mig_slices(nvml, handle, device)
+        # a GPU in MIG mode computes only through its slices: CUDA lists those instead of the GPU
+        devices.extend(slices if slices is not None else [device])
+    return devices, driver, cuda_driver
+
+
+def _device(nvml, handle, index: int, capability=None) -> dict:
+    memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+    if capability is None:
         try:
             capability = tuple(int(x) for x in nvml.nvmlDeviceGetCudaComputeCapability(handle))
         except Exception:  # noqa: BLE001
             capability = None
+    try:
+        uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+    except Exception:  # noqa: BLE001
+        uuid = None
+    return {"nvml_index": index, "name": _text(nvml.nvmlDeviceGetName(handle)), "total": memory.total / GIB,
+            "free": memory.free / GIB, "used": memory.used / GIB, "capability": capability, "uuid": uuid}
+
+
+def _mig_slices(nvml, handle, parent: dict) -> list[dict] | None:
+    """The MIG instances of a GPU in MIG mode (each with its own memory and a "MIG-..." UUID), or None when
+    the GPU is not in MIG mode (or the driver cannot say)."""
+    try:
+        current, _pending = nvml.nvmlDeviceGetMigMode(handle)
+    except Exception:  # noqa: BLE001 - no MIG support on this card or driver
+        return None
+    if int(current) != 1:
+        return None
+    slices = []
+    try:
+        count = int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle))
+    except Exception:  # noqa: BLE001
+        return []
+    for slot in range(count):
         try:
-            uuid = _text(nvml.nvmlDeviceGetUUID(handle))
-        except Exception:  # noqa: BLE001
-            uuid = None
-        devices.append({
-            "nvml_index": index,
-            "name": _text(nvml.nvmlDeviceGetName(handle)),
-            "total": memory.total / GIB,
-            "free": memory.free / GIB,
-            "used": memory.used / GIB,
-            "capability": capability,
-            "uuid": uuid,
-        })
-    return devices, driver, cuda_driver
+            mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+        except Exception:  # noqa: BLE001 - an empty slot
+            continue
+        device = _device(nvml, mig, parent["nvml_index"], capability=parent["capability"])
+        device["name"] = f"{parent['name']} MIG {device['name']}" if "MIG" not in device["name"] else device["name"]
+        slices.append(device)
+    return slices
 
 
 def probe(what_if_gib: float | None = None, what_if_name: str | None = None, nvml=None,
@@ -259,6 +291,17 @@ def _probe_driver(nvml, host_total: float, host_free: float) -> Machine:
     visible, note = _select(devices, visible_selection(os.environ.get("CUDA_VISIBLE_DEVICES")))
     if not visible:
         return cpu(f"{note}: no GPU visible")
+    order = os.environ.get("CUDA_DEVICE_ORDER")
+    mixed = len({d["name"] for d in devices}) > 1
+    order_note = None
+    if order and order != CUDA_ORDER and mixed:
+        order_note = (f"CUDA_DEVICE_ORDER={order}: CUDA may number these mixed GPUs differently from NVML, so "
+                      f"GPU 0 may not be the card planned for (fix: CUDA_DEVICE_ORDER={CUDA_ORDER})")
+    first = visible[0]
+    if first["capability"] is not None and tuple(first["capability"]) < MIN_CAPABILITY:
+        cc = ".".join(map(str, first["capability"]))
+        return cpu(f"GPU 0: {first['name']} has compute capability {cc}; the CUDA 13 builds of torch and vLLM "
+                   f"need {'.'.join(map(str, MIN_CAPABILITY))} or newer (Turing)")
     gpus = [GpuInfo(name=d["name"], total_gib=d["total"], free_gib=d["free"], used_gib=d["used"],
                     compute_capability=d["capability"], driver=driver, cuda_driver=cuda_driver,
                     index=cuda_index, source="nvml", uuid=d["uuid"])
@@ -266,7 +309,7 @@ def _probe_driver(nvml, host_total: float, host_free: float) -> Machine:
     first = gpus[0]
     message = (f"GPU 0: {first.name}, {first.free_gib:.1f} of {first.total_gib:.1f} GiB free, "
                f"{precision_text(first)}, driver {driver or '?'} (CUDA {cuda_driver or '?'})")
-    notes = [note] if note else []
+    notes = [n for n in (note, order_note) if n]
     if len(gpus) > 1:
         notes.append(f"{len(gpus)} GPUs visible; planning for GPU 0 (Unsloth trains on one device)")
     return Machine(gpus, message, host_total, host_free, notes)

@@ -31,8 +31,8 @@ from launcher.memory.parts import (  # noqa: F401 - re-exported: other modules i
     UNSLOTH_LOGIT_BYTES, TRL_LOGIT_BYTES, VLLM_FIXED_GIB, VLLM_PREFILL_TOKENS, VLLM_SAMPLER_SEQS,
     STANDBY_UTILISATION, ZERO_BUCKET_ELEMENTS, ZERO3_PREFETCH_ELEMENTS, ZERO3_MAX_LIVE_ELEMENTS,
     COLLECTIVE_BUFFERS_GIB, MASTER_BYTES, weights_bytes, activation_bytes_per_token_layer, logits_bytes,
-    standby_utilisation, vllm_workspace_bytes, sequence_tokens, model_states, training_pass,
-    generate_kv_cache, cpu_process, vllm_sizes, zero_model_state_bytes, layer_params)
+    standby_utilisation, unsloth_vllm_utilisation, STANDBY_HEADROOM, vllm_workspace_bytes, sequence_tokens,
+    model_states, training_pass, generate_kv_cache, cpu_process, vllm_sizes, zero_model_state_bytes, layer_params)
 
 
 @dataclass
@@ -134,7 +134,8 @@ def _vllm_share(profile, arch: Architecture, weights: float, gpu, generation_bat
         return share, None, "card unknown: vLLM share counted as weights + workspace + one generation batch"
     utilisation = profile.gpu_memory_utilization
     if profile.vllm_standby:
-        utilisation = standby_utilisation(gpu.total_gib)
+        # Unsloth's own tier, of the memory free when vLLM starts (unsloth_vllm_utilisation)
+        utilisation = unsloth_vllm_utilisation(utilisation, gpu.total_gib, gpu.free_gib, True)
     share = utilisation * gpu.total_gib * GIB
     room = share - weights - workspace
     note = (f"vLLM share {utilisation:g} x {gpu.total_gib:.1f} GiB = {share / GIB:.2f} GiB: weights "
@@ -145,6 +146,8 @@ def _vllm_share(profile, arch: Architecture, weights: float, gpu, generation_bat
         need = (weights + workspace + one_sequence) / (gpu.total_gib * GIB)
         fix = (f"gpu_memory_utilization >= {need + 0.005:.2f} would" if need + 0.005 < 0.95 else
                "no utilisation leaves room beside training on this card")
+        if profile.vllm_standby:
+            fix = "under standby Unsloth sets the share itself; vllm_standby: false lets gpu_memory_utilization choose"
         problem = (f"vLLM share too small: {utilisation:g} x {gpu.total_gib:.1f} GiB = {share / GIB:.2f} GiB < "
                    f"weights {weights / GIB:.2f} + workspace {workspace / GIB:.2f} + KV cache of one "
                    f"{profile.max_seq_length}-token sequence {one_sequence / GIB:.2f}; {fix}")

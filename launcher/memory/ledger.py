@@ -31,7 +31,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from contract.attempt import ENV_INJECT_OOM, cache_root, parse_inject
+from contract.attempt import ENV_INJECT_OOM, MEASURE_GPU_PROCESS, MEASURE_TORCH, cache_root, parse_inject
+from launcher.memory.parts import CUDA_CONTEXT_GIB
 
 LEDGER_FILE = "ledger.jsonl"
 # Profile keys that change how much memory a step needs; anything else (learning rate, seed, steps, rewards,
@@ -106,7 +107,8 @@ class Entry:
     status: str                                   # the attempt's status, or "probe-ok" / "probe-oom"
     estimate_gib: float | None = None
     components: dict = field(default_factory=dict)
-    peak_gib: float | None = None                 # measured peak of the attempt (or of its probe)
+    peak_gib: float | None = None                 # measured peak of the attempt (or of its probe), as planned with
+    measure: str | None = None                    # what was measured (see planning_peak); None: before it was said
     probe: dict | None = None
     oom_lower_bound_gib: float | None = None      # held + asked, from an OOM's figures
     oom_kind: str | None = None                   # what ran out (launcher.oom.read KIND_*), for an OOM
@@ -202,9 +204,10 @@ def others_at_oom(report) -> float | None:
 
 
 def make_entry(profile, machine, *, status: str, estimate=None, peak_gib: float | None = None,
-               probe: dict | None = None, oom_report=None, vllm: dict | None = None) -> Entry:
+               probe: dict | None = None, oom_report=None, vllm: dict | None = None,
+               measure: str | None = None) -> Entry:
     bound = oom_lower_bound(oom_report)
-    return Entry(
+    return Entry(measure=measure,
         profile=profile.name, fingerprint=fingerprint(profile),
         machine=machine_identity(machine, profile.device), status=status,
         estimate_gib=round(float(estimate.total_gib), 4) if estimate is not None else None,
@@ -477,14 +480,16 @@ def record_attempt(profile, plan, record, attempt_dir: Path, warn=None, environ=
     oom = record.report if record.status == "oom" and not injected else None
     outcome = _read_json(Path(attempt_dir) / "outcome.json") or {}
     probe = outcome.get("probe") if isinstance(outcome.get("probe"), dict) else None
-    probe_peak = probe.get("peak_gib") if probe else None
-    peaks = [p for p in (record.peak_gib if record.status == "ok" else None, probe_peak)
-             if isinstance(p, (int, float)) and not isinstance(p, bool) and math.isfinite(p) and p > 0]
-    if oom_lower_bound(oom) is None and not peaks:
+    measured = [planning_peak(profile.device, peak, measure) for peak, measure in (
+        (record.peak_gib if record.status == "ok" else None, outcome.get("peak_measure")),
+        (probe.get("peak_gib") if probe else None, probe.get("measure") if probe else None))
+        if isinstance(peak, (int, float)) and not isinstance(peak, bool) and math.isfinite(peak) and peak > 0]
+    if oom_lower_bound(oom) is None and not measured:
         return None
+    peak, measure = max(measured) if measured else (None, None)
     entry = make_entry(profile, plan.machine, status=record.status, estimate=_plan_estimate(plan, profile),
-                       peak_gib=max(peaks) if peaks else None, probe=probe, oom_report=oom,
-                       vllm=_vllm_figures(Path(attempt_dir)))
+                       peak_gib=peak, probe=probe, oom_report=oom, vllm=_vllm_figures(Path(attempt_dir)),
+                       measure=measure)
     if entry.peak_gib is not None and (record.status not in ("ok", "oom") or injected):
         entry.status = "probe-ok"  # the probe got through even though the run did not finish
     try:
@@ -492,6 +497,18 @@ def record_attempt(profile, plan, record, attempt_dir: Path, warn=None, environ=
     except OSError as exc:
         _warn(warn, f"warning: cannot add to the ledger {ledger_path()}: {exc.strerror or exc}")
     return entry
+
+
+# ---------------------------------------------------------------------------------------------------
+# Which figure of a GPU peak is planned with: the one that counts what the estimate counts
+
+def planning_peak(device: str, peak_gib: float, measure: str | None) -> tuple[float, str]:
+    """(the peak in the estimate's terms, what it is). The GPU process's figure (NVML) already counts the CUDA
+    context and memory outside torch; torch's own peak lacks the context, which the estimate counts and free
+    memory (NVML) does not hold, so the context is added to it."""
+    if device != "cuda" or measure == MEASURE_GPU_PROCESS:
+        return float(peak_gib), measure or "process RSS"
+    return float(peak_gib) + CUDA_CONTEXT_GIB, f"{MEASURE_TORCH} + CUDA context {CUDA_CONTEXT_GIB:g} GiB"
 
 
 def _read_json(path: Path):
@@ -556,6 +573,7 @@ def accuracy_rows(entries: list[Entry], effects: list[Effect] | None = None) -> 
             "profile": group_entries[-1].profile, "fingerprint": key,
             "shape": shape_text(group_entries[-1].settings), "runs": len(group),
             "counted": len(counted), "estimate_gib": est, "peak_gib": peak,
+            "measure": next((e.measure for e in reversed(group_entries) if e.succeeded and e.measure), None),
             "ratio": round(peak / est, 3) if peak and est else None,
             "oom_lower_bound_gib": max(bounds) if bounds else None,
             "last": max(e.date for e in group_entries),
@@ -604,11 +622,11 @@ def print_ledger(machine, path: Path | None = None, console=None, as_json: bool 
 
     shapes = Table(title=f"ledger: {report['path']} (figures that count on this machine)")
     for col in ("machine", "profile", "batch / gens / completion", "records", "estimate GiB",
-                "measured peak GiB", "measured / estimate", "OOM lower bound GiB", "last"):
+                "measured peak GiB", "measured as", "measured / estimate", "OOM lower bound GiB", "last"):
         shapes.add_column(col)
     for r in report["shapes"]:
         shapes.add_row(r["machine"], r["profile"], r["shape"], f"{r['counted']} of {r['runs']} count",
-                       fmt(r["estimate_gib"]), fmt(r["peak_gib"]), fmt(r["ratio"], 3),
+                       fmt(r["estimate_gib"]), fmt(r["peak_gib"]), r["measure"] or "-", fmt(r["ratio"], 3),
                        fmt(r["oom_lower_bound_gib"]), r["last"][:16].replace("T", " "))
     console.print(shapes)
     records = Table(title="records, oldest first, and their effect on this machine's plans")

@@ -36,8 +36,11 @@ TRL_LOGIT_BYTES = 3 * FULL_BYTES
 VLLM_FIXED_GIB = 0.5          # CUDA graphs and vLLM's non-torch memory
 VLLM_PREFILL_TOKENS = 8192    # Unsloth's chunked-prefill budget: the profiling forward vLLM measures
 VLLM_SAMPLER_SEQS = 256       # max_num_seqs: the sampler holds fp32 logits for this many sequences
-# UNSLOTH_VLLM_STANDBY replaces gpu_memory_utilization with its own tier (about 0.76 on 16 GB, 0.88 on 80 GB)
-STANDBY_UTILISATION = ((16.0, 0.76), (80.0, 0.88))
+# UNSLOTH_VLLM_STANDBY replaces gpu_memory_utilization, both ways, with its own step (unsloth_zoo.vllm_utils
+# load_vllm): the first tier whose floor a tenth of the card's total GiB reaches, times 0.95 for vLLM >= 0.11.
+# Steps, not a line: an A100-40 (39.4 GiB) gets 0.9 x 0.95 = 0.855, a 48 GB card 0.925 x 0.95 = 0.879.
+STANDBY_UTILISATION = ((4.0, 0.925), (2.5, 0.9), (2.0, 0.825), (1.4, 0.8), (1.0, 0.775), (0.0, 0.75))
+STANDBY_HEADROOM = 0.95
 
 
 # Scale-out (accelerate + DeepSpeed). Bucket sizes are the ones launcher/run/distributed.py writes into the
@@ -88,12 +91,19 @@ def logits_bytes(batch: int, tokens: int, vocab: int, backend: str) -> float:
 
 
 def standby_utilisation(total_gib: float) -> float:
-    (low_gib, low), (high_gib, high) = STANDBY_UTILISATION
-    if total_gib <= low_gib:
-        return low
-    if total_gib >= high_gib:
-        return high
-    return low + (high - low) * (total_gib - low_gib) / (high_gib - low_gib)
+    """The gpu_memory_utilization Unsloth sets under standby on a card of `total_gib` (what torch reports)."""
+    tenth = total_gib * 0.1
+    tier = next(share for floor, share in STANDBY_UTILISATION if tenth >= floor)
+    return tier * STANDBY_HEADROOM
+
+
+def unsloth_vllm_utilisation(requested: float, total_gib: float, free_gib: float, standby: bool) -> float:
+    """vLLM's gpu_memory_utilization as unsloth_zoo's load_vllm hands it over: the profile's share (Unsloth's
+    standby tier under standby) is taken of the memory free when vLLM starts, then expressed as a share of the
+    total again. (Unsloth lowers it further only when training's activations would not fit beside it, which
+    no share below 0.9 of a card meets.)"""
+    share = standby_utilisation(total_gib) if standby else requested
+    return share * min(free_gib, total_gib) / total_gib
 
 
 def vllm_workspace_bytes(arch: Architecture) -> float:

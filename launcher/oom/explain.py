@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from contract.errors import EXIT_BAD_INPUT, EXIT_OK
-from launcher.oom.read import (KIND_CUDA, KIND_HOST, KIND_VLLM, VLLM_HEADROOM_GIB, VLLM_SHARE_TOO_LARGE,
-                          OomReport, fmt_gib, read_oom, read_unsupported)
+from launcher.oom.read import (KIND_CUDA, KIND_DRIVER, KIND_HOST, KIND_VLLM, VLLM_HEADROOM_GIB,
+                               VLLM_SHARE_TOO_LARGE, OomReport, fmt_gib, read_oom, read_unsupported)
 from launcher.oom.site import (SITE_BACKWARD, SITE_FORWARD, SITE_GENERATION, SITE_HOST, SITE_LOGITS,
                                SITE_MODEL_LOAD, SITE_OPTIMIZER, SITE_UNKNOWN, SITE_VLLM_START)
 
@@ -139,7 +139,9 @@ def _vllm_lines(report: OomReport) -> list[str]:
 
 
 def _cuda_lines(report: OomReport) -> list[str]:
-    origin = "PyTorch's CUDA allocator" if report.kind == KIND_CUDA else "a cuBLAS/cuDNN workspace"
+    origin = {KIND_CUDA: "PyTorch's CUDA allocator",
+              KIND_DRIVER: "the CUDA driver, outside PyTorch's allocator: vLLM's sleep/wake pool under standby"
+              }.get(report.kind, "a cuBLAS/cuDNN workspace")
     gpu = f", GPU {report.gpu_index}" if report.gpu_index is not None else ""
     lines = [f"CUDA out of memory in {report.site} ({origin}{gpu})."]
     if report.asked_gib is not None:

@@ -8,7 +8,11 @@ Recognised:
 - PyTorch's caching allocator (`torch.OutOfMemoryError`: "CUDA out of memory. Tried to allocate ..."), in the
   current wording and the pre-2.1 one, sizes in B, KiB, MiB or GiB;
 - vLLM start-up refusals: free memory below the asked `gpu_memory_utilization`, no memory left for the KV
-  cache blocks, a KV cache too small for one sequence of `max_model_len`;
+  cache blocks, a KV cache too small for one sequence of `max_model_len`, the sampler's warm-up out of memory;
+- the CUDA driver refusing memory outside PyTorch's allocator: vLLM's cumem allocator (the pool that standby
+  puts to sleep and wakes: "CUDA Error: out of memory at .../cumem_allocator.cpp:N"), and the driver's own
+  CUDA_ERROR_OUT_OF_MEMORY as cuda-python names it; Unsloth's MemoryError when vLLM cannot start under
+  standby is a vLLM start-up refusal, not host RAM;
 - cuBLAS / cuDNN workspace allocation failures (they happen when the card is full, like an OOM);
 - host RAM: PyTorch's CPU allocator, Python's MemoryError, and a child killed by SIGKILL (the kernel's
   OOM killer), which is not a GPU OOM. The supervisor takes a SIGKILL for the OOM killer only when the
@@ -27,6 +31,7 @@ from launcher.oom.site import SITE_HOST, SITE_UNKNOWN, SITE_VLLM_START, classify
 KIND_CUDA = "cuda"            # PyTorch's CUDA caching allocator
 KIND_VLLM = "vllm"            # vLLM refused to start: its share cannot hold weights + KV cache
 KIND_CUBLAS = "cublas"        # cuBLAS / cuDNN could not allocate a workspace
+KIND_DRIVER = "cuda_driver"   # the CUDA driver itself (vLLM's cumem allocator under standby, driver calls)
 KIND_HOST = "host_ram"        # host memory: the process was killed or the CPU allocator failed
 
 # Why vLLM refused to start
@@ -160,7 +165,15 @@ _VLLM_KV_TOKENS = re.compile(
 _VLLM_NO_BLOCKS = "No available memory for the cache blocks"
 _VLLM_SHARE = re.compile(r"total_gpu_memory \((\d+(?:\.\d+)?) ?GiB\) x gpu_memory_utilization \((\d+(?:\.\d+)?)\)")
 _VLLM_KV_REST = re.compile(r"the rest of the memory reserved for KV Cache is (-?\d+(?:\.\d+)?) ?GiB")
+_VLLM_SAMPLER = re.compile(r"CUDA out of memory occurred when warming up sampler with (\d+) dummy requests")
 _VLLM_INSUFFICIENT = re.compile(r"insufficient\b.{0,80}\bKV cache", re.IGNORECASE)
+
+# Unsloth re-raises a vLLM start that ran out of memory under standby as a MemoryError (unsloth_zoo load_vllm)
+_UNSLOTH_STANDBY_START = re.compile(
+    r"Your GPU ran out of memory loading vLLM with standby mode enabled\.\s*Your GPU has (\d+(?:\.\d+)?) GB VRAM "
+    r"with gpu_memory_utilization=(\d+(?:\.\d+)?)")
+# vLLM's cumem allocator ("CUDA Error: %s at %s:%d" with the driver's error string) and the driver's error name
+_DRIVER = re.compile(r"CUDA Error: out of memory at \S+:\d+|CUDA_ERROR_OUT_OF_MEMORY")
 
 _CUBLAS = re.compile(r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_NOT_SUPPORTED|CUDNN_STATUS_ALLOC_FAILED|"
                      r"cuDNN error: CUDNN_STATUS_INTERNAL_ERROR")
@@ -189,7 +202,8 @@ def read_oom(text: str, returncode: int | None = None) -> OomReport | None:
     """
     text = text or ""
     frames = parse_frames(text)
-    report = (_read_vllm(text) or _read_torch(text) or _read_cublas(text) or _read_host(text))
+    report = (_read_vllm(text) or _read_torch(text) or _read_driver(text) or _read_cublas(text)
+              or _read_host(text))
     if report is None:
         if returncode in SIGKILL_CODES:
             return OomReport(kind=KIND_HOST, site=SITE_HOST, frames=[f"{f}:{fn}" for f, fn, _ in frames],
@@ -270,7 +284,20 @@ def _read_vllm(text: str) -> OomReport | None:
         return report
     if m := _VLLM_INSUFFICIENT.search(text):
         return OomReport(kind=KIND_VLLM, vllm_problem=VLLM_SHARE_TOO_SMALL, message=_line_of(text, m.start()))
+    if m := _VLLM_SAMPLER.search(text):
+        # vLLM's start-up warm-up of the sampler (max_num_seqs dummy requests) found the card full: it asks for
+        # a smaller share or fewer sequences
+        return OomReport(kind=KIND_VLLM, vllm_problem=VLLM_SHARE_TOO_LARGE, message=_line_of(text, m.start()))
+    if (m := _UNSLOTH_STANDBY_START.search(text)) and not _DRIVER.search(text):
+        # GB in Unsloth's wording are GiB (it divides by 1024 three times)
+        return OomReport(kind=KIND_VLLM, total_gib=float(m.group(1)), utilization=float(m.group(2)),
+                         vllm_problem=VLLM_SHARE_TOO_LARGE, message=_line_of(text, m.start()))
     return None
+
+
+def _read_driver(text: str) -> OomReport | None:
+    m = _DRIVER.search(text)
+    return OomReport(kind=KIND_DRIVER, message=_line_of(text, m.start())) if m else None
 
 
 def _read_cublas(text: str) -> OomReport | None:

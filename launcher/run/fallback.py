@@ -68,6 +68,10 @@ def adjust_vllm_share(profile: Profile, report: oomlib.OomReport, machine) -> tu
     share left too little KV cache), when the estimate says the result can start and fit."""
     if not profile.fast_inference:
         return None, {}, "the profile does not use vLLM"
+    if profile.vllm_standby:
+        # unsloth_zoo's load_vllm replaces gpu_memory_utilization with its own standby step, either way
+        return None, {}, ("under vLLM standby Unsloth sets vLLM's share itself: another gpu_memory_utilization "
+                          "would start the same engine")
     gpu = machine.primary if machine is not None else None
     total = report.total_gib or (gpu.total_gib if gpu is not None else None)
     if not total:
