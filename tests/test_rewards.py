@@ -499,7 +499,8 @@ def test_gsm8k_gold_solutions_score_full_marks(gsm8k_dir):
 def _another_number(gold: str) -> str:
     value = float(gold)
     other = value + 1 if value == int(value) else value * 2 + 1
-    return f"{other:g}"
+    # every digit written: "%g" would round 192000001 to "1.92e+08", which is the gold number itself
+    return str(int(other)) if other == int(other) else repr(other)
 
 
 def test_gsm8k_completion_with_units_and_commas_is_right(gsm8k_dir):
