@@ -65,12 +65,20 @@ def test_outcome_of_a_finished_attempt(quick_run):
     assert out["estimate_gib"] == SUPERVISOR_ESTIMATE_GIB
     assert (out["rank"], out["ranks"]) == (0, 1)
     assert set(out) == {"status", "steps", "checkpoint", "error", "error_text", "traceback", "peak_gib",
-                        "estimate_gib", "rank", "ranks", "probe"}
+                        "peak_measure", "estimate_gib", "rank", "ranks", "probe"}
 
 
-def test_runs_reuse_the_session_tiny_model(quick_run, tiny_cache):
-    built = [p for p in tiny_cache.iterdir() if p.name.startswith("tiny-")]
-    assert len(built) == 1, built  # train.py found the session's build instead of building its own
+def test_runs_reuse_the_session_tiny_model(quick_run, tiny_cache, tiny_seed):
+    from test_learning import OTHER_SEED
+    from tiny_model.build import build_key, tiny_shape
+
+    def folder(seed: int) -> str:
+        return f"tiny-{build_key('arithmetic', seed, tiny_shape())}"
+
+    built = {p.name for p in tiny_cache.iterdir() if p.name.startswith("tiny-")}
+    # train.py found the session's build instead of building its own; the learning test, sharing the cache,
+    # builds its other seed's model there too, and nothing else may
+    assert folder(tiny_seed) in built and built <= {folder(tiny_seed), folder(OTHER_SEED)}, built
 
 
 def test_every_output_is_written(quick_run):
