@@ -2,7 +2,7 @@
 # The GPU image of grpo-train.
 #   docker build -t grpo-train .
 #   docker run --gpus all --ipc=host -v "$PWD/outputs:/app/outputs" grpo-train     plan for this GPU, then train
-#   docker run --gpus all grpo-train --auto --dry-run                              the plan only
+#   docker run --gpus all grpo-train plan                                        the plan only
 #
 # Base pinned by tag and digest. torch 2.13.0 from PyPI is a CUDA 13.0 build that brings its CUDA libraries as
 # wheels; the base's part is to declare CUDA 13.0, so that the NVIDIA container runtime refuses a host driver
@@ -63,7 +63,9 @@ RUN python scripts/check_imports.py
 
 # The project, last: editing code or a profile rebuilds only these small layers.
 COPY pyproject.toml train.py ./
+COPY commands/ commands/
 COPY contract/ contract/
+COPY evaluation/ evaluation/
 COPY launcher/ launcher/
 COPY trainer/ trainer/
 COPY tasks/ tasks/
@@ -89,4 +91,4 @@ VOLUME ["/app/outputs", "/home/app/.cache/huggingface"]
 USER ${APP_UID}:${APP_UID}
 STOPSIGNAL SIGINT
 ENTRYPOINT ["/usr/bin/tini", "-g", "--", "python", "/app/train.py"]
-CMD ["--auto"]
+CMD ["train"]

@@ -25,9 +25,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from launcher.profile.catalog import resolve  # noqa: E402
+from profiles.catalog import resolve  # noqa: E402
 from launcher.memory.estimate import GIB, estimate  # noqa: E402
-from launcher.profile.load import profile_from_dict  # noqa: E402
+from profiles.load import profile_from_dict  # noqa: E402
 
 MODELS = ("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct", "meta-llama/Llama-3.2-1B-Instruct",
           "meta-llama/Llama-3.2-3B-Instruct", "google/gemma-3-1b-it", "meta-llama/Llama-3.1-8B-Instruct")

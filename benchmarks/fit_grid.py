@@ -21,12 +21,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from launcher.card.detect import probe  # noqa: E402
+from launcher.card.detect import detect_machine  # noqa: E402
 from launcher.plan.choose import make_plan  # noqa: E402
 from launcher.plan.derive import best_fit, derive_ladder  # noqa: E402
 from launcher.plan.solve import objective  # noqa: E402
-from launcher.profile.catalog import CATALOGUE  # noqa: E402
-from launcher.profile.load import load_profiles  # noqa: E402
+from profiles.catalog import CATALOGUE  # noqa: E402
+from profiles.load import load_profiles  # noqa: E402
 
 # (GiB, card name for its compute capability): 8, 12, T4, 16, L4/A10, 24, A100 40 GB, A100 80 GB
 CARDS = ((8.0, None), (12.0, None), (15.0, "Tesla T4"), (16.0, None), (22.5, None), (24.0, None),
@@ -42,7 +42,7 @@ def _short(profile) -> str:
 
 def pair(model: str, gib: float, name: str | None, profiles_dir: Path) -> dict:
     """Before and after for one model on one card."""
-    machine = probe(what_if_gib=gib, what_if_name=name)
+    machine = detect_machine(what_if_gib=gib, what_if_name=name)
     rungs = load_profiles(profiles_dir, [f"model={model}"], device="cuda")
     row: dict = {"model": model, "card_gib": gib, "card": name or f"{gib:g} GiB card"}
 

@@ -34,8 +34,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from contract.attempt import (ENV_ESTIMATE_GIB, ENV_INJECT_OOM, ENV_NO_UNSLOTH, ENV_PROBE_ONLY,  # noqa: E402
-                              ENV_RANDOM_WEIGHTS, PROFILE_FILE, attempt_environment)
+from contract.attempt import PROFILE_FILE, attempt_environment  # noqa: E402
+from contract.environment import (ENV_ESTIMATE_GIB, ENV_INJECT_OOM, ENV_NO_UNSLOTH, ENV_PROBE_ONLY,  # noqa: E402
+                                  ENV_RANDOM_WEIGHTS)
 
 OUT_DIR = REPO / "benchmarks" / "gpu"
 GPU_BASE = REPO / "profiles" / "gpu-16gb-gemma3-1b.yaml"
@@ -77,8 +78,8 @@ def cases_for(machine, paths: list[str], four_bit: bool, models: list[str] | Non
     first path before any is repeated, smaller first, so that a short budget still covers the catalogue."""
     from launcher.memory.estimate import estimate
     from launcher.plan.choose import make_plan
-    from launcher.profile.catalog import CATALOGUE, TINY
-    from launcher.profile.load import load_profile
+    from profiles.catalog import CATALOGUE, TINY
+    from profiles.load import load_profile
 
     gpu = machine.primary
     cuda = gpu is not None
@@ -154,8 +155,8 @@ def oom_fallback(machine, folder: Path, timeout_s: float) -> dict:
     and fallen back from (the shrink halves the batch). On the CPU the OOM is injected in the probe and the
     fallback is the next rung of a two-rung ladder."""
     from launcher.memory.estimate import estimate
-    from launcher.profile.catalog import CATALOGUE
-    from launcher.profile.load import load_profile
+    from profiles.catalog import CATALOGUE
+    from profiles.load import load_profile
 
     env = dict(os.environ, **{ENV_RANDOM_WEIGHTS: "1"})
     gpu = machine.primary
@@ -342,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work-dir", type=Path, help="keep the attempts' folders here (default: a temporary one)")
     args = parser.parse_args(argv)
 
-    from launcher.card.detect import probe as detect
+    from launcher.card.detect import detect_machine as detect
     from launcher.run.child import ChildRunner
 
     started = time.time()

@@ -327,7 +327,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from launcher.profile.catalog import resolve
+    from profiles.catalog import resolve
 
     torch.set_num_threads(int(os.environ.get("SIMULATION_THREADS", "2")))
     configs = json.loads(argv[0] if argv else sys.argv[1])

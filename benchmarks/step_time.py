@@ -33,7 +33,7 @@ def bare_run(profile_path: str, steps: int, out: Path) -> None:
     import unsloth  # noqa: F401  (first, as always)
     from unsloth import FastLanguageModel
 
-    from launcher.profile.load import load_profile
+    from profiles.load import load_profile
 
     profile = load_profile(profile_path, [f"max_steps={steps}", f"save_steps={steps}"])
     from datasets import Dataset

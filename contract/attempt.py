@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from contract.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUT_OF_MEMORY
+from contract.environment import (ENV_ALLOC_CONF, ENV_CACHE, ENV_ESTIMATE_GIB, ENV_INJECT_OOM, ENV_RANDOM_WEIGHTS,
+                                  ENV_VLLM_STANDBY)
 from contract.safe_write import write_atomic
 
 # ---------------------------------------------------------------------------------------------------
@@ -50,23 +52,6 @@ CHECKPOINT_PREFIX = "checkpoint-"
 # Present while the user's own reward code runs (its name and entry inside): a process that ends there without
 # an outcome (os._exit in the reward) is reported as that reward's doing
 REWARD_RUNNING_FILE = "reward-running.json"
-
-# ---------------------------------------------------------------------------------------------------
-# Environment variables the supervisor sets for an attempt (or a user sets for a run)
-
-ENV_INJECT_OOM = "GRPO_INJECT_OOM"          # NAME[@STEP][,...]: raise a real OOM in that profile's attempt
-ENV_NO_UNSLOTH = "GRPO_TRAIN_NO_UNSLOTH"    # 1: train through transformers + PEFT even where Unsloth imports
-ENV_ESTIMATE_GIB = "GRPO_ATTEMPT_ESTIMATE_GIB"  # the estimate the plan judged this attempt by
-ENV_PROBE_ONLY = "GRPO_PROBE_ONLY"          # 1: load, run the worst-case probe, report it, stop (--calibrate)
-ENV_RANDOM_WEIGHTS = "GRPO_RANDOM_WEIGHTS"  # 1: the model's architecture with random weights, nothing downloaded
-ENV_VLLM_HOST = "GRPO_VLLM_HOST"            # where a distributed attempt finds its vLLM server
-ENV_VLLM_PORT = "GRPO_VLLM_PORT"
-ENV_NUM_MACHINES = "GRPO_NUM_MACHINES"      # multi-node: every machine runs the same command
-ENV_MACHINE_RANK = "GRPO_MACHINE_RANK"
-ENV_MAIN_ADDRESS = "GRPO_MAIN_ADDRESS"
-ENV_MAIN_PORT = "GRPO_MAIN_PORT"
-ENV_ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
-ENV_VLLM_STANDBY = "UNSLOTH_VLLM_STANDBY"
 
 # What a measured GPU peak counts. The estimate counts the whole process (CUDA context and memory outside
 # torch's allocator included); torch's own peak lacks both, and under vLLM standby includes the sleeping KV cache.
@@ -283,17 +268,6 @@ def latest_checkpoint(attempt_dir: Path, skipped: list[str] | None = None) -> Pa
     return None
 
 
-# Keys that decide whether a checkpoint's adapter loads into another attempt's model.
-SHAPE_KEYS = ("model", "lora_rank", "target_modules", "load_in_4bit")
-
-
-def shape_of(settings: Any) -> tuple:
-    """The model and LoRA shape of a profile (or of an attempts.jsonl `settings` dict): a checkpoint resumes
-    only into an attempt of the same shape."""
-    get = settings.get if isinstance(settings, dict) else (lambda key: getattr(settings, key, None))
-    return tuple(tuple(get(k) or ()) if k == "target_modules" else get(k) for k in SHAPE_KEYS)
-
-
 # ---------------------------------------------------------------------------------------------------
 # The environment an attempt starts with
 
@@ -341,10 +315,15 @@ def estimate_from_env(environ: dict | None = None) -> float | None:
     return value if value > 0 and value == value and value != float("inf") else None
 
 
+def random_weights_requested(environ=None) -> bool:
+    """Whether this attempt runs on random weights (the supervisor sets ENV_RANDOM_WEIGHTS)."""
+    return (os.environ if environ is None else environ).get(ENV_RANDOM_WEIGHTS, "") not in ("", "0")
+
+
 def cache_root() -> Path:
     """Where grpo-train keeps what it builds and measures (the tiny model, the ledger): $GRPO_TRAIN_CACHE, or
     ~/.cache/grpo-train."""
-    env = os.environ.get("GRPO_TRAIN_CACHE")
+    env = os.environ.get(ENV_CACHE)
     return Path(env).expanduser() if env else Path.home() / ".cache" / "grpo-train"
 
 

@@ -56,7 +56,7 @@ def own_ledger(tmp_path, monkeypatch):
 @pytest.fixture(scope="session")
 def tiny_seed() -> int:
     """The seed of the CPU profiles, which is also the seed their tiny model is built with."""
-    from launcher.profile.load import load_profile
+    from profiles.load import load_profile
 
     return load_profile(CPU_DEFAULT).seed
 

@@ -1,6 +1,6 @@
 """A stand-in for one training attempt, for the supervisor's policy tests (a GPU OOM cannot happen here).
 
-Called exactly like the real child: `fake_child.py --profile DIR/profile.yaml --attempt-dir DIR
+Called exactly like the real child: `fake_child.py attempt --profile DIR/profile.yaml --attempt-dir DIR
 [--resume-from CHECKPOINT]`. What it does is read from the JSON in FAKE_CHILD_PLAN, keyed by profile name:
 
   {"NAME": {"do": "ok" | "oom" | "oom_silent" | "unsupported" | "error" | "usage" | "sigkill" | "wait_signal",

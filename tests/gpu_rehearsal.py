@@ -14,7 +14,7 @@ is stood in for:
   - the first CUDA allocation: vLLM's engine core is where the configuration becomes allocated memory, so
     its creation is where the rehearsal stops, with the finished configuration in hand.
 The hub is not reached: a Hugging Face cache in a temporary folder holds, for the profile's model and the
-repository Unsloth maps it to, the config.json of the real architecture (launcher.profile.catalog) and a
+repository Unsloth maps it to, the config.json of the real architecture (profiles.catalog) and a
 tokenizer; no weight is read before the stop.
 
 It prints one JSON line: `{"reached": true, "engine": {...}}` with what vLLM would have started, or
@@ -365,8 +365,8 @@ def rehearse(profile_path: str, card: Card, overrides: list[str], without: set[s
     sys.path.insert(0, str(REPO))
     if without:
         sys.meta_path.insert(0, _Absent(set(without)))
-    from launcher.profile.load import load_profile
-    from launcher.profile.catalog import resolve
+    from profiles.load import load_profile
+    from profiles.catalog import resolve
 
     profile = load_profile(Path(profile_path), overrides)
     arch = resolve(profile.model)

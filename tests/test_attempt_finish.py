@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.profile.load import profile_from_dict
+from profiles.load import profile_from_dict
 from trainer.signals import StopFlag
 from trainer.state import AttemptState
 

@@ -1,11 +1,11 @@
-"""launcher.profile.catalog: architecture facts, name resolution, config.json from a folder or the HF cache; offline."""
+"""profiles.catalog: architecture facts, name resolution, config.json from a folder or the HF cache; offline."""
 
 import json
 
 import pytest
 
-from launcher.profile import catalog
-from launcher.profile.catalog import CATALOGUE, TINY, resolve
+from profiles import catalog
+from profiles.catalog import CATALOGUE, TINY, resolve
 from contract.errors import UsageError
 
 # models.md's published parameter counts

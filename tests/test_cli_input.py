@@ -16,9 +16,9 @@ import pytest
 
 import train
 from contract.errors import UsageError
-from launcher.card.detect import Machine, probe
+from launcher.card.detect import Machine, detect_machine
 from launcher.plan.choose import make_plan
-from launcher.profile.load import load_profiles
+from profiles.load import load_profiles
 from launcher.run.inputs import check_run_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,7 +94,7 @@ def test_resume_into_a_missing_output_dir(capsys, tmp_path):
 # What a run needs beyond its profiles
 
 def test_gpu_memory_for_a_run_on_a_machine_without_a_gpu(capsys, tmp_path):
-    if probe().gpus:
+    if detect_machine().gpus:
         pytest.skip("this machine has a GPU")
     code, text = main(capsys, "--auto", "--gpu-memory", "24", "--output-dir", str(tmp_path / "out"))
     assert code == 2
@@ -187,7 +187,7 @@ def test_set_is_checked_against_the_profiles_that_can_run_here(capsys):
                for i, p in enumerate(cpu_ladder) if p.device == "cuda")
     with pytest.raises(UsageError, match="gradient_checkpointing"):
         load_profiles(ROOT / "profiles", ["num_gpus=2"], device="cuda")
-    if not probe().gpus:
+    if not detect_machine().gpus:
         code, text = main(capsys, "--auto", "--dry-run", "--set", "num_gpus=2")
         assert code == 0, text
         code, text = main(capsys, "--auto", "--dry-run", "--set", "optim=adamw_8bit")

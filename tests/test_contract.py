@@ -10,6 +10,7 @@ import pytest
 from safetensors.numpy import save_file
 
 from contract import attempt as contract
+from contract.environment import ENV_ESTIMATE_GIB
 
 
 def make_checkpoint(attempt_dir, step: int, complete: bool = True):
@@ -88,11 +89,12 @@ def test_outcome_refuses_what_is_not_one(tmp_path):
 
 
 def test_shape_of_reads_profiles_and_settings_alike():
-    from launcher.profile.load import load_profile
+    from profiles.load import load_profile
+    from profiles.schema import shape_of
 
     profile = load_profile("profiles/cpu-tiny-8gen.yaml")
-    assert contract.shape_of(profile) == contract.shape_of(profile.to_dict())
-    assert contract.shape_of(profile) != contract.shape_of(profile.replace(lora_rank=profile.lora_rank * 2))
+    assert shape_of(profile) == shape_of(profile.to_dict())
+    assert shape_of(profile) != shape_of(profile.replace(lora_rank=profile.lora_rank * 2))
 
 
 @pytest.mark.parametrize("capability, expected", [((7, 5), False), ((8, 0), True), ((9, 0), True), (None, True),
@@ -102,6 +104,6 @@ def test_bf16_rule(capability, expected):
 
 
 def test_estimate_from_env():
-    assert contract.estimate_from_env({contract.ENV_ESTIMATE_GIB: "13.5"}) == 13.5
+    assert contract.estimate_from_env({ENV_ESTIMATE_GIB: "13.5"}) == 13.5
     for bad in ("", "nan", "inf", "-1", "lots"):
-        assert contract.estimate_from_env({contract.ENV_ESTIMATE_GIB: bad}) is None
+        assert contract.estimate_from_env({ENV_ESTIMATE_GIB: bad}) is None

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher.profile.load import VLLM_LORA_RANKS, load_profile, load_profiles, profile_from_dict
+from profiles.load import VLLM_LORA_RANKS, load_profile, load_profiles, profile_from_dict
 from contract import attempt as contract
+from contract.environment import ENV_NO_UNSLOTH
 from trainer import backends
 from trainer.config import grpo_config_kwargs
 
@@ -207,7 +208,7 @@ def test_single_gpu_keywords_leave_the_vllm_mode_to_unsloth(unsloth_first, gpu_p
 
 @pytest.mark.parametrize("world_size, overrides", [("2", {}), ("1", {"num_gpus": 2})])
 def test_distributed_attempts_train_without_unsloth(unsloth_first, monkeypatch, cpu_profiles, world_size, overrides):
-    monkeypatch.delenv(contract.ENV_NO_UNSLOTH, raising=False)
+    monkeypatch.delenv(ENV_NO_UNSLOTH, raising=False)
     monkeypatch.setenv("WORLD_SIZE", world_size)
     profile = cpu_profiles[0].replace(**overrides)
     backend = backends.open_backend(profile)

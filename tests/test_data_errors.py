@@ -15,7 +15,7 @@ import pytest
 
 import tasks
 from contract.errors import ProfileError, UsageError
-from launcher.profile.load import profile_from_dict
+from profiles.load import profile_from_dict
 from tasks.user_data import DataSpec, load_splits
 
 REPO = Path(__file__).resolve().parents[1]

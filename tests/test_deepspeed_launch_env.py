@@ -16,7 +16,7 @@ from unittest import mock
 import pytest
 
 from launcher.run.distributed import write_launch_files
-from launcher.profile.load import load_profile
+from profiles.load import load_profile
 from trainer.config import grpo_config_kwargs
 
 REPO = Path(__file__).resolve().parents[1]

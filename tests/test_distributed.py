@@ -21,7 +21,7 @@ from launcher.card import topology as topo
 from launcher.run import vllm_server as vs
 from contract.errors import UsageError
 from launcher.memory.estimate import ZERO3_MAX_LIVE_ELEMENTS, ZERO3_PREFETCH_ELEMENTS, ZERO_BUCKET_ELEMENTS
-from launcher.profile.load import load_profile
+from profiles.load import load_profile
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILES = REPO / "profiles"
@@ -146,7 +146,7 @@ def test_accelerate_reads_the_generated_files(tmp_path):
 def test_single_gpu_command_is_the_plain_script(tmp_path):
     p = profile("gpu-24gb-llama3.1-8b")
     argv = dist.attempt_argv(p, tmp_path, "ckpt/checkpoint-50", python="py")
-    assert argv == ["py", TRAIN_PY, "--profile", str(tmp_path / "profile.yaml"), "--attempt-dir", str(tmp_path),
+    assert argv == ["py", TRAIN_PY, "attempt", "--profile", str(tmp_path / "profile.yaml"), "--attempt-dir", str(tmp_path),
                     "--resume-from", "ckpt/checkpoint-50"]
     assert not (tmp_path / "accelerate.yaml").exists()
     assert dist.launch_env(p, {"A": "1"}) == {"A": "1"}
@@ -160,7 +160,7 @@ def test_distributed_command_goes_through_accelerate(tmp_path):
     config = dist.write_launch_files(p, tmp_path, env={})
     argv = dist.attempt_argv(p, tmp_path, python="py", launch_config=config)
     assert argv == ["py", "-m", "accelerate.commands.launch", "--config_file", str(tmp_path / "accelerate.yaml"),
-                    TRAIN_PY, "--profile", str(tmp_path / "profile.yaml"), "--attempt-dir", str(tmp_path)]
+                    TRAIN_PY, "attempt", "--profile", str(tmp_path / "profile.yaml"), "--attempt-dir", str(tmp_path)]
     env = dist.launch_env(p, {"UNSLOTH_VLLM_STANDBY": "1"}, server_port=8123)
     assert env["GRPO_TRAIN_NO_UNSLOTH"] == "1" and "UNSLOTH_VLLM_STANDBY" not in env
     assert (env["GRPO_VLLM_HOST"], env["GRPO_VLLM_PORT"]) == ("127.0.0.1", "8123")

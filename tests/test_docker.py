@@ -303,14 +303,14 @@ def test_image_runs_as_a_numeric_non_root_user(image: Image):
     assert re.search(r"useradd --uid \"?\$\{?APP_UID", runs), "the user of USER is never created"
 
 
-def test_entrypoint_runs_train_py_and_the_default_command_is_auto(image: Image):
+def test_entrypoint_runs_train_py_and_the_default_command_is_train(image: Image):
     entrypoint = json_form(image.last("ENTRYPOINT"))
     assert entrypoint[-2:] == ["python", "/app/train.py"], entrypoint
     # tini -g: `docker stop` reaches the training child too, as a Ctrl-C in a terminal would.
     assert entrypoint[:3] == ["/usr/bin/tini", "-g", "--"], entrypoint
     assert image.last("STOPSIGNAL").args == "SIGINT"
     command = json_form(image.last("CMD"))
-    assert command == ["--auto"], f"CMD {command}: `docker run grpo-train` must plan and train (--auto)"
+    assert command == ["train"], f"CMD {command}: `docker run grpo-train` must plan and train"
 
 
 def test_code_lands_where_the_entrypoint_and_train_py_look_for_it(image: Image):
@@ -347,7 +347,9 @@ def test_outputs_and_hugging_face_cache_are_volumes(image: Image):
     import train
 
     volumes = json_form(image.last("VOLUME"))
-    output_dir = train.build_parser().get_default("output_dir")
+    from commands import parser_for
+
+    output_dir = parser_for("train").get_default("output_dir")
     outputs = str(Path(image.last("WORKDIR").args) / output_dir)
     assert outputs in volumes, f"VOLUME {volumes}: train.py writes runs to {outputs}"
     hf_home = image.variables.get("HF_HOME")

@@ -16,12 +16,12 @@ Tolerances, and why:
 
 import pytest
 
-from launcher.profile.catalog import resolve
+from profiles.catalog import resolve
 from launcher.memory.estimate import (CUDA_CONTEXT_GIB, GIB, NF4_BYTES, PYTHON_RUNTIME_GIB, estimate,
                                standby_utilisation, vllm_workspace_bytes, STANDBY_UTILISATION,
                                STANDBY_HEADROOM)
 from launcher.card.detect import GpuInfo
-from launcher.profile.load import profile_from_dict
+from profiles.load import profile_from_dict
 
 
 def card(total, free=None):

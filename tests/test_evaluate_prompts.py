@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from trainer.evaluate import prompt_ids, stop_ids
+from evaluation.generate import prompt_ids, stop_ids
 
 TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
             "{% if add_generation_prompt %}<|assistant|>{% endif %}")
@@ -52,7 +52,7 @@ def test_both_generation_paths_send_the_ids_training_sends(tokenizer_with_bos, m
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-    from trainer.evaluate import evaluate
+    from evaluation.score import evaluate
 
     tok = tokenizer_with_bos
     rows = [{"prompt": [{"role": "user", "content": "1+1?"}], "answer": "2"},

@@ -11,16 +11,16 @@ import sys
 import time
 from pathlib import Path
 
-from launcher.card.detect import probe
-from launcher.memory import ledger
+from launcher.card.detect import detect_machine
+from launcher.memory.ledger import record as ledger_record, store as ledger_store
 from launcher.memory.estimate import estimate
-from launcher.oom import read as oom
+from contract import oom as oom
 from launcher.plan.choose import make_plan
 from launcher.plan.derive import best_fit, derive_ladder, fit_gpus, topologies
-from launcher.plan.solve import (MIN_COMPLETION_LENGTH, MIN_GENERATIONS, Solver, fit, objective, shrink_after_oom,
-                                 usable_of)
-from launcher.profile.catalog import resolve
-from launcher.profile.load import load_profile, load_profiles
+from launcher.plan.solve import MIN_COMPLETION_LENGTH, MIN_GENERATIONS, Solver, fit, objective, usable_of
+from launcher.run.fallback import shrink_after_oom
+from profiles.catalog import resolve
+from profiles.load import load_profile, load_profiles
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = ROOT / "profiles"
@@ -28,7 +28,7 @@ DATA = Path(__file__).resolve().parent / "data" / "oom"
 
 
 def machine(gib: float, name: str | None = None):
-    return probe(what_if_gib=gib, what_if_name=name)
+    return detect_machine(what_if_gib=gib, what_if_name=name)
 
 
 def rungs(overrides=()):
@@ -107,9 +107,9 @@ def test_pinned_keys_are_not_moved():
 def test_a_measured_shape_is_judged_by_its_measurement():
     m = machine(15.0, "Tesla T4")
     first = best_fit(rungs(), "Qwen/Qwen3-4B", m.primary, machine=m)[0].profile
-    too_big = ledger.make_entry(first, m, status="ok", peak_gib=usable_of(m.primary) + 1.0)
+    too_big = ledger_record.make_entry(first, m, status="ok", peak_gib=usable_of(m.primary) + 1.0)
     again = best_fit(rungs(), "Qwen/Qwen3-4B", m.primary, machine=m, measurements=[too_big])[0]
-    assert ledger.fingerprint(again.profile) != ledger.fingerprint(first)
+    assert ledger_store.fingerprint(again.profile) != ledger_store.fingerprint(first)
     assert again.need_gib <= again.usable_gib
 
 
@@ -268,7 +268,7 @@ def test_topologies_cover_data_parallel_and_server_splits():
 
 
 def test_several_gpus_search_spreads_the_run_and_each_gpu_fits():
-    m = probe(what_if_gib=24.0, what_if_count=2)
+    m = detect_machine(what_if_gib=24.0, what_if_count=2)
     single = best_fit(rungs(), "unsloth/Llama-3.1-8B-Instruct", m.primary)[0]
     rung = next(r for r in rungs() if r.name == single.ambition.source)
     spread = fit_gpus(rung, "unsloth/Llama-3.1-8B-Instruct", m)

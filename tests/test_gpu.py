@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from launcher.card.detect import bf16_supported, probe, visible_selection
+from launcher.card.detect import bf16_supported, detect_machine, visible_selection
 
 GIB = 1024 ** 3
 
@@ -72,7 +72,7 @@ def _no_visible_devices(monkeypatch):
 
 def test_one_gpu_is_read_with_every_field():
     nvml = FakeNvml([T4])
-    machine = probe(nvml=nvml)
+    machine = detect_machine(nvml=nvml)
     assert machine.device == "cuda"
     gpu = machine.primary
     assert gpu.name == "Tesla T4"
@@ -90,7 +90,7 @@ def test_one_gpu_is_read_with_every_field():
 
 
 def test_two_gpus_plan_for_the_first_and_say_so():
-    machine = probe(nvml=FakeNvml([A100, T4]))
+    machine = detect_machine(nvml=FakeNvml([A100, T4]))
     assert [g.name for g in machine.gpus] == ["NVIDIA A100-SXM4-80GB", "Tesla T4"]  # bytes names decoded
     assert [g.index for g in machine.gpus] == [0, 1]
     assert machine.primary.total_gib == 80.0 and machine.primary.free_gib == 60.0
@@ -99,7 +99,7 @@ def test_two_gpus_plan_for_the_first_and_say_so():
 
 
 def test_no_driver_plans_for_the_cpu_in_one_plain_line():
-    machine = probe(nvml=FakeNvml(driver_missing=True))
+    machine = detect_machine(nvml=FakeNvml(driver_missing=True))
     assert machine.device == "cpu"
     assert machine.primary is None and machine.gpus == []
     assert machine.message == "no NVIDIA driver found: planning for the CPU ladder"
@@ -107,13 +107,13 @@ def test_no_driver_plans_for_the_cpu_in_one_plain_line():
 
 
 def test_driver_without_gpus_plans_for_the_cpu():
-    machine = probe(nvml=FakeNvml([]))
+    machine = detect_machine(nvml=FakeNvml([]))
     assert machine.device == "cpu"
     assert machine.message == "the NVIDIA driver reports no GPU: planning for the CPU ladder"
 
 
 def test_real_pynvml_on_this_machine_answers_without_raising():
-    machine = probe()
+    machine = detect_machine()
     if machine.gpus:
         assert machine.primary.source == "nvml"
     else:
@@ -130,7 +130,7 @@ def test_real_pynvml_on_this_machine_answers_without_raising():
 ])
 def test_cuda_visible_devices_by_index_and_uuid(monkeypatch, value, expected):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
-    machine = probe(nvml=FakeNvml([A100, T4]))
+    machine = detect_machine(nvml=FakeNvml([A100, T4]))
     assert [g.name for g in machine.gpus] == expected
     assert [g.index for g in machine.gpus] == list(range(len(expected)))  # renumbered as CUDA does
     assert any(n.startswith(f"CUDA_VISIBLE_DEVICES={value}:") for n in machine.notes)
@@ -139,7 +139,7 @@ def test_cuda_visible_devices_by_index_and_uuid(monkeypatch, value, expected):
 @pytest.mark.parametrize("value", ["", "-1", "GPU-ffff"])
 def test_cuda_visible_devices_hiding_every_gpu_means_cpu(monkeypatch, value):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
-    machine = probe(nvml=FakeNvml([A100, T4]))
+    machine = detect_machine(nvml=FakeNvml([A100, T4]))
     assert machine.device == "cpu"
     assert machine.message.endswith("no GPU visible: planning for the CPU ladder")
 
@@ -151,17 +151,17 @@ def test_visible_selection_parsing():
 
 
 def test_what_if_card_is_all_free_and_ignores_the_driver():
-    machine = probe(what_if_gib=24, what_if_name="RTX 4090", nvml=FakeNvml(driver_missing=True))
+    machine = detect_machine(what_if_gib=24, what_if_name="RTX 4090", nvml=FakeNvml(driver_missing=True))
     gpu = machine.primary
     assert (gpu.name, gpu.total_gib, gpu.free_gib, gpu.used_gib, gpu.source) == ("RTX 4090", 24.0, 24.0, 0.0,
                                                                                   "what-if")
     assert machine.device == "cuda"
-    assert probe(what_if_gib=12.5).primary.name == "12.5 GiB card"
+    assert detect_machine(what_if_gib=12.5).primary.name == "12.5 GiB card"
 
 
 @pytest.mark.parametrize("cc, expected", [((7, 5), False), ((8, 0), True), ((9, 0), True), (None, True)])
 def test_bf16_needs_compute_capability_8(cc, expected):
-    machine = probe(nvml=FakeNvml([dict(T4, cc=cc)]))
+    machine = detect_machine(nvml=FakeNvml([dict(T4, cc=cc)]))
     assert bf16_supported(machine.primary) is expected
     assert bf16_supported(None) is False
 
@@ -196,7 +196,7 @@ class MigNvml(FakeNvml):
 
 def test_a_mig_slice_named_in_cuda_visible_devices_is_planned_with_its_own_memory(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-2222bbbb-0000")
-    machine = probe(nvml=MigNvml([A100, T4]))
+    machine = detect_machine(nvml=MigNvml([A100, T4]))
     assert machine.device == "cuda" and len(machine.gpus) == 1
     gpu = machine.primary
     assert (gpu.total_gib, gpu.free_gib) == (39.0, 30.0)      # the slice's, not the parent's 80 GiB
@@ -205,27 +205,27 @@ def test_a_mig_slice_named_in_cuda_visible_devices_is_planned_with_its_own_memor
 
 
 def test_a_gpu_in_mig_mode_shows_its_slices_not_itself():
-    machine = probe(nvml=MigNvml([A100, T4]))
+    machine = detect_machine(nvml=MigNvml([A100, T4]))
     assert [g.total_gib for g in machine.gpus] == [39.0, 39.0, 15.0]
 
 
 def test_cards_below_turing_are_not_planned_for():
     v100 = {"name": "Tesla V100-SXM2-16GB", "uuid": "GPU-cccc3333-0000", "total": 16 * GIB, "free": 15 * GIB,
             "cc": (7, 0)}
-    machine = probe(nvml=FakeNvml([v100]))
+    machine = detect_machine(nvml=FakeNvml([v100]))
     assert machine.device == "cpu"
     assert "compute capability 7.0" in machine.message and "7.5" in machine.message
 
 
 def test_a_cuda_order_other_than_nvmls_on_mixed_cards_is_named(monkeypatch):
     monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
-    machine = probe(nvml=FakeNvml([T4, A100]))
+    machine = detect_machine(nvml=FakeNvml([T4, A100]))
     assert any("CUDA_DEVICE_ORDER=FASTEST_FIRST" in note and "PCI_BUS_ID" in note for note in machine.notes)
 
 
 def test_attempts_number_gpus_as_nvml_does():
     from contract.attempt import attempt_environment
-    from launcher.profile.load import load_profile
+    from profiles.load import load_profile
 
     profile = load_profile("profiles/gpu-24gb-llama3.1-8b.yaml")
     assert attempt_environment(profile, base={})["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"

@@ -73,7 +73,7 @@ def test_random_weights_only_with_calibrate(tmp_path):
 
 
 def test_random_architecture_follows_the_catalogue(tmp_path):
-    from launcher.profile.catalog import resolve
+    from profiles.catalog import resolve
     from tiny_model.random_weights import config_kwargs, model_type
 
     gemma = resolve("unsloth/gemma-3-4b-it")
@@ -89,7 +89,7 @@ def test_a_catalogue_architecture_is_built_offline_from_its_facts(tmp_path):
 
     from tiny_model.random_weights import build_key, config_kwargs, model_type
 
-    from launcher.profile.catalog import resolve
+    from profiles.catalog import resolve
 
     arch = resolve("Qwen/Qwen3-0.6B")
     config = AutoConfig.for_model(model_type(arch), **config_kwargs(arch, arch.vocab, 4096))

@@ -18,9 +18,9 @@ import pytest
 
 from contract.attempt import MEASURE_GPU_PROCESS, MEASURE_TORCH
 from launcher.card.detect import GpuInfo, Machine
-from launcher.memory import ledger
+from launcher.memory.ledger import record as ledger_record, store as ledger_store, weigh as ledger_weigh
 from launcher.memory.parts import CUDA_CONTEXT_GIB
-from launcher.profile.load import load_profile
+from profiles.load import load_profile
 
 GIB = 1 << 30
 
@@ -51,10 +51,10 @@ def fake_torch_memory(monkeypatch, *, peak_reserved: float, reserved_now: float,
 
 
 def test_a_standby_peak_leaves_the_sleeping_kv_cache_out(monkeypatch):
-    from trainer.callbacks import MemoryProbe
+    from trainer.memory_meter import MemoryMeter
 
     nvml = fake_nvml(monkeypatch, device_used=0.3, processes={})
-    probe = MemoryProbe("cuda")
+    probe = MemoryMeter("cuda")
     # after a training step with vLLM asleep: torch's counters hold vLLM's 8 GiB KV pool, unmapped by the
     # driver; the process holds 0.6 GiB of context and libraries outside torch
     fake_torch_memory(monkeypatch, peak_reserved=18.0, reserved_now=17.0, peak_allocated=16.5)
@@ -69,21 +69,21 @@ def test_a_standby_peak_leaves_the_sleeping_kv_cache_out(monkeypatch):
 
 
 def test_without_standby_the_peak_adds_what_torch_does_not_count(monkeypatch):
-    from trainer.callbacks import MemoryProbe
+    from trainer.memory_meter import MemoryMeter
 
     fake_nvml(monkeypatch, device_used=1.0, processes={os.getpid(): 12.0 + 0.9})
     fake_torch_memory(monkeypatch, peak_reserved=14.0, reserved_now=12.0, peak_allocated=13.0)
-    probe = MemoryProbe("cuda")
+    probe = MemoryMeter("cuda")
     probe.sample()
     assert probe.peak_gib == pytest.approx(14.0 + 0.9)  # the context and non-torch memory, as the estimate
 
 
 def test_in_a_container_the_cards_use_above_the_start_stands_in(monkeypatch):
-    from trainer.callbacks import MemoryProbe
+    from trainer.memory_meter import MemoryMeter
 
     # NVML lists the host's pid, not ours: the card's use above what it held at the start is this process
     nvml = fake_nvml(monkeypatch, device_used=2.0, processes={999999: 5.0})
-    probe = MemoryProbe("cuda")
+    probe = MemoryMeter("cuda")
     fake_torch_memory(monkeypatch, peak_reserved=4.0, reserved_now=4.0, peak_allocated=3.5)
     nvml.device_used = 2.0 + 4.7
     probe.sample()
@@ -91,11 +91,11 @@ def test_in_a_container_the_cards_use_above_the_start_stands_in(monkeypatch):
 
 
 def test_without_nvml_torchs_figure_is_kept_and_named(monkeypatch):
-    from trainer.callbacks import MemoryProbe
+    from trainer.memory_meter import MemoryMeter
 
     monkeypatch.setitem(sys.modules, "pynvml", types.ModuleType("pynvml"))  # no NVML calls at all
     fake_torch_memory(monkeypatch, peak_reserved=6.0, reserved_now=5.0, peak_allocated=5.5)
-    probe = MemoryProbe("cuda")
+    probe = MemoryMeter("cuda")
     probe.sample()
     assert (probe.peak_gib, probe.measure) == (6.0, MEASURE_TORCH)
 
@@ -116,8 +116,8 @@ def test_the_ledger_plans_with_the_figure_the_estimate_counts(tmp_path, monkeypa
     (attempt / "outcome.json").write_text(json.dumps({"status": "ok", "peak_gib": 15.0, "peak_measure": measure}))
     record = SimpleNamespace(status="ok", report=None, peak_gib=15.0)
     plan = SimpleNamespace(machine=_card(), candidates=[])
-    entry = ledger.record_attempt(profile, plan, record, attempt)
+    entry = ledger_record.record_attempt(profile, plan, record, attempt)
     assert entry.peak_gib == pytest.approx(planned)
     assert (MEASURE_GPU_PROCESS if measure == MEASURE_GPU_PROCESS else MEASURE_TORCH) in entry.measure
-    rows = ledger.accuracy_rows(ledger.read(tmp_path / "ledger.jsonl"))
+    rows = ledger_weigh.accuracy_rows(ledger_store.read(tmp_path / "ledger.jsonl"))
     assert rows[0]["measure"] == entry.measure  # `--ledger` says which figure it holds

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from launcher.memory.parts import unsloth_vllm_utilisation
-from launcher.profile.load import load_profile
+from profiles.load import load_profile
 from trainer.backends import vllm_lora_rank
 
 REPO = Path(__file__).resolve().parents[1]

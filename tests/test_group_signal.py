@@ -118,7 +118,7 @@ def test_report_shows_the_signal_table_the_warning_and_the_plot(tmp_path):
 
 
 def test_progress_line_shows_alike_groups_and_spread(capsys):
-    from trainer.callbacks import Progress
+    from trainer.progress import Progress
 
     progress = Progress("p", 1, "cpu")
     progress.update(1, 1, {"reward": 2.0, "step_time": 0.3, "memory": {"rss_gib": 0.5},

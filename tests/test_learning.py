@@ -72,7 +72,7 @@ def test_report_shows_random_warm_start_and_after_with_scored_samples(tmp_path):
 
 
 def test_well_formed_share_counts_full_layouts_only():
-    from trainer.evaluate import well_formed_share
+    from evaluation.score import well_formed_share
 
     right = "<reasoning>\n4 + 8 = 12.\n</reasoning>\n<answer>\n12\n</answer>"
     assert well_formed_share([right, right, "12", "<answer>12</answer>"]) == 0.5

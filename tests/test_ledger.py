@@ -7,10 +7,10 @@ import multiprocessing
 
 import pytest
 
-from launcher.memory import ledger
+from launcher.memory.ledger import record as ledger_record, store as ledger_store, weigh as ledger_weigh
 from launcher.card.detect import GpuInfo, Machine
-from launcher.oom.read import read_oom
-from launcher.profile.load import load_profile
+from contract.oom import read_oom
+from profiles.load import load_profile
 
 PROFILES = "profiles"
 
@@ -36,25 +36,25 @@ def cpu_profile():
 
 
 def test_fingerprint_follows_memory_keys_only(gpu_profile):
-    assert ledger.fingerprint(gpu_profile) == ledger.fingerprint(gpu_profile.replace(learning_rate=1e-4, seed=7))
-    assert ledger.fingerprint(gpu_profile) != ledger.fingerprint(
+    assert ledger_store.fingerprint(gpu_profile) == ledger_store.fingerprint(gpu_profile.replace(learning_rate=1e-4, seed=7))
+    assert ledger_store.fingerprint(gpu_profile) != ledger_store.fingerprint(
         gpu_profile.replace(max_completion_length=gpu_profile.max_completion_length // 2))
     # the order of target_modules does not change the shape
     reordered = gpu_profile.replace(target_modules=list(reversed(gpu_profile.target_modules)))
-    assert ledger.fingerprint(gpu_profile) == ledger.fingerprint(reordered)
+    assert ledger_store.fingerprint(gpu_profile) == ledger_store.fingerprint(reordered)
 
 
 def test_success_is_a_measurement_on_the_same_machine_only(tmp_path, gpu_profile):
     path = tmp_path / "ledger.jsonl"
-    ledger.append(ledger.make_entry(gpu_profile, _card(), status="ok", peak_gib=17.25), path)
-    entries = ledger.read(path)
-    found = ledger.measured_for(entries, gpu_profile, _card(free=10.0))  # free memory is not identity
+    ledger_store.append(ledger_record.make_entry(gpu_profile, _card(), status="ok", peak_gib=17.25), path)
+    entries = ledger_store.read(path)
+    found = ledger_weigh.measured_for(entries, gpu_profile, _card(free=10.0))  # free memory is not identity
     assert found is not None and found.peak_gib == 17.25 and found.runs == 1 and found.need_gib == 17.25
-    assert ledger.measured_for(entries, gpu_profile, _card(name="NVIDIA A10G")) is None
-    assert ledger.measured_for(entries, gpu_profile, _card(total=40.0)) is None
+    assert ledger_weigh.measured_for(entries, gpu_profile, _card(name="NVIDIA A10G")) is None
+    assert ledger_weigh.measured_for(entries, gpu_profile, _card(total=40.0)) is None
     halved = gpu_profile.replace(per_device_train_batch_size=gpu_profile.per_device_train_batch_size // 2,
                                  gradient_accumulation_steps=gpu_profile.gradient_accumulation_steps * 2)
-    assert ledger.measured_for(entries, halved, _card()) is None
+    assert ledger_weigh.measured_for(entries, halved, _card()) is None
 
 
 def test_oom_gives_a_lower_bound(tmp_path, gpu_profile):
@@ -62,10 +62,10 @@ def test_oom_gives_a_lower_bound(tmp_path, gpu_profile):
             "of 22.05 GiB of which 1.10 GiB is free. Including non-PyTorch memory, this process has 20.90 GiB "
             "memory in use.")
     report = read_oom(text)
-    assert ledger.oom_lower_bound(report) == pytest.approx(22.90)
+    assert ledger_record.oom_lower_bound(report) == pytest.approx(22.90)
     path = tmp_path / "ledger.jsonl"
-    ledger.append(ledger.make_entry(gpu_profile, _card(), status="oom", oom_report=report), path)
-    found = ledger.measured_for(ledger.read(path), gpu_profile, _card())
+    ledger_store.append(ledger_record.make_entry(gpu_profile, _card(), status="oom", oom_report=report), path)
+    found = ledger_weigh.measured_for(ledger_store.read(path), gpu_profile, _card())
     assert found.peak_gib is None and found.oom_lower_bound_gib == pytest.approx(22.90)
     assert found.need_gib == pytest.approx(22.90)
     assert "at least 22.90 GiB" in found.text()
@@ -75,14 +75,14 @@ def test_oom_gives_a_lower_bound(tmp_path, gpu_profile):
 
 def test_damaged_lines_are_skipped_with_one_warning(tmp_path, cpu_profile):
     path = tmp_path / "ledger.jsonl"
-    ledger.append(ledger.make_entry(cpu_profile, _cpu(), status="ok", peak_gib=0.6), path)
+    ledger_store.append(ledger_record.make_entry(cpu_profile, _cpu(), status="ok", peak_gib=0.6), path)
     with open(path, "a", encoding="utf-8") as handle:
         handle.write('{"profile": "cut sho\n')       # a crash mid-write
         handle.write("[1, 2, 3]\n")                    # valid JSON, not an entry
         handle.write("\x00\x00garbage\n")
-    ledger.append(ledger.make_entry(cpu_profile, _cpu(), status="ok", peak_gib=0.7), path)
+    ledger_store.append(ledger_record.make_entry(cpu_profile, _cpu(), status="ok", peak_gib=0.7), path)
     warnings = []
-    entries = ledger.read(path, warn=warnings.append)
+    entries = ledger_store.read(path, warn=warnings.append)
     assert [e.peak_gib for e in entries] == [0.6, 0.7]
     assert len(warnings) == 1 and "skipped 3 damaged line(s)" in warnings[0]
     assert "line 2: not JSON" in warnings[0] and "line 3: not a JSON object" in warnings[0]
@@ -90,14 +90,14 @@ def test_damaged_lines_are_skipped_with_one_warning(tmp_path, cpu_profile):
 
 def _append_many(args):
     path, worker, count = args
-    from launcher.profile.load import load_profile as load
+    from profiles.load import load_profile as load
 
     profile = load("profiles/cpu-tiny-8gen.yaml")
     machine = _cpu()
     for i in range(count):
-        entry = ledger.make_entry(profile, machine, status="ok", peak_gib=worker + i / 1000)
+        entry = ledger_record.make_entry(profile, machine, status="ok", peak_gib=worker + i / 1000)
         entry.vllm = {"padding": "x" * 3000}  # lines longer than a pipe buffer must not interleave either
-        ledger.append(entry, path)
+        ledger_store.append(entry, path)
 
 
 def test_concurrent_appends_lose_nothing(tmp_path):
@@ -117,8 +117,8 @@ def test_accuracy_rows_compare_estimate_and_peak(tmp_path, cpu_profile):
     path = tmp_path / "ledger.jsonl"
     est = estimate(cpu_profile)
     for peak in (0.5, 0.55):
-        ledger.append(ledger.make_entry(cpu_profile, _cpu(), status="ok", estimate=est, peak_gib=peak), path)
-    (row,) = ledger.accuracy_rows(ledger.read(path))
+        ledger_store.append(ledger_record.make_entry(cpu_profile, _cpu(), status="ok", estimate=est, peak_gib=peak), path)
+    (row,) = ledger_weigh.accuracy_rows(ledger_store.read(path))
     assert row["runs"] == 2 and row["peak_gib"] == 0.55
     assert row["estimate_gib"] == pytest.approx(est.total_gib, abs=1e-4)
     assert row["ratio"] == pytest.approx(0.55 / row["estimate_gib"], abs=1e-3)
@@ -128,12 +128,12 @@ def test_accuracy_rows_compare_estimate_and_peak(tmp_path, cpu_profile):
 def test_missing_ledger_is_empty(tmp_path, monkeypatch):
     monkeypatch.delenv("GRPO_TRAIN_LEDGER")
     monkeypatch.setenv("GRPO_TRAIN_CACHE", str(tmp_path / "nowhere"))
-    assert ledger.read() == []
-    assert ledger.ledger_path() == tmp_path / "nowhere" / "ledger.jsonl"
+    assert ledger_store.read() == []
+    assert ledger_store.ledger_path() == tmp_path / "nowhere" / "ledger.jsonl"
 
 
 def test_ledger_report_tells_two_shapes_of_one_profile_apart():
-    from launcher.memory.ledger import shape_text
+    from launcher.memory.ledger.weigh import shape_text
 
     assert shape_text({"per_device_train_batch_size": 8, "num_generations": 8, "max_completion_length": 48,
                        "lora_rank": 16}) == "8 / 8 / 48 r16"
@@ -143,7 +143,7 @@ def test_ledger_report_tells_two_shapes_of_one_profile_apart():
 
 
 def _line(profile, where, **fields) -> str:
-    data = json.loads(ledger.make_entry(profile, where, status="ok", peak_gib=0.6).to_json())
+    data = json.loads(ledger_record.make_entry(profile, where, status="ok", peak_gib=0.6).to_json())
     data.update(fields)
     return json.dumps(data) + "\n"
 
@@ -165,13 +165,13 @@ def test_a_wrongly_typed_line_is_skipped_with_one_warning(tmp_path, cpu_profile,
     path.write_text(_line(cpu_profile, _cpu(), **fields) + _line(cpu_profile, _cpu(), peak_gib=0.7),
                     encoding="utf-8")
     warnings = []
-    entries = ledger.read(path, warn=warnings.append)
+    entries = ledger_store.read(path, warn=warnings.append)
     assert [e.peak_gib for e in entries] == [0.7]
     assert len(warnings) == 1 and "skipped 1 damaged line(s)" in warnings[0] and why in warnings[0], warnings
-    found = ledger.measured_for(entries, cpu_profile, _cpu())
+    found = ledger_weigh.measured_for(entries, cpu_profile, _cpu())
     assert found.peak_gib == 0.7
     # the report reads the same file without a traceback, and shows the line it skipped
-    report = ledger.ledger_report(_cpu(), path, warn=lambda _text: None)
+    report = ledger_weigh.ledger_report(_cpu(), path, warn=lambda _text: None)
     assert report["skipped_lines"][0]["line"] == 1 and len(report["records"]) == 1
 
 
@@ -180,43 +180,43 @@ def test_forget_removes_a_profile_a_fingerprint_or_all(tmp_path, cpu_profile, gp
 
     path = tmp_path / "ledger.jsonl"
     for peak in (0.5, 0.6):
-        ledger.append(ledger.make_entry(cpu_profile, _cpu(), status="ok", peak_gib=peak), path)
-    ledger.append(ledger.make_entry(gpu_profile, _card(), status="ok", peak_gib=17.0), path)
+        ledger_store.append(ledger_record.make_entry(cpu_profile, _cpu(), status="ok", peak_gib=peak), path)
+    ledger_store.append(ledger_record.make_entry(gpu_profile, _card(), status="ok", peak_gib=17.0), path)
     with open(path, "a", encoding="utf-8") as handle:
         handle.write('{"cut short\n')
-    assert ledger.forget("cpu-tiny-8gen", path) == 2
-    assert [e.profile for e in ledger.read(path, warn=lambda _t: None)] == [gpu_profile.name]
+    assert ledger_store.forget("cpu-tiny-8gen", path) == 2
+    assert [e.profile for e in ledger_store.read(path, warn=lambda _t: None)] == [gpu_profile.name]
     assert '{"cut short' in path.read_text()  # a damaged line is not a record of that profile: kept
     with pytest.raises(UsageError, match=f"no record of that profile.*it holds: {gpu_profile.name}"):
-        ledger.forget("cpu-tiny-8gn", path)
-    assert ledger.forget(ledger.fingerprint(gpu_profile)[:6], path) == 1
-    ledger.append(ledger.make_entry(cpu_profile, _cpu(), status="ok", peak_gib=0.5), path)
-    assert ledger.forget("all", path) == 2  # the record and the damaged line
+        ledger_store.forget("cpu-tiny-8gn", path)
+    assert ledger_store.forget(ledger_store.fingerprint(gpu_profile)[:6], path) == 1
+    ledger_store.append(ledger_record.make_entry(cpu_profile, _cpu(), status="ok", peak_gib=0.5), path)
+    assert ledger_store.forget("all", path) == 2  # the record and the damaged line
     assert path.read_text() == ""
 
 
 def _append_while_forgetting(args):
     path, worker, count = args
-    from launcher.profile.load import load_profile as load
+    from profiles.load import load_profile as load
 
     profile = load("profiles/cpu-tiny-4gen.yaml")
     for i in range(count):
-        ledger.append(ledger.make_entry(profile, _cpu(), status="ok", peak_gib=1 + worker + i / 1000), path)
+        ledger_store.append(ledger_record.make_entry(profile, _cpu(), status="ok", peak_gib=1 + worker + i / 1000), path)
 
 
 def test_appends_while_forget_rewrites_the_file_lose_nothing(tmp_path, cpu_profile):
     """--forget replaces the file; a run appending at that moment must land its line in the new one."""
     path = tmp_path / "ledger.jsonl"
     workers, count = 3, 40
-    ledger.append(ledger.make_entry(cpu_profile, _cpu(), status="ok", peak_gib=0.5), path)
+    ledger_store.append(ledger_record.make_entry(cpu_profile, _cpu(), status="ok", peak_gib=0.5), path)
     with multiprocessing.get_context("fork").Pool(workers) as pool:
         pending = pool.map_async(_append_while_forgetting, [(path, w, count) for w in range(workers)])
         forgotten = 0
         while not pending.ready():
-            ledger.append(ledger.make_entry(cpu_profile, _cpu(), status="ok", peak_gib=0.5), path)
-            forgotten += ledger.forget("cpu-tiny-8gen", path)
+            ledger_store.append(ledger_record.make_entry(cpu_profile, _cpu(), status="ok", peak_gib=0.5), path)
+            forgotten += ledger_store.forget("cpu-tiny-8gen", path)
         pending.get()
-    entries = ledger.read(path)
+    entries = ledger_store.read(path)
     assert forgotten >= 1 and not [e for e in entries if e.profile == "cpu-tiny-8gen"]
     assert sorted(e.peak_gib for e in entries) == sorted(1 + w + i / 1000 for w in range(workers) for i in range(count))
 
@@ -227,8 +227,8 @@ def test_a_ledger_that_cannot_be_written_is_named_with_the_fix(tmp_path):
     folder = tmp_path / "ledger.jsonl"
     folder.mkdir()  # a folder where the file should be: as unwritable as a read-only file, even for root
     with pytest.raises(UsageError, match="cannot write the ledger .*ledger.jsonl.*GRPO_TRAIN_LEDGER=FILE"):
-        ledger.check_writable(folder)
-    assert ledger.check_writable(tmp_path / "new" / "ledger.jsonl").exists()
+        ledger_store.check_writable(folder)
+    assert ledger_store.check_writable(tmp_path / "new" / "ledger.jsonl").exists()
 
 
 @pytest.mark.skipif(hasattr(__import__("os"), "geteuid") and __import__("os").geteuid() == 0,
@@ -237,11 +237,11 @@ def test_a_read_only_ledger_is_read_but_not_written(tmp_path, cpu_profile):
     from contract.errors import UsageError
 
     path = tmp_path / "ledger.jsonl"
-    ledger.append(ledger.make_entry(cpu_profile, _cpu(), status="ok", peak_gib=0.5), path)
+    ledger_store.append(ledger_record.make_entry(cpu_profile, _cpu(), status="ok", peak_gib=0.5), path)
     path.chmod(0o444)
-    assert [e.peak_gib for e in ledger.read(path)] == [0.5]
+    assert [e.peak_gib for e in ledger_store.read(path)] == [0.5]
     with pytest.raises(UsageError, match="cannot write the ledger"):
-        ledger.check_writable(path)
+        ledger_store.check_writable(path)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -273,10 +273,10 @@ def test_a_test_run_writes_no_ledger_unless_one_is_named(tmp_path, monkeypatch, 
     folder, plan = _attempt(tmp_path, probe_peak=11.0)
     monkeypatch.delenv("GRPO_TRAIN_LEDGER")
     monkeypatch.setenv("GRPO_TRAIN_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(ledger, "_told_test_run", False)
+    monkeypatch.setattr(ledger_record, "_told_test_run", False)
     environ = {"GRPO_INJECT_OOM": "someone-else"}
     warnings = []
-    assert ledger.record_attempt(gpu_profile, plan, _oom_record(), folder, warn=warnings.append,
+    assert ledger_record.record_attempt(gpu_profile, plan, _oom_record(), folder, warn=warnings.append,
                                  environ=environ) is None
     assert not (tmp_path / "cache" / "ledger.jsonl").exists()
     assert len(warnings) == 1 and "GRPO_INJECT_OOM is set: this run adds nothing to the ledger" in warnings[0]
@@ -285,29 +285,29 @@ def test_a_test_run_writes_no_ledger_unless_one_is_named(tmp_path, monkeypatch, 
 def test_an_injected_oom_is_never_a_measurement(tmp_path, gpu_profile):
     folder, plan = _attempt(tmp_path, probe_peak=11.0)
     environ = {"GRPO_INJECT_OOM": f"{gpu_profile.name}@3", "GRPO_TRAIN_LEDGER": str(tmp_path / "asked.jsonl")}
-    entry = ledger.record_attempt(gpu_profile, plan, _oom_record(), folder, environ=environ)
+    entry = ledger_record.record_attempt(gpu_profile, plan, _oom_record(), folder, environ=environ)
     # the probe that got through before the injected step is a measurement (torch's peak, planned with the CUDA
     # context added, as the estimate counts it); the OOM is not
     from launcher.memory.parts import CUDA_CONTEXT_GIB
 
     assert entry.status == "probe-ok" and entry.oom_lower_bound_gib is None
     assert entry.peak_gib == pytest.approx(11.0 + CUDA_CONTEXT_GIB)
-    (written,) = ledger.read()
+    (written,) = ledger_store.read()
     assert written.oom_lower_bound_gib is None and written.succeeded
 
 
 def test_a_genuine_oom_records_its_bound_and_what_others_held(tmp_path, gpu_profile):
     folder, plan = _attempt(tmp_path)
-    entry = ledger.record_attempt(gpu_profile, plan, _oom_record(), folder, environ={})
+    entry = ledger_record.record_attempt(gpu_profile, plan, _oom_record(), folder, environ={})
     assert entry.status == "oom" and entry.oom_lower_bound_gib == pytest.approx(14.90)
     assert entry.oom_kind == "cuda" and entry.others_gib == pytest.approx(22.05 - 1.10 - 12.90, abs=1e-3)
-    assert ledger.read()[0].others_gib == pytest.approx(8.05, abs=1e-3)
+    assert ledger_store.read()[0].others_gib == pytest.approx(8.05, abs=1e-3)
 
 
 def test_forget_rewrites_the_file_a_link_points_to(tmp_path, cpu_profile):
     real = tmp_path / "real.jsonl"
-    ledger.append(ledger.make_entry(cpu_profile, _cpu(), status="ok", peak_gib=0.5), real)
+    ledger_store.append(ledger_record.make_entry(cpu_profile, _cpu(), status="ok", peak_gib=0.5), real)
     link = tmp_path / "ledger.jsonl"
     link.symlink_to(real)
-    assert ledger.forget("all", link) == 1
+    assert ledger_store.forget("all", link) == 1
     assert link.is_symlink() and real.read_text() == ""

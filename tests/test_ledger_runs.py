@@ -49,12 +49,12 @@ def _user_env(cache: Path, **extra) -> dict:
 def _legacy_injected_lines(machine) -> str:
     """What older versions wrote into the default ledger for the documented fallback test: the injected CUDA
     OOM of each rung, sized to the host, as a lower bound of what the shape needs."""
-    from launcher.memory import ledger
-    from launcher.profile.load import load_profile
+    from launcher.memory.ledger import record as ledger_record
+    from profiles.load import load_profile
 
     lines = []
     for name in ("cpu-tiny-8gen", "cpu-tiny-4gen"):
-        entry = json.loads(ledger.make_entry(load_profile(REPO / "profiles" / f"{name}.yaml"), machine,
+        entry = json.loads(ledger_record.make_entry(load_profile(REPO / "profiles" / f"{name}.yaml"), machine,
                                              status="oom", peak_gib=0.6).to_json())
         entry["oom_lower_bound_gib"] = round(machine.host_ram_gib * 0.98, 4)
         del entry["oom_kind"], entry["others_gib"]
@@ -66,9 +66,9 @@ def _legacy_injected_lines(machine) -> str:
 def test_the_poisoning_sequence_leaves_the_machine_training(tmp_path, shared_cache):
     """The fallback test, a ledger an older version poisoned with its injected OOMs, and a record that refuses
     the user's shape: `--auto` still trains, and the user's own --profile reaches its data check (exit 2)."""
-    from launcher.card.detect import probe
+    from launcher.card.detect import detect_machine
     from launcher.memory import ledger as ledgerlib
-    from launcher.profile.load import load_profile
+    from profiles.load import load_profile
 
     default_ledger = shared_cache / "ledger.jsonl"
     first = _run(["--auto", "--output-dir", str(tmp_path / "one"), *QUICK],
@@ -77,7 +77,7 @@ def test_the_poisoning_sequence_leaves_the_machine_training(tmp_path, shared_cac
     assert "GRPO_INJECT_OOM is set: this run adds nothing to the ledger" in first.stdout
     assert not default_ledger.exists() or not default_ledger.read_text().strip()
 
-    machine = probe()
+    machine = detect_machine()
     default_ledger.write_text(_legacy_injected_lines(machine), encoding="utf-8")
     plan = json.loads(_run(["--auto", "--dry-run", "--json"], _user_env(shared_cache)).stdout)
     assert plan["chosen"] == "cpu-tiny-8gen" and all(c["measured"] is None for c in plan["candidates"])

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from launcher.card.detect import GpuInfo, Machine
-from launcher.memory import ledger
-from launcher.oom.read import read_oom
+from launcher.memory.ledger import record as ledger_record, store as ledger_store, weigh as ledger_weigh
+from contract.oom import read_oom
 from launcher.plan.choose import make_plan
-from launcher.profile.load import load_profile
+from profiles.load import load_profile
 
 REPO = Path(__file__).resolve().parents[1]
 L4 = "profiles/gpu-24gb-llama3.1-8b.yaml"
@@ -39,7 +39,7 @@ def _oom(held: float, asked: float = 2.0, total: float = 22.05, free: float = 0.
 
 
 def _entry(profile, machine, days_ago: float = 0, **kwargs):
-    entry = ledger.make_entry(profile, machine, **kwargs)
+    entry = ledger_record.make_entry(profile, machine, **kwargs)
     entry.date = (datetime.now() - timedelta(days=days_ago)).isoformat(timespec="seconds")
     return entry
 
@@ -71,7 +71,7 @@ def test_the_newest_measurement_counts_not_the_highest(l4):
     """One run on unusual data measured more; the newer measurements of the same shape are what it needs now."""
     big = _entry(l4, _card(), days_ago=2, status="ok", peak_gib=21.9)
     newer = _entry(l4, _card(), days_ago=1, status="probe-ok", peak_gib=16.8)
-    found = ledger.measured_for([big, newer], l4, _card())
+    found = ledger_weigh.measured_for([big, newer], l4, _card())
     assert found.peak_gib == 16.8 and found.need_gib == 16.8 and found.not_counted == 1
 
 
@@ -86,26 +86,26 @@ def test_an_oom_that_others_caused_is_judged_against_what_is_free_now(l4):
 
 
 def test_old_records_age_out(l4):
-    old = _entry(l4, _card(), days_ago=ledger.MAX_AGE_DAYS + 1, status="oom", oom_report=_oom(21.0))
-    assert ledger.measured_for([old], l4, _card()) is None and _verdict([old], l4, _card()).fits
-    recent = _entry(l4, _card(), days_ago=ledger.MAX_AGE_DAYS - 1, status="oom", oom_report=_oom(21.0))
+    old = _entry(l4, _card(), days_ago=ledger_weigh.MAX_AGE_DAYS + 1, status="oom", oom_report=_oom(21.0))
+    assert ledger_weigh.measured_for([old], l4, _card()) is None and _verdict([old], l4, _card()).fits
+    recent = _entry(l4, _card(), days_ago=ledger_weigh.MAX_AGE_DAYS - 1, status="oom", oom_report=_oom(21.0))
     assert not _verdict([recent], l4, _card()).fits
-    (effect,) = ledger.record_effects([old], _card())
+    (effect,) = ledger_weigh.record_effects([old], _card())
     assert not effect.counts and "aged out" in effect.text
 
 
 def test_a_record_dated_in_the_future_has_no_effect(l4):
     """A clock set wrong (or a ledger from a machine that had one) must not hold the newest place for good."""
     future = _entry(l4, _card(), days_ago=-400, status="oom", oom_report=_oom(21.0))
-    assert ledger.measured_for([future], l4, _card()) is None
-    (effect,) = ledger.record_effects([future], _card())
+    assert ledger_weigh.measured_for([future], l4, _card()) is None
+    (effect,) = ledger_weigh.record_effects([future], _card())
     assert not effect.counts and "future" in effect.text
 
 
 def _legacy_injected_line(profile, machine) -> dict:
     """What an older version wrote for `GRPO_INJECT_OOM=cpu-tiny-8gen python train.py --auto` on a 24 GiB
     machine: the injected CUDA message, sized to the host, taken as an OOM's lower bound."""
-    entry = json.loads(ledger.make_entry(profile, machine, status="oom").to_json())
+    entry = json.loads(ledger_record.make_entry(profile, machine, status="oom").to_json())
     entry.update(oom_lower_bound_gib=23.5393)
     for key in ("oom_kind", "others_gib"):
         entry.pop(key)
@@ -116,10 +116,10 @@ def test_an_injected_oom_written_by_an_older_version_is_not_a_measurement(tmp_pa
     eight, four = load_profile("profiles/cpu-tiny-8gen.yaml"), load_profile("profiles/cpu-tiny-4gen.yaml")
     path = tmp_path / "ledger.jsonl"
     path.write_text("".join(json.dumps(_legacy_injected_line(p, _cpu())) + "\n" for p in (eight, four)))
-    entries = ledger.read(path)
+    entries = ledger_store.read(path)
     plan = make_plan([eight, four], _cpu(), measurements=entries)
     assert plan.chosen.name == "cpu-tiny-8gen" and all(c.measured is None for c in plan.candidates)
-    effects = ledger.record_effects(entries, _cpu())
+    effects = ledger_weigh.record_effects(entries, _cpu())
     assert all(not e.counts and "injected" in e.text for e in effects)
 
 
@@ -152,7 +152,7 @@ def test_records_of_another_machine_have_no_effect_here(l4):
     """A ledger copied from another machine: its records count only on a machine like the one that wrote them."""
     there = _entry(l4, _card(name="NVIDIA A10G", total=22.0), status="oom", oom_report=_oom(21.0))
     assert _verdict([there], l4, _card()).measured is None
-    (effect,) = ledger.record_effects([there], _card())
+    (effect,) = ledger_weigh.record_effects([there], _card())
     assert not effect.counts and effect.text == "another machine: no effect here"
 
 
@@ -168,7 +168,7 @@ def _train(args, ledger_path: Path, **env):
 def test_wrongly_typed_lines_never_stop_the_plan_nor_the_report(tmp_path):
     path = tmp_path / "ledger.jsonl"
     eight = load_profile("profiles/cpu-tiny-8gen.yaml")
-    good = json.loads(ledger.make_entry(eight, _cpu(), status="ok", peak_gib=0.6).to_json())
+    good = json.loads(ledger_record.make_entry(eight, _cpu(), status="ok", peak_gib=0.6).to_json())
     path.write_text("\n".join(json.dumps({**good, **bad}) for bad in
                               ({"peak_gib": "big"}, {"date": 5}, {"peak_gib": -1.0})) + "\n")
     for args in (["--auto", "--dry-run", "--json"], ["--ledger"], ["--ledger", "--json"]):
@@ -181,12 +181,12 @@ def test_wrongly_typed_lines_never_stop_the_plan_nor_the_report(tmp_path):
 def test_ledger_json_gives_each_record_its_effect(tmp_path):
     path = tmp_path / "ledger.jsonl"
     eight = load_profile("profiles/cpu-tiny-8gen.yaml")
-    ledger.append(_entry(eight, _cpu(), days_ago=ledger.MAX_AGE_DAYS + 5, status="ok", peak_gib=0.9), path)
-    ledger.append(_entry(eight, _cpu(), days_ago=1, status="ok", peak_gib=0.6), path)
+    ledger_store.append(_entry(eight, _cpu(), days_ago=ledger_weigh.MAX_AGE_DAYS + 5, status="ok", peak_gib=0.9), path)
+    ledger_store.append(_entry(eight, _cpu(), days_ago=1, status="ok", peak_gib=0.6), path)
     done = _train(["--ledger", "--json"], path)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert report["path"] == str(path) and report["max_age_days"] == ledger.MAX_AGE_DAYS
+    assert report["path"] == str(path) and report["max_age_days"] == ledger_weigh.MAX_AGE_DAYS
     effects = [(r["peak_gib"], r["counts"], r["effect"]) for r in report["records"]]
     # whichever machine runs the test, each record says what it does here
     assert [e[0] for e in effects] == [0.9, 0.6] and all(isinstance(e[2], str) and e[2] for e in effects)
@@ -197,13 +197,13 @@ def test_ledger_json_gives_each_record_its_effect(tmp_path):
 def test_forget_on_the_command_line(tmp_path):
     path = tmp_path / "ledger.jsonl"
     eight = load_profile("profiles/cpu-tiny-8gen.yaml")
-    ledger.append(_entry(eight, _cpu(), status="ok", peak_gib=0.6), path)
+    ledger_store.append(_entry(eight, _cpu(), status="ok", peak_gib=0.6), path)
     missing = _train(["--forget", "nosuch"], path)
     assert missing.returncode == 2 and "it holds: cpu-tiny-8gen" in missing.stderr
     mixed = _train(["--forget", "cpu-tiny-8gen", "--auto"], path)
-    assert mixed.returncode == 2 and "run --forget alone" in mixed.stderr and ledger.read(path)
+    assert mixed.returncode == 2 and "--forget asks for `ledger` and --auto for `train`" in mixed.stderr and ledger_store.read(path)
     done = _train(["--forget", "cpu-tiny-8gen"], path)
-    assert done.returncode == 0 and "forgot 1 record(s)" in done.stdout and ledger.read(path) == []
+    assert done.returncode == 0 and "forgot 1 record(s)" in done.stdout and ledger_store.read(path) == []
     gone = _train(["--forget", "all"], tmp_path / "never.jsonl")
     assert gone.returncode == 0 and "nothing to forget" in gone.stdout
 
@@ -217,7 +217,7 @@ def test_calibrate_dry_run_says_what_it_would_probe(tmp_path):
     text = _train(["--calibrate", "--dry-run"], path)
     assert text.returncode == 0 and "--calibrate would probe" in text.stdout and not path.exists()
     both = _train(["--calibrate", "--resume"], path)
-    assert both.returncode == 2 and "--calibrate and --resume ask for two different things" in both.stderr
+    assert both.returncode == 2 and "--calibrate asks for `calibrate` and --resume for `train`" in both.stderr
 
 
 def test_calibrate_refuses_a_ledger_it_cannot_write_before_any_probe(tmp_path):
@@ -244,6 +244,6 @@ def test_a_calibration_counts_over_an_earlier_injected_oom(tmp_path):
     legacy = _legacy_injected_line(eight, _cpu())
     legacy["date"] = (datetime.now() - timedelta(hours=1)).isoformat(timespec="seconds")
     path.write_text(json.dumps(legacy) + "\n")
-    ledger.append(_entry(eight, _cpu(), status="probe-ok", peak_gib=0.68), path)
-    (cand,) = make_plan([eight], _cpu(), measurements=ledger.read(path)).candidates
+    ledger_store.append(_entry(eight, _cpu(), status="probe-ok", peak_gib=0.68), path)
+    (cand,) = make_plan([eight], _cpu(), measurements=ledger_store.read(path)).candidates
     assert cand.fits and cand.measured.need_gib == 0.68 and "measured 0.68 GiB" in cand.reason

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.profile.load import load_profile
+from profiles.load import load_profile
 from trainer.config import grpo_config_kwargs
 
 REPO = Path(__file__).resolve().parents[1]

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from launcher.profile.catalog import resolve
+from profiles.catalog import resolve
 from contract.errors import ProfileError, UsageError
 from launcher.memory.estimate import GIB, estimate, zero_model_state_bytes
-from launcher.card.detect import GpuInfo, Machine, probe
+from launcher.card.detect import GpuInfo, Machine, detect_machine
 from launcher.plan.choose import make_plan
-from launcher.plan.view import fit_table
-from launcher.profile.load import load_profile, load_profiles, profile_from_dict
+from launcher.plan.cards import fit_table
+from profiles.load import load_profile, load_profiles, profile_from_dict
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILES = REPO / "profiles"
@@ -289,7 +289,7 @@ def test_gpus_flag_needs_a_card_size_without_a_driver():
             raise self.NVMLError("driver not loaded")
 
     with pytest.raises(UsageError, match=r"--gpus 2: no GPU found \(fix: add --gpu-memory GIB"):
-        probe(what_if_count=2, nvml=NoDriver())
+        detect_machine(what_if_count=2, nvml=NoDriver())
     result = run_cli("--auto", "--dry-run", "--gpus", "0", "--gpu-memory", "24")
     assert result.returncode == 2 and "--gpus 0: must be 1 or more" in result.stderr
 

@@ -14,11 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from launcher.oom import read as oom
-from launcher.oom import site as oom_site
-from launcher.oom.read import classify_failure, read_oom, read_unsupported
-from launcher.oom.site import parse_frames
-from launcher.oom.explain import explain, explain_file
+from contract import failure
+from contract import oom as oom
+from contract import oom_site as oom_site
+from contract.oom import read_oom
+from contract.failure import classify_failure, read_unsupported
+from contract.oom_site import parse_frames
+from commands.explain_oom import explain_file
+from launcher.oom.explain import explain
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data" / "oom"
@@ -182,10 +185,10 @@ def test_exception_objects():
     class OutOfMemoryError(RuntimeError):  # the name torch gives it; no torch import in the launcher
         pass
 
-    assert oom.is_oom_exception(OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 MiB"))
-    assert oom.is_oom_exception(RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"))
-    assert oom.is_oom_exception(MemoryError())
-    assert not oom.is_oom_exception(KeyError("question"))
+    assert failure.is_oom_exception(OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 MiB"))
+    assert failure.is_oom_exception(RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"))
+    assert failure.is_oom_exception(MemoryError())
+    assert not failure.is_oom_exception(KeyError("question"))
 
 
 def test_report_to_dict_rounds_and_has_shortfall():
@@ -266,7 +269,7 @@ def test_train_py_explain_oom_from_stdin():
 
 def test_injected_message_reads_like_a_real_one():
     from trainer.inject import oom_message
-    from launcher.profile.load import profile_from_dict
+    from profiles.load import profile_from_dict
 
     profile = profile_from_dict({"name": "cpu-x", "device": "cpu", "fast_inference": False, "load_in_4bit": False,
                                  "optim": "adamw_torch", "per_device_train_batch_size": 4,
@@ -286,7 +289,7 @@ def test_standby_wake_up_out_of_memory_is_an_oom():
     r = read_oom(text("vllm_cumem_wake.txt"))
     assert r is not None and r.kind == oom.KIND_DRIVER
     assert r.message == "RuntimeError: CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62"
-    assert oom.is_oom_exception(RuntimeError("CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:7"))
+    assert failure.is_oom_exception(RuntimeError("CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:7"))
     assert "the CUDA driver" in explain(text("vllm_cumem_wake.txt"))
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from contract.errors import ProfileError
-from launcher.profile.load import load_profile, profile_from_dict
+from profiles.load import load_profile, profile_from_dict
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = REPO / "train.py"
@@ -191,7 +191,7 @@ def test_check_data_says_what_it_found(project):
 
 def test_evaluation_by_the_accuracy_reward_matches_the_old_rule():
     from rewards import REWARDS, is_correct
-    from trainer.evaluate import judge
+    from evaluation.score import judge
 
     completions = ["<answer>72</answer>", "<answer>$1,000.00</answer>", "72", "<answer>71</answer>",
                    "<reasoning>8 x 9</reasoning><answer>8 x 9 = 72</answer>", "", "<answer>-3</answer>"]
@@ -202,7 +202,7 @@ def test_evaluation_by_the_accuracy_reward_matches_the_old_rule():
 
 def test_evaluation_by_a_users_reward_sees_the_rows_columns(project):
     from rewards import get_reward
-    from trainer.evaluate import judge
+    from evaluation.score import judge
 
     (project / "judge.py").write_text("def same(completions, answer, level, **kw):\n"
                                       "    return [1.0 if c[0]['content'] == f'{a}/{l}' else 0.5 "

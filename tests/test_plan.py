@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 
 from contract.errors import EXIT_OUT_OF_MEMORY
-from launcher.card.detect import GpuInfo, Machine, probe
-from launcher.plan.choose import make_plan, margin_for
-from launcher.plan.view import COMMON_CARDS, fit_table, print_plan
-from launcher.profile.load import load_profile, load_profiles, profile_from_dict
+from launcher.card.detect import GpuInfo, Machine, detect_machine
+from launcher.plan.choose import make_plan
+from launcher.plan.margins import margin_for
+from commands.plan import print_plan
+from launcher.plan.cards import COMMON_CARDS, fit_table
+from profiles.load import load_profile, load_profiles, profile_from_dict
 from test_gpu import FakeNvml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -119,7 +121,7 @@ def test_cuda_profile_without_a_gpu_does_not_fit():
 def test_fake_nvml_machine_is_planned_on_its_free_memory():
     used_card = {"name": "NVIDIA GeForce RTX 4090", "uuid": "GPU-1", "total": 24 * GIB, "free": 20 * GIB,
                  "cc": (8, 9)}
-    plan = make_plan(gpu_ladder(), probe(nvml=FakeNvml([used_card])))
+    plan = make_plan(gpu_ladder(), detect_machine(nvml=FakeNvml([used_card])))
     out = plan.to_json()
     assert out["gpu"] == {**out["gpu"], "name": "NVIDIA GeForce RTX 4090", "total_gib": 24.0, "free_gib": 20.0,
                           "source": "nvml", "compute_capability": "8.9"}

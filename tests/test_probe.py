@@ -128,7 +128,7 @@ def test_standby_engine_sleeps_for_the_probe():
 
 
 def test_profile_key_probe_is_on_unless_turned_off():
-    from launcher.profile.load import load_profile
+    from profiles.load import load_profile
     from trainer.probe import probe_enabled
 
     assert probe_enabled(load_profile(SMALL)) and load_profile(SMALL).probe is True
@@ -139,7 +139,7 @@ def test_profile_key_probe_is_on_unless_turned_off():
 
 
 def test_an_oom_outside_the_probe_is_not_read_as_the_probe_s():
-    from launcher.oom.read import read_oom
+    from contract.oom import read_oom
 
     trace = ('Traceback (most recent call last):\n  File "trainer/stages.py", line 190, in train\n'
              '    session.trainer.train()\n'
@@ -183,7 +183,7 @@ def _attempt(attempt_dir: Path, env: dict, *overrides: str, resume_from: Path | 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_probe_oom_ends_the_attempt_and_without_it_training_runs(backend, tmp_path, cache_env):
     from contract.attempt import EXIT_FOR_STATUS, OOM
-    from launcher.oom.read import read_oom
+    from contract.oom import read_oom
 
     env = dict(cache_env, **BACKENDS[backend])
     injected = _attempt(tmp_path / "injected", dict(env, GRPO_INJECT_OOM="cpu-tiny-4gen@probe"), *QUICK)
@@ -217,14 +217,15 @@ def test_probe_oom_ends_the_attempt_and_without_it_training_runs(backend, tmp_pa
 _TWO_ATTEMPTS = """
 import sys
 from pathlib import Path
-from launcher.profile.load import load_profile
+from profiles.load import load_profile
+from commands.attempt import model_to_load
 from trainer.run import run_attempt
 
 out, profile_path, sets = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
 for probe in (True, False):
     profile = load_profile(profile_path, sets)
     profile.probe = probe
-    code = run_attempt(profile, out / ("with" if probe else "without"))
+    code = run_attempt(profile, out / ("with" if probe else "without"), resolve_model=model_to_load)
     assert code == 0, code
 """
 

@@ -1,4 +1,4 @@
-"""launcher.profile.load against hostile or careless input: empty files, YAML surprises, odd files, extreme numbers.
+"""profiles.load against hostile or careless input: empty files, YAML surprises, odd files, extreme numbers.
 
 Also the GRPO batch rule, checked shape by shape against the installed TRL's own check.
 """
@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from contract.errors import EXIT_BAD_INPUT, ProfileError, UsageError
-from launcher.profile.load import KEYS, load_profile, load_profiles, parse_overrides, profile_from_dict
+from profiles.load import KEYS, load_profile, load_profiles, parse_overrides, profile_from_dict
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -248,7 +248,7 @@ def test_report_to_choices_are_what_transformers_accepts():
     pytest.importorskip("transformers")
     from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
 
-    from launcher.profile.schema import REPORT_TO
+    from profiles.schema import REPORT_TO
 
     assert set(REPORT_TO) == set(INTEGRATION_TO_CALLBACK) | {"none", "all"}
 
@@ -307,7 +307,7 @@ def test_any_values_give_a_profile_or_a_profile_error(keys):
 
 
 def test_target_modules_of_a_known_model_are_its_linear_layers():
-    from launcher.profile.load import load_profile
+    from profiles.load import load_profile
 
     shipped = sorted((REPO / "profiles").glob("*.yaml"))
     for path in shipped:  # every shipped profile names real layers

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from contract.errors import ProfileError
-from launcher.profile.help import schema_json
-from launcher.profile.load import load_profile, profile_from_dict
+from profiles.help import schema_json
+from profiles.load import load_profile, profile_from_dict
 
 
 def write(tmp_path, text):

@@ -1,4 +1,4 @@
-"""launcher.profile.help: profiles/schema.json is current, every shipped YAML points editors at it, --help lists each key."""
+"""profiles.help: profiles/schema.json is current, every shipped YAML points editors at it, --help lists each key."""
 
 import json
 import subprocess
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from launcher.profile.help import SCHEMA_PATH, schema_help, schema_json
-from launcher.profile.schema import KEYS, Profile
+from profiles.help import SCHEMA_PATH, schema_help, schema_json
+from profiles.schema import KEYS, Profile
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA_LINE = "# yaml-language-server: $schema=schema.json"
@@ -17,11 +17,11 @@ SCHEMA_LINE = "# yaml-language-server: $schema=schema.json"
 def test_committed_schema_is_current():
     assert SCHEMA_PATH == REPO / "profiles" / "schema.json"
     assert SCHEMA_PATH.read_text() == schema_json(), \
-        "profiles/schema.json is stale: run `python -m launcher.profile.help > profiles/schema.json`"
+        "profiles/schema.json is stale: run `python -m profiles.help > profiles/schema.json`"
 
 
 def test_schema_module_prints_the_schema():
-    result = subprocess.run([sys.executable, "-m", "launcher.profile.help"], cwd=REPO, capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "profiles.help"], cwd=REPO, capture_output=True, text=True,
                             check=True, timeout=60)
     assert result.stdout == schema_json()
 

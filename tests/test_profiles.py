@@ -1,4 +1,4 @@
-"""launcher.profile.load: the schema's refusals (each names its key), overrides, YAML errors; the shipped ladder."""
+"""profiles.load: the schema's refusals (each names its key), overrides, YAML errors; the shipped ladder."""
 
 import re
 from pathlib import Path
@@ -8,7 +8,7 @@ import pytest
 from contract.errors import ProfileError, UsageError
 from launcher.memory.estimate import estimate
 from launcher.card.detect import GpuInfo
-from launcher.profile.load import KEYS, Profile, load_profile, load_profiles, parse_overrides, profile_from_dict
+from profiles.load import KEYS, Profile, load_profile, load_profiles, parse_overrides, profile_from_dict
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILES = REPO / "profiles"

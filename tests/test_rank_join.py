@@ -24,7 +24,7 @@ import json, os, time
 import torch.distributed as dist
 from trainer.stages import join_ranks, wait_for_ranks
 from trainer.config import DDP_TIMEOUT_S, grpo_config_kwargs
-from launcher.profile.load import load_profile
+from profiles.load import load_profile
 
 join_ranks(on_cpu=True)
 joined = dist.is_initialized()

@@ -26,7 +26,7 @@ from contract.attempt import COMPLETE_MARKER, checkpoint_problem, checkpoint_ste
 from contract.errors import UsageError
 from launcher.card.detect import Machine
 from launcher.plan.choose import make_plan
-from launcher.profile.load import profile_from_dict
+from profiles.load import profile_from_dict
 from launcher.run.supervise import supervise
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -528,7 +528,7 @@ SAME_COMPLETIONS = [
 
 
 def test_evaluation_and_the_accuracy_reward_agree_on_every_completion():
-    from trainer.evaluate import score
+    from evaluation.score import score
 
     completions = [c for c, _ in SAME_COMPLETIONS]
     golds = [g for _, g in SAME_COMPLETIONS]

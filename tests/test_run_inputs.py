@@ -13,8 +13,8 @@ import train
 from contract.errors import UsageError
 from launcher.card.detect import Machine
 from launcher.plan.choose import make_plan
-from launcher.profile.load import load_profile, load_profiles
-from launcher.profile.rules import missing_tracker
+from profiles.load import load_profile, load_profiles
+from profiles.rules import missing_tracker
 from launcher.run.inputs import check_run_inputs
 
 ROOT = Path(__file__).resolve().parents[1]

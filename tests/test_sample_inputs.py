@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from contract.errors import ProfileError, UsageError
-from launcher.profile.load import load_profile
-from trainer.sample import Target, find_target, profile_of, sample
+from profiles.load import load_profile
+from commands.sample import Target, find_target, profile_of, sample
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = ROOT / "profiles" / "cpu-tiny-8gen.yaml"

@@ -23,14 +23,16 @@ import pytest
 import yaml
 from rich.console import Console
 
-from launcher.oom import read as oom
+from contract import failure
+from contract import oom as oom
 from contract.errors import UsageError
 from launcher.card.detect import GpuInfo, Machine
 from launcher.plan.choose import make_plan
-from launcher.profile.load import load_profile, profile_from_dict
+from profiles.load import load_profile, profile_from_dict
 from launcher.run.attempts import AttemptRecord, read_attempts, server_failure_result
 from launcher.run.child import attempt_command
-from contract.attempt import ENV_ESTIMATE_GIB, attempt_environment, estimate_from_env
+from contract.attempt import attempt_environment, estimate_from_env
+from contract.environment import ENV_ESTIMATE_GIB
 from launcher.run.fallback import (adjust_vllm_share, decide, next_profile, shrink_batch, shrink_for,
                                shrink_optimizer)
 from launcher.run.supervise import supervise
@@ -243,7 +245,7 @@ def test_oom_then_shrink_then_ok(tmp_path, monkeypatch):
     assert (shrunk["name"], shrunk["per_device_train_batch_size"], shrunk["gradient_accumulation_steps"]) == ("a", 4, 2)
     call = call_of(records[1], tmp_path)
     attempt_dir = in_run(tmp_path, records[1]["attempt_dir"])
-    assert call["argv"][:4] == ["--profile", str(attempt_dir / "profile.yaml"), "--attempt-dir", str(attempt_dir)]
+    assert call["argv"][:5] == ["attempt", "--profile", str(attempt_dir / "profile.yaml"), "--attempt-dir", str(attempt_dir)]
     assert call["PYTORCH_CUDA_ALLOC_CONF"] is None  # a cpu attempt: no CUDA allocator settings added
     assert records[1]["env"] == {"PYTORCH_CUDA_ALLOC_CONF": None, "GRPO_INJECT_OOM": None}
     assert call["pgid"] != os.getpgid(0)  # its own process group: a terminal's Ctrl-C reaches the supervisor only
@@ -353,7 +355,7 @@ def test_error_stops_with_exit_1(tmp_path, monkeypatch):
 
 def test_sigkill_the_kernel_reports_is_read_as_host_ram_and_falls_back_without_shrink(tmp_path, monkeypatch):
     counts = iter([0, 1])  # the cgroup's OOM-kill count before and after the attempt: the kernel killed it
-    monkeypatch.setattr(oom, "oom_kill_count", lambda: next(counts, 1))
+    monkeypatch.setattr(failure, "oom_kill_count", lambda: next(counts, 1))
     plan = make_plan(ladder(), CPU_MACHINE)
     code, records, out = run(plan, tmp_path, monkeypatch, {"a": {"do": "sigkill"}})
     assert code == 0
@@ -364,8 +366,8 @@ def test_sigkill_the_kernel_reports_is_read_as_host_ram_and_falls_back_without_s
 
 
 def test_plain_sigkill_is_not_called_host_oom_and_still_gets_its_line(tmp_path, monkeypatch):
-    monkeypatch.setattr(oom, "oom_kill_count", lambda: 0)  # the kernel counts no OOM kill
-    monkeypatch.setattr(oom, "_dmesg_names", lambda pid: False)
+    monkeypatch.setattr(failure, "oom_kill_count", lambda: 0)  # the kernel counts no OOM kill
+    monkeypatch.setattr(failure, "_dmesg_names", lambda pid: False)
     plan = make_plan(ladder(), CPU_MACHINE)
     code, records, out = run(plan, tmp_path, monkeypatch, {"a": {"do": "sigkill"}})
     assert code == 1
@@ -376,8 +378,8 @@ def test_plain_sigkill_is_not_called_host_oom_and_still_gets_its_line(tmp_path, 
 
 
 def test_sigkill_with_no_word_from_the_kernel_says_cause_unknown(tmp_path, monkeypatch):
-    monkeypatch.setattr(oom, "oom_kill_count", lambda: None)
-    monkeypatch.setattr(oom, "_dmesg_names", lambda pid: None)
+    monkeypatch.setattr(failure, "oom_kill_count", lambda: None)
+    monkeypatch.setattr(failure, "_dmesg_names", lambda pid: None)
     plan = make_plan(ladder(), CPU_MACHINE)
     code, records, _out = run(plan, tmp_path, monkeypatch, {"a": {"do": "sigkill"}})
     assert code == 1 and records[0]["status"] == "error"
@@ -483,14 +485,14 @@ def test_attempt_command_is_the_plain_script_on_one_gpu_and_accelerate_on_severa
     monkeypatch.delenv("GRPO_NUM_MACHINES", raising=False)
     train = str(ROOT / "train.py")
     one = cpu_profile("one", 1)
-    args = ["--profile", str(tmp_path / "one" / "profile.yaml"), "--attempt-dir", str(tmp_path / "one")]
+    args = ["attempt", "--profile", str(tmp_path / "one" / "profile.yaml"), "--attempt-dir", str(tmp_path / "one")]
     assert attempt_command(one, tmp_path / "one", None) == [sys.executable, train, *args]
     assert attempt_command(one, tmp_path / "one", None, FAKE_CHILD) == [*FAKE_CHILD, *args]
     assert not (tmp_path / "one" / "accelerate.yaml").exists()
 
     two = cpu_profile("two", 1, num_gpus=2, gradient_checkpointing="true")
     folder = tmp_path / "two"
-    args = ["--profile", str(folder / "profile.yaml"), "--attempt-dir", str(folder), "--resume-from", "ck/checkpoint-2"]
+    args = ["attempt", "--profile", str(folder / "profile.yaml"), "--attempt-dir", str(folder), "--resume-from", "ck/checkpoint-2"]
     launcher = ["-m", "accelerate.commands.launch", "--config_file", str(folder / "accelerate.yaml")]
     assert attempt_command(two, folder, "ck/checkpoint-2") == [sys.executable, *launcher, train, *args]
     # the test override replaces the interpreter and the script, accelerate's arguments stay
@@ -575,7 +577,7 @@ def test_server_mode_starts_the_server_before_the_child_and_stops_it_after(tmp_p
     assert call["server_health"] == 200  # the server answered before the child started
     assert call["GRPO_TRAIN_NO_UNSLOTH"] == "1"
     # the child's command went through accelerate, its server port is the one the server listened on
-    assert call["argv"][:2] == ["--profile", str(in_run(tmp_path, records[0]["attempt_dir"]) / "profile.yaml")]
+    assert call["argv"][:3] == ["attempt", "--profile", str(in_run(tmp_path, records[0]["attempt_dir"]) / "profile.yaml")]
     assert (in_run(tmp_path, records[0]["attempt_dir"]) / "accelerate.yaml").is_file()
     assert "serving" in (in_run(tmp_path, records[0]["attempt_dir"]) / "vllm-server.log").read_text()
     assert len(servers) == 1 and gone(servers[0])

@@ -20,7 +20,7 @@ def unsloth_first():
 
 
 def _profile(**changes):
-    from launcher.profile.load import load_profile
+    from profiles.load import load_profile
 
     base = load_profile(Path(__file__).resolve().parents[1] / "profiles" / "cpu-tiny-4gen.yaml")
     return base.replace(**changes) if changes else base
@@ -37,7 +37,7 @@ def tiny_dir(tiny_cache, tiny_seed):
 
 
 def test_tiny_shape_is_the_catalogue_entry(tiny_dir):
-    from launcher.profile.catalog import TINY
+    from profiles.catalog import TINY
 
     config = json.loads((tiny_dir / "config.json").read_text())
     assert (config["hidden_size"], config["num_hidden_layers"], config["num_attention_heads"],
@@ -89,7 +89,7 @@ def test_tiny_is_seeded(tmp_path, monkeypatch):
     monkeypatch.setattr(warm_start, "WARM_START_MIN_STEPS", 3)
     monkeypatch.setattr(warm_start, "WARM_START_MAX_STEPS", 3)
     monkeypatch.setattr(warm_start, "CHECK_ROWS", 4)
-    monkeypatch.setattr(warm_start, "PROBE_ROWS", 8)
+    monkeypatch.setattr(warm_start, "HELDOUT_ROWS", 8)
     one, two = (ensure_tiny("arithmetic", seed=5, root=tmp_path / name) for name in ("one", "two"))
     first, second = load_file(one / "model.safetensors"), load_file(two / "model.safetensors")
     assert first.keys() == second.keys()
@@ -151,7 +151,7 @@ def test_oom_message_has_torch_wording_and_the_logits_size():
 
 
 def test_oom_message_is_read_by_the_supervisor():
-    oom = pytest.importorskip("launcher.oom.read")
+    oom = pytest.importorskip("contract.oom")
     from trainer.inject import oom_message
 
     profile = _profile().replace(device="cuda", per_device_train_batch_size=2, gradient_accumulation_steps=2,
@@ -194,8 +194,10 @@ def test_injected_error_is_a_real_oom_from_the_logits_path(monkeypatch):
 def test_an_attempt_reports_the_supervisors_estimate(tmp_path, monkeypatch):
     """The supervisor judged the attempt by an estimate made for the card; the attempt must report that
     figure (outcome.json, summary.json's ratio), not one it makes again without the card."""
-    from contract.attempt import ENV_ESTIMATE_GIB, Outcome
+    from contract.attempt import Outcome
+    from contract.environment import ENV_ESTIMATE_GIB
     from contract.errors import EXIT_BAD_INPUT
+    from commands.attempt import attempt_estimate
     from trainer.run import run_attempt
 
     monkeypatch.setenv(ENV_ESTIMATE_GIB, "7.25")
@@ -204,7 +206,8 @@ def test_an_attempt_reports_the_supervisors_estimate(tmp_path, monkeypatch):
     # a data file without answers stops the attempt once the estimate is known, before any model loads
     data = tmp_path / "no-answers.jsonl"
     data.write_text('{"question": "How many?"}\n' * 3, encoding="utf-8")
-    assert run_attempt(_profile(dataset=str(data)), attempt_dir) == EXIT_BAD_INPUT
+    profile = _profile(dataset=str(data))
+    assert run_attempt(profile, attempt_dir, estimate_gib=attempt_estimate(profile)) == EXIT_BAD_INPUT
     outcome = Outcome.read(attempt_dir / "outcome.json")
     assert (outcome.status, outcome.estimate_gib, outcome.rank, outcome.ranks) == ("error", 7.25, 0, 1)
     assert "no-answers.jsonl" in outcome.error and "no answer column" in outcome.error
@@ -212,9 +215,9 @@ def test_an_attempt_reports_the_supervisors_estimate(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("value", [None, "", "zero", "0", "-3", "nan", "inf"])
 def test_without_the_supervisors_estimate_the_estimator_is_asked(monkeypatch, value):
-    from contract.attempt import ENV_ESTIMATE_GIB
+    from contract.environment import ENV_ESTIMATE_GIB
     from launcher.memory.estimate import estimate
-    from trainer.run import attempt_estimate
+    from commands.attempt import attempt_estimate
 
     if value is None:
         monkeypatch.delenv(ENV_ESTIMATE_GIB, raising=False)
@@ -298,7 +301,7 @@ def test_fallback_is_installed_in_trl():
 # evaluation scoring and the report
 
 def test_score_uses_the_answer_block():
-    from trainer.evaluate import score
+    from evaluation.score import score
 
     result = score(["<reasoning>\nx\n</reasoning>\n<answer>\n72\n</answer>", "<answer>$1,000</answer>",
                     "72", "<answer>71</answer>"], ["72", "1000", "72", "72"])
@@ -338,7 +341,7 @@ def test_plots_are_written(tmp_path):
     ("GPU-aaaa,GPU-bbbb", "1", ("uuid", "GPU-bbbb")),
 ])
 def test_nvml_handle_follows_local_rank_and_visible_devices(monkeypatch, visible, local_rank, expected):
-    from trainer.callbacks import _nvml_handle_of_this_process
+    from trainer.memory_meter import _nvml_handle_of_this_process
 
     class FakeNvml:
         def nvmlDeviceGetHandleByIndex(self, index):
@@ -356,11 +359,11 @@ def test_nvml_handle_follows_local_rank_and_visible_devices(monkeypatch, visible
 
 
 def test_progress_lines_off_a_terminal_name_step_reward_memory_and_time_left(capsys, monkeypatch):
-    from trainer import callbacks
+    from trainer import progress as progress_line
 
     clock = iter([100.0, 101.0, 102.0, 140.0, 141.0])  # start, step 1, step 2, step 3 (38 s later), step 4
-    monkeypatch.setattr(callbacks.time, "time", lambda: next(clock))
-    progress = callbacks.Progress("p", 400, "cpu")
+    monkeypatch.setattr(progress_line.time, "time", lambda: next(clock))
+    progress = progress_line.Progress("p", 400, "cpu")
     row = {"reward": 0.25, "step_time": 1.0, "memory": {"rss_gib": 0.5}}
     for step in (1, 2, 3, 4):
         progress.update(step, 400, row)

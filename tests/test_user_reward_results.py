@@ -201,7 +201,7 @@ def test_a_right_module_path_passes_without_running_it(package):
 
 
 def test_a_misspelled_module_path_exits_2_at_dry_run(package, tmp_path):
-    from launcher.profile.load import load_profile
+    from profiles.load import load_profile
     from contract.errors import ProfileError
 
     cpu = Path(__file__).resolve().parents[1] / "profiles" / "cpu-tiny-8gen.yaml"

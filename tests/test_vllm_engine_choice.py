@@ -17,7 +17,7 @@ def test_fast_generate_alone_is_not_an_engine():
 
 
 def test_the_loaded_model_decides_the_generation_path():
-    from launcher.profile.load import load_profile
+    from profiles.load import load_profile
     from trainer.backends import Backend, generation_path
 
     repo = Path(__file__).resolve().parents[1]

@@ -18,11 +18,12 @@ import pytest
 import yaml
 from rich.console import Console
 
-from launcher.oom import read as oom
-from launcher.profile.catalog import CATALOGUE, VLLM_FLOAT16_REFUSED, resolve, vllm_refuses
-from launcher.card.detect import known_capability, probe
+from contract import failure
+from contract import oom as oom
+from profiles.catalog import CATALOGUE, VLLM_FLOAT16_REFUSED, resolve, vllm_refuses
+from launcher.card.detect import known_capability, detect_machine
 from launcher.plan.choose import make_plan
-from launcher.profile.load import load_profile
+from profiles.load import load_profile
 from launcher.run.supervise import supervise
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,7 +39,7 @@ FAKE_CHILD = [sys.executable, str(REPO / "tests" / "fake_child.py")]
 ])
 def test_a_named_what_if_card_gets_its_compute_capability(name, capability):
     assert known_capability(name) == capability
-    gpu = probe(what_if_gib=16, what_if_name=name).primary
+    gpu = detect_machine(what_if_gib=16, what_if_name=name).primary
     assert gpu.compute_capability == capability  # an unknown name stays unknown: bf16 assumed
 
 
@@ -52,7 +53,7 @@ def test_the_refused_families_are_in_the_catalogue():
 
 
 def gemma_candidate(card_name: str, gib: float):
-    plan = make_plan([load_profile(GEMMA)], probe(what_if_gib=gib, what_if_name=card_name))
+    plan = make_plan([load_profile(GEMMA)], detect_machine(what_if_gib=gib, what_if_name=card_name))
     return plan, plan.candidates[0]
 
 
@@ -79,7 +80,7 @@ def test_an_l4_keeps_vllm_for_gemma3():
 def test_a_vllm_server_for_a_refused_model_is_not_planned_below_8_0():
     server = load_profile(GEMMA).replace(vllm_mode="server", vllm_server_gpus=1, vllm_standby=False,
                                          gradient_checkpointing="true")
-    plan = make_plan([server], probe(what_if_gib=15, what_if_name="Tesla T4", what_if_count=2))
+    plan = make_plan([server], detect_machine(what_if_gib=15, what_if_name="Tesla T4", what_if_count=2))
     assert not plan.candidates[0].fits and "refuses float16" in plan.candidates[0].reason
 
 
@@ -112,5 +113,5 @@ def test_the_dry_run_shows_the_gemma_rung_without_vllm_on_a_t4_and_with_it_on_an
 
 def test_vllms_float16_refusal_reads_as_unsupported():
     text = (REPO / "tests" / "data" / "oom" / "vllm_float16_refused.txt").read_text()
-    assert oom.classify_failure(text, 1) == "unsupported"
-    assert "does not support float16" in oom.read_unsupported(text)
+    assert failure.classify_failure(text, 1) == "unsupported"
+    assert "does not support float16" in failure.read_unsupported(text)

@@ -170,10 +170,10 @@ def test_the_image_builds_import_check_passes():
 
 
 def test_evaluation_calls_vllm_with_its_own_keywords(vllm_facts):
-    evaluate = REPO / "trainer" / "evaluate.py"
+    evaluate = REPO / "evaluation" / "generate.py"
     sampling = call_keywords(evaluate, "SamplingParams")
     generate = call_keywords(evaluate, "fast_generate")  # Unsloth's fast_generate is the engine's LLM.generate
-    assert sampling and generate, "trainer/evaluate.py no longer builds SamplingParams / calls fast_generate"
+    assert sampling and generate, "evaluation/generate.py no longer builds SamplingParams / calls fast_generate"
     assert sampling <= set(vllm_facts["sampling_fields"]), sampling - set(vllm_facts["sampling_fields"])
     assert generate <= set(vllm_facts["generate_params"]), generate - set(vllm_facts["generate_params"])
 
@@ -212,7 +212,7 @@ def test_unsloth_engine_arguments_reach_vllm(vllm_facts):
 
 def test_unsloth_forwards_our_vllm_keywords():
     from trainer.backends import from_pretrained_kwargs
-    from launcher.profile.load import load_profile
+    from profiles.load import load_profile
 
     profile = load_profile(REPO / "profiles" / "gpu-16gb-gemma3-1b.yaml")
     ours = from_pretrained_kwargs(profile, profile.model, None, fast_inference=True)
@@ -230,14 +230,14 @@ print(json.dumps({"load_vllm": sorted(inspect.signature(zoo.load_vllm).parameter
 
 
 def test_our_lora_ranks_are_vllms(vllm_facts):
-    from launcher.profile.load import VLLM_LORA_RANKS
+    from profiles.load import VLLM_LORA_RANKS
 
     assert set(VLLM_LORA_RANKS) == set(vllm_facts["lora_ranks"]) - {1}
 
 
 def test_float16_refusals_are_vllms_and_read_as_unsupported(vllm_facts):
-    from launcher.profile.catalog import VLLM_FLOAT16_REFUSED
-    from launcher.oom.read import read_unsupported
+    from profiles.catalog import VLLM_FLOAT16_REFUSED
+    from contract.failure import read_unsupported
 
     assert set(VLLM_FLOAT16_REFUSED) == set(vllm_facts["float16_refused"])
     message = vllm_facts["float16_refusal"]
@@ -247,7 +247,7 @@ def test_float16_refusals_are_vllms_and_read_as_unsupported(vllm_facts):
 
 def test_our_server_command_parses_as_trl_vllm_serve():
     from launcher.run.vllm_server import server_command
-    from launcher.profile.load import load_profile
+    from profiles.load import load_profile
 
     profile = load_profile(REPO / "profiles" / "multi-4x80gb-qwen2.5-14b.yaml")
     argv = server_command(profile, 8123)

@@ -126,7 +126,7 @@ def test_the_build_is_the_same_whatever_the_callers_thread_count(monkeypatch, tm
     from safetensors.torch import load_file
 
     _short(monkeypatch, max_steps=6)
-    monkeypatch.setattr(warm_start, "PROBE_ROWS", 8)
+    monkeypatch.setattr(warm_start, "HELDOUT_ROWS", 8)
     threads = torch.get_num_threads()
     builds = []
     try:

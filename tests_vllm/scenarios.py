@@ -116,7 +116,7 @@ def colocate(model_dir: str, out_dir: Path, lora: bool) -> dict:
     """A few GRPO steps through TRL's colocated vLLM engine, with the project's profile loader, config
     builder, backend (transformers + PEFT, the CPU log-prob fallback) and rewards."""
     _engine_environment()
-    from launcher.profile.load import load_profile
+    from profiles.load import load_profile
 
     profile = load_profile(CPU_DEFAULT, [
         f"model={model_dir}", f"lora_rank={LORA_RANK if lora else 0}", f"lora_alpha={2 * LORA_RANK}",
@@ -180,7 +180,7 @@ def colocate(model_dir: str, out_dir: Path, lora: bool) -> dict:
 # ------------------------------------------------------------------------------------------------ evaluate
 
 class EngineAsUnsloth:
-    """The two calls trainer.evaluate makes on an Unsloth model with fast_inference (`fast_generate`, which
+    """The two calls evaluation makes on an Unsloth model with fast_inference (`fast_generate`, which
     is the engine's generate, and `load_lora`, which names a saved adapter as a LoRA request), over a real
     vLLM engine. It records the requests that reach the engine."""
 
@@ -209,10 +209,10 @@ class EngineAsUnsloth:
 
 def hf_greedy_ids(model, tokenizer, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
     """Greedy completion ids from transformers' generate, one prompt at a time (no padding), stopping at
-    every id trainer.evaluate.stop_ids names."""
+    every id evaluation.generate.stop_ids names."""
     import torch
 
-    from trainer.evaluate import stop_ids
+    from evaluation.generate import stop_ids
 
     out = []
     with torch.no_grad():
@@ -236,7 +236,7 @@ def _second_stop_token(model, tokenizer, prompts, max_new_tokens: int) -> int:
 
 
 def evaluate(model_dir: str, out_dir: Path) -> dict:
-    """trainer.evaluate through vLLM against the same evaluation through transformers' generate, for the
+    """evaluation through vLLM against the same evaluation through transformers' generate, for the
     base model and a LoRA adapter, with a second end-of-sequence id in the generation config."""
     _engine_environment()
     # the engine in this process, not in worker processes that import vLLM again (tens of seconds on 2 cores)
@@ -246,12 +246,13 @@ def evaluate(model_dir: str, out_dir: Path) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from tasks import load_task
-    from trainer import evaluate as ev
+    from evaluation import generate as gen
+    from evaluation import score as sc
 
     max_new = 24
     rows = load_task("arithmetic", "test", limit=8)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    prompts = ev.prompt_ids(tokenizer, rows)
+    prompts = gen.prompt_ids(tokenizer, rows)
     base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     stop = _second_stop_token(base, tokenizer, prompts, max_new)
     # the generation config names both ids, as Gemma's names <eos> and <end_of_turn>
@@ -274,11 +275,11 @@ def evaluate(model_dir: str, out_dir: Path) -> dict:
     results = {}
     for label, hf_model, lora_path in (("base", base, None), ("lora", adapted, str(adapter_dir))):
         first = len(engine.outputs)
-        texts = ev.generate(engine, tokenizer, rows, max_new_tokens=max_new, use_vllm=True, lora_path=lora_path)
+        texts = gen.generate(engine, tokenizer, rows, max_new_tokens=max_new, use_vllm=True, lora_path=lora_path)
         vllm_ids = [list(out.outputs[0].token_ids) for out in engine.outputs[first:]]
         hf_ids = hf_greedy_ids(hf_model, tokenizer, prompts, max_new)
-        scored = ev.evaluate(engine, tokenizer, rows, max_new_tokens=max_new, use_vllm=True, lora_path=lora_path)
-        results[label] = {"vllm_text": texts, "hf_text": ev.generate_hf(hf_model, tokenizer, prompts, max_new),
+        scored = sc.evaluate(engine, tokenizer, rows, max_new_tokens=max_new, use_vllm=True, lora_path=lora_path)
+        results[label] = {"vllm_text": texts, "hf_text": gen.generate_hf(hf_model, tokenizer, prompts, max_new),
                           "vllm_ids": vllm_ids, "hf_ids": hf_ids, "accuracy": scored["accuracy"],
                           "total": scored["total"], "well_formed": scored["well_formed"]}
     sent = [request.get("prompt_token_ids") if isinstance(request, dict) else request
@@ -313,8 +314,8 @@ def server(model_dir: str, out_dir: Path) -> dict:
     for the weight-sync group, which only CUDA can give."""
     import subprocess
 
-    from contract.attempt import ENV_VLLM_HOST, ENV_VLLM_PORT
-    from launcher.profile.load import load_profile
+    from contract.environment import ENV_VLLM_HOST, ENV_VLLM_PORT
+    from profiles.load import load_profile
     from launcher.run.vllm_server import server_command
 
     port = free_port()

@@ -54,7 +54,7 @@ def tiny_shape() -> TinyShape:
     """The shape the launcher's catalogue gives `tiny` (its estimate must describe this model)."""
     shape = TinyShape()
     try:
-        from launcher.profile.catalog import TINY
+        from profiles.catalog import TINY
     except Exception:  # the catalogue is optional here: the defaults above are the same numbers
         return shape
     aliases = {
@@ -213,12 +213,12 @@ def _warm_start(model, tokenizer, dataset: str, seed: int) -> dict | None:
     # step and the cached weights are the same whatever the machine's cores
     torch.set_num_threads(warm_start.WARM_START_THREADS)
     try:
-        rows = load_task(dataset, "test", limit=warm_start.PROBE_ROWS)
-        random_probe = warm_start.probe(model, tokenizer, rows)
+        rows = load_task(dataset, "test", limit=warm_start.HELDOUT_ROWS)
+        random_probe = warm_start.measure_heldout(model, tokenizer, rows)
         started = time.time()
         done = warm_start.train_warm_start(model, tokenizer, seed)
         seconds = round(time.time() - started, 1)
-        warm_probe = warm_start.probe(model, tokenizer, rows)
+        warm_probe = warm_start.measure_heldout(model, tokenizer, rows)
     finally:
         torch.set_num_threads(threads)
     return {"steps": done["steps"], "stopped": done["stopped"], "checks": done["checks"],

@@ -1,5 +1,5 @@
 """The other offline model: any catalogue architecture with random weights, built from the catalogue's facts
-(launcher.profile.catalog), so that memory can be measured on a card before (or without) downloading the
+(profiles.catalog), so that memory can be measured on a card before (or without) downloading the
 model. Memory does not depend on the weights' values: the same shapes load, quantise
 to 4-bit and train the same way.
 
@@ -28,7 +28,7 @@ TEXT_MODEL_TYPE = {"gemma3": "gemma3_text"}
 
 
 def config_kwargs(arch, vocab: int, max_positions: int) -> dict:
-    """transformers config keywords for `arch` (launcher.profile.catalog.Architecture)."""
+    """transformers config keywords for `arch` (profiles.catalog.Architecture)."""
     return {"vocab_size": vocab, "hidden_size": arch.hidden, "intermediate_size": arch.intermediate,
             "num_hidden_layers": arch.layers, "num_attention_heads": arch.heads,
             "num_key_value_heads": arch.kv_heads, "head_dim": arch.head_dim,
@@ -50,7 +50,7 @@ def ensure_random_model(model: str, *, dataset: str = "arithmetic", seed: int = 
     """The folder of `model`'s architecture with random weights (built on first use, then reused)."""
     import torch
 
-    from launcher.profile.catalog import resolve
+    from profiles.catalog import resolve
     from tiny_model.build import cache_root
 
     arch = resolve(model, allow_hub=False)

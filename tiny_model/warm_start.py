@@ -35,8 +35,8 @@ BAND_CHECKS = 2           # checks in a row inside the band
 WARM_START_BATCH = 32
 WARM_START_LR = 2.0e-3
 WARM_START_THREADS = 1     # one thread: sums in one order on every machine, so the build is the same anywhere
-PROBE_ROWS = 200          # held-out problems measured at build time (random and warm-started)
-PROBE_TOKENS = 48
+HELDOUT_ROWS = 200          # held-out problems measured at build time (random and warm-started)
+HELDOUT_TOKENS = 48
 
 _ANNOTATION = re.compile(r"<<[^>]*>>")
 
@@ -127,9 +127,9 @@ def restates(completion: str, row: dict) -> bool:
 def check(model, tokenizer, rows: list[dict]) -> dict:
     """The criterion's reading: the share of greedy answers that restate the numbers, and that are right."""
     from rewards import is_correct
-    from trainer.evaluate import generate_hf, prompt_ids
+    from evaluation.generate import generate_hf, prompt_ids
 
-    completions = generate_hf(model, tokenizer, prompt_ids(tokenizer, rows), PROBE_TOKENS, batch_size=50)
+    completions = generate_hf(model, tokenizer, prompt_ids(tokenizer, rows), HELDOUT_TOKENS, batch_size=50)
     restated = sum(restates(c, row) for c, row in zip(completions, rows))
     right = sum(bool(is_correct(c, row["answer"])) for c, row in zip(completions, rows))
     return {"restated": round(restated / len(rows), 4), "accuracy": round(right / len(rows), 4)}
@@ -182,12 +182,13 @@ def train_warm_start(model, tokenizer, seed: int, steps: int | None = None) -> d
     return {"steps": limit, "stopped": "fixed" if steps is not None else "max_steps", "checks": checks}
 
 
-def probe(model, tokenizer, rows: list[dict]) -> dict:
+def measure_heldout(model, tokenizer, rows: list[dict]) -> dict:
     """Greedy held-out accuracy, the share of well-formed answers and a few samples with their rewards."""
     from rewards import REWARDS
-    from trainer.evaluate import generate_hf, prompt_ids, score
+    from evaluation.generate import generate_hf, prompt_ids
+    from evaluation.score import score
 
-    completions = generate_hf(model, tokenizer, prompt_ids(tokenizer, rows), PROBE_TOKENS, batch_size=50)
+    completions = generate_hf(model, tokenizer, prompt_ids(tokenizer, rows), HELDOUT_TOKENS, batch_size=50)
     golds = [row["answer"] for row in rows]
     result = score(completions, golds)
     well_formed = REWARDS["xml_soft"](completions, answer=golds)

@@ -13,8 +13,9 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from contract.attempt import ENV_NO_UNSLOTH, apply_attempt_environment, bf16_capable
-from launcher.profile.keys import VLLM_LORA_RANKS
+from contract.attempt import apply_attempt_environment, bf16_capable
+from contract.environment import ENV_NO_UNSLOTH
+from profiles.keys import VLLM_LORA_RANKS
 
 
 def world_size() -> int:

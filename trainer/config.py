@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 
-from contract.attempt import DEFAULT_VLLM_PORT, ENV_VLLM_HOST, ENV_VLLM_PORT, VLLM_SERVER_TIMEOUT_S
+from contract.attempt import DEFAULT_VLLM_PORT, VLLM_SERVER_TIMEOUT_S
+from contract.environment import ENV_VLLM_HOST, ENV_VLLM_PORT
 
 # Seconds a rank waits on the others; trainer.stages.join_ranks starts the process group with it
 DDP_TIMEOUT_S = 3 * 3600

@@ -9,11 +9,12 @@ number of groups)."""
 
 from __future__ import annotations
 
+from evaluation.score import FULL_SCORE
+
 import functools
 import inspect
 import math
 
-FULL_SCORE = 1.0           # a correctness reward's score for a right answer (trainer.evaluate judges so too)
 NO_SIGNAL_SHARE = 0.8      # at or above this share of alike groups, the run is told it cannot learn
 NO_SIGNAL_WINDOW = 10      # steps averaged before the warning can fire
 FLAT_TOLERANCE = 1e-6      # rewards closer than this count as the same

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import os
 
-from contract.attempt import ENV_INJECT_OOM, parse_inject
+from contract.attempt import parse_inject
+from contract.environment import ENV_INJECT_OOM
 from contract.attempt import INJECT_AT_PROBE as PROBE
 
 GIB = float(1 << 30)

@@ -169,7 +169,7 @@ class PeakMeter:
 
     def __init__(self, device: str, memory=None):
         self.device = device
-        self.memory = memory  # trainer.callbacks.MemoryProbe: the run's own peaks, folded in before a reset
+        self.memory = memory  # trainer.memory_meter.MemoryMeter: the run's own peaks, folded in before a reset
         self._poller = None
         self._polled = 0.0
         self._stop = threading.Event()
@@ -209,7 +209,7 @@ class PeakMeter:
         import torch
 
         if self.device == "cuda":
-            from trainer.callbacks import MEASURE_GPU_PROCESS, MEASURE_TORCH, gpu_process_peak_gib
+            from trainer.memory_meter import MEASURE_GPU_PROCESS, MEASURE_TORCH, gpu_process_peak_gib
 
             torch.cuda.synchronize()
             allocated = torch.cuda.max_memory_allocated() / GIB
@@ -338,7 +338,7 @@ def run_probe(trainer, rows: list[dict], tokenizer, profile, memory=None, estima
     if device == "cuda":
         torch.cuda.empty_cache()  # the probe's blocks go back: generation (vLLM) may need them first
         torch.cuda.reset_peak_memory_stats()  # the first step's telemetry is the step's own
-    from trainer.model_source import random_weights_requested
+    from contract.attempt import random_weights_requested
 
     # measured on random weights (--calibrate --random-weights): the ledger keeps the mark with the figures
     marked = {"random_weights": True} if random_weights_requested() else {}

@@ -14,41 +14,16 @@ from __future__ import annotations
 
 import errno
 import os
-import sys
-import time
 import traceback
 from pathlib import Path
 
 from contract import attempt as contract
 from contract.attempt import ERROR, EXIT_FOR_STATUS, INTERRUPTED, OK, OOM, Outcome
+from contract.environment import ENV_INJECT_OOM, ENV_PROBE_ONLY
 from contract.errors import EXIT_BAD_INPUT, EXIT_FAILURE, UsageError
+from contract.failure import write_problem
 from contract.safe_write import disk_error_text
 from trainer.state import AttemptState, say
-
-_DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
-_DISK_TEXTS = ("No space left on device", "StorageFull", "Disk quota exceeded", "Read-only file system")
-# torch.save's zip writer words a full disk as its own failure, without the errno
-_TORCH_WRITER_TEXTS = ("PytorchStreamWriter failed writing", "inline_container.cc", "file write failed")
-# Below this much free space a failed torch.save is the disk's doing
-_NEARLY_FULL_BYTES = 64 * 2**20
-
-
-def attempt_estimate(profile) -> float | None:
-    """The memory estimate this attempt is judged by: the supervisor's (it knew the card), else, for an
-    attempt started by hand, the estimator's from the profile alone."""
-    given = contract.estimate_from_env()
-    if given is not None:
-        return given
-    try:
-        from launcher.memory.estimate import estimate
-    except ImportError:
-        return None
-    try:
-        return round(float(estimate(profile).total_gib), 4)
-    except Exception as exc:  # an estimate is a comparison figure, never a reason to stop training
-        say(f"note: no memory estimate for '{profile.name}' ({type(exc).__name__}: {exc})")
-        return None
-
 
 def _one_line(text: str) -> str:
     lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
@@ -70,7 +45,7 @@ def user_reward_error(exc: BaseException):
 
 def classify(exc: BaseException, folder: Path | None = None) -> tuple[str, str]:
     """(status, one-line error) for an exception raised during an attempt, read the supervisor's way."""
-    from launcher.oom.read import classify_failure, is_oom_exception
+    from contract.failure import DISK_FULL, classify_failure, is_oom_exception, write_fix
 
     name = type(exc).__name__
     text = str(exc)
@@ -84,16 +59,17 @@ def classify(exc: BaseException, folder: Path | None = None) -> tuple[str, str]:
     verdict = classify_failure(f"{name}: {text}")
     if verdict != ERROR:
         return verdict, _one_line(text)
-    if _is_disk_error(exc, folder):
+    problem = write_problem(exc, folder)
+    if problem:
         where = getattr(exc, "filename", None) or folder
         if isinstance(exc, OSError) and exc.errno:
             what = os.strerror(exc.errno)
-        elif any(t in text for t in _DISK_TEXTS):
+        elif problem != DISK_FULL or any(w in text for w in ("No space", "StorageFull", "quota")):
             what = _one_line(text)
         else:  # torch's writer on a nearly full disk
             what = f"{os.strerror(errno.ENOSPC)} ({_one_line(text)})"
         return ERROR, (f"cannot write the attempt's files{f' to {where}' if where else ''}: {what} "
-                       "(fix: free disk space, or choose a writable --output-dir)")
+                       f"{write_fix(problem, Path(where or '.'))}")
     return ERROR, f"{name}: {_one_line(text)}"
 
 
@@ -109,8 +85,11 @@ def check_writable(attempt_dir: Path, rank: int = 0) -> None:
         probe.unlink(missing_ok=True)
 
 
-def run_attempt(profile, attempt_dir, resume_from=None) -> int:
-    """Train one attempt of `profile` in `attempt_dir` (see the module docstring for the exit status)."""
+def run_attempt(profile, attempt_dir, resume_from=None, resolve_model=None, estimate_gib: float | None = None) -> int:
+    """Train one attempt of `profile` in `attempt_dir` (see the module docstring for the exit status).
+
+    `resolve_model(profile)` gives (path to load, build record or None): the command that starts the attempt
+    knows the project's offline models; `estimate_gib` is the figure the attempt is judged by."""
     attempt_dir = Path(attempt_dir)
     from trainer.backends import process_rank, world_size
 
@@ -118,14 +97,17 @@ def run_attempt(profile, attempt_dir, resume_from=None) -> int:
     try:
         check_writable(attempt_dir, rank)
     except OSError as exc:
+        from contract.failure import write_fix
+
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # which disk, and how full
             reason = disk_error_text(exc, attempt_dir).split(": ", 1)[-1]
         say(f"error: cannot write to the attempt folder {attempt_dir}: {reason} "
-            "(fix: free disk space, or choose a writable --output-dir)", error=True)
+            f"{write_fix(write_problem(exc, attempt_dir), attempt_dir)}", error=True)
         return EXIT_FAILURE
 
-    state = AttemptState(profile, attempt_dir, str(resume_from) if resume_from else None, main=rank == 0)
+    state = AttemptState(profile, attempt_dir, str(resume_from) if resume_from else None, main=rank == 0,
+                         resolve_model=resolve_model, estimate_gib=estimate_gib)
     from trainer.signals import StopFlag
 
     stopper = StopFlag().install()
@@ -161,21 +143,6 @@ def saved_text(state: AttemptState) -> str:
     return f"nothing was saved (it stopped before a checkpoint){before}"
 
 
-def _is_disk_error(exc: BaseException, folder: Path | None = None) -> bool:
-    """A failure to write for want of disk: the errno or its words, or torch's writer failing on a nearly
-    full disk under `folder`."""
-    if isinstance(exc, OSError) and exc.errno in _DISK_ERRNOS or any(t in str(exc) for t in _DISK_TEXTS):
-        return True
-    if folder is None or not any(t in str(exc) for t in _TORCH_WRITER_TEXTS):
-        return False
-    import shutil
-
-    try:
-        return shutil.disk_usage(folder).free < _NEARLY_FULL_BYTES
-    except OSError:
-        return False
-
-
 def _record_failure(outcome: Outcome, exc: BaseException, profile_name: str, rank: int,
                     attempt_dir: Path | None = None) -> int:
     """Fill the outcome from the exception, say what happened, and return the exit status."""
@@ -193,7 +160,7 @@ def _record_failure(outcome: Outcome, exc: BaseException, profile_name: str, ran
     if reward_failure is not None:
         if reward_failure.trace:  # the user's own frames; the library's around them are in outcome.json
             say(reward_failure.trace, error=True)
-    elif status == ERROR and not isinstance(exc, UsageError) and not _is_disk_error(exc, attempt_dir):
+    elif status == ERROR and not isinstance(exc, UsageError) and not write_problem(exc, attempt_dir):
         say(outcome.traceback, error=True)  # a bug: the traceback is the report (a full disk is not one)
     return code
 
@@ -226,24 +193,23 @@ def _train(state: AttemptState, signals) -> str:
     from trainer.stages import (build_trainer, evaluate_rows, finish, join_ranks, load, load_trained_checkpoint,
                                 nothing_left_to_train, probe, train, wait_for_ranks)
 
-    parse_inject(os.environ.get(contract.ENV_INJECT_OOM))  # refuse a malformed value before anything loads
+    parse_inject(os.environ.get(ENV_INJECT_OOM))  # refuse a malformed value before anything loads
     if state.resume_from:
         problem = contract.checkpoint_problem(Path(state.resume_from))
         if problem:
             raise UsageError(f"--resume-from {state.resume_from}: cannot resume from it: {problem} (fix: give an "
                              "earlier checkpoint-N, or use --resume, which picks the newest whole one)")
         say(f"resuming from {Path(state.resume_from).name} (step {contract.checkpoint_step(state.resume_from)})")
-    state.estimate_gib = attempt_estimate(state.profile)
     loaded = load(state)
     if signals.stopped:
         return INTERRUPTED
-    if os.environ.get(contract.ENV_PROBE_ONLY) == "1":  # --calibrate: the probe's figures are all it wants
+    if os.environ.get(ENV_PROBE_ONLY) == "1":  # --calibrate: the probe's figures are all it wants
         build_trainer(state, loaded, signals)  # the probe drives the trainer's own loss
         probe(state, loaded, asked=True)
         say("probe only: stopping before training")
         return OK
     join_ranks(loaded.backend.device == "cpu")  # every rank in the process group before rank 0 evaluates alone
-    from trainer.evaluate import EvaluationStopped
+    from evaluation.generate import EvaluationStopped
 
     try:
         # under accelerate the ranks must meet at the barrier below: rank 0 evaluates to its end

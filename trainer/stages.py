@@ -52,9 +52,9 @@ def load(state: AttemptState) -> Loaded:
     backend = open_backend(profile)  # first: see trainer.backends for the import order
     from tasks import load_task
     from tasks.prompts import filter_by_length
-    from trainer.callbacks import MemoryProbe
+    from trainer.memory_meter import MemoryMeter
 
-    state.memory = MemoryProbe(backend.device)
+    state.memory = MemoryMeter(backend.device)
     train_rows = load_task(profile, "train", limit=profile.train_samples, seed=profile.seed)
     eval_rows = load_task(profile, "test", limit=profile.eval_samples, seed=profile.seed) \
         if profile.eval_samples and state.main else []
@@ -64,14 +64,11 @@ def load(state: AttemptState) -> Loaded:
     if state.main:  # a process ended inside the user's reward is then named (contract.REWARD_RUNNING_FILE)
         user_rewards.attach(state.attempt_dir, say)
     correctness = get_reward(profile.correctness)  # the user's own reward is imported here, in the attempt
-    from trainer.model_source import resolve_model
-
-    source = resolve_model(profile)
-    state.model_built = source.built
+    model_path, state.model_built = state.resolve_model(profile)
     if state.main:
         say(f"attempt '{profile.name}': {backend.name} on {backend.gpu_name or 'CPU'}, model {profile.model}, "
             f"estimate {'n/a' if state.estimate_gib is None else f'{state.estimate_gib:.2f}'} GiB")
-    model, tokenizer = load_model(backend, profile, source.path)
+    model, tokenizer = load_model(backend, profile, model_path)
 
     kept, dropped = filter_by_length(train_rows, tokenizer, profile.max_prompt_length)
     if not kept:
@@ -124,8 +121,8 @@ def wait_for_ranks() -> None:
 def evaluate_rows(state: AttemptState, loaded: Loaded, rows: list, lora_path: str | None = None,
                   signals=None) -> dict:
     """Accuracy on `rows`: through Unsloth's engine when there is one, else through `generate`. A signal
-    (signals.stopped) between two batches raises trainer.evaluate.EvaluationStopped."""
-    from trainer.evaluate import evaluate
+    (signals.stopped) between two batches raises evaluation.generate.EvaluationStopped."""
+    from evaluation.score import evaluate
 
     stop = (lambda: signals.stopped) if signals is not None else None
     return evaluate(loaded.model, loaded.tokenizer, rows, max_new_tokens=state.profile.max_completion_length,
@@ -159,7 +156,8 @@ def build_trainer(state: AttemptState, loaded: Loaded, signals) -> Session:
     from trl import GRPOTrainer
 
     from rewards import get_reward_funcs
-    from trainer.callbacks import MarkCheckpointComplete, Progress, StopOnSignal, TelemetryCallback
+    from trainer.callbacks import MarkCheckpointComplete, StopOnSignal, TelemetryCallback
+    from trainer.progress import Progress
     from trainer.config import build_grpo_config
     from trainer.inject import make_injector
 
@@ -255,7 +253,7 @@ def finish(state: AttemptState, loaded: Loaded, session: Session, before: dict, 
         # ZeRO-3 keeps each weight in pieces across the ranks: generating alone would wait on them forever
         say("note: no evaluation after training under ZeRO-3 (the weights are partitioned across the ranks)")
         eval_rows = []
-    from trainer.evaluate import EvaluationStopped
+    from evaluation.generate import EvaluationStopped
 
     try:
         after = evaluate_rows(state, loaded, eval_rows, lora_path=str(adapter_dir) if profile.uses_lora else None,

@@ -13,16 +13,20 @@ from contract import attempt as contract
 class AttemptState:
     """What is known so far, so that a failure at any point still reports steps, peak and checkpoint."""
 
-    def __init__(self, profile, attempt_dir: Path, resume_from: str | None, main: bool = True):
+    def __init__(self, profile, attempt_dir: Path, resume_from: str | None, main: bool = True,
+                 resolve_model=None, estimate_gib: float | None = None):
         self.profile = profile
         self.attempt_dir = attempt_dir
         self.resume_from = resume_from
         self.main = main  # the one process that writes the attempt's shared files and prints
         self.trainer = None
         self.memory = None
-        self.estimate_gib = None
+        self.estimate_gib = estimate_gib  # the figure the plan judged this attempt by, when known
+        # profile -> (path to load, the project's build record or None); the command that starts the attempt
+        # gives it (it knows the offline models); without one, the profile's model is loaded as it is
+        self.resolve_model = resolve_model or (lambda profile: (profile.model, None))
         self.probe = None  # the worst-case probe's figures (trainer.probe), once it has run
-        self.model_built = None  # how the project built the model, when it did (trainer.model_source)
+        self.model_built = None  # how the project built the model, when it did (resolve_model says)
         # False for an attempt that only finishes a run (nothing left to train): its memory peak measures no
         # training step, so it is not reported as the shape's peak (the ledger would take it as one)
         self.measures_peak = True

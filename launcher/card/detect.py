@@ -1,7 +1,7 @@
 """WHERE training can run: the GPUs NVML reports (or a card named with --gpu-memory), else the CPU.
 
 Reads memory through NVML (package nvidia-ml-py, module `pynvml`), which needs only the driver: no torch,
-no CUDA runtime, so planning is instant on any machine. `probe(nvml=...)` takes any object with pynvml's
+no CUDA runtime, so planning is instant on any machine. `detect_machine(nvml=...)` takes any object with pynvml's
 call names, which is how the tests stand in for a driver.
 """
 
@@ -160,7 +160,7 @@ def _select(devices: list[dict], selection: list[str] | None) -> tuple[list[dict
 
 
 # ---------------------------------------------------------------------------------------------------
-# The probe
+# Reading the machine
 
 def _read_nvml(nvml) -> tuple[list[dict], str | None, str | None]:
     driver = cuda_driver = None
@@ -223,7 +223,7 @@ def _mig_slices(nvml, handle, parent: dict) -> list[dict] | None:
     return slices
 
 
-def probe(what_if_gib: float | None = None, what_if_name: str | None = None, nvml=None,
+def detect_machine(what_if_gib: float | None = None, what_if_name: str | None = None, nvml=None,
           what_if_count: int | None = None) -> Machine:
     """Read the machine. `what_if_gib` plans for a card of that size instead (free = total);
     `what_if_count` (--gpus N) plans for N such cards, or for the first N of the GPUs found. A what-if card
@@ -245,7 +245,7 @@ def probe(what_if_gib: float | None = None, what_if_name: str | None = None, nvm
         if capability is not None:
             machine.notes.append(f"{name}: {precision_text(gpus[0])}, known by its name")
         return machine
-    machine = _probe_driver(nvml, host_total, host_free)
+    machine = _read_driver(nvml, host_total, host_free)
     if what_if_count is None:
         return machine
     if len(machine.gpus) < what_if_count:
@@ -259,7 +259,7 @@ def probe(what_if_gib: float | None = None, what_if_name: str | None = None, nvm
     return machine
 
 
-def _probe_driver(nvml, host_total: float, host_free: float) -> Machine:
+def _read_driver(nvml, host_total: float, host_free: float) -> Machine:
 
     def cpu(reason: str) -> Machine:
         return Machine([], f"{reason}: planning for the CPU ladder", host_total, host_free)

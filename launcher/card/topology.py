@@ -12,8 +12,8 @@ import os
 import socket
 from dataclasses import dataclass
 
-from contract.attempt import (DEFAULT_MAIN_PORT, ENV_MACHINE_RANK, ENV_MAIN_ADDRESS, ENV_MAIN_PORT,
-                               ENV_NUM_MACHINES)
+from contract.attempt import DEFAULT_MAIN_PORT
+from contract.environment import ENV_MACHINE_RANK, ENV_MAIN_ADDRESS, ENV_MAIN_PORT, ENV_NUM_MACHINES
 from contract.errors import UsageError
 
 

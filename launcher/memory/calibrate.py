@@ -10,17 +10,16 @@ ambitious one), whose probe either fits after all or proves by its OOM how much 
 from __future__ import annotations
 
 import os
-import sys
 import time
 from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
 
-from launcher.memory import ledger
+from launcher.memory.ledger import record as ledger_record, store as ledger_store
 from launcher.run.attempts import read_result
 from launcher.run.child import ChildRunner, attempt_command
-from contract.attempt import (ENV_ESTIMATE_GIB, ENV_INJECT_OOM, ENV_PROBE_ONLY, ENV_RANDOM_WEIGHTS, OK, OOM,
-                              PROFILE_FILE, attempt_environment, parse_inject)
+from contract.attempt import OK, OOM, PROFILE_FILE, attempt_environment, parse_inject
+from contract.environment import ENV_ESTIMATE_GIB, ENV_INJECT_OOM, ENV_LEDGER, ENV_PROBE_ONLY, ENV_RANDOM_WEIGHTS
 from contract.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, UsageError
 
 
@@ -35,22 +34,6 @@ def rungs_to_measure(plan) -> list:
     return ([single[first - 1]] if first > 0 else []) + chosen
 
 
-def print_calibration_plan(plan, as_json: bool = False) -> int:
-    """`--calibrate --dry-run`: the plan, and the rungs a calibration would probe (nothing runs)."""
-    import json
-
-    from launcher.plan.view import print_plan
-
-    names = [c.profile.name for c in rungs_to_measure(plan)]
-    if as_json:
-        print(json.dumps({**plan.to_json(), "calibrate": names}, indent=2))
-        return EXIT_OK
-    print_plan(plan)
-    print(f"--calibrate would probe {len(names)} rung(s), each in its own process: {', '.join(names) or 'none'} "
-          f"(drop --dry-run to measure them into {ledger.ledger_path()})", flush=True)
-    return EXIT_OK
-
-
 def _calibration_dir(output_dir: Path) -> Path:
     folder = Path(output_dir) / f"calibrate-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     try:
@@ -63,7 +46,7 @@ def _calibration_dir(output_dir: Path) -> Path:
     return folder
 
 
-def probe_rung(candidate, plan, folder: Path, number: int, runner: ChildRunner, console,
+def measure_rung(candidate, plan, folder: Path, number: int, runner: ChildRunner, say,
                random_weights: bool = False):
     """One probe in its own process; the ledger entry it made (None when it measured nothing). With
     random_weights, the child builds the rung's architecture from the catalogue's facts with random weights
@@ -77,53 +60,45 @@ def probe_rung(candidate, plan, folder: Path, number: int, runner: ChildRunner, 
     if random_weights:
         env[ENV_RANDOM_WEIGHTS] = "1"
     env[ENV_ESTIMATE_GIB] = repr(float(candidate.estimate.total_gib))
-    console.print(f"probe {number}: {profile.name} (estimated {candidate.estimate.total_gib:.2f} GiB)",
-                  markup=False)
+    say(f"probe {number}: {profile.name} (estimated {candidate.estimate.total_gib:.2f} GiB)")
     started = time.time()
     argv = attempt_command(profile, attempt_dir, None, runner.override, env=env)
     returncode, tail = runner.run_argv(argv, attempt_dir, env)
     result = read_result(attempt_dir, returncode, tail, time.time() - started, bool(runner.signals))
     record = SimpleNamespace(status=result.status, report=result.report, peak_gib=None)
-    entry = ledger.record_attempt(profile, plan, record, attempt_dir,
-                                  warn=lambda text: console.print(text, markup=False))
+    entry = ledger_record.record_attempt(profile, plan, record, attempt_dir, warn=say)
     if entry is not None:
         entry.status = "probe-oom" if result.status == OOM else "probe-ok" if result.status == OK else entry.status
     return result, entry
 
 
-def calibrate(plan, output_dir: Path, child_command: list[str] | None = None, console=None,
-              random_weights: bool = False) -> int:
-    """Probe the rungs (see the module docstring); 0 when every probe ran (an OOM is a measurement too)."""
-    from rich.console import Console
-    from rich.table import Table
-
-    console = console or Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+def calibrate(plan, output_dir: Path, say, child_command: list[str] | None = None,
+              random_weights: bool = False) -> tuple[int, list[dict]]:
+    """Probe the rungs (see the module docstring), telling progress through `say(text)`; (exit status, one
+    row per probe: profile, estimate_gib, peak_gib, status, verdict). 0 when every probe ran (an OOM is a
+    measurement too)."""
     rungs = rungs_to_measure(plan)
     if not rungs:
         raise UsageError("--calibrate: no single-device rung of the ladder can run on this machine")
     from launcher.run.inputs import check_inject
 
     check_inject([c.profile for c in plan.candidates])
-    if ledger.test_run_without_ledger():
+    if ledger_record.test_run_without_ledger():
         raise UsageError(f"--calibrate with {ENV_INJECT_OOM} set measures nothing for this machine (an injected "
-                         f"OOM is no measurement) (fix: unset {ENV_INJECT_OOM}, or set {ledger.ENV_LEDGER}=FILE "
+                         f"OOM is no measurement) (fix: unset {ENV_INJECT_OOM}, or set {ENV_LEDGER}=FILE "
                          "to calibrate into a ledger of its own)")
-    ledger.check_writable()
+    ledger_store.check_writable()
     folder = _calibration_dir(output_dir)
-    console.print(f"calibrating {len(rungs)} rung(s): {', '.join(c.profile.name for c in rungs)} "
-                  f"(folder: {folder})" + ("; random weights from the catalogue's facts, nothing downloaded"
-                                           if random_weights else ""), markup=False)
+    say(f"calibrating {len(rungs)} rung(s): {', '.join(c.profile.name for c in rungs)} (folder: {folder})"
+        + ("; random weights from the catalogue's facts, nothing downloaded" if random_weights else ""))
     runner = ChildRunner(child_command)
-    table = Table(title="calibration: estimate against the probe's measured peak")
-    for col in ("profile", "estimate GiB", "measured GiB", "measured / estimate", "result"):
-        table.add_column(col)
+    rows = []
     code = EXIT_OK
     for number, cand in enumerate(rungs, 1):
         if runner.signals:
             code = EXIT_INTERRUPTED
             break
-        result, entry = probe_rung(cand, plan, folder, number, runner, console, random_weights)
-        est = cand.estimate.total_gib
+        result, entry = measure_rung(cand, plan, folder, number, runner, say, random_weights)
         peak = entry.peak_gib if entry is not None else None
         bound = entry.oom_lower_bound_gib if entry is not None else None
         injected = result.status == OOM and bound is None and cand.profile.name in parse_inject(
@@ -133,9 +108,6 @@ def calibrate(plan, output_dir: Path, child_command: list[str] | None = None, co
             result.status, f"{result.status}: {result.error or ''}"[:120])
         if result.status not in (OK, OOM):
             code = EXIT_FAILURE
-        table.add_row(cand.profile.name, f"{est:.2f}", "-" if peak is None else f"{peak:.2f}",
-                      "-" if peak is None else f"{peak / est:.3f}", verdict)
-    console.print(table)
-    console.print(f"recorded in {ledger.ledger_path()}; `python train.py --auto` now plans from these figures "
-                  "(`--ignore-ledger` to plan from the estimate alone)", markup=False)
-    return code
+        rows.append({"profile": cand.profile.name, "estimate_gib": cand.estimate.total_gib, "peak_gib": peak,
+                     "status": result.status, "recorded": entry is not None, "verdict": verdict})
+    return code, rows

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from launcher.profile.catalog import Architecture, resolve
+from profiles.catalog import Architecture, resolve
 from launcher.memory.trl_step import peak_overlap
 from launcher.memory.parts import (  # noqa: F401 - re-exported: other modules import them from here
     GIB, CUDA_CONTEXT_GIB, PYTHON_RUNTIME_GIB, NF4_BYTES, HALF_BYTES, FULL_BYTES, OPTIMIZER_BYTES,

@@ -3,7 +3,7 @@ launcher.memory.estimate, which adds them up per profile (that module's docstrin
 
 from __future__ import annotations
 
-from launcher.profile.catalog import Architecture
+from profiles.catalog import Architecture
 from launcher.memory.trl_step import optimizer_step_bytes
 from launcher.memory.trl_step import training_pass as trl_pass
 

@@ -23,7 +23,7 @@ holds the comparison and tests/test_estimator_simulation.py keeps it within 10%.
 
 from __future__ import annotations
 
-from launcher.profile.catalog import Architecture
+from profiles.catalog import Architecture
 
 HALF = 2
 FULL = 4

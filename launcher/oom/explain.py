@@ -1,16 +1,15 @@
 """WHAT an OOM means for the person reading it: which part of training asked for the memory, the figures,
 the fix and what the fix costs. `python train.py --explain-oom FILE` prints it for a pasted error; the
-supervisor prints it under each attempt that ran out of memory. The reading itself is launcher.oom.read's."""
+supervisor prints it under each attempt that ran out of memory. The reading itself is contract.oom's."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
-from contract.errors import EXIT_BAD_INPUT, EXIT_OK
-from launcher.oom.read import (KIND_CUDA, KIND_DRIVER, KIND_HOST, KIND_VLLM, VLLM_HEADROOM_GIB,
-                               VLLM_SHARE_TOO_LARGE, OomReport, fmt_gib, read_oom, read_unsupported)
-from launcher.oom.site import (SITE_BACKWARD, SITE_FORWARD, SITE_GENERATION, SITE_HOST, SITE_LOGITS,
+from contract.oom import (KIND_CUDA, KIND_DRIVER, KIND_HOST, KIND_VLLM,
+                               VLLM_SHARE_TOO_LARGE, OomReport, fmt_gib, read_oom)
+from contract.failure import read_unsupported
+from launcher.plan.margins import VLLM_HEADROOM_GIB
+from contract.oom_site import (SITE_BACKWARD, SITE_FORWARD, SITE_GENERATION, SITE_HOST, SITE_LOGITS,
                                SITE_MODEL_LOAD, SITE_OPTIMIZER, SITE_UNKNOWN, SITE_VLLM_START)
 
 
@@ -167,25 +166,3 @@ def _cuda_lines(report: OomReport) -> list[str]:
         lines.append(f"  message   {report.message}")
     lines.append(f"Consumer: {_CONSUMERS[report.site]}.")
     return lines
-
-
-def explain_file(path_or_dash: str) -> int:
-    """Print the diagnosis for a file (or '-' for stdin).
-
-    Exit 0 when the text was read, whether or not it held an OOM (the output says which: a pasted log
-    that is not an OOM is an answer, not a failure); 2 when the file is missing or unreadable.
-    """
-    try:
-        if path_or_dash == "-":
-            text = sys.stdin.read()
-        else:
-            text = Path(path_or_dash).read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        print(f"error: {path_or_dash}: file not found (fix: give the path of a saved error, or - for stdin)",
-              file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except OSError as exc:
-        print(f"error: {path_or_dash}: cannot read: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    print(explain(text))
-    return EXIT_OK

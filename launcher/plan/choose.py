@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from launcher.profile.catalog import resolve, vllm_refuses
+from profiles.catalog import resolve, vllm_refuses
 from contract.errors import UsageError
 from launcher.memory.estimate import Estimate, estimate
 from launcher.card.detect import GpuInfo, Machine, bf16_supported, precision_text
-from launcher.memory.ledger import measured_for
+from launcher.memory.ledger.weigh import measured_for
+from launcher.plan.margins import GPU_MARGIN_TEXT, HOST_MARGIN_TEXT, margin_for
 from launcher.card.topology import split_over_machines, topology
 from launcher.plan.settings import settings_of
 
@@ -21,25 +22,9 @@ def machine_count() -> int:
     """Machines of a multi-node run (GRPO_NUM_MACHINES, default 1); launcher.card.topology reads the rest."""
     return topology().num_machines
 
-# Kept free on top of the estimate: the allocator's fragmentation and the slow creep of reserved memory
-# over a long run (reported in unsloth #2470 and trl #2927), plus a desktop's display and other processes.
-GPU_MARGIN_SHARE, GPU_MARGIN_MIN_GIB = 0.05, 0.5
-# Host RAM also serves the OS, the data loader and the page cache.
-HOST_MARGIN_SHARE, HOST_MARGIN_MIN_GIB = 0.10, 1.0
-GPU_MARGIN_TEXT = ("margin: 5% of the card (at least 0.5 GiB) stays free for allocator fragmentation, memory "
-                   "that creeps up over steps, and other processes")
-HOST_MARGIN_TEXT = "margin: 10% of RAM (at least 1 GiB) stays free for the OS, the data loader and other processes"
-
-
-def margin_for(total_gib: float, device: str = "cuda") -> float:
-    if device == "cpu":
-        return max(HOST_MARGIN_MIN_GIB, HOST_MARGIN_SHARE * total_gib)
-    return max(GPU_MARGIN_MIN_GIB, GPU_MARGIN_SHARE * total_gib)
-
-
 @dataclass
 class Candidate:
-    profile: object  # launcher.profile.load.Profile
+    profile: object  # profiles.load.Profile
     estimate: Estimate | None
     fits: bool
     reason: str

@@ -4,10 +4,12 @@ over the ways to split them (data parallel with vLLM colocated, or training besi
 
 from __future__ import annotations
 
+from contract.errors import UsageError
+
 from contract.errors import ProfileError
 from launcher.card.detect import GpuInfo
 from launcher.plan.solve import SINGLE_GPU, Fit, Solver, ambition_of, fit, quality_key, usable_of
-from launcher.profile.catalog import catalogue_key, resolve
+from profiles.catalog import catalogue_key, resolve
 
 
 def best_fit(rungs, model: str, gpu: GpuInfo, *, pinned=(), machine=None, measurements=None) -> list[Fit]:
@@ -29,7 +31,7 @@ def best_fit(rungs, model: str, gpu: GpuInfo, *, pinned=(), machine=None, measur
 
 def _own_model(rung, load_profile) -> str | None:
     """The catalogue key of the model a rung's file was written for (before any --set), None when unreadable."""
-    path = rung.source.split(" with --set")[0]  # launcher.profile.load names an overridden source so
+    path = rung.source.split(" with --set")[0]  # profiles.load names an overridden source so
     try:
         return catalogue_key(load_profile(path).model) if path else None
     except Exception:  # noqa: BLE001 - a rung that cannot be re-read is simply not kept as written
@@ -43,7 +45,7 @@ def derive_ladder(profiles, model: str, machine, *, pinned=(), measurements=None
     (data parallel, or beside a vLLM server). Multi-GPU rungs of other models give way to that search. All are
     ordered from the most ambitious (ladder 100 on); identical derivations appear once.
     Returns (profiles, notes for the plan)."""
-    from launcher.profile.load import load_profile
+    from profiles.load import load_profile
 
     gpu = machine.primary
     arch = resolve(model)
@@ -136,3 +138,22 @@ def fit_gpus(rung, model: str, machine, *, pinned=(), measurements=None) -> Fit 
     if not fitting:
         return None
     return max(fitting, key=lambda f: quality_key(f.profile))
+
+
+def fit_for_machine(rungs, model: str, machine, *, pinned=(), measurements=None):
+    """The most ambitious configuration of `model` for the machine's card(s), from every rung's intent: one
+    GPU's best, or, with several GPUs, the data-parallel spread when it is of higher quality."""
+    gpu = machine.primary
+    if gpu is None:
+        raise UsageError("--fit needs a card to fit: none was found (fix: add --gpu-memory GIB)")
+    results = best_fit(rungs, model, gpu, pinned=pinned, machine=machine, measurements=measurements)
+    if not results:
+        raise UsageError("--fit: no single-GPU cuda profile in the ladder to take an ambition from "
+                         "(fix: --profiles-dir with gpu-*.yaml)")
+    best = results[0]
+    if best.profile is not None and len(machine.gpus) > 1:  # --gpus N: data parallel and the vLLM server too
+        rung = next(r for r in rungs if r.name == best.ambition.source)
+        spread = fit_gpus(rung, model, machine, pinned=pinned, measurements=measurements)
+        if spread is not None and quality_key(spread.profile) > quality_key(best.profile):
+            best = spread
+    return best

@@ -3,13 +3,10 @@
 
 from __future__ import annotations
 
-# The keys the solver moves (launcher.plan.solve), and the ones that say where generation runs.
-SETTINGS_KEYS = (
-    "model", "load_in_4bit", "lora_rank", "lora_alpha", "num_generations", "per_device_train_batch_size",
-    "gradient_accumulation_steps", "max_prompt_length", "max_completion_length", "max_seq_length",
-    "fast_inference", "gpu_memory_utilization", "vllm_standby", "gradient_checkpointing", "optim",
-    "num_gpus", "vllm_mode", "vllm_server_gpus", "vllm_tensor_parallel",
-)
+from profiles.schema import LEVER_KEYS
+
+# The keys the solver moves (tagged `lever` in the schema), with the model and optimizer they run with.
+SETTINGS_KEYS = ("model", "optim") + LEVER_KEYS
 
 
 def settings_of(profile) -> dict:

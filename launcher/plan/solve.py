@@ -32,9 +32,11 @@ from dataclasses import dataclass, field, replace
 
 from launcher.card.detect import GpuInfo, bf16_supported
 from launcher.memory.estimate import GIB, Estimate, estimate, standby_utilisation, vllm_sizes, weights_bytes
-from launcher.memory.ledger import measured_for
-from launcher.profile.catalog import Architecture, catalogue_key, resolve, vllm_refuses
-from launcher.profile.keys import VLLM_LORA_RANKS
+from launcher.memory.ledger.weigh import measured_for
+from launcher.plan.margins import card_for, margin_for
+from profiles.catalog import Architecture, catalogue_key, resolve, vllm_refuses
+from profiles.keys import VLLM_LORA_RANKS
+from profiles.schema import LEVER_KEYS
 
 MIN_GENERATIONS = 4
 MIN_COMPLETION_LENGTH = 256
@@ -46,7 +48,7 @@ SHARE_CAP = 0.95                   # vLLM beside training: never more of the car
 GIVEN_UP_ORDER = ("vllm_share", "batch", "checkpointing", "standby", "4-bit", "lora_rank", "completion_length",
                   "generations", "generator")
 # The profile keys behind each lever: a key pinned with --set holds its lever where the profile has it.
-LEVER_KEYS = {
+LEVER_GROUPS = {
     "vllm_share": ("gpu_memory_utilization",), "batch": ("per_device_train_batch_size", "gradient_accumulation_steps"),
     "checkpointing": ("gradient_checkpointing",), "standby": ("vllm_standby",), "4-bit": ("load_in_4bit",),
     "lora_rank": ("lora_rank",), "completion_length": ("max_completion_length",),
@@ -147,21 +149,12 @@ class Fit:
         return None if self.need_gib is None else self.need_gib / self.usable_gib
 
 
-def card_for(need_gib: float) -> float:
-    """The least card whose memory less the plan's margin (5%, at least 0.5 GiB) holds `need_gib`."""
-    from launcher.plan.choose import GPU_MARGIN_MIN_GIB, GPU_MARGIN_SHARE
-
-    return max(need_gib + GPU_MARGIN_MIN_GIB, need_gib / (1 - GPU_MARGIN_SHARE))
-
-
 def live_gib(est: Estimate, not_live) -> float:
     """The estimate without the components that are not held at one moment of the step."""
     return est.total_gib - sum(est.components.get(name, 0.0) for name in not_live)
 
 
 def usable_of(gpu: GpuInfo) -> float:
-    from launcher.plan.choose import margin_for
-
     return gpu.free_gib - margin_for(gpu.total_gib, "cuda")
 
 
@@ -461,20 +454,13 @@ def fit(base, gpu: GpuInfo, *, arch: Architecture | None = None, ambition: Ambit
                    card_for(top_need))
     given_up = solver.given_up(top, found)
     need, est, measured = solver.need(found)
-    updates = {k: getattr(found, k) for k in LEVER_UPDATE_KEYS}
+    updates = {k: getattr(found, k) for k in LEVER_KEYS}
     derived = base.replace(**updates, name=name or derived_name(arch, found),
                            description=f"derived by the fit solver for {arch.name} on a {gpu.total_gib:g} GiB "
                                        f"card from the intent of {amb.source}")
     source = f" ({measured.text()}; est. {est.total_gib:.2f})" if measured is not None else ""
     return Fit(amb, derived, est, need, usable, f"fits: {need:.2f} of {usable:.2f} GiB usable{source}", top_need,
                card_for(top_need), given_up, measured)
-
-
-LEVER_UPDATE_KEYS = ("num_generations", "max_completion_length", "max_prompt_length", "max_seq_length",
-                     "per_device_train_batch_size", "gradient_accumulation_steps", "lora_rank", "lora_alpha",
-                     "load_in_4bit", "gradient_checkpointing", "vllm_standby", "fast_inference",
-                     "gpu_memory_utilization", "device", "num_gpus", "vllm_mode", "zero_stage",
-                     "vllm_server_gpus", "vllm_tensor_parallel")
 
 
 def _nothing_fits(solver: Solver, base, amb: Ambition, usable: float) -> str:
@@ -516,56 +502,3 @@ def derived_name(arch: Architecture, p) -> str:
         generator += f"-{p.num_gpus}gpu" + (f"-server{p.vllm_server_gpus}" if p.uses_vllm_server else "")
     return (f"fit-{model}-{p.num_generations}x{prompts}x{p.max_completion_length}-r{p.lora_rank}-{weights}"
             f"{generator}")
-
-
-# ---------------------------------------------------------------------------------------------------
-# After an out-of-memory failure
-
-# Kept free on top of the OOM's shortfall: the failed allocation is rarely the step's last one.
-OOM_HEADROOM_GIB = 0.5
-# While transformers generates, the training pass holds nothing yet: its parts do not count against that OOM.
-TRAINING_PASS_PARTS = ("activations", "activation_checkpoints", "logits", "standby_reuse")
-SHRINK_KEYS = ("gpu_memory_utilization", "per_device_train_batch_size", "gradient_accumulation_steps",
-               "gradient_checkpointing", "vllm_standby", "load_in_4bit", "lora_rank", "lora_alpha",
-               "max_completion_length", "max_seq_length", "fast_inference")
-
-
-def shrink_after_oom(profile, report, machine) -> tuple[object | None, dict, str]:
-    """The fallback's shrink through the solver: the configuration closest to `profile` (the same generations
-    and effective batch) whose estimate is lower by at least the OOM's shortfall (asked - free) plus a headroom,
-    levers given up in the solver's order. (new profile, {key: [old, new]}, text), or (None, {}, why not)."""
-    gpu = machine.primary if machine is not None else None
-    short = report.shortfall_gib
-    if gpu is None or profile.device != "cuda" or profile.distributed:
-        return None, {}, "the solver shrinks single-GPU profiles"
-    if short is None:
-        return None, {}, "the message does not say how much was missing"
-    arch = resolve(profile.model)
-    not_live = TRAINING_PASS_PARTS if report.site == "generation" else ()
-    current = live_gib(estimate(profile, arch, gpu), not_live)
-    saving = short + OOM_HEADROOM_GIB
-    budget = current - saving
-    amb = Ambition(generations=profile.num_generations,
-                   prompts_per_step=max(1, profile.effective_batch // profile.num_generations),
-                   completion=profile.max_completion_length, prompt=profile.max_prompt_length,
-                   rank=profile.lora_rank, sixteen_bit=not profile.load_in_4bit,
-                   checkpointing=profile.gradient_checkpointing, batch=profile.per_device_train_batch_size,
-                   standby=profile.vllm_standby, source=profile.name,
-                   pinned=frozenset({"num_generations"} | ({"load_in_4bit"} if profile.load_in_4bit else set())
-                                    | ({"fast_inference"} if not profile.fast_inference else set())))
-    solver = Solver(arch, gpu, budget, not_live=not_live)
-    solver.share_cap = min(SHARE_CAP, profile.gpu_memory_utilization)  # never a larger share than the one that ran
-    found = solver.solve(profile, amb)
-    if found is None:
-        return None, {}, (f"no configuration of {profile.num_generations} generations x effective batch "
-                          f"{profile.effective_batch} is estimated {saving:.2f} GiB below this one's {current:.2f} "
-                          f"(the shortfall {short:.2f} + {OOM_HEADROOM_GIB} headroom)")
-    changes = {k: [getattr(profile, k), getattr(found, k)] for k in SHRINK_KEYS
-               if getattr(profile, k) != getattr(found, k)}
-    shrunk = profile.replace(**{k: new for k, (_, new) in changes.items()})
-    after = live_gib(estimate(shrunk, arch, gpu), not_live)
-    moved = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changes.items())
-    moment = " while generating" if not_live else ""
-    return shrunk, changes, (f"solver: {moved} (estimate{moment} {current:.2f} -> {after:.2f} GiB, at least the "
-                             f"shortfall {short:.2f} + {OOM_HEADROOM_GIB} GiB lower), effective batch kept at "
-                             f"{shrunk.effective_batch}")

@@ -9,7 +9,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from launcher.oom import read as oomlib
+from contract import failure
+from contract import oom as oomlib
 from contract.attempt import (ATTEMPTS_FILE, ERROR, INTERRUPTED, OK, OOM, OUTCOME_FILE, REWARD_RUNNING_FILE,
                               UNSUPPORTED, Outcome, checkpoint_step, latest_checkpoint, merge_outcomes,
                               resolve_path)
@@ -39,7 +40,7 @@ def _read_outcome(outcome: Outcome) -> tuple[str, str | None, oomlib.OomReport |
     # The child may call a vLLM start-up refusal an error: the text says what it was.
     if status == ERROR and report is not None:
         status = OOM
-    elif status == ERROR and oomlib.read_unsupported(text):
+    elif status == ERROR and failure.read_unsupported(text):
         status = UNSUPPORTED
     return status, outcome.error, report
 
@@ -59,7 +60,7 @@ def _read_exit(returncode: int | None, text: str,
         return INTERRUPTED, f"stopped by a signal (exit {returncode})", None
     if report is not None:
         return OOM, report.message, report
-    unsupported = oomlib.read_unsupported(text)
+    unsupported = failure.read_unsupported(text)
     if unsupported:
         return UNSUPPORTED, unsupported, None
     last = [line for line in text.strip().splitlines() if line.strip()]
@@ -114,7 +115,7 @@ def server_failure_result(text: str, resume_from: str | None, duration: float,
         status, report = INTERRUPTED, None
     elif report is not None:
         status = OOM
-    elif oomlib.read_unsupported(text):
+    elif failure.read_unsupported(text):
         status = UNSUPPORTED
     else:
         status = ERROR

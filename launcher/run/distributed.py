@@ -1,7 +1,7 @@
 """HOW a profile runs on more than one GPU: the accelerate (and DeepSpeed) configuration, the command line of
 one attempt, and its environment.
 
-A single-GPU profile runs as `python train.py --profile P --attempt-dir D`, Unsloth in one process. A
+A single-GPU profile runs as `python train.py attempt --profile P --attempt-dir D`, Unsloth in one process. A
 distributed profile (num_gpus > 1, or a vLLM server) runs the same script under
 `python -m accelerate.commands.launch --config_file D/accelerate.yaml train.py ...`: one process per training
 GPU, plain TRL + PEFT (Unsloth is a single-device path), DDP or DeepSpeed ZeRO as the profile says. Where this
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import yaml
 
-from contract.attempt import (DEFAULT_VLLM_PORT, ENV_NO_UNSLOTH, ENV_VLLM_HOST, ENV_VLLM_PORT,
-                               ENV_VLLM_STANDBY, PROFILE_FILE)
+from contract.attempt import DEFAULT_VLLM_PORT, PROFILE_FILE
+from contract.environment import ENV_NO_UNSLOTH, ENV_VLLM_HOST, ENV_VLLM_PORT, ENV_VLLM_STANDBY
 from launcher.memory.estimate import ZERO3_MAX_LIVE_ELEMENTS, ZERO3_PREFETCH_ELEMENTS, ZERO_BUCKET_ELEMENTS
 from launcher.card.topology import Topology, free_port, gpu_assignment, processes_per_machine, topology
 
@@ -122,12 +122,12 @@ def attempt_argv(profile, attempt_dir, resume_from=None, python: str | None = No
                  launch_config: Path | None = None) -> list[str]:
     """The argv of one attempt (writes nothing). `attempt_dir/profile.yaml` must hold the profile.
 
-    Single-GPU: [python, train.py, --profile, DIR/profile.yaml, --attempt-dir, DIR (, --resume-from CKPT)].
+    Single-GPU: [python, train.py, attempt, --profile, DIR/profile.yaml, --attempt-dir, DIR (, --resume-from CKPT)].
     Distributed: the same script under accelerate with `launch_config` (from `write_launch_files`).
     """
     attempt_dir = Path(attempt_dir)
     python = python or sys.executable
-    script = [str(TRAIN_PY), "--profile", str(attempt_dir / PROFILE_FILE), "--attempt-dir", str(attempt_dir)]
+    script = [str(TRAIN_PY), "attempt", "--profile", str(attempt_dir / PROFILE_FILE), "--attempt-dir", str(attempt_dir)]
     if resume_from:
         script += ["--resume-from", str(resume_from)]
     if not profile.distributed:

@@ -7,11 +7,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from launcher.oom import read as oomlib
-from launcher.oom import site as oom_site
+from contract import oom as oomlib
+from contract import oom_site as oom_site
 from contract.attempt import OOM, UNSUPPORTED
 from contract.errors import UsageError
-from launcher.profile.schema import Profile
+from launcher.memory.estimate import estimate
+from launcher.plan.margins import OOM_HEADROOM_GIB, VLLM_HEADROOM_GIB
+from launcher.plan.solve import SHARE_CAP, Ambition, Solver, live_gib
+from profiles.catalog import resolve
+from profiles.schema import LEVER_KEYS, Profile
 
 
 def estimate_of(candidate) -> float | None:
@@ -80,7 +84,7 @@ def adjust_vllm_share(profile: Profile, report: oomlib.OomReport, machine) -> tu
     if report.vllm_problem == oomlib.VLLM_SHARE_TOO_LARGE:
         if report.free_gib is None:
             return None, {}, "the message does not say how much memory was free"
-        new = math.floor(round((report.free_gib - oomlib.VLLM_HEADROOM_GIB) / total * 100, 6)) / 100
+        new = math.floor(round((report.free_gib - VLLM_HEADROOM_GIB) / total * 100, 6)) / 100
         if new <= 0 or new >= old:
             return None, {}, f"only {oomlib.fmt_gib(report.free_gib)} was free: no smaller share helps"
     elif report.vllm_problem == oomlib.VLLM_SHARE_TOO_SMALL:
@@ -130,7 +134,6 @@ def shrink_for(profile: Profile, report: oomlib.OomReport, machine) -> tuple[Pro
         if profile.device == "cuda" and not profile.fast_inference and not profile.distributed \
                 and report.shortfall_gib is not None:
             # transformers' generate holds the KV cache of the whole generation batch: shorter completions help
-            from launcher.plan.solve import shrink_after_oom
             return shrink_after_oom(profile, report, machine)
         return None, {}, ("generation runs the whole generation batch at once: halving the per-device batch "
                           "would not change it")
@@ -139,7 +142,6 @@ def shrink_for(profile: Profile, report: oomlib.OomReport, machine) -> tuple[Pro
     # logits/log-probs, activations, backward, or a site the text does not name (GRPO's usual suspects): on a
     # GPU the solver shrinks by what the OOM says was missing; without its figures (or on the CPU) the batch halves
     if profile.device == "cuda" and not profile.distributed and report.shortfall_gib is not None:
-        from launcher.plan.solve import shrink_after_oom
         return shrink_after_oom(profile, report, machine)
     return shrink_batch(profile)
 
@@ -183,3 +185,51 @@ def decide(plan, profile: Profile, status: str, report: oomlib.OomReport | None,
     nxt = next_profile(plan, profile.name, tried, ceiling)
     nxt.text = prefix + nxt.text
     return nxt
+
+
+# ---------------------------------------------------------------------------------------------------
+# The solver's shrink after an out-of-memory failure
+
+# While transformers generates, the training pass holds nothing yet: its parts do not count against that OOM.
+TRAINING_PASS_PARTS = ("activations", "activation_checkpoints", "logits", "standby_reuse")
+
+
+def shrink_after_oom(profile, report, machine) -> tuple[object | None, dict, str]:
+    """The fallback's shrink through the solver: the configuration closest to `profile` (the same generations
+    and effective batch) whose estimate is lower by at least the OOM's shortfall (asked - free) plus a headroom,
+    levers given up in the solver's order. (new profile, {key: [old, new]}, text), or (None, {}, why not)."""
+    gpu = machine.primary if machine is not None else None
+    short = report.shortfall_gib
+    if gpu is None or profile.device != "cuda" or profile.distributed:
+        return None, {}, "the solver shrinks single-GPU profiles"
+    if short is None:
+        return None, {}, "the message does not say how much was missing"
+    arch = resolve(profile.model)
+    not_live = TRAINING_PASS_PARTS if report.site == "generation" else ()
+    current = live_gib(estimate(profile, arch, gpu), not_live)
+    saving = short + OOM_HEADROOM_GIB
+    budget = current - saving
+    amb = Ambition(generations=profile.num_generations,
+                   prompts_per_step=max(1, profile.effective_batch // profile.num_generations),
+                   completion=profile.max_completion_length, prompt=profile.max_prompt_length,
+                   rank=profile.lora_rank, sixteen_bit=not profile.load_in_4bit,
+                   checkpointing=profile.gradient_checkpointing, batch=profile.per_device_train_batch_size,
+                   standby=profile.vllm_standby, source=profile.name,
+                   pinned=frozenset({"num_generations"} | ({"load_in_4bit"} if profile.load_in_4bit else set())
+                                    | ({"fast_inference"} if not profile.fast_inference else set())))
+    solver = Solver(arch, gpu, budget, not_live=not_live)
+    solver.share_cap = min(SHARE_CAP, profile.gpu_memory_utilization)  # never a larger share than the one that ran
+    found = solver.solve(profile, amb)
+    if found is None:
+        return None, {}, (f"no configuration of {profile.num_generations} generations x effective batch "
+                          f"{profile.effective_batch} is estimated {saving:.2f} GiB below this one's {current:.2f} "
+                          f"(the shortfall {short:.2f} + {OOM_HEADROOM_GIB} headroom)")
+    changes = {k: [getattr(profile, k), getattr(found, k)] for k in LEVER_KEYS
+               if getattr(profile, k) != getattr(found, k)}
+    shrunk = profile.replace(**{k: new for k, (_, new) in changes.items()})
+    after = live_gib(estimate(shrunk, arch, gpu), not_live)
+    moved = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changes.items())
+    moment = " while generating" if not_live else ""
+    return shrunk, changes, (f"solver: {moved} (estimate{moment} {current:.2f} -> {after:.2f} GiB, at least the "
+                             f"shortfall {short:.2f} + {OOM_HEADROOM_GIB} GiB lower), effective batch kept at "
+                             f"{shrunk.effective_batch}")

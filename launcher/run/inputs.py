@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 import sys
 
-from contract.attempt import ENV_INJECT_OOM, parse_inject
+from contract.attempt import parse_inject
+from contract.environment import ENV_INJECT_OOM
 from contract.errors import UsageError
 
 
@@ -28,15 +29,15 @@ def check_inject(profiles: list, environ=None) -> None:
 def check_run_inputs(profiles: list, plan, gpu_memory: float | None, resume: bool) -> None:
     """Raise UsageError for what would fail the run later; print what the data check found."""
     if gpu_memory is not None:
-        from launcher.card.detect import probe
+        from launcher.card.detect import detect_machine
 
-        here = probe()
+        here = detect_machine()
         if not here.gpus:
             raise UsageError(f"--gpu-memory {gpu_memory:g} without --dry-run: training runs on this machine, "
                              f"and it has no GPU ({here.message}) (fix: add --dry-run to plan for that card, or "
                              "drop --gpu-memory to train on what is here)")
     check_inject(profiles)
-    from launcher.profile.rules import missing_tracker
+    from profiles.rules import missing_tracker
 
     first = [plan.chosen] if plan.chosen is not None else []  # the rung that would run is the one named
     for profile in first + [p for p in profiles if p is not plan.chosen]:

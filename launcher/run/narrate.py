@@ -11,7 +11,7 @@ from launcher.oom import explain as oom_explain
 from launcher.run.attempts import AttemptRecord, AttemptResult
 from contract.attempt import ERROR, INTERRUPTED, OK, OOM, UNSUPPORTED, checkpoint_step
 from launcher.run.fallback import estimate_of
-from launcher.profile.schema import Profile
+from profiles.schema import Profile
 
 _STYLES = {OK: "green", OOM: "yellow", UNSUPPORTED: "yellow", INTERRUPTED: "magenta"}
 

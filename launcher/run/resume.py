@@ -9,9 +9,10 @@ from typing import Protocol
 
 from rich.markup import escape
 
-from contract.attempt import OK, OOM, PROFILE_FILE, SHAPE_KEYS, UNSUPPORTED, checkpoint_step, shape_of
+from contract.attempt import OK, OOM, PROFILE_FILE, UNSUPPORTED, checkpoint_step
+from profiles.schema import SHAPE_KEYS, shape_of
 from contract.errors import EXIT_OK, EXIT_OUT_OF_MEMORY, UsageError
-from launcher.profile.load import Profile, load_profile
+from profiles.load import Profile, load_profile
 
 
 

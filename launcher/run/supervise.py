@@ -32,7 +32,6 @@ GPUs, the server), launcher.run.narrate (what the terminal is told).
 
 from __future__ import annotations
 
-import errno
 import json
 import signal
 import threading
@@ -42,21 +41,23 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from launcher.memory import ledger
+from launcher.memory.ledger import record as ledger_record
 from launcher.run import narrate
-from launcher.oom import read as oomlib
+from contract import failure
+from contract import oom as oomlib
 from launcher.run.attempts import (AttemptRecord, AttemptResult, read_attempts, read_result,
                                server_failure_result)
 from launcher.run.child import ChildRunner, attempt_command
-from contract.attempt import (ENV_ALLOC_CONF, ENV_ESTIMATE_GIB, ENV_INJECT_OOM, ERROR, INTERRUPTED, LOG_FILE,
-                               OK, OOM, PLAN_FILE, PROFILE_FILE, SERVER_LOG, attempt_environment, checkpoint_step,
-                               latest_checkpoint, relative_path, resolve_path, shape_of)
+from contract.attempt import ERROR, INTERRUPTED, LOG_FILE, OK, OOM, PLAN_FILE, PROFILE_FILE, SERVER_LOG, attempt_environment, checkpoint_step, latest_checkpoint, relative_path, resolve_path
+from profiles.schema import shape_of
+from contract.environment import ENV_ALLOC_CONF, ENV_ESTIMATE_GIB, ENV_INJECT_OOM
 from launcher.run.distributed import launch_env
 from contract.errors import (EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUT_OF_MEMORY,
                              UsageError)
-from contract.safe_write import disk_error_text, write_atomic
+from contract.failure import write_failure_text, write_problem
+from contract.safe_write import write_atomic
 from launcher.run.fallback import Decision, decide, estimate_of, estimate_profile
-from launcher.profile.schema import Profile
+from profiles.schema import Profile
 from launcher.run.resume import resume_run
 from launcher.run.folder import RunLock, latest_run_dir, new_run_dir, set_aside
 from launcher.card.topology import free_port, topology
@@ -173,7 +174,7 @@ class Supervisor:
         self.records.append(record)
         self._remember(record)
         record.append_to(self.run_dir)
-        ledger.record_attempt(profile, self.plan, record, attempt_dir,
+        ledger_record.record_attempt(profile, self.plan, record, attempt_dir,
                               warn=lambda text: self.console.print(text, markup=False))
         narrate.print_result(self.console, number, profile, result)
         return record
@@ -213,9 +214,9 @@ class Supervisor:
             except ServerError as exc:
                 return server_failure_result(str(exc), resume_from, time.time() - started,
                                              bool(self.runner.signals))
-            kills_before = oomlib.oom_kill_count()
+            kills_before = failure.oom_kill_count()
             returncode, tail = self.runner.run_argv(argv, attempt_dir, env)
-            kernel_oom = oomlib.killed_by_kernel_oom(self.runner.last_pid, kills_before) \
+            kernel_oom = failure.killed_by_kernel_oom(self.runner.last_pid, kills_before) \
                 if returncode in oomlib.SIGKILL_CODES else None
             return read_result(attempt_dir, returncode, tail, time.time() - started, bool(self.runner.signals),
                                kernel_oom=kernel_oom)
@@ -313,9 +314,9 @@ def supervise(plan, output_dir: Path, overrides: list[str] | None = None, resume
         run_dir = latest_run_dir(output_dir) if resume else new_run_dir(output_dir)
         lock = RunLock(run_dir).acquire()
     except OSError as exc:
-        if exc.errno not in _DISK_ERRNOS:
+        if not write_problem(exc):
             raise
-        console.print(f"error: {disk_error_text(exc, output_dir)}; nothing was started", markup=False,
+        console.print(f"error: {write_failure_text(exc, output_dir)}; nothing was started", markup=False,
                       soft_wrap=True)
         return EXIT_FAILURE
     supervisor = Supervisor(plan, run_dir, console, runner, overrides or [], server_command=server_command)
@@ -332,7 +333,7 @@ def supervise(plan, output_dir: Path, overrides: list[str] | None = None, resume
             narrate.print_plan_choice(console, plan)
             code = supervisor.run(plan.chosen)
     except OSError as exc:
-        if exc.errno not in _DISK_ERRNOS:
+        if not write_problem(exc):
             raise
         code = _disk_failure(supervisor, exc)
     finally:
@@ -346,10 +347,6 @@ def supervise(plan, output_dir: Path, overrides: list[str] | None = None, resume
                       "the table above lists the attempts. Try a profile with a smaller model, shorter "
                       "max_completion_length or fewer num_generations (--set KEY=VALUE).")
     return code
-
-
-# A write of the supervisor's own files failed for want of disk (or of a writable one): one line, no traceback.
-_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 
 def _disk_failure(supervisor: Supervisor, exc: OSError) -> int:
@@ -367,7 +364,7 @@ def _disk_failure(supervisor: Supervisor, exc: OSError) -> int:
     if record is not None:
         kept.append(f"attempt {record.attempt} ended {record.status} after {record.steps} steps "
                     f"(its folder {record.attempt_dir})")
-    text = disk_error_text(exc, supervisor.run_dir, needed)
+    text = write_failure_text(exc, supervisor.run_dir, needed)
     supervisor.console.print(f"error: {text}; kept: {'; '.join(kept) or 'nothing new'}", markup=False,
                              highlight=False, soft_wrap=True)  # one line, however long
     return EXIT_FAILURE

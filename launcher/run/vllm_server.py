@@ -13,7 +13,8 @@ import urllib.request
 from pathlib import Path
 
 from launcher.run.child import parent_death_signal
-from contract.attempt import ENV_VLLM_PORT, SERVER_LOG, VLLM_SERVER_TIMEOUT_S
+from contract.attempt import SERVER_LOG, VLLM_SERVER_TIMEOUT_S
+from contract.environment import ENV_VLLM_PORT
 from launcher.card.topology import free_port, gpu_assignment, topology
 
 

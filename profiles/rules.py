@@ -1,6 +1,6 @@
 """The longer cross-key rules of a profile: scale-out keys against each other, rewards and dataset that exist.
 
-Called by launcher.profile.schema.Profile's validators; each refusal is a KeyProblem naming the key to change.
+Called by profiles.schema.Profile's validators; each refusal is a KeyProblem naming the key to change.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from launcher.profile.keys import DATASETS, KeyProblem, shown, suggest
+from profiles.keys import DATASETS, KeyProblem, shown, suggest
 
 _HUB_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -155,7 +155,7 @@ _LLAMA_NAMED = ("llama", "qwen2", "qwen3", "mistral", "gemma3", "gemma3_text")
 def check_target_modules(p) -> None:
     """For a model the catalogue knows offline, every LoRA target must be one of its linear layers: PEFT
     refuses an unknown name only after the model has loaded, and the estimate would count it as nothing."""
-    from launcher.profile.catalog import CATALOGUE, TINY, catalogue_key
+    from profiles.catalog import CATALOGUE, TINY, catalogue_key
 
     key = catalogue_key(p.model)
     arch = TINY if p.model == "tiny" else next((a for a in CATALOGUE if catalogue_key(a.name) == key), None)
@@ -188,7 +188,7 @@ def missing_tracker(p, environ=None) -> str | None:
     import importlib.util
     import os
 
-    from launcher.profile.keys import TRACKER_MODULES
+    from profiles.keys import TRACKER_MODULES
 
     if p.report_to == "kubeflow":
         if (os.environ if environ is None else environ).get("KUBEFLOW_TRAINER_SERVER_URL"):

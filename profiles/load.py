@@ -1,5 +1,5 @@
 """HOW a profile is read: YAML files (guarded against surprises), `--set` overrides, and the schema's refusals
-turned into errors that name the file, the key and the fix. The keys themselves live in launcher.profile.schema.
+turned into errors that name the file, the key and the fix. The keys themselves live in profiles.schema.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 import yaml
 
 from contract.errors import ProfileError, UsageError
-from launcher.profile.keys import DEFAULT_REWARDS, DEFAULT_TARGET_MODULES, VLLM_LORA_RANKS, suggest
-from launcher.profile.schema import KEYS, Profile, profile_from_dict
+from profiles.keys import DEFAULT_REWARDS, DEFAULT_TARGET_MODULES, VLLM_LORA_RANKS, suggest
+from profiles.schema import KEYS, Profile, profile_from_dict
 
 __all__ = ["DEFAULT_REWARDS", "DEFAULT_TARGET_MODULES", "KEYS", "MAX_PROFILE_BYTES", "VLLM_LORA_RANKS", "Profile",
            "load_profile", "load_profiles", "parse_overrides", "profile_from_dict"]

@@ -1,9 +1,9 @@
 """WHAT a profile may say: the one model of a profile's keys, their ranges and the rules that tie them together.
 
 Every default, range and help line lives in the field definitions below; `--help`, the error messages and
-profiles/schema.json (launcher.profile.help) are generated from them. `profile_from_dict` turns the schema's
+profiles/schema.json (profiles.help) are generated from them. `profile_from_dict` turns the schema's
 refusals into errors that name the source, the key and the fix; reading files and `--set` overrides live in
-launcher.profile.load.
+profiles.load.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool,
 from pydantic.json_schema import SkipJsonSchema
 
 from contract.errors import ProfileError
-from launcher.profile.keys import (CHECKPOINTING_MODES, DEFAULT_REWARDS, DEFAULT_TARGET_MODULES,
+from profiles.keys import (CHECKPOINTING_MODES, DEFAULT_REWARDS, DEFAULT_TARGET_MODULES,
                                    NAME_PATTERN, OPTIMIZERS, REPORT_TO, SCHEDULERS, VLLM_LORA_RANKS, VLLM_MODES,
                                    KeyProblem, shown, suggest)
-from launcher.profile.rules import check_rewards_and_dataset, check_scale_out
+from profiles.rules import check_rewards_and_dataset, check_scale_out
 from tasks.prompts import SYSTEM_PROMPT
 
 # ---------------------------------------------------------------------------------------------------
@@ -91,12 +91,21 @@ ModuleNames = Annotated[list[str], BeforeValidator(_module_names), WithJsonSchem
 RewardWeights = Annotated[dict[str, float], BeforeValidator(_reward_weights)]
 
 
-def _key(default: Any, help: str, section: str, **limits: Any) -> Any:
-    """A profile key: its default, one help line, the section it is listed under, and its range."""
+# What a key is to the rest of the project, said once here and read back with `keys_tagged`:
+MEMORY = "memory"  # changes how much memory a step needs: the ledger's fingerprint of a shape
+LEVER = "lever"    # the fit solver and the OOM shrink may move it: what a plan shows a candidate will run with
+SHAPE = "shape"    # decides whether a checkpoint's adapter loads into another attempt's model
+TAGS = (MEMORY, LEVER, SHAPE)
+
+
+def _key(default: Any, help: str, section: str, tags: tuple[str, ...] = (), **limits: Any) -> Any:
+    """A profile key: its default, one help line, the section it is listed under, what it is to the rest of
+    the project (TAGS), and its range."""
+    extra = {"section": section, "tags": list(tags)}
     if isinstance(default, (list, dict)):
-        return Field(default_factory=lambda d=default: type(d)(d), description=help,
-                     json_schema_extra={"section": section}, **limits)
-    return Field(default, description=help, json_schema_extra={"section": section}, **limits)
+        return Field(default_factory=lambda d=default: type(d)(d), description=help, json_schema_extra=extra,
+                     **limits)
+    return Field(default, description=help, json_schema_extra=extra, **limits)
 
 
 class Profile(BaseModel):
@@ -109,59 +118,59 @@ class Profile(BaseModel):
     description: StrictStr = _key("", "one line: what card this profile targets", "identity")
     ladder: Whole = _key(100, "position on the ladder: lower is more ambitious and tried first", "identity", ge=0)
     # --- model ---
-    model: StrictStr = _key("tiny", "hub id or local folder; `tiny` = the offline CPU model", "model")
-    device: Literal["cuda", "cpu"] = _key("cuda", "where to train", "model")
-    load_in_4bit: StrictBool = _key(True, "load base weights in 4-bit NF4 (bitsandbytes, GPU only)", "model")
+    model: StrictStr = _key("tiny", "hub id or local folder; `tiny` = the offline CPU model", "model", tags=(MEMORY, SHAPE))
+    device: Literal["cuda", "cpu"] = _key("cuda", "where to train", "model", tags=(MEMORY, LEVER))
+    load_in_4bit: StrictBool = _key(True, "load base weights in 4-bit NF4 (bitsandbytes, GPU only)", "model", tags=(MEMORY, LEVER, SHAPE))
     trust_remote_code: StrictBool = _key(False, "run the model repository's own code (off unless you trust it)",
                                          "model")
-    max_seq_length: Whole = _key(1024, "longest prompt + completion in tokens", "model", ge=16)
-    max_prompt_length: Whole = _key(256, "prompts longer than this (tokens) are dropped", "model", ge=8)
-    max_completion_length: Whole = _key(512, "tokens generated per completion", "model", ge=1)
+    max_seq_length: Whole = _key(1024, "longest prompt + completion in tokens", "model", tags=(MEMORY, LEVER), ge=16)
+    max_prompt_length: Whole = _key(256, "prompts longer than this (tokens) are dropped", "model", tags=(MEMORY, LEVER), ge=8)
+    max_completion_length: Whole = _key(512, "tokens generated per completion", "model", tags=(MEMORY, LEVER), ge=1)
     # --- LoRA ---
-    lora_rank: Whole = _key(16, "LoRA rank; 0 = full fine-tuning", "lora", ge=0, le=512)
-    lora_alpha: Whole = _key(32, "LoRA alpha (scale = alpha / rank)", "lora", ge=1)
+    lora_rank: Whole = _key(16, "LoRA rank; 0 = full fine-tuning", "lora", tags=(MEMORY, LEVER, SHAPE), ge=0, le=512)
+    lora_alpha: Whole = _key(32, "LoRA alpha (scale = alpha / rank)", "lora", tags=(LEVER,), ge=1)
     lora_dropout: Number = _key(0.0, "LoRA dropout", "lora", ge=0.0, lt=1.0)
-    target_modules: ModuleNames = _key(list(DEFAULT_TARGET_MODULES), "modules that get LoRA adapters", "lora")
+    target_modules: ModuleNames = _key(list(DEFAULT_TARGET_MODULES), "modules that get LoRA adapters", "lora", tags=(MEMORY, SHAPE))
     # --- generation ---
     fast_inference: StrictBool = _key(True, "generate with vLLM inside the process (Unsloth fast_inference)",
-                                      "generation")
-    gpu_memory_utilization: Number = _key(0.5, "vLLM's share of the whole GPU, reserved at start", "generation",
+                                      "generation", tags=(MEMORY, LEVER))
+    gpu_memory_utilization: Number = _key(0.5, "vLLM's share of the whole GPU, reserved at start", "generation", tags=(MEMORY, LEVER),
                                           gt=0.0, lt=1.0)
     vllm_standby: StrictBool = _key(False, "UNSLOTH_VLLM_STANDBY: vLLM sleeps during training and lends its "
-                                    "memory", "generation")
-    num_generations: Whole = _key(4, "completions sampled per prompt (the GRPO group)", "generation", ge=2)
+                                    "memory", "generation", tags=(MEMORY, LEVER))
+    num_generations: Whole = _key(4, "completions sampled per prompt (the GRPO group)", "generation", tags=(MEMORY, LEVER), ge=2)
     temperature: Number = _key(1.0, "sampling temperature", "generation", gt=0.0, le=5.0)
     top_p: Number = _key(1.0, "nucleus sampling", "generation", gt=0.0, le=1.0)
     # --- batch ---
-    per_device_train_batch_size: Whole = _key(2, "completions per forward/backward (not prompts)", "batch", ge=1)
-    gradient_accumulation_steps: Whole = _key(2, "micro-batches per optimizer step", "batch", ge=1)
+    per_device_train_batch_size: Whole = _key(2, "completions per forward/backward (not prompts)", "batch", tags=(MEMORY, LEVER), ge=1)
+    gradient_accumulation_steps: Whole = _key(2, "micro-batches per optimizer step", "batch", tags=(LEVER,), ge=1)
     # --- optimisation ---
     optim: Literal[OPTIMIZERS] = _key("adamw_8bit", "optimizer (8-bit variants need bitsandbytes, i.e. a GPU)",
-                                      "optimisation")
+                                      "optimisation", tags=(MEMORY,))
     gradient_checkpointing: Annotated[Literal[CHECKPOINTING_MODES], BeforeValidator(_checkpointing),
                                       WithJsonSchema({"anyOf": [{"type": "boolean"},
                                                                 {"type": "string", "enum": list(CHECKPOINTING_MODES)}]})
                                       ] = _key(
-        "unsloth", "activation checkpointing: unsloth (offloads to RAM), true, false", "optimisation")
+        "unsloth", "activation checkpointing: unsloth (offloads to RAM), true, false", "optimisation", tags=(MEMORY, LEVER))
     learning_rate: Number = _key(5e-6, "peak learning rate", "optimisation", gt=0.0, le=1.0)
     lr_scheduler_type: Literal[SCHEDULERS] = _key("cosine", "learning-rate schedule", "optimisation")
     warmup_ratio: Number = _key(0.1, "share of max_steps spent warming up", "optimisation", ge=0.0, lt=1.0)
     weight_decay: Number = _key(0.1, "AdamW weight decay", "optimisation", ge=0.0)
     max_grad_norm: Number = _key(0.1, "gradient clipping", "optimisation", gt=0.0)
     beta: Number = _key(0.0, "KL coefficient; > 0 needs a reference model (a full copy without LoRA)",
-                        "optimisation", ge=0.0)
+                        "optimisation", tags=(MEMORY,), ge=0.0)
     # --- scale-out (more than one GPU: accelerate, DeepSpeed ZeRO, a vLLM server) ---
     num_gpus: Whole = _key(1, "data-parallel world size: training processes, one GPU each (processes on a cpu "
-                           "profile); above 1 trains through accelerate without Unsloth", "scale-out", ge=1,
+                           "profile); above 1 trains through accelerate without Unsloth", "scale-out", tags=(MEMORY, LEVER), ge=1,
                            le=4096)
     zero_stage: Whole = _key(0, "DeepSpeed ZeRO stage over the training GPUs: 0 plain DDP, 1 shards optimizer "
-                             "states, 2 also gradients, 3 also parameters", "scale-out", ge=0, le=3)
+                             "states, 2 also gradients, 3 also parameters", "scale-out", tags=(MEMORY, LEVER), ge=0, le=3)
     vllm_mode: Literal[VLLM_MODES] = _key("colocate", "where vLLM generates: colocate (inside each training "
-                                          "process) or server (`trl vllm-serve` on GPUs of its own)", "scale-out")
+                                          "process) or server (`trl vllm-serve` on GPUs of its own)", "scale-out", tags=(MEMORY, LEVER))
     vllm_server_gpus: Whole = _key(1, "server mode: GPUs of the vLLM server, after the training GPUs",
-                                   "scale-out", ge=1, le=4096)
+                                   "scale-out", tags=(MEMORY, LEVER), ge=1, le=4096)
     vllm_tensor_parallel: Whole = _key(1, "GPUs that hold one vLLM copy of the model (tensor parallelism); must "
-                                       "divide vllm_server_gpus (server) or num_gpus (colocate)", "scale-out",
+                                       "divide vllm_server_gpus (server) or num_gpus (colocate)", "scale-out", tags=(MEMORY, LEVER),
                                        ge=1, le=64)
     # --- run ---
     max_steps: Whole = _key(250, "optimizer steps", "run", ge=1)
@@ -316,6 +325,25 @@ class Profile(BaseModel):
 
 
 KEYS = tuple(name for name in Profile.model_fields if name != "source")
+
+
+def keys_tagged(tag: str) -> tuple[str, ...]:
+    """The keys carrying `tag` (one of TAGS), in the schema's order."""
+    if tag not in TAGS:
+        raise ValueError(f"unknown tag {tag!r}")
+    return tuple(name for name in KEYS if tag in Profile.model_fields[name].json_schema_extra["tags"])
+
+
+MEMORY_KEYS = keys_tagged(MEMORY)
+LEVER_KEYS = keys_tagged(LEVER)
+SHAPE_KEYS = keys_tagged(SHAPE)
+
+
+def shape_of(settings: Any) -> tuple:
+    """The model and LoRA shape of a profile (or of an attempts.jsonl `settings` dict): a checkpoint resumes
+    only into an attempt of the same shape."""
+    get = settings.get if isinstance(settings, dict) else (lambda key: getattr(settings, key, None))
+    return tuple(tuple(get(k) or ()) if k == "target_modules" else get(k) for k in SHAPE_KEYS)
 
 
 def choices_of(key: str) -> tuple:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
-from launcher.oom.site import SITE_HOST, SITE_UNKNOWN, SITE_VLLM_START, classify_site, parse_frames
+from contract.oom_site import SITE_HOST, SITE_UNKNOWN, SITE_VLLM_START, classify_site, parse_frames
 
 # What ran out of memory
 KIND_CUDA = "cuda"            # PyTorch's CUDA caching allocator
@@ -37,8 +37,6 @@ KIND_HOST = "host_ram"        # host memory: the process was killed or the CPU a
 # Why vLLM refused to start
 VLLM_SHARE_TOO_LARGE = "share larger than free memory"    # lower gpu_memory_utilization
 VLLM_SHARE_TOO_SMALL = "share too small for the KV cache"  # raise it (or shorten max_seq_length)
-# What stays free when vLLM's share is lowered to what was free (the fallback's shrink and the advice agree)
-VLLM_HEADROOM_GIB = 0.5
 
 # Exit statuses of a child killed by SIGKILL: -9 from Popen, 137 when a shell reports it.
 SIGKILL_CODES = (-9, 137)
@@ -186,7 +184,7 @@ _MEMORY_ERROR = re.compile(r"^\s*MemoryError\b", re.MULTILINE)
 _LOG_PREFIX = re.compile(r"^(?:\(\S+ pid=\d+\)\s*)?(?:[A-Z]+ \d\d-\d\d [\d:]+ \[[^\]]+\]\s*)?")
 
 
-def _line_of(text: str, pos: int) -> str:
+def line_of(text: str, pos: int) -> str:
     start = text.rfind("\n", 0, pos) + 1
     end = text.find("\n", pos)
     line = text[start:end if end >= 0 else len(text)].strip()
@@ -238,12 +236,12 @@ def _read_torch(text: str) -> OomReport | None:
         if m.groupdict().get("allocated"):  # the old wording also gives PyTorch's own figures
             report.allocated_gib = figure("allocated")
             report.reserved_unallocated_gib = max(figure("reserved") - report.allocated_gib, 0.0)
-        report.message = _line_of(text, m.start())
+        report.message = line_of(text, m.start())
     elif asked:
         report.asked_gib = _gib(asked.group(1), asked.group(2))
-        report.message = _line_of(text, asked.start())
+        report.message = line_of(text, asked.start())
     else:
-        report.message = _line_of(text, text.find(marker))
+        report.message = line_of(text, text.find(marker))
     if m := _THIS_PROCESS.search(text):
         report.in_use_gib = _gib(m.group(1), m.group(2))
     others = [(int(p.group(1)), _gib(p.group(2), p.group(3))) for p in _PROCESS_N.finditer(text)]
@@ -263,19 +261,19 @@ def _read_vllm(text: str) -> OomReport | None:
     if m := _VLLM_FREE.search(text):
         return OomReport(kind=KIND_VLLM, free_gib=float(m.group(1)), total_gib=float(m.group(2)),
                          utilization=float(m.group(3)), asked_gib=float(m.group(4)),
-                         vllm_problem=VLLM_SHARE_TOO_LARGE, message=_line_of(text, m.start()))
+                         vllm_problem=VLLM_SHARE_TOO_LARGE, message=line_of(text, m.start()))
     if m := _VLLM_KV_NEEDED.search(text):
         # Here "asked" and "free" are the KV cache vLLM needs for one full sequence and what its share left.
         return OomReport(kind=KIND_VLLM, max_model_len=int(m.group(1)), asked_gib=float(m.group(2)),
                          free_gib=float(m.group(3)), vllm_problem=VLLM_SHARE_TOO_SMALL,
-                         message=_line_of(text, m.start()))
+                         message=line_of(text, m.start()))
     if m := _VLLM_KV_TOKENS.search(text):
         return OomReport(kind=KIND_VLLM, max_model_len=int(m.group(1)), kv_tokens=int(m.group(2)),
-                         vllm_problem=VLLM_SHARE_TOO_SMALL, message=_line_of(text, m.start()))
+                         vllm_problem=VLLM_SHARE_TOO_SMALL, message=line_of(text, m.start()))
     pos = text.rfind(_VLLM_NO_BLOCKS)
     if pos >= 0:
         report = OomReport(kind=KIND_VLLM, kv_tokens=0, vllm_problem=VLLM_SHARE_TOO_SMALL,
-                           message=_line_of(text, pos))
+                           message=line_of(text, pos))
         # vLLM's memory profile, when logged, says how its share was spent
         if m := _VLLM_SHARE.search(text):
             report.total_gib, report.utilization = float(m.group(1)), float(m.group(2))
@@ -283,136 +281,31 @@ def _read_vllm(text: str) -> OomReport | None:
             report.free_gib = max(float(m.group(1)), 0.0)  # what the share left for the KV cache
         return report
     if m := _VLLM_INSUFFICIENT.search(text):
-        return OomReport(kind=KIND_VLLM, vllm_problem=VLLM_SHARE_TOO_SMALL, message=_line_of(text, m.start()))
+        return OomReport(kind=KIND_VLLM, vllm_problem=VLLM_SHARE_TOO_SMALL, message=line_of(text, m.start()))
     if m := _VLLM_SAMPLER.search(text):
         # vLLM's start-up warm-up of the sampler (max_num_seqs dummy requests) found the card full: it asks for
         # a smaller share or fewer sequences
-        return OomReport(kind=KIND_VLLM, vllm_problem=VLLM_SHARE_TOO_LARGE, message=_line_of(text, m.start()))
+        return OomReport(kind=KIND_VLLM, vllm_problem=VLLM_SHARE_TOO_LARGE, message=line_of(text, m.start()))
     if (m := _UNSLOTH_STANDBY_START.search(text)) and not _DRIVER.search(text):
         # GB in Unsloth's wording are GiB (it divides by 1024 three times)
         return OomReport(kind=KIND_VLLM, total_gib=float(m.group(1)), utilization=float(m.group(2)),
-                         vllm_problem=VLLM_SHARE_TOO_LARGE, message=_line_of(text, m.start()))
+                         vllm_problem=VLLM_SHARE_TOO_LARGE, message=line_of(text, m.start()))
     return None
 
 
 def _read_driver(text: str) -> OomReport | None:
     m = _DRIVER.search(text)
-    return OomReport(kind=KIND_DRIVER, message=_line_of(text, m.start())) if m else None
+    return OomReport(kind=KIND_DRIVER, message=line_of(text, m.start())) if m else None
 
 
 def _read_cublas(text: str) -> OomReport | None:
     m = _CUBLAS.search(text)
-    return OomReport(kind=KIND_CUBLAS, message=_line_of(text, m.start())) if m else None
+    return OomReport(kind=KIND_CUBLAS, message=line_of(text, m.start())) if m else None
 
 
 def _read_host(text: str) -> OomReport | None:
     if m := _CPU_ALLOC.search(text):
-        return OomReport(kind=KIND_HOST, asked_gib=int(m.group(1)) / 2**30, message=_line_of(text, m.start()))
+        return OomReport(kind=KIND_HOST, asked_gib=int(m.group(1)) / 2**30, message=line_of(text, m.start()))
     if m := _MEMORY_ERROR.search(text):
-        return OomReport(kind=KIND_HOST, message=_line_of(text, m.start()))
-    return None
-
-
-def is_oom_exception(exc: BaseException) -> bool:
-    """True for torch.OutOfMemoryError (by name: no torch import here) and RuntimeErrors that say OOM."""
-    for cls in type(exc).__mro__:
-        if cls.__name__ == "OutOfMemoryError":
-            return True
-    if isinstance(exc, MemoryError):
-        return True
-    text = str(exc)
-    return read_oom(text) is not None and isinstance(exc, (RuntimeError, ValueError))
-
-
-# ---------------------------------------------------------------------------------------------------
-# Not a memory problem: an architecture the stack cannot load
-
-_UNSUPPORTED = [
-    re.compile(r"Model architectures? \[?'?([\w.]+)'?\]? (?:are|is) not supported"),
-    re.compile(r"does not recognize this architecture"),
-    re.compile(r"Unrecognized (?:model|configuration class)"),
-    re.compile(r"Unsloth:? [^\n]{0,120}not supported yet"),
-    re.compile(r"model type `([\w-]+)` but Transformers does not recognize"),
-    re.compile(r"UnsupportedArchitecture|unsupported architecture", re.IGNORECASE),
-    re.compile(r"vLLM[^\n]{0,80}\bnot supported\b", re.IGNORECASE),
-    # vLLM's refusal of float16 for Gemma 2/3 and GLM-4, met below compute capability 8.0 (T4, V100)
-    re.compile(r"The model type '?[\w-]+'? does not support float16"),
-    # Unsloth's vLLM start-up for an architecture it cannot serve (seen with Gemma 3, unsloth #2107)
-    re.compile(r"has no attribute 'vllm_engine'"),
-]
-
-
-def read_unsupported(text: str) -> str | None:
-    """The line saying the model's architecture cannot be loaded by vLLM/transformers/Unsloth, else None."""
-    for pattern in _UNSUPPORTED:
-        if m := pattern.search(text or ""):
-            return _line_of(text, m.start())
-    return None
-
-
-def classify_failure(text: str, returncode: int | None = None) -> str:
-    """'oom', 'unsupported' or 'error' for a failed attempt's text (and exit status when known)."""
-    if read_oom(text, returncode) is not None:
-        return "oom"
-    if read_unsupported(text):
-        return "unsupported"
-    return "error"
-
-
-# ---------------------------------------------------------------------------------------------------
-# A child killed by SIGKILL: the kernel's OOM killer, or someone's `kill -9`? Only the kernel can say.
-
-def oom_kill_count() -> int | None:
-    """The kernel's count of OOM kills in this process's memory cgroup (cgroup v2 memory.events, or v1
-    memory.oom_control), None where neither can be read."""
-    from pathlib import Path
-
-    candidates = []
-    try:
-        for line in Path("/proc/self/cgroup").read_text().splitlines():
-            _id, controllers, path = line.split(":", 2)
-            if controllers == "":
-                candidates.append(Path("/sys/fs/cgroup") / path.lstrip("/") / "memory.events")
-            elif "memory" in controllers.split(","):
-                candidates.append(Path("/sys/fs/cgroup/memory") / path.lstrip("/") / "memory.oom_control")
-    except (OSError, ValueError):
-        pass
-    candidates += [Path("/sys/fs/cgroup/memory.events"), Path("/sys/fs/cgroup/memory/memory.oom_control")]
-    for path in candidates:
-        try:
-            for line in path.read_text().splitlines():
-                key, _, value = line.partition(" ")
-                if key == "oom_kill" and value.strip().isdigit():
-                    return int(value)
-        except OSError:
-            continue
-    return None
-
-
-def _dmesg_names(pid: int) -> bool | None:
-    """Whether the kernel log names `pid` as killed for memory; None where the log cannot be read."""
-    import subprocess
-
-    try:
-        done = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if done.returncode != 0 or not done.stdout:
-        return None
-    return re.search(rf"(Killed process {pid}\b|oom-kill:.*\bpid={pid}\b)", done.stdout) is not None
-
-
-def killed_by_kernel_oom(pid: int | None, count_before: int | None) -> bool | None:
-    """After a child died of SIGKILL: True when the kernel says it killed for memory (its cgroup's OOM-kill
-    count rose during the attempt, or its log names the pid), False when it says not, None when unknown."""
-    after = oom_kill_count()
-    if count_before is not None and after is not None:
-        if after > count_before:
-            return True
-    if pid is not None:
-        named = _dmesg_names(pid)
-        if named is not None:
-            return named
-    if count_before is not None and after is not None:
-        return False
+        return OomReport(kind=KIND_HOST, message=line_of(text, m.start()))
     return None

@@ -1,23 +1,18 @@
 """WHERE the weights come from: a profile's `model` (a hub id, a local folder, or `tiny`) as a path that the
-load stage hands to from_pretrained, and how the model was built when the project built it.
+attempt's load stage hands to from_pretrained, and how the model was built when the project built it.
 
-The offline `tiny` model (tiny_model: built and warm-started on first use, then cached) is reached only here,
-so that loading, evaluation, the report and `--sample` read the same for every kind of model.
+The commands that load a model (the per-attempt command, `sample`, `export`) resolve it here and hand the
+trainer a path, so the trainer never knows the offline model and loading, evaluation and the report read the
+same for every kind of model.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
-from contract.attempt import ENV_RANDOM_WEIGHTS
+from contract.attempt import random_weights_requested
 
 TINY = "tiny"
-
-
-def random_weights_requested(environ=None) -> bool:
-    """Whether this attempt runs on random weights (the supervisor sets ENV_RANDOM_WEIGHTS)."""
-    return (os.environ if environ is None else environ).get(ENV_RANDOM_WEIGHTS, "") not in ("", "0")
 
 
 @dataclass(frozen=True)
@@ -42,3 +37,23 @@ def resolve_model(profile) -> ModelSource:
 
     folder = ensure_tiny(profile.dataset, seed=profile.seed)
     return ModelSource(str(folder), build_record(folder))
+
+
+def base_model_path(profile, adapter_dir) -> str:
+    """The base a saved adapter was trained on: the folder its config names when it is still there (the tiny
+    model's cache), else the profile's model (the tiny model is rebuilt from the same data and seed)."""
+    import json
+    from pathlib import Path
+
+    try:
+        named = json.loads((Path(adapter_dir) / "adapter_config.json").read_text(encoding="utf-8"))
+        base = named.get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError):
+        base = None
+    if isinstance(base, str) and base and Path(base).is_dir():
+        return base
+    if profile.model == TINY:
+        from tasks import load_task
+
+        load_task(profile, "train", limit=1)  # the tiny tokenizer reads the data with the profile's columns
+    return resolve_model(profile).path

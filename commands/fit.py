@@ -1,16 +1,47 @@
-"""HOW the fit solver's answer is shown (`python train.py --fit --set model=ORG/NAME`): the derived profile as YAML
-that loads as it is, led by comment lines saying what it needs, what was given up against the ambition (GiB per
-lever) and what card the full ambition needs; or one JSON object with --json."""
+"""`fit MODEL` (the old `--fit --set model=MODEL`): the most ambitious profile of any model that fits the card (found, or --gpu-memory), printed
+as YAML that loads as it is, led by comment lines saying what it needs, what was given up against the ambition
+(GiB per lever) and what card the full ambition needs; or one JSON object with --json."""
 
 from __future__ import annotations
 
 import json
 import sys
 
-from contract.errors import EXIT_OK, EXIT_OUT_OF_MEMORY, UsageError
+from commands import options
+from contract.errors import EXIT_OK, EXIT_OUT_OF_MEMORY
+from launcher.plan.derive import fit_for_machine
 from launcher.plan.settings import settings_of
-from launcher.plan.derive import best_fit, fit_gpus
-from launcher.plan.solve import Fit, objective, quality_key
+from launcher.plan.solve import Fit, objective
+
+SUMMARY = "the most ambitious profile of any model that fits the card, as loadable YAML"
+EXAMPLES = ("python train.py fit Qwen/Qwen2.5-7B-Instruct --gpu-memory 24",
+            "python train.py fit microsoft/phi-4 --gpu-memory 15 --gpu-name 'Tesla T4' --set lora_rank=32")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("model", metavar="MODEL", help="a hub id ORG/NAME, a local folder or a catalogue name")
+    group = parser.add_argument_group("profiles")
+    group.add_argument("--profiles-dir", metavar="DIR", default=str(options.DEFAULT_PROFILES_DIR),
+                       help="the ladder whose rungs give the ambitions (default: the shipped profiles/)")
+    options.add_set(group)
+    options.add_card(parser)
+    options.add_ledger_choice(parser)
+    options.add_json(parser, "the fit")
+
+
+def run(args) -> int:
+    from contract.errors import UsageError
+    from profiles.load import load_profiles, parse_overrides
+
+    overrides = parse_overrides(args.overrides)
+    if "model" in overrides and overrides["model"] != args.model:
+        raise UsageError(f"fit {args.model} --set model={overrides['model']}: two models; give the model once")
+    machine = options.machine_of(args)
+    # the rungs with the model only: the other keys set are pinned into each rung's intent by the solver
+    rungs = load_profiles(args.profiles_dir, [f"model={args.model}"], device="cuda")
+    pinned = {key: value for key, value in overrides.items() if key != "model"}
+    return print_fit(rungs, args.model, machine, pinned=pinned, measurements=options.measurements_of(args),
+                     as_json=args.json)
 
 
 def fit_text(result: Fit, card: str) -> str:
@@ -53,18 +84,7 @@ def fit_json(result: Fit, card: str) -> dict:
 def print_fit(rungs, model: str, machine, *, pinned=(), measurements=None, as_json: bool = False) -> int:
     """Solve for `model` on the machine's card from every rung's intent and print the most ambitious answer."""
     gpu = machine.primary
-    if gpu is None:
-        raise UsageError("--fit needs a card to fit: none was found (fix: add --gpu-memory GIB)")
-    results = best_fit(rungs, model, gpu, pinned=pinned, machine=machine, measurements=measurements)
-    if not results:
-        raise UsageError("--fit: no single-GPU cuda profile in the ladder to take an ambition from "
-                         "(fix: --profiles-dir with gpu-*.yaml)")
-    best = results[0]
-    if best.profile is not None and len(machine.gpus) > 1:  # --gpus N: data parallel and the vLLM server too
-        rung = next(r for r in rungs if r.name == best.ambition.source)
-        spread = fit_gpus(rung, model, machine, pinned=pinned, measurements=measurements)
-        if spread is not None and quality_key(spread.profile) > quality_key(best.profile):
-            best = spread
+    best = fit_for_machine(rungs, model, machine, pinned=pinned, measurements=measurements)
     card = f"{gpu.name} ({gpu.total_gib:g} GiB)" if len(machine.gpus) == 1 else \
         f"{len(machine.gpus)} x {gpu.name} ({gpu.total_gib:g} GiB each)"
     if as_json:

@@ -1,5 +1,5 @@
 """The profile schema as text: every key with its type, default and range for `--help`, and the JSON Schema
-that editors read (`python -m launcher.profile.help > profiles/schema.json`)."""
+that editors read (`python -m profiles.help > profiles/schema.json`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Literal, get_origin
 
 import annotated_types
 
-from launcher.profile.schema import KEYS, Profile, choices_of
-from launcher.profile.keys import shown
+from profiles.schema import KEYS, Profile, choices_of
+from profiles.keys import shown
 
 # ---------------------------------------------------------------------------------------------------
 # The schema as text: `--help` and profiles/schema.json
@@ -66,12 +66,41 @@ def schema_help() -> str:
     return "\n".join(lines)
 
 
+def keys_markdown() -> str:
+    """docs/profile-keys.md: every key by section, with type, default, range, tags and meaning (a test keeps
+    the file equal to this)."""
+    lines = ["# Profile keys", "",
+             "Every key a profile YAML (or `--set KEY=VALUE`) may hold, generated from the schema by",
+             "`python train.py profiles keys --markdown > docs/profile-keys.md`. Tags: `memory` keys change how",
+             "much memory a step needs (the ledger's fingerprint), `lever` keys are what the fit solver and the",
+             "OOM shrink may move, `shape` keys decide whether a checkpoint loads into another attempt."]
+    section = None
+    for key in KEYS:
+        info = Profile.model_fields[key]
+        extra = info.json_schema_extra
+        if extra["section"] != section:
+            section = extra["section"]
+            lines += ["", f"## {section}", "", "| key | type | default | range | tags | meaning |",
+                      "| --- | --- | --- | --- | --- | --- |"]
+        default = info.get_default(call_default_factory=True)
+        if isinstance(default, dict):
+            default = ", ".join(f"{k}: {v}" for k, v in default.items())
+        elif isinstance(default, list):
+            default = ", ".join(default)
+        elif isinstance(default, str) and (len(default) > 40 or "\n" in default):
+            default = shown(default.replace("\n", " "))
+        cell = str(default).replace("|", "\\|") if default != "" else "(none)"
+        lines.append(f"| `{key}` | {_kind(key)} | {cell} | {_range_text(key).replace('|', '/')} | "
+                     f"{', '.join(extra.get('tags', ()))} | {info.description.replace('|', '/')} |")
+    return "\n".join(lines) + "\n"
+
+
 def schema_json() -> str:
     """The JSON Schema of a profile YAML, for editors (`# yaml-language-server: $schema=schema.json`)."""
     return json.dumps(Profile.model_json_schema(), indent=2) + "\n"
 
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "profiles" / "schema.json"
+SCHEMA_PATH = Path(__file__).resolve().parent / "schema.json"
 
 if __name__ == "__main__":
     sys.stdout.write(schema_json())

@@ -1,0 +1,112 @@
+"""The commands of `python train.py <command>` (also `grpo-train <command>`, `docker run grpo-train <command>`):
+one module per command; each adds its own options, calls the domain, prints, and returns its exit status. The
+domain is imported inside each command's `run`, so that planning never loads torch.
+
+A module is a command by having SUMMARY, EXAMPLES, `add_arguments(parser)` and `run(args) -> int`; HIDDEN
+ones (the supervisor's per-attempt command) stay out of the help. Old flags (`--auto`, `--dry-run`, ...) are
+translated to one command each by commands.legacy."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> module, in the order the help lists them
+COMMANDS = {
+    "train": "commands.train",
+    "plan": "commands.plan",
+    "cards": "commands.cards",
+    "fit": "commands.fit",
+    "calibrate": "commands.calibrate",
+    "ledger": "commands.ledger",
+    "explain-oom": "commands.explain_oom",
+    "sample": "commands.sample",
+    "profiles": "commands.profiles",
+    "gpu-check": "commands.gpu_check",
+    "attempt": "commands.attempt",
+}
+PROG = "train.py"
+
+
+def module_of(name: str):
+    return importlib.import_module(COMMANDS[name])
+
+
+def top_help() -> str:
+    """One screen: what the tool is, its commands, a few examples, the exit statuses."""
+    lines = [f"usage: python {PROG} <command> [options]     (also: grpo-train <command>, "
+             "docker run --gpus all grpo-train <command>)",
+             "",
+             "GRPO fine-tuning (Unsloth + vLLM + TRL) that plans the configuration that learns most per hour on",
+             "your GPU, trains it, and falls back instead of crashing on CUDA out-of-memory.",
+             "",
+             "commands:"]
+    for name in COMMANDS:
+        module = module_of(name)
+        if getattr(module, "HIDDEN", False):
+            continue
+        lines.append(f"  {name:<12} {module.SUMMARY}")
+    lines += ["",
+              "examples:",
+              f"  python {PROG} plan                          what would run on this machine (instant, no torch)",
+              f"  python {PROG} train                         plan, then train; options alone also mean train",
+              f"  python {PROG} plan --gpu-memory 24          what a 24 GiB card would run",
+              f"  python {PROG} fit Qwen/Qwen2.5-7B-Instruct  the best profile of any model for this card",
+              f"  python {PROG} sample outputs/latest         answers of the model just trained",
+              "",
+              "exit status: 0 done; 2 bad input; 3 nothing fits, or every attempt ran out of memory;",
+              "130 interrupted; 1 any other failure.",
+              f"`python {PROG} COMMAND --help` shows a command's options; `python {PROG} profiles keys` every",
+              "profile key. The old flags (--auto, --dry-run, --fit-table, ...) still work: docs/interfaces.md."]
+    return "\n".join(lines) + "\n"
+
+
+def parser_for(name: str) -> argparse.ArgumentParser:
+    module = module_of(name)
+    examples = getattr(module, "EXAMPLES", ())
+    parser = argparse.ArgumentParser(
+        prog=f"{PROG} {name}", description=(module.__doc__ or "").strip().split("\n\n")[0],
+        epilog=("examples:\n" + "\n".join(f"  {e}" for e in examples)) if examples else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    module.add_arguments(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command line; its exit status."""
+    from contract.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, UsageError
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if not argv:
+            sys.stderr.write(top_help())
+            raise UsageError("give a command (e.g. `python train.py train`)")
+        if argv[0] in ("-h", "--help", "help") and len(argv) == 1:
+            sys.stdout.write(top_help())
+            return 0
+        if argv[0] not in COMMANDS:
+            if not argv[0].startswith("-"):
+                from profiles.keys import suggest
+
+                hint = suggest(argv[0], [c for c in COMMANDS if c != "attempt"])
+                raise UsageError(f"{argv[0]!r} is not a command{f' ({hint})' if hint else ''} (fix: `python "
+                                 f"{PROG} --help` lists the commands)")
+            from commands.legacy import translate
+
+            argv = translate(argv)
+        name, rest = argv[0], argv[1:]
+        if getattr(module_of(name), "PASS_THROUGH", False):
+            args = argparse.Namespace(kit_args=rest)
+        else:
+            try:
+                args = parser_for(name).parse_args(rest)
+            except SystemExit as exc:  # argparse has printed its message (or the help)
+                return int(exc.code or 0)
+        return module_of(name).run(args)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:  # Ctrl-C before the run's own handlers are in place: nothing to save yet
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

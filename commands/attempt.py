@@ -1,0 +1,61 @@
+"""The supervisor's per-attempt command (hidden from help): one attempt of a profile in this process, in
+the attempt folder the supervisor made. It resolves the model to load (the project's offline models are
+built here, not in the trainer) and the estimate the attempt is judged by, then hands both to the trainer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SUMMARY = "one attempt in this process (the supervisor's command; not for people)"
+HIDDEN = True
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--profile", metavar="FILE", required=True)
+    parser.add_argument("--attempt-dir", metavar="DIR", required=True)
+    parser.add_argument("--resume-from", metavar="CHECKPOINT")
+    from commands.options import add_set
+
+    add_set(parser)
+
+
+def run(args) -> int:
+    return run_one_attempt(args.profile, args.overrides, args.attempt_dir, args.resume_from)
+
+
+def attempt_estimate(profile) -> float | None:
+    """The memory estimate this attempt is judged by: the supervisor's (it knew the card), else, for an
+    attempt started by hand, the estimator's from the profile alone."""
+    from contract.attempt import estimate_from_env
+
+    given = estimate_from_env()
+    if given is not None:
+        return given
+    from launcher.memory.estimate import estimate
+
+    try:
+        return round(float(estimate(profile).total_gib), 4)
+    except Exception as exc:  # an estimate is a comparison figure, never a reason to stop training
+        print(f"note: no memory estimate for '{profile.name}' ({type(exc).__name__}: {exc})", flush=True)
+        return None
+
+
+def model_to_load(profile) -> tuple[str, dict | None]:
+    """(path for from_pretrained, the project's build record or None) for the profile's model."""
+    from tiny_model.source import resolve_model
+
+    source = resolve_model(profile)
+    return source.path, source.built
+
+
+def run_one_attempt(profile_file: str, overrides: list[str], attempt_dir: str, resume_from: str | None) -> int:
+    from contract.errors import EXIT_INTERRUPTED
+    from profiles.load import load_profile
+    from trainer.run import run_attempt
+    from trainer.signals import exit_on_signal
+
+    profile = load_profile(profile_file, overrides)
+    code = run_attempt(profile, Path(attempt_dir), resume_from=resume_from, resolve_model=model_to_load,
+                       estimate_gib=attempt_estimate(profile))
+    exit_on_signal(EXIT_INTERRUPTED)  # the outcome is written: nothing left to save
+    return code

@@ -1,0 +1,84 @@
+"""`ledger`: what this machine measured per shape against the estimate, and each record's effect on its
+plans (`--json` for machines); `ledger --forget PROFILE|FINGERPRINT|all` removes records."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from commands import options
+from launcher.memory.ledger import store as ledger_store
+from launcher.memory.ledger import weigh as ledger_weigh
+
+SUMMARY = "what this machine measured per shape, and each record's effect on its plans"
+EXAMPLES = ("python train.py ledger", "python train.py ledger --json", "python train.py ledger --forget all")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--forget", metavar="PROFILE|FINGERPRINT|all",
+                        help="remove these records (a profile name, a fingerprint shown by --json, or all)")
+    options.add_json(parser, "the ledger")
+
+
+def run(args) -> int:
+    from contract.errors import UsageError
+    from launcher.card.detect import detect_machine
+
+    if args.forget is not None:
+        if args.json:
+            raise UsageError("ledger --forget removes records and says how many; --json goes with the listing")
+        return forget_main(args.forget)
+    return print_ledger(detect_machine(), as_json=args.json)
+
+
+def print_ledger(machine, path: Path | None = None, console=None, as_json: bool = False) -> int:
+    """`python train.py --ledger`: per shape, the estimate against the measurement that counts here; then
+    every record with its effect on this machine's plans. `as_json`: one JSON object on stdout."""
+    if as_json:
+        print(json.dumps(ledger_weigh.ledger_report(machine, path), indent=2))  # warnings go to stderr
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    report = ledger_weigh.ledger_report(machine, path, warn=lambda text: console.print(text, markup=False))
+    if not report["records"]:
+        console.print(f"the ledger {report['path']} holds no measurement yet: every run and `--calibrate` adds "
+                      "to it", markup=False)
+        return 0
+
+    def fmt(value, digits=2):
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    shapes = Table(title=f"ledger: {report['path']} (figures that count on this machine)")
+    for col in ("machine", "profile", "batch / gens / completion", "records", "estimate GiB",
+                "measured peak GiB", "measured as", "measured / estimate", "OOM lower bound GiB", "last"):
+        shapes.add_column(col)
+    for r in report["shapes"]:
+        shapes.add_row(r["machine"], r["profile"], r["shape"], f"{r['counted']} of {r['runs']} count",
+                       fmt(r["estimate_gib"]), fmt(r["peak_gib"]), r["measure"] or "-", fmt(r["ratio"], 3),
+                       fmt(r["oom_lower_bound_gib"]), r["last"][:16].replace("T", " "))
+    console.print(shapes)
+    records = Table(title="records, oldest first, and their effect on this machine's plans")
+    for col in ("date", "profile", "shape", "status", "peak GiB", "OOM bound GiB", "effect"):
+        records.add_column(col)
+    for r in report["records"]:
+        records.add_row(r["date"][:16].replace("T", " "), r["profile"], r["shape"], r["status"],
+                        fmt(r["peak_gib"]), fmt(r["oom_lower_bound_gib"]), r["effect"])
+    console.print(records)
+    console.print(f"rules: the newest measurement of a shape counts; an OOM counts until a later success of "
+                  f"that shape; records older than {ledger_weigh.MAX_AGE_DAYS} days no longer count; `python train.py "
+                  "--forget PROFILE|FINGERPRINT|all` removes records", markup=False, soft_wrap=True)
+    return 0
+
+
+def forget_main(target: str, path: Path | None = None) -> int:
+    """`python train.py --forget TARGET`: remove, and say what went and how to see what is left."""
+    path = Path(path) if path is not None else ledger_store.ledger_path()
+    removed = ledger_store.forget(target, path)
+    if not removed:
+        print(f"the ledger {path} does not exist: nothing to forget")
+    else:
+        print(f"forgot {removed} record(s) of {target!r} from {path}; `python train.py --ledger` shows what is left")
+    return 0

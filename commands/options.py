@@ -1,0 +1,125 @@
+"""Options several commands share, defined once: the card to plan for, the profiles and their overrides, JSON
+output, the output folder; and the plan those options ask for (train, plan and calibrate build it alike)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import profiles as _profiles_package
+
+# The shipped ladder: the YAMLs beside the profile schema, wherever the project is installed.
+DEFAULT_PROFILES_DIR = Path(_profiles_package.__file__).resolve().parent
+# The largest card a plan may assume: far above any GPU made, far below numbers that overflow the estimator.
+MAX_GPU_GIB = 4096.0
+MAX_GPUS = 4096
+
+
+def gpu_gib(text: str) -> float:
+    """--gpu-memory: a finite, positive number of GiB (nan, inf and 1e308 are refused before planning)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of GiB") from None
+    if not (0 < value <= MAX_GPU_GIB):  # also False for nan
+        raise argparse.ArgumentTypeError(f"{text}: give the card's memory in GiB, above 0 and at most "
+                                         f"{MAX_GPU_GIB:g}")
+    return value
+
+
+def gpu_count(text: str) -> int:
+    """--gpus: a whole number of GPUs from 1 to MAX_GPUS."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of GPUs") from None
+    if not 1 <= value <= MAX_GPUS:
+        raise argparse.ArgumentTypeError(f"--gpus {text}: must be 1 or more (and at most {MAX_GPUS})")
+    return value
+
+
+def add_card(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("the card")
+    group.add_argument("--gpu-memory", metavar="GIB", type=gpu_gib,
+                       help="plan for a card with this much memory instead of the one found")
+    group.add_argument("--gpu-name", metavar="NAME",
+                       help="with --gpu-memory: the card's name as NVML reports it (e.g. 'Tesla T4'): its "
+                            "compute capability and speed come from the card table")
+    group.add_argument("--gpus", metavar="N", type=gpu_count,
+                       help="plan for N GPUs (with --gpu-memory: N such cards; else the first N found)")
+
+
+def add_profiles(parser: argparse.ArgumentParser, one_profile: bool = True) -> None:
+    group = parser.add_argument_group("profiles")
+    if one_profile:
+        group.add_argument("--profile", metavar="FILE",
+                           help="this profile YAML instead of the ladder (with one shrink on OOM)")
+    group.add_argument("--profiles-dir", metavar="DIR", default=str(DEFAULT_PROFILES_DIR),
+                       help="folder of profile YAMLs that forms the ladder (default: the shipped profiles/)")
+    add_set(group)
+
+
+def add_set(parser) -> None:
+    parser.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[],
+                        help="override a profile key, validated like the YAML (repeatable; "
+                             "`python train.py profiles keys` lists them)")
+
+
+def add_json(parser: argparse.ArgumentParser, what: str = "the result") -> None:
+    parser.add_argument("--json", action="store_true", help=f"print {what} as one JSON object on stdout")
+
+
+def add_ledger_choice(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ignore-ledger", action="store_true",
+                        help="plan from the estimator alone, not from what this machine measured before")
+
+
+def add_output_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--output-dir", metavar="DIR", default="outputs",
+                        help="where run folders are written (default: %(default)s)")
+
+
+def machine_of(args):
+    """The machine the options name: this one, or a what-if card (--gpu-memory, --gpu-name, --gpus)."""
+    from contract.errors import UsageError
+    from launcher.card.detect import detect_machine
+
+    if getattr(args, "gpu_name", None) and args.gpu_memory is None:
+        raise UsageError("--gpu-name needs --gpu-memory GIB (the card's memory)")
+    return detect_machine(what_if_gib=getattr(args, "gpu_memory", None), what_if_name=getattr(args, "gpu_name", None),
+                          what_if_count=getattr(args, "gpus", None))
+
+
+def measurements_of(args):
+    """The ledger's records, unless --ignore-ledger."""
+    if getattr(args, "ignore_ledger", False):
+        return None
+    from launcher.memory.ledger.store import read as read_ledger
+
+    return read_ledger()
+
+
+def plan_of(args):
+    """(plan, profiles) for the options: the ladder (or --profile FILE) on the machine they name, from the
+    ledger unless told not to; a --set model=X of the user's gets configurations derived for it."""
+    from launcher.plan.choose import make_plan
+    from profiles.load import load_profile, load_profiles, parse_overrides
+
+    machine = machine_of(args)
+    if getattr(args, "profile", None):
+        profiles = [load_profile(args.profile, args.overrides)]
+    else:  # a --set is checked against the profiles that can run on this machine
+        profiles = load_profiles(args.profiles_dir, args.overrides, device="cuda" if machine.gpus else "cpu")
+    measurements = measurements_of(args)
+    notes = []
+    overrides = parse_overrides(args.overrides)
+    if machine.gpus and not getattr(args, "profile", None) and "model" in overrides:
+        # a model of the user's: derive its configurations from the rungs' intents instead of borrowing theirs
+        from launcher.plan.derive import derive_ladder
+
+        profiles, notes = derive_ladder(profiles, overrides["model"], machine, pinned=set(overrides) - {"model"},
+                                        measurements=measurements)
+    # a profile the user named is never refused by the ledger, only warned about
+    plan = make_plan(profiles, machine, measurements=measurements, ledger_refuses=not getattr(args, "profile", None))
+    plan.notes.extend(notes)
+    return plan, profiles

@@ -1,0 +1,88 @@
+"""`plan` (the old `--dry-run`): what would run on this machine (or a card named with --gpu-memory): every rung of the ladder with
+its estimate and verdict, the one chosen, and why (`--json` for machines). Instant: no torch."""
+
+from __future__ import annotations
+
+import json
+
+from commands import options
+from commands.console import escape as _escape
+from commands.console import make_console as _console
+from contract.errors import EXIT_OK, EXIT_OUT_OF_MEMORY
+from launcher.memory.estimate import Estimate
+from launcher.plan.choose import Plan
+from launcher.plan.margins import GPU_MARGIN_TEXT, HOST_MARGIN_TEXT
+
+SUMMARY = "what would run here, or on a card named with --gpu-memory (instant: no torch)"
+EXAMPLES = ("python train.py plan", "python train.py plan --gpu-memory 24 --gpu-name 'NVIDIA L4'",
+            "python train.py plan --set model=Qwen/Qwen2.5-3B-Instruct --json")
+
+
+def add_arguments(parser) -> None:
+    options.add_profiles(parser)
+    options.add_card(parser)
+    options.add_ledger_choice(parser)
+    options.add_json(parser, "the plan")
+
+
+def run(args) -> int:
+    plan, _profiles = options.plan_of(args)
+    return print_plan(plan, as_json=args.json)
+
+
+def _shape(profile) -> str:
+    weights = "4-bit" if profile.load_in_4bit else ("fp32" if profile.device == "cpu" else "16-bit")
+    tune = f"LoRA {profile.lora_rank}" if profile.uses_lora else "full FT"
+    gen = f"vLLM {profile.gpu_memory_utilization:g}" if profile.fast_inference else "HF generate"
+    if profile.uses_vllm_server:
+        gen = f"vLLM server on {profile.vllm_server_gpus} GPU(s), TP {profile.vllm_tensor_parallel}"
+    text = f"{weights}, {tune}, {gen}"
+    if profile.num_gpus > 1:
+        unit = "processes" if profile.device == "cpu" else "GPUs"
+        text += f", {profile.num_gpus} {unit} " + (f"ZeRO-{profile.zero_stage}" if profile.zero_stage else "DDP")
+    return text
+
+
+def _top_components(est: Estimate, n: int = 3) -> str:
+    parts = sorted(((v, k) for k, v in est.components.items() if v > 0), reverse=True)[:n]
+    return ", ".join(f"{k} {v:.1f}" for v, k in parts)
+
+
+def print_plan(plan: Plan, as_json: bool = False) -> int:
+    """The plan as a table (or one JSON object); 0 when a profile fits, 3 when none does."""
+    code = EXIT_OK if plan.chosen is not None else EXIT_OUT_OF_MEMORY
+    if as_json:
+        print(json.dumps(plan.to_json(), indent=2))
+        return code
+    from rich.table import Table
+
+    console = _console()
+    console.print(plan.machine.message, markup=False, highlight=False)
+    for note in plan.notes:
+        console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)  # one line, for grep too
+    gpu = plan.machine.primary
+    where = "GPU" if gpu else "RAM"
+    table = Table(title=f"Ladder (lower rung = tried first); {where} margin {plan.margin_gib:.2f} GiB")
+    for column, justify in (("rung", "right"), ("profile", "left"), ("model", "left"), ("set-up", "left"),
+                            ("batch x acc / gens / completion", "left"), ("estimate GiB", "right"),
+                            ("largest parts (GiB)", "left"), ("verdict", "left")):
+        table.add_column(column, justify=justify, overflow="fold")
+    for cand in plan.candidates:
+        p = cand.profile
+        chosen = plan.chosen is not None and p is plan.chosen
+        verdict = ("[bold green]CHOSEN[/] " if chosen else "") + \
+            ("[green]" if cand.fits else "[red]") + _escape(cand.reason) + "[/]"
+        table.add_row(str(p.ladder), p.name, p.model.removeprefix("unsloth/"), _shape(p),
+                      f"{p.per_device_train_batch_size} x {p.gradient_accumulation_steps} / {p.num_generations} / "
+                      f"{p.max_completion_length}",
+                      f"{cand.estimate.total_gib:.2f}" if cand.estimate else "-",
+                      _top_components(cand.estimate) if cand.estimate else "-", verdict)
+    console.print(table)
+    console.print(GPU_MARGIN_TEXT if gpu else HOST_MARGIN_TEXT, markup=False, highlight=False)
+    if plan.chosen is not None:
+        console.print(f"chosen: {plan.chosen.name} ({plan.chosen.source})", markup=False, highlight=False)
+    else:
+        console.print("nothing fits: no profile of the ladder fits this machine (exit 3); "
+                      "try --gpu-memory to see what a larger card would run, or write a smaller profile",
+                      markup=False, highlight=False)
+    return code

@@ -1,0 +1,144 @@
+"""`profiles`: the shipped ladder and what a profile may say. `list` the rungs, `show NAME` one of them,
+`copy NAME DEST` a rung to edit for your card (in Docker: into a mounted folder, no `docker cp`), `check FILE...`
+validate profiles as a run would, `keys` every profile key with its type, default and range."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from commands import options
+from contract.errors import EXIT_BAD_INPUT, EXIT_OK, UsageError
+
+SUMMARY = "list, show, copy and check profiles; every profile key (`profiles keys`)"
+EXAMPLES = ("python train.py profiles list", "python train.py profiles copy gpu-24gb-llama3.1-8b my-card.yaml",
+            "python train.py profiles check my-card.yaml", "python train.py profiles keys")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--profiles-dir", metavar="DIR", default=str(options.DEFAULT_PROFILES_DIR),
+                        help="the folder of profiles to list, show and copy from (default: the shipped profiles/)")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    listing = actions.add_parser("list", help="every profile of the folder, in ladder order")
+    options.add_json(listing, "the profiles")
+    show = actions.add_parser("show", help="one profile's YAML as written")
+    show.add_argument("name", metavar="NAME", help="a profile's name (its file's stem) or a YAML path")
+    copy = actions.add_parser("copy", help="copy a profile to edit it (a file path, or a folder to put it in)")
+    copy.add_argument("name", metavar="NAME", help="a profile's name or a YAML path")
+    copy.add_argument("dest", metavar="DEST", help="the new file, or an existing folder")
+    copy.add_argument("--force", action="store_true", help="replace DEST if it exists")
+    check = actions.add_parser("check", help="validate profile files as a run would (exit 2 at the first bad one)")
+    check.add_argument("files", metavar="FILE", nargs="+")
+    options.add_set(check)
+    options.add_json(check, "each file's verdict")
+    keys = actions.add_parser("keys", help="every profile key: type, default, range and meaning")
+    keys.add_argument("--markdown", action="store_true", help="as the Markdown table of docs/profile-keys.md")
+
+
+def run(args) -> int:
+    return {"list": _list, "show": _show, "copy": _copy, "check": _check, "keys": _keys}[args.action](args)
+
+
+def find(name: str, folder: str | Path) -> Path:
+    """A profile file by path, or by name (file stem) in the folder; UsageError naming the known ones."""
+    path = Path(name).expanduser()
+    if path.suffix in (".yaml", ".yml") and path.is_file():
+        return path
+    folder = Path(folder)
+    for candidate in (folder / f"{name}.yaml", folder / f"{name}.yml"):
+        if candidate.is_file():
+            return candidate
+    known = sorted(p.stem for p in folder.glob("*.yaml") if not p.name.startswith("."))
+    from profiles.keys import suggest
+
+    hint = suggest(name, known)
+    raise UsageError(f"no profile {name!r} in {folder} ({hint + '; ' if hint else ''}known: {', '.join(known)}) "
+                     "(fix: `python train.py profiles list`)")
+
+
+def _list(args) -> int:
+    import json
+
+    from profiles.load import load_profiles
+
+    rows = [{"name": p.name, "ladder": p.ladder, "model": p.model, "device": p.device,
+             "gpus": p.gpus_needed, "file": Path(p.source).name, "description": p.description}
+            for p in load_profiles(args.profiles_dir)]
+    if args.json:
+        print(json.dumps({"folder": str(args.profiles_dir), "profiles": rows}, indent=2))
+        return EXIT_OK
+    from rich.table import Table
+
+    from commands.console import make_console
+
+    table = Table(title=f"profiles in {args.profiles_dir} (lower rung = tried first)")
+    for column in ("rung", "name", "model", "device", "GPUs", "for"):
+        table.add_column(column, overflow="fold")
+    for r in rows:
+        table.add_row(str(r["ladder"]), r["name"], r["model"], r["device"], str(r["gpus"]), r["description"])
+    make_console().print(table)
+    return EXIT_OK
+
+
+def _show(args) -> int:
+    sys.stdout.write(find(args.name, args.profiles_dir).read_text(encoding="utf-8"))
+    return EXIT_OK
+
+
+def _copy(args) -> int:
+    source = find(args.name, args.profiles_dir)
+    dest = Path(args.dest).expanduser()
+    if dest.is_dir():
+        dest = dest / source.name
+    if dest.exists() and not args.force:
+        raise UsageError(f"profiles copy: {dest} exists (fix: another name, or --force to replace it)")
+    if not dest.parent.is_dir():
+        raise UsageError(f"profiles copy: {dest.parent} is not a folder (fix: create it first)")
+    text = source.read_text(encoding="utf-8")
+    schema = Path(__file__).resolve().parents[1] / "profiles" / "schema.json"
+    # the copy points editors at the schema wherever it now lives
+    text = text.replace("# yaml-language-server: $schema=schema.json",
+                        f"# yaml-language-server: $schema={schema.as_uri()}")
+    try:
+        dest.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        from contract.failure import write_failure_text
+
+        raise UsageError(f"profiles copy: {write_failure_text(exc, dest.parent)}") from None
+    print(f"copied {source.name} to {dest}; edit it, then `python train.py profiles check {dest}` and "
+          f"`python train.py train --profile {dest}`")
+    return EXIT_OK
+
+
+def _check(args) -> int:
+    import json
+
+    from contract.errors import ProfileError
+    from profiles.load import load_profile
+
+    verdicts, code = [], EXIT_OK
+    for name in args.files:
+        try:
+            profile = load_profile(name, args.overrides)
+        except (ProfileError, UsageError) as exc:
+            verdicts.append({"file": name, "ok": False, "error": str(exc)})
+            code = EXIT_BAD_INPUT
+            continue
+        verdicts.append({"file": name, "ok": True, "name": profile.name, "model": profile.model,
+                         "device": profile.device, "ladder": profile.ladder})
+    if args.json:
+        print(json.dumps({"files": verdicts}, indent=2))
+        return code
+    for v in verdicts:
+        if v["ok"]:
+            print(f"ok: {v['file']}: profile '{v['name']}' ({v['model']} on {v['device']}, rung {v['ladder']})")
+        else:
+            print(f"error: {v['error']}", file=sys.stderr)
+    return code
+
+
+def _keys(args) -> int:
+    from profiles.help import keys_markdown, schema_help
+
+    sys.stdout.write(keys_markdown() if args.markdown else schema_help() + "\n")
+    return EXIT_OK

@@ -1,0 +1,43 @@
+"""`train` (the default command): plan for this machine's GPU (or CPU), then train the chosen profile in a
+child process per attempt, shrinking or falling back on out-of-memory, resuming from the last checkpoint.
+`--profile FILE` trains one profile instead of the ladder; `--resume` continues the latest run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from commands import options
+
+SUMMARY = "plan for this machine and train, falling back on OOM (the default command)"
+EXAMPLES = ("python train.py train", "python train.py train --profile profiles/gpu-16gb-gemma3-1b.yaml --set max_steps=50",
+            "python train.py train --resume")
+
+
+def add_arguments(parser) -> None:
+    options.add_profiles(parser)
+    options.add_output_dir(parser)
+    run = parser.add_argument_group("the run")
+    run.add_argument("--resume", action="store_true",
+                     help="continue the latest run in --output-dir from its last checkpoint")
+    run.add_argument("--fresh-attempt", action="store_true",
+                     help="with --resume: start the run's next attempt over at step 1 (e.g. after --set "
+                          "lora_rank=N, which its checkpoint cannot take); the checkpoints are kept")
+    options.add_card(parser)
+    options.add_ledger_choice(parser)
+
+
+def run(args) -> int:
+    from contract.errors import UsageError
+    from launcher.run.folder import check_output_dir
+
+    if args.fresh_attempt and not args.resume:
+        raise UsageError("--fresh-attempt only applies to --resume (a new run starts at step 1 anyway)")
+    check_output_dir(Path(args.output_dir), must_exist=args.resume)
+    plan, profiles = options.plan_of(args)
+    from launcher.run.inputs import check_run_inputs
+
+    check_run_inputs(profiles, plan, gpu_memory=args.gpu_memory, resume=args.resume)
+    from launcher.run.supervise import supervise
+
+    return supervise(plan, output_dir=Path(args.output_dir), overrides=args.overrides, resume=args.resume,
+                     fresh_attempt=args.fresh_attempt)

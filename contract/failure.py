@@ -1,0 +1,195 @@
+"""WHAT a failed attempt was, in the one reading both sides of the process boundary share: out of memory,
+an architecture the stack cannot load, a disk that refused a write (full, read-only, or not ours), or
+anything else. The attempt classifies its own exception this way and the supervisor reads a child's text and
+exit status the same way, so a status never depends on which side saw the failure.
+
+The OOM reader itself (figures, site) is contract.oom; the advice on what to change is launcher.oom.explain.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from contract.oom import line_of, read_oom
+
+OOM, UNSUPPORTED, ERROR = "oom", "unsupported", "error"
+
+# ---------------------------------------------------------------------------------------------------
+# Out of memory, and an exception that says so
+
+def is_oom_exception(exc: BaseException) -> bool:
+    """True for torch.OutOfMemoryError (by name: no torch import here) and RuntimeErrors that say OOM."""
+    for cls in type(exc).__mro__:
+        if cls.__name__ == "OutOfMemoryError":
+            return True
+    if isinstance(exc, MemoryError):
+        return True
+    text = str(exc)
+    return read_oom(text) is not None and isinstance(exc, (RuntimeError, ValueError))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Not a memory problem: an architecture the stack cannot load
+
+_UNSUPPORTED = [
+    re.compile(r"Model architectures? \[?'?([\w.]+)'?\]? (?:are|is) not supported"),
+    re.compile(r"does not recognize this architecture"),
+    re.compile(r"Unrecognized (?:model|configuration class)"),
+    re.compile(r"Unsloth:? [^\n]{0,120}not supported yet"),
+    re.compile(r"model type `([\w-]+)` but Transformers does not recognize"),
+    re.compile(r"UnsupportedArchitecture|unsupported architecture", re.IGNORECASE),
+    re.compile(r"vLLM[^\n]{0,80}\bnot supported\b", re.IGNORECASE),
+    # vLLM's refusal of float16 for Gemma 2/3 and GLM-4, met below compute capability 8.0 (T4, V100)
+    re.compile(r"The model type '?[\w-]+'? does not support float16"),
+    # Unsloth's vLLM start-up for an architecture it cannot serve (seen with Gemma 3, unsloth #2107)
+    re.compile(r"has no attribute 'vllm_engine'"),
+]
+
+
+def read_unsupported(text: str) -> str | None:
+    """The line saying the model's architecture cannot be loaded by vLLM/transformers/Unsloth, else None."""
+    for pattern in _UNSUPPORTED:
+        if m := pattern.search(text or ""):
+            return line_of(text, m.start())
+    return None
+
+
+def classify_failure(text: str, returncode: int | None = None) -> str:
+    """'oom', 'unsupported' or 'error' for a failed attempt's text (and exit status when known)."""
+    if read_oom(text, returncode) is not None:
+        return OOM
+    if read_unsupported(text):
+        return UNSUPPORTED
+    return ERROR
+
+
+# ---------------------------------------------------------------------------------------------------
+# A child killed by SIGKILL: the kernel's OOM killer, or someone's `kill -9`? Only the kernel can say.
+
+def oom_kill_count() -> int | None:
+    """The kernel's count of OOM kills in this process's memory cgroup (cgroup v2 memory.events, or v1
+    memory.oom_control), None where neither can be read."""
+    candidates = []
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _id, controllers, path = line.split(":", 2)
+            if controllers == "":
+                candidates.append(Path("/sys/fs/cgroup") / path.lstrip("/") / "memory.events")
+            elif "memory" in controllers.split(","):
+                candidates.append(Path("/sys/fs/cgroup/memory") / path.lstrip("/") / "memory.oom_control")
+    except (OSError, ValueError):
+        pass
+    candidates += [Path("/sys/fs/cgroup/memory.events"), Path("/sys/fs/cgroup/memory/memory.oom_control")]
+    for path in candidates:
+        try:
+            for line in path.read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill" and value.strip().isdigit():
+                    return int(value)
+        except OSError:
+            continue
+    return None
+
+
+def _dmesg_names(pid: int) -> bool | None:
+    """Whether the kernel log names `pid` as killed for memory; None where the log cannot be read."""
+    try:
+        done = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if done.returncode != 0 or not done.stdout:
+        return None
+    return re.search(rf"(Killed process {pid}\b|oom-kill:.*\bpid={pid}\b)", done.stdout) is not None
+
+
+def killed_by_kernel_oom(pid: int | None, count_before: int | None) -> bool | None:
+    """After a child died of SIGKILL: True when the kernel says it killed for memory (its cgroup's OOM-kill
+    count rose during the attempt, or its log names the pid), False when it says not, None when unknown."""
+    after = oom_kill_count()
+    if count_before is not None and after is not None:
+        if after > count_before:
+            return True
+    if pid is not None:
+        named = _dmesg_names(pid)
+        if named is not None:
+            return named
+    if count_before is not None and after is not None:
+        return False
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------
+# A write refused by the file system: full, read-only, or a folder this user may not write
+
+DISK_FULL, READ_ONLY, NO_PERMISSION = "full", "read-only", "permission"
+_ERRNO_PROBLEM = {errno.ENOSPC: DISK_FULL, errno.EDQUOT: DISK_FULL, errno.EROFS: READ_ONLY,
+                  errno.EACCES: NO_PERMISSION, errno.EPERM: NO_PERMISSION}
+_TEXT_PROBLEM = (("No space left on device", DISK_FULL), ("StorageFull", DISK_FULL),
+                 ("Disk quota exceeded", DISK_FULL), ("Read-only file system", READ_ONLY),
+                 ("Permission denied", NO_PERMISSION))
+# torch.save's zip writer words a full disk as its own failure, without the errno
+_TORCH_WRITER_TEXTS = ("PytorchStreamWriter failed writing", "inline_container.cc", "file write failed")
+# Below this much free space a failed torch.save is the disk's doing
+_NEARLY_FULL_BYTES = 64 * 2**20
+
+
+def write_problem(exc: BaseException, folder: Path | None = None) -> str | None:
+    """DISK_FULL, READ_ONLY or NO_PERMISSION when `exc` is a refused write (by its errno or its words, or
+    torch's writer failing on a nearly full disk under `folder`), else None."""
+    if isinstance(exc, OSError) and exc.errno in _ERRNO_PROBLEM:
+        return _ERRNO_PROBLEM[exc.errno]
+    text = str(exc)
+    for words, problem in _TEXT_PROBLEM:
+        if words in text:
+            return problem
+    if folder is None or not any(t in text for t in _TORCH_WRITER_TEXTS):
+        return None
+    try:
+        return DISK_FULL if shutil.disk_usage(folder).free < _NEARLY_FULL_BYTES else None
+    except OSError:
+        return None
+
+
+def _owner_text(path: Path) -> str:
+    """'owned by uid N' for the nearest existing folder at or above `path`, with this process's uid."""
+    probe = Path(path)
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        owner = probe.stat().st_uid
+    except OSError:
+        return f"you are uid {os.getuid()}"
+    return f"{probe} is owned by uid {owner}, you are uid {os.getuid()}"
+
+
+def write_fix(problem: str | None, folder: Path) -> str:
+    """The fix for a refused write, in parentheses: a permission problem names the folder's owner and how to
+    give it to this user; a full or read-only disk asks for space or another folder."""
+    if problem == NO_PERMISSION:
+        return (f"({_owner_text(folder)}) (fix: give that folder to this user, e.g. `sudo chown -R $(id -u):$(id -g) "
+                f"{folder}`, or, in Docker, run with `--user $(id -u):$(id -g)` and mount folders this user owns)")
+    if problem == READ_ONLY:
+        return "(fix: choose a writable --output-dir)"
+    return "(fix: free disk space, or choose a writable --output-dir)"
+
+
+def write_failure_text(exc: BaseException, folder: Path, needed_bytes: int | None = None) -> str:
+    """One line for a refused write: which folder and why; a full disk names the disk and its free space
+    (contract.safe_write.disk_error_text), a permission problem the folder's owner; then the fix."""
+    from contract.safe_write import disk_error_text
+
+    where = Path(getattr(exc, "filename", None) or folder)
+    problem = write_problem(exc, folder)
+    if problem == DISK_FULL and isinstance(exc, OSError) and exc.errno:
+        return f"{disk_error_text(exc, where, needed_bytes)} {write_fix(problem, where)}"
+    if isinstance(exc, OSError) and exc.errno:
+        what = os.strerror(exc.errno)
+    else:
+        what = next((w for w, _ in _TEXT_PROBLEM if w in str(exc)), None) or \
+            f"{os.strerror(errno.ENOSPC)} ({line_of(str(exc), 0)})"
+    return f"cannot write to {where}: {what} {write_fix(problem, where)}"

@@ -1,0 +1,292 @@
+"""HOW the ledger is kept: its file, the record's schema (Entry) and its checks, the lock every writer takes,
+appending one whole line, reading back every sound line, and forgetting records.
+
+Nothing here weighs a record (launcher.memory.ledger.weigh) or decides what an attempt adds (`record`)."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import math
+import os
+import sys
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from contract.attempt import cache_root
+from contract.environment import ENV_LEDGER
+from profiles.schema import MEMORY_KEYS  # the keys that change how much memory a step needs
+
+LEDGER_FILE = "ledger.jsonl"
+VERSIONED_PACKAGES = ("torch", "transformers", "trl", "peft", "unsloth", "vllm", "bitsandbytes")
+
+
+def ledger_path() -> Path:
+    override = os.environ.get(ENV_LEDGER, "").strip()
+    return Path(override).expanduser() if override else cache_root() / LEDGER_FILE
+
+
+def memory_settings(profile) -> dict:
+    settings = {key: getattr(profile, key) for key in MEMORY_KEYS}
+    settings["target_modules"] = sorted(settings["target_modules"])
+    return settings
+
+
+def fingerprint(profile) -> str:
+    """A short hash of the keys that change memory: two profiles with the same one need the same memory."""
+    text = json.dumps(memory_settings(profile), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def machine_identity(machine, device: str) -> dict:
+    """What makes two runs comparable: the card (name, memory to the GiB) or the CPU with its RAM."""
+    gpu = getattr(machine, "primary", None)
+    if device == "cuda" and gpu is not None:
+        return {"device": "cuda", "name": gpu.name, "total_gib": round(float(gpu.total_gib)),
+                "driver": gpu.driver}
+    return {"device": "cpu", "name": "cpu", "total_gib": round(float(getattr(machine, "host_ram_gib", 0.0)))}
+
+
+def same_machine(a: dict, b: dict) -> bool:
+    return all(a.get(k) == b.get(k) for k in ("device", "name", "total_gib"))
+
+
+def library_versions() -> dict:
+    found = {}
+    for name in VERSIONED_PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+# Figures above this are not a machine's memory (a hand edit, a unit mix-up): the line is skipped.
+MAX_FIGURE_GIB = 65536.0
+# What `--forget` takes besides a profile name or a fingerprint: every record.
+FORGET_ALL = "all"
+FIGURE_FIELDS = ("estimate_gib", "peak_gib", "oom_lower_bound_gib", "others_gib")
+
+
+@dataclass
+class Entry:
+    profile: str
+    fingerprint: str
+    machine: dict
+    status: str                                   # the attempt's status, or "probe-ok" / "probe-oom"
+    estimate_gib: float | None = None
+    components: dict = field(default_factory=dict)
+    peak_gib: float | None = None                 # measured peak of the attempt (or of its probe), as planned with
+    measure: str | None = None                    # what was measured (see planning_peak); None: before it was said
+    probe: dict | None = None
+    oom_lower_bound_gib: float | None = None      # held + asked, from an OOM's figures
+    oom_kind: str | None = None                   # what ran out (contract.oom KIND_*), for an OOM
+    others_gib: float | None = None               # what other processes held of the device at the OOM
+    vllm: dict | None = None                      # vLLM's own start-up breakdown, when it printed one
+    settings: dict = field(default_factory=dict)
+    versions: dict = field(default_factory=dict)
+    date: str = ""
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status in ("ok", "probe-ok", "interrupted") and self.peak_gib is not None
+
+    @property
+    def when(self) -> datetime:
+        return parse_date(self.date)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "Entry":
+        """An entry from one parsed line; ValueError saying which field is wrong when it is not a sound one."""
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        known = set(cls.__dataclass_fields__)
+        try:
+            entry = cls(**{k: v for k, v in data.items() if k in known})
+        except TypeError:
+            missing = [k for k in ("profile", "fingerprint", "machine", "status") if k not in data]
+            raise ValueError(f"no {', '.join(missing) or 'required field'}") from None
+        entry._check()
+        return entry
+
+    def _check(self) -> None:
+        for name in ("profile", "fingerprint", "status"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"{name} is {value!r}, not a name")
+        if not isinstance(self.machine, dict) or not isinstance(self.machine.get("device"), str):
+            raise ValueError(f"machine is {self.machine!r}, not a machine")
+        for name in FIGURE_FIELDS:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            lowest_ok = 0.0 if name == "others_gib" else None
+            if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+                    or value > MAX_FIGURE_GIB or (value < 0 if lowest_ok is not None else value <= 0)):
+                raise ValueError(f"{name} is {value!r}, not a positive number of GiB")
+        for name in ("components", "settings", "versions"):
+            if not isinstance(getattr(self, name), dict):
+                raise ValueError(f"{name} is {getattr(self, name)!r}, not an object")
+        for name in ("probe", "vllm"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), dict):
+                raise ValueError(f"{name} is {getattr(self, name)!r}, not an object")
+        if not isinstance(self.date, str):
+            raise ValueError(f"date is {self.date!r}, not a date")
+        try:
+            parse_date(self.date)
+        except ValueError:
+            raise ValueError(f"date is {self.date!r}, not a date (YYYY-MM-DDTHH:MM:SS)") from None
+
+
+def parse_date(text: str) -> datetime:
+    """A record's date as local time without a zone (records are written so; a zoned one is converted)."""
+    when = datetime.fromisoformat(text)
+    return when.astimezone().replace(tzinfo=None) if when.tzinfo is not None else when
+
+
+@contextmanager
+def _locked(path: Path, flags: int):
+    """The ledger file open and exclusively locked. `forget` replaces the file by a new one: a writer that
+    waited on the old one opens the new one and locks again, so that no line lands in a removed file."""
+    while True:
+        fd = os.open(path, flags, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                current = os.fstat(fd).st_ino == os.stat(path).st_ino
+            except FileNotFoundError:
+                current = False
+        except BaseException:
+            os.close(fd)
+            raise
+        if current:
+            break
+        os.close(fd)
+    try:
+        yield fd
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def append(entry: Entry, path: Path | None = None) -> Path:
+    """Add one line. One write of the whole line under an exclusive lock: runs appending at once lose nothing
+    and never interleave."""
+    path = Path(path) if path is not None else ledger_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = entry.to_json().encode("utf-8")
+    with _locked(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT) as fd:
+        written = 0
+        while written < len(data):
+            written += os.write(fd, data[written:])
+        os.fsync(fd)
+    return path
+
+
+def check_writable(path: Path | None = None) -> Path:
+    """The ledger, opened for appending once (created empty when missing): UsageError naming the file and the
+    fix when it cannot be written. `--calibrate` checks this before its first probe: measuring into a ledger
+    that keeps nothing would cost minutes for nothing."""
+    from contract.errors import UsageError
+
+    path = Path(path) if path is not None else ledger_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+    except OSError as exc:
+        raise UsageError(f"cannot write the ledger {path}: {exc.strerror or exc} (fix: make it writable, or set "
+                         f"{ENV_LEDGER}=FILE to a ledger you can write)") from None
+    return path
+
+
+def read(path: Path | None = None, warn=None) -> list[Entry]:
+    """Every sound entry; a damaged line (a crash mid-write, a hand edit, a wrong type) is skipped, with one
+    warning for all of them that names the first few and why."""
+    entries, bad = read_lines(Path(path) if path is not None else ledger_path(), warn)
+    return entries
+
+
+def read_lines(path: Path, warn) -> tuple[list[Entry], list[tuple[int, str]]]:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except FileNotFoundError:
+        return [], []
+    except OSError as exc:
+        warn_or_print(warn, f"warning: cannot read the ledger {path}: {exc.strerror or exc}; planning from estimates")
+        return [], []
+    entries, bad = [], []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            entries.append(Entry.from_dict(json.loads(line)))
+        except ValueError as exc:  # json's errors are ValueErrors too
+            why = str(exc) if not isinstance(exc, json.JSONDecodeError) else "not JSON (cut short?)"
+            bad.append((number, why))
+    if bad:
+        shown = "; ".join(f"line {n}: {why}" for n, why in bad[:3])
+        warn_or_print(warn, f"warning: {path}: skipped {len(bad)} damaged line(s) ({shown}{'; ...' if len(bad) > 3 else ''})"
+                    f" (fix: `python train.py --forget all` starts the ledger afresh)")
+    return entries, bad
+
+
+def warn_or_print(warn, text: str) -> None:
+    if warn is not None:
+        warn(text)
+    else:
+        print(text, file=sys.stderr)
+
+
+def _matches(data: Any, target: str) -> bool:
+    if target == FORGET_ALL:
+        return True
+    if not isinstance(data, dict):
+        return False
+    name, key = data.get("profile"), data.get("fingerprint")
+    return name == target or (isinstance(key, str) and len(target) >= 4 and key.startswith(target))
+
+
+def forget(target: str, path: Path | None = None) -> int:
+    """Remove the records of a profile name, a fingerprint (or its first 4+ characters), or `all`, whatever
+    machine they came from; the file is replaced whole, under the lock that appends take. How many went.
+    UsageError when nothing matches (naming what the ledger holds) or the file cannot be rewritten."""
+    from contract.errors import UsageError
+
+    path = (Path(path) if path is not None else ledger_path()).resolve()  # a link's file, not the link, is rewritten
+    target = target.strip()
+    if not target:
+        raise UsageError("--forget needs a profile name, a fingerprint or `all` (see `python train.py --ledger`)")
+    if not path.exists():
+        return 0
+    try:
+        with _locked(path, os.O_RDONLY):
+            lines = path.read_bytes().decode("utf-8", errors="replace").splitlines(keepends=True)
+            kept, removed, names = [], 0, set()
+            for line in lines:
+                try:
+                    data = json.loads(line) if line.strip() else None
+                except ValueError:
+                    data = None
+                if isinstance(data, dict) and isinstance(data.get("profile"), str):
+                    names.add(data["profile"])
+                if (data is not None and _matches(data, target)) or (target == FORGET_ALL and line.strip()):
+                    removed += 1
+                else:
+                    kept.append(line)
+            if not removed:
+                raise UsageError(f"--forget {target}: no record of that profile or fingerprint in {path} (it holds: "
+                                 f"{', '.join(sorted(names)) or 'no record'}; `all` forgets every record)")
+            from contract.safe_write import write_atomic
+
+            write_atomic(path, "".join(kept))
+    except OSError as exc:
+        raise UsageError(f"--forget {target}: cannot rewrite the ledger {path}: {exc.strerror or exc} (fix: make "
+                         "it and its folder writable)") from None
+    return removed
