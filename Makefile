@@ -1,6 +1,7 @@
 # Two commands set everything up on a machine without a GPU:
 #   make train   create .venv, install the pinned CPU set, run `python train.py --auto`
 #   make test    create .venv, install the pinned CPU set, run the whole test suite
+#   make test-unit   the unit tests alone (the inner loop); make lint   ruff check and format check
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -12,7 +13,7 @@ STAMP  := $(VENV)/.installed-$(shell cat constraints.txt pyproject.toml | cksum 
 TORCH_INDEX_URL ?=
 TORCH_INDEX := $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL),)
 
-.PHONY: venv train test test-fast test-vllm dry-run clean vllm-side
+.PHONY: venv train test test-unit test-fast test-vllm dry-run lint clean vllm-side
 
 venv: $(STAMP)
 
@@ -30,20 +31,29 @@ $(STAMP): constraints.txt pyproject.toml
 	touch $@
 
 train: venv
-	$(PY) train.py --auto
+	$(PY) train.py train
 
 dry-run: venv
-	$(PY) train.py --auto --dry-run
+	$(PY) train.py plan
 
 # pytest exits 5 when it collected no test: that is a failure here, not a pass.
 test: venv
 	$(PY) -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
 
+# The inner loop: the unit tests of every package (no training run, no subprocess of train.py).
+test-unit: venv
+	$(PY) -m pytest -q -m "not slow" tests/unit
+
 test-fast: venv
 	$(PY) -m pytest -q -m "not slow"
 
+# ruff's checks and its formatter's verdict (configured in pyproject.toml); CI fails on either.
+lint: venv
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
 # vLLM's Python code beside the environment (never in it: its wheel pins a CUDA torch), for the CPU checks of
-# the vLLM glue in tests/test_vllm_glue.py; they skip without it.
+# the vLLM glue in tests/rehearsal/test_vllm_glue.py; they skip without it.
 vllm-side: venv
 	$(PIP) install --quiet --no-deps --only-binary=:all: --target .vllm-side -r requirements/vllm-side.txt
 

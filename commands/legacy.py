@@ -56,6 +56,9 @@ TABLE: dict[str, OldFlag] = {
     "-h": OldFlag(None, "--help"),
 }
 
+# Flags of one command that contradict each other (the old interface refused them; so does the translation).
+CONTRADICTIONS = (("--auto", "--profile"), ("--resume", "--profile"))
+
 # A flag that only modifies the command of another: `--dry-run` with `--calibrate` is `calibrate --dry-run`
 # (alone, or with --auto / --profile / --resume, it is `plan`).
 MODIFIES = {("--dry-run", "calibrate"): "--dry-run"}
@@ -96,6 +99,10 @@ def translate(argv: list[str]) -> list[str]:
     """The command line of one command for an old spelling (a list of flags); UsageError (exit 2) when its
     flags ask for two different commands, naming both."""
     pairs = _split(argv)
+    given = {flag for flag, _ in pairs}
+    for first, second in CONTRADICTIONS:
+        if first in given and second in given:
+            raise UsageError(f"{first} and {second} ask for two different things; give one of them")
     asked: dict[str, str] = {}  # command -> the first flag that asked for it
     for flag, _ in pairs:
         command = TABLE[flag].command

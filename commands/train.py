@@ -30,6 +30,9 @@ def run(args) -> int:
     from contract.errors import UsageError
     from launcher.run.folder import check_output_dir
 
+    if args.resume and args.profile:
+        raise UsageError("--resume continues the latest run with its own profiles, and --profile names another; "
+                         "give one of them (fix: `train --resume`, or `train --profile FILE` for a new run)")
     if args.fresh_attempt and not args.resume:
         raise UsageError("--fresh-attempt only applies to --resume (a new run starts at step 1 anyway)")
     check_output_dir(Path(args.output_dir), must_exist=args.resume)

@@ -110,7 +110,7 @@ CATALOGUE: tuple[Architecture, ...] = (
 
 # Model types vLLM refuses to run in float16 ("The model type ... does not support float16. Reason: Numerical
 # instability", vllm/config/model.py _FLOAT16_NOT_SUPPORTED_MODELS, vLLM 0.32). Below compute capability 8.0
-# Unsloth hands vLLM float16 (no bfloat16 there) and vLLM refuses these at start: tests/test_vllm_glue.py keeps
+# Unsloth hands vLLM float16 (no bfloat16 there) and vLLM refuses these at start: tests/rehearsal/test_vllm_glue.py keeps
 # this list equal to vLLM's.
 VLLM_FLOAT16_REFUSED = ("gemma2", "gemma3", "gemma3_text", "glm4")
 

@@ -61,16 +61,25 @@ def tiny_seed() -> int:
     return load_profile(CPU_DEFAULT).seed
 
 
+# The tiny models the tests train, kept across test runs: a build is reused wherever its key (task, seed, shape,
+# warm-start settings) matches, so only the first run of a clone pays for it. GRPO_TEST_CACHE moves it.
+TEST_MODEL_CACHE = Path(os.environ.get("GRPO_TEST_CACHE") or REPO / ".cache" / "test-models")
+READY_MARK = ".session-ready"
+
+
 @pytest.fixture(scope="session")
-def tiny_cache(tmp_path_factory, tiny_seed) -> Path:
-    """A model cache (GRPO_TRAIN_CACHE) shared by the session's CPU runs, holding the CPU profiles' tiny model,
-    warm start included, built once here so that no run pays for the build inside its own time limit.
-    Built in a child process, as train.py builds it, so this process imports no torch/Unsloth for it."""
-    root = tmp_path_factory.mktemp("grpo-cache")
+def tiny_cache(tiny_seed) -> Path:
+    """A model cache (GRPO_TRAIN_CACHE) shared by the CPU runs, holding the CPU profiles' tiny model, warm start
+    included, built here (or found from an earlier test run) so that no run pays for the build inside its own
+    time limit. Built in a child process, as train.py builds it, so this process imports no torch/Unsloth for
+    it. `READY_MARK` is touched when it is ready: a folder newer than the mark was built by a run."""
+    root = TEST_MODEL_CACHE
+    root.mkdir(parents=True, exist_ok=True)
     code = "import sys; from tiny_model.build import ensure_tiny; print(ensure_tiny('arithmetic', seed=int(sys.argv[1])))"
     env = {**os.environ, "GRPO_TRAIN_CACHE": str(root)}
     result = subprocess.run([sys.executable, "-c", code, str(tiny_seed)], cwd=REPO, env=env, capture_output=True,
                             text=True, timeout=TINY_BUILD_TIMEOUT_S)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert Path(result.stdout.strip().splitlines()[-1]).parent == root
+    (root / READY_MARK).touch()
     return root

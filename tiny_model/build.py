@@ -209,8 +209,9 @@ def _warm_start(model, tokenizer, dataset: str, seed: int) -> dict | None:
     from tiny_model import warm_start
 
     threads = torch.get_num_threads()
-    # the same thread count on every machine: the sums run in one order, so the criterion stops at the same
-    # step and the cached weights are the same whatever the machine's cores
+    # the same thread count on every machine: the sums run in one order whatever the machine's cores. The
+    # CPU's vector instruction set still picks the kernels (AVX2 or AVX-512 sum in other orders), so machines
+    # of different kinds can stop at other steps: the record names the kind it was built on.
     torch.set_num_threads(warm_start.WARM_START_THREADS)
     try:
         rows = load_task(dataset, "test", limit=warm_start.HELDOUT_ROWS)
@@ -223,7 +224,8 @@ def _warm_start(model, tokenizer, dataset: str, seed: int) -> dict | None:
         torch.set_num_threads(threads)
     return {"steps": done["steps"], "stopped": done["stopped"], "checks": done["checks"],
             "batch": warm_start.WARM_START_BATCH, "learning_rate": warm_start.WARM_START_LR, "seconds": seconds,
-            "held_out": len(rows), "random": random_probe, "warm_start": warm_probe}
+            "held_out": len(rows), "random": random_probe, "warm_start": warm_probe,
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__}
 
 
 def read_warm_start(model_path) -> dict | None:
@@ -256,4 +258,4 @@ def build_record(model_path) -> dict | None:
     return {"steps": record["steps"], "held_out": record["held_out"], "seconds": record["seconds"],
             "random_accuracy": record["random"]["accuracy"], "warm_start_accuracy": record["warm_start"]["accuracy"],
             "warm_start_well_formed": record["warm_start"].get("well_formed"), "stopped": record.get("stopped"),
-            "restated": kept[-1]["restated"] if kept else None}
+            "restated": kept[-1]["restated"] if kept else None, "cpu_capability": record.get("cpu_capability")}

@@ -2,7 +2,7 @@
 
 Each term restates what a simulated step (benchmarks/step_simulation.py: transformers' modules, PEFT,
 TRL 1.15's chunked LM head, bf16 autocast, AdamW) keeps alive; benchmarks/estimator_vs_simulation.md
-holds the comparison and tests/test_estimator_simulation.py keeps it within 10%.
+holds the comparison and tests/unit/launcher/test_estimator_simulation.py keeps it within 10%.
 
 - A decoder block keeps, per token: an fp32 copy of each RMSNorm's input; rotated q, and k and v repeated
   to every head (transformers repeats them when a padding mask is given, as TRL always does), the

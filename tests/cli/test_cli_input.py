@@ -1,0 +1,195 @@
+"""Bad input on the command line gets exit 2 and a message before anything starts, never a traceback:
+conflicting modes, an --output-dir that cannot hold a run, --gpu-memory for a run on a machine without a GPU,
+unknown names in GRPO_INJECT_OOM, bad training data; Ctrl-C at start exits 130; huge prompts are measured in
+characters before any tokenizer sees them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import train
+from contract.errors import UsageError
+from launcher.card.detect import Machine, detect_machine
+from launcher.plan.choose import make_plan
+from profiles.load import load_profiles
+from launcher.run.inputs import check_run_inputs
+
+ROOT = Path(__file__).resolve().parents[2]
+PROFILE = str(ROOT / "profiles" / "cpu-tiny-4gen.yaml")
+
+
+def main(capsys, *argv: str) -> tuple[int, str]:
+    code = train.main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+# ---------------------------------------------------------------------------------------------------
+# Modes that contradict each other
+
+@pytest.mark.parametrize("argv", [
+    ["--auto", "--profile", PROFILE], ["--resume", "--profile", PROFILE], ["--explain-oom", "x.txt", "--auto"],
+    ["--fit-table", "--auto"], ["--fit-table", "--resume"], ["--explain-oom", "-", "--dry-run"],
+])
+def test_conflicting_modes_are_refused(capsys, tmp_path, argv):
+    code, text = main(capsys, *argv, "--output-dir", str(tmp_path / "out"))
+    assert code == 2
+    # contradictory flags of one command keep their old refusal; flags of two commands name both
+    assert ("ask for two different things" in text or " for `" in text) and "Traceback" not in text
+    assert not (tmp_path / "out").exists()
+
+
+def test_fresh_attempt_needs_resume(capsys, tmp_path):
+    code, text = main(capsys, "--auto", "--fresh-attempt", "--output-dir", str(tmp_path / "out"))
+    assert code == 2 and "--fresh-attempt only applies to --resume" in text
+
+
+# ---------------------------------------------------------------------------------------------------
+# --output-dir (bug 6)
+
+def test_output_dir_that_is_a_file(capsys, tmp_path):
+    path = tmp_path / "a-file"
+    path.write_text("x")
+    code, text = main(capsys, "--auto", "--output-dir", str(path))
+    assert code == 2 and f"--output-dir {path}: is a file" in text
+
+
+def test_output_dir_under_a_file(capsys, tmp_path):
+    (tmp_path / "a-file").write_text("x")
+    code, text = main(capsys, "--auto", "--output-dir", str(tmp_path / "a-file" / "runs"))
+    assert code == 2 and f"lies under {tmp_path / 'a-file'}, which is a file" in text
+
+
+def test_output_dir_under_proc(capsys):
+    code, text = main(capsys, "--auto", "--output-dir", "/proc/self/runs")
+    assert code == 2 and "lies under /proc, a kernel file system" in text
+
+
+def test_output_dir_on_a_read_only_mount(capsys, tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(folder)], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a read-only tmpfs here ({done.stderr.strip() or done.returncode})")
+    try:
+        code, text = main(capsys, "--auto", "--output-dir", str(folder / "runs"))
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+    assert code == 2 and f"{folder} is on a read-only mount" in text
+
+
+def test_resume_into_a_missing_output_dir(capsys, tmp_path):
+    code, text = main(capsys, "--resume", "--output-dir", str(tmp_path / "nothing-here"))
+    assert code == 2 and "does not exist" in text
+
+
+# ---------------------------------------------------------------------------------------------------
+# What a run needs beyond its profiles
+
+def test_gpu_memory_for_a_run_on_a_machine_without_a_gpu(capsys, tmp_path):
+    if detect_machine().gpus:
+        pytest.skip("this machine has a GPU")
+    code, text = main(capsys, "--auto", "--gpu-memory", "24", "--output-dir", str(tmp_path / "out"))
+    assert code == 2
+    assert "--gpu-memory 24 without --dry-run" in text and "no GPU" in text and "--dry-run" in text
+    assert not (tmp_path / "out").exists()
+
+
+def test_inject_oom_names_are_checked_against_the_profiles(monkeypatch):
+    profiles = load_profiles(ROOT / "profiles")
+    plan = make_plan(profiles, Machine(gpus=[], message="no GPU", host_ram_gib=24.0, host_free_gib=20.0))
+    monkeypatch.setenv("GRPO_INJECT_OOM", "cpu-tiny-8gen@2,cpu-tiny-4gen@probe,cpu-tiny-8gen")
+    check_run_inputs(profiles, plan, gpu_memory=None, resume=True)  # the three forms are accepted
+    monkeypatch.setenv("GRPO_INJECT_OOM", "cpu-tiny-8gen,cpu-tiny-9gen")
+    with pytest.raises(UsageError, match=r"no profile named 'cpu-tiny-9gen' \(known: cpu-tiny-4gen, cpu-tiny-8gen"):
+        check_run_inputs(profiles, plan, gpu_memory=None, resume=True)
+    monkeypatch.setenv("GRPO_INJECT_OOM", "cpu-tiny-8gen@soon")
+    with pytest.raises(UsageError, match="step 'soon' of 'cpu-tiny-8gen' is neither a whole number nor 'probe'"):
+        check_run_inputs(profiles, plan, gpu_memory=None, resume=True)
+
+
+@pytest.mark.parametrize("content, says", [
+    ("", "no"),
+    ('{"question": "1+1?", "answer": "2"}\n{"question": "2+2?"\n', "line 2"),
+    ('{"question": "1+1?"}\n' * 10, "answer"),
+])
+def test_bad_data_exits_2_before_a_run_folder_exists(capsys, tmp_path, monkeypatch, content, says):
+    monkeypatch.delenv("GRPO_INJECT_OOM", raising=False)
+    data = tmp_path / "data.jsonl"
+    data.write_text(content)
+    code, text = main(capsys, "--profile", PROFILE, "--set", f"dataset={data}", "--output-dir",
+                      str(tmp_path / "out"))
+    assert code == 2, text
+    assert str(data) in text and says in text and "Traceback" not in text
+    assert not list((tmp_path / "out").glob("run-*"))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Ctrl-C at start
+
+@pytest.mark.parametrize("after_s", [0.3, 1.0, 2.0])
+def test_ctrl_c_in_the_first_moments_exits_130_without_a_traceback(tmp_path, after_s):
+    env = {k: v for k, v in os.environ.items() if k not in ("FAKE_CHILD_PLAN", "GRPO_INJECT_OOM")}
+    proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"), "--auto", "--output-dir", str(tmp_path / "o"),
+                             "--set", "max_steps=2"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    time.sleep(after_s)
+    proc.send_signal(signal.SIGINT)
+    try:
+        output, _ = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:  # the signal was lost: stop the run (its attempt follows the supervisor)
+        proc.terminate()
+        output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, output[-2000:]
+    assert "Traceback" not in output, output[-2000:]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Huge prompts
+
+class CountingTokenizer:
+    """A whitespace tokenizer that records how many characters it was given."""
+
+    chat_template = None
+
+    def __init__(self):
+        self.characters = 0
+
+    def __call__(self, text):
+        self.characters += len(text)
+        return {"input_ids": text.split()}
+
+
+def test_huge_prompts_are_dropped_by_characters_before_tokenizing():
+    from tasks.prompts import build_prompt, filter_by_length
+
+    rows = [{"prompt": build_prompt("What is 2 + 2?"), "answer": "4"},
+            {"prompt": build_prompt("x" * 5_000_000), "answer": "1"}]  # one word, so it would pass by tokens
+    tokenizer = CountingTokenizer()
+    kept, dropped = filter_by_length(rows, tokenizer, 64)
+    assert [row["answer"] for row in kept] == ["4"] and dropped == 1
+    assert tokenizer.characters < 10_000  # the 5 MB line never reached the tokenizer
+
+
+def test_set_is_checked_against_the_profiles_that_can_run_here(capsys):
+    # num_gpus=2 suits the CPU ladder (two processes) but no single-GPU Unsloth profile: on a machine without a
+    # GPU only the CPU profiles take it, the GPU ones load as written and are left out by the plan
+    cpu_ladder = load_profiles(ROOT / "profiles", ["num_gpus=2"], device="cpu")
+    assert {p.num_gpus for p in cpu_ladder if p.device == "cpu"} == {2}
+    assert all(p.num_gpus == load_profiles(ROOT / "profiles")[i].num_gpus
+               for i, p in enumerate(cpu_ladder) if p.device == "cuda")
+    with pytest.raises(UsageError, match="gradient_checkpointing"):
+        load_profiles(ROOT / "profiles", ["num_gpus=2"], device="cuda")
+    if not detect_machine().gpus:
+        code, text = main(capsys, "--auto", "--dry-run", "--set", "num_gpus=2")
+        assert code == 0, text
+        code, text = main(capsys, "--auto", "--dry-run", "--set", "optim=adamw_8bit")
+        assert code == 2 and "cpu-tiny" in text and "adamw_8bit" in text

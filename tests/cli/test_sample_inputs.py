@@ -1,0 +1,71 @@
+"""`--sample` against what a user's folder may have become since training: a reward file deleted (refused
+with the file named, or replaced with `--set rewards=...`), an adapter moved out of its attempt folder, an
+attempt without an adapter. No model loads here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from contract.errors import ProfileError, UsageError
+from profiles.load import load_profile
+from commands.sample import Target, find_target, profile_of, sample
+
+ROOT = Path(__file__).resolve().parents[2]
+CPU = ROOT / "profiles" / "cpu-tiny-8gen.yaml"
+
+
+@pytest.fixture
+def attempt(tmp_path):
+    """An attempt folder as the supervisor leaves it, trained with a reward file that is then deleted."""
+    rewards = tmp_path / "my_rewards.py"
+    rewards.write_text("def brevity(completions, **kw):\n    return [1.0] * len(completions)\n")
+    profile = load_profile(CPU, [f"rewards={{accuracy: 1.0, {rewards}:brevity: 0.5}}"])
+    folder = tmp_path / "run" / "attempt-01-cpu-tiny-8gen"
+    (folder / "adapter").mkdir(parents=True)
+    (folder / "adapter" / "adapter_config.json").write_text("{}")
+    (folder / "profile.yaml").write_text(profile.to_yaml())
+    rewards.unlink()
+    return folder
+
+
+def test_a_deleted_reward_file_is_named_and_set_rewards_replaces_it(attempt):
+    target = Target(attempt, attempt / "adapter")
+    with pytest.raises(ProfileError) as info:
+        profile_of(target, [])
+    assert info.value.key == "rewards" and "my_rewards.py not found" in str(info.value)
+    profile = profile_of(target, ["rewards={accuracy: 1}"])
+    assert profile.rewards == {"accuracy": 1.0}
+    assert profile.source.endswith("profile.yaml with --set")
+
+
+def test_a_set_of_another_key_does_not_hide_the_files_mistake(attempt):
+    with pytest.raises(ProfileError) as info:
+        profile_of(Target(attempt, attempt / "adapter"), ["max_completion_length=64"])
+    assert info.value.key == "rewards"
+
+
+def test_an_adapter_moved_out_of_its_attempt_says_where_the_profile_should_be(attempt, tmp_path):
+    moved = tmp_path / "elsewhere" / "adapter"
+    moved.parent.mkdir()
+    (attempt / "adapter").rename(moved)
+    target = find_target(moved)
+    assert target.adapter_dir == moved
+    with pytest.raises(UsageError, match="holds neither profile.yaml nor a readable summary.json"):
+        profile_of(target, [])
+
+
+@pytest.mark.parametrize("count", [0, -2])
+def test_from_test_below_one_is_refused(attempt, count):
+    with pytest.raises(UsageError, match=f"--from-test {count}: give a number of test questions >= 1"):
+        sample(attempt, from_test=count)
+
+
+def test_from_test_beyond_the_test_split_answers_all_of_it_and_says_so(capsys):
+    from trainer.sample import rows_to_answer
+
+    profile = load_profile(CPU)
+    rows = rows_to_answer(profile, None, 100_000)
+    assert len(rows) == 500  # the arithmetic task's held-out problems
+    assert "--from-test 100000: the test split holds 500 rows; answering all of them" in capsys.readouterr().err

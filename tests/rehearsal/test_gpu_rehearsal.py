@@ -1,0 +1,135 @@
+"""Every shipped single-GPU rung, loaded on a card it targets by the real Unsloth + vLLM code, up to the point
+where vLLM would allocate (tests/support/gpu_rehearsal.py says what is stood in for and why).
+
+Each rehearsal runs in its own interpreter with the vLLM side folder (`make vllm-side`: vLLM's Python code,
+the bitsandbytes plugin, bitsandbytes) importable, and skips where the folder is absent. It asserts the engine
+the rung implies: 4-bit through bitsandbytes (the out-of-tree plugin), the dtype the card computes in, vLLM's
+share after Unsloth's own adjustment, the context length, the LoRA slot and sleep mode.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from launcher.memory.parts import unsloth_vllm_utilisation
+from profiles.load import load_profile
+from trainer.backends import vllm_lora_rank
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "support"))
+from test_vllm_glue import SIDE  # noqa: E402  (the one place that finds the side folder)
+
+pytestmark = pytest.mark.skipif(
+    not (SIDE / "vllm" / "__init__.py").is_file() or not (SIDE / "vllm_bnb_plugin" / "__init__.py").is_file(),
+    reason=f"no vLLM side folder with vllm-bnb-plugin at {SIDE} (run `make vllm-side`)")
+
+# Memory in use before Unsloth asks for free memory: the CUDA context and torch's workspace (GiB).
+CONTEXT_GIB = 0.5
+
+# A card each rung targets (its profile's header): name, total memory as the CUDA runtime reports it (GiB),
+# compute capability. The 16 GB Gemma rung is rehearsed on a bf16 card: on a T4 the plan turns its vLLM off
+# (vLLM refuses Gemma 3 in float16), so no engine would start.
+RUNG_CARDS = {
+    "gpu-8gb-qwen2.5-0.5b": ("NVIDIA GeForce RTX 3070", 7.66, (8, 6)),
+    "gpu-8gb-qwen2.5-1.5b": ("NVIDIA GeForce RTX 4060", 7.63, (8, 9)),
+    "gpu-12gb-llama3.2-3b": ("NVIDIA GeForce RTX 3060", 11.63, (8, 6)),
+    "gpu-16gb-llama3.2-3b": ("Tesla T4", 14.57, (7, 5)),
+    "gpu-16gb-gemma3-1b": ("NVIDIA GeForce RTX 4060 Ti", 15.6, (8, 9)),
+    "gpu-24gb-llama3.1-8b": ("NVIDIA L4", 22.03, (8, 9)),
+    "gpu-40gb-qwen2.5-14b": ("NVIDIA A100-SXM4-40GB", 39.39, (8, 0)),
+    "gpu-80gb-qwen2.5-14b": ("NVIDIA H100 80GB HBM3", 79.19, (9, 0)),
+}
+
+
+def single_gpu_rungs() -> list[str]:
+    names = []
+    for path in sorted((REPO / "profiles").glob("gpu-*.yaml")):
+        profile = load_profile(path)
+        if profile.device == "cuda" and profile.gpus_needed == 1 and profile.fast_inference:
+            names.append(profile.name)
+    return names
+
+
+def rehearse(profile: str, card: tuple, overrides: tuple[str, ...] = (), without: tuple[str, ...] = ()) -> dict:
+    name, total, capability = card
+    argv = [sys.executable, str(REPO / "tests" / "support" / "gpu_rehearsal.py"), str(REPO / "profiles" / f"{profile}.yaml"),
+            str(total), ".".join(map(str, capability)), "--free-gib", str(total - CONTEXT_GIB), "--name", name]
+    for item in overrides:
+        argv += ["--set", item]
+    for module in without:
+        argv += ["--without", module]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(SIDE), str(REPO)])
+    with tempfile.TemporaryDirectory() as scratch:  # Unsloth writes its compiled cache into the working folder
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=scratch, timeout=900)
+    lines = [line for line in done.stdout.splitlines() if line.startswith('{"reached"')]
+    assert done.returncode == 0 and lines, f"rehearsal failed ({done.returncode}):\n{done.stdout[-3000:]}\n" \
+                                           f"{done.stderr[-3000:]}"
+    return json.loads(lines[-1])
+
+
+def expected_engine(profile, card: tuple) -> dict:
+    _, total, capability = card
+    return {
+        "quantization": "bitsandbytes" if profile.load_in_4bit else None,
+        "dtype": "bfloat16" if capability >= (8, 0) else "float16",
+        "gpu_memory_utilization": unsloth_vllm_utilisation(profile.gpu_memory_utilization, total,
+                                                            total - CONTEXT_GIB, profile.vllm_standby),
+        "max_model_len": profile.max_seq_length,
+        "max_lora_rank": vllm_lora_rank(profile.lora_rank),
+        "enable_sleep_mode": profile.vllm_standby,
+    }
+
+
+def test_every_shipped_single_gpu_rung_has_a_card_to_rehearse_on():
+    assert sorted(RUNG_CARDS) == sorted(single_gpu_rungs())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rung", sorted(RUNG_CARDS))
+def test_the_rung_reaches_vllm_with_the_engine_it_implies(rung):
+    card = RUNG_CARDS[rung]
+    profile = load_profile(REPO / "profiles" / f"{rung}.yaml")
+    result = rehearse(rung, card)
+    assert result["reached"], result.get("error", "") + "\n" + result.get("traceback", "")
+    engine = result["engine"]
+    want = expected_engine(profile, card)
+    assert engine["platform"] == "NvmlCudaPlatform"
+    assert engine["enable_lora"] is True
+    got = {key: engine[key] for key in want}
+    assert got["gpu_memory_utilization"] == pytest.approx(want.pop("gpu_memory_utilization"), abs=1e-6)
+    got.pop("gpu_memory_utilization")
+    assert got == want
+    if profile.load_in_4bit:
+        assert engine["load_format"] == "bitsandbytes"
+        assert engine["model"].rstrip("/").split("/")[-3].endswith("-unsloth-bnb-4bit")  # Unsloth's 4-bit repo
+
+
+@pytest.mark.slow
+def test_without_the_bitsandbytes_plugin_a_4bit_rung_cannot_start_vllm():
+    # vLLM 0.28 moved bitsandbytes out of its tree; unsloth_zoo refuses 4-bit + fast_inference without the plugin
+    result = rehearse("gpu-12gb-llama3.2-3b", RUNG_CARDS["gpu-12gb-llama3.2-3b"], without=("vllm_bnb_plugin",))
+    assert not result["reached"]
+    assert "vllm-bnb-plugin" in result["error"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("card", [("NVIDIA GeForce RTX 4090", 23.99, (8, 9)), ("NVIDIA A100-SXM4-40GB", 39.39, (8, 0))],
+                         ids=["24gb", "a100-40"])
+def test_standby_share_is_unsloths(card):
+    # under UNSLOTH_VLLM_STANDBY, Unsloth replaces the profile's share with its own tier, both ways
+    rung = "gpu-24gb-llama3.1-8b"
+    profile = load_profile(REPO / "profiles" / f"{rung}.yaml", ["vllm_standby=true"])
+    result = rehearse(rung, card, overrides=("vllm_standby=true",))
+    assert result["reached"], result.get("error", "") + "\n" + result.get("traceback", "")
+    engine = result["engine"]
+    assert engine["enable_sleep_mode"] is True
+    want = expected_engine(profile, card)["gpu_memory_utilization"]
+    assert engine["gpu_memory_utilization"] == pytest.approx(want, abs=1e-6)

@@ -1,0 +1,249 @@
+"""The ledger as evidence: which records count for a plan, how a measurement turns the estimate's verdict, and
+that the plan says so with the way out. A record never makes a machine worse for good."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from launcher.card.detect import GpuInfo, Machine
+from launcher.memory.ledger import record as ledger_record, store as ledger_store, weigh as ledger_weigh
+from contract.oom import read_oom
+from launcher.plan.choose import make_plan
+from profiles.load import load_profile
+
+REPO = Path(__file__).resolve().parents[3]
+L4 = "profiles/gpu-24gb-llama3.1-8b.yaml"
+
+
+def _card(free=22.0, total=22.5, name="NVIDIA L4"):
+    gpu = GpuInfo(name=name, total_gib=total, free_gib=free, used_gib=total - free, compute_capability=(8, 9),
+                  driver="580.1", cuda_driver="13.0", index=0, source="nvml")
+    return Machine(gpus=[gpu], message="", host_ram_gib=64.0, host_free_gib=60.0)
+
+
+def _cpu(ram=24.0):
+    return Machine(gpus=[], message="no GPU", host_ram_gib=ram, host_free_gib=ram - 2)
+
+
+def _oom(held: float, asked: float = 2.0, total: float = 22.05, free: float = 0.5):
+    return read_oom(f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {asked:.2f} GiB. GPU 0 has a "
+                    f"total capacity of {total:.2f} GiB of which {free:.2f} GiB is free. Including non-PyTorch "
+                    f"memory, this process has {held:.2f} GiB memory in use.")
+
+
+def _entry(profile, machine, days_ago: float = 0, **kwargs):
+    entry = ledger_record.make_entry(profile, machine, **kwargs)
+    entry.date = (datetime.now() - timedelta(days=days_ago)).isoformat(timespec="seconds")
+    return entry
+
+
+@pytest.fixture
+def l4():
+    return load_profile(L4)
+
+
+def _verdict(entries, profile, machine, **plan_kwargs):
+    (cand,) = make_plan([profile], machine, measurements=entries, **plan_kwargs).candidates
+    return cand
+
+
+def test_a_later_success_outweighs_an_older_oom(l4):
+    oom = _entry(l4, _card(), days_ago=3, status="oom", oom_report=_oom(21.0))  # needs >= 23 GiB: refused
+    assert not _verdict([oom], l4, _card()).fits
+    success = _entry(l4, _card(), days_ago=1, status="ok", peak_gib=17.5)
+    cand = _verdict([oom, success], l4, _card())
+    assert cand.fits and cand.measured.need_gib == 17.5 and cand.measured.oom_lower_bound_gib is None
+    assert cand.measured.not_counted == 1
+    # an OOM after that success counts again
+    again = _entry(l4, _card(), days_ago=0, status="oom", oom_report=_oom(21.0))
+    cand = _verdict([oom, success, again], l4, _card())
+    assert not cand.fits and "an OOM on" in cand.reason and "needs at least 23.00" in cand.reason
+
+
+def test_the_newest_measurement_counts_not_the_highest(l4):
+    """One run on unusual data measured more; the newer measurements of the same shape are what it needs now."""
+    big = _entry(l4, _card(), days_ago=2, status="ok", peak_gib=21.9)
+    newer = _entry(l4, _card(), days_ago=1, status="probe-ok", peak_gib=16.8)
+    found = ledger_weigh.measured_for([big, newer], l4, _card())
+    assert found.peak_gib == 16.8 and found.need_gib == 16.8 and found.not_counted == 1
+
+
+def test_an_oom_that_others_caused_is_judged_against_what_is_free_now(l4):
+    # the shape held 12 GiB and asked 2 more while another process held 8: it needs >= 14, not the card
+    oom = _entry(l4, _card(free=9.0), status="oom", oom_report=_oom(12.0, total=22.05, free=0.1))
+    cand = _verdict([oom], l4, _card(free=22.0))
+    assert cand.fits and cand.measured.others_gib == pytest.approx(22.05 - 0.1 - 12.0, abs=1e-3)
+    assert "others then holding 9.95 GiB" in cand.reason
+    # with the other process still there, the same bound refuses it
+    assert not _verdict([oom], l4, _card(free=9.0)).fits
+
+
+def test_old_records_age_out(l4):
+    old = _entry(l4, _card(), days_ago=ledger_weigh.MAX_AGE_DAYS + 1, status="oom", oom_report=_oom(21.0))
+    assert ledger_weigh.measured_for([old], l4, _card()) is None and _verdict([old], l4, _card()).fits
+    recent = _entry(l4, _card(), days_ago=ledger_weigh.MAX_AGE_DAYS - 1, status="oom", oom_report=_oom(21.0))
+    assert not _verdict([recent], l4, _card()).fits
+    (effect,) = ledger_weigh.record_effects([old], _card())
+    assert not effect.counts and "aged out" in effect.text
+
+
+def test_a_record_dated_in_the_future_has_no_effect(l4):
+    """A clock set wrong (or a ledger from a machine that had one) must not hold the newest place for good."""
+    future = _entry(l4, _card(), days_ago=-400, status="oom", oom_report=_oom(21.0))
+    assert ledger_weigh.measured_for([future], l4, _card()) is None
+    (effect,) = ledger_weigh.record_effects([future], _card())
+    assert not effect.counts and "future" in effect.text
+
+
+def _legacy_injected_line(profile, machine) -> dict:
+    """What an older version wrote for `GRPO_INJECT_OOM=cpu-tiny-8gen python train.py --auto` on a 24 GiB
+    machine: the injected CUDA message, sized to the host, taken as an OOM's lower bound."""
+    entry = json.loads(ledger_record.make_entry(profile, machine, status="oom").to_json())
+    entry.update(oom_lower_bound_gib=23.5393)
+    for key in ("oom_kind", "others_gib"):
+        entry.pop(key)
+    return entry
+
+
+def test_an_injected_oom_written_by_an_older_version_is_not_a_measurement(tmp_path):
+    eight, four = load_profile("profiles/cpu-tiny-8gen.yaml"), load_profile("profiles/cpu-tiny-4gen.yaml")
+    path = tmp_path / "ledger.jsonl"
+    path.write_text("".join(json.dumps(_legacy_injected_line(p, _cpu())) + "\n" for p in (eight, four)))
+    entries = ledger_store.read(path)
+    plan = make_plan([eight, four], _cpu(), measurements=entries)
+    assert plan.chosen.name == "cpu-tiny-8gen" and all(c.measured is None for c in plan.candidates)
+    effects = ledger_weigh.record_effects(entries, _cpu())
+    assert all(not e.counts and "injected" in e.text for e in effects)
+
+
+def test_the_plan_says_in_one_line_when_the_ledger_refused_a_shape_and_the_way_out(l4):
+    small = load_profile("profiles/gpu-16gb-gemma3-1b.yaml")
+    oom = _entry(l4, _card(), status="oom", oom_report=_oom(21.0))
+    plan = make_plan([l4, small], _card(), measurements=[oom])
+    assert plan.chosen.name == small.name
+    (note,) = [n for n in plan.notes if "ledger" in n]
+    assert note.startswith(f"the ledger refused {l4.name}, which the estimate fits")
+    assert f"--forget {l4.name}" in note and "--ignore-ledger" in note and "\n" not in note
+    assert make_plan([l4, small], _card(), measurements=[]).chosen.name == l4.name
+
+
+def test_an_explicit_profile_is_warned_never_refused_by_the_ledger(l4):
+    oom = _entry(l4, _card(), status="oom", oom_report=_oom(21.0))
+    plan = make_plan([l4], _card(), measurements=[oom], ledger_refuses=False)
+    (cand,) = plan.candidates
+    assert plan.chosen is not None and cand.fits
+    assert "the ledger warns: ran out of memory here needing at least 23.00 GiB" in cand.reason
+    assert oom.date[:10] in cand.reason
+    (note,) = [n for n in plan.notes if "ledger" in n or "warning" in n]
+    assert note.startswith(f"warning: {l4.name} may run out of memory") and f"--forget {l4.name}" in note
+    # what the estimate itself refuses stays refused
+    tiny_card = _card(free=6.0, total=8.0)
+    assert not make_plan([l4], tiny_card, measurements=[oom], ledger_refuses=False).candidates[0].fits
+
+
+def test_records_of_another_machine_have_no_effect_here(l4):
+    """A ledger copied from another machine: its records count only on a machine like the one that wrote them."""
+    there = _entry(l4, _card(name="NVIDIA A10G", total=22.0), status="oom", oom_report=_oom(21.0))
+    assert _verdict([there], l4, _card()).measured is None
+    (effect,) = ledger_weigh.record_effects([there], _card())
+    assert not effect.counts and effect.text == "another machine: no effect here"
+
+
+# ---------------------------------------------------------------------------------------------------
+# The command line (planning only: instant, no torch)
+
+def _train(args, ledger_path: Path, **env):
+    full = dict(os.environ, GRPO_TRAIN_LEDGER=str(ledger_path), **env)
+    return subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=REPO, env=full, text=True,
+                          capture_output=True, timeout=120)
+
+
+def test_wrongly_typed_lines_never_stop_the_plan_nor_the_report(tmp_path):
+    path = tmp_path / "ledger.jsonl"
+    eight = load_profile("profiles/cpu-tiny-8gen.yaml")
+    good = json.loads(ledger_record.make_entry(eight, _cpu(), status="ok", peak_gib=0.6).to_json())
+    path.write_text("\n".join(json.dumps({**good, **bad}) for bad in
+                              ({"peak_gib": "big"}, {"date": 5}, {"peak_gib": -1.0})) + "\n")
+    for args in (["--auto", "--dry-run", "--json"], ["--ledger"], ["--ledger", "--json"]):
+        done = _train(args, path)
+        assert done.returncode in (0, 3), (args, done.stderr)  # a plan: 0 or 3, never 1 with a traceback
+        assert "Traceback" not in done.stderr and done.stderr.count("skipped 3 damaged line(s)") + \
+            done.stdout.count("skipped 3 damaged line(s)") == 1, (args, done.stdout, done.stderr)
+
+
+def test_ledger_json_gives_each_record_its_effect(tmp_path):
+    path = tmp_path / "ledger.jsonl"
+    eight = load_profile("profiles/cpu-tiny-8gen.yaml")
+    ledger_store.append(_entry(eight, _cpu(), days_ago=ledger_weigh.MAX_AGE_DAYS + 5, status="ok", peak_gib=0.9), path)
+    ledger_store.append(_entry(eight, _cpu(), days_ago=1, status="ok", peak_gib=0.6), path)
+    done = _train(["--ledger", "--json"], path)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["path"] == str(path) and report["max_age_days"] == ledger_weigh.MAX_AGE_DAYS
+    effects = [(r["peak_gib"], r["counts"], r["effect"]) for r in report["records"]]
+    # whichever machine runs the test, each record says what it does here
+    assert [e[0] for e in effects] == [0.9, 0.6] and all(isinstance(e[2], str) and e[2] for e in effects)
+    table = _train(["--ledger"], path)
+    assert table.returncode == 0 and "effect" in table.stdout and "--forget" in table.stdout
+
+
+def test_forget_on_the_command_line(tmp_path):
+    path = tmp_path / "ledger.jsonl"
+    eight = load_profile("profiles/cpu-tiny-8gen.yaml")
+    ledger_store.append(_entry(eight, _cpu(), status="ok", peak_gib=0.6), path)
+    missing = _train(["--forget", "nosuch"], path)
+    assert missing.returncode == 2 and "it holds: cpu-tiny-8gen" in missing.stderr
+    mixed = _train(["--forget", "cpu-tiny-8gen", "--auto"], path)
+    assert mixed.returncode == 2 and "--forget asks for `ledger` and --auto for `train`" in mixed.stderr and ledger_store.read(path)
+    done = _train(["--forget", "cpu-tiny-8gen"], path)
+    assert done.returncode == 0 and "forgot 1 record(s)" in done.stdout and ledger_store.read(path) == []
+    gone = _train(["--forget", "all"], tmp_path / "never.jsonl")
+    assert gone.returncode == 0 and "nothing to forget" in gone.stdout
+
+
+def test_calibrate_dry_run_says_what_it_would_probe(tmp_path):
+    path = tmp_path / "ledger.jsonl"
+    done = _train(["--calibrate", "--dry-run", "--json"], path)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    assert plan["calibrate"] and set(plan["calibrate"]) <= {c["profile"] for c in plan["candidates"]}
+    text = _train(["--calibrate", "--dry-run"], path)
+    assert text.returncode == 0 and "--calibrate would probe" in text.stdout and not path.exists()
+    both = _train(["--calibrate", "--resume"], path)
+    assert both.returncode == 2 and "--calibrate asks for `calibrate` and --resume for `train`" in both.stderr
+
+
+def test_calibrate_refuses_a_ledger_it_cannot_write_before_any_probe(tmp_path):
+    path = tmp_path / "ledger.jsonl"
+    path.mkdir()
+    done = _train(["--calibrate", "--output-dir", str(tmp_path / "out")], path)
+    assert done.returncode == 2 and "cannot write the ledger" in done.stderr
+    assert not list((tmp_path / "out").glob("calibrate-*"))
+
+
+def test_calibrate_with_injection_and_no_ledger_of_its_own_is_refused(tmp_path):
+    env = dict(os.environ, GRPO_INJECT_OOM="cpu-tiny-8gen", GRPO_TRAIN_CACHE=str(tmp_path / "cache"))
+    env.pop("GRPO_TRAIN_LEDGER", None)
+    done = subprocess.run([sys.executable, str(REPO / "train.py"), "--calibrate", "--output-dir",
+                           str(tmp_path / "out")], cwd=REPO, env=env, text=True, capture_output=True, timeout=120)
+    assert done.returncode == 2 and "an injected OOM is no measurement" in done.stderr
+    assert not (tmp_path / "cache" / "ledger.jsonl").exists()
+
+
+def test_a_calibration_counts_over_an_earlier_injected_oom(tmp_path):
+    """`--calibrate` measured 0.68 GiB, but the plan kept an older version's injected 23.55 GiB."""
+    eight = load_profile("profiles/cpu-tiny-8gen.yaml")
+    path = tmp_path / "ledger.jsonl"
+    legacy = _legacy_injected_line(eight, _cpu())
+    legacy["date"] = (datetime.now() - timedelta(hours=1)).isoformat(timespec="seconds")
+    path.write_text(json.dumps(legacy) + "\n")
+    ledger_store.append(_entry(eight, _cpu(), status="probe-ok", peak_gib=0.68), path)
+    (cand,) = make_plan([eight], _cpu(), measurements=ledger_store.read(path)).candidates
+    assert cand.fits and cand.measured.need_gib == 0.68 and "measured 0.68 GiB" in cand.reason
