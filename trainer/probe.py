@@ -227,7 +227,7 @@ class PeakMeter:
                 out["torch_peak_gib"] = out["peak_gib"]
                 out["peak_gib"] = round(gpu_process_peak_gib(max(allocated, reserved),
                                                              torch.cuda.memory_reserved() / GIB, process), 4)
-                out["measure"] = MEASURE_GPU_PROCESS
+                out["measure"] = self.memory.process_measure or MEASURE_GPU_PROCESS
             return out
         if self._poller is not None:
             self._stop.set()
