@@ -68,8 +68,9 @@ def classify(exc: BaseException, folder: Path | None = None) -> tuple[str, str]:
             what = _one_line(text)
         else:  # torch's writer on a nearly full disk
             what = f"{os.strerror(errno.ENOSPC)} ({_one_line(text)})"
-        return ERROR, (f"cannot write the attempt's files{f' to {where}' if where else ''}: {what} "
-                       f"{write_fix(problem, Path(where or '.'))}")
+        inside = folder is None or str(where).startswith(str(folder))  # else a cache: Hugging Face's, ours
+        target = (f"the attempt's files to {where}" if inside else f"to {where}") if where else "the attempt's files"
+        return ERROR, f"cannot write {target}: {what} {write_fix(problem, Path(where or '.'))}"
     return ERROR, f"{name}: {_one_line(text)}"
 
 
