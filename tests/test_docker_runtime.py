@@ -77,12 +77,37 @@ def host_folder(base: Path, name: str, owner: int | None) -> Path:
     return folder
 
 
+def _reachable_by_anyone(path: Path) -> bool:
+    return all(os.stat(folder).st_mode & 0o001 for folder in path.resolve().parents)
+
+
+def python_for_any_uid() -> tuple[str, dict]:
+    """An interpreter that another uid can start, as the image's /opt/venv/bin/python is, and the environment
+    that gives it this environment's packages: this one where every folder above it is open, else the system's
+    interpreter of the same version with this environment's site-packages on PYTHONPATH (an interpreter under
+    root's home cannot be started by the supervisor's children)."""
+    import sysconfig
+
+    if _reachable_by_anyone(Path(sys.executable)):
+        return sys.executable, {}
+    system = Path(f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}")
+    if not system.is_file():
+        pytest.skip(f"{sys.executable} lies where other uids cannot reach, and there is no {system}",
+                    allow_module_level=True)
+    return str(system), {"PYTHONPATH": sysconfig.get_paths()["purelib"]}
+
+
+PYTHON, PYTHON_ENV = python_for_any_uid() if SETPRIV else (sys.executable, {})
+
+
 def run_as(uid: int, argv: list[str], env: dict, timeout: int = 300) -> subprocess.CompletedProcess:
     """`argv` as `uid` with no other group and no capability, as `docker run --user uid:uid` runs it. setpriv
     (util-linux) switches before exec, so the interpreter under root's home still starts; the process itself
     then has no more rights than that uid."""
+    if argv[0] == sys.executable:
+        argv = [PYTHON, *argv[1:]]
     return subprocess.run([SETPRIV, "--reuid", str(uid), "--regid", str(uid), "--clear-groups", *argv], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=timeout)
+                          env={**env, **PYTHON_ENV}, capture_output=True, text=True, timeout=timeout)
 
 
 WRITES = r"""
