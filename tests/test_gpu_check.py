@@ -238,3 +238,23 @@ def test_a_probe_past_its_time_is_stopped_with_its_whole_process_group(tmp_path)
     code, stopped = gpu_check.run_bounded([sys.executable, "-c", script], dict(os.environ), 2.0,
                                           tmp_path / "log", gpu_check.Stopper())
     assert stopped and code is not None and time.monotonic() - started < 2.0 + 2 * gpu_check.STOP_GRACE_S + 5
+
+
+@pytest.mark.slow
+def test_a_kit_stopped_by_a_signal_leaves_its_table(tmp_path):
+    import signal
+    import time
+
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--out-dir", str(out),
+                             "--work-dir", str(tmp_path / "work"), "--budget-s", "900"], cwd=REPO,
+                            env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # the first table is written once the card and the libraries are known, before the first probe
+    while not (out / "cpu.json").is_file() and proc.poll() is None:
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=KIT_TIMEOUT_S)
+    assert proc.returncode == 130, err[-3000:]
+    report = json.loads((out / "cpu.json").read_text(encoding="utf-8"))
+    assert report["probes"] and all(row["status"] in ("ok", "interrupted", "not run (stopped)", "not run (time budget)")
+                                    for row in report["probes"]), [row["status"] for row in report["probes"]]
