@@ -740,7 +740,9 @@ def run_kit(args) -> int:
                 print(f"probe: {architecture} ({case['path']}, {case['precision']}), estimated "
                       f"{case['estimate'].total_gib:.2f} GiB, at most {timeout:.0f} s", file=sys.stderr, flush=True)
                 outcome = run_probe(case, work, cache, timeout, stopper)
-                if outcome["status"] == "timed out" and timeout < args.probe_timeout_s:
+                if stopper.signal is not None and outcome["status"] != "ok":
+                    outcome["status"] = "interrupted"  # stopped with the kit: a later run measures it again
+                elif outcome["status"] == "timed out" and timeout < args.probe_timeout_s:
                     outcome["status"] = NOT_RUN_TIME  # cut by the budget, not its own limit: a later run retries
                 rows[key] = measured_row(case, outcome)
                 report["probes"] = [rows[case_key(c)] for c in cases]
