@@ -1,8 +1,12 @@
 # syntax=docker/dockerfile:1
-# The GPU image of grpo-train.
+# The GPU image of grpo-train (docs/gpu.md). For any host user, on a host that never used Hugging Face:
 #   docker build -t grpo-train .
-#   docker run --gpus all --ipc=host -v "$PWD/outputs:/app/outputs" grpo-train     plan for this GPU, then train
-#   docker run --gpus all grpo-train plan                                        the plan only
+#   mkdir -p outputs
+#   docker run --rm --gpus all --ipc=host --user "$(id -u):$(id -g)" -v "$PWD/outputs:/app/outputs" \
+#       -v grpo-train-cache:/home/app/.cache -e HF_TOKEN grpo-train             plan for this GPU, then train
+#   docker run --rm --gpus all grpo-train plan                                   the plan only
+# outputs/ is yours (you made it, the container writes it as you); the named volume grpo-train-cache keeps
+# the models, the ledger (/home/app/.cache/grpo-train/ledger.jsonl) and the calibrations across `--rm`.
 #
 # Base pinned by tag and digest. torch 2.13.0 from PyPI is a CUDA 13.0 build that brings its CUDA libraries as
 # wheels; the base's part is to declare CUDA 13.0, so that the NVIDIA container runtime refuses a host driver
@@ -33,17 +37,15 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/* \
  && python3.12 -m venv "$VIRTUAL_ENV"
 
-# A non-root user. uid 1000 matches the usual first user of a Linux host, so a bind-mounted outputs folder
-# stays writable; Ubuntu's image already has a user `ubuntu` with that uid, which goes. The caches are open to
-# any uid, so `docker run --user "$(id -u):$(id -g)"` works as well.
+# A non-root user, the image's default; Ubuntu's image already has a user `ubuntu` with uid 1000, which goes.
+# The documented `docker run` passes `--user "$(id -u):$(id -g)"` instead, so that the container writes a
+# mounted folder as its owner whatever the host uid; the folders the container writes (scripts/image-dirs.sh)
+# are open to any uid.
 ARG APP_UID=1000
 RUN if id -u ubuntu >/dev/null 2>&1; then userdel --remove ubuntu; fi \
  && if getent group ubuntu >/dev/null; then groupdel ubuntu; fi \
  && groupadd --gid "$APP_UID" app \
- && useradd --uid "$APP_UID" --gid app --create-home --shell /bin/bash app \
- && mkdir -p /app/outputs /home/app/.cache/huggingface \
- && chown -R app:app /app/outputs /home/app \
- && chmod 1777 /app/outputs /home/app /home/app/.cache /home/app/.cache/huggingface
+ && useradd --uid "$APP_UID" --gid app --create-home --shell /bin/bash app
 
 WORKDIR /app
 
@@ -61,6 +63,11 @@ RUN --mount=type=cache,target=/root/.cache/pip \
 COPY scripts/check_imports.py scripts/
 RUN python scripts/check_imports.py
 
+# The folders the container writes, with their owners and modes (tests/test_docker_runtime.py runs the same
+# script to reproduce them without Docker).
+COPY scripts/image-dirs.sh scripts/
+RUN bash scripts/image-dirs.sh / "$APP_UID"
+
 # The project, last: editing code or a profile rebuilds only these small layers.
 COPY pyproject.toml train.py ./
 COPY commands/ commands/
@@ -77,15 +84,23 @@ COPY benchmarks/gpu_check.py benchmarks/
 # Planning needs neither torch nor a GPU: a broken CLI or profile fails the build, not the first run.
 RUN python train.py --help >/dev/null
 
-# Caches under the user's home; the Hugging Face one is a volume so that models download once.
-# HF_TOKEN is never set here: pass it at run time (`docker run -e HF_TOKEN ...`).
+# Caches under the image's home, for whatever uid runs the container: one volume holds them all, so that models
+# download once and the project's own cache (GRPO_TRAIN_CACHE: the ledger, calibrations, the tiny and the
+# random-weight models) survives `--rm` when a named volume is mounted there. USER names the account for
+# libraries that ask for one (getpass, TorchInductor): a uid given with --user has no passwd entry here.
+# GRPO_TRAIN_IMAGE makes error messages give their fixes as `docker run` options. HF_TOKEN is never set here:
+# pass it at run time (`docker run -e HF_TOKEN ...`).
 ENV HOME=/home/app \
+    USER=app \
     XDG_CACHE_HOME=/home/app/.cache \
     HF_HOME=/home/app/.cache/huggingface \
+    GRPO_TRAIN_CACHE=/home/app/.cache/grpo-train \
     TRITON_CACHE_DIR=/home/app/.cache/triton \
+    TORCHINDUCTOR_CACHE_DIR=/home/app/.cache/torchinductor \
     MPLCONFIGDIR=/home/app/.cache/matplotlib \
-    UNSLOTH_COMPILE_LOCATION=/home/app/.cache/unsloth_compiled_cache
-VOLUME ["/app/outputs", "/home/app/.cache/huggingface"]
+    UNSLOTH_COMPILE_LOCATION=/home/app/.cache/unsloth_compiled_cache \
+    GRPO_TRAIN_IMAGE=1
+VOLUME ["/app/outputs", "/home/app/.cache"]
 
 # Numeric, so that a runtime (e.g. Kubernetes' runAsNonRoot) can tell it is not root without /etc/passwd.
 USER ${APP_UID}:${APP_UID}

@@ -57,6 +57,12 @@ REWARD_RUNNING_FILE = "reward-running.json"
 # torch's allocator included); torch's own peak lacks both, and under vLLM standby includes the sleeping KV cache.
 MEASURE_GPU_PROCESS = "GPU process (torch peak + non-torch memory, NVML)"
 MEASURE_TORCH = "torch peak reserved"
+# In a container NVML lists the host's pids, not ours: the card's use above what it held before this process's
+# first CUDA call stands in for the process (its CUDA context included, as in MEASURE_GPU_PROCESS). Where that
+# baseline could only be read after the context existed, the figure lacks the context and says so; the ledger
+# adds the context to it as it does to torch's figure.
+MEASURE_GPU_CARD = "GPU card use above the start, CUDA context included (NVML, pid not visible)"
+MEASURE_GPU_CARD_NO_CONTEXT = "GPU card use above a baseline taken after the CUDA context (NVML, pid not visible)"
 
 DEFAULT_VLLM_PORT = 8000
 DEFAULT_MAIN_PORT = 29500

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-USER, SUPERVISOR = "user", "supervisor"
+USER, SUPERVISOR, IMAGE = "user", "supervisor", "image"
 
 
 @dataclass(frozen=True)
 class Variable:
     name: str
-    set_by: str     # USER: a person or a job script; SUPERVISOR: the launcher, for a child process
+    set_by: str     # USER: a person or a job script; SUPERVISOR: the launcher, for a child process; IMAGE: the Dockerfile
     meaning: str
 
 
@@ -28,6 +28,8 @@ ENV_MAIN_ADDRESS = "GRPO_MAIN_ADDRESS"
 ENV_MAIN_PORT = "GRPO_MAIN_PORT"
 ENV_VLLM_HOST = "GRPO_VLLM_HOST"
 ENV_VLLM_PORT = "GRPO_VLLM_PORT"
+# The GPU image's: set by the Dockerfile
+ENV_IMAGE = "GRPO_TRAIN_IMAGE"
 # The supervisor's, for one attempt's process
 ENV_ESTIMATE_GIB = "GRPO_ATTEMPT_ESTIMATE_GIB"
 ENV_PROBE_ONLY = "GRPO_PROBE_ONLY"
@@ -52,6 +54,8 @@ VARIABLES: tuple[Variable, ...] = (
              "the trainers)"),
     Variable(ENV_VLLM_PORT, USER, "server mode: the port of the vLLM server (also set by the supervisor for "
              "the trainers)"),
+    Variable(ENV_IMAGE, IMAGE, "1: this process runs in the grpo-train image; a folder it cannot write is "
+             "explained as a mount, its fix given as `docker run` options"),
     Variable(ENV_ESTIMATE_GIB, SUPERVISOR, "the memory estimate (GiB) the plan judged this attempt by"),
     Variable(ENV_PROBE_ONLY, SUPERVISOR, "1: load, run the worst-case probe, report it, stop (calibrate)"),
     Variable(ENV_RANDOM_WEIGHTS, SUPERVISOR, "1: the model's architecture with random weights, nothing "

@@ -167,10 +167,23 @@ def _owner_text(path: Path) -> str:
     return f"{probe} is owned by uid {owner}, you are uid {os.getuid()}"
 
 
+def in_image() -> bool:
+    """Whether this process runs in the grpo-train image (its Dockerfile sets GRPO_TRAIN_IMAGE=1)."""
+    from contract.environment import ENV_IMAGE
+
+    return os.environ.get(ENV_IMAGE, "") == "1"
+
+
 def write_fix(problem: str | None, folder: Path) -> str:
     """The fix for a refused write, in parentheses: a permission problem names the folder's owner and how to
-    give it to this user; a full or read-only disk asks for space or another folder."""
+    give it to this user (in the image: as `docker run` options, since the folder is a mount whose owner is
+    fixed on the host); a full or read-only disk asks for space or another folder."""
     if problem == NO_PERMISSION:
+        if in_image():
+            return (f"({_owner_text(folder)}) (fix: on the host, create the folder you mount there yourself before "
+                    "`docker run` (`mkdir -p outputs`: a folder Docker creates belongs to root), or give it to "
+                    "yourself with `sudo chown -R $(id -u):$(id -g) HOST_FOLDER`, and run with `--user "
+                    "\"$(id -u):$(id -g)\"`; for the caches use a named volume, `-v grpo-train-cache:/home/app/.cache`)")
         return (f"({_owner_text(folder)}) (fix: give that folder to this user, e.g. `sudo chown -R $(id -u):$(id -g) "
                 f"{folder}`, or, in Docker, run with `--user $(id -u):$(id -g)` and mount folders this user owns)")
     if problem == READ_ONLY:

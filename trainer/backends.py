@@ -66,6 +66,10 @@ def import_unsloth():
 def open_backend(profile) -> Backend:
     """Set the environment, import Unsloth (or not), and say which path this attempt trains on."""
     apply_attempt_environment(profile)  # Unsloth reads the allocator and standby settings at import
+    if profile.device == "cuda":
+        from trainer.memory_meter import take_card_baseline
+
+        take_card_baseline()  # before Unsloth's import makes this process's CUDA context (its peaks count it)
     if profile.distributed or world_size() > 1:
         os.environ[ENV_NO_UNSLOTH] = "1"  # also when the processes were started by hand
     module, note = import_unsloth()

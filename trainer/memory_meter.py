@@ -10,9 +10,45 @@ import sys
 
 import psutil
 
-from contract.attempt import MEASURE_GPU_PROCESS, MEASURE_TORCH
+from contract.attempt import MEASURE_GPU_CARD, MEASURE_GPU_CARD_NO_CONTEXT, MEASURE_GPU_PROCESS, MEASURE_TORCH
 
 GIB = float(1 << 30)
+
+
+class CardBaseline:
+    """What the card held before this process's first CUDA call (other processes' memory), read through NVML,
+    which makes no CUDA context. Taken by the attempt before Unsloth is imported (its import creates the
+    context); a baseline read later misses the context, and `before_context` says which it is."""
+
+    taken: "CardBaseline | None" = None
+
+    def __init__(self, used_gib: float, before_context: bool):
+        self.used_gib = used_gib
+        self.before_context = before_context
+
+
+def cuda_context_exists() -> bool:
+    """Whether this process has already made its CUDA context (torch initialises CUDA lazily, at the first call
+    that needs it; a process that never imported torch has none)."""
+    torch = sys.modules.get("torch")
+    try:
+        return bool(torch is not None and torch.cuda.is_initialized())
+    except Exception:  # noqa: BLE001 - a torch without CUDA support answers nothing useful: no context
+        return False
+
+
+def take_card_baseline() -> CardBaseline | None:
+    """Read the card's use now, before this process's first CUDA call, and keep it for the MemoryMeter built
+    later in the same process; None where NVML cannot say (no driver, no NVML)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        used = pynvml.nvmlDeviceGetMemoryInfo(_nvml_handle_of_this_process(pynvml)).used / GIB
+    except Exception:  # noqa: BLE001 - no NVML here: torch's figures will stand alone
+        return None
+    CardBaseline.taken = CardBaseline(used, before_context=not cuda_context_exists())
+    return CardBaseline.taken
 
 
 def _nvml_handle_of_this_process(pynvml):
@@ -26,24 +62,26 @@ def _nvml_handle_of_this_process(pynvml):
     return pynvml.nvmlDeviceGetHandleByUUID(entry)
 
 
-def process_gpu_used_gib(pynvml, handle, baseline_gib: float | None) -> float | None:
-    """This process's GPU memory as the driver counts it (CUDA context, torch's segments, vLLM's own
-    allocations; vLLM's KV cache not while it sleeps under standby), or None where NVML cannot say. NVML
-    lists processes by the host's pids: in a container without the host's pid namespace this process is not
-    found, and the card's use above what it held before this attempt (`baseline_gib`) stands in."""
+def process_gpu_used(pynvml, handle, baseline: CardBaseline | None) -> tuple[float | None, str | None]:
+    """(this process's GPU memory as the driver counts it, what that figure is), or (None, None) where NVML
+    cannot say. The driver counts the CUDA context, torch's segments and vLLM's own allocations (vLLM's KV
+    cache not while it sleeps under standby). NVML lists processes by the host's pids: in a container without
+    the host's pid namespace this process is not found, and the card's use above `baseline` stands in; that
+    figure counts the context only when the baseline was read before this process made it."""
     pid = os.getpid()
     try:
         for process in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
             if process.pid == pid and isinstance(process.usedGpuMemory, int):
-                return process.usedGpuMemory / GIB
+                return process.usedGpuMemory / GIB, MEASURE_GPU_PROCESS
     except Exception:  # noqa: BLE001 - an NVML without the call, or a driver that refuses it
         pass
-    if baseline_gib is None:
-        return None
+    if baseline is None:
+        return None, None
     try:
-        return max(pynvml.nvmlDeviceGetMemoryInfo(handle).used / GIB - baseline_gib, 0.0)
+        used = max(pynvml.nvmlDeviceGetMemoryInfo(handle).used / GIB - baseline.used_gib, 0.0)
     except Exception:  # noqa: BLE001
-        return None
+        return None, None
+    return used, MEASURE_GPU_CARD if baseline.before_context else MEASURE_GPU_CARD_NO_CONTEXT
 
 
 def gpu_process_peak_gib(torch_peak_gib: float, torch_reserved_now_gib: float, process_now_gib: float) -> float:
@@ -60,11 +98,13 @@ class MemoryMeter:
     def __init__(self, device: str):
         self.device = device
         self._nvml_handle = None
-        self._baseline_gib = None
+        self._baseline: CardBaseline | None = None
+        self.process_measure: str | None = None  # what process_gib() counted last (see process_gpu_used)
         self.peak_allocated_gib = 0.0
         self.peak_reserved_gib = 0.0
         self.peak_nvml_used_gib = 0.0
         self.peak_process_gib = None   # the process's peak as the estimate counts it (None: NVML cannot say)
+        self.peak_process_measure: str | None = None  # what peak_process_gib counts (process_gpu_used)
         self.peak_rss_gib = 0.0
         if device == "cuda":
             try:
@@ -72,8 +112,11 @@ class MemoryMeter:
 
                 pynvml.nvmlInit()
                 self._nvml_handle = _nvml_handle_of_this_process(pynvml)
-                # what the card held before this attempt's model loaded (other processes)
-                self._baseline_gib = pynvml.nvmlDeviceGetMemoryInfo(self._nvml_handle).used / GIB
+                # what the card held before this process's first CUDA call (other processes): taken before
+                # Unsloth's import made the context (trainer.backends); read now only where it was not
+                self._baseline = CardBaseline.taken or CardBaseline(
+                    pynvml.nvmlDeviceGetMemoryInfo(self._nvml_handle).used / GIB,
+                    before_context=not cuda_context_exists())
             except Exception:  # no NVML, or an entry it cannot resolve: torch's figures still come
                 self._nvml_handle = None
 
@@ -82,7 +125,8 @@ class MemoryMeter:
             return None
         import pynvml
 
-        return process_gpu_used_gib(pynvml, self._nvml_handle, self._baseline_gib)
+        used, self.process_measure = process_gpu_used(pynvml, self._nvml_handle, self._baseline)
+        return used
 
     def sample(self) -> dict:
         out = {}
@@ -110,6 +154,8 @@ class MemoryMeter:
             if process is not None:
                 out["nvml_process_gib"] = round(process, 4)
                 peak = gpu_process_peak_gib(max(allocated, reserved), torch.cuda.memory_reserved() / GIB, process)
+                if self.peak_process_gib is None or peak >= self.peak_process_gib:
+                    self.peak_process_measure = self.process_measure
                 self.peak_process_gib = max(self.peak_process_gib or 0.0, peak)
         rss = _rss_gib()
         out["rss_gib"] = round(rss, 4)
@@ -129,7 +175,9 @@ class MemoryMeter:
     @property
     def measure(self) -> str:
         if self.device == "cuda":
-            return MEASURE_GPU_PROCESS if self.peak_process_gib is not None else MEASURE_TORCH
+            if self.peak_process_gib is not None:
+                return self.peak_process_measure or MEASURE_GPU_PROCESS
+            return MEASURE_TORCH
         return "process peak RSS"
 
     def summary(self) -> dict:

@@ -227,7 +227,7 @@ class PeakMeter:
                 out["torch_peak_gib"] = out["peak_gib"]
                 out["peak_gib"] = round(gpu_process_peak_gib(max(allocated, reserved),
                                                              torch.cuda.memory_reserved() / GIB, process), 4)
-                out["measure"] = MEASURE_GPU_PROCESS
+                out["measure"] = self.memory.process_measure or MEASURE_GPU_PROCESS
             return out
         if self._poller is not None:
             self._stop.set()
@@ -251,22 +251,54 @@ class PeakMeter:
 
 # ----------------------------------------------------------------------------------------------- step
 
-def rest_generation_engine(trainer) -> bool:
-    """Put a colocated vLLM engine with sleep mode (Unsloth's standby) to sleep, as it sleeps during every
-    real backward pass: its KV cache is not held against the probe. Its next generate wakes it (Unsloth
-    wraps generate so). True when it was put to sleep."""
-    llm = getattr(trainer, "llm", None) or getattr(trainer.model, "vllm_engine", None)
+def generation_engine(trainer):
+    """The colocated vLLM engine of this trainer, or None: TRL 1.15 keeps it on `trainer.vllm_generation.llm`
+    (Unsloth hands its own engine over to it), an Unsloth model carries it as `vllm_engine`."""
+    generation = getattr(trainer, "vllm_generation", None)
+    return (getattr(generation, "llm", None) or getattr(trainer, "llm", None)
+            or getattr(getattr(trainer, "model", None), "vllm_engine", None))
+
+
+def engine_asleep(llm) -> bool | None:
+    """Whether vLLM's engine is asleep now (vLLM's LLMEngine.is_sleeping), None where it cannot say."""
+    ask = getattr(getattr(llm, "llm_engine", None), "is_sleeping", None)
+    try:
+        return bool(ask()) if callable(ask) else None
+    except Exception:  # noqa: BLE001 - an engine that cannot answer: treat as unknown
+        return None
+
+
+def rest_generation_engine(trainer) -> str:
+    """Have a colocated vLLM engine with sleep mode (Unsloth's standby) asleep during the probe, as it is during
+    every real backward pass, so that its KV cache is not held against the probe. What it did:
+
+    "no engine" / "no sleep mode": nothing to do;
+    "already asleep": TRL 1.15 puts the engine to sleep (level 2) when the trainer is built and after every
+        generation, so at the probe it normally sleeps already; a second sleep would only log vLLM's "Executor
+        is already sleeping";
+    "put to sleep": it was awake (a generate outside TRL woke it): put to sleep at TRL's level 2, and TRL's flag
+        set, so that its next generate wakes the weights first, as after its own sleep."""
+    llm = generation_engine(trainer)
     config = getattr(getattr(getattr(llm, "llm_engine", None), "vllm_config", None), "model_config", None)
-    if llm is None or not getattr(config, "enable_sleep_mode", False):
-        return False
+    if llm is None:
+        return "no engine"
+    if not getattr(config, "enable_sleep_mode", False):
+        return "no sleep mode"
     import gc
 
     import torch
 
-    llm.sleep(1)
+    state = "already asleep"
+    if engine_asleep(llm) is not True:
+        llm.sleep(level=2)
+        generation = getattr(trainer, "vllm_generation", None)
+        if generation is not None and hasattr(generation, "_llm_weights_sleeping"):
+            generation._llm_weights_sleeping = True
+        state = "put to sleep"
     gc.collect()
-    torch.cuda.empty_cache()
-    return True
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return state
 
 
 def worst_case_step(trainer, inputs) -> None:
@@ -322,8 +354,7 @@ def run_probe(trainer, rows: list[dict], tokenizer, profile, memory=None, estima
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     inputs = synthetic_inputs(trainer, prompts, completions, pad_id)
     device = "cuda" if inputs["prompt_ids"].is_cuda else "cpu"
-    if device == "cuda":
-        rest_generation_engine(trainer)
+    engine = rest_generation_engine(trainer) if device == "cuda" else "no engine"
     meter = PeakMeter(device, memory)
     started, cpu_started = time.perf_counter(), time.process_time()
     with restored_state(trainer):
@@ -344,7 +375,7 @@ def run_probe(trainer, rows: list[dict], tokenizer, profile, memory=None, estima
     marked = {"random_weights": True} if random_weights_requested() else {}
     return {**peaks, "seconds": round(seconds, 3), "cpu_seconds": round(cpu_seconds, 3),
             "prompt_tokens": int(inputs_width(prompts)), "completion_tokens": int(profile.max_completion_length),
-            "batch": batch, "num_generations": generations, **marked}
+            "batch": batch, "num_generations": generations, "generation_engine": engine, **marked}
 
 
 def inputs_width(prompts: list[list[int]]) -> int:

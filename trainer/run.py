@@ -68,8 +68,9 @@ def classify(exc: BaseException, folder: Path | None = None) -> tuple[str, str]:
             what = _one_line(text)
         else:  # torch's writer on a nearly full disk
             what = f"{os.strerror(errno.ENOSPC)} ({_one_line(text)})"
-        return ERROR, (f"cannot write the attempt's files{f' to {where}' if where else ''}: {what} "
-                       f"{write_fix(problem, Path(where or '.'))}")
+        inside = folder is None or str(where).startswith(str(folder))  # else a cache: Hugging Face's, ours
+        target = (f"the attempt's files to {where}" if inside else f"to {where}") if where else "the attempt's files"
+        return ERROR, f"cannot write {target}: {what} {write_fix(problem, Path(where or '.'))}"
     return ERROR, f"{name}: {_one_line(text)}"
 
 
@@ -85,11 +86,14 @@ def check_writable(attempt_dir: Path, rank: int = 0) -> None:
         probe.unlink(missing_ok=True)
 
 
-def run_attempt(profile, attempt_dir, resume_from=None, resolve_model=None, estimate_gib: float | None = None) -> int:
+def run_attempt(profile, attempt_dir, resume_from=None, resolve_model=None, estimate_gib: float | None = None,
+                after_probe=None) -> int:
     """Train one attempt of `profile` in `attempt_dir` (see the module docstring for the exit status).
 
     `resolve_model(profile)` gives (path to load, build record or None): the command that starts the attempt
-    knows the project's offline models; `estimate_gib` is the figure the attempt is judged by."""
+    knows the project's offline models; `estimate_gib` is the figure the attempt is judged by. `after_probe(
+    trainer, loaded)`, in a probe-only attempt, runs after the probe with the model still loaded; the dict it
+    returns joins the probe's figures (the measurement kit times a generation wave and a step there)."""
     attempt_dir = Path(attempt_dir)
     from trainer.backends import process_rank, world_size
 
@@ -114,7 +118,7 @@ def run_attempt(profile, attempt_dir, resume_from=None, resolve_model=None, esti
     outcome = Outcome(rank=rank, ranks=world_size())
     code = EXIT_FAILURE
     try:
-        outcome.status = _train(state, stopper)
+        outcome.status = _train(state, stopper, after_probe)
         code = EXIT_FOR_STATUS[outcome.status]
         if outcome.status == INTERRUPTED:
             outcome.error = f"stopped by a signal; {saved_text(state)}"
@@ -187,7 +191,7 @@ def _close_outcome(state: AttemptState, outcome: Outcome) -> bool:
     return True
 
 
-def _train(state: AttemptState, signals) -> str:
+def _train(state: AttemptState, signals, after_probe=None) -> str:
     """Load, evaluate, train, finish; the status. A signal between stages stops with what was saved."""
     from trainer.inject import parse_inject
     from trainer.stages import (build_trainer, evaluate_rows, finish, join_ranks, load, load_trained_checkpoint,
@@ -204,8 +208,10 @@ def _train(state: AttemptState, signals) -> str:
     if signals.stopped:
         return INTERRUPTED
     if os.environ.get(ENV_PROBE_ONLY) == "1":  # --calibrate: the probe's figures are all it wants
-        build_trainer(state, loaded, signals)  # the probe drives the trainer's own loss
+        session = build_trainer(state, loaded, signals)  # the probe drives the trainer's own loss
         probe(state, loaded, asked=True)
+        if after_probe is not None and state.probe is not None and not signals.stopped:
+            state.probe = {**state.probe, **after_probe(session.trainer, loaded)}
         say("probe only: stopping before training")
         return OK
     join_ranks(loaded.backend.device == "cpu")  # every rank in the process group before rank 0 evaluates alone

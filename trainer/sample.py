@@ -32,7 +32,7 @@ class Answer:
 def load_trained(profile, adapter_dir: Path, base_path: str):
     """(backend, model, tokenizer, lora_path for vLLM or None) with the trained weights in place; `base_path` is
     the base model the adapter was trained on (a full fine-tune's adapter/ folder is the whole model)."""
-    from trainer.backends import load_model, open_backend
+    from trainer.backends import generation_path, load_model, open_backend
 
     try:
         backend = open_backend(profile)
@@ -42,8 +42,13 @@ def load_trained(profile, adapter_dir: Path, base_path: str):
         model, tokenizer = load_model(backend, profile, str(adapter_dir))
         return backend, model, tokenizer, None
     model, tokenizer = load_model(backend, profile, base_path)
-    if profile.fast_inference and backend.name == "unsloth":
+    # As the training load decides (trainer.stages.load): whether Unsloth started an engine, not what the profile
+    # asked; Unsloth turns fast_inference off by itself on some cards and models.
+    if generation_path(profile, backend, model) == "unsloth-vllm":
         return backend, model, tokenizer, str(adapter_dir)  # vLLM takes the adapter as a LoRA request
+    if profile.fast_inference and backend.name == "unsloth":
+        print("note: no vLLM engine was started (see Unsloth's lines above); answering with transformers",
+              file=sys.stderr)
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
 

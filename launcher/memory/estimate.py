@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from profiles.catalog import Architecture, resolve
 from launcher.memory.trl_step import peak_overlap
+from launcher.memory.parts import unsloth_trains_in_float32
 from launcher.memory.parts import (  # noqa: F401 - re-exported: other modules import them from here
     GIB, CUDA_CONTEXT_GIB, PYTHON_RUNTIME_GIB, NF4_BYTES, HALF_BYTES, FULL_BYTES, OPTIMIZER_BYTES,
     UNSLOTH_LOGIT_BYTES, TRL_LOGIT_BYTES, VLLM_FIXED_GIB, VLLM_PREFILL_TOKENS, VLLM_SAMPLER_SEQS,
@@ -95,7 +96,14 @@ def estimate(profile, arch: Architecture | None = None, gpu=None, backend: str |
     comp.update(model_states(profile, arch, weights, element, notes, backend=backend))
     if comp["reference"]:
         notes.append("beta > 0 without LoRA: a second copy of the model serves as reference")
-    training, host_offload = training_pass(profile, arch, element, backend, notes, offload=not cpu)
+    float32 = backend == "unsloth" and not cpu and unsloth_trains_in_float32(arch, gpu)
+    if float32:
+        notes.append(f"Unsloth trains {arch.family} in float32 on this card (no bfloat16): activations, "
+                     "checkpoints and logits at 4 bytes")
+    training, host_offload = training_pass(profile, arch, FULL_BYTES if float32 else element, backend, notes,
+                                           offload=not cpu)
+    if float32:
+        training["logits"] *= FULL_BYTES / HALF_BYTES  # Unsloth's two logit tensors, float32
     comp.update(training)
     if backend == "trl" and not cpu:
         comp["peak_overlap"] = peak_overlap(comp, arch, profile.uses_lora, profile.gradient_checkpointing != "false")

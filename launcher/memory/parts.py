@@ -68,6 +68,26 @@ def weights_bytes(arch: Architecture, load_in_4bit: bool, device: str = "cuda") 
     return arch.computed_params * HALF_BYTES
 
 
+# Model types Unsloth trains in float32 on a card without bfloat16 (unsloth_zoo.model_lists.FORCE_FLOAT32,
+# 2026.10.9): float16 overflows in them. Below compute capability 8.0 its loader then keeps the weights 16-bit
+# but turns mixed precision off, so activations, checkpoints and logits are float32.
+UNSLOTH_FORCE_FLOAT32 = ("gemma3,", "gemma3text", "gemma3n", "gemma4", "gemma4text", "glm4_moe", "glm4_moe_lite",
+                         "gpt_oss", "qwen3_5", "qwen3_moe", "embedding_gemma2", "embedding_gemma2_text")
+
+
+def unsloth_trains_in_float32(arch: Architecture, gpu) -> bool:
+    """Whether Unsloth runs this model's training in float32 on `gpu`: a FORCE_FLOAT32 model type (matched as
+    its loader does: the type without '-'/'_', or an entry inside the comma-joined type list) on a card known
+    to lack bfloat16 (compute capability < 8.0). An unknown card is taken as modern."""
+    from contract.attempt import bf16_capable
+
+    capability = getattr(gpu, "compute_capability", None)
+    if gpu is None or bf16_capable(capability) or not arch.family:
+        return False
+    joined, squeezed = f"{arch.family},", arch.family.replace("-", "").replace("_", "")
+    return any(entry == squeezed or entry in joined for entry in UNSLOTH_FORCE_FLOAT32)
+
+
 def activation_bytes_per_token_layer(arch: Architecture, element_bytes: int = HALF_BYTES,
                                      backend: str = "unsloth") -> float:
     """What one decoder block keeps for the backward pass per token (FlashAttention/SDPA: no s^2 scores).

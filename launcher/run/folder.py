@@ -44,8 +44,11 @@ def check_output_dir(path: Path, must_exist: bool = False) -> None:
         raise UsageError(f"--output-dir {path}: {existing} is on a read-only mount (fix: choose a writable "
                          "folder)")
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise UsageError(f"--output-dir {path}: no permission to write in {existing} (fix: choose a folder "
-                         "you can write to)")
+        from contract.failure import NO_PERMISSION, write_fix
+
+        # its owner, and how to give it to this user (in the image: as `docker run` options)
+        raise UsageError(f"--output-dir {path}: cannot write to {existing}: no permission "
+                         f"{write_fix(NO_PERMISSION, existing)}")
 
 
 def new_run_dir(output_dir: Path) -> Path:

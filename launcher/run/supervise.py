@@ -319,6 +319,11 @@ def supervise(plan, output_dir: Path, overrides: list[str] | None = None, resume
         console.print(f"error: {write_failure_text(exc, output_dir)}; nothing was started", markup=False,
                       soft_wrap=True)
         return EXIT_FAILURE
+    problem = unwritable_cache(plan.chosen if not resume else None)
+    if problem:
+        console.print(f"error: {problem}; nothing was started", markup=False, soft_wrap=True)
+        lock.release()
+        return EXIT_FAILURE
     supervisor = Supervisor(plan, run_dir, console, runner, overrides or [], server_command=server_command)
     previous = {}
     if threading.current_thread() is threading.main_thread():
@@ -347,6 +352,44 @@ def supervise(plan, output_dir: Path, overrides: list[str] | None = None, resume
                       "the table above lists the attempts. Try a profile with a smaller model, shorter "
                       "max_completion_length or fewer num_generations (--set KEY=VALUE).")
     return code
+
+
+def cache_folders(profile=None) -> list[Path]:
+    """The caches an attempt writes outside the run folder: grpo-train's own (the tiny model, random weights,
+    the ledger's folder) and, for a model from the hub, Hugging Face's (HF_HUB_CACHE, else HF_HOME/hub, else
+    XDG_CACHE_HOME or ~/.cache, then huggingface/hub: huggingface_hub's own order)."""
+    import os
+
+    from contract.attempt import cache_root
+
+    folders = [cache_root()]
+    model = str(getattr(profile, "model", "tiny"))
+    if profile is not None and model != "tiny" and not Path(model).expanduser().is_dir():
+        hub = os.environ.get("HF_HUB_CACHE")
+        if not hub:
+            home = os.environ.get("HF_HOME") or str(Path(os.environ.get("XDG_CACHE_HOME") or
+                                                         Path.home() / ".cache") / "huggingface")
+            hub = str(Path(home) / "hub")
+        folders.append(Path(hub).expanduser())
+    return folders
+
+
+def unwritable_cache(profile=None) -> str | None:
+    """One line naming the first cache folder this user cannot write (its owner and the fix), else None: checked
+    before an attempt starts, so that a mount owned by another uid is named at once, not read later as a
+    failed download or a full disk."""
+    import tempfile
+
+    for folder in cache_folders(profile):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
+                pass
+        except OSError as exc:
+            if not write_problem(exc):
+                raise
+            return write_failure_text(exc, folder)
+    return None
 
 
 def _disk_failure(supervisor: Supervisor, exc: OSError) -> int:

@@ -26,6 +26,125 @@ def _env(tmp_path: Path) -> dict:
     return env
 
 
+def _kit(*args, env=None, timeout=60):
+    return subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), *map(str, args)], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("option, value", [("--budget-s", "inf"), ("--budget-s", "1e308"), ("--budget-s", "nan"),
+                                           ("--budget-s", "-5"), ("--probe-timeout-s", "inf"),
+                                           ("--probe-timeout-s", "abc")])
+def test_a_time_that_is_not_a_finite_number_of_seconds_is_refused_up_front(tmp_path, option, value):
+    done = _kit(option, value, "--out-dir", tmp_path / "out")
+    assert done.returncode == 2 and option in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+@pytest.mark.parametrize("option", ["--out-dir", "--work-dir"])
+def test_a_folder_option_naming_a_file_is_refused_before_any_probe(tmp_path, option):
+    a_file = tmp_path / "report.md"
+    a_file.write_text("mine\n")
+    done = _kit(option, a_file, *(["--out-dir", tmp_path / "out"] if option == "--work-dir" else []))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"{option} {a_file}: this is a file, not a folder" in done.stderr and "fix:" in done.stderr
+    assert a_file.read_text() == "mine\n"
+
+
+def test_other_bad_options_are_refused_up_front(tmp_path):
+    for args, words in ((["--probe-timeout-s", "500", "--budget-s", "300"], "longer than --budget-s"),
+                        (["--models", "no-such-model"], "no catalogue architecture"),
+                        (["--work-dir", tmp_path / "same", "--out-dir", tmp_path / "same"], "is --out-dir too")):
+        done = _kit(*args)
+        assert done.returncode == 2 and words in done.stderr and "Traceback" not in done.stderr, done.stderr
+    # through the CLI command too
+    done = subprocess.run([sys.executable, str(REPO / "train.py"), "gpu-check", "--budget-s", "inf"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--budget-s" in done.stderr
+
+
+def _h100():
+    from launcher.card.detect import GpuInfo, Machine
+
+    gpu = GpuInfo(name="NVIDIA H100 80GB HBM3", total_gib=79.2, free_gib=78.7, used_gib=0.5,
+                  compute_capability=(9, 0), driver="580", cuda_driver="13.0", index=0, source="what-if")
+    return Machine(gpus=[gpu], message="", host_ram_gib=128.0, host_free_gib=120.0)
+
+
+def test_unsloths_path_runs_first_architecture_by_architecture_smallest_first():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import gpu_check
+
+    cases = gpu_check.plan_cases(_h100(), unsloth=True, bitsandbytes=True, models=None)
+    archs = list(dict.fromkeys(c["architecture"] for c in cases))
+    params = [next(c["params"] for c in cases if c["architecture"] == a) for a in archs]
+    assert params == sorted(params) and len(archs) > 10
+    first = [(c["path"], c["precision"]) for c in cases if c["architecture"] == archs[0]]
+    assert first == [("unsloth", "16-bit"), ("unsloth", "4-bit"), ("trl+peft", "16-bit"), ("trl+peft", "4-bit")]
+    assert all(c["missing"] is None for c in cases) and {c["optim"] for c in cases} == {"adamw_8bit"}
+
+
+def test_without_bitsandbytes_unsloths_gpu_path_and_4bit_wait_and_the_rest_uses_a_plain_optimizer():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import gpu_check
+
+    cases = gpu_check.plan_cases(_h100(), unsloth=True, bitsandbytes=False, models=["Qwen3-0.6B"])
+    runnable = [(c["path"], c["precision"]) for c in cases if c["missing"] is None]
+    assert runnable == [("trl+peft", "16-bit")]
+    assert {c["missing"] for c in cases if c["missing"]} == {"not run (needs bitsandbytes)"}
+    assert {c["optim"] for c in cases} == {"adamw_torch"}  # the 8-bit optimizers are bitsandbytes'
+    rung = gpu_check.oversized_rung(_h100().primary, bitsandbytes=False)
+    assert rung.optim == "adamw_torch" and not rung.load_in_4bit
+
+
+def test_the_random_weights_of_an_architecture_are_removed(tmp_path):
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import gpu_check
+
+    (tmp_path / "random-qwen3-0.6b-abc" / "x").mkdir(parents=True)
+    (tmp_path / "tiny-model").mkdir()
+    assert gpu_check.remove_random_models(tmp_path) == ["random-qwen3-0.6b-abc"]
+    assert [p.name for p in tmp_path.iterdir()] == ["tiny-model"]
+
+
+def test_the_carries_hold_exactly_what_the_gpu_machine_lacks_at_the_locks_versions():
+    sys.path.insert(0, str(REPO / "scripts"))
+    import fetch_gpu_kit
+
+    carries = fetch_gpu_kit.read_carries()
+    lock = {}
+    for line in (REPO / "requirements" / "gpu.lock").read_text().splitlines():
+        if "==" in line and not line.startswith("#"):
+            name, version = line.split()[0].split("==")
+            lock[fetch_gpu_kit.normalise(name)] = version
+    for pins in carries.values():
+        for name, version in pins:
+            assert lock.get(fetch_gpu_kit.normalise(name)) == version, name
+    names = {n: {fetch_gpu_kit.normalise(p) for p, _ in pins} for n, pins in carries.items()}
+    assert names[2] == {"bitsandbytes"} and {"unsloth", "unsloth-zoo", "trl", "datasets", "pydantic"} <= names[1]
+    # what the machine already has is never carried
+    assert not ({"torch", "transformers", "accelerate", "peft", "pyarrow", "pandas", "numpy", "rich"} & names[1])
+    mib = fetch_gpu_kit.MIB
+    rows = fetch_gpu_kit.plan_sizes({1: [35 * mib], 2: [41 * mib], 3: [62 * mib]}, repo_bytes=2 * mib)
+    assert [r["fits"] for r in rows] == [True, True, False]
+
+
+@pytest.mark.slow
+def test_a_short_budget_ends_inside_it_with_the_table_written(tmp_path):
+    import time
+
+    out = tmp_path / "out"
+    started = time.monotonic()
+    done = _kit("--budget-s", 60, "--probe-timeout-s", 40, "--out-dir", out, "--work-dir", tmp_path / "work",
+                env=_env(tmp_path), timeout=KIT_TIMEOUT_S)
+    elapsed = time.monotonic() - started
+    assert elapsed < 60 + 15, (elapsed, done.stderr[-3000:])  # the budget, and the interpreter's own start
+    report = json.loads((out / "cpu.json").read_text(encoding="utf-8"))
+    statuses = [row["status"] for row in report["probes"]]
+    assert statuses and all(s in ("ok", "not run (time budget)") for s in statuses), statuses
+    assert report["runs"][-1]["budget_s"] == 60
+    assert (out / "cpu.md").is_file() and not list((tmp_path / "work" / "cache").glob("random-*"))
+
+
 @pytest.mark.slow
 def test_the_kit_runs_end_to_end_on_the_cpu(tmp_path):
     out = tmp_path / "gpu"
@@ -39,16 +158,24 @@ def test_the_kit_runs_end_to_end_on_the_cpu(tmp_path):
     assert {row["path"] for row in ran} == set(report["paths"]) and "trl+peft" in report["paths"]
     for row in ran:
         assert row["architecture"] == "tiny" and row["probe"]["random_weights"] is True
+        timed = row["timed"]  # one generation wave and one training step, timed after the probe
+        assert timed["generation_wave_s"] > 0 and timed["training_step_s"] > 0 and timed["generated_tokens"] > 0
         measured, estimate = row["measured"], row["estimate"]
         assert measured["peak_gib"] > 0 and measured["held_gib"] > 0 and estimate["total_gib"] > 0
         assert 0.2 < row["measured_over_estimate"] < 5
-        assert f"| tiny | {row['path']} | float32 |" in table
+        assert f"| tiny | {row['path']} | float32 | adamw_torch |" in table
     # the plain path trained through transformers + PEFT, Unsloth's through Unsloth
     assert {row["path"]: row["backend"] for row in ran}.get("trl+peft") == "transformers"
     oom = report["oom_fallback"]
     assert oom["status"] == "ok" and oom["oom_read"] and oom["fell_back_and_finished"], oom
     assert [a["status"] for a in oom["attempts"]][0] == "oom" and oom["attempts"][-1]["status"] == "ok"
     assert "## Out of memory, read and fallen back from" in table
+    # a second run continues the report: nothing measured again
+    again = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--out-dir", str(out)],
+                           cwd=REPO, env=_env(tmp_path), capture_output=True, text=True, timeout=KIT_TIMEOUT_S)
+    assert again.returncode == 0, again.stderr[-3000:]
+    continued = json.loads((out / "cpu.json").read_text(encoding="utf-8"))
+    assert len(continued["runs"]) == 2 and continued["probes"] == report["probes"]
 
 
 @pytest.mark.slow
@@ -96,3 +223,38 @@ def test_a_catalogue_architecture_is_built_offline_from_its_facts(tmp_path):
     assert (config.model_type, config.hidden_size, config.head_dim, config.vocab_size) == ("qwen3", 1024, 128,
                                                                                          151936)
     assert build_key(arch, "bfloat16", 4096) != build_key(arch, "float32", 4096)
+
+
+def test_a_probe_past_its_time_is_stopped_with_its_whole_process_group(tmp_path):
+    import time
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import gpu_check
+
+    # a child that starts a grandchild and ignores SIGINT: both must be gone within the grace period
+    script = ("import signal, subprocess, sys, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+              "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); time.sleep(120)")
+    started = time.monotonic()
+    code, stopped = gpu_check.run_bounded([sys.executable, "-c", script], dict(os.environ), 2.0,
+                                          tmp_path / "log", gpu_check.Stopper())
+    assert stopped and code is not None and time.monotonic() - started < 2.0 + 2 * gpu_check.STOP_GRACE_S + 5
+
+
+@pytest.mark.slow
+def test_a_kit_stopped_by_a_signal_leaves_its_table(tmp_path):
+    import signal
+    import time
+
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--out-dir", str(out),
+                             "--work-dir", str(tmp_path / "work"), "--budget-s", "900"], cwd=REPO,
+                            env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # the first table is written once the card and the libraries are known, before the first probe
+    while not (out / "cpu.json").is_file() and proc.poll() is None:
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=KIT_TIMEOUT_S)
+    assert proc.returncode == 130, err[-3000:]
+    report = json.loads((out / "cpu.json").read_text(encoding="utf-8"))
+    assert report["probes"] and all(row["status"] in ("ok", "interrupted", "not run (stopped)", "not run (time budget)")
+                                    for row in report["probes"]), [row["status"] for row in report["probes"]]

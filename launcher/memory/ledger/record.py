@@ -10,7 +10,7 @@ import os
 from datetime import datetime
 from pathlib import Path
 
-from contract.attempt import MEASURE_GPU_PROCESS, MEASURE_TORCH, parse_inject
+from contract.attempt import MEASURE_GPU_CARD, MEASURE_GPU_PROCESS, MEASURE_TORCH, parse_inject
 from contract.environment import ENV_INJECT_OOM, ENV_LEDGER
 from launcher.memory.ledger.store import (Entry, append, fingerprint, ledger_path, library_versions,
                                           machine_identity, memory_settings, warn_or_print)
@@ -115,9 +115,10 @@ def planning_peak(device: str, peak_gib: float, measure: str | None) -> tuple[fl
     """(the peak in the estimate's terms, what it is). The GPU process's figure (NVML) already counts the CUDA
     context and memory outside torch; torch's own peak lacks the context, which the estimate counts and free
     memory (NVML) does not hold, so the context is added to it."""
-    if device != "cuda" or measure == MEASURE_GPU_PROCESS:
+    if device != "cuda" or measure in (MEASURE_GPU_PROCESS, MEASURE_GPU_CARD):
         return float(peak_gib), measure or "process RSS"
-    return float(peak_gib) + CUDA_CONTEXT_GIB, f"{MEASURE_TORCH} + CUDA context {CUDA_CONTEXT_GIB:g} GiB"
+    # torch's figure, or the card's use above a baseline read after the context: both lack the context
+    return float(peak_gib) + CUDA_CONTEXT_GIB, f"{measure or MEASURE_TORCH} + CUDA context {CUDA_CONTEXT_GIB:g} GiB"
 
 
 def _read_json(path: Path):

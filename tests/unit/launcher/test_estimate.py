@@ -344,3 +344,29 @@ def test_standby_share_is_unsloths_step_of_free_memory(total, share):
     # the profile's own share is overridden both ways
     higher = profile.replace(gpu_memory_utilization=0.9)
     assert estimate(higher, gpu=card(total, free)).vllm_share_gib == pytest.approx(share * free)
+
+
+def test_gemma3_below_compute_capability_8_is_planned_in_float32_as_unsloth_trains_it():
+    """unsloth_zoo's FORCE_FLOAT32 families (Gemma 3 among them) train in float32 on a card without bfloat16:
+    the training pass's activations, checkpoints and logits are counted at 4 bytes there, not 2; on a bf16
+    card, and for other families, nothing changes."""
+    from pathlib import Path
+
+    from launcher.memory.parts import unsloth_trains_in_float32
+    from profiles.load import load_profile
+
+    def with_capability(capability):
+        return GpuInfo(name="card", total_gib=14.7, free_gib=14.5, used_gib=0.2, compute_capability=capability,
+                       driver=None, cuda_driver=None, index=0, source="what-if")
+
+    t4, l4 = with_capability((7, 5)), with_capability((8, 9))
+    repo = Path(__file__).resolve().parents[1]
+    gemma = load_profile(repo / "profiles" / "gpu-16gb-gemma3-1b.yaml", ["fast_inference=false"])
+    on_t4, on_l4 = estimate(gemma, gpu=t4).components, estimate(gemma, gpu=l4).components
+    for key in ("activations", "activation_checkpoints", "logits"):
+        assert on_t4[key] == pytest.approx(2 * on_l4[key]), key
+    assert on_t4["weights"] == on_l4["weights"]  # the loader keeps the weights 16-bit
+    assert any("float32" in note for note in estimate(gemma, gpu=t4).notes)
+    assert unsloth_trains_in_float32(resolve("google/gemma-3-4b-it"), t4)  # multimodal entry, type gemma3
+    assert not unsloth_trains_in_float32(resolve("Qwen/Qwen3-0.6B"), t4)
+    assert not unsloth_trains_in_float32(resolve("google/gemma-3-1b-it"), None)  # unknown card: taken as modern

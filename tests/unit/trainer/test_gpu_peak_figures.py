@@ -16,13 +16,22 @@ from types import SimpleNamespace
 
 import pytest
 
-from contract.attempt import MEASURE_GPU_PROCESS, MEASURE_TORCH
+from contract.attempt import MEASURE_GPU_CARD, MEASURE_GPU_CARD_NO_CONTEXT, MEASURE_GPU_PROCESS, MEASURE_TORCH
 from launcher.card.detect import GpuInfo, Machine
 from launcher.memory.ledger import record as ledger_record, store as ledger_store, weigh as ledger_weigh
 from launcher.memory.parts import CUDA_CONTEXT_GIB
 from profiles.load import load_profile
 
 GIB = 1 << 30
+
+
+@pytest.fixture(autouse=True)
+def no_baseline_from_another_test():
+    from trainer.memory_meter import CardBaseline
+
+    CardBaseline.taken = None
+    yield
+    CardBaseline.taken = None
 
 
 def fake_nvml(monkeypatch, *, device_used: float, processes: dict[int, float]):
@@ -88,6 +97,88 @@ def test_in_a_container_the_cards_use_above_the_start_stands_in(monkeypatch):
     nvml.device_used = 2.0 + 4.7
     probe.sample()
     assert probe.peak_gib == pytest.approx(4.7)
+    assert probe.measure == MEASURE_GPU_CARD  # no CUDA context existed when the baseline was read
+
+
+def test_in_a_container_the_baseline_is_taken_before_the_cuda_context(monkeypatch):
+    """The attempt reads the card before Unsloth's import makes the context (about 0.5-0.8 GiB): the figure
+    holds the context, as the process's own NVML figure does outside a container, and the ledger plans with it
+    as it is."""
+    import torch
+
+    from trainer import memory_meter
+
+    context = 0.8
+    nvml = fake_nvml(monkeypatch, device_used=2.0, processes={999999: 5.0})  # another container's process
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    memory_meter.take_card_baseline()
+    # `import unsloth` makes the context; the meter is built after it
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    nvml.device_used = 2.0 + context
+    meter = memory_meter.MemoryMeter("cuda")
+    fake_torch_memory(monkeypatch, peak_reserved=4.0, reserved_now=4.0, peak_allocated=3.5)
+    nvml.device_used = 2.0 + context + 4.2
+    meter.sample()
+    assert meter.peak_gib == pytest.approx(context + 4.2)
+    assert meter.measure == MEASURE_GPU_CARD
+    from launcher.memory.ledger.record import planning_peak
+
+    assert planning_peak("cuda", meter.peak_gib, meter.measure) == (pytest.approx(context + 4.2), MEASURE_GPU_CARD)
+
+
+def test_a_baseline_read_after_the_context_is_labelled_and_the_ledger_adds_the_context(monkeypatch):
+    import torch
+
+    from trainer.memory_meter import MemoryMeter
+
+    nvml = fake_nvml(monkeypatch, device_used=2.8, processes={})  # our context is already in the 2.8
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    meter = MemoryMeter("cuda")
+    fake_torch_memory(monkeypatch, peak_reserved=4.0, reserved_now=4.0, peak_allocated=3.5)
+    nvml.device_used = 2.8 + 4.2
+    meter.sample()
+    assert meter.peak_gib == pytest.approx(4.2) and meter.measure == MEASURE_GPU_CARD_NO_CONTEXT
+    from launcher.memory.ledger.record import planning_peak
+
+    planned, what = planning_peak("cuda", meter.peak_gib, meter.measure)
+    assert planned == pytest.approx(4.2 + CUDA_CONTEXT_GIB) and MEASURE_GPU_CARD_NO_CONTEXT in what
+
+
+def test_the_probe_labels_its_peak_as_the_meter_counted_it(monkeypatch):
+    import torch
+
+    from trainer.memory_meter import MemoryMeter
+    from trainer.probe import PeakMeter
+
+    nvml = fake_nvml(monkeypatch, device_used=1.0, processes={})
+    meter = MemoryMeter("cuda")
+    fake_torch_memory(monkeypatch, peak_reserved=3.0, reserved_now=3.0, peak_allocated=2.5)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a: int(1.0 * GIB))
+    peak = PeakMeter("cuda", meter)
+    peak.start()
+    nvml.device_used = 1.0 + 3.6
+    figures = peak.stop()
+    assert figures["measure"] == MEASURE_GPU_CARD and figures["peak_gib"] == pytest.approx(3.6)
+
+
+def test_the_attempt_reads_the_card_before_unsloth_makes_the_context(monkeypatch):
+    """open_backend takes the baseline before it imports Unsloth, whose import creates the CUDA context."""
+    from trainer import backends, memory_meter
+
+    fake_nvml(monkeypatch, device_used=1.5, processes={})
+    seen = []
+
+    def import_unsloth():
+        seen.append(memory_meter.CardBaseline.taken)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(backends, "import_unsloth", import_unsloth)
+    monkeypatch.setattr(backends, "apply_attempt_environment", lambda profile: None)
+    profile = load_profile("profiles/gpu-24gb-llama3.1-8b.yaml")
+    with pytest.raises(RuntimeError, match="stop here"):
+        backends.open_backend(profile)
+    assert seen and seen[0] is not None and seen[0].used_gib == pytest.approx(1.5) and seen[0].before_context
 
 
 def test_without_nvml_torchs_figure_is_kept_and_named(monkeypatch):

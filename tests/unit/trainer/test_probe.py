@@ -108,23 +108,63 @@ def test_completions_are_full_length_without_an_end(tiny_tokenizer):
     assert torch.equal(state, torch.get_rng_state())  # its own generator: the global one is untouched
 
 
-def test_standby_engine_sleeps_for_the_probe():
-    """vLLM has no CPU build: a stand-in with its attributes (an engine whose config allows sleep mode)."""
+def _engine(sleep_mode: bool, asleep: bool):
+    """A stand-in for vLLM's LLM (no CPU build beside this environment) with vLLM 0.32's sleep bookkeeping: the
+    executor refuses a second sleep ("Executor is already sleeping") and says whether it sleeps."""
+    from types import SimpleNamespace
+
+    calls = []
+    state = {"asleep": asleep}
+
+    def sleep(level=1):
+        calls.append(level)
+        if state["asleep"]:
+            return  # vLLM: "Executor is already sleeping."
+        state["asleep"] = True
+
+    config = SimpleNamespace(model_config=SimpleNamespace(enable_sleep_mode=sleep_mode))
+    engine = SimpleNamespace(vllm_config=config, is_sleeping=lambda: state["asleep"])
+    return SimpleNamespace(llm_engine=engine, sleep=sleep), calls
+
+
+def test_under_trl_the_engine_already_sleeps_at_the_probe_and_is_left_alone():
+    """TRL 1.15 puts the colocated engine to sleep (level 2) when GRPOTrainer is built and after each generation,
+    and keeps it on trainer.vllm_generation.llm (Unsloth hands its engine over there)."""
     from types import SimpleNamespace
 
     from trainer.probe import rest_generation_engine
 
-    def engine(sleep_mode: bool):
-        config = SimpleNamespace(model_config=SimpleNamespace(enable_sleep_mode=sleep_mode))
-        calls = []
-        return SimpleNamespace(llm_engine=SimpleNamespace(vllm_config=config), sleep=calls.append), calls
+    llm, calls = _engine(sleep_mode=True, asleep=True)
+    generation = SimpleNamespace(llm=llm, _llm_weights_sleeping=True)
+    trainer = SimpleNamespace(vllm_generation=generation, model=SimpleNamespace(vllm_engine=llm))
+    assert rest_generation_engine(trainer) == "already asleep" and calls == []
 
-    standby, slept = engine(True)
-    assert rest_generation_engine(SimpleNamespace(llm=None, model=SimpleNamespace(vllm_engine=standby)))
-    assert slept == [1]
-    awake, kept = engine(False)
-    assert not rest_generation_engine(SimpleNamespace(llm=awake, model=None)) and kept == []
-    assert not rest_generation_engine(SimpleNamespace(llm=None, model=object()))
+
+def test_an_awake_standby_engine_is_put_to_sleep_as_trl_does():
+    from types import SimpleNamespace
+
+    from trainer.probe import rest_generation_engine
+
+    llm, calls = _engine(sleep_mode=True, asleep=False)  # e.g. woken by a generate outside TRL
+    generation = SimpleNamespace(llm=llm, _llm_weights_sleeping=False)
+    trainer = SimpleNamespace(vllm_generation=generation, model=None)
+    assert rest_generation_engine(trainer) == "put to sleep"
+    assert calls == [2] and generation._llm_weights_sleeping is True  # TRL's next generate wakes the weights
+    # Unsloth's engine on the model, before TRL has it
+    llm, calls = _engine(sleep_mode=True, asleep=False)
+    assert rest_generation_engine(SimpleNamespace(model=SimpleNamespace(vllm_engine=llm))) == "put to sleep"
+    assert calls == [2]
+
+
+def test_an_engine_without_sleep_mode_or_no_engine_is_left_alone():
+    from types import SimpleNamespace
+
+    from trainer.probe import rest_generation_engine
+
+    llm, calls = _engine(sleep_mode=False, asleep=False)
+    assert rest_generation_engine(SimpleNamespace(vllm_generation=SimpleNamespace(llm=llm), model=None)) == \
+        "no sleep mode" and calls == []
+    assert rest_generation_engine(SimpleNamespace(model=object())) == "no engine"
 
 
 def test_profile_key_probe_is_on_unless_turned_off():
