@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 def train(profile: str, seed: int, every: int, held_out: int, out: Path, extra: list[str]) -> Path:
     """Run one seeded training in a child process; the attempt folder."""
     sets = [f"seed={seed}", f"save_steps={every}", f"eval_samples={held_out}", *extra]
-    command = [sys.executable, str(REPO / "train.py"), "--profile", profile, "--output-dir", str(out)]
+    command = [sys.executable, str(REPO / "train.py"), "train", "--profile", profile, "--output-dir", str(out)]
     for item in sets:
         command += ["--set", item]
     subprocess.run(command, check=True, cwd=REPO)
@@ -46,7 +46,7 @@ def score_checkpoints(attempt: Path, held_out: int) -> dict:
 
     from tasks import load_task
     from tiny_model.build import ensure_tiny
-    from tiny_model.warm_start import probe
+    from tiny_model.warm_start import measure_heldout
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
     summary = json.loads((attempt / "summary.json").read_text())
@@ -54,13 +54,13 @@ def score_checkpoints(attempt: Path, held_out: int) -> dict:
     base_path = ensure_tiny(profile["dataset"], seed=profile["seed"])
     tokenizer = AutoTokenizer.from_pretrained(base_path)
     rows = load_task(profile["dataset"], "test", limit=held_out)
-    curve = {0: probe(AutoModelForCausalLM.from_pretrained(base_path), tokenizer, rows)["accuracy"]}
+    curve = {0: measure_heldout(AutoModelForCausalLM.from_pretrained(base_path), tokenizer, rows)["accuracy"]}
     for checkpoint in sorted(attempt.glob("checkpoint-*"), key=lambda p: int(p.name.rsplit("-", 1)[1])):
         if (checkpoint / "adapter_config.json").is_file():
             model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_path), str(checkpoint))
         else:  # lora_rank 0: the checkpoint holds every weight
             model = AutoModelForCausalLM.from_pretrained(str(checkpoint))
-        curve[int(checkpoint.name.rsplit("-", 1)[1])] = probe(model, tokenizer, rows)["accuracy"]
+        curve[int(checkpoint.name.rsplit("-", 1)[1])] = measure_heldout(model, tokenizer, rows)["accuracy"]
     record = summary.get("warm_start") or {}
     signal = summary.get("group_signal") or {}
     return {"seed": profile["seed"], "random": record.get("random_accuracy"), "curve": curve,
