@@ -63,7 +63,7 @@ RUN --mount=type=cache,target=/root/.cache/pip \
 COPY scripts/check_imports.py scripts/
 RUN python scripts/check_imports.py
 
-# The folders the container writes, with their owners and modes (tests/test_docker_runtime.py runs the same
+# The folders the container writes, with their owners and modes (tests/rehearsal/test_docker_runtime.py runs the same
 # script to reproduce them without Docker).
 COPY scripts/image-dirs.sh scripts/
 RUN bash scripts/image-dirs.sh / "$APP_UID"

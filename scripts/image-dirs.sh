@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The folders of the GPU image that the container writes, with their owner and modes; the Dockerfile runs it
-# as `scripts/image-dirs.sh / "$APP_UID"`, and tests/test_docker_runtime.py runs it under a scratch root to
+# as `scripts/image-dirs.sh / "$APP_UID"`, and tests/rehearsal/test_docker_runtime.py runs it under a scratch root to
 # reproduce the image's runtime without Docker.
 #   /app/outputs          runs (bind-mount a host folder you created, or it stays in the container)
 #   /home/app/.cache/*    the caches: Hugging Face, grpo-train's own (ledger, calibrations, the tiny and the
