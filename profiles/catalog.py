@@ -122,6 +122,34 @@ def vllm_refuses(arch: Architecture, bf16: bool) -> str | None:
     return f"vLLM refuses float16 for {arch.family} and this card has no bfloat16 (compute capability < 8.0)"
 
 
+# Characters of English worked-maths text per token, by tokenizer family (model_type; Llama's by its vocabulary).
+# Estimates, not measured here (no tokenizer files offline): English BPE runs about 4 characters a token, and
+# maths text less, the more so where the tokenizer splits numbers into single digits (Qwen, Mistral, Gemma,
+# Llama 2) rather than groups of up to three (Llama 3, Phi-4's and gpt-oss's tiktoken-style vocabularies).
+# Held against the mean completion lengths published GRPO runs log on GSM8K (docs/planning.md).
+CHARS_PER_TOKEN = {"llama3": 3.6, "llama2": 2.9, "mistral": 2.9, "qwen": 3.2, "gemma": 3.3, "phi": 3.6,
+                   "gpt_oss": 3.7}
+CHARS_PER_TOKEN_DEFAULT = 3.0    # an unknown tokenizer: more tokens, so a cap errs long
+
+
+def chars_per_token(arch: Architecture) -> tuple[float, str]:
+    """(characters per token of worked-maths text under the model's tokenizer, the family it was taken for)."""
+    family = arch.family.lower()
+    if family == "llama":
+        key = "llama3" if arch.vocab >= 100_000 else "llama2"
+    elif family.startswith("qwen"):
+        key = "qwen"
+    elif family.startswith("gemma"):
+        key = "gemma"
+    elif family.startswith("phi"):
+        key = "phi"
+    else:
+        key = family if family in CHARS_PER_TOKEN else ""
+    if not key:
+        return CHARS_PER_TOKEN_DEFAULT, f"unknown tokenizer ({arch.family or 'no model_type'})"
+    return CHARS_PER_TOKEN[key], key
+
+
 # Unsloth's mirrors rename a few models (Meta-Llama-3.1-...); these spellings map to the same entry.
 ALIASES = {
     "meta-llama-3.1-8b-instruct": "llama-3.1-8b-instruct",
