@@ -13,7 +13,8 @@ from contract.errors import UsageError
 from launcher.memory.estimate import Estimate, estimate
 from launcher.card.detect import GpuInfo, Machine, bf16_supported, precision_text
 from launcher.memory.ledger.weigh import measured_for
-from launcher.plan.margins import GPU_MARGIN_TEXT, HOST_MARGIN_TEXT, margin_for
+from launcher.plan.margins import (ESTIMATE_HEADROOM_TEXT, GPU_MARGIN_TEXT, HOST_MARGIN_TEXT, estimate_limit,
+                                   margin_for)
 from launcher.card.topology import split_over_machines, topology
 from launcher.plan.settings import settings_of
 
@@ -84,7 +85,9 @@ def _need(est: Estimate, measured) -> tuple[float, str]:
 
 
 def _judge(profile, est: Estimate, gpu: GpuInfo | None, machine: Machine, margin: float,
-           measured=None) -> tuple[bool, str]:
+           measured=None, headroom_refuses: bool = True) -> tuple[bool, str]:
+    """(fits, why). On a GPU a shape judged by the estimate alone keeps the estimate's headroom
+    (margins.estimate_limit); `headroom_refuses` off (a profile the user named) only warns inside it."""
     need, source = _need(est, measured)
     if est.memory == "host":
         usable = machine.host_free_gib - margin
@@ -102,10 +105,17 @@ def _judge(profile, est: Estimate, gpu: GpuInfo | None, machine: Machine, margin
         return False, (f"vLLM asks {est.vllm_share_gib:.2f} GiB (gpu_memory_utilization x total) but only "
                        f"{gpu.free_gib:.2f} GiB is free: lower gpu_memory_utilization or free the card")
     usable = gpu.free_gib - margin
-    if need <= usable:
+    if need > usable:
+        return False, (f"too large: needs {need:.2f} GiB, {usable:.2f} usable "
+                       f"({gpu.free_gib:.2f} free - {margin:.2f} margin){source}")
+    limit = usable if measured is not None and measured.need_gib is not None else estimate_limit(usable)
+    if need <= limit:
         return True, f"fits: {need:.2f} of {usable:.2f} GiB usable{source}"
-    return False, (f"too large: needs {need:.2f} GiB, {usable:.2f} usable "
-                   f"({gpu.free_gib:.2f} free - {margin:.2f} margin){source}")
+    close = (f"needs {need:.2f} of {usable:.2f} GiB usable, past the {limit:.2f} an estimate alone may use "
+             f"({ESTIMATE_HEADROOM_TEXT.split(':')[0]})")
+    if not headroom_refuses:
+        return True, f"fits, but close: {close}; it may run out of memory"
+    return False, f"too close: {close}"
 
 
 def split_gpus(profile, machine: Machine, machines: int = 1) -> tuple[list[GpuInfo], list[GpuInfo]]:
@@ -200,10 +210,10 @@ def _single_candidate(profile, arch, machine: Machine, margin: float, measuremen
     measured = measured_for(measurements, profile, machine) if measurements else None
     if profile.device == "cpu" and machine.device == "cuda":
         gpu, margin = None, margin_for(machine.host_ram_gib, "cpu")
-    fits, reason = _judge(profile, est, gpu, machine, margin, measured)
+    fits, reason = _judge(profile, est, gpu, machine, margin, measured, headroom_refuses=ledger_refuses)
     candidate = Candidate(profile, est, fits, reason, measured)
     if measured is not None:
-        by_estimate, estimate_reason = _judge(profile, est, gpu, machine, margin)
+        by_estimate, estimate_reason = _judge(profile, est, gpu, machine, margin, headroom_refuses=ledger_refuses)
         if by_estimate != fits:
             candidate.ledger_note = _ledger_note(profile.name, measured, fits, ledger_refuses)
             if by_estimate and not ledger_refuses:
