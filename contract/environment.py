@@ -30,6 +30,7 @@ ENV_VLLM_HOST = "GRPO_VLLM_HOST"
 ENV_VLLM_PORT = "GRPO_VLLM_PORT"
 # The supervisor's, for one attempt's process
 ENV_ESTIMATE_GIB = "GRPO_ATTEMPT_ESTIMATE_GIB"
+ENV_PREDICTED_STEP_S = "GRPO_ATTEMPT_PREDICTED_STEP_S"
 ENV_PROBE_ONLY = "GRPO_PROBE_ONLY"
 ENV_RANDOM_WEIGHTS = "GRPO_RANDOM_WEIGHTS"
 # Other tools' variables that grpo-train sets for an attempt
@@ -53,6 +54,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(ENV_VLLM_PORT, USER, "server mode: the port of the vLLM server (also set by the supervisor for "
              "the trainers)"),
     Variable(ENV_ESTIMATE_GIB, SUPERVISOR, "the memory estimate (GiB) the plan judged this attempt by"),
+    Variable(ENV_PREDICTED_STEP_S, SUPERVISOR, "the seconds per optimizer step the plan predicted for this attempt"),
     Variable(ENV_PROBE_ONLY, SUPERVISOR, "1: load, run the worst-case probe, report it, stop (calibrate)"),
     Variable(ENV_RANDOM_WEIGHTS, SUPERVISOR, "1: the model's architecture with random weights, nothing "
              "downloaded (calibrate --random-weights)"),

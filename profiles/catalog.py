@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 
 from contract.errors import UsageError
@@ -45,7 +46,7 @@ class Architecture:
         return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
                 "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
 
-    @property
+    @cached_property  # the planner asks for it thousands of times a plan; the shape never changes
     def linear_params(self) -> int:
         """Parameters of every block's linear layers: what 4-bit quantisation shrinks."""
         return self.layers * sum(a * b for a, b in self.module_shapes().values())
@@ -63,7 +64,7 @@ class Architecture:
     def norm_params(self) -> int:
         return self.layers * 2 * self.hidden + self.hidden
 
-    @property
+    @cached_property
     def computed_params(self) -> int:
         return self.linear_params + self.embedding_params + self.lm_head_params + self.norm_params
 

@@ -397,6 +397,31 @@ def _problem(error: dict) -> tuple[str | None, str, str | None]:
     return key, error["msg"], None
 
 
+_ADAPTERS: dict[str, Any] = {}
+
+
+def check_value(key: str, value: Any, source: str = "--set") -> Any:
+    """One key's value as the schema reads it (its type, its range), alone: ProfileError naming the source and
+    the key when the schema refuses it. Rules that tie several keys together are checked on a whole profile."""
+    from pydantic import TypeAdapter
+
+    if key not in KEYS:
+        raise ProfileError(source, key, "unknown key", suggest(key, KEYS) or
+                           "run `python train.py --help` for the list of keys")
+    adapter = _ADAPTERS.get(key)
+    if adapter is None:
+        info = Profile.model_fields[key]
+        kind = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+        adapter = _ADAPTERS[key] = TypeAdapter(kind)
+    try:
+        return adapter.validate_python(value)
+    except ValidationError as exc:
+        error = dict(exc.errors()[0])
+        error["loc"] = (key,)
+        found, reason, fix = _problem(error)
+        raise ProfileError(source, found or key, reason, fix) from None
+
+
 def profile_from_dict(data: Any, source: str) -> Profile:
     """Validate plain data (a YAML mapping) into a Profile; raise ProfileError naming the key."""
     if not isinstance(data, dict):

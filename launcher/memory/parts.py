@@ -4,6 +4,7 @@ launcher.memory.estimate, which adds them up per profile (that module's docstrin
 from __future__ import annotations
 
 from profiles.catalog import Architecture
+from profiles.keys import VLLM_LORA_RANKS
 from launcher.memory.trl_step import optimizer_step_bytes
 from launcher.memory.trl_step import training_pass as trl_pass
 
@@ -134,16 +135,14 @@ def vllm_workspace_bytes(arch: Architecture, seqs: int = VLLM_SAMPLER_SEQS,
 
 def unsloth_lora_rank(rank: int) -> int:
     """The max_lora_rank vLLM is given: the rank rounded up to the next rank vLLM serves."""
-    from profiles.keys import VLLM_LORA_RANKS
-
     return next((r for r in VLLM_LORA_RANKS if r >= rank), VLLM_LORA_RANKS[-1])
 
 
-def unsloth_engine(profile, arch: Architecture, share_bytes: float) -> tuple[int, int, float]:
+def unsloth_engine(profile, arch: Architecture, share_bytes: float, seqs: int | None = None) -> tuple[int, int, float]:
     """(max_num_seqs, max_num_batched_tokens, KV budget in bytes) of the engine unsloth_zoo's load_vllm starts
     for `profile` with `share_bytes` of the card: its own weight and LoRA-buffer count and graph reserve
     taken off the share give the KV budget, whose tier sets both sizes (UNSLOTH_ENGINE_TIERS); an explicit
-    vllm_max_num_seqs replaces the tier's sequences."""
+    vllm_max_num_seqs (or `seqs`, which takes precedence) replaces the tier's sequences."""
     if profile.load_in_4bit:
         weights = arch.linear_params * UNSLOTH_NF4_BYTES + (arch.embedding_params + arch.lm_head_params
                                                             + arch.norm_params) * HALF_BYTES
@@ -155,10 +154,10 @@ def unsloth_engine(profile, arch: Architecture, share_bytes: float) -> tuple[int
     per, low, high = UNSLOTH_GRAPH_RESERVE
     graphs = min(max(per * h * arch.layers, low * GIB), high * GIB)
     budget = max(share_bytes - weights - lora - graphs, 0.0)
+    asked = seqs or getattr(profile, "vllm_max_num_seqs", 0)
     _, tokens, seqs = next(t for t in UNSLOTH_ENGINE_TIERS if budget / GIB <= t[0])
-    explicit = getattr(profile, "vllm_max_num_seqs", 0)
-    if explicit:
-        seqs = explicit
+    if asked:
+        seqs = asked
     tokens = max(min(tokens, seqs * profile.max_seq_length), seqs)
     return seqs, tokens, budget
 
@@ -240,7 +239,8 @@ def cpu_process(arch: Architecture, completions: int, seq: int) -> dict[str, flo
             "runtime": PYTHON_RUNTIME_GIB * GIB}
 
 
-def vllm_sizes(profile, arch: Architecture, tp: int = 1, share_bytes: float | None = None) -> tuple[float, float, float]:
+def vllm_sizes(profile, arch: Architecture, tp: int = 1, share_bytes: float | None = None,
+               seqs: int | None = None) -> tuple[float, float, float]:
     """(workspace, KV bytes of one token, KV bytes of one max_seq_length sequence) of one vLLM GPU holding
     1/tp of the model. With `share_bytes` (Unsloth's colocated engine on one GPU) the workspace is sized as
     unsloth_zoo sizes that engine; without, with vLLM's own defaults."""
@@ -248,7 +248,7 @@ def vllm_sizes(profile, arch: Architecture, tp: int = 1, share_bytes: float | No
     if share_bytes is None:
         workspace = vllm_workspace_bytes(arch)
     else:
-        seqs, tokens, _ = unsloth_engine(profile, arch, share_bytes)
+        seqs, tokens, _ = unsloth_engine(profile, arch, share_bytes, seqs)
         workspace = vllm_workspace_bytes(arch, seqs, tokens)
     return workspace, kv_token, profile.max_seq_length * kv_token
 

@@ -19,6 +19,10 @@ from launcher.card.topology import split_over_machines, topology
 from launcher.plan.settings import settings_of
 
 
+# A profile not derived by the fit solver runs the prompts per step it was written with
+AS_WRITTEN = "as written"
+
+
 def machine_count() -> int:
     """Machines of a multi-node run (GRPO_NUM_MACHINES, default 1); launcher.card.topology reads the rest."""
     return topology().num_machines
@@ -31,6 +35,18 @@ class Candidate:
     reason: str
     measured: object = None  # launcher.memory.ledger.Measured: what this machine measured of this shape, or None
     ledger_note: str = ""    # one line when the measurement turned the estimate's verdict (see _ledger_note)
+    speed: object = None     # launcher.plan.speed.StepTime: the predicted step (None on the CPU)
+    limited_by: str = AS_WRITTEN  # what stopped its prompts per step (the fit solver's verdict), or AS_WRITTEN
+
+    def speed_json(self) -> dict | None:
+        """`speed` of `plan --json`: step_s, generation_s, training_s, prompts_per_hour, limited_by (what stopped
+        the prompts per step: memory, throughput, the cap, the pins, or the profile as written) and bound_by
+        (the phase that takes most of a step and what bounds it)."""
+        if self.speed is None:
+            return None
+        out = self.speed.to_json(self.limited_by)
+        out["bound_by"] = self.speed.limited_by
+        return out
 
 
 @dataclass
@@ -66,7 +82,8 @@ class Plan:
                  else None,
                  "settings": settings_of(c.profile),
                  "estimate": c.estimate.to_json() if c.estimate else None,
-                 "measured": c.measured.to_json() if c.measured else None}
+                 "measured": c.measured.to_json() if c.measured else None,
+                 "speed": c.speed_json()}
                 for c in self.candidates],
             "chosen": self.chosen.name if self.chosen is not None else None,
             "notes": list(self.notes),
@@ -252,12 +269,26 @@ def _vllm_off_text(refusal: str) -> str:
     return f"vLLM off: {refusal}; transformers generates (estimated so); "
 
 
+def _with_speed(candidate: Candidate, arch, gpu, limits: dict | None) -> Candidate:
+    """The candidate with its predicted step (a GPU profile with an estimate) and what limited its batch."""
+    profile = candidate.profile
+    if profile.device != "cuda" or gpu is None or candidate.estimate is None:
+        return candidate
+    from launcher.plan.speed import predict
+
+    candidate.speed = predict(profile, arch, gpu, candidate.estimate, measured=candidate.measured)
+    candidate.limited_by = (limits or {}).get(profile.name, AS_WRITTEN)
+    return candidate
+
+
 def make_plan(profiles, machine: Machine, margin_gib: float | None = None, measurements=None,
-              ledger_refuses: bool = True) -> Plan:
+              ledger_refuses: bool = True, limits: dict | None = None) -> Plan:
     """Judge the profiles for this machine in ladder order: cuda profiles on a GPU, cpu ones without.
     `measurements` (launcher.memory.ledger entries) replace the estimate of every single-device shape this machine
     has measured; multi-GPU profiles are judged by the estimate alone. `ledger_refuses=False` (a profile the
-    user named): the ledger warns but never refuses what the estimate fits."""
+    user named): the ledger warns but never refuses what the estimate fits. Every GPU candidate gets its
+    predicted step (launcher.plan.speed); `limits` (from derive_ladder) says what stopped a derived one's
+    prompts per step."""
     profiles = sorted(profiles, key=lambda p: (p.ladder, p.name))
     if not profiles:
         raise UsageError("no profiles to plan (fix: --profiles-dir DIR holding *.yaml profiles)")
@@ -307,7 +338,7 @@ def make_plan(profiles, machine: Machine, margin_gib: float | None = None, measu
                                           ledger_refuses)
         if refusal:
             candidate.reason = _vllm_off_text(refusal) + candidate.reason
-        candidates.append(candidate)
+        candidates.append(_with_speed(candidate, archs[profile.model], gpu, limits))
     if any(c.reason.startswith("vLLM off") for c in candidates):
         notes.append(f"{gpu.name}: no bfloat16, so vLLM is off for the models it refuses in float16 (Gemma 2/3, "
                      "GLM-4); those rungs generate with transformers: slower, the KV cache in the training process")
