@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from contract.errors import ProfileError, UsageError
 from launcher.card.detect import GpuInfo
+from launcher.plan.lengths import completion_plan
 from launcher.plan.solve import SINGLE_GPU, Fit, Solver, ambition_of, fit, quality_key, usable_of
 from profiles.catalog import catalogue_key, resolve
 
@@ -75,6 +76,7 @@ def derive_ladder(profiles, model: str, machine, *, pinned=(), measurements=None
     if gpu is None or not any(p.gpus_needed == 1 for p in cuda):
         return profiles, []
     solver = Solver(arch, gpu, usable_of(gpu), machine, measurements)
+    need = completion_plan(cuda[0], arch, set(pinned)).cap if cuda else None  # the cap the task needs
     chosen: dict[str, tuple] = {}
     kept, failed = [], []
     best_rung, best_result = None, None
@@ -84,7 +86,7 @@ def derive_ladder(profiles, model: str, machine, *, pinned=(), measurements=None
         if solver.vllm_refused and rung.fast_inference and not rung.uses_vllm_server:
             runnable = rung.model_copy(update={"fast_inference": False, "vllm_standby": False})
         if own == catalogue_key(model) and rung.gpus_needed <= len(machine.gpus) and solver.fits(runnable):
-            chosen.setdefault(rung.name, (rung, quality_key(runnable, solver.speed(runnable))))
+            chosen.setdefault(rung.name, (rung, quality_key(runnable, solver.speed(runnable), need)))
             kept.append(rung.name)  # and still derived from: its intent may fit better than as written
     by_name = {rung.name: rung for rung in cuda}
     for base, amb in _intents(cuda, model, {}, set(pinned), arch):

@@ -83,11 +83,13 @@ def objective(profile, speed: StepTime | None = None) -> float:
     return speed.prompts_per_hour if speed is not None else 0.0
 
 
-def quality_key(profile, speed: StepTime | None = None) -> tuple:
-    """Orders configurations from the most valuable: the learning levers in their order, then prompts per hour,
-    then the larger group."""
-    return (profile.max_completion_length, min(profile.num_generations, GENERATIONS_AMBITION), profile.lora_rank,
-            not profile.load_in_4bit, round(objective(profile, speed), 6), profile.num_generations)
+def quality_key(profile, speed: StepTime | None = None, need: int | None = None) -> tuple:
+    """Orders configurations from the most valuable: the learning levers in their order (a completion cap
+    counts up to `need`, the cap the task needs: more buys nothing), then prompts per hour, then the larger
+    group."""
+    cap = min(profile.max_completion_length, need) if need else profile.max_completion_length
+    return (cap, min(profile.num_generations, GENERATIONS_AMBITION), profile.lora_rank, not profile.load_in_4bit,
+            round(objective(profile, speed), 6), profile.num_generations)
 
 
 @dataclass(frozen=True)
@@ -199,7 +201,7 @@ class Fit:
 
     def key(self) -> tuple:
         return (self.profile is not None,
-                quality_key(self.profile, self.speed) if self.profile is not None else ())
+                quality_key(self.profile, self.speed, self.ambition.completion) if self.profile is not None else ())
 
 
 def live_gib(est: Estimate, not_live) -> float:
@@ -674,7 +676,7 @@ def fit(base, gpu: GpuInfo, *, arch: Architecture | None = None, ambition: Ambit
         smaller = found.smaller.profile
         fallbacks.append((base.replace(**{k: getattr(smaller, k) for k in LEVER_KEYS},
                                        name=derived_name(arch, smaller), description=derived.description),
-                          quality_key(smaller, found.smaller.speed)))
+                          quality_key(smaller, found.smaller.speed, amb.completion)))
     return Fit(amb, derived, est, need, usable, f"fits: {need:.2f} of {usable:.2f} GiB usable{source}", top_need,
                card_for(top_need), given_up, measured, found.speed, found.limited_by, fallbacks=fallbacks)
 
