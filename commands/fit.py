@@ -14,7 +14,7 @@ from commands import options
 from contract.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_OUT_OF_MEMORY
 from launcher.plan.derive import fit_for_machine
 from launcher.plan.settings import settings_of
-from launcher.plan.solve import OBJECTIVE, Fit, limit_text, objective
+from launcher.plan.solve import OBJECTIVE, STANDBY_FAILURES, Fit, limit_text, objective
 
 SUMMARY = "the profile of any model that learns most per hour on the card, as loadable YAML"
 EXAMPLES = ("python train.py fit Qwen/Qwen2.5-7B-Instruct --gpu-memory 24",
@@ -75,6 +75,8 @@ def fit_text(result: Fit, card: str) -> str:
              + (f" over {p.num_gpus} training GPUs" if p.num_gpus > 1 else ""),
              *speed_lines(result),
              f"# completion cap: {amb.basis}",
+             *([f"# note: vllm_standby pinned with 4-bit weights: {STANDBY_FAILURES}"]
+               if p.vllm_standby and p.load_in_4bit else []),
              f"# ambition: {amb.text()}"]
     if result.given_up:
         lines.append("# given up against the ambition (each saving counted after the ones above it):")

@@ -344,4 +344,9 @@ def make_plan(profiles, machine: Machine, margin_gib: float | None = None, measu
                      "GLM-4); those rungs generate with transformers: slower, the KV cache in the training process")
     notes.extend(c.ledger_note for c in candidates if c.ledger_note)
     chosen = next((c.profile for c in candidates if c.fits), None)
+    if chosen is not None and chosen.fast_inference and chosen.vllm_standby and chosen.load_in_4bit:
+        from launcher.plan.solve import STANDBY_FAILURES
+
+        notes.append(f"{chosen.name} runs vLLM standby with 4-bit weights, which the fit solver never chooses by "
+                     f"itself: {STANDBY_FAILURES}; vllm_standby: false avoids it")
     return Plan(machine, candidates, chosen, margin_gib, notes)
