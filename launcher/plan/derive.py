@@ -191,6 +191,12 @@ def check_pins(values: dict) -> None:
     world = values.get("num_gpus", 1)
     if batch is not None and steps is not None:
         possible = (batch * steps * world) % gens == 0
+        if not possible:
+            raise ProfileError("--set", "per_device_train_batch_size",
+                               f"per_device_train_batch_size x num_gpus x gradient_accumulation_steps = {batch} x "
+                               f"{world} x {steps} = {batch * world * steps} is not divisible by num_generations "
+                               f"({gens}); GRPO needs whole groups of completions per step",
+                               f"make the product a multiple of {gens}")
     elif batch is not None:
         possible = any((p * gens) % batch == 0 for p in PROMPT_CHOICES)
     else:

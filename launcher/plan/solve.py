@@ -396,6 +396,8 @@ class Solver:
             standby = [False] if "vllm_standby" not in pinned or not amb.standby else []
         elif "vllm_standby" in pinned:
             standby = [amb.standby]
+        elif "gpu_memory_utilization" in pinned:
+            standby = [False]  # standby would replace the pinned share with Unsloth's own
         else:
             standby = [False, True]
         fixed = amb.prompts_per_step if _pinned_prompts(base, pinned) is not None else None
@@ -432,12 +434,16 @@ class Solver:
         return base.model_copy(update=update)
 
     # --- the search ---------------------------------------------------------------------------------
+    def least_prompts(self, base, amb: Ambition, opts: dict, gens: int) -> int | None:
+        """The fewest prompts per step whose completions a (pinned) batch cuts into whole groups."""
+        return next((p for p in opts["prompts"] if self.batches(base, amb, p * gens)), None)
+
     def _least(self, base, amb, opts, gens, length, rank, four_bit) -> bool:
         """Whether the learning levers fit with every throughput lever at its least."""
-        prompts = opts["prompts"][0]
-        batches = self.batches(base, amb, prompts * gens)
-        if not batches:
+        prompts = self.least_prompts(base, amb, opts, gens)
+        if prompts is None:
             return False
+        batches = self.batches(base, amb, prompts * gens)
         for standby in opts["vllm_standby"]:
             if not self.standby_allowed(amb, four_bit, standby):
                 continue
@@ -527,6 +533,8 @@ class Solver:
             return None
         best, limited = None, "cap"
         for prompts in opts["prompts"]:
+            if not self.batches(base, amb, prompts * learned[1]):
+                continue  # a pinned batch does not cut these completions into whole groups
             choice = self.best_at(base, amb, opts, learned, prompts)
             if choice is None:
                 limited = "memory" if best is not None else limited
@@ -554,7 +562,7 @@ class Solver:
         """The learning levers `learned` at the least throughput (the fallback rung): one prompt per step,
         micro-batch 1, the heaviest checkpointing, vLLM holding one group."""
         length, gens, rank, four_bit = learned
-        prompts = opts["prompts"][0]
+        prompts = self.least_prompts(base, amb, opts, gens) or opts["prompts"][0]
         batches = self.batches(base, amb, prompts * gens)
         levers = {"lora_rank": rank, "load_in_4bit": four_bit,
                   "gradient_checkpointing": opts["gradient_checkpointing"][-1],
@@ -693,7 +701,7 @@ def _nothing_fits(solver: Solver, base, amb: Ambition, usable: float) -> tuple[s
     levers = {"lora_rank": (opts["lora_rank"] or [least.rank])[-1],
               "load_in_4bit": (opts["load_in_4bit"] or [True])[-1],
               "gradient_checkpointing": (opts["gradient_checkpointing"] or ["true"])[-1], "vllm_standby": False}
-    prompts = (opts["prompts"] or [1])[0]
+    prompts = solver.least_prompts(base, least, opts, least.generations) or (opts["prompts"] or [1])[0]
     batches = solver.batches(base, least, prompts * least.generations)
     if not batches:
         return (f"nothing fits: {least.generations} generations x {prompts} prompt(s) per step cannot be cut into "
