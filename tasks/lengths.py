@@ -11,10 +11,8 @@ the reasoning runs, and the planner then takes a stated default.
 
 from __future__ import annotations
 
-import csv
 import json
 import re
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +45,8 @@ class ReferenceLengths:
 
 def measure(task: str, questions: list[str], answers: list[str], source: str) -> ReferenceLengths | None:
     """The figures of a list of questions and answers; None when there are none."""
+    import statistics
+
     answers = [_ANNOTATION.sub("", a) for a in answers if isinstance(a, str)]
     questions = [q for q in questions if isinstance(q, str)]
     if not answers:
@@ -78,6 +78,8 @@ def reference_lengths(dataset: str, answer_field: str = "", question_field: str 
     path = Path(dataset).expanduser()
     if path.suffix.lower() not in (".jsonl", ".json", ".csv") or not path.is_file():
         return None
+    import csv
+
     try:
         rows = _first_rows(path)
     except (OSError, ValueError, csv.Error, UnicodeDecodeError):
@@ -105,6 +107,8 @@ def _first_rows(path: Path) -> list[dict]:
     text = data.decode("utf-8", errors="strict" if len(data) < SAMPLE_BYTES else "ignore")
     suffix = path.suffix.lower()
     if suffix == ".csv":
+        import csv
+
         lines = text.splitlines()
         if len(data) == SAMPLE_BYTES:
             lines = lines[:-1]  # the last line may be cut

@@ -14,7 +14,6 @@ import sys
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +56,8 @@ def same_machine(a: dict, b: dict) -> bool:
 
 
 def library_versions() -> dict:
+    from importlib import metadata  # only when a record is written: planning never needs it
+
     found = {}
     for name in VERSIONED_PACKAGES:
         try:
