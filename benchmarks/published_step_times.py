@@ -1,6 +1,6 @@
 """The step-time model (launcher/plan/speed.py) against GRPO runs others published with a measured time per step.
 
-    python benchmarks/published_step_times.py [--rows] [--json FILE]
+    python benchmarks/published_step_times.py [--summary] [--json FILE]
 
 For every record of benchmarks/published_step_times.yaml with a known card: the model's prediction from the
 record's own settings (model shape, weights, LoRA, generations, batch, lengths, generator), its mean completion
@@ -155,7 +155,7 @@ PAIRS = (  # (a, b, what differs): the same configuration on two cards, or the n
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", action="store_true", help="print every record's prediction")
+    parser.add_argument("--summary", action="store_true", help="leave out the record-by-record lines")
     parser.add_argument("--json", help="write the rows as JSON here")
     args = parser.parse_args(argv)
     records = yaml.safe_load(DATA.read_text(encoding="utf-8"))
@@ -170,7 +170,7 @@ def main(argv=None) -> int:
         r["ratio"] = r["predicted_s"] / r["seconds_per_step"]
     lines = [f"{len(records)} published records, {len(scored)} predicted ({len(records) - len(scored)} skipped: "
              + ", ".join(f"{r['id']} ({r['skipped']})" for r in rows if "skipped" in r) + ")"]
-    if args.rows:
+    if not args.summary:
         lines.append("")
         lines.append(f"{'record':44} {'card':24} {'gen':12} {'measured':>9} {'predicted':>9} {'ratio':>6}  flags")
         for r in scored:
