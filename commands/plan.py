@@ -52,9 +52,14 @@ def _speed_line(cand) -> str:
     t = cand.speed
     measured = " (measured on this machine)" if t.measured_s is not None else ""
     card = "" if t.card_known else f"; {t.notes[0]}" if t.notes else ""
+    from launcher.plan.choose import AS_WRITTEN
+    from launcher.plan.solve import limit_text
+
+    limit = ("prompts per step as the profile writes them" if cand.limited_by == AS_WRITTEN else
+             f"prompts per step limited by {limit_text(cand.limited_by)}")
     return (f"predicted: {t.step_s:.1f} s per step{measured} (generation {t.generation_s:.1f}, training "
-            f"{t.training_s:.1f}), {t.prompts_per_hour:.0f} prompts per hour; prompts per step limited by "
-            f"{cand.limited_by}; the step bound by {t.limited_by}{card}")
+            f"{t.training_s:.1f}), {t.prompts_per_hour:.0f} prompts per hour; {limit}; the step bound by "
+            f"{t.limited_by}{card}")
 
 
 def _limit_text(cand) -> str:
