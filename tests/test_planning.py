@@ -438,3 +438,14 @@ def test_a_pinned_split_is_the_one_fitted(capsys):
     assert code == 0, err
     p = json.loads(out)["profile"]
     assert p["vllm_mode"] == "server" and p["num_gpus"] == 1 and p["vllm_server_gpus"] == 1
+
+
+def test_the_attempt_is_told_the_predicted_step_and_reads_it_back():
+    from contract.attempt import predicted_step_from_env
+    from contract.environment import ENV_PREDICTED_STEP_S
+    from launcher.run.supervise import Supervisor
+
+    profile = load_profile(PROFILES / "gpu-24gb-llama3.1-8b.yaml")
+    env = Supervisor._environment(profile, 19.5, 42.25)
+    assert predicted_step_from_env(env) == 42.25
+    assert ENV_PREDICTED_STEP_S not in Supervisor._environment(profile, 19.5, None)
