@@ -112,14 +112,16 @@ def plan_of(args):
         profiles = load_profiles(args.profiles_dir, args.overrides, device="cuda" if machine.gpus else "cpu")
     measurements = measurements_of(args)
     notes = []
+    limits: dict = {}
     overrides = parse_overrides(args.overrides)
     if machine.gpus and not getattr(args, "profile", None) and "model" in overrides:
         # a model of the user's: derive its configurations from the rungs' intents instead of borrowing theirs
         from launcher.plan.derive import derive_ladder
 
         profiles, notes = derive_ladder(profiles, overrides["model"], machine, pinned=set(overrides) - {"model"},
-                                        measurements=measurements)
+                                        measurements=measurements, limits=limits)
     # a profile the user named is never refused by the ledger, only warned about
-    plan = make_plan(profiles, machine, measurements=measurements, ledger_refuses=not getattr(args, "profile", None))
+    plan = make_plan(profiles, machine, measurements=measurements, ledger_refuses=not getattr(args, "profile", None),
+                     limits=limits)
     plan.notes.extend(notes)
     return plan, profiles

@@ -48,6 +48,27 @@ def _top_components(est: Estimate, n: int = 3) -> str:
     return ", ".join(f"{k} {v:.1f}" for v, k in parts)
 
 
+def _speed_line(cand) -> str:
+    t = cand.speed
+    measured = " (measured on this machine)" if t.measured_s is not None else ""
+    card = "" if t.card_known else f"; {t.notes[0]}" if t.notes else ""
+    from launcher.plan.choose import AS_WRITTEN
+    from launcher.plan.solve import limit_text
+
+    limit = ("prompts per step as the profile writes them" if cand.limited_by == AS_WRITTEN else
+             f"prompts per step limited by {limit_text(cand.limited_by)}")
+    return (f"predicted: {t.step_s:.1f} s per step{measured} (generation {t.generation_s:.1f}, training "
+            f"{t.training_s:.1f}), {t.prompts_per_hour:.0f} prompts per hour; {limit}; the step bound by "
+            f"{t.limited_by}{card}")
+
+
+def _limit_text(cand) -> str:
+    """What stopped a candidate's prompts per step, and what bounds its step."""
+    if cand.speed is None:
+        return "-"
+    return f"{cand.limited_by}; step: {cand.speed.limited_by}"
+
+
 def print_plan(plan: Plan, as_json: bool = False) -> int:
     """The plan as a table (or one JSON object); 0 when a profile fits, 3 when none does."""
     code = EXIT_OK if plan.chosen is not None else EXIT_OUT_OF_MEMORY
@@ -65,7 +86,8 @@ def print_plan(plan: Plan, as_json: bool = False) -> int:
     table = Table(title=f"Ladder (lower rung = tried first); {where} margin {plan.margin_gib:.2f} GiB")
     for column, justify in (("rung", "right"), ("profile", "left"), ("model", "left"), ("set-up", "left"),
                             ("batch x acc / gens / completion", "left"), ("estimate GiB", "right"),
-                            ("largest parts (GiB)", "left"), ("verdict", "left")):
+                            ("largest parts (GiB)", "left"), ("s/step", "right"), ("prompts/h", "right"),
+                            ("limited by", "left"), ("verdict", "left")):
         table.add_column(column, justify=justify, overflow="fold")
     for cand in plan.candidates:
         p = cand.profile
@@ -76,11 +98,16 @@ def print_plan(plan: Plan, as_json: bool = False) -> int:
                       f"{p.per_device_train_batch_size} x {p.gradient_accumulation_steps} / {p.num_generations} / "
                       f"{p.max_completion_length}",
                       f"{cand.estimate.total_gib:.2f}" if cand.estimate else "-",
-                      _top_components(cand.estimate) if cand.estimate else "-", verdict)
+                      _top_components(cand.estimate) if cand.estimate else "-",
+                      f"{cand.speed.step_s:.1f}" if cand.speed else "-",
+                      f"{cand.speed.prompts_per_hour:.0f}" if cand.speed else "-", _limit_text(cand), verdict)
     console.print(table)
     console.print(GPU_MARGIN_TEXT if gpu else HOST_MARGIN_TEXT, markup=False, highlight=False)
     if plan.chosen is not None:
         console.print(f"chosen: {plan.chosen.name} ({plan.chosen.source})", markup=False, highlight=False)
+        chosen = next(c for c in plan.candidates if c.profile is plan.chosen)
+        if chosen.speed is not None:
+            console.print(_speed_line(chosen), markup=False, highlight=False, soft_wrap=True)
     else:
         console.print("nothing fits: no profile of the ladder fits this machine (exit 3); "
                       "try --gpu-memory to see what a larger card would run, or write a smaller profile",

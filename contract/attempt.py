@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from contract.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUT_OF_MEMORY
-from contract.environment import (ENV_ALLOC_CONF, ENV_CACHE, ENV_ESTIMATE_GIB, ENV_INJECT_OOM, ENV_RANDOM_WEIGHTS,
-                                  ENV_VLLM_STANDBY)
+from contract.environment import (ENV_ALLOC_CONF, ENV_CACHE, ENV_ESTIMATE_GIB, ENV_INJECT_OOM,
+                                  ENV_PREDICTED_STEP_S, ENV_RANDOM_WEIGHTS, ENV_VLLM_STANDBY)
 from contract.safe_write import write_atomic
 
 # ---------------------------------------------------------------------------------------------------
@@ -102,6 +102,9 @@ class Outcome:
     rank: int = 0
     ranks: int = 1
     probe: dict | None = None          # the worst-case probe: {peak_gib, seconds, prompt_tokens, ...}
+    # seconds per optimizer step measured (steady state) beside the plan's prediction: {step_s, steps_timed,
+    # first_step_s, completion_mean, predicted_step_s, ratio} (trainer.timing.measured_step)
+    timing: dict | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2) + "\n"
@@ -311,14 +314,23 @@ def apply_attempt_environment(profile) -> None:
     os.environ.update(wanted)
 
 
-def estimate_from_env(environ: dict | None = None) -> float | None:
-    """The supervisor's estimate for this attempt (ENV_ESTIMATE_GIB), or None when run without one."""
-    raw = (os.environ if environ is None else environ).get(ENV_ESTIMATE_GIB, "")
+def _positive_from_env(name: str, environ: dict | None) -> float | None:
+    raw = (os.environ if environ is None else environ).get(name, "")
     try:
         value = float(raw)
     except ValueError:
         return None
     return value if value > 0 and value == value and value != float("inf") else None
+
+
+def estimate_from_env(environ: dict | None = None) -> float | None:
+    """The supervisor's estimate for this attempt (ENV_ESTIMATE_GIB), or None when run without one."""
+    return _positive_from_env(ENV_ESTIMATE_GIB, environ)
+
+
+def predicted_step_from_env(environ: dict | None = None) -> float | None:
+    """The seconds per step the plan predicted for this attempt (ENV_PREDICTED_STEP_S), or None."""
+    return _positive_from_env(ENV_PREDICTED_STEP_S, environ)
 
 
 def random_weights_requested(environ=None) -> bool:

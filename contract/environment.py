@@ -32,6 +32,7 @@ ENV_VLLM_PORT = "GRPO_VLLM_PORT"
 ENV_IMAGE = "GRPO_TRAIN_IMAGE"
 # The supervisor's, for one attempt's process
 ENV_ESTIMATE_GIB = "GRPO_ATTEMPT_ESTIMATE_GIB"
+ENV_PREDICTED_STEP_S = "GRPO_ATTEMPT_PREDICTED_STEP_S"
 ENV_PROBE_ONLY = "GRPO_PROBE_ONLY"
 ENV_RANDOM_WEIGHTS = "GRPO_RANDOM_WEIGHTS"
 # Other tools' variables that grpo-train sets for an attempt
@@ -57,6 +58,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(ENV_IMAGE, IMAGE, "1: this process runs in the grpo-train image; a folder it cannot write is "
              "explained as a mount, its fix given as `docker run` options"),
     Variable(ENV_ESTIMATE_GIB, SUPERVISOR, "the memory estimate (GiB) the plan judged this attempt by"),
+    Variable(ENV_PREDICTED_STEP_S, SUPERVISOR, "the seconds per optimizer step the plan predicted for this attempt"),
     Variable(ENV_PROBE_ONLY, SUPERVISOR, "1: load, run the worst-case probe, report it, stop (calibrate)"),
     Variable(ENV_RANDOM_WEIGHTS, SUPERVISOR, "1: the model's architecture with random weights, nothing "
              "downloaded (calibrate --random-weights)"),

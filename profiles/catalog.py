@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 
 from contract.errors import UsageError
@@ -45,7 +46,7 @@ class Architecture:
         return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
                 "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
 
-    @property
+    @cached_property  # the planner asks for it thousands of times a plan; the shape never changes
     def linear_params(self) -> int:
         """Parameters of every block's linear layers: what 4-bit quantisation shrinks."""
         return self.layers * sum(a * b for a, b in self.module_shapes().values())
@@ -63,7 +64,7 @@ class Architecture:
     def norm_params(self) -> int:
         return self.layers * 2 * self.hidden + self.hidden
 
-    @property
+    @cached_property
     def computed_params(self) -> int:
         return self.linear_params + self.embedding_params + self.lm_head_params + self.norm_params
 
@@ -120,6 +121,34 @@ def vllm_refuses(arch: Architecture, bf16: bool) -> str | None:
     if bf16 or arch.family not in VLLM_FLOAT16_REFUSED:
         return None
     return f"vLLM refuses float16 for {arch.family} and this card has no bfloat16 (compute capability < 8.0)"
+
+
+# Characters of English worked-maths text per token, by tokenizer family (model_type; Llama's by its vocabulary).
+# Estimates, not measured here (no tokenizer files offline): English BPE runs about 4 characters a token, and
+# maths text less, the more so where the tokenizer splits numbers into single digits (Qwen, Mistral, Gemma,
+# Llama 2) rather than groups of up to three (Llama 3, Phi-4's and gpt-oss's tiktoken-style vocabularies).
+# Held against the mean completion lengths published GRPO runs log on GSM8K (docs/planning.md).
+CHARS_PER_TOKEN = {"llama3": 3.6, "llama2": 2.9, "mistral": 2.9, "qwen": 3.2, "gemma": 3.3, "phi": 3.6,
+                   "gpt_oss": 3.7}
+CHARS_PER_TOKEN_DEFAULT = 3.0    # an unknown tokenizer: more tokens, so a cap errs long
+
+
+def chars_per_token(arch: Architecture) -> tuple[float, str]:
+    """(characters per token of worked-maths text under the model's tokenizer, the family it was taken for)."""
+    family = arch.family.lower()
+    if family == "llama":
+        key = "llama3" if arch.vocab >= 100_000 else "llama2"
+    elif family.startswith("qwen"):
+        key = "qwen"
+    elif family.startswith("gemma"):
+        key = "gemma"
+    elif family.startswith("phi"):
+        key = "phi"
+    else:
+        key = family if family in CHARS_PER_TOKEN else ""
+    if not key:
+        return CHARS_PER_TOKEN_DEFAULT, f"unknown tokenizer ({arch.family or 'no model_type'})"
+    return CHARS_PER_TOKEN[key], key
 
 
 # Unsloth's mirrors rename a few models (Meta-Llama-3.1-...); these spellings map to the same entry.

@@ -126,6 +126,10 @@ class Profile(BaseModel):
     max_seq_length: Whole = _key(1024, "longest prompt + completion in tokens", "model", tags=(MEMORY, LEVER), ge=16)
     max_prompt_length: Whole = _key(256, "prompts longer than this (tokens) are dropped", "model", tags=(MEMORY, LEVER), ge=8)
     max_completion_length: Whole = _key(512, "tokens generated per completion", "model", tags=(MEMORY, LEVER), ge=1)
+    expected_completion_length: Whole = _key(
+        0, "tokens a completion runs on average, for the planned time per step (memory is planned at "
+        "max_completion_length); 0 = derived from the task's reference solutions and the model's tokenizer",
+        "model", tags=(LEVER,), ge=0)
     # --- LoRA ---
     lora_rank: Whole = _key(16, "LoRA rank; 0 = full fine-tuning", "lora", tags=(MEMORY, LEVER, SHAPE), ge=0, le=512)
     lora_alpha: Whole = _key(32, "LoRA alpha (scale = alpha / rank)", "lora", tags=(LEVER,), ge=1)
@@ -138,6 +142,8 @@ class Profile(BaseModel):
                                           gt=0.0, lt=1.0)
     vllm_standby: StrictBool = _key(False, "UNSLOTH_VLLM_STANDBY: vLLM sleeps during training and lends its "
                                     "memory", "generation", tags=(MEMORY, LEVER))
+    vllm_max_num_seqs: Whole = _key(0, "sequences vLLM generates at once (max_num_seqs); 0 = as Unsloth sizes it "
+                                    "from its KV cache (8 to 256)", "generation", tags=(MEMORY, LEVER), ge=0, le=4096)
     num_generations: Whole = _key(4, "completions sampled per prompt (the GRPO group)", "generation", tags=(MEMORY, LEVER), ge=2)
     temperature: Number = _key(1.0, "sampling temperature", "generation", gt=0.0, le=5.0)
     top_p: Number = _key(1.0, "nucleus sampling", "generation", gt=0.0, le=1.0)
@@ -279,6 +285,16 @@ class Profile(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _expected_within_the_cap(self) -> "Profile":
+        if self.expected_completion_length > self.max_completion_length:
+            raise KeyProblem(
+                f"expected_completion_length {self.expected_completion_length} > max_completion_length "
+                f"({self.max_completion_length}): a completion cannot run longer than its cap on average",
+                f"set it to at most {self.max_completion_length}, or 0 to derive it from the task",
+                "expected_completion_length")
+        return self
+
+    @model_validator(mode="after")
     def _cpu_has_no_gpu_features(self) -> "Profile":
         if self.device != "cpu":
             return self
@@ -379,6 +395,31 @@ def _problem(error: dict) -> tuple[str | None, str, str | None]:
     if kind == "extra_forbidden":
         return key, "unknown key", suggest(str(key), KEYS) or "run `python train.py --help` for the list of keys"
     return key, error["msg"], None
+
+
+_ADAPTERS: dict[str, Any] = {}
+
+
+def check_value(key: str, value: Any, source: str = "--set") -> Any:
+    """One key's value as the schema reads it (its type, its range), alone: ProfileError naming the source and
+    the key when the schema refuses it. Rules that tie several keys together are checked on a whole profile."""
+    from pydantic import TypeAdapter
+
+    if key not in KEYS:
+        raise ProfileError(source, key, "unknown key", suggest(key, KEYS) or
+                           "run `python train.py --help` for the list of keys")
+    adapter = _ADAPTERS.get(key)
+    if adapter is None:
+        info = Profile.model_fields[key]
+        kind = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+        adapter = _ADAPTERS[key] = TypeAdapter(kind)
+    try:
+        return adapter.validate_python(value)
+    except ValidationError as exc:
+        error = dict(exc.errors()[0])
+        error["loc"] = (key,)
+        found, reason, fix = _problem(error)
+        raise ProfileError(source, found or key, reason, fix) from None
 
 
 def profile_from_dict(data: Any, source: str) -> Profile:

@@ -148,6 +148,10 @@ def from_pretrained_kwargs(profile, model_path: str, dtype, *, fast_inference: b
     if fast:
         kwargs["gpu_memory_utilization"] = profile.gpu_memory_utilization
         kwargs["max_lora_rank"] = vllm_lora_rank(max(profile.lora_rank, 1))
+        if profile.vllm_max_num_seqs:
+            # reaches unsloth_zoo's load_vllm through from_pretrained's **kwargs (its vLLM engine keywords);
+            # an explicit count replaces the one Unsloth picks from the KV cache's size
+            kwargs["max_num_seqs"] = profile.vllm_max_num_seqs
     return kwargs
 
 

@@ -13,6 +13,7 @@ adapter, summary, report, plots), evaluates and prints progress; rank N > 0 leav
 from __future__ import annotations
 
 import errno
+import json
 import os
 import traceback
 from pathlib import Path
@@ -169,12 +170,30 @@ def _record_failure(outcome: Outcome, exc: BaseException, profile_name: str, ran
     return code
 
 
+def _timing(state: AttemptState) -> dict | None:
+    """The measured seconds per step beside the plan's prediction, from the attempt's metrics.jsonl."""
+    from trainer.timing import measured_step
+
+    rows = []
+    try:
+        with open(state.attempt_dir / contract.METRICS_FILE, encoding="utf-8") as handle:
+            for line in handle:
+                try:
+                    rows.append(json.loads(line))
+                except ValueError:
+                    continue  # a line cut short by a kill
+    except OSError:
+        return None
+    return measured_step([r for r in rows if isinstance(r, dict)], state.predicted_step_s)
+
+
 def _close_outcome(state: AttemptState, outcome: Outcome) -> bool:
     """Complete the outcome with what the attempt reached and write it; False when it could not be written."""
     outcome.steps = state.steps
     outcome.checkpoint = contract.relative_path(state.latest_checkpoint(), state.attempt_dir)  # folder may move
     outcome.estimate_gib = state.estimate_gib
     outcome.probe = state.probe
+    outcome.timing = _timing(state)
     if state.memory is not None and state.measures_peak:
         try:
             state.memory.sample()

@@ -22,6 +22,7 @@ class AttemptState:
         self.trainer = None
         self.memory = None
         self.estimate_gib = estimate_gib  # the figure the plan judged this attempt by, when known
+        self.predicted_step_s = contract.predicted_step_from_env()  # the plan's seconds per step, when known
         # profile -> (path to load, the project's build record or None); the command that starts the attempt
         # gives it (it knows the offline models); without one, the profile's model is loaded as it is
         self.resolve_model = resolve_model or (lambda profile: (profile.model, None))

@@ -17,6 +17,7 @@ def build_summary(state: AttemptState, backend, rows, reward_names, before, afte
     import torch
 
     from trainer.report import reward_figures, scored_examples, signal_figures
+    from trainer.timing import measured_step
 
     profile = state.profile
     memory = state.memory.summary()
@@ -45,6 +46,8 @@ def build_summary(state: AttemptState, backend, rows, reward_names, before, afte
         "dropped_prompts": dropped,
         "memory": {**memory, "estimate_gib": estimate, "measure": measure,
                    "ratio": round(peak / estimate, 3) if estimate else None},
+        # seconds per optimizer step, measured (steady state) beside the plan's prediction
+        "speed": measured_step(rows, state.predicted_step_s),
         "rewards": reward_figures(rows, reward_names),
         "group_signal": signal_figures(rows),
         "accuracy": {"correctness": profile.correctness, "samples": before["total"], "before": before["accuracy"],

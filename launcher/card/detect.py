@@ -8,7 +8,6 @@ call names, which is how the tests stand in for a driver.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 
 import psutil
@@ -75,35 +74,23 @@ def precision_text(gpu: GpuInfo | None) -> str:
 # ---------------------------------------------------------------------------------------------------
 # A named what-if card's compute capability
 
-# NVIDIA's published compute capabilities, by the name NVML reports with its "NVIDIA", "Tesla", "GeForce" and
-# "Quadro" words dropped. A what-if card (--gpu-name) has no driver to ask; its name decides whether it has
-# bfloat16, and with it which models vLLM will serve on it. Longer names first, so "RTX 6000 Ada" is not "RTX 6000".
-KNOWN_CAPABILITIES: tuple[tuple[str, tuple[int, int]], ...] = (
-    ("rtx 6000 ada", (8, 9)), ("rtx pro 6000", (12, 0)), ("rtx a6000", (8, 6)), ("rtx a5000", (8, 6)),
-    ("rtx a4000", (8, 6)), ("titan rtx", (7, 5)), ("titan v", (7, 0)),
-    ("rtx 5090", (12, 0)), ("rtx 5080", (12, 0)), ("rtx 4090", (8, 9)), ("rtx 4080", (8, 9)),
-    ("rtx 4070", (8, 9)), ("rtx 4060", (8, 9)), ("rtx 3090", (8, 6)), ("rtx 3080", (8, 6)),
-    ("rtx 3070", (8, 6)), ("rtx 3060", (8, 6)), ("rtx 2080", (7, 5)), ("rtx 2070", (7, 5)), ("rtx 2060", (7, 5)),
-    ("gtx 1080", (6, 1)), ("gtx 1070", (6, 1)),
-    ("gh200", (9, 0)), ("gb200", (10, 0)), ("gb10", (12, 1)), ("b200", (10, 0)), ("b100", (10, 0)),
-    ("h200", (9, 0)), ("h100", (9, 0)), ("h800", (9, 0)), ("h20", (9, 0)),
-    ("l40s", (8, 9)), ("l40", (8, 9)), ("l4", (8, 9)),
-    ("a100", (8, 0)), ("a800", (8, 0)), ("a40", (8, 6)), ("a30", (8, 0)), ("a10g", (8, 6)), ("a10", (8, 6)),
-    ("a16", (8, 6)), ("a2", (8, 6)),
-    ("v100", (7, 0)), ("t4", (7, 5)), ("p100", (6, 0)), ("p40", (6, 1)), ("p4", (6, 1)), ("k80", (3, 7)),
-)
-_VENDOR_WORDS = re.compile(r"\b(nvidia|tesla|geforce|quadro)\b")
+def known_capability(name: str | None, memory_gib: float | None = None) -> tuple[int, int] | None:
+    """The compute capability of a card known by name to the card table (launcher.card.facts: "Tesla T4" ->
+    (7, 5)); None for a name it does not list. A what-if card (--gpu-name) has no driver to ask: its name
+    decides whether it has bfloat16, which models vLLM serves on it, and whether the image runs on it at all."""
+    from launcher.card.facts import card_facts
+
+    card = card_facts(name, memory_gib)
+    return card.capability if card is not None else None
 
 
-def known_capability(name: str | None) -> tuple[int, int] | None:
-    """The compute capability of a card known by name ("Tesla T4" -> (7, 5)); None for a name not listed."""
-    if not name:
+def below_minimum(name: str, capability) -> str | None:
+    """Why the image cannot train on a card of this capability (CUDA 13 has no kernels below Turing), else None."""
+    if capability is None or tuple(capability) >= MIN_CAPABILITY:
         return None
-    text = " ".join(_VENDOR_WORDS.sub(" ", name.lower()).replace("-", " ").split())
-    for key, capability in KNOWN_CAPABILITIES:
-        if re.search(rf"(?<![\w]){re.escape(key)}(?![\w])", text):
-            return capability
-    return None
+    cc = ".".join(map(str, capability))
+    return (f"{name} has compute capability {cc}; the CUDA 13 builds of torch and vLLM need "
+            f"{'.'.join(map(str, MIN_CAPABILITY))} or newer (Turing)")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -234,7 +221,10 @@ def detect_machine(what_if_gib: float | None = None, what_if_name: str | None = 
     if what_if_gib is not None:
         name = what_if_name or f"{what_if_gib:g} GiB card"
         count = what_if_count or 1
-        capability = known_capability(what_if_name)
+        capability = known_capability(what_if_name, what_if_gib)
+        refusal = below_minimum(name, capability)
+        if refusal:  # as when NVML reports such a card: nothing of the GPU ladder can run on it
+            return Machine([], f"GPU 0 (what-if): {refusal}: planning for the CPU ladder", host_total, host_free)
         gpus = [GpuInfo(name=name, total_gib=float(what_if_gib), free_gib=float(what_if_gib), used_gib=0.0,
                         compute_capability=capability, driver=None, cuda_driver=None, index=i, source="what-if")
                 for i in range(count)]
@@ -298,10 +288,9 @@ def _read_driver(nvml, host_total: float, host_free: float) -> Machine:
         order_note = (f"CUDA_DEVICE_ORDER={order}: CUDA may number these mixed GPUs differently from NVML, so "
                       f"GPU 0 may not be the card planned for (fix: CUDA_DEVICE_ORDER={CUDA_ORDER})")
     first = visible[0]
-    if first["capability"] is not None and tuple(first["capability"]) < MIN_CAPABILITY:
-        cc = ".".join(map(str, first["capability"]))
-        return cpu(f"GPU 0: {first['name']} has compute capability {cc}; the CUDA 13 builds of torch and vLLM "
-                   f"need {'.'.join(map(str, MIN_CAPABILITY))} or newer (Turing)")
+    refusal = below_minimum(first["name"], first["capability"])
+    if refusal:
+        return cpu(f"GPU 0: {refusal}")
     gpus = [GpuInfo(name=d["name"], total_gib=d["total"], free_gib=d["free"], used_gib=d["used"],
                     compute_capability=d["capability"], driver=driver, cuda_driver=cuda_driver,
                     index=cuda_index, source="nvml", uuid=d["uuid"])

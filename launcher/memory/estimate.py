@@ -29,7 +29,8 @@ from launcher.memory.trl_step import peak_overlap
 from launcher.memory.parts import unsloth_trains_in_float32
 from launcher.memory.parts import (  # noqa: F401 - re-exported: other modules import them from here
     GIB, CUDA_CONTEXT_GIB, PYTHON_RUNTIME_GIB, NF4_BYTES, HALF_BYTES, FULL_BYTES, OPTIMIZER_BYTES,
-    UNSLOTH_LOGIT_BYTES, TRL_LOGIT_BYTES, VLLM_FIXED_GIB, VLLM_PREFILL_TOKENS, VLLM_SAMPLER_SEQS,
+    UNSLOTH_LOGIT_BYTES, TRL_LOGIT_BYTES, VLLM_NON_TORCH_GIB, VLLM_PREFILL_TOKENS, VLLM_SAMPLER_SEQS,
+    VLLM_SAMPLER_BYTES, VLLM_GRAPH_BYTES, UNSLOTH_ENGINE_TIERS, unsloth_engine, unsloth_lora_rank,
     STANDBY_UTILISATION, ZERO_BUCKET_ELEMENTS, ZERO3_PREFETCH_ELEMENTS, ZERO3_MAX_LIVE_ELEMENTS,
     COLLECTIVE_BUFFERS_GIB, MASTER_BYTES, weights_bytes, activation_bytes_per_token_layer, logits_bytes,
     standby_utilisation, unsloth_vllm_utilisation, STANDBY_HEADROOM, vllm_workspace_bytes, sequence_tokens,
@@ -52,6 +53,9 @@ class Estimate:
     zero_stage: int = 0
     gpus_needed: int = 1
     server: "Estimate | None" = None   # one GPU of the vLLM server (server mode)
+    # Unsloth's colocated engine as load_vllm sizes it: max_num_seqs, max_num_batched_tokens, kv_cache_gib,
+    # kv_tokens, workspace_gib (None without vLLM or on an unknown card)
+    vllm_engine: dict | None = None
 
     def to_json(self) -> dict:
         out = {"total_gib": round(self.total_gib, 3),
@@ -65,6 +69,8 @@ class Estimate:
                "per": "process" if self.memory == "host" else "gpu"}
         if self.server is not None:
             out["server"] = self.server.to_json()
+        if self.vllm_engine is not None:
+            out["vllm_engine"] = dict(self.vllm_engine)
         return out
 
 
@@ -110,45 +116,56 @@ def estimate(profile, arch: Architecture | None = None, gpu=None, backend: str |
 
     vllm_share = None
     vllm_problem = None
+    engine = None
     if cpu:
         comp.update(cpu_process(arch, generation_batch, seq))
     else:
         comp["cuda_context"] = CUDA_CONTEXT_GIB * GIB
         if profile.fast_inference:
-            vllm_share, vllm_problem, share_note = _vllm_share(profile, arch, weights, gpu, generation_batch, seq)
+            vllm_share, vllm_problem, share_note, engine = _vllm_share(profile, arch, weights, gpu,
+                                                                       generation_batch, seq)
             notes.append(share_note)
             # the share holds the (shared) weights; the rest is vLLM's KV cache, graphs and workspace
             comp["vllm_cache"] = max(vllm_share - weights, 0.0)
             if profile.vllm_standby:
                 # asleep during training, vLLM lends its KV memory to the backward pass
                 lent = comp["activations"] + comp["activation_checkpoints"] + comp["logits"]
-                overlap = min(lent, max(comp["vllm_cache"] - vllm_workspace_bytes(arch), 0.0))
+                workspace = engine["workspace_gib"] * GIB if engine else vllm_workspace_bytes(arch)
+                overlap = min(lent, max(comp["vllm_cache"] - workspace, 0.0))
                 comp["standby_reuse"] = -overlap
                 notes.append("vLLM standby: training reuses the sleeping KV cache")
         else:
             comp["generate_kv_cache"] = generate_kv_cache(arch, generation_batch, seq, HALF_BYTES)
 
-    return _in_gib(comp, notes, vllm_share=vllm_share, host_offload=host_offload, vllm_problem=vllm_problem,
-                   memory="host" if cpu else "gpu", backend=backend)
+    out = _in_gib(comp, notes, vllm_share=vllm_share, host_offload=host_offload, vllm_problem=vllm_problem,
+                  memory="host" if cpu else "gpu", backend=backend)
+    out.vllm_engine = engine
+    return out
 
 
 def _vllm_share(profile, arch: Architecture, weights: float, gpu, generation_batch: int, seq: int):
-    """(reservation bytes, problem or None, note). vLLM reserves utilisation x TOTAL memory at start and
-    refuses to start when that cannot hold the weights, its workspace and one full-length sequence."""
-    workspace, kv_token, one_sequence = vllm_sizes(profile, arch)
+    """(reservation bytes, problem or None, note, engine sizes or None). vLLM reserves utilisation x TOTAL
+    memory at start and refuses to start when that cannot hold the weights, its workspace and one full-length
+    sequence. Its workspace and sequences at once are sized as unsloth_zoo's load_vllm sizes them."""
     if gpu is None:
         # card unknown: count the least share that holds the whole generation batch at once
+        workspace, kv_token, one_sequence = vllm_sizes(profile, arch)
         share = weights + workspace + generation_batch * seq * kv_token
-        return share, None, "card unknown: vLLM share counted as weights + workspace + one generation batch"
+        return share, None, "card unknown: vLLM share counted as weights + workspace + one generation batch", None
     utilisation = profile.gpu_memory_utilization
     if profile.vllm_standby:
         # Unsloth's own tier, of the memory free when vLLM starts (unsloth_vllm_utilisation)
         utilisation = unsloth_vllm_utilisation(utilisation, gpu.total_gib, gpu.free_gib, True)
     share = utilisation * gpu.total_gib * GIB
+    seqs, tokens, _budget = unsloth_engine(profile, arch, share)
+    workspace, kv_token, one_sequence = vllm_sizes(profile, arch, share_bytes=share)
     room = share - weights - workspace
+    kv_tokens = max(int(room // kv_token), 0)
+    engine = {"max_num_seqs": seqs, "max_num_batched_tokens": tokens, "kv_cache_gib": round(max(room, 0) / GIB, 4),
+              "kv_tokens": kv_tokens, "workspace_gib": round(workspace / GIB, 4)}
     note = (f"vLLM share {utilisation:g} x {gpu.total_gib:.1f} GiB = {share / GIB:.2f} GiB: weights "
-            f"{weights / GIB:.2f}, workspace {workspace / GIB:.2f}, KV cache {max(room, 0) / GIB:.2f} GiB "
-            f"(~{max(int(room // kv_token), 0)} tokens)")
+            f"{weights / GIB:.2f}, workspace {workspace / GIB:.2f} (max_num_seqs {seqs}, prefill {tokens} tokens), "
+            f"KV cache {max(room, 0) / GIB:.2f} GiB (~{kv_tokens} tokens)")
     problem = None
     if room < one_sequence:
         need = (weights + workspace + one_sequence) / (gpu.total_gib * GIB)
@@ -159,7 +176,7 @@ def _vllm_share(profile, arch: Architecture, weights: float, gpu, generation_bat
         problem = (f"vLLM share too small: {utilisation:g} x {gpu.total_gib:.1f} GiB = {share / GIB:.2f} GiB < "
                    f"weights {weights / GIB:.2f} + workspace {workspace / GIB:.2f} + KV cache of one "
                    f"{profile.max_seq_length}-token sequence {one_sequence / GIB:.2f}; {fix}")
-    return share, problem, note
+    return share, problem, note, engine
 
 
 # ---------------------------------------------------------------------------------------------------

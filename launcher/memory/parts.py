@@ -4,6 +4,7 @@ launcher.memory.estimate, which adds them up per profile (that module's docstrin
 from __future__ import annotations
 
 from profiles.catalog import Architecture
+from profiles.keys import VLLM_LORA_RANKS
 from launcher.memory.trl_step import optimizer_step_bytes
 from launcher.memory.trl_step import training_pass as trl_pass
 
@@ -32,13 +33,29 @@ UNSLOTH_LOGIT_BYTES = 2 * HALF_BYTES     # two 16-bit tensors, one sequence at a
 # for backward, then its gradient and the softmax in backward (a simulated step peaks at 12 B per logit)
 TRL_LOGIT_BYTES = 3 * FULL_BYTES
 
-# vLLM (colocated through Unsloth's fast_inference)
-VLLM_FIXED_GIB = 0.5          # CUDA graphs and vLLM's non-torch memory
-VLLM_PREFILL_TOKENS = 8192    # Unsloth's chunked-prefill budget: the profiling forward vLLM measures
-VLLM_SAMPLER_SEQS = 256       # max_num_seqs: the sampler holds fp32 logits for this many sequences
-# UNSLOTH_VLLM_STANDBY replaces gpu_memory_utilization, both ways, with its own step (unsloth_zoo.vllm_utils
-# load_vllm): the first tier whose floor a tenth of the card's total GiB reaches, times 0.95 for vLLM >= 0.11.
-# Steps, not a line: an A100-40 (39.4 GiB) gets 0.9 x 0.95 = 0.855, a 48 GB card 0.925 x 0.95 = 0.879.
+# vLLM: what its share holds besides the weights and the KV cache (the "workspace"), in the terms of its start-up
+# log ("non_torch_memory", "PyTorch activation peak", "Graph capturing ... took"). Checked against the seven
+# start-up logs of Unsloth's GRPO notebooks (benchmarks/published_memory.py): the activation peak is the
+# sampler's fp32 tensors over the vocabulary for every sequence of a batch (logits, their softmax and
+# log-softmax, the sorted copy and its int64 indices for top-p/top-k: 36 bytes per sequence x vocabulary
+# entry) and the profiling forward of one chunk of prefill tokens; the CUDA graphs grow with the batch sizes
+# captured (up to max_num_seqs), the layers and the hidden size.
+VLLM_NON_TORCH_GIB = 0.1      # logged 0.03-0.09 GiB
+VLLM_SAMPLER_BYTES = 36       # per sequence x vocabulary entry
+VLLM_GRAPH_BYTES = 24         # per sequence x layer x hidden unit (logged graph pools: 15-47, median 25)
+VLLM_GRAPH_FLOOR_GIB = 0.15   # Unsloth's own graph reserve is never below this
+# vLLM's own defaults (TRL's colocated engine and `trl vllm-serve`, which Unsloth's sizing does not reach)
+VLLM_PREFILL_TOKENS = 8192
+VLLM_SAMPLER_SEQS = 256
+# unsloth_zoo's load_vllm sizes the engine from the memory its KV cache will have (GiB, after the weights,
+# LoRA buffers and its graph reserve): (at most this much, max_num_batched_tokens, max_num_seqs). A test reads
+# this table back from the installed unsloth_zoo source.
+UNSLOTH_ENGINE_TIERS = ((2, 2048, 8), (4, 2048, 16), (8, 4096, 32), (12, 4096, 48), (16, 6144, 64),
+                        (24, 6144, 80), (40, 8192, 96), (48, 8192, 112), (80, 8192, 128), (float("inf"), 8192, 256))
+# ... and reserves this for CUDA graphs before it: 172 graphs x hidden x layers x 4 bytes, within these bounds
+UNSLOTH_GRAPH_RESERVE = (172 * 4, 0.15, 1.0)
+# vLLM's packed size of a bitsandbytes 4-bit linear weight as unsloth_zoo counts it (2 bytes / (16/5))
+UNSLOTH_NF4_BYTES = 0.625
 STANDBY_UTILISATION = ((4.0, 0.925), (2.5, 0.9), (2.0, 0.825), (1.4, 0.8), (1.0, 0.775), (0.0, 0.75))
 STANDBY_HEADROOM = 0.95
 
@@ -126,11 +143,43 @@ def unsloth_vllm_utilisation(requested: float, total_gib: float, free_gib: float
     return share * min(free_gib, total_gib) / total_gib
 
 
-def vllm_workspace_bytes(arch: Architecture) -> float:
-    """vLLM's memory besides weights and KV cache: graphs, the profiling forward, the sampler's logits."""
-    prefill = VLLM_PREFILL_TOKENS * HALF_BYTES * (arch.hidden + 2 * arch.intermediate)
-    sampler = VLLM_SAMPLER_SEQS * arch.vocab * FULL_BYTES
-    return VLLM_FIXED_GIB * GIB + prefill + sampler
+def vllm_workspace_bytes(arch: Architecture, seqs: int = VLLM_SAMPLER_SEQS,
+                         tokens: int = VLLM_PREFILL_TOKENS) -> float:
+    """vLLM's memory besides weights and KV cache for an engine of `seqs` sequences at once and `tokens`
+    prefill tokens per forward: non-torch memory, CUDA graphs, the profiling forward and the sampler."""
+    prefill = tokens * HALF_BYTES * (arch.hidden + 2 * arch.intermediate)
+    sampler = seqs * arch.vocab * VLLM_SAMPLER_BYTES
+    graphs = max(VLLM_GRAPH_FLOOR_GIB * GIB, VLLM_GRAPH_BYTES * seqs * arch.layers * arch.hidden)
+    return VLLM_NON_TORCH_GIB * GIB + graphs + prefill + sampler
+
+
+def unsloth_lora_rank(rank: int) -> int:
+    """The max_lora_rank vLLM is given: the rank rounded up to the next rank vLLM serves."""
+    return next((r for r in VLLM_LORA_RANKS if r >= rank), VLLM_LORA_RANKS[-1])
+
+
+def unsloth_engine(profile, arch: Architecture, share_bytes: float, seqs: int | None = None) -> tuple[int, int, float]:
+    """(max_num_seqs, max_num_batched_tokens, KV budget in bytes) of the engine unsloth_zoo's load_vllm starts
+    for `profile` with `share_bytes` of the card: its own weight and LoRA-buffer count and graph reserve
+    taken off the share give the KV budget, whose tier sets both sizes (UNSLOTH_ENGINE_TIERS); an explicit
+    vllm_max_num_seqs (or `seqs`, which takes precedence) replaces the tier's sequences."""
+    if profile.load_in_4bit:
+        weights = arch.linear_params * UNSLOTH_NF4_BYTES + (arch.embedding_params + arch.lm_head_params
+                                                            + arch.norm_params) * HALF_BYTES
+    else:
+        weights = arch.computed_params * HALF_BYTES
+    rank = unsloth_lora_rank(max(profile.lora_rank, 1))
+    h, q, kv, i = arch.hidden, arch.q_dim, arch.kv_dim, arch.intermediate
+    lora = arch.layers * HALF_BYTES * rank * ((3 * h + q) + (q + 2 * kv + h) + (2 * h + i) + (2 * i + h))
+    per, low, high = UNSLOTH_GRAPH_RESERVE
+    graphs = min(max(per * h * arch.layers, low * GIB), high * GIB)
+    budget = max(share_bytes - weights - lora - graphs, 0.0)
+    asked = seqs or getattr(profile, "vllm_max_num_seqs", 0)
+    _, tokens, seqs = next(t for t in UNSLOTH_ENGINE_TIERS if budget / GIB <= t[0])
+    if asked:
+        seqs = asked
+    tokens = max(min(tokens, seqs * profile.max_seq_length), seqs)
+    return seqs, tokens, budget
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -210,11 +259,18 @@ def cpu_process(arch: Architecture, completions: int, seq: int) -> dict[str, flo
             "runtime": PYTHON_RUNTIME_GIB * GIB}
 
 
-def vllm_sizes(profile, arch: Architecture, tp: int = 1) -> tuple[float, float, float]:
+def vllm_sizes(profile, arch: Architecture, tp: int = 1, share_bytes: float | None = None,
+               seqs: int | None = None) -> tuple[float, float, float]:
     """(workspace, KV bytes of one token, KV bytes of one max_seq_length sequence) of one vLLM GPU holding
-    1/tp of the model."""
+    1/tp of the model. With `share_bytes` (Unsloth's colocated engine on one GPU) the workspace is sized as
+    unsloth_zoo sizes that engine; without, with vLLM's own defaults."""
     kv_token = arch.kv_bytes_per_token(HALF_BYTES) / tp
-    return vllm_workspace_bytes(arch), kv_token, profile.max_seq_length * kv_token
+    if share_bytes is None:
+        workspace = vllm_workspace_bytes(arch)
+    else:
+        seqs, tokens, _ = unsloth_engine(profile, arch, share_bytes, seqs)
+        workspace = vllm_workspace_bytes(arch, seqs, tokens)
+    return workspace, kv_token, profile.max_seq_length * kv_token
 
 
 def zero_model_state_bytes(trainable: int, optim: str, world: int, stage: int, lora: bool,

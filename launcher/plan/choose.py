@@ -13,9 +13,14 @@ from contract.errors import UsageError
 from launcher.memory.estimate import Estimate, estimate
 from launcher.card.detect import GpuInfo, Machine, bf16_supported, precision_text
 from launcher.memory.ledger.weigh import measured_for
-from launcher.plan.margins import GPU_MARGIN_TEXT, HOST_MARGIN_TEXT, margin_for
+from launcher.plan.margins import (ESTIMATE_HEADROOM_TEXT, GPU_MARGIN_TEXT, HOST_MARGIN_TEXT, estimate_limit,
+                                   margin_for)
 from launcher.card.topology import split_over_machines, topology
 from launcher.plan.settings import settings_of
+
+
+# A profile not derived by the fit solver runs the prompts per step it was written with
+AS_WRITTEN = "as written"
 
 
 def machine_count() -> int:
@@ -30,6 +35,18 @@ class Candidate:
     reason: str
     measured: object = None  # launcher.memory.ledger.Measured: what this machine measured of this shape, or None
     ledger_note: str = ""    # one line when the measurement turned the estimate's verdict (see _ledger_note)
+    speed: object = None     # launcher.plan.speed.StepTime: the predicted step (None on the CPU)
+    limited_by: str = AS_WRITTEN  # what stopped its prompts per step (the fit solver's verdict), or AS_WRITTEN
+
+    def speed_json(self) -> dict | None:
+        """`speed` of `plan --json`: step_s, generation_s, training_s, prompts_per_hour, limited_by (what stopped
+        the prompts per step: memory, throughput, the cap, the pins, or the profile as written) and bound_by
+        (the phase that takes most of a step and what bounds it)."""
+        if self.speed is None:
+            return None
+        out = self.speed.to_json(self.limited_by)
+        out["bound_by"] = self.speed.limited_by
+        return out
 
 
 @dataclass
@@ -65,7 +82,8 @@ class Plan:
                  else None,
                  "settings": settings_of(c.profile),
                  "estimate": c.estimate.to_json() if c.estimate else None,
-                 "measured": c.measured.to_json() if c.measured else None}
+                 "measured": c.measured.to_json() if c.measured else None,
+                 "speed": c.speed_json()}
                 for c in self.candidates],
             "chosen": self.chosen.name if self.chosen is not None else None,
             "notes": list(self.notes),
@@ -84,7 +102,9 @@ def _need(est: Estimate, measured) -> tuple[float, str]:
 
 
 def _judge(profile, est: Estimate, gpu: GpuInfo | None, machine: Machine, margin: float,
-           measured=None) -> tuple[bool, str]:
+           measured=None, headroom_refuses: bool = True) -> tuple[bool, str]:
+    """(fits, why). On a GPU a shape judged by the estimate alone keeps the estimate's headroom
+    (margins.estimate_limit); `headroom_refuses` off (a profile the user named) only warns inside it."""
     need, source = _need(est, measured)
     if est.memory == "host":
         usable = machine.host_free_gib - margin
@@ -102,10 +122,17 @@ def _judge(profile, est: Estimate, gpu: GpuInfo | None, machine: Machine, margin
         return False, (f"vLLM asks {est.vllm_share_gib:.2f} GiB (gpu_memory_utilization x total) but only "
                        f"{gpu.free_gib:.2f} GiB is free: lower gpu_memory_utilization or free the card")
     usable = gpu.free_gib - margin
-    if need <= usable:
+    if need > usable:
+        return False, (f"too large: needs {need:.2f} GiB, {usable:.2f} usable "
+                       f"({gpu.free_gib:.2f} free - {margin:.2f} margin){source}")
+    limit = usable if measured is not None and measured.need_gib is not None else estimate_limit(usable)
+    if need <= limit:
         return True, f"fits: {need:.2f} of {usable:.2f} GiB usable{source}"
-    return False, (f"too large: needs {need:.2f} GiB, {usable:.2f} usable "
-                   f"({gpu.free_gib:.2f} free - {margin:.2f} margin){source}")
+    close = (f"needs {need:.2f} of {usable:.2f} GiB usable, past the {limit:.2f} an estimate alone may use "
+             f"({ESTIMATE_HEADROOM_TEXT.split(':')[0]})")
+    if not headroom_refuses:
+        return True, f"fits, but close: {close}; it may run out of memory"
+    return False, f"too close: {close}"
 
 
 def split_gpus(profile, machine: Machine, machines: int = 1) -> tuple[list[GpuInfo], list[GpuInfo]]:
@@ -200,10 +227,10 @@ def _single_candidate(profile, arch, machine: Machine, margin: float, measuremen
     measured = measured_for(measurements, profile, machine) if measurements else None
     if profile.device == "cpu" and machine.device == "cuda":
         gpu, margin = None, margin_for(machine.host_ram_gib, "cpu")
-    fits, reason = _judge(profile, est, gpu, machine, margin, measured)
+    fits, reason = _judge(profile, est, gpu, machine, margin, measured, headroom_refuses=ledger_refuses)
     candidate = Candidate(profile, est, fits, reason, measured)
     if measured is not None:
-        by_estimate, estimate_reason = _judge(profile, est, gpu, machine, margin)
+        by_estimate, estimate_reason = _judge(profile, est, gpu, machine, margin, headroom_refuses=ledger_refuses)
         if by_estimate != fits:
             candidate.ledger_note = _ledger_note(profile.name, measured, fits, ledger_refuses)
             if by_estimate and not ledger_refuses:
@@ -242,12 +269,26 @@ def _vllm_off_text(refusal: str) -> str:
     return f"vLLM off: {refusal}; transformers generates (estimated so); "
 
 
+def _with_speed(candidate: Candidate, arch, gpu, limits: dict | None) -> Candidate:
+    """The candidate with its predicted step (a GPU profile with an estimate) and what limited its batch."""
+    profile = candidate.profile
+    if profile.device != "cuda" or gpu is None or candidate.estimate is None:
+        return candidate
+    from launcher.plan.speed import predict
+
+    candidate.speed = predict(profile, arch, gpu, candidate.estimate, measured=candidate.measured)
+    candidate.limited_by = (limits or {}).get(profile.name, AS_WRITTEN)
+    return candidate
+
+
 def make_plan(profiles, machine: Machine, margin_gib: float | None = None, measurements=None,
-              ledger_refuses: bool = True) -> Plan:
+              ledger_refuses: bool = True, limits: dict | None = None) -> Plan:
     """Judge the profiles for this machine in ladder order: cuda profiles on a GPU, cpu ones without.
     `measurements` (launcher.memory.ledger entries) replace the estimate of every single-device shape this machine
     has measured; multi-GPU profiles are judged by the estimate alone. `ledger_refuses=False` (a profile the
-    user named): the ledger warns but never refuses what the estimate fits."""
+    user named): the ledger warns but never refuses what the estimate fits. Every GPU candidate gets its
+    predicted step (launcher.plan.speed); `limits` (from derive_ladder) says what stopped a derived one's
+    prompts per step."""
     profiles = sorted(profiles, key=lambda p: (p.ladder, p.name))
     if not profiles:
         raise UsageError("no profiles to plan (fix: --profiles-dir DIR holding *.yaml profiles)")
@@ -297,10 +338,15 @@ def make_plan(profiles, machine: Machine, margin_gib: float | None = None, measu
                                           ledger_refuses)
         if refusal:
             candidate.reason = _vllm_off_text(refusal) + candidate.reason
-        candidates.append(candidate)
+        candidates.append(_with_speed(candidate, archs[profile.model], gpu, limits))
     if any(c.reason.startswith("vLLM off") for c in candidates):
         notes.append(f"{gpu.name}: no bfloat16, so vLLM is off for the models it refuses in float16 (Gemma 2/3, "
                      "GLM-4); those rungs generate with transformers: slower, the KV cache in the training process")
     notes.extend(c.ledger_note for c in candidates if c.ledger_note)
     chosen = next((c.profile for c in candidates if c.fits), None)
+    if chosen is not None and chosen.fast_inference and chosen.vllm_standby and chosen.load_in_4bit:
+        from launcher.plan.solve import STANDBY_FAILURES
+
+        notes.append(f"{chosen.name} runs vLLM standby with 4-bit weights, which the fit solver never chooses by "
+                     f"itself: {STANDBY_FAILURES}; vllm_standby: false avoids it")
     return Plan(machine, candidates, chosen, margin_gib, notes)

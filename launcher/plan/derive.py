@@ -4,29 +4,49 @@ over the ways to split them (data parallel with vLLM colocated, or training besi
 
 from __future__ import annotations
 
-from contract.errors import UsageError
-
-from contract.errors import ProfileError
+from contract.errors import ProfileError, UsageError
 from launcher.card.detect import GpuInfo
+from launcher.plan.lengths import completion_plan
 from launcher.plan.solve import SINGLE_GPU, Fit, Solver, ambition_of, fit, quality_key, usable_of
 from profiles.catalog import catalogue_key, resolve
 
 
+def _intent(base, amb) -> tuple:
+    """What makes two rungs' intents solve alike: the ambition, and the keys of the rung the solver keeps."""
+    return (amb.generations, amb.completion, amb.expected, amb.prompt, amb.rank, amb.sixteen_bit,
+            amb.prompts_per_step, amb.checkpointing if "gradient_checkpointing" in amb.pinned else None,
+            base.optim, tuple(base.target_modules), base.beta, base.fast_inference)
+
+
 def best_fit(rungs, model: str, gpu: GpuInfo, *, pinned=(), machine=None, measurements=None) -> list[Fit]:
-    """The solver from every single-GPU rung's intent for `model`: the fits, most ambitious first (those
+    """The solver from every single-GPU rung's intent for `model`: the fits, most valuable first (those
     that found nothing last). `pinned`: the keys the user set, or a dict of them with their values, put into
-    each rung before its intent is read (a rung need not be valid with them: the solver reshapes the batch)."""
+    each rung before its intent is read (a rung need not be valid with them: the solver reshapes the batch).
+    Rungs whose intents solve alike (the same rank, precision and the keys the solver keeps) are solved once."""
     arch = resolve(model)
     values = dict(pinned) if isinstance(pinned, dict) else {}
     fits = []
+    for base, amb in _intents(rungs, model, values, set(pinned), arch):
+        result = fit(base, gpu, arch=arch, ambition=amb, machine=machine, measurements=measurements)
+        fits.append(result)
+        if result.at_ambition:  # the intents come richest first: a poorer one cannot be worth more
+            break
+    return sorted(fits, key=Fit.key, reverse=True)
+
+
+def _intents(rungs, model: str, values: dict, pinned: set, arch) -> list[tuple]:
+    """(base, ambition) of every single-GPU rung whose intent differs, the richest (LoRA rank, 16-bit) first."""
+    out, seen = [], set()
     for rung in rungs:
         if rung.device != "cuda" or rung.gpus_needed != 1:
             continue
         base = rung.model_copy(update={**values, "model": model})
-        fits.append(fit(base, gpu, arch=arch, ambition=ambition_of(base, set(pinned), rung.name),
-                        machine=machine, measurements=measurements))
-    return sorted(fits, key=lambda f: (f.profile is not None,
-                                       quality_key(f.profile) if f.profile is not None else ()), reverse=True)
+        amb = ambition_of(base, pinned, rung.name, arch)
+        intent = _intent(base, amb)
+        if intent not in seen:
+            seen.add(intent)
+            out.append((base, amb))
+    return sorted(out, key=lambda item: (item[1].rank, item[1].sixteen_bit), reverse=True)
 
 
 def _own_model(rung, load_profile) -> str | None:
@@ -38,13 +58,15 @@ def _own_model(rung, load_profile) -> str | None:
         return None
 
 
-def derive_ladder(profiles, model: str, machine, *, pinned=(), measurements=None) -> tuple[list, list[str]]:
+def derive_ladder(profiles, model: str, machine, *, pinned=(), measurements=None,
+                  limits: dict | None = None) -> tuple[list, list[str]]:
     """The ladder for a model of the user's (`--auto --set model=...`): a rung written for that model that fits
     as written (its GPUs there) is kept; every single-GPU rung's intent becomes an ambition the solver
     derives a configuration from, and with several GPUs the best of those intents is also spread over them
     (data parallel, or beside a vLLM server). Multi-GPU rungs of other models give way to that search. All are
-    ordered from the most ambitious (ladder 100 on); identical derivations appear once.
-    Returns (profiles, notes for the plan)."""
+    ordered by value, the most prompts per hour first (ladder 100 on); identical derivations appear once.
+    Returns (profiles, notes for the plan); `limits`, when given, is filled with each derived profile's name
+    and what stopped its prompts per step (for make_plan)."""
     from profiles.load import load_profile
 
     gpu = machine.primary
@@ -54,48 +76,58 @@ def derive_ladder(profiles, model: str, machine, *, pinned=(), measurements=None
     if gpu is None or not any(p.gpus_needed == 1 for p in cuda):
         return profiles, []
     solver = Solver(arch, gpu, usable_of(gpu), machine, measurements)
-    chosen: dict[str, object] = {}
+    need = completion_plan(cuda[0], arch, set(pinned)).cap if cuda else None  # the cap the task needs
+    chosen: dict[str, tuple] = {}
     kept, failed = [], []
-    best_rung, best_key, best_result = None, None, None
+    best_rung, best_result = None, None
     for rung in cuda:
         own = _own_model(rung, load_profile)
         runnable = rung
         if solver.vllm_refused and rung.fast_inference and not rung.uses_vllm_server:
             runnable = rung.model_copy(update={"fast_inference": False, "vllm_standby": False})
         if own == catalogue_key(model) and rung.gpus_needed <= len(machine.gpus) and solver.fits(runnable):
-            chosen.setdefault(rung.name, rung)
+            chosen.setdefault(rung.name, (rung, quality_key(runnable, solver.speed(runnable), need)))
             kept.append(rung.name)  # and still derived from: its intent may fit better than as written
-        if rung.gpus_needed != 1:
-            continue
+    by_name = {rung.name: rung for rung in cuda}
+    for base, amb in _intents(cuda, model, {}, set(pinned), arch):
         try:
-            result = fit(rung, gpu, arch=arch, ambition=ambition_of(rung, pinned, rung.name), machine=machine,
-                         measurements=measurements)
+            result = fit(base, gpu, arch=arch, ambition=amb, machine=machine, measurements=measurements)
         except ProfileError as exc:  # a pinned key the derived shape cannot take: that rung gives nothing
             failed.append(str(exc))
             continue
         if result.profile is None:
             failed.append(result.reason)
             continue
-        same = chosen.get(result.profile.name)  # one name per shape: keep its most ambitious batch and share
-        if same is None or quality_key(result.profile) > quality_key(same):
-            chosen[result.profile.name] = result.profile
-        if best_key is None or quality_key(result.profile) > best_key:
-            best_rung, best_key, best_result = rung, quality_key(result.profile), result
+        for profile, key, limit in ((result.profile, result.key()[1], result.limited_by),
+                                    *((p, k, "fallback") for p, k in result.fallbacks)):
+            same = chosen.get(profile.name)  # one name per shape: keep its most valuable batch and share
+            if same is None or key > same[1]:
+                chosen[profile.name] = (profile, key)
+                if limits is not None:
+                    limits[profile.name] = limit
+        if best_result is None or result.key() > best_result.key():
+            best_rung, best_result = by_name[amb.source], result
+        if result.at_ambition:  # the intents come richest first: a poorer one cannot be worth more
+            break
     if best_rung is not None and len(machine.gpus) > 1:  # --gpus N: the same search over the GPUs' splits
         spread = fit_gpus(best_rung, model, machine, pinned=pinned, measurements=measurements)
         if spread is not None:
-            chosen.setdefault(spread.profile.name, spread.profile)
+            chosen.setdefault(spread.profile.name, (spread.profile, spread.key()[1]))
+            if limits is not None:
+                limits.setdefault(spread.profile.name, spread.limited_by)
     if not chosen:  # the rungs as the user set them, with their verdicts, and why nothing could be derived
         return profiles, [f"fit solver for {arch.name}: {failed[0]}"] if failed else []
-    ordered = sorted(chosen.values(), key=quality_key, reverse=True)
+    ordered = [p for p, _ in sorted(chosen.values(), key=lambda item: item[1], reverse=True)]
     derived = [p.replace(ladder=100 + i) for i, p in enumerate(ordered)]
-    notes = [f"fit solver: {len(derived)} configuration(s) of {arch.name} for this machine, most ambitious first "
-             f"(derived from the rungs' intents" + (f"; kept as written: {', '.join(kept)}" if kept else "") + ")"]
-    if best_result is not None and best_result.given_up:
-        notes.append(f"fit solver: the full ambition ({best_result.ambition.text()}) needs "
-                     f"{best_result.ambition_need_gib:.2f} GiB, {best_result.usable_gib:.2f} usable here (a card of "
-                     f"{best_result.card_for_ambition_gib:.1f} GiB would hold it); given up: "
-                     + "; ".join(g.text() for g in best_result.given_up))
+    notes = [f"fit solver: {len(derived)} configuration(s) of {arch.name} for this machine, most prompts per hour "
+             f"first (derived from the rungs' intents" + (f"; kept as written: {', '.join(kept)}" if kept else "") + ")"]
+    if best_result is not None:
+        notes.append(f"fit solver: {best_result.ambition.basis}")
+        if best_result.given_up:
+            notes.append(f"fit solver: the ambition ({best_result.ambition.text()}) needs "
+                         f"{best_result.ambition_need_gib:.2f} GiB at one prompt a step, {best_result.usable_gib:.2f} "
+                         f"usable here (a card of {best_result.card_for_ambition_gib:.1f} GiB would hold it); given "
+                         "up: " + "; ".join(g.text() for g in best_result.given_up))
     return others + derived, notes
 
 
@@ -117,16 +149,16 @@ def topologies(gpus: int) -> list[dict]:
 
 
 def fit_gpus(rung, model: str, machine, *, pinned=(), measurements=None) -> Fit | None:
-    """The most ambitious configuration of `model` over the machine's GPUs (their smallest card counts), from
-    `rung`'s intent: the solver on every topology, the best by the objective (completion tokens per optimizer
-    step over every training GPU). None with fewer than two GPUs."""
+    """The most valuable configuration of `model` over the machine's GPUs (their smallest card counts), from
+    `rung`'s intent: the solver on every topology, the best by the objective (prompts per hour over every
+    training GPU). None with fewer than two GPUs."""
     if len(machine.gpus) < 2:
         return None
     arch = resolve(model)
     gpu = min(machine.gpus, key=lambda g: g.free_gib)
     values = dict(pinned) if isinstance(pinned, dict) else {}
     base = rung.model_copy(update={**values, "model": model})
-    amb = ambition_of(base, set(pinned), rung.name)
+    amb = ambition_of(base, set(pinned), rung.name, arch)
     found = []
     for topology in topologies(len(machine.gpus)):
         try:
@@ -137,15 +169,87 @@ def fit_gpus(rung, model: str, machine, *, pinned=(), measurements=None) -> Fit 
     fitting = [f for f in found if f.profile is not None]
     if not fitting:
         return None
-    return max(fitting, key=lambda f: quality_key(f.profile))
+    return max(fitting, key=Fit.key)
+
+
+TOPOLOGY_KEYS = ("num_gpus", "vllm_mode", "vllm_server_gpus", "vllm_tensor_parallel", "zero_stage")
+
+
+def check_pins(values: dict) -> None:
+    """Pinned values that no configuration can take, refused before the search (ProfileError, exit 2): a cpu
+    device, and batch keys that cut no step into whole groups of the pinned generations."""
+    from launcher.plan.solve import PROMPT_CHOICES
+
+    if values.get("device") == "cpu":
+        raise ProfileError("--set", "device", "fit plans a configuration for a GPU; a CPU run takes the cpu-* "
+                           "profiles", "drop --set device=cpu, or run `python train.py --profile "
+                           "profiles/cpu-tiny-8gen.yaml`")
+    gens, batch, steps = (values.get(k) for k in ("num_generations", "per_device_train_batch_size",
+                                                   "gradient_accumulation_steps"))
+    if gens is None or (batch is None and steps is None):
+        return
+    world = values.get("num_gpus", 1)
+    if batch is not None and steps is not None:
+        possible = (batch * steps * world) % gens == 0
+        if not possible:
+            raise ProfileError("--set", "per_device_train_batch_size",
+                               f"per_device_train_batch_size x num_gpus x gradient_accumulation_steps = {batch} x "
+                               f"{world} x {steps} = {batch * world * steps} is not divisible by num_generations "
+                               f"({gens}); GRPO needs whole groups of completions per step",
+                               f"make the product a multiple of {gens}")
+    elif batch is not None:
+        possible = any((p * gens) % batch == 0 for p in PROMPT_CHOICES)
+    else:
+        possible = any((p * gens) % steps == 0 for p in PROMPT_CHOICES)
+    if not possible:
+        pinned = " x ".join(f"{k} {values[k]}" for k in ("per_device_train_batch_size", "gradient_accumulation_steps")
+                            if k in values)
+        raise ProfileError("--set", "per_device_train_batch_size" if batch is not None else
+                           "gradient_accumulation_steps",
+                           f"{pinned} cannot hold whole groups of num_generations {gens} at any of "
+                           f"{', '.join(map(str, PROMPT_CHOICES))} prompts per step; GRPO needs whole groups of "
+                           "completions per step", f"pin a batch that {gens} divides, or leave it to the solver")
+
+
+def _pinned_topology(values: dict, machine) -> dict | None:
+    """The split the pins ask for (num_gpus, vllm_mode, ...), checked against the GPUs planned; None when no
+    topology key is pinned."""
+    if not any(k in values for k in TOPOLOGY_KEYS):
+        return None
+    topology = {**SINGLE_GPU, "zero_stage": 0, **{k: values[k] for k in TOPOLOGY_KEYS if k in values}}
+    server = topology["vllm_server_gpus"] if topology["vllm_mode"] == "server" else 0
+    needed = topology["num_gpus"] + server
+    if needed > len(machine.gpus):
+        raise UsageError(f"--set {', '.join(f'{k}={values[k]}' for k in TOPOLOGY_KEYS if k in values)}: needs "
+                         f"{needed} GPUs, the plan has {len(machine.gpus)} (fix: --gpus {needed} to plan for them)")
+    return topology
 
 
 def fit_for_machine(rungs, model: str, machine, *, pinned=(), measurements=None):
-    """The most ambitious configuration of `model` for the machine's card(s), from every rung's intent: one
-    GPU's best, or, with several GPUs, the data-parallel spread when it is of higher quality."""
+    """The most valuable configuration of `model` for the machine's card(s), from every rung's intent: one
+    GPU's best, or, with several GPUs, the data-parallel spread when it is of higher quality. `pinned`: the
+    keys the user set with their values (already validated one by one); a split they pin is the only one
+    tried. ProfileError / UsageError for pins no configuration can take."""
     gpu = machine.primary
     if gpu is None:
-        raise UsageError("--fit needs a card to fit: none was found (fix: add --gpu-memory GIB)")
+        raise UsageError(f"fit needs a card to fit: {machine.message} (fix: --gpu-memory GIB with a supported "
+                         "--gpu-name, or run on a machine with a Turing or newer GPU)")
+    values = dict(pinned) if isinstance(pinned, dict) else {}
+    check_pins(values)
+    topology = _pinned_topology(values, machine)
+    if topology is not None:
+        arch = resolve(model)
+        found = []
+        for rung in rungs:
+            if rung.device != "cuda" or rung.gpus_needed != 1:
+                continue
+            base = rung.model_copy(update={**values, "model": model})
+            found.append(fit(base, gpu, arch=arch, ambition=ambition_of(base, set(values), rung.name, arch),
+                             machine=machine, measurements=measurements, topology=topology))
+        if not found:
+            raise UsageError("--fit: no single-GPU cuda profile in the ladder to take an ambition from "
+                         "(fix: --profiles-dir with gpu-*.yaml)")
+        return max(found, key=Fit.key)
     results = best_fit(rungs, model, gpu, pinned=pinned, machine=machine, measurements=measurements)
     if not results:
         raise UsageError("--fit: no single-GPU cuda profile in the ladder to take an ambition from "
@@ -154,6 +258,6 @@ def fit_for_machine(rungs, model: str, machine, *, pinned=(), measurements=None)
     if best.profile is not None and len(machine.gpus) > 1:  # --gpus N: data parallel and the vLLM server too
         rung = next(r for r in rungs if r.name == best.ambition.source)
         spread = fit_gpus(rung, model, machine, pinned=pinned, measurements=measurements)
-        if spread is not None and quality_key(spread.profile) > quality_key(best.profile):
+        if spread is not None and spread.key() > best.key():
             best = spread
     return best

@@ -14,6 +14,25 @@ GPU_MARGIN_TEXT = ("margin: 5% of the card (at least 0.5 GiB) stays free for all
 HOST_MARGIN_TEXT = "margin: 10% of RAM (at least 1 GiB) stays free for the OS, the data loader and other processes"
 
 
+# A configuration judged by the estimate alone (no measurement of its shape on this machine in the ledger) keeps
+# headroom for the estimate's own error on top of the margin: at most ESTIMATE_MAX_USE of usable memory, and
+# at least ESTIMATE_HEADROOM_MIN_GIB of it left. The error is relative on large shapes (each term is held within
+# 10% of a simulated step, benchmarks/estimator_vs_simulation.md; vLLM's workspace within its published start-up
+# logs, benchmarks/published_memory.py) and absolute on small cards, where the CUDA context and vLLM's non-torch
+# memory (0.5-1.0 GiB between machines) dominate it. A shape the ledger measured here is judged by that
+# measurement against all of usable memory: it may be packed close.
+ESTIMATE_MAX_USE = 0.92
+ESTIMATE_HEADROOM_MIN_GIB = 0.5
+ESTIMATE_HEADROOM_TEXT = (f"an estimate alone uses at most {ESTIMATE_MAX_USE:.0%} of usable memory and leaves "
+                          f"{ESTIMATE_HEADROOM_MIN_GIB} GiB of it: headroom for the estimate's own error; a shape "
+                          "measured here (the ledger) may use all of it")
+
+
+def estimate_limit(usable_gib: float) -> float:
+    """What a configuration judged by the estimate alone may need of `usable_gib`."""
+    return min(usable_gib * ESTIMATE_MAX_USE, usable_gib - ESTIMATE_HEADROOM_MIN_GIB)
+
+
 def margin_for(total_gib: float, device: str = "cuda") -> float:
     if device == "cpu":
         return max(HOST_MARGIN_MIN_GIB, HOST_MARGIN_SHARE * total_gib)

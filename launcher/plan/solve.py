@@ -1,28 +1,32 @@
-"""WHICH configuration of a model is the most ambitious that fits a card: the fit solver.
+"""WHICH configuration of a model a card should run: the fit solver.
 
-The objective ("most ambitious"): the most completion tokens per optimizer step, i.e. completions per step
-(num_generations x prompts per step) x max_completion_length, never below MIN_GENERATIONS generations and
-MIN_COMPLETION_LENGTH tokens (a GSM8K worked solution and its answer). Among configurations of equal objective,
-more generations win (a larger group gives GRPO a better baseline). With the objective held, the other levers
-are kept as close to the ambition as memory allows, in this order of value (the reverse of the order in which
-they are given up, cheapest in training quality first):
+The objective is learning per hour, counted as prompts per hour: each prompt of a step is a GRPO group whose
+rewards, compared within the group, teach the model; the step-time model (launcher.plan.speed) predicts how
+long a step takes. The levers, in order of value (decided first, given up last):
 
-    given up first   vLLM share            a reservation, not a need: from the whole generation batch in one wave
-                                           down to one group (num_generations completions) at once
-                     per-device batch      against gradient accumulation, the effective batch kept
-                     checkpointing, standby slower steps, same learning
-                     4-bit weights         when 16-bit does not fit
-                     LoRA rank             down to 8
-                     completion length, generations   the experiment itself
-    last resort      vLLM itself           transformers generates instead, only when nothing fits with vLLM at
-                                           the floors: no cost in quality, several times slower generation
+  learning    1. the completion cap the task needs (launcher.plan.lengths): a cap above it buys nothing, one
+                 below it truncates answers
+              2. generations per group: ambition 8, floor 4 (16 where the card has room for them at little cost
+                 in prompts per hour: LARGE_GROUP_COST)
+              3. LoRA rank: the rung's, down to 8
+              4. 16-bit weights: 4-bit when 16-bit does not fit
+  throughput  5. prompts per step (1 to MAX_PROMPTS_PER_STEP), taken for as long as the predicted prompts per hour
+                 rises by MIN_GAIN or more: memory or the card's throughput says when to stop
+              6. per step, the fastest of what fits: the micro-batch, gradient checkpointing, vLLM standby, and the
+                 vLLM share with max_num_seqs, sized so that a step's completions generate in as few waves as
+                 possible
+  last resort vLLM itself: transformers generates instead, only when nothing fits with vLLM at the floors
 
-The ambition is a shipped rung's intent (its generations, lengths, rank, batch; 16-bit unless said otherwise) or
-what the user pinned with --set (a pinned key is never moved). Memory is judged as the plan judges it: this
-machine's measurement of a shape (the ledger) when it has one, else the estimate, against free memory less the
-margin. Search: for each (generations, length) pair in objective order, the pair is feasible when it fits with
-every other lever at its cheapest; the first feasible pair is kept, then each lever in order of value takes the
-most ambitious value that still fits, the vLLM share last. A few hundred estimates at most (about 40 us each).
+Memory is judged as the plan judges it: this machine's measurement of a shape (the ledger) against usable
+memory, else the estimate against the part of usable memory an estimate alone may use (margins.estimate_limit).
+The search: the learning levers in their order, each at the most ambitious value that fits with every
+throughput lever at its least (one prompt, micro-batch 1, the heaviest checkpointing, vLLM holding one group);
+then prompts per step upward, each with its fastest micro-batch, checkpointing, standby and share.
+
+Standby (UNSLOTH_VLLM_STANDBY) takes Unsloth's own share of the card (it replaces gpu_memory_utilization); the
+solver never chooses it with 4-bit weights, where Unsloth's open reports have it run out of memory at start
+(STANDBY_FAILURES); a user who pins it gets it, and the plan says why it may fail.
+Full fine-tuning stays the user's choice (lora_rank 0 in the rung or pinned).
 """
 
 from __future__ import annotations
@@ -33,79 +37,107 @@ from dataclasses import dataclass, field, replace
 from launcher.card.detect import GpuInfo, bf16_supported
 from launcher.memory.estimate import GIB, Estimate, estimate, standby_utilisation, vllm_sizes, weights_bytes
 from launcher.memory.ledger.weigh import measured_for
-from launcher.plan.margins import card_for, margin_for
+from launcher.plan.lengths import CompletionPlan, completion_plan
+from launcher.plan.margins import card_for, estimate_limit, margin_for
+from launcher.plan.speed import StepTime, predict
 from profiles.catalog import Architecture, catalogue_key, resolve, vllm_refuses
 from profiles.keys import VLLM_LORA_RANKS
-from profiles.schema import LEVER_KEYS
+from profiles.schema import LEVER_KEYS, MEMORY_KEYS
 
+OBJECTIVE = "prompts per hour"
 MIN_GENERATIONS = 4
-MIN_COMPLETION_LENGTH = 256
-COMPLETION_STEP = 128              # completion lengths tried: the ambition, then multiples of this below it
-GENERATION_CHOICES = (16, 12, 8, 6, 4)
+GENERATIONS_AMBITION = 8
+MAX_GENERATIONS = 16
+GENERATION_CHOICES = (8, 6, 4)
+LARGE_GROUP_COST = 0.10            # 16 generations when they cost at most this share of prompts per hour
+MIN_COMPLETION_LENGTH = 128        # below the task's cap only when nothing else fits: in steps of this
+COMPLETION_STEP = 128
+PROMPT_CHOICES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+MAX_PROMPTS_PER_STEP = PROMPT_CHOICES[-1]  # 512 completions a step at 8 generations: within the 256-1024 of published GRPO recipes
+MIN_GAIN = 0.03                    # more prompts per step while prompts per hour rises by this share or more
 MIN_LORA_RANK = 8
 CHECKPOINTING_ORDER = ("false", "true", "unsloth")   # each keeps less on the GPU than the one before
 SHARE_CAP = 0.95                   # vLLM beside training: never more of the card than this
-GIVEN_UP_ORDER = ("vllm_share", "batch", "checkpointing", "standby", "4-bit", "lora_rank", "completion_length",
-                  "generations", "generator")
+LEARNING_LEVERS = ("completion_length", "generations", "lora_rank", "16-bit")
+THROUGHPUT_LEVERS = ("prompts_per_step", "batch", "checkpointing", "standby", "vllm_share")
+# When memory is short, what goes first (throughput, at no cost to what is learned) to last (the experiment)
+GIVEN_UP_ORDER = ("vllm_share", "prompts_per_step", "batch", "checkpointing", "standby", "4-bit", "lora_rank",
+                  "generations", "completion_length", "generator")
 # The profile keys behind each lever: a key pinned with --set holds its lever where the profile has it.
 LEVER_GROUPS = {
-    "vllm_share": ("gpu_memory_utilization",), "batch": ("per_device_train_batch_size", "gradient_accumulation_steps"),
+    "vllm_share": ("gpu_memory_utilization", "vllm_max_num_seqs"),
+    "prompts_per_step": ("per_device_train_batch_size", "gradient_accumulation_steps"),
+    "batch": ("per_device_train_batch_size", "gradient_accumulation_steps"),
     "checkpointing": ("gradient_checkpointing",), "standby": ("vllm_standby",), "4-bit": ("load_in_4bit",),
     "lora_rank": ("lora_rank",), "completion_length": ("max_completion_length",),
     "generations": ("num_generations",), "generator": ("fast_inference",),
 }
+STANDBY_FAILURES = ("UNSLOTH_VLLM_STANDBY with 4-bit (bitsandbytes) weights runs out of memory at start on cards "
+                    "where the estimate fits it (unsloth #3542, #3771, open)")
+# The pseudo-key a caller pins to hold the prompts per step (the OOM shrink keeps the effective batch)
+PROMPTS_PIN = "prompts_per_step"
 
 
-def objective(profile) -> int:
-    """Completion tokens per optimizer step: what the solver maximises."""
-    return profile.generation_batch * profile.max_completion_length
+def objective(profile, speed: StepTime | None = None) -> float:
+    """Prompts per hour: what the solver maximises (0 without a prediction)."""
+    return speed.prompts_per_hour if speed is not None else 0.0
 
 
-def quality_key(profile) -> tuple:
-    """Orders configurations from the most ambitious: the objective, then each lever in order of value."""
-    checkpointing = CHECKPOINTING_ORDER.index(profile.gradient_checkpointing)
-    return (objective(profile), profile.num_generations, profile.lora_rank, not profile.load_in_4bit,
-            not profile.vllm_standby, -checkpointing, profile.per_device_train_batch_size,
-            profile.gpu_memory_utilization if profile.fast_inference else 0.0)
+def quality_key(profile, speed: StepTime | None = None, need: int | None = None) -> tuple:
+    """Orders configurations from the most valuable: the learning levers in their order (a completion cap
+    counts up to `need`, the cap the task needs: more buys nothing), then prompts per hour, then the larger
+    group."""
+    cap = min(profile.max_completion_length, need) if need else profile.max_completion_length
+    return (cap, min(profile.num_generations, GENERATIONS_AMBITION), profile.lora_rank, not profile.load_in_4bit,
+            round(objective(profile, speed), 6), profile.num_generations)
 
 
 @dataclass(frozen=True)
 class Ambition:
-    """What a configuration would be given enough memory, and the keys the user pinned."""
+    """What a configuration would learn with given enough memory, and the keys the user pinned."""
 
     generations: int
-    prompts_per_step: int
-    completion: int
+    prompts_per_step: int              # the least prompts per step (a pinned or held one: the only one)
+    completion: int                    # the cap the task needs, or the pinned cap
     prompt: int
     rank: int
     sixteen_bit: bool
     checkpointing: str
     batch: int
     standby: bool
-    source: str                       # the rung it comes from
+    source: str                        # the rung it comes from
     pinned: frozenset = frozenset()
-
-    @property
-    def objective(self) -> int:
-        return self.generations * self.prompts_per_step * self.completion
+    expected: int = 0                  # tokens a completion is expected to run (0: the task's)
+    basis: str = ""                    # where the cap and the expected length come from
 
     def text(self) -> str:
         weights = "16-bit" if self.sixteen_bit else "4-bit"
-        return (f"{self.generations} generations x {self.prompts_per_step} prompt(s) of {self.completion} tokens, "
-                f"LoRA {self.rank}, {weights} (from {self.source})")
+        return (f"{self.generations} generations of up to {self.completion} tokens, LoRA {self.rank}, {weights} "
+                f"(from {self.source})")
 
 
-def ambition_of(profile, pinned=(), source: str | None = None) -> Ambition:
-    """A profile's intent as an ambition: its generations, lengths, rank, batch and checkpointing; 16-bit weights
-    unless load_in_4bit is pinned (4-bit is a lever) or it trains every parameter (which needs 16-bit anyway)."""
+def _pinned_prompts(profile, pinned: frozenset) -> int | None:
+    """The prompts per step the pins hold, or None when the solver may choose them."""
+    if PROMPTS_PIN in pinned or {"per_device_train_batch_size", "gradient_accumulation_steps"} <= pinned:
+        return max(1, profile.effective_batch // profile.num_generations)
+    return None
+
+
+def ambition_of(profile, pinned=(), source: str | None = None, arch: Architecture | None = None,
+                lengths: CompletionPlan | None = None) -> Ambition:
+    """A profile's intent as an ambition: generations 8 (or pinned), the cap the task needs (or pinned), its
+    LoRA rank, 16-bit weights unless load_in_4bit is pinned; the throughput levers are the solver's."""
     pinned = frozenset(pinned)
-    generations = profile.num_generations
+    if lengths is None:
+        lengths = completion_plan(profile, arch or resolve(profile.model), pinned)
+    generations = profile.num_generations if "num_generations" in pinned else GENERATIONS_AMBITION
     sixteen = True if "load_in_4bit" not in pinned else not profile.load_in_4bit
-    return Ambition(generations=generations, prompts_per_step=max(1, profile.effective_batch // generations),
-                    completion=profile.max_completion_length, prompt=profile.max_prompt_length,
-                    rank=profile.lora_rank, sixteen_bit=sixteen or profile.lora_rank == 0,
-                    checkpointing=profile.gradient_checkpointing, batch=profile.per_device_train_batch_size,
-                    standby=profile.vllm_standby, source=source or profile.name, pinned=pinned)
+    prompts = _pinned_prompts(profile, pinned)
+    return Ambition(generations=generations, prompts_per_step=prompts or 1, completion=lengths.cap,
+                    prompt=profile.max_prompt_length, rank=profile.lora_rank,
+                    sixteen_bit=sixteen or profile.lora_rank == 0, checkpointing=profile.gradient_checkpointing,
+                    batch=profile.per_device_train_batch_size, standby=profile.vllm_standby,
+                    source=source or profile.name, pinned=pinned, expected=lengths.expected, basis=lengths.basis)
 
 
 @dataclass
@@ -123,6 +155,21 @@ class GivenUp:
 
 
 @dataclass
+class Choice:
+    """The solver's pick for one ambition: the profile (not yet validated), its predicted step and why it
+    stopped there."""
+
+    profile: object
+    speed: StepTime
+    limited_by: str
+    smaller: "Choice | None" = None    # the same learning at its least throughput: a fallback that needs far less
+
+    @property
+    def prompts_per_hour(self) -> float:
+        return self.speed.prompts_per_hour
+
+
+@dataclass
 class Fit:
     """The solver's answer for one ambition on one card."""
 
@@ -132,10 +179,14 @@ class Fit:
     need_gib: float | None            # what it is judged by (measured or estimated)
     usable_gib: float
     reason: str                       # why nothing fits, or how it was judged
-    ambition_need_gib: float          # the full ambition's estimate, vLLM holding the whole generation batch
+    ambition_need_gib: float          # the learning ambition at its least throughput
     card_for_ambition_gib: float      # the least card whose usable memory holds that
     given_up: list[GivenUp] = field(default_factory=list)
     measured: object = None
+    speed: StepTime | None = None
+    limited_by: str = ""
+    pin_problem: str | None = None
+    fallbacks: list = field(default_factory=list)  # (validated profile, quality key): the same with fewer prompts    # nothing fits because of the pins: what the least configuration without them needs
 
     @property
     def at_ambition(self) -> bool:
@@ -148,6 +199,10 @@ class Fit:
         """The share of usable memory the chosen configuration needs."""
         return None if self.need_gib is None else self.need_gib / self.usable_gib
 
+    def key(self) -> tuple:
+        return (self.profile is not None,
+                quality_key(self.profile, self.speed, self.ambition.completion) if self.profile is not None else ())
+
 
 def live_gib(est: Estimate, not_live) -> float:
     """The estimate without the components that are not held at one moment of the step."""
@@ -158,22 +213,46 @@ def usable_of(gpu: GpuInfo) -> float:
     return gpu.free_gib - margin_for(gpu.total_gib, "cuda")
 
 
+def limit_text(limited_by: str) -> str:
+    return {"memory": "memory (the next prompts per step do not fit)",
+            "throughput": f"the card's throughput (more prompts per step add less than {MIN_GAIN:.0%} an hour)",
+            "cap": f"the prompts-per-step cap ({MAX_PROMPTS_PER_STEP}), the card still had room",
+            "pinned": "the pinned batch"}.get(limited_by, limited_by)
+
+
+_KEY_FIELDS = tuple(dict.fromkeys(MEMORY_KEYS + LEVER_KEYS))
+
+
+def _profile_key(p) -> tuple:
+    return tuple(tuple(v) if isinstance(v, list) else v for v in (getattr(p, k) for k in _KEY_FIELDS))
+
+
 # ---------------------------------------------------------------------------------------------------
 
 class Solver:
-    """One model, one card, one budget (GiB the need must stay under), optionally this machine's ledger."""
+    """One model, one card, one budget (GiB the need must stay under), optionally this machine's ledger.
+    `headroom`: a shape judged by the estimate alone keeps the estimate's headroom (off for the OOM shrink,
+    whose budget already holds one)."""
 
     def __init__(self, arch: Architecture, gpu: GpuInfo, budget_gib: float, machine=None, measurements=None,
-                 not_live=()):
+                 not_live=(), headroom: bool = True, lengths: CompletionPlan | None = None):
         self.arch, self.gpu, self.budget = arch, gpu, budget_gib
+        self.limit = estimate_limit(budget_gib) if headroom else budget_gib
         self.machine, self.measurements = machine, measurements
         self.not_live = tuple(not_live)  # components not held at the moment judged (an OOM's site)
         self.vllm_refused = vllm_refuses(arch, bf16_supported(gpu))
         self.share_cap = SHARE_CAP
+        self.lengths = lengths
         self.calls = 0
+        self._needs: dict[tuple, tuple] = {}
+        self._speeds: dict[tuple, StepTime] = {}
 
     # --- judging ------------------------------------------------------------------------------------
     def need(self, p) -> tuple[float, Estimate, object]:
+        key = _profile_key(p)
+        found = self._needs.get(key)
+        if found is not None:
+            return found
         self.calls += 1
         est = estimate(p, self.arch, self.gpu)
         measured = None
@@ -182,79 +261,120 @@ class Solver:
         need = measured.need_gib if measured is not None and measured.need_gib is not None else est.total_gib
         if self.not_live:
             need = live_gib(est, self.not_live)
+        self._needs[key] = (need, est, measured)
         return need, est, measured
 
     def fits(self, p) -> bool:
-        if p.fast_inference and p.vllm_standby:
-            share = standby_utilisation(self.gpu.total_gib) * self.gpu.total_gib * GIB
-            if share < self._share_bytes(p, p.num_generations):
-                return False  # standby's own share must still hold one group at once
-        need, est, _ = self.need(p)
+        need, est, measured = self.need(p)
         if est.vllm_problem:
             return False
         if est.vllm_share_gib is not None and est.vllm_share_gib > self.gpu.free_gib:
             return False
-        if est.server is not None and (est.server.vllm_problem or est.server.total_gib > usable_of(self.gpu)):
+        if est.server is not None and (est.server.vllm_problem or est.server.total_gib > estimate_limit(
+                usable_of(self.gpu))):
             return False  # a vLLM server GPU holds its share and its own context
-        return need <= self.budget
+        measured_here = measured is not None and measured.need_gib is not None
+        return need <= (self.budget if measured_here else self.limit)
+
+    def speed(self, p) -> StepTime:
+        key = _profile_key(p)
+        found = self._speeds.get(key)
+        if found is None:
+            _, est, measured = self.need(p)
+            found = predict(p, self.arch, self.gpu, est, self.lengths, measured)
+            self._speeds[key] = found
+        return found
 
     # --- the vLLM share -----------------------------------------------------------------------------
-    def _share_bytes(self, p, sequences: int) -> float:
-        """Weights, workspace and the KV cache of `sequences` full-length sequences at once."""
-        workspace, kv_token, _ = vllm_sizes(p, self.arch)
-        return (weights_bytes(self.arch, p.load_in_4bit, "cuda") + workspace
-                + sequences * p.max_seq_length * kv_token)
+    def _engine_bytes(self, p, sequences: int, share: float | None = None) -> float:
+        """Weights, workspace (of an engine of `sequences` at once) and the KV cache of `sequences`
+        full-length sequences: the share that holds them all at once."""
+        weights = weights_bytes(self.arch, p.load_in_4bit, "cuda")
+        guess = share if share is not None else weights
+        for _ in range(2):  # the workspace depends on the engine's tier, which depends on the share
+            workspace, kv_token, _ = vllm_sizes(p, self.arch, share_bytes=guess, seqs=max(1, sequences))
+            guess = weights + workspace + sequences * p.max_seq_length * kv_token
+        return guess
 
-    def share_range(self, p) -> tuple[float, float]:
-        """(floor, full) utilisation in hundredths: one group at once, the whole generation batch at once."""
-        total = self.gpu.total_gib * GIB
-        floor = math.ceil(self._share_bytes(p, p.num_generations) / total * 100 - 1e-9) / 100
-        full = math.ceil(self._share_bytes(p, p.effective_batch) / total * 100 - 1e-9) / 100
-        return max(floor, 0.01), max(full, 0.01)
+    def _sequences_in(self, p, share_bytes: float, most: int) -> int:
+        """How many full-length sequences a share holds beside the weights and its workspace (at most `most`)."""
+        weights = weights_bytes(self.arch, p.load_in_4bit, "cuda")
+        sequences = most
+        for _ in range(2):
+            workspace, kv_token, one = vllm_sizes(p, self.arch, share_bytes=share_bytes, seqs=max(1, sequences))
+            sequences = max(0, min(most, int((share_bytes - weights - workspace) // one)))
+        return sequences
 
-    def with_share(self, p, pinned: frozenset, at: str):
-        """`p` with its vLLM share at the floor ("floor") or the largest that fits up to full ("best")."""
-        if not p.fast_inference or "gpu_memory_utilization" in pinned:
-            return p
+    def with_share(self, p, pinned: frozenset, at: str = "best"):
+        """`p` with its vLLM share and sequences at once: at "floor" one group at once, at "best" the whole
+        step's completions at once where they fit, else the largest share that fits. None when not even the
+        floor fits."""
+        if not p.fast_inference:
+            return p if self.fits(p) else None
         if p.uses_vllm_server:  # GPUs of its own: the largest share beside its CUDA context and NCCL buffers
-            rest = estimate(p.model_copy(update={"gpu_memory_utilization": 0.01}), self.arch, self.gpu).server
-            room = usable_of(self.gpu) - (rest.total_gib - 0.01 * self.gpu.total_gib)
-            share = min(math.floor(room / self.gpu.total_gib * 100) / 100, self.share_cap)
-            return p.model_copy(update={"gpu_memory_utilization": share}) if share > 0 else None
+            if "gpu_memory_utilization" not in pinned:
+                rest = estimate(p.model_copy(update={"gpu_memory_utilization": 0.01}), self.arch, self.gpu).server
+                room = estimate_limit(usable_of(self.gpu)) - (rest.total_gib - 0.01 * self.gpu.total_gib)
+                share = min(math.floor(room / self.gpu.total_gib * 100) / 100, self.share_cap)
+                if share <= 0:
+                    return None
+                p = p.model_copy(update={"gpu_memory_utilization": share})
+            return p if self.fits(p) else None
+        total = self.gpu.total_gib * GIB
+        group = p.num_generations
+        wanted = group if at == "floor" else p.effective_batch
+        own_seqs = "vllm_max_num_seqs" in pinned or p.distributed  # TRL's own engine sizes itself
         if p.vllm_standby:  # Unsloth's standby sets the share itself; the profile says what it will be
-            return p.model_copy(update={"gpu_memory_utilization": min(round(
-                standby_utilisation(self.gpu.total_gib), 2), SHARE_CAP)})
-        floor, full = self.share_range(p)
-        if floor > self.share_cap:
+            share = min(round(standby_utilisation(self.gpu.total_gib), 2), SHARE_CAP)
+        elif "gpu_memory_utilization" in pinned:
+            share = p.gpu_memory_utilization
+        else:
+            floor = math.ceil(self._engine_bytes(p, group) / total * 100 - 1e-9) / 100
+            full = math.ceil(self._engine_bytes(p, wanted) / total * 100 - 1e-9) / 100
+            if floor > self.share_cap:
+                return None
+            probe = p.model_copy(update={"gpu_memory_utilization": floor,
+                                         "vllm_max_num_seqs": p.vllm_max_num_seqs if own_seqs else group})
+            need, est, _ = self.need(probe)
+            # the need grows one for one with the share (it holds the weights, then vLLM's own memory)
+            room = (self.limit - (need - floor * self.gpu.total_gib)) / self.gpu.total_gib
+            top = min(math.floor(room * 100 + 1e-9) / 100, self.share_cap)
+            share = floor if at == "floor" else max(floor, min(full, top))
+        update = {"gpu_memory_utilization": share}
+        if not own_seqs:
+            update["vllm_max_num_seqs"] = max(1, self._sequences_in(p, share * total, wanted)) \
+                if not p.distributed else 0
+        q = p.model_copy(update=update)
+        if self.fits(q):
+            return q
+        if p.vllm_standby or "gpu_memory_utilization" in pinned or at == "floor":
             return None
-        full = min(full, self.share_cap)
-        if at == "floor":
-            return p.model_copy(update={"gpu_memory_utilization": floor})
-        top = p.model_copy(update={"gpu_memory_utilization": full})
-        if self.fits(top):
-            return top
-        low, high = round(floor * 100), round(full * 100)  # floor fits (checked by the caller), full does not
-        while high - low > 1:
-            mid = (low + high) // 2
-            if self.fits(p.model_copy(update={"gpu_memory_utilization": mid / 100})):
-                low = mid
-            else:
-                high = mid
-        return p.model_copy(update={"gpu_memory_utilization": low / 100})
+        lower = round(share - 0.01, 2)  # the closed form rounds; one step down settles it
+        if lower < floor:
+            return None
+        update["gpu_memory_utilization"] = lower
+        if not own_seqs:
+            update["vllm_max_num_seqs"] = max(1, self._sequences_in(p, lower * total, wanted))
+        q = p.model_copy(update=update)
+        return q if self.fits(q) else None
 
-    # --- the search ---------------------------------------------------------------------------------
+    # --- the options --------------------------------------------------------------------------------
     def options(self, base, amb: Ambition) -> dict:
         pinned = amb.pinned
-        gens = [amb.generations] if "num_generations" in pinned else \
-            [amb.generations] + [g for g in GENERATION_CHOICES if MIN_GENERATIONS <= g < amb.generations]
-        if "max_completion_length" in pinned or amb.completion <= MIN_COMPLETION_LENGTH:
-            lengths = [amb.completion]
+        if "num_generations" in pinned:
+            gens = [amb.generations]
         else:
-            top = (amb.completion - 1) // COMPLETION_STEP * COMPLETION_STEP
-            lengths = [amb.completion] + [n for n in range(top, MIN_COMPLETION_LENGTH - 1, -COMPLETION_STEP)
-                                          if n >= MIN_COMPLETION_LENGTH]
-            if lengths[-1] != MIN_COMPLETION_LENGTH:
-                lengths.append(MIN_COMPLETION_LENGTH)
+            gens = [g for g in GENERATION_CHOICES if MIN_GENERATIONS <= g <= amb.generations] or [amb.generations]
+        most = amb.completion
+        if "max_seq_length" in pinned:
+            most = min(most, base.max_seq_length - amb.prompt)
+        if "max_completion_length" in pinned:
+            lengths = [amb.completion] if amb.completion <= most else []
+        else:
+            top = min(most, amb.completion)
+            lengths = [top] + [n for n in range((top - 1) // COMPLETION_STEP * COMPLETION_STEP,
+                                                MIN_COMPLETION_LENGTH - 1, -COMPLETION_STEP)
+                               if n >= MIN_COMPLETION_LENGTH] if top >= 1 else []
         if "lora_rank" in pinned or amb.rank == 0:
             ranks = [amb.rank]
         else:
@@ -266,140 +386,238 @@ class Solver:
             four_bit = [False, True]
         if "gradient_checkpointing" in pinned:
             checkpointing = [amb.checkpointing]
+            if base.distributed and amb.checkpointing == "unsloth":
+                checkpointing = []  # accelerate keeps checkpoints on the GPU: "unsloth" is Unsloth's
+        elif base.distributed:
+            checkpointing = ["false", "true"]
         else:
-            checkpointing = list(CHECKPOINTING_ORDER[CHECKPOINTING_ORDER.index(amb.checkpointing):])
-        if base.distributed:  # accelerate keeps checkpoints on the GPU ("true"); standby is Unsloth's
-            checkpointing = [m for m in checkpointing if m != "unsloth"] or \
-                ([] if "gradient_checkpointing" in pinned else ["true"])
+            checkpointing = ["false", "unsloth"]  # "true" runs as fast as "unsloth" and keeps more on the GPU
         if not base.fast_inference or base.distributed:
-            standby = [False]
+            standby = [False] if "vllm_standby" not in pinned or not amb.standby else []
         elif "vllm_standby" in pinned:
             standby = [amb.standby]
+        elif "gpu_memory_utilization" in pinned:
+            standby = [False]  # standby would replace the pinned share with Unsloth's own
         else:
             standby = [False, True]
+        fixed = amb.prompts_per_step if _pinned_prompts(base, pinned) is not None else None
+        prompts = [fixed] if fixed is not None else [p for p in PROMPT_CHOICES if p >= amb.prompts_per_step]
         return {"gens": gens, "lengths": lengths, "lora_rank": ranks, "load_in_4bit": four_bit,
-                "gradient_checkpointing": checkpointing, "vllm_standby": standby}
+                "gradient_checkpointing": checkpointing, "vllm_standby": standby, "prompts": prompts}
+
+    @staticmethod
+    def standby_allowed(amb: Ambition, four_bit: bool, option: bool) -> bool:
+        """Standby as an option for these weights: never chosen by the solver with 4-bit (STANDBY_FAILURES)."""
+        return not option or "vllm_standby" in amb.pinned or not four_bit
 
     def batches(self, base, amb: Ambition, completions: int) -> list[int]:
-        """Per-device batches that divide the effective batch, most first, none above the ambition's."""
+        """Per-device batches that divide the step's completions of one process, most first."""
         if "per_device_train_batch_size" in amb.pinned:
             return [base.per_device_train_batch_size] if completions % base.per_device_train_batch_size == 0 else []
         if "gradient_accumulation_steps" in amb.pinned:
             steps = base.gradient_accumulation_steps
             return [completions // steps] if completions % steps == 0 else []
-        return [b for b in range(min(amb.batch, completions), 0, -1) if completions % b == 0]
+        return [b for b in range(completions, 0, -1) if completions % b == 0]
 
-    def shaped(self, base, amb: Ambition, gens: int, length: int, levers: dict, batch: int):
-        completions = amb.prompts_per_step * gens
+    def shaped(self, base, amb: Ambition, gens: int, length: int, levers: dict, prompts: int, batch: int):
+        completions = prompts * gens
         rank = levers["lora_rank"]
+        seq = base.max_seq_length if "max_seq_length" in amb.pinned else amb.prompt + length
+        expected = base.expected_completion_length if "expected_completion_length" in amb.pinned else \
+            min(amb.expected, length) if amb.expected else 0
         update = {"num_generations": gens, "max_completion_length": length, "max_prompt_length": amb.prompt,
-                  "max_seq_length": amb.prompt + length, "per_device_train_batch_size": batch,
-                  "gradient_accumulation_steps": completions // batch, **levers}
-        if rank and base.lora_rank:
+                  "max_seq_length": seq, "per_device_train_batch_size": batch,
+                  "gradient_accumulation_steps": completions // batch, "expected_completion_length": expected,
+                  **levers}
+        if rank and base.lora_rank and "lora_alpha" not in amb.pinned:
             update["lora_alpha"] = max(1, round(base.lora_alpha * rank / base.lora_rank))
         return base.model_copy(update=update)
 
-    def feasible(self, base, amb, gens, length, levers, fixed: set, batch: int, standby_options) -> bool:
-        for standby in (standby_options if "vllm_standby" not in fixed else [levers["vllm_standby"]]):
-            p = self.shaped(base, amb, gens, length, {**levers, "vllm_standby": standby}, batch)
-            p = self.with_share(p, amb.pinned, "floor")
-            if p is not None and self.fits(p):
+    # --- the search ---------------------------------------------------------------------------------
+    def least_prompts(self, base, amb: Ambition, opts: dict, gens: int) -> int | None:
+        """The fewest prompts per step whose completions a (pinned) batch cuts into whole groups."""
+        return next((p for p in opts["prompts"] if self.batches(base, amb, p * gens)), None)
+
+    def _least(self, base, amb, opts, gens, length, rank, four_bit) -> bool:
+        """Whether the learning levers fit with every throughput lever at its least."""
+        prompts = self.least_prompts(base, amb, opts, gens)
+        if prompts is None:
+            return False
+        batches = self.batches(base, amb, prompts * gens)
+        for standby in opts["vllm_standby"]:
+            if not self.standby_allowed(amb, four_bit, standby):
+                continue
+            levers = {"lora_rank": rank, "load_in_4bit": four_bit,
+                      "gradient_checkpointing": opts["gradient_checkpointing"][-1], "vllm_standby": standby}
+            p = self.shaped(base, amb, gens, length, levers, prompts, batches[-1])
+            if self.with_share(p, amb.pinned, "floor") is not None:
                 return True
         return False
 
-    def solve(self, base, amb: Ambition):
-        """The most ambitious profile (unvalidated copy of `base`) that fits, or None. Generating with
-        transformers instead of vLLM is the last resort: no cost in quality, but several times slower."""
+    def learning(self, base, amb: Ambition, opts: dict) -> tuple[int, int, int, bool] | None:
+        """(completion length, generations, rank, 4-bit): each learning lever at its most valuable value that
+        fits, in their order of value, with the throughput levers at their least."""
+        cheapest_rank, cheapest_bits = opts["lora_rank"][-1], opts["load_in_4bit"][-1]
+        for length in opts["lengths"]:
+            for gens in opts["gens"]:
+                if self._least(base, amb, opts, gens, length, cheapest_rank, cheapest_bits):
+                    rank = next(r for r in opts["lora_rank"]
+                                if self._least(base, amb, opts, gens, length, r, cheapest_bits))
+                    four_bit = next(b for b in opts["load_in_4bit"]
+                                    if self._least(base, amb, opts, gens, length, rank, b))
+                    return length, gens, rank, four_bit
+        return None
+
+    def best_at(self, base, amb: Ambition, opts: dict, learned: tuple, prompts: int) -> Choice | None:
+        """The fastest configuration of `prompts` per step with the learning levers `learned`."""
+        length, gens, rank, four_bit = learned
+        batches = self.batches(base, amb, prompts * gens)
+        best = None
+        for checkpointing in opts["gradient_checkpointing"]:
+            for standby in opts["vllm_standby"]:
+                if not self.standby_allowed(amb, four_bit, standby):
+                    continue
+                levers = {"lora_rank": rank, "load_in_4bit": four_bit, "gradient_checkpointing": checkpointing,
+                          "vllm_standby": standby}
+
+                def placed(batch):
+                    return self.with_share(self.shaped(base, amb, gens, length, levers, prompts, batch), amb.pinned)
+
+                # the largest batch that fits (memory grows with the batch: a binary search), and the next
+                # smaller one, whose vLLM share may be larger
+                low, high, found = 0, len(batches) - 1, None
+                while low <= high:
+                    middle = (low + high) // 2
+                    p = placed(batches[middle])
+                    if p is not None:
+                        found, high = (middle, p), middle - 1
+                    else:
+                        low = middle + 1
+                if found is None:
+                    continue
+                candidates = [found[1]]
+                if found[0] + 1 < len(batches):
+                    smaller = placed(batches[found[0] + 1])
+                    if smaller is not None:
+                        candidates.append(smaller)
+                for p in candidates:
+                    choice = Choice(p, self.speed(p), "")
+                    if best is None or choice.prompts_per_hour > best.prompts_per_hour:
+                        best = choice
+        return best
+
+    def search(self, base, amb: Ambition) -> Choice | None:
+        """The solver's choice for `base` (unvalidated copy), or None when nothing fits."""
         if self.vllm_refused and base.uses_vllm_server:
             return None  # the server cannot start here, and it is nothing but vLLM
         if self.vllm_refused and base.fast_inference:
-            base = base.model_copy(update={"fast_inference": False, "vllm_standby": False})
+            base = base.model_copy(update={"fast_inference": False, "vllm_standby": False, "vllm_max_num_seqs": 0})
         found = self._search(base, amb)
         if found is None and base.fast_inference and not base.uses_vllm_server and "fast_inference" not in amb.pinned:
-            found = self._search(base.model_copy(update={"fast_inference": False, "vllm_standby": False}), amb)
+            found = self._search(base.model_copy(update={"fast_inference": False, "vllm_standby": False,
+                                                         "vllm_max_num_seqs": 0}), amb)
         return found
 
-    def _search(self, base, amb: Ambition):
+    def solve(self, base, amb: Ambition):
+        """The chosen profile (unvalidated copy of `base`), or None."""
+        found = self.search(base, amb)
+        return found.profile if found is not None else None
+
+    def _search(self, base, amb: Ambition) -> Choice | None:
         opts = self.options(base, amb)
-        if not all(opts.values()):
+        if not all(opts[k] for k in ("gens", "lengths", "lora_rank", "load_in_4bit", "gradient_checkpointing",
+                                     "vllm_standby", "prompts")):
             return None  # a pinned key the configuration cannot take (e.g. offloaded checkpoints on accelerate)
-        pairs = sorted(((g, n) for g in opts["gens"] for n in opts["lengths"]),
-                       key=lambda gn: (-gn[0] * gn[1], -gn[0]))
-        order = ("lora_rank", "load_in_4bit", "gradient_checkpointing", "vllm_standby")
-        for gens, length in pairs:
-            batches = self.batches(base, amb, amb.prompts_per_step * gens)
-            if not batches:
-                continue
-            levers = {key: opts[key][-1] for key in order}
-            if not self.feasible(base, amb, gens, length, levers, set(), batches[-1], opts["vllm_standby"]):
-                continue
-            fixed: set = set()
-            for key in order:
-                for value in opts[key]:
-                    trial = {**levers, key: value}
-                    if self.feasible(base, amb, gens, length, trial, fixed | {key}, batches[-1],
-                                     opts["vllm_standby"]):
-                        levers = trial
-                        break
-                fixed.add(key)
-            batch = next(b for b in batches if self.feasible(base, amb, gens, length, levers, fixed, b, ()))
-            return self.with_share(self.shaped(base, amb, gens, length, levers, batch), amb.pinned, "best")
-        return None
+        learned = self.learning(base, amb, opts)
+        if learned is None:
+            return None
+        best, limited = None, "cap"
+        for prompts in opts["prompts"]:
+            if not self.batches(base, amb, prompts * learned[1]):
+                continue  # a pinned batch does not cut these completions into whole groups
+            choice = self.best_at(base, amb, opts, learned, prompts)
+            if choice is None:
+                limited = "memory" if best is not None else limited
+                break
+            if best is not None and choice.prompts_per_hour < best.prompts_per_hour * (1 + MIN_GAIN):
+                limited = "throughput"
+                break
+            best = choice
+        if best is None:
+            return None
+        best.smaller = self._least_choice(base, amb, opts, learned)
+        if len(opts["prompts"]) == 1:
+            limited = "pinned"
+        best.limited_by = limited
+        length, gens, rank, four_bit = learned
+        if gens == GENERATIONS_AMBITION and "num_generations" not in amb.pinned and limited == "cap":
+            prompts = max(1, best.speed.prompts // max(best.profile.num_gpus, 1))
+            larger = self.best_at(base, amb, opts, (length, MAX_GENERATIONS, rank, four_bit), prompts)
+            if larger is not None and larger.prompts_per_hour >= (1 - LARGE_GROUP_COST) * best.prompts_per_hour:
+                larger.limited_by = limited
+                best = larger
+        return best
+
+    def _least_choice(self, base, amb: Ambition, opts: dict, learned: tuple) -> Choice | None:
+        """The learning levers `learned` at the least throughput (the fallback rung): one prompt per step,
+        micro-batch 1, the heaviest checkpointing, vLLM holding one group."""
+        length, gens, rank, four_bit = learned
+        prompts = self.least_prompts(base, amb, opts, gens) or opts["prompts"][0]
+        batches = self.batches(base, amb, prompts * gens)
+        levers = {"lora_rank": rank, "load_in_4bit": four_bit,
+                  "gradient_checkpointing": opts["gradient_checkpointing"][-1],
+                  "vllm_standby": opts["vllm_standby"][0] if "vllm_standby" in amb.pinned else False}
+        if not batches:
+            return None
+        p = self.with_share(self.shaped(base, amb, gens, length, levers, prompts, batches[-1]), amb.pinned, "floor")
+        return Choice(p, self.speed(p), "fallback") if p is not None else None
 
     # --- the ambition and what was given up ---------------------------------------------------------
     def ambitious(self, base, amb: Ambition):
-        """The ambition as a profile: every lever where the ambition has it, vLLM holding the whole batch."""
+        """The learning ambition as a profile at its least throughput: one prompt per step (or the pinned
+        prompts), micro-batch 1, the heaviest checkpointing, vLLM holding one group."""
         if self.vllm_refused and base.fast_inference:
-            base = base.model_copy(update={"fast_inference": False, "vllm_standby": False})
-        checkpointing = "true" if base.distributed and amb.checkpointing == "unsloth" else amb.checkpointing
+            base = base.model_copy(update={"fast_inference": False, "vllm_standby": False, "vllm_max_num_seqs": 0})
+        checkpointing = "true" if base.distributed else "unsloth"
+        if "gradient_checkpointing" in amb.pinned:
+            checkpointing = amb.checkpointing
         levers = {"lora_rank": amb.rank, "load_in_4bit": not amb.sixteen_bit,
                   "gradient_checkpointing": checkpointing,
-                  "vllm_standby": amb.standby and base.fast_inference}
+                  "vllm_standby": amb.standby and base.fast_inference and "vllm_standby" in amb.pinned}
         completions = amb.prompts_per_step * amb.generations
-        batch = max([b for b in range(1, min(amb.batch, completions) + 1) if completions % b == 0])
-        p = self.shaped(base, amb, amb.generations, amb.completion, levers, batch)
-        return self.full_share(p, amb.pinned)
+        batches = self.batches(base, amb, completions) or [1]
+        p = self.shaped(base, amb, amb.generations, amb.completion, levers, amb.prompts_per_step, batches[-1])
+        return self.least_share(p, amb.pinned)
 
-    def full_share(self, p, pinned):
+    def least_share(self, p, pinned):
+        """`p` with vLLM holding one group at once (whatever the card can give)."""
         if not p.fast_inference or p.vllm_standby or p.uses_vllm_server or "gpu_memory_utilization" in pinned:
             return p
-        # in hundredths, uncapped: what the whole generation batch would take, even above what a card can give
-        share = self._share_bytes(p, p.effective_batch) / (self.gpu.total_gib * GIB)
-        return p.model_copy(update={"gpu_memory_utilization": math.ceil(share * 100 - 1e-9) / 100})
+        share = self._engine_bytes(p, p.num_generations) / (self.gpu.total_gib * GIB)
+        seqs = p.vllm_max_num_seqs if "vllm_max_num_seqs" in pinned or p.distributed else p.num_generations
+        return p.model_copy(update={"gpu_memory_utilization": min(math.ceil(share * 100 - 1e-9) / 100, 0.99),
+                                    "vllm_max_num_seqs": seqs})
 
     def given_up(self, ambition_profile, chosen) -> list[GivenUp]:
-        """Each lever's change from the ambition to the choice, with the GiB it saved, taken from the last given
-        up (the experiment) to the first, so each saving is counted on the configuration it was taken from."""
-        steps = (("generator", ("fast_inference",)), ("generations", ("num_generations",)),
-                 ("completion_length", ("max_completion_length", "max_seq_length")),
-                 ("lora_rank", ("lora_rank", "lora_alpha")), ("4-bit", ("load_in_4bit",)),
-                 ("standby", ("vllm_standby",)), ("checkpointing", ("gradient_checkpointing",)),
-                 ("batch", ("per_device_train_batch_size", "gradient_accumulation_steps")),
-                 ("vllm_share", ("gpu_memory_utilization",)))
+        """Each learning lever's change from the ambition to the choice, with the GiB it saved, taken from the
+        last given up (the experiment) to the first, each at the least throughput (one group in vLLM)."""
+        steps = (("generator", ("fast_inference",)), ("completion_length", ("max_completion_length", "max_seq_length")),
+                 ("generations", ("num_generations",)), ("lora_rank", ("lora_rank", "lora_alpha")),
+                 ("4-bit", ("load_in_4bit",)))
         current = ambition_profile
         before = estimate(current, self.arch, self.gpu).total_gib
         out: list[GivenUp] = []
         for lever, keys in steps:
             if all(getattr(current, k) == getattr(chosen, k) for k in keys):
                 continue
-            if lever == "vllm_share" and not chosen.fast_inference:
-                continue
-            if lever == "vllm_share" and chosen.gpu_memory_utilization >= current.gpu_memory_utilization:
-                continue  # the share was not cut: it holds the whole generation batch
             update = {k: getattr(chosen, k) for k in keys}
-            if lever in ("generations", "batch"):  # the effective batch follows the generations
-                update.update({k: getattr(chosen, k) for k in ("per_device_train_batch_size",
-                                                                 "gradient_accumulation_steps")})
-                if lever == "generations":
-                    update["per_device_train_batch_size"] = min(current.per_device_train_batch_size,
-                                                                chosen.effective_batch)
-                    update["gradient_accumulation_steps"] = max(
-                        1, chosen.effective_batch // update["per_device_train_batch_size"])
+            if lever == "generations":  # the same prompts per step, in whole groups
+                prompts = max(1, current.effective_batch // current.num_generations)
+                update.update({"per_device_train_batch_size": 1,
+                               "gradient_accumulation_steps": prompts * chosen.num_generations})
             if lever == "generator":
-                update["vllm_standby"] = False
-            nxt = current.model_copy(update=update)
-            if lever != "vllm_share":
-                nxt = self.full_share(nxt, frozenset())
+                update.update({"vllm_standby": False, "vllm_max_num_seqs": 0})
+            nxt = self.least_share(current.model_copy(update=update), frozenset())
             after = estimate(nxt, self.arch, self.gpu).total_gib
             out.append(GivenUp(lever, _lever_text(lever, current), _lever_text(lever, nxt), before - after))
             current, before = nxt, after
@@ -417,13 +635,7 @@ def _lever_text(lever: str, p) -> str:
         return str(p.lora_rank)
     if lever == "4-bit":
         return "4-bit" if p.load_in_4bit else "16-bit"
-    if lever == "standby":
-        return "on" if p.vllm_standby else "off"
-    if lever == "checkpointing":
-        return p.gradient_checkpointing
-    if lever == "batch":
-        return f"{p.per_device_train_batch_size} x {p.gradient_accumulation_steps}"
-    return f"{p.gpu_memory_utilization:.2f}"
+    return str(getattr(p, lever, "?"))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -435,65 +647,99 @@ SINGLE_GPU = {"num_gpus": 1, "vllm_mode": "colocate", "vllm_server_gpus": 1, "vl
 def fit(base, gpu: GpuInfo, *, arch: Architecture | None = None, ambition: Ambition | None = None, pinned=(),
         machine=None, measurements=None, budget_gib: float | None = None, name: str | None = None,
         topology: dict | None = None) -> Fit:
-    """The most ambitious configuration of `base`'s model that fits `gpu` (free memory less the margin, or
-    `budget_gib`), starting from `ambition` (default: `base`'s own intent), on one GPU or the `topology` given
-    (num_gpus, vllm_mode, vllm_server_gpus, vllm_tensor_parallel; `gpu` is then each GPU's card)."""
+    """The configuration of `base`'s model with the most prompts per hour that fits `gpu` (free memory less the
+    margin, or `budget_gib`), from `ambition` (default: `base`'s own intent), on one GPU or the `topology`
+    given (num_gpus, vllm_mode, vllm_server_gpus, vllm_tensor_parallel; `gpu` is then each GPU's card)."""
     arch = arch or resolve(base.model)
-    amb = ambition or ambition_of(base, pinned)
+    lengths = completion_plan(base, arch, ambition.pinned if ambition is not None else frozenset(pinned))
+    amb = ambition or ambition_of(base, pinned, arch=arch, lengths=lengths)
     usable = usable_of(gpu) if budget_gib is None else budget_gib
-    solver = Solver(arch, gpu, usable, machine, measurements)
+    solver = Solver(arch, gpu, usable, machine, measurements, lengths=lengths)
     base = base.model_copy(update={"device": "cuda", "zero_stage": 0, **(topology or SINGLE_GPU)})
+    if solver.vllm_refused and base.fast_inference and "fast_inference" in amb.pinned:
+        from contract.errors import ProfileError
+
+        raise ProfileError("--set", "fast_inference", f"pinned true, but {solver.vllm_refused}",
+                           "drop --set fast_inference=true: transformers generates on this card")
     if base.distributed:
-        base = base.model_copy(update={"vllm_standby": False, "fast_inference": True if base.uses_vllm_server
-                                       else base.fast_inference})
+        base = base.model_copy(update={"vllm_standby": False, "vllm_max_num_seqs": 0,
+                                       "fast_inference": True if base.uses_vllm_server else base.fast_inference})
     top = solver.ambitious(base, amb)
     top_need = estimate(top, arch, gpu).total_gib
-    found = solver.solve(base, amb)
+    found = solver.search(base, amb)
     if found is None:
-        return Fit(amb, None, None, None, usable, _nothing_fits(solver, base, amb, usable), top_need,
-                   card_for(top_need))
-    given_up = solver.given_up(top, found)
-    need, est, measured = solver.need(found)
-    updates = {k: getattr(found, k) for k in LEVER_KEYS}
-    derived = base.replace(**updates, name=name or derived_name(arch, found),
+        reason, pin_problem = _nothing_fits(solver, base, amb, usable)
+        return Fit(amb, None, None, None, usable, reason, top_need, card_for(top_need), pin_problem=pin_problem)
+    chosen = found.profile
+    given_up = solver.given_up(top, solver.least_share(chosen, amb.pinned))
+    need, est, measured = solver.need(chosen)
+    updates = {k: getattr(chosen, k) for k in LEVER_KEYS}
+    derived = base.replace(**updates, name=name or derived_name(arch, chosen),
                            description=f"derived by the fit solver for {arch.name} on a {gpu.total_gib:g} GiB "
                                        f"card from the intent of {amb.source}")
     source = f" ({measured.text()}; est. {est.total_gib:.2f})" if measured is not None else ""
+    fallbacks = []
+    if found.smaller is not None and name is None and \
+            _profile_key(found.smaller.profile) != _profile_key(chosen):
+        smaller = found.smaller.profile
+        fallbacks.append((base.replace(**{k: getattr(smaller, k) for k in LEVER_KEYS},
+                                       name=derived_name(arch, smaller), description=derived.description),
+                          quality_key(smaller, found.smaller.speed, amb.completion)))
     return Fit(amb, derived, est, need, usable, f"fits: {need:.2f} of {usable:.2f} GiB usable{source}", top_need,
-               card_for(top_need), given_up, measured)
+               card_for(top_need), given_up, measured, found.speed, found.limited_by, fallbacks=fallbacks)
 
 
-def _nothing_fits(solver: Solver, base, amb: Ambition, usable: float) -> str:
-    """Why not even the least configuration fits: what it needs, its largest parts."""
+def _nothing_fits(solver: Solver, base, amb: Ambition, usable: float) -> tuple[str, str | None]:
+    """(why not even the least configuration fits: what it needs, its largest parts; and, when the pins are
+    the cause, what the least configuration without them needs, else None)."""
     least = replace(amb, generations=min(amb.generations, MIN_GENERATIONS) if "num_generations" not in amb.pinned
                     else amb.generations, completion=min(amb.completion, MIN_COMPLETION_LENGTH)
                     if "max_completion_length" not in amb.pinned else amb.completion)
     opts = solver.options(base, amb)
     if solver.vllm_refused and base.fast_inference:
-        base = base.model_copy(update={"fast_inference": False, "vllm_standby": False})
-    levers = {"lora_rank": opts["lora_rank"][-1], "load_in_4bit": opts["load_in_4bit"][-1],
-              "gradient_checkpointing": opts["gradient_checkpointing"][-1], "vllm_standby": False}
-    p = solver.shaped(base, least, least.generations, least.completion, levers, 1)
-    p = solver.with_share(p, amb.pinned, "floor") or p
+        base = base.model_copy(update={"fast_inference": False, "vllm_standby": False, "vllm_max_num_seqs": 0})
+    levers = {"lora_rank": (opts["lora_rank"] or [least.rank])[-1],
+              "load_in_4bit": (opts["load_in_4bit"] or [True])[-1],
+              "gradient_checkpointing": (opts["gradient_checkpointing"] or ["true"])[-1], "vllm_standby": False}
+    prompts = solver.least_prompts(base, least, opts, least.generations) or (opts["prompts"] or [1])[0]
+    batches = solver.batches(base, least, prompts * least.generations)
+    if not batches:
+        return (f"nothing fits: {least.generations} generations x {prompts} prompt(s) per step cannot be cut into "
+                "the pinned batch", None)
+    p = solver.least_share(solver.shaped(base, least, least.generations, least.completion, levers, prompts,
+                                         batches[-1]), amb.pinned)
     est = estimate(p, solver.arch, solver.gpu)
     if p.fast_inference and "fast_inference" not in amb.pinned:  # the last resort, transformers generating
-        hf = p.model_copy(update={"fast_inference": False})
+        hf = p.model_copy(update={"fast_inference": False, "vllm_standby": False, "vllm_max_num_seqs": 0})
         hf_est = estimate(hf, solver.arch, solver.gpu)
         if est.vllm_problem or hf_est.total_gib < est.total_gib:
             p, est = hf, hf_est
     parts = sorted(((v, k) for k, v in est.components.items() if v > 0), reverse=True)[:3]
     what = (f"{least.generations} generations of {least.completion} tokens, LoRA {levers['lora_rank']}, "
-            f"{'4-bit' if levers['load_in_4bit'] else '16-bit'}, batch 1, "
-            + ("vLLM at one group" if p.fast_inference else "transformers generating"))
+            f"{'4-bit' if levers['load_in_4bit'] else '16-bit'}, {prompts} prompt(s) a step, batch "
+            f"{batches[-1]}, " + ("vLLM holding one group" if p.fast_inference else "transformers generating"))
+    limit = solver.limit
     if est.vllm_problem:
-        return f"nothing fits: even {what}: {est.vllm_problem}"
-    return (f"nothing fits: even {what} needs {est.total_gib:.2f} GiB, {usable:.2f} usable (largest: "
-            + ", ".join(f"{k} {v:.2f}" for v, k in parts) + f"); a card of {card_for(est.total_gib):.1f} GiB "
-            "would hold it")
+        reason = f"nothing fits: even {what}: {est.vllm_problem}"
+    elif est.total_gib <= limit:  # the least fits by itself: a pinned lever or the ledger refused the rest
+        reason = (f"nothing fits: even {what} is refused here (estimated {est.total_gib:.2f} GiB of {limit:.2f} an "
+                  "estimate may use); this machine's ledger or a pinned key rules out every larger step")
+    else:
+        reason = (f"nothing fits: even {what} needs {est.total_gib:.2f} GiB, {limit:.2f} of {usable:.2f} usable "
+                  "an estimate may use (largest: " + ", ".join(f"{k} {v:.2f}" for v, k in parts) +
+                  f"); a card of {card_for(est.total_gib / 0.92):.1f} GiB would hold it")
+    pins = sorted(amb.pinned - {PROMPTS_PIN, "model"})
+    if not pins:
+        return reason, None
+    free_amb = replace(amb, pinned=frozenset(), generations=GENERATIONS_AMBITION)
+    free = Solver(solver.arch, solver.gpu, solver.budget, lengths=solver.lengths)
+    if free.search(base, free_amb) is None:
+        return reason, None
+    return reason, f"with --set {', '.join(pins)} nothing fits on this card, and without them a configuration does"
 
 
 def derived_name(arch: Architecture, p) -> str:
-    """fit-MODEL-GxL-rR-4bit: what the configuration is, readable in a table and safe as a folder name."""
+    """fit-MODEL-GxPxL-rR-4bit: what the configuration is, readable in a table and safe as a folder name."""
     model = "".join(c if c.isalnum() or c in "._-" else "-" for c in catalogue_key(arch.name))[:24]
     weights = "4bit" if p.load_in_4bit else "16bit"
     prompts = p.effective_batch // p.num_generations

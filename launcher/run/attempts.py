@@ -29,6 +29,7 @@ class AttemptResult:
     duration_s: float
     peak_gib: float | None = None
     probe: dict | None = None  # the worst-case probe's figures (trainer.probe), when it ran
+    timing: dict | None = None  # measured seconds per step beside the prediction (contract.attempt.Outcome)
 
 
 def _read_outcome(outcome: Outcome) -> tuple[str, str | None, oomlib.OomReport | None]:
@@ -103,7 +104,8 @@ def read_result(attempt_dir: Path, returncode: int | None, tail_text: str, durat
     return AttemptResult(status=status, steps=steps, checkpoint=checkpoint, exit_code=returncode, error=error,
                          report=report, duration_s=round(duration, 2),
                          peak_gib=outcome.peak_gib if outcome is not None else None,
-                         probe=outcome.probe if outcome is not None else None)
+                         probe=outcome.probe if outcome is not None else None,
+                         timing=outcome.timing if outcome is not None and isinstance(outcome.timing, dict) else None)
 
 
 def server_failure_result(text: str, resume_from: str | None, duration: float,
@@ -154,6 +156,9 @@ class AttemptRecord:
     estimate_gib: float | None = None      # the plan's estimate, also given to the attempt
     peak_gib: float | None = None
     probe: dict | None = None              # the worst-case probe's figures, when it ran
+    predicted_step_s: float | None = None  # the plan's seconds per optimizer step, also given to the attempt
+    step_s: float | None = None            # measured seconds per step (steady state: the first step left out)
+    timing: dict | None = None             # the measurement's details (trainer.timing.measured_step)
     oom: dict | None = None                # OomReport.to_dict() for an OOM
     error: str | None = None
     decided: str | None = None             # why this attempt was started

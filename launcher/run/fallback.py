@@ -13,7 +13,7 @@ from contract.attempt import OOM, UNSUPPORTED
 from contract.errors import UsageError
 from launcher.memory.estimate import estimate
 from launcher.plan.margins import OOM_HEADROOM_GIB, VLLM_HEADROOM_GIB
-from launcher.plan.solve import SHARE_CAP, Ambition, Solver, live_gib
+from launcher.plan.solve import PROMPTS_PIN, SHARE_CAP, Ambition, Solver, live_gib
 from profiles.catalog import resolve
 from profiles.schema import LEVER_KEYS, Profile
 
@@ -215,9 +215,12 @@ def shrink_after_oom(profile, report, machine) -> tuple[object | None, dict, str
                    rank=profile.lora_rank, sixteen_bit=not profile.load_in_4bit,
                    checkpointing=profile.gradient_checkpointing, batch=profile.per_device_train_batch_size,
                    standby=profile.vllm_standby, source=profile.name,
-                   pinned=frozenset({"num_generations"} | ({"load_in_4bit"} if profile.load_in_4bit else set())
-                                    | ({"fast_inference"} if not profile.fast_inference else set())))
-    solver = Solver(arch, gpu, budget, not_live=not_live)
+                   pinned=frozenset({"num_generations", PROMPTS_PIN, "max_prompt_length"}
+                                    | ({"load_in_4bit"} if profile.load_in_4bit else set())
+                                    | ({"fast_inference"} if not profile.fast_inference else set())),
+                   expected=profile.expected_completion_length)
+    # the budget already keeps the shortfall's headroom: no second one for the estimate's error
+    solver = Solver(arch, gpu, budget, not_live=not_live, headroom=False)
     solver.share_cap = min(SHARE_CAP, profile.gpu_memory_utilization)  # never a larger share than the one that ran
     found = solver.solve(profile, amb)
     if found is None:

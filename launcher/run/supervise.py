@@ -50,7 +50,7 @@ from launcher.run.attempts import (AttemptRecord, AttemptResult, read_attempts, 
 from launcher.run.child import ChildRunner, attempt_command
 from contract.attempt import ERROR, INTERRUPTED, LOG_FILE, OK, OOM, PLAN_FILE, PROFILE_FILE, SERVER_LOG, attempt_environment, checkpoint_step, latest_checkpoint, relative_path, resolve_path
 from profiles.schema import shape_of
-from contract.environment import ENV_ALLOC_CONF, ENV_ESTIMATE_GIB, ENV_INJECT_OOM
+from contract.environment import ENV_ALLOC_CONF, ENV_ESTIMATE_GIB, ENV_INJECT_OOM, ENV_PREDICTED_STEP_S
 from launcher.run.distributed import launch_env
 from contract.errors import (EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUT_OF_MEMORY,
                              UsageError)
@@ -150,6 +150,23 @@ class Supervisor:
         est = estimate_profile(profile, self.plan.machine)
         return float(est.total_gib) if est is not None else None
 
+    def _predicted_for(self, profile: Profile) -> float | None:
+        """The seconds per step the plan predicted for this profile (a shrunk profile's predicted afresh)."""
+        for cand in self.plan.candidates:
+            if cand.profile == profile and getattr(cand, "speed", None) is not None:
+                return float(cand.speed.step_s)
+        gpu = self.plan.machine.primary
+        if profile.device != "cuda" or gpu is None:
+            return None
+        try:
+            from launcher.plan.speed import predict
+            from profiles.catalog import resolve
+
+            return float(predict(profile, resolve(profile.model), gpu, estimate_profile(profile, self.plan.machine))
+                         .step_s)
+        except Exception:  # a prediction informs the record; it never stops a run
+            return None
+
     # -- one attempt, step by step --------------------------------------------------------------------
     def attempt(self, profile: Profile, changes: dict | None, decision_text: str | None) -> AttemptRecord:
         number = self.next_number()
@@ -158,16 +175,19 @@ class Supervisor:
             self.console.print("no complete checkpoint of this shape is left: starting at step 1", markup=False)
         attempt_dir = self._open_attempt_dir(number, profile)
         estimate_gib = self._estimate_for(profile)
+        predicted = self._predicted_for(profile)
         narrate.print_start(self.console, number, profile, estimate_gib, self.in_run(resume_from))
         started = time.time()
-        env = self._environment(profile, estimate_gib)
+        env = self._environment(profile, estimate_gib, predicted)
         result = self._run(profile, attempt_dir, str(resume_from) if resume_from else None, env, started)
         record = AttemptRecord(
             attempt=number, profile=profile.name, status=result.status, steps=result.steps,
             started=datetime.fromtimestamp(started).isoformat(timespec="seconds"), duration_s=result.duration_s,
             exit_code=result.exit_code, attempt_dir=self.in_run(attempt_dir), resumed_from=self.in_run(resume_from),
             checkpoint=self.in_run(result.checkpoint), shrink=changes or None, estimate_gib=estimate_gib,
-            peak_gib=result.peak_gib, probe=result.probe, oom=result.report.to_dict() if result.report else None,
+            peak_gib=result.peak_gib, probe=result.probe, predicted_step_s=predicted,
+            step_s=(result.timing or {}).get("step_s"), timing=result.timing,
+            oom=result.report.to_dict() if result.report else None,
             error=result.error,
             decided=decision_text, settings=profile.to_dict(),
             env={ENV_ALLOC_CONF: env.get(ENV_ALLOC_CONF), ENV_INJECT_OOM: env.get(ENV_INJECT_OOM)})
@@ -193,13 +213,17 @@ class Supervisor:
         return attempt_dir
 
     @staticmethod
-    def _environment(profile: Profile, estimate_gib: float | None) -> dict:
-        """The attempt's environment: the contract's, the plan's estimate (the child reports it back
-        unchanged), and a distributed attempt's own settings with the port of its vLLM server."""
+    def _environment(profile: Profile, estimate_gib: float | None, predicted_step_s: float | None = None) -> dict:
+        """The attempt's environment: the contract's, the plan's estimate and predicted seconds per step (the
+        child reports them back beside what it measured), and a distributed attempt's own settings with the
+        port of its vLLM server."""
         env = attempt_environment(profile)
         env.pop(ENV_ESTIMATE_GIB, None)  # never a figure left over from elsewhere
+        env.pop(ENV_PREDICTED_STEP_S, None)
         if estimate_gib is not None:
             env[ENV_ESTIMATE_GIB] = repr(float(estimate_gib))
+        if predicted_step_s is not None:
+            env[ENV_PREDICTED_STEP_S] = repr(float(predicted_step_s))
         port = free_port() if profile.uses_vllm_server else None
         return launch_env(profile, env, server_port=port)
 

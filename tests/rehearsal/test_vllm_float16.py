@@ -39,8 +39,13 @@ FAKE_CHILD = [sys.executable, str(REPO / "tests" / "support" / "fake_child.py")]
 ])
 def test_a_named_what_if_card_gets_its_compute_capability(name, capability):
     assert known_capability(name) == capability
-    gpu = detect_machine(what_if_gib=16, what_if_name=name).primary
-    assert gpu.compute_capability == capability  # an unknown name stays unknown: bf16 assumed
+    machine = detect_machine(what_if_gib=16, what_if_name=name)
+    if capability is not None and capability < (7, 5):
+        # the card table gives a V100 its capability, which the image cannot run (issue 30): refused as when NVML
+        # reports one, the plan goes to the CPU ladder
+        assert machine.primary is None and "compute capability 7.0" in machine.message
+        return
+    assert machine.primary.compute_capability == capability  # an unknown name stays unknown: bf16 assumed
 
 
 def test_the_refused_families_are_in_the_catalogue():

@@ -42,11 +42,18 @@ def others_at_oom(report) -> float | None:
     return round(max(float(total) - float(free) - float(in_use), 0.0), 4)
 
 
+def _seconds(value) -> float | None:
+    return round(float(value), 4) if isinstance(value, (int, float)) and not isinstance(value, bool) and \
+        math.isfinite(value) and value > 0 else None
+
+
 def make_entry(profile, machine, *, status: str, estimate=None, peak_gib: float | None = None,
                probe: dict | None = None, oom_report=None, vllm: dict | None = None,
-               measure: str | None = None) -> Entry:
+               measure: str | None = None, timing: dict | None = None) -> Entry:
     bound = oom_lower_bound(oom_report)
-    return Entry(measure=measure,
+    timing = timing if isinstance(timing, dict) else {}
+    return Entry(measure=measure, step_s=_seconds(timing.get("step_s")),
+        predicted_step_s=_seconds(timing.get("predicted_step_s")), completion_mean=_seconds(timing.get("completion_mean")),
         profile=profile.name, fingerprint=fingerprint(profile),
         machine=machine_identity(machine, profile.device), status=status,
         estimate_gib=round(float(estimate.total_gib), 4) if estimate is not None else None,
@@ -99,9 +106,11 @@ def record_attempt(profile, plan, record, attempt_dir: Path, warn=None, environ=
     if oom_lower_bound(oom) is None and not measured:
         return None
     peak, measure = max(measured) if measured else (None, None)
+    # a step time counts from an attempt that trained (not a probe alone) and was not injected an OOM
+    timing = getattr(record, "timing", None) if record.status in ("ok", "interrupted") and not injected else None
     entry = make_entry(profile, plan.machine, status=record.status, estimate=_plan_estimate(plan, profile),
                        peak_gib=peak, probe=probe, oom_report=oom, vllm=_vllm_figures(Path(attempt_dir)),
-                       measure=measure)
+                       measure=measure, timing=timing)
     if entry.peak_gib is not None and (record.status not in ("ok", "oom") or injected):
         entry.status = "probe-ok"  # the probe got through even though the run did not finish
     try:

@@ -14,7 +14,6 @@ import sys
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +56,8 @@ def same_machine(a: dict, b: dict) -> bool:
 
 
 def library_versions() -> dict:
+    from importlib import metadata  # only when a record is written: planning never needs it
+
     found = {}
     for name in VERSIONED_PACKAGES:
         try:
@@ -71,6 +72,9 @@ MAX_FIGURE_GIB = 65536.0
 # What `--forget` takes besides a profile name or a fingerprint: every record.
 FORGET_ALL = "all"
 FIGURE_FIELDS = ("estimate_gib", "peak_gib", "oom_lower_bound_gib", "others_gib")
+# Seconds and tokens a record may carry: positive and finite, or the line is skipped
+TIME_FIELDS = ("step_s", "predicted_step_s", "completion_mean")
+MAX_STEP_S = 7 * 24 * 3600.0
 
 
 @dataclass
@@ -88,6 +92,9 @@ class Entry:
     oom_kind: str | None = None                   # what ran out (contract.oom KIND_*), for an OOM
     others_gib: float | None = None               # what other processes held of the device at the OOM
     vllm: dict | None = None                      # vLLM's own start-up breakdown, when it printed one
+    step_s: float | None = None                   # measured seconds per optimizer step (steady state)
+    predicted_step_s: float | None = None         # what the plan predicted for it
+    completion_mean: float | None = None          # the mean completion length the measured steps generated
     settings: dict = field(default_factory=dict)
     versions: dict = field(default_factory=dict)
     date: str = ""
@@ -132,6 +139,11 @@ class Entry:
             if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
                     or value > MAX_FIGURE_GIB or (value < 0 if lowest_ok is not None else value <= 0)):
                 raise ValueError(f"{name} is {value!r}, not a positive number of GiB")
+        for name in TIME_FIELDS:
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not math.isfinite(value) or value <= 0 or value > MAX_STEP_S):
+                raise ValueError(f"{name} is {value!r}, not a positive number")
         for name in ("components", "settings", "versions"):
             if not isinstance(getattr(self, name), dict):
                 raise ValueError(f"{name} is {getattr(self, name)!r}, not an object")

@@ -83,6 +83,8 @@ class Measured:
     oom_date: str = ""
     others_gib: float | None = None    # what others held of the device at that OOM
     not_counted: int = 0               # records outweighed, superseded, aged out or injected
+    step_s: float | None = None        # the newest measured seconds per step of the shape here
+    predicted_step_s: float | None = None
 
     @property
     def need_gib(self) -> float | None:
@@ -94,7 +96,8 @@ class Measured:
         return {"peak_gib": self.peak_gib, "runs": self.runs, "last": self.last,
                 "oom_lower_bound_gib": self.oom_lower_bound_gib, "need_gib": self.need_gib,
                 "peak_date": self.peak_date or None, "oom_date": self.oom_date or None,
-                "others_gib": self.others_gib, "not_counted": self.not_counted}
+                "others_gib": self.others_gib, "not_counted": self.not_counted, "step_s": self.step_s,
+                "predicted_step_s": self.predicted_step_s}
 
     def text(self) -> str:
         held = f", others then holding {self.others_gib:.2f} GiB" if self.others_gib else ""
@@ -118,7 +121,12 @@ def measured_for(entries: list[Entry], profile, machine, now: datetime | None = 
     if latest is None and not ooms:
         return None
     oom = ooms[0] if ooms else None
-    return Measured(peak_gib=latest.peak_gib if latest else None, runs=len(mine), last=max(e.date for e in mine),
+    # the newest counted record with a step time (a success: a run that trained)
+    timed = [e for e in mine if e.step_s is not None and effects[id(e)].counts]
+    newest_time = max(timed, key=lambda e: e.when) if timed else None
+    return Measured(step_s=newest_time.step_s if newest_time else None,
+                    predicted_step_s=newest_time.predicted_step_s if newest_time else None,
+                    peak_gib=latest.peak_gib if latest else None, runs=len(mine), last=max(e.date for e in mine),
                     oom_lower_bound_gib=oom.oom_lower_bound_gib if oom else None,
                     peak_date=latest.date if latest else "", oom_date=oom.date if oom else "",
                     others_gib=oom.others_gib if oom else None,
@@ -177,6 +185,11 @@ def accuracy_rows(entries: list[Entry], effects: list[Effect] | None = None) -> 
             "measure": next((e.measure for e in reversed(group_entries) if e.succeeded and e.measure), None),
             "ratio": round(peak / est, 3) if peak and est else None,
             "oom_lower_bound_gib": max(bounds) if bounds else None,
+            "step_s": next((e.step_s for e in sorted(counted, key=lambda e: e.when, reverse=True)
+                            if e.step_s is not None), None),
+            "predicted_step_s": next((e.predicted_step_s for e in sorted(counted, key=lambda e: e.when,
+                                                                            reverse=True)
+                                      if e.step_s is not None), None),
             "last": max(e.date for e in group_entries),
         })
     return rows

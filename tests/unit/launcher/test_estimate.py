@@ -115,9 +115,12 @@ def test_vllm_share_too_small_for_the_weights_and_one_sequence():
     profile = make(model="unsloth/Qwen2.5-14B-Instruct", load_in_4bit=True, gpu_memory_utilization=0.5)
     est = estimate(profile, gpu=card(16))
     assert est.vllm_problem.startswith("vLLM share too small: 0.5 x 16.0 GiB = 8.00 GiB < weights 9.82")
-    # the threshold: weights + workspace + one max_seq_length sequence of KV cache
+    # the threshold: weights + workspace + one max_seq_length sequence of KV cache, the workspace sized as
+    # unsloth_zoo sizes the engine of that share (a small KV budget: its least tier, 8 sequences, 2048 tokens)
     arch = resolve("Qwen/Qwen2.5-14B-Instruct")
-    need = (est.components["weights"] * GIB + vllm_workspace_bytes(arch) + 1024 * arch.kv_bytes_per_token()) / GIB
+    assert est.vllm_engine["max_num_seqs"] == 8 and est.vllm_engine["max_num_batched_tokens"] == 2048
+    workspace = vllm_workspace_bytes(arch, 8, 2048)
+    need = (est.components["weights"] * GIB + workspace + 1024 * arch.kv_bytes_per_token()) / GIB
     just_enough = profile.replace(gpu_memory_utilization=round(need / 24 + 0.01, 2))
     assert estimate(just_enough, gpu=card(24)).vllm_problem is None
     too_little = profile.replace(gpu_memory_utilization=round(need / 24 - 0.01, 2))

@@ -19,9 +19,10 @@ What the simulation cannot see, and what the estimator counts for it instead:
 - bitsandbytes 4-bit weights: NF4_BYTES = 0.5625 B per linear weight (4 bits + a 16-bit scale per 64;
   QLoRA paper); the one-matrix dequantisation transient is not counted (artidoro/qlora#168);
   8-bit optimizers: 2 B per trained parameter, updated in place (no step temporaries);
-- vLLM: its share (gpu_memory_utilization x total) with VLLM_FIXED_GIB = 0.5 for CUDA graphs and
-  non-torch memory (0.26-0.36 GiB graphs, vllm#30515; 0.16-0.39 GiB non-torch, vllm#11251); generate's
-  KV cache without vLLM (2 x layers x kv_dim x 2 B per token);
+- vLLM: its share (gpu_memory_utilization x total) holding the weights, a workspace sized as unsloth_zoo
+  sizes the engine (non-torch memory, CUDA graphs, the profiling forward, the sampler; held against seven
+  published start-up logs by benchmarks/published_memory.py) and the KV cache; generate's KV cache without
+  vLLM (2 x layers x kv_dim x 2 B per token);
 - everything outside one step: gradient accumulation, generation, memory creeping over many steps.
 """
 

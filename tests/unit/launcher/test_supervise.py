@@ -271,9 +271,10 @@ def test_each_attempt_gets_the_estimate_its_record_holds(tmp_path, monkeypatch):
 
 
 def test_attempt_record_keeps_every_key_of_attempts_jsonl():
+    # issue 30 adds the plan's predicted seconds per step and the measured ones beside it
     keys = ["attempt", "profile", "status", "steps", "started", "duration_s", "exit_code", "attempt_dir",
-            "resumed_from", "checkpoint", "shrink", "estimate_gib", "peak_gib", "probe", "oom", "error", "decided",
-            "env", "settings"]
+            "resumed_from", "checkpoint", "shrink", "estimate_gib", "peak_gib", "probe", "predicted_step_s",
+            "step_s", "timing", "oom", "error", "decided", "env", "settings"]
     record = AttemptRecord(attempt=1, profile="a", status="oom", oom=report("torch_logits_gib.txt").to_dict())
     assert list(record.to_dict()) == keys
     again = AttemptRecord.from_dict({**record.to_dict(), "future": {"peak_gib": 1.0}})

@@ -1,0 +1,205 @@
+"""The step-time model (launcher/plan/speed.py) against GRPO runs others published with a measured time per step.
+
+    python benchmarks/published_step_times.py [--summary] [--json FILE]
+
+For every record of benchmarks/published_step_times.yaml with a known card: the model's prediction from the
+record's own settings (model shape, weights, LoRA, generations, batch, lengths, generator), its mean completion
+length as the expected length, and the measured seconds per step; the error as predicted / measured. Then the
+median and worst error over all records and over the clean ones (not doubtful, no image prompts, no reward that
+runs code, a logged mean completion length), by card and by generator, and card-to-card ratios of the same
+configuration (predicted against measured). The model's constants are the same for every record: none is set
+from a record.
+
+What the model cannot see, and the records say: a run's first steps compile (short runs overstate the steady
+state); image prompts hold tokens the settings do not give (their prompt cap is taken); a reward that runs code
+adds CPU time; the engines of 2025's notebooks ran with 128-320 sequences at once (more than any record's
+completions per step), so every record is predicted with all its completions at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from launcher.card.detect import GpuInfo  # noqa: E402
+from launcher.card.facts import card_facts  # noqa: E402
+from launcher.plan.lengths import CompletionPlan  # noqa: E402
+from launcher.plan.speed import predict  # noqa: E402
+from profiles.catalog import Architecture, resolve  # noqa: E402
+from profiles.schema import profile_from_dict  # noqa: E402
+
+DATA = REPO / "benchmarks" / "published_step_times.yaml"
+# Assumed where a record logged no mean completion length: this share of its cap
+UNKNOWN_MEAN_SHARE = 0.75
+# TRL's default beta before 0.19 (June 2025) was 0.04: a reference forward per step (the adapter disabled)
+OLD_TRL_BETA = 0.04
+
+
+@dataclass(frozen=True)
+class MixtureArch(Architecture):
+    """A mixture of experts: every expert's weights are held, `active` of `experts` run per token."""
+
+    experts: int = 1
+    active: int = 1
+
+    def module_shapes(self) -> dict[str, tuple[int, int]]:
+        shapes = super().module_shapes()
+        h, i = self.hidden, self.intermediate
+        return {**shapes, "gate_proj": (h, i * self.experts), "up_proj": (h, i * self.experts),
+                "down_proj": (i * self.experts, h)}
+
+    @property
+    def active_linear_params(self) -> int:
+        h, q, kv, i = self.hidden, self.q_dim, self.kv_dim, self.intermediate
+        return self.layers * (h * q + 2 * h * kv + q * h + 3 * h * i * self.active)
+
+
+# Shapes of models outside the catalogue, from their public config.json files
+EXTRA = {
+    # openai/gpt-oss-20b: 24 layers, hidden 2880, 64 query and 8 KV heads of 64, 32 experts of 2880, 4 active,
+    # vocabulary 201088, untied
+    "gpt-oss-20b": MixtureArch("openai/gpt-oss-20b", 0, 2880, 24, 64, 8, 64, 2880, 201088, False, "gpt_oss",
+                               experts=32, active=4),
+    # mistralai/Ministral-3-3B-Instruct-2512 (text part): 26 layers, hidden 3072, 32 query and 8 KV heads of 128,
+    # intermediate 9216, vocabulary 131072, tied
+    "ministral-3-3b": Architecture("ministral-3-3b", 0, 3072, 26, 32, 8, 128, 9216, 131072, True, "mistral"),
+}
+
+
+def arch_of(name: str) -> Architecture:
+    arch = EXTRA.get(name) or resolve(name)
+    return replace(arch, params=arch.computed_params)
+
+
+def old_trl(record: dict) -> bool:
+    version = str(record.get("unsloth_version") or "")
+    trl = str(record.get("trl_version") or "")
+    return trl.startswith("0.14") or "old semantics" in trl or (version[:4] == "2025" and version[5:].split(".")[0]
+                                                                  .isdigit() and int(version[5:].split(".")[0]) < 6)
+
+
+def predicted(record: dict) -> dict:
+    """The model's prediction of one record, with what it assumed."""
+    arch = arch_of(record["arch"])
+    card = card_facts(record["card"])
+    gpu = GpuInfo(name=card.name, total_gib=card.memory_gib or 80.0, free_gib=card.memory_gib or 80.0, used_gib=0.0,
+                  compute_capability=card.capability, driver=None, cuda_driver=None, index=0, source="what-if")
+    gens = record["num_generations"]
+    completions = record["completions_per_step"]
+    accumulation = record["gradient_accumulation_steps"]
+    cap = record["max_completion_length"]
+    prompt = record.get("max_prompt_length") or 256
+    mean = record.get("mean_completion_length")
+    assumed = []
+    if mean is None:
+        mean = UNKNOWN_MEAN_SHARE * cap
+        assumed.append(f"mean length {UNKNOWN_MEAN_SHARE:g} x cap")
+    beta = record.get("beta")
+    if beta is None:
+        beta = OLD_TRL_BETA if old_trl(record) else 0.0
+    lora = record["lora_rank"] or 0
+    vllm = record["generator"] == "vllm"
+    profile = profile_from_dict({
+        "model": "tiny", "device": "cuda", "load_in_4bit": record["weight_bits"] == 4, "lora_rank": lora,
+        "lora_alpha": max(lora, 1), "fast_inference": vllm, "num_generations": gens,
+        "per_device_train_batch_size": completions // accumulation, "gradient_accumulation_steps": accumulation,
+        "max_prompt_length": prompt, "max_completion_length": cap, "max_seq_length": prompt + cap,
+        "gradient_checkpointing": "unsloth", "beta": beta, "gpu_memory_utilization":
+        record.get("gpu_memory_utilization") or 0.5, "optim": "adamw_8bit"}, record["id"])
+    lengths = CompletionPlan(cap, int(round(mean)), prompt, "the record's own")
+    time = predict(profile, arch, gpu, None, lengths)
+    if record["weight_bits"] == 8:  # FP8 weights: half the 16-bit reads of a decode step
+        from launcher.plan.speed import shape_of, step_time
+
+        shape = replace(shape_of(profile, arch, gpu, None, lengths), weight_bits=8)
+        time = step_time(shape, card.name, card.memory_gib)
+    return {"predicted_s": time.step_s, "generation_s": time.generation_s, "training_s": time.training_s,
+            "assumed": assumed, "limited_by": time.limited_by}
+
+
+def clean(record: dict) -> bool:
+    return not (record.get("doubtful") or record.get("vision") or record.get("reward_runs_code")
+                or record.get("mean_completion_length") is None)
+
+
+def error_text(ratios: list[float]) -> str:
+    """Median and worst of predicted / measured, as factors off (1.25 = 25 % long, 0.8 = 20 % short)."""
+    if not ratios:
+        return "-"
+    factors = [max(r, 1 / r) for r in ratios]
+    worst = ratios[factors.index(max(factors))]
+    return (f"median {statistics.median(factors):.2f}x off (signed {statistics.median(ratios):.2f}), "
+            f"worst {worst:.2f}x, n={len(ratios)}")
+
+
+PAIRS = (  # (a, b, what differs): the same configuration on two cards, or the nearest published pair
+    ("unsloth-openenv-gpt-oss-20b-2048-t4", "unsloth-openenv-gpt-oss-20b-2048-a100-80", "same 4-bit run, T4 / A100 80GB"),
+    ("unsloth-gpt-oss-20b-t4-a", "unsloth-gpt-oss-20b-bf16-a100-80", "4-bit on a T4 / BF16 on an A100 80GB"),
+    ("unsloth-gpt-oss-20b-2048-t4", "unsloth-gpt-oss-20b-2048-bf16-a100-80", "4-bit on a T4 / BF16 on an A100 80GB"),
+    ("unsloth-llama3.1-8b-t4", "unsloth-mistral-7b-rtx4090", "one recipe, Llama-8B on a T4 / Mistral-7B on an RTX 4090"),
+    ("unsloth-llama3.2-3b-adv-t4", "unsloth-llama3.2-3b-adv-a100-40", "Llama-3B, 16 completions on a T4 / 32 on an A100 40GB"),
+    ("cookbook-qwen2.5-vl-3b-a100-c1024", "cookbook-qwen2.5-vl-3b-a100-c256", "same card, cap 1024 / 256"),
+    ("unsloth-qwen2.5-vl-7b-t4-142", "unsloth-qwen2.5-vl-7b-t4-60", "same card, mean 272 / 167 tokens"),
+)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--summary", action="store_true", help="leave out the record-by-record lines")
+    parser.add_argument("--json", help="write the rows as JSON here")
+    args = parser.parse_args(argv)
+    records = yaml.safe_load(DATA.read_text(encoding="utf-8"))
+    rows = []
+    for record in records:
+        if not record.get("card") or record.get("num_generations") is None:
+            rows.append({**record, "skipped": "card unknown" if not record.get("card") else "settings unknown"})
+            continue
+        rows.append({**record, **predicted(record)})
+    scored = [r for r in rows if "predicted_s" in r]
+    for r in scored:
+        r["ratio"] = r["predicted_s"] / r["seconds_per_step"]
+    lines = [f"{len(records)} published records, {len(scored)} predicted ({len(records) - len(scored)} skipped: "
+             + ", ".join(f"{r['id']} ({r['skipped']})" for r in rows if "skipped" in r) + ")"]
+    if not args.summary:
+        lines.append("")
+        lines.append(f"{'record':44} {'card':24} {'gen':12} {'measured':>9} {'predicted':>9} {'ratio':>6}  flags")
+        for r in scored:
+            flags = [k for k in ("doubtful", "vision", "reward_runs_code") if r.get(k)] + r["assumed"]
+            lines.append(f"{r['id']:44} {r['card'][:24]:24} {r['generator']:12} {r['seconds_per_step']:9.2f} "
+                         f"{r['predicted_s']:9.2f} {r['ratio']:6.2f}  {', '.join(flags)}")
+    lines.append("")
+    for title, subset in (("all predicted", scored), ("clean (not doubtful, text prompts, shipped-style rewards, "
+                                                      "mean length logged)", [r for r in scored if clean(r)])):
+        lines.append(f"{title}: {error_text([r['ratio'] for r in subset])}")
+        for key in ("card", "generator"):
+            groups: dict[str, list[float]] = {}
+            for r in subset:
+                groups.setdefault(r[key], []).append(r["ratio"])
+            for name, ratios in sorted(groups.items()):
+                lines.append(f"  {key} {name}: {error_text(ratios)}")
+    lines.append("")
+    lines.append("card-to-card and same-card ratios (a / b): measured, predicted")
+    by_id = {r["id"]: r for r in scored}
+    for a, b, what in PAIRS:
+        if a in by_id and b in by_id:
+            measured = by_id[a]["seconds_per_step"] / by_id[b]["seconds_per_step"]
+            guess = by_id[a]["predicted_s"] / by_id[b]["predicted_s"]
+            lines.append(f"  {what}: measured {measured:.2f}, predicted {guess:.2f}")
+    print("\n".join(lines))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1, default=str), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
