@@ -312,7 +312,8 @@ def plan_cases(machine, unsloth: bool, bitsandbytes: bool, models: list[str] | N
             est = estimate(profile, gpu=gpu, backend=("trl" if path == PLAIN else "unsloth") if cuda else None)
             cases.append({"name": profile.name, "architecture": arch.name, "params": arch.params, "path": path,
                           "precision": precision, "optim": profile.optim, "profile": profile,
-                          "fits": candidate.fits, "reason": candidate.reason, "estimate": est, "missing": missing})
+                          "fits": candidate.fits, "reason": candidate.reason, "estimate": est, "missing": missing,
+                          "predicted": predicted_timing(profile, gpu) if cuda else None})
     return cases
 
 
@@ -355,28 +356,25 @@ def run_probe(case: dict, work: Path, cache: Path, timeout_s: float, stopper: St
 
 
 def time_generation_wave_and_training_step(trainer, loaded) -> dict:
-    """KIT TIMING, plain torch: one generation wave (the generation batch TRL generates at once, every
-    completion max_completion_length tokens long) and one training step (the trainer's own loss, backward and
-    optimizer step at the probe's shapes), each after the probe warmed the kernels, timed with the device
-    synchronised. The step-time model's timing functions stand in for this one where both exist."""
+    """One generation wave (the generation batch TRL generates at once, every completion max_completion_length
+    tokens long) and one training step (the trainer's own loss, backward and optimizer step at the probe's
+    shapes), timed by trainer.timing (warm-up call first, device synchronised): the figures the step-time model
+    is calibrated with on this card."""
     import torch
 
     from trainer.probe import (completion_token_ids, longest_prompts, restored_state, synthetic_inputs,
                                worst_case_step)
+    from trainer.timing import time_generation_wave, time_training_step
 
     profile, model, tokenizer = trainer.args, trainer.model, loaded.tokenizer
     cuda = next(model.parameters()).is_cuda
-
-    def synchronise():
-        if cuda:
-            torch.cuda.synchronize()
-
     batch = int(profile.per_device_train_batch_size)
     wave = batch * int(getattr(profile, "steps_per_generation", None) or profile.gradient_accumulation_steps or 1)
     generations = int(getattr(trainer, "num_generations", None) or batch)
     length = int(getattr(trainer, "max_completion_length", None) or profile.max_completion_length)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    out: dict = {"timing": "kit: torch, device synchronised", "wave_completions": wave, "completion_tokens": length}
+    out: dict = {"timing": "trainer.timing: one warm-up call, then the median of one timed call, device "
+                           "synchronised", "wave_completions": wave, "completion_tokens": length}
     prompts = longest_prompts(loaded.train_rows, tokenizer, wave, generations)
     width = max(len(ids) for ids in prompts)
     ids = torch.full((wave, width), pad, dtype=torch.long)
@@ -388,45 +386,57 @@ def time_generation_wave_and_training_step(trainer, loaded) -> dict:
     ids, mask = ids.to(device), mask.to(device)
     generator = trainer.accelerator.unwrap_model(model)
     was_training = model.training
-    try:
-        model.eval()
+
+    def one_wave() -> list[int]:
         with torch.no_grad():
-            generator.generate(input_ids=ids, attention_mask=mask, max_new_tokens=4, min_new_tokens=4,
-                               do_sample=True, pad_token_id=pad)  # warm-up: the first call compiles and allocates
-            synchronise()
-            started = time.perf_counter()
             generated = generator.generate(input_ids=ids, attention_mask=mask, max_new_tokens=length,
                                            min_new_tokens=length, do_sample=True, pad_token_id=pad)
-            synchronise()
-        seconds = time.perf_counter() - started
-        made = int(generated.shape[1] - width) * wave
-        out.update(generation_wave_s=round(seconds, 4), generated_tokens=made,
-                   generation_tokens_per_s=round(made / seconds, 1) if seconds > 0 else None)
+        return [int(generated.shape[1] - width)] * wave
+
+    try:
+        model.eval()
+        timed = time_generation_wave(one_wave, repeats=1, warmups=1)
+        out.update(generation_wave_s=timed["seconds"], generated_tokens=timed["tokens"],
+                   generation_tokens_per_s=timed["tokens_per_s"])
     except Exception as exc:  # noqa: BLE001 - a timing that fails is reported, the probe's figures stand
         out["generation_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
     finally:
         model.train(was_training)
-        del ids, mask
     try:
         step_prompts = longest_prompts(loaded.train_rows, tokenizer, batch, generations)
         vocab = int(getattr(getattr(model, "config", None), "vocab_size", None) or len(tokenizer))
         completions = completion_token_ids(tokenizer, batch, length, vocab, seed=1)
         inputs = synthetic_inputs(trainer, step_prompts, completions, pad)
-        with restored_state(trainer):
-            model.train()
-            synchronise()
-            started = time.perf_counter()
-            worst_case_step(trainer, inputs)
-            synchronise()
-            seconds = time.perf_counter() - started
+
+        def one_step() -> None:
+            with restored_state(trainer):  # what is learned is unchanged: the state is put back after each
+                model.train()
+                worst_case_step(trainer, inputs)
+
+        timed = time_training_step(one_step, repeats=1, warmups=1)
         tokens = batch * (max(len(p) for p in step_prompts) + length)
-        out.update(training_step_s=round(seconds, 4), step_tokens=tokens,
-                   training_tokens_per_s=round(tokens / seconds, 1) if seconds > 0 else None)
+        out.update(training_step_s=timed["seconds"], step_tokens=tokens,
+                   training_tokens_per_s=round(tokens / timed["seconds"], 1) if timed["seconds"] > 0 else None)
     except Exception as exc:  # noqa: BLE001
         out["training_step_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
     if cuda:
         torch.cuda.empty_cache()
     return {"timed": out}
+
+
+def predicted_timing(profile, gpu) -> dict | None:
+    """The step-time model's generation and training seconds for a probed shape, beside the kit's timing."""
+    try:
+        from launcher.memory.estimate import estimate
+        from launcher.plan.speed import predict
+        from profiles.catalog import resolve
+
+        arch = resolve(profile.model)
+        predicted = predict(profile, arch, gpu, estimate(profile, arch, gpu))
+    except Exception:  # noqa: BLE001 - a prediction is a comparison, never a reason to stop measuring
+        return None
+    return {"generation_s": round(predicted.generation_s, 4), "training_s": round(predicted.training_s, 4),
+            "step_s": round(predicted.step_s, 4), "card_known": predicted.card_known}
 
 
 def probe_child(attempt_dir: Path) -> int:
@@ -453,7 +463,6 @@ def oom_fallback(machine, folder: Path, cache: Path, bitsandbytes: bool, unsloth
     the plain path, so that the run meets the card's memory, not an ImportError. On the CPU the OOM is
     injected in the probe and the fallback is the next rung of a two-rung ladder."""
     from launcher.memory.estimate import estimate
-    from profiles.catalog import CATALOGUE
     from profiles.load import load_profile
 
     env = dict(os.environ, **{ENV_RANDOM_WEIGHTS: "1", ENV_CACHE: str(cache), "HF_HUB_OFFLINE": "1"})
@@ -561,7 +570,14 @@ def measured_row(case: dict, outcome: dict) -> dict:
                timeout_s=outcome["timeout_s"], probe=outcome["probe"], log_tail=outcome["log_tail"])
     probe = outcome["probe"]
     if probe.get("timed"):
-        row["timed"] = probe["timed"]
+        timed, predicted = dict(probe["timed"]), case.get("predicted")
+        if predicted:  # measured over predicted, per phase: how far the step-time model is off on this card
+            timed["predicted"] = predicted
+            timed["measured_over_predicted"] = {
+                phase: round(timed[measured] / predicted[phase], 3)
+                for measured, phase in (("generation_wave_s", "generation_s"), ("training_step_s", "training_s"))
+                if isinstance(timed.get(measured), (int, float)) and predicted.get(phase)}
+        row["timed"] = timed
     if probe.get("peak_gib") is not None:
         held = probe.get("held_before_gib")
         peak = probe.get("peak_allocated_gib", probe["peak_gib"])

@@ -363,7 +363,7 @@ def test_gemma3_below_compute_capability_8_is_planned_in_float32_as_unsloth_trai
                        driver=None, cuda_driver=None, index=0, source="what-if")
 
     t4, l4 = with_capability((7, 5)), with_capability((8, 9))
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[3]
     gemma = load_profile(repo / "profiles" / "gpu-16gb-gemma3-1b.yaml", ["fast_inference=false"])
     on_t4, on_l4 = estimate(gemma, gpu=t4).components, estimate(gemma, gpu=l4).components
     for key in ("activations", "activation_checkpoints", "logits"):

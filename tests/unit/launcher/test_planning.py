@@ -37,7 +37,7 @@ from tasks import arithmetic
 from tasks.lengths import ARITHMETIC, GSM8K, measure, reference_lengths
 from trainer.timing import calibration, measured_step, time_generation_wave, time_training_step
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 PROFILES = ROOT / "profiles"
 GSM8K_DIR = ROOT.parent / "shared" / "data" / "gsm8k"
 
