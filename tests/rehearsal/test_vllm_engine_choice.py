@@ -43,7 +43,7 @@ def test_sample_answers_through_vllm_only_when_an_engine_started(tmp_path, monke
     from profiles.load import load_profile
     from trainer import backends, sample
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     profile = load_profile(repo / "profiles" / "gpu-16gb-llama3.2-3b.yaml")
     assert profile.fast_inference and profile.uses_lora
     loaded_into = []
