@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 from typing import Any
 
 # LoRA ranks vLLM can serve (`max_lora_rank` must be one of these).
@@ -32,6 +33,17 @@ DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "
 DEFAULT_REWARDS = {"xml_count": 0.5, "xml_soft": 0.5, "xml_strict": 0.5, "number": 0.5, "accuracy": 2.0}
 # The name becomes a folder name: no separators, no leading dot, short.
 NAME_PATTERN = r"^(?:[A-Za-z0-9_-][A-Za-z0-9._-]{0,63})?$"  # empty: the file's stem, filled in by the loader
+
+
+def safe_name(text: str, limit: int = 64) -> str:
+    """A name the tool makes up (from a file's stem, a model folder) in NAME_PATTERN's alphabet: accents dropped
+    (modèle -> modele), anything else outside letters, digits, '.', '_', '-' as '-', no leading '.'; never empty.
+    A name the user writes is checked, not changed."""
+    import unicodedata
+
+    plain = unicodedata.normalize("NFKD", str(text)).encode("ascii", "ignore").decode("ascii")
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", plain).strip("-").lstrip(".")[:limit].rstrip("-")
+    return name or "profile"
 
 
 class KeyProblem(ValueError):

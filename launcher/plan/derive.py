@@ -55,7 +55,7 @@ def derive_ladder(profiles, model: str, machine, *, pinned=(), measurements=None
         return profiles, []
     solver = Solver(arch, gpu, usable_of(gpu), machine, measurements)
     chosen: dict[str, object] = {}
-    kept, failed = [], []
+    kept, failed, refused = [], [], []
     best_rung, best_key, best_result = None, None, None
     for rung in cuda:
         own = _own_model(rung, load_profile)
@@ -72,6 +72,7 @@ def derive_ladder(profiles, model: str, machine, *, pinned=(), measurements=None
                          measurements=measurements)
         except ProfileError as exc:  # a pinned key the derived shape cannot take: that rung gives nothing
             failed.append(str(exc))
+            refused.append(str(exc))
             continue
         if result.profile is None:
             failed.append(result.reason)
@@ -85,6 +86,11 @@ def derive_ladder(profiles, model: str, machine, *, pinned=(), measurements=None
         spread = fit_gpus(best_rung, model, machine, pinned=pinned, measurements=measurements)
         if spread is not None:
             chosen.setdefault(spread.profile.name, spread.profile)
+    if not chosen and failed and len(refused) == len(failed):
+        # every derivation refused, none for memory: the shipped rungs as written (sized for other cards, an
+        # 80 GB rung on a 16 GiB card) are no answer for this model; say why instead
+        raise UsageError(f"--set model={model}: the fit solver could derive no configuration for this card; "
+                         f"every rung's derivation was refused, the first: {refused[0]}")
     if not chosen:  # the rungs as the user set them, with their verdicts, and why nothing could be derived
         return profiles, [f"fit solver for {arch.name}: {failed[0]}"] if failed else []
     ordered = sorted(chosen.values(), key=quality_key, reverse=True)

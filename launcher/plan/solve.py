@@ -35,6 +35,7 @@ from launcher.memory.estimate import GIB, Estimate, estimate, standby_utilisatio
 from launcher.memory.ledger.weigh import measured_for
 from launcher.plan.margins import card_for, margin_for
 from profiles.catalog import Architecture, catalogue_key, resolve, vllm_refuses
+from profiles.keys import safe_name
 from profiles.keys import VLLM_LORA_RANKS
 from profiles.schema import LEVER_KEYS
 
@@ -494,7 +495,7 @@ def _nothing_fits(solver: Solver, base, amb: Ambition, usable: float) -> str:
 
 def derived_name(arch: Architecture, p) -> str:
     """fit-MODEL-GxL-rR-4bit: what the configuration is, readable in a table and safe as a folder name."""
-    model = "".join(c if c.isalnum() or c in "._-" else "-" for c in catalogue_key(arch.name))[:24]
+    model = safe_name(catalogue_key(arch.name), 24)  # a folder called modèle-été is fit-modele-ete-...
     weights = "4bit" if p.load_in_4bit else "16bit"
     prompts = p.effective_batch // p.num_generations
     generator = "" if p.fast_inference else "-hf"
