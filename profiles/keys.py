@@ -54,10 +54,25 @@ class KeyProblem(ValueError):
         self.reason, self.fix, self.key = reason, fix, key
 
 
+def _short_repr():
+    import reprlib
+
+    short = reprlib.Repr()
+    short.maxlevel, short.maxdict, short.maxlist, short.maxtuple, short.maxset = 3, 4, 4, 4, 4
+    short.maxstring, short.maxlong, short.maxother = 40, 40, 40
+    return short
+
+
+_SHORT = _short_repr()
+
+
 def shown(value: Any) -> str:
-    """repr, cut short: a 400-digit number should not fill the terminal."""
-    text = repr(value)
-    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
+    """repr, cut short: a 400-digit number should not fill the terminal, and a value nested or repeated beyond
+    reason (YAML aliases) costs no more to show than a short one (reprlib stops at a few items and levels)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"a whole number of about {int(value.bit_length() * 0.30103) + 1} digits"
+    text = _SHORT.repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 def suggest(word: str, known) -> str | None:
