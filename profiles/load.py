@@ -17,7 +17,7 @@ from profiles.keys import DEFAULT_REWARDS, DEFAULT_TARGET_MODULES, VLLM_LORA_RAN
 from profiles.schema import KEYS, Profile, profile_from_dict
 
 __all__ = ["DEFAULT_REWARDS", "DEFAULT_TARGET_MODULES", "KEYS", "MAX_PROFILE_BYTES", "VLLM_LORA_RANKS", "Profile",
-           "load_profile", "load_profiles", "parse_overrides", "profile_from_dict"]
+           "load_profile", "load_profiles", "parse_overrides", "profile_from_dict", "read_profile_data"]
 
 # A profile is a few dozen lines; anything far larger is a wrong path, not a profile.
 MAX_PROFILE_BYTES = 1 << 20
@@ -244,8 +244,8 @@ def _refuse_empty_values(data: dict, source: str) -> None:
         raise ProfileError(source, str(key), "empty value", fix)
 
 
-def load_profile(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Profile:
-    """Read, validate and override one profile file. Errors name the file (or --set) and the key."""
+def read_profile_data(path: str | Path) -> dict:
+    """A profile file's mapping as written, checked as YAML (not yet against the schema)."""
     path = Path(path)
     data = read_yaml(_read_text(path), str(path))
     if data is None:  # no bytes, or only comments and blank lines
@@ -254,6 +254,13 @@ def load_profile(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) 
     if not isinstance(data, dict):
         raise ProfileError(str(path), None, "a profile must be a mapping of keys to values")
     _refuse_empty_values(data, str(path))
+    return data
+
+
+def load_profile(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Profile:
+    """Read, validate and override one profile file. Errors name the file (or --set) and the key."""
+    path = Path(path)
+    data = read_profile_data(path)
     changes = parse_overrides(overrides)
     try:
         profile = profile_from_dict(data, str(path))

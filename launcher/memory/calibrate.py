@@ -52,6 +52,12 @@ def measure_rung(candidate, plan, folder: Path, number: int, runner: ChildRunner
     random_weights, the child builds the rung's architecture from the catalogue's facts with random weights
     instead of loading the model (its probe figures, and so the ledger entry, say so)."""
     profile = candidate.profile
+    from profiles.rules import remote_code_notice
+
+    notice = remote_code_notice(profile)
+    if notice and profile.model not in runner.remote_code_said:  # once per model, before it loads
+        runner.remote_code_said.add(profile.model)
+        say(f"note: {notice}")
     attempt_dir = folder / f"probe-{number:02d}-{profile.name}"
     attempt_dir.mkdir()
     (attempt_dir / PROFILE_FILE).write_text(profile.to_yaml(), encoding="utf-8")

@@ -64,6 +64,7 @@ class ChildRunner:
         self.forwarded = 0  # how many of `signals` the attempt process has been sent
         # True while a vLLM server loads (minutes): a signal then stops the wait instead of being held
         self.waiting_for_server = False
+        self.remote_code_said: set[str] = set()  # models whose trust_remote_code a caller has said
 
     # Signals arrive in the main thread; the child runs in its own process group so that a terminal's
     # Ctrl-C reaches only the supervisor, which forwards exactly one signal per press (the trainer reads a

@@ -49,6 +49,7 @@ from launcher.run.attempts import (AttemptRecord, AttemptResult, read_attempts, 
                                server_failure_result)
 from launcher.run.child import ChildRunner, attempt_command
 from contract.attempt import ERROR, INTERRUPTED, LOG_FILE, OK, OOM, PLAN_FILE, PROFILE_FILE, SERVER_LOG, attempt_environment, checkpoint_step, latest_checkpoint, relative_path, resolve_path
+from profiles.rules import remote_code_notice
 from profiles.schema import shape_of
 from contract.environment import ENV_ALLOC_CONF, ENV_ESTIMATE_GIB, ENV_INJECT_OOM
 from launcher.run.distributed import launch_env
@@ -158,6 +159,10 @@ class Supervisor:
             self.console.print("no complete checkpoint of this shape is left: starting at step 1", markup=False)
         attempt_dir = self._open_attempt_dir(number, profile)
         estimate_gib = self._estimate_for(profile)
+        notice = remote_code_notice(profile)
+        if notice and profile.model not in self.runner.remote_code_said:  # once, before the first load runs it
+            self.runner.remote_code_said.add(profile.model)
+            self.console.print(f"note: {notice}", markup=False, soft_wrap=True)
         narrate.print_start(self.console, number, profile, estimate_gib, self.in_run(resume_from))
         started = time.time()
         env = self._environment(profile, estimate_gib)
