@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 from launcher.run import distributed
@@ -50,6 +51,22 @@ def attempt_command(profile, attempt_dir: Path, resume_from: str | None, overrid
         return argv
     script = argv.index(str(distributed.TRAIN_PY))
     return [override[0], *argv[1:script], *override[1:], *argv[script + 1:]]
+
+
+@contextmanager
+def signals_forwarded(runner: "ChildRunner"):
+    """SIGINT and SIGTERM go to `runner` while the block runs (each is forwarded to the attempt process, which
+    saves and stops; the caller sees them in runner.signals), the previous handlers afterwards. Handlers can
+    be set in the main thread only; elsewhere nothing changes."""
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, runner.handle_signal)
+    try:
+        yield runner
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 class ChildRunner:

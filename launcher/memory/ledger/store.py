@@ -5,6 +5,7 @@ Nothing here weighs a record (launcher.memory.ledger.weigh) or decides what an a
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -183,10 +184,19 @@ def append(entry: Entry, path: Path | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     data = entry.to_json().encode("utf-8")
     with _locked(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT) as fd:
-        written = 0
-        while written < len(data):
-            written += os.write(fd, data[written:])
-        os.fsync(fd)
+        start = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            written = 0
+            while written < len(data):
+                written += os.write(fd, data[written:])
+            os.fsync(fd)
+        except OSError:
+            # a full disk took part of the line: take it back, so that no torn line is left to skip later
+            try:
+                os.ftruncate(fd, start)
+            except OSError:
+                pass
+            raise
     return path
 
 
@@ -200,10 +210,25 @@ def check_writable(path: Path | None = None) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+        # a full disk still opens a file: write a few records' worth beside the ledger, and sync it
+        probe = path.with_name(f".{path.name}.write-test-{os.getpid()}")
+        try:
+            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.write(fd, b"\0" * WRITE_TEST_BYTES)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        finally:
+            probe.unlink(missing_ok=True)
     except OSError as exc:
-        raise UsageError(f"cannot write the ledger {path}: {exc.strerror or exc} (fix: make it writable, or set "
+        fix = "free some space on that disk" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "make it writable"
+        raise UsageError(f"cannot write the ledger {path}: {exc.strerror or exc} (fix: {fix}, or set "
                          f"{ENV_LEDGER}=FILE to a ledger you can write)") from None
     return path
+
+
+WRITE_TEST_BYTES = 16 * 1024  # a few records: what a calibration appends
 
 
 def read(path: Path | None = None, warn=None) -> list[Entry]:
