@@ -3,7 +3,8 @@
 Called exactly like the real child: `fake_child.py attempt --profile DIR/profile.yaml --attempt-dir DIR
 [--resume-from CHECKPOINT]`. What it does is read from the JSON in FAKE_CHILD_PLAN, keyed by profile name:
 
-  {"NAME": {"do": "ok" | "oom" | "oom_silent" | "unsupported" | "error" | "usage" | "sigkill" | "wait_signal",
+  {"NAME": {"do": "ok" | "linger" | "oom" | "oom_silent" | "unsupported" | "error" | "usage" | "sigkill" |
+                  "wait_signal",
             "fill_disk": PATH,                 # first write zeros to PATH until its disk is full
             "text": "FILE in tests/data/oom",   # the text to report (OOM, unsupported, or an error's)
             "oom_if_batch_above": N,           # "oom" only while per_device_train_batch_size > N
@@ -120,11 +121,15 @@ def main() -> int:
 
     if what == "oom" and profile["per_device_train_batch_size"] <= plan.get("oom_if_batch_above", 0):
         what = "ok"
-    if what == "ok":
+    if what in ("ok", "linger"):
         checkpoint = train(attempt_dir, start, max_steps, save_steps, resume_from)
         if RANK == 0:
             (attempt_dir / "adapter").mkdir(exist_ok=True)
         outcome(attempt_dir, "ok", max_steps, checkpoint)
+        if what == "linger":  # as a reward that leaves a non-daemon thread: the interpreter waits on it forever
+            import threading
+
+            threading.Thread(target=time.sleep, args=(10 ** 6,), name="left-by-a-reward").start()
         return 0
     at = max(plan.get("at_step", start), start)
     checkpoint = train(attempt_dir, start, at, save_steps, resume_from)

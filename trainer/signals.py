@@ -47,7 +47,9 @@ class StopFlag:
     def _handle(self, signum, frame):
         name = signal.Signals(signum).name
         if self.received is not None:
-            raise KeyboardInterrupt(f"second {name}")
+            from contract.errors import SecondSignal
+
+            raise SecondSignal(f"second {name}")
         self.received = signum
         text = f"\n{name} received while {self.phase}: {self.PROMISES.get(self.phase, 'stopping')}"
         if self.phase == "training":
