@@ -9,6 +9,7 @@ from datetime import datetime
 from pathlib import Path
 
 from contract.errors import UsageError
+from contract.safe_write import dangling_link
 
 LOCK_FILE = "run.lock"
 DAMAGED_SUFFIX = ".damaged"
@@ -21,6 +22,9 @@ def check_output_dir(path: Path, must_exist: bool = False) -> None:
     file system, a read-only mount or a folder without write permission. UsageError names the path and why."""
     path = Path(path)
     absolute = Path(os.path.abspath(path))
+    link = dangling_link(path)
+    if link:
+        raise UsageError(f"--output-dir {path}: {link} (fix: remove or repair the link, or give another folder)")
     for root in _PSEUDO_ROOTS:
         if absolute == root or root in absolute.parents:
             raise UsageError(f"--output-dir {path}: lies under {root}, a kernel file system, not a disk "
