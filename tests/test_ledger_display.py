@@ -116,3 +116,17 @@ def test_a_long_ledger_lists_the_newest_records_and_json_lists_all(tmp_path):
     assert short == long  # what is shown does not grow with the file
     assert f"{3000 - MAX_SHOWN} older records not shown" in text and f"{300 - MAX_SHOWN} shapes" in text
     assert len(ledger_report(CPU, tmp_path / "ledger.jsonl")["records"]) == 3000
+
+
+def test_a_resumed_runs_attempts_table_shows_damaged_records_without_a_traceback():
+    # attempts.jsonl is read back on --resume; its fields are shown as data, a wrong type as '?'
+    from launcher.run.attempts import AttemptRecord
+    from launcher.run.narrate import attempts_table
+
+    record = AttemptRecord.from_dict({"attempt": "[b]", "profile": "[/bold]x", "status": "[/red]", "steps": [1],
+                                      "settings": {"gpu_memory_utilization": "x", "fast_inference": True},
+                                      "peak_gib": "big", "duration_s": "long", "shrink": {"a": 5}})
+    out = io.StringIO()
+    Console(file=out, width=300).print(attempts_table([record]))
+    text = out.getvalue()
+    assert "[/bold]x" in text and "[/red]" in text and "?" in text
