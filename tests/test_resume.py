@@ -166,7 +166,7 @@ def test_every_checkpoint_damaged_says_it_starts_at_step_1(tmp_path, monkeypatch
 
 def test_a_second_resume_while_the_run_trains_is_refused(tmp_path, monkeypatch):
     run_dir = stopped_run(tmp_path, monkeypatch)
-    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "train.py"])  # a supervisor
     try:
         (run_dir / "run.lock").write_text(f"{owner.pid}\n")
         with pytest.raises(UsageError, match=f"in use by process {owner.pid}"):
