@@ -83,3 +83,40 @@ def test_a_keyboard_interrupt_no_signal_caused_is_an_error_naming_the_reward(tmp
     assert status == "error" and "reward 'stop'" in line and "no signal was sent" in line
     assert classify(raised, signalled=True)[0] == "interrupted"
     assert classify(SecondSignal("second SIGINT")) == ("interrupted", "stopped by a second signal")
+
+
+BUILDING = """
+import sys, time
+sys.path.insert(0, {repo!r})
+from trainer.run import _interruptible, classify
+from trainer.signals import StopFlag
+
+stopper = StopFlag().install()
+
+def build(profile):  # stands for the tiny model's first-use build: minutes of work with nothing to save
+    open({ready!r}, "w").close()
+    while True:
+        time.sleep(0.05)
+
+try:
+    _interruptible(build, stopper)(None)
+except KeyboardInterrupt as exc:
+    print(*classify(exc, signalled=stopper.stopped), sep="|")
+"""
+
+
+def test_a_signal_during_the_first_use_build_stops_it_at_once(tmp_path):
+    import os
+    import signal
+    import time
+
+    ready = tmp_path / "building"
+    proc = subprocess.Popen([sys.executable, "-c", BUILDING.format(repo=str(REPO), ready=str(ready))],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while not ready.exists():  # bounded by progress: the process must still be on its way there
+        assert proc.poll() is None, proc.stderr.read()
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert out.strip() == "interrupted|stopped by a signal", err
+    assert "while building" in err and "thrown away" in err

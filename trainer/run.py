@@ -120,6 +120,7 @@ def run_attempt(profile, attempt_dir, resume_from=None, resolve_model=None, esti
     from trainer.signals import StopFlag
 
     stopper = StopFlag().install()
+    state.resolve_model = _interruptible(state.resolve_model, stopper)
     outcome = Outcome(rank=rank, ranks=world_size())
     code = EXIT_FAILURE
     try:
@@ -174,6 +175,21 @@ def _thread_text(thread) -> str:
     target = getattr(thread, "_target", None)
     where = f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', '?')}" if target else "?"
     return f"'{thread.name}' ({where})"
+
+
+def _interruptible(resolve, stopper):
+    """`resolve` (which may build the project's offline model on first use: minutes) in the stop flag's
+    "building" phase, where a signal stops at once instead of after the build."""
+    def resolve_now(profile):
+        if stopper.stopped:
+            raise KeyboardInterrupt("stopped before the model was built")
+        before = stopper.phase
+        stopper.phase = "building"
+        try:
+            return resolve(profile)
+        finally:
+            stopper.phase = before
+    return resolve_now
 
 
 def saved_text(state: AttemptState) -> str:
