@@ -122,6 +122,22 @@ def topologies(gpus: int) -> list[dict]:
     return out
 
 
+def candidate_topologies(gpus: int) -> list[dict]:
+    """The topologies of `topologies(gpus)` that can be the best, so that the search costs O(log N) fits
+    instead of O(N log N) (4,096 GPUs took minutes). A training GPU's configuration does not depend on how
+    many others train beside it (two or more: the same DDP shares per GPU), and the objective grows with
+    their number: data parallel over all N GPUs dominates 2..N-1, one GPU stays (no collectives). A vLLM
+    server GPU holds 1/tp of the model whatever the number of copies: s = tp server GPUs fit whenever any
+    multiple of tp does, and leave the most GPUs to train. tests/test_fit_scale.py checks this against the
+    whole search."""
+    out = [dict(SINGLE_GPU, num_gpus=world) for world in sorted({gpus, 1}, reverse=True)]
+    tp = 1
+    while tp < gpus:
+        out.append({"num_gpus": gpus - tp, "vllm_mode": "server", "vllm_server_gpus": tp, "vllm_tensor_parallel": tp})
+        tp *= 2
+    return out
+
+
 def fit_gpus(rung, model: str, machine, *, pinned=(), measurements=None) -> Fit | None:
     """The most ambitious configuration of `model` over the machine's GPUs (their smallest card counts), from
     `rung`'s intent: the solver on every topology, the best by the objective (completion tokens per optimizer
@@ -134,7 +150,7 @@ def fit_gpus(rung, model: str, machine, *, pinned=(), measurements=None) -> Fit 
     base = rung.model_copy(update={**values, "model": model})
     amb = ambition_of(base, set(pinned), rung.name)
     found = []
-    for topology in topologies(len(machine.gpus)):
+    for topology in candidate_topologies(len(machine.gpus)):
         try:
             found.append(fit(base, gpu, arch=arch, ambition=amb, machine=machine, measurements=measurements,
                              topology=topology))
