@@ -344,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from launcher.card.detect import detect_machine as detect
-    from launcher.run.child import ChildRunner
+    from launcher.run.child import ChildRunner, signals_forwarded
 
     started = time.time()
     machine = detect()
@@ -359,16 +359,20 @@ def main(argv: list[str] | None = None) -> int:
     outcomes: dict[int, dict] = {}
     # the OOM check and the report need about a minute at the end
     reserve = min(120.0, args.budget_s / 4)
-    for index, case in enumerate(cases):
-        if not case["fits"]:
-            continue
-        if time.time() - started > args.budget_s - reserve:
-            break
-        print(f"probe: {case['architecture']} ({case['path']}, {case['precision']}), estimated "
-              f"{case['estimate'].total_gib:.2f} GiB", file=sys.stderr, flush=True)
-        outcomes[index] = run_probe(case, work, runner, timeout_s=args.budget_s)
+    with signals_forwarded(runner):  # Ctrl-C reaches the probe running; what ran is reported
+        for index, case in enumerate(cases):
+            if runner.signals:
+                break
+            if not case["fits"]:
+                continue
+            if time.time() - started > args.budget_s - reserve:
+                break
+            print(f"probe: {case['architecture']} ({case['path']}, {case['precision']}), estimated "
+                  f"{case['estimate'].total_gib:.2f} GiB", file=sys.stderr, flush=True)
+            outcomes[index] = run_probe(case, work, runner, timeout_s=args.budget_s)
     rows = [result_row(case, outcomes.get(i)) for i, case in enumerate(cases)]
-    oom = oom_fallback(machine, work, timeout_s=max(120.0, args.budget_s - (time.time() - started)))
+    oom = {"status": "not run (interrupted)"} if runner.signals else \
+        oom_fallback(machine, work, timeout_s=max(120.0, args.budget_s - (time.time() - started)))
     report = {"card": gpu.name if gpu else "cpu", "device": f"{gpu.name}, {gpu.total_gib:.1f} GiB" if gpu
               else "no GPU (tiny architecture on the CPU)", "total_gib": gpu.total_gib if gpu else None,
               "date": datetime.now().isoformat(timespec="seconds"), "versions": versions(), "paths": paths,
@@ -382,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
     failed = [r for r in ran if r["status"] != "ok"]
     print(f"{len(ran)} probe(s), {len(failed)} failed; OOM fallback: {oom['status']}; wrote {md_path} and "
           f"{json_path} in {report['seconds']:.0f} s", flush=True)
+    if runner.signals:
+        return 130
     return 0 if ran and not failed and oom["status"] == "ok" else 1
 
 
