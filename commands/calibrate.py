@@ -99,8 +99,8 @@ def calibration_verdict(code: int, rows: list[dict]) -> str:
         why = ("it was interrupted before a probe measured anything" if code == EXIT_INTERRUPTED else
                "no probe ran" if not rows else "no probe measured anything (see the table)")
         return f"nothing was recorded in {where}: {why}; plans still come from the estimate alone"
-    text = f"recorded {recorded} of {len(rows)} probe(s) in {where}; `python train.py --auto` now plans from these figures " \
-           "(`--ignore-ledger` to plan from the estimate alone)"
+    text = (f"recorded {recorded} of {len(rows)} probe(s) in {where}; `python train.py --auto` now plans from "
+            "these figures (`--ignore-ledger` to plan from the estimate alone)")
     if code == EXIT_INTERRUPTED:
         text += "; interrupted: `python train.py calibrate` again measures the rest"
     return text

@@ -133,8 +133,9 @@ def profile_of(target: Target, overrides: list[str], run_rewards: bool = False) 
             if not isinstance(data, dict):
                 raise TypeError
         except (OSError, ValueError, KeyError, TypeError, RecursionError):
-            raise UsageError(f"--sample: {target.attempt_dir} holds neither {contract.PROFILE_FILE} nor a readable "
-                             f"{contract.SUMMARY_FILE} (fix: give the attempt folder the adapter was saved in)") from None
+            raise UsageError(f"--sample: {target.attempt_dir} holds neither {contract.PROFILE_FILE} nor a "
+                             f"readable {contract.SUMMARY_FILE} (fix: give the attempt folder the adapter was saved "
+                             "in)") from None
         source = str(summary_file)
     original = data
     data, left_out, correctness_left = _without_folder_code(data, changes, run_rewards, str(target.attempt_dir))

@@ -132,7 +132,8 @@ def test_trust_remote_code_is_said_once_per_model_before_the_first_attempt(tmp_p
     plan = make_plan(rungs, Machine(gpus=[], message="test machine: no GPU", host_ram_gib=24.0, host_free_gib=20.0))
     monkeypatch.setenv("FAKE_CHILD_PLAN", json.dumps({"a": {"do": "oom", "text": "torch_logits_gib.txt"}}))
     out = io.StringIO()
-    code = supervise(plan, output_dir=tmp_path / "out", child_command=[sys.executable, str(REPO / "tests" / "fake_child.py")],
+    fake_child = [sys.executable, str(REPO / "tests" / "fake_child.py")]
+    code = supervise(plan, output_dir=tmp_path / "out", child_command=fake_child,
                      console=Console(file=out, width=200, highlight=False))
     assert code == 0
     text = out.getvalue()

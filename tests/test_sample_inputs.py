@@ -1,6 +1,6 @@
 """`--sample` against what a user's folder may have become since training: a reward file deleted (refused
-with the file named when its code is to run, or replaced with `--set rewards=...`), an adapter moved out of its attempt folder, an
-attempt without an adapter. No model loads here."""
+with the file named when its code is to run, or replaced with `--set rewards=...`), an adapter moved out of its
+attempt folder, an attempt without an adapter. No model loads here."""
 
 from __future__ import annotations
 

@@ -57,7 +57,8 @@ MASTER_BYTES = FULL_BYTES
 # ---------------------------------------------------------------------------------------------------
 # Pieces, each usable on its own (the tests check them against hand computations)
 
-def weights_bytes(arch: Architecture, load_in_4bit: bool, device: str = "cuda", experts_quantised: bool = True) -> float:
+def weights_bytes(arch: Architecture, load_in_4bit: bool, device: str = "cuda",
+                  experts_quantised: bool = True) -> float:
     """The base model as loaded, every expert of a mixture of experts included. NF4 shrinks the blocks' linear
     layers; embeddings, an untied lm_head and the norms stay 16-bit. A mixture's routed experts are fused 3-D
     parameters, which transformers' bitsandbytes integration leaves in 16-bit (`experts_quantised` False:
