@@ -58,13 +58,25 @@ def print_calibration_plan(plan, as_json: bool = False) -> int:
 
 
 def run_calibration(plan, output_dir: Path, random_weights: bool = False, child_command=None) -> int:
-    from rich.console import Console
-    from rich.table import Table
     import sys
 
+    from rich.console import Console
+
+    from launcher.run.child import ChildRunner, signals_forwarded
+
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
-    code, rows = calibrate(plan, output_dir, lambda text: console.print(text, markup=False),
-                           child_command=child_command, random_weights=random_weights)
+    runner = ChildRunner(child_command)
+    with signals_forwarded(runner):  # a second Ctrl-C after the probes stopped does not cut the report short
+        code, rows = calibrate(plan, output_dir, lambda text: console.print(text, markup=False, soft_wrap=True),
+                               child_command=child_command, random_weights=random_weights, runner=runner)
+        print_calibration(console, code, rows)
+    return code
+
+
+def print_calibration(console, code: int, rows: list[dict]) -> None:
+    """The table of estimate against measurement, and the verdict line."""
+    from rich.table import Table
+
     table = Table(title="calibration: estimate against the probe's measured peak")
     for col in ("profile", "estimate GiB", "measured GiB", "measured / estimate", "result"):
         table.add_column(col)
@@ -72,7 +84,23 @@ def run_calibration(plan, output_dir: Path, random_weights: bool = False, child_
         peak, est = row["peak_gib"], row["estimate_gib"]
         table.add_row(row["profile"], f"{est:.2f}", "-" if peak is None else f"{peak:.2f}",
                       "-" if peak is None else f"{peak / est:.3f}", row["verdict"])
-    console.print(table)
-    console.print(f"recorded in {ledger_store.ledger_path()}; `python train.py --auto` now plans from these figures "
-                  "(`--ignore-ledger` to plan from the estimate alone)", markup=False)
-    return code
+    if rows:
+        console.print(table)
+    console.print(calibration_verdict(code, rows), markup=False, soft_wrap=True)
+
+
+def calibration_verdict(code: int, rows: list[dict]) -> str:
+    """The last line: what the ledger now holds from this calibration, as it is (not as it was hoped)."""
+    from contract.errors import EXIT_INTERRUPTED
+
+    recorded = sum(1 for row in rows if row["recorded"])
+    where = ledger_store.ledger_path()
+    if not recorded:
+        why = ("it was interrupted before a probe measured anything" if code == EXIT_INTERRUPTED else
+               "no probe ran" if not rows else "no probe measured anything (see the table)")
+        return f"nothing was recorded in {where}: {why}; plans still come from the estimate alone"
+    text = (f"recorded {recorded} of {len(rows)} probe(s) in {where}; `python train.py --auto` now plans from "
+            "these figures (`--ignore-ledger` to plan from the estimate alone)")
+    if code == EXIT_INTERRUPTED:
+        text += "; interrupted: `python train.py calibrate` again measures the rest"
+    return text

@@ -32,6 +32,11 @@ def run(args) -> int:
     return print_ledger(detect_machine(), as_json=args.json)
 
 
+# The listing shows the newest shapes and records; `--json` holds every one (a ledger of 100,000 records
+# is a minute of terminal output nobody reads).
+MAX_SHOWN = 100
+
+
 def print_ledger(machine, path: Path | None = None, console=None, as_json: bool = False) -> int:
     """`python train.py --ledger`: per shape, the estimate against the measurement that counts here; then
     every record with its effect on this machine's plans. `as_json`: one JSON object on stdout."""
@@ -40,6 +45,7 @@ def print_ledger(machine, path: Path | None = None, console=None, as_json: bool 
         return 0
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     console = console or Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     report = ledger_weigh.ledger_report(machine, path, warn=lambda text: console.print(text, markup=False))
@@ -51,22 +57,33 @@ def print_ledger(machine, path: Path | None = None, console=None, as_json: bool 
     def fmt(value, digits=2):
         return "-" if value is None else f"{value:.{digits}f}"
 
+    def row(*cells):  # every cell as plain text: a record's names are data, never markup
+        return [Text(str(cell)) for cell in cells]
+
+    shapes_all = sorted(report["shapes"], key=lambda r: r["last"])
     shapes = Table(title=f"ledger: {report['path']} (figures that count on this machine)")
     for col in ("machine", "profile", "batch / gens / completion", "records", "estimate GiB",
                 "measured peak GiB", "measured as", "measured / estimate", "OOM lower bound GiB", "last"):
         shapes.add_column(col)
-    for r in report["shapes"]:
-        shapes.add_row(r["machine"], r["profile"], r["shape"], f"{r['counted']} of {r['runs']} count",
-                       fmt(r["estimate_gib"]), fmt(r["peak_gib"]), r["measure"] or "-", fmt(r["ratio"], 3),
-                       fmt(r["oom_lower_bound_gib"]), r["last"][:16].replace("T", " "))
+    for r in shapes_all[-MAX_SHOWN:]:
+        shapes.add_row(*row(r["machine"], r["profile"], r["shape"], f"{r['counted']} of {r['runs']} count",
+                            fmt(r["estimate_gib"]), fmt(r["peak_gib"]), r["measure"] or "-", fmt(r["ratio"], 3),
+                            fmt(r["oom_lower_bound_gib"]), r["last"][:16].replace("T", " ")))
     console.print(shapes)
+    if len(shapes_all) > MAX_SHOWN:
+        console.print(f"({len(shapes_all) - MAX_SHOWN} shapes measured longer ago not shown; `python train.py ledger "
+                      "--json` lists every one)", markup=False, soft_wrap=True)
+    records_all = report["records"]
     records = Table(title="records, oldest first, and their effect on this machine's plans")
     for col in ("date", "profile", "shape", "status", "peak GiB", "OOM bound GiB", "effect"):
         records.add_column(col)
-    for r in report["records"]:
-        records.add_row(r["date"][:16].replace("T", " "), r["profile"], r["shape"], r["status"],
-                        fmt(r["peak_gib"]), fmt(r["oom_lower_bound_gib"]), r["effect"])
+    for r in records_all[-MAX_SHOWN:]:
+        records.add_row(*row(r["date"][:16].replace("T", " "), r["profile"], r["shape"], r["status"],
+                             fmt(r["peak_gib"]), fmt(r["oom_lower_bound_gib"]), r["effect"]))
     console.print(records)
+    if len(records_all) > MAX_SHOWN:
+        console.print(f"({len(records_all) - MAX_SHOWN} older records not shown; `python train.py ledger --json` "
+                      "lists every one)", markup=False, soft_wrap=True)
     console.print(f"rules: the newest measurement of a shape counts; an OOM counts until a later success of "
                   f"that shape; records older than {ledger_weigh.MAX_AGE_DAYS} days no longer count; `python train.py "
                   "--forget PROFILE|FINGERPRINT|all` removes records", markup=False, soft_wrap=True)

@@ -9,11 +9,12 @@ the rewards, prompts and lengths are the ones trained with; `--set KEY=VALUE` ov
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from contract import attempt as contract
-from contract.errors import UsageError
+from contract.errors import ProfileError, UsageError
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
@@ -28,13 +29,17 @@ def add_arguments(parser) -> None:
     what.add_argument("--prompt", metavar="TEXT", help="answer this question")
     what.add_argument("--from-test", metavar="N", type=int, default=None,
                       help="answer the first N test questions (default 3)")
+    parser.add_argument("--run-rewards", action="store_true",
+                        help="also import and run the reward files the run's profile names (Python from the run "
+                             "folder: only for a run you trust); without it those rewards are left out")
     from commands.options import add_set
 
     add_set(parser)
 
 
 def run(args) -> int:
-    return sample_main(args.run_dir, prompt=args.prompt, from_test=args.from_test, overrides=args.overrides)
+    return sample_main(args.run_dir, prompt=args.prompt, from_test=args.from_test, overrides=args.overrides,
+                       run_rewards=args.run_rewards)
 
 
 @dataclass
@@ -70,37 +75,118 @@ def find_target(given: str | Path) -> Target:
     return Target(finished[-1], finished[-1] / contract.ADAPTER_DIR)
 
 
-def profile_of(target: Target, overrides: list[str]):
-    """The profile the adapter was trained with, with --set overrides applied."""
-    from profiles.load import load_profile, parse_overrides, profile_from_dict
+@dataclass
+class Sampling:
+    """What a sampled folder will be scored with: the profile, the rewards that run (name -> weight), the
+    user's reward entries left out (their code is not run), and whether the correctness reward runs."""
 
+    profile: object
+    rewards: dict
+    left_out: list[str]
+    correctness_runs: bool = True
+
+
+def _without_folder_code(data: dict, changes: dict, run_rewards: bool, where: str) -> tuple[dict, list[str], bool]:
+    """The folder's profile data with the reward entries that are Python code (file.py:function,
+    package.module:function) taken out, unless asked to run them; what the user sets with --set is the user's
+    own choice and kept. (data, the entries left out, whether correctness was one of them)."""
+    from rewards.user import is_user_reward
+
+    left_out: list[str] = []
+    correctness_left = False
+    if run_rewards:
+        return data, left_out, correctness_left
+    data = dict(data)
+    rewards = data.get("rewards")
+    if "rewards" not in changes and isinstance(rewards, dict):
+        left_out = [str(name) for name in rewards if is_user_reward(str(name))]
+        if left_out:
+            # the profile needs a reward to be valid; the stand-in is never scored (Sampling.rewards)
+            data["rewards"] = {k: v for k, v in rewards.items() if not is_user_reward(str(k))} or {"accuracy": 1.0}
+    correctness = data.get("correctness")
+    if "correctness" not in changes and isinstance(correctness, str) and is_user_reward(correctness):
+        left_out.append(correctness)
+        correctness_left = True
+        data["correctness"] = "accuracy"
+    if data.get("trust_remote_code") is True and "trust_remote_code" not in changes:
+        model = data.get("model", "the model")
+        raise UsageError(f"--sample {where}: the run's profile sets trust_remote_code: true, so loading {model} would "
+                         f"run the Python files that come with it (fix: --set trust_remote_code=true if you trust "
+                         f"{model}'s code, or --set trust_remote_code=false to load it without)")
+    return data, left_out, correctness_left
+
+
+def profile_of(target: Target, overrides: list[str], run_rewards: bool = False) -> Sampling:
+    """The profile the adapter was trained with, with --set overrides applied. The folder's own reward code is
+    left out unless `run_rewards` (a folder someone sends must not run code on --sample)."""
+    from profiles.load import parse_overrides, profile_from_dict, read_profile_data
+    from rewards.user import is_user_reward
+
+    changes = parse_overrides(overrides)
     profile_file = target.attempt_dir / contract.PROFILE_FILE
     if profile_file.is_file():
-        return load_profile(profile_file, overrides)
-    summary_file = target.attempt_dir / contract.SUMMARY_FILE
+        data, source = read_profile_data(profile_file), str(profile_file)
+    else:
+        summary_file = target.attempt_dir / contract.SUMMARY_FILE
+        try:
+            data = json.loads(summary_file.read_text(encoding="utf-8"))["profile"]
+            if not isinstance(data, dict):
+                raise TypeError
+        except (OSError, ValueError, KeyError, TypeError, RecursionError):
+            raise UsageError(f"--sample: {target.attempt_dir} holds neither {contract.PROFILE_FILE} nor a "
+                             f"readable {contract.SUMMARY_FILE} (fix: give the attempt folder the adapter was saved "
+                             "in)") from None
+        source = str(summary_file)
+    original = data
+    data, left_out, correctness_left = _without_folder_code(data, changes, run_rewards, str(target.attempt_dir))
     try:
-        data = json.loads(summary_file.read_text(encoding="utf-8"))["profile"]
-    except (OSError, ValueError, KeyError, TypeError):
-        raise UsageError(f"--sample: {target.attempt_dir} holds neither {contract.PROFILE_FILE} nor a readable "
-                         f"{contract.SUMMARY_FILE} (fix: give the attempt folder the adapter was saved in)") from None
-    return profile_from_dict({**data, **parse_overrides(overrides)}, str(summary_file))
+        profile = profile_from_dict(data, source)
+    except ProfileError as exc:
+        if exc.key is None or exc.key not in changes:
+            raise
+        # the --set replaces the very key the file gets wrong (a reward file since deleted, given new rewards)
+        profile = profile_from_dict({**data, **changes}, f"{source} with --set")
+    else:
+        if changes:
+            profile = profile_from_dict({**profile.to_dict(), **changes}, f"{source} with --set")
+    rewards = dict(profile.rewards)
+    if left_out and "rewards" not in changes and isinstance(original.get("rewards"), dict):
+        rewards = {k: v for k, v in rewards.items() if k in original["rewards"] and not is_user_reward(k)}
+    return Sampling(profile, rewards, left_out, not correctness_left)
 
 
 def sample(given: str | Path, prompt: str | None = None, from_test: int | None = None,
-           overrides: list[str] | None = None):
-    """(profile, what was loaded, the answers)."""
+           overrides: list[str] | None = None, run_rewards: bool = False, say=None):
+    """(sampling, what was loaded, the answers); `say(text)` hears what runs whose code, before it runs."""
     if prompt is not None and from_test is not None:
         raise UsageError("--sample: give --prompt TEXT or --from-test N, not both")
     if from_test is not None and from_test < 1:
         raise UsageError(f"--from-test {from_test}: give a number of test questions >= 1")
     target = find_target(given)
-    profile = profile_of(target, overrides or [])
+    sampling = profile_of(target, overrides or [], run_rewards)
+    profile = sampling.profile
     from tiny_model.source import base_model_path
     from trainer.sample import answer, rows_to_answer
 
     rows = rows_to_answer(profile, prompt, from_test)
     base = profile.model if not profile.uses_lora else base_model_path(profile, target.adapter_dir)
-    return profile, target, answer(profile, target.adapter_dir, base, rows)
+    say = say or (lambda text: None)
+    for entry in sampling.left_out:
+        say(f"note: reward {entry} is Python code named by the run's profile: not run (--run-rewards runs it, "
+            "for a run you trust)")
+    if run_rewards:
+        from rewards.user import is_user_reward
+
+        for entry in [*sampling.rewards, profile.correctness]:
+            if is_user_reward(entry):
+                say(f"note: running reward code {entry} (asked by --run-rewards)")
+    from profiles.rules import remote_code_notice
+
+    notice = remote_code_notice(profile)
+    if notice:
+        say(f"note: {notice}")
+    return sampling, target, answer(profile, target.adapter_dir, base, rows, rewards=sampling.rewards,
+                                    correctness=profile.correctness if sampling.correctness_runs else None)
 
 
 def _shown(score) -> str:
@@ -108,16 +194,36 @@ def _shown(score) -> str:
 
 
 def sample_main(given: str, prompt: str | None = None, from_test: int | None = None,
-                overrides: list[str] | None = None) -> int:
-    profile, target, answers = sample(given, prompt, from_test, overrides)
+                overrides: list[str] | None = None, run_rewards: bool = False) -> int:
+    import sys
+
+    sampling, target, answers = sample(given, prompt, from_test, overrides, run_rewards,
+                                       say=lambda text: print(text, file=sys.stderr, flush=True))
+    profile = sampling.profile
     print(f"adapter {target.adapter_dir} (profile '{profile.name}', model {profile.model}, dataset "
           f"{profile.dataset})")
     for number, answer in enumerate(answers, 1):
-        print(f"\n[{number}] question: {answer.question}")
+        print(f"\n[{number}] question: {_shown_text(answer.question)}")
         if answer.gold is not None:
-            print(f"    gold: {answer.gold}")
-        print("    answer: " + answer.completion.replace("\n", "\n            "))
-        rewards = " | ".join(f"{name} {_shown(score)}" for name, score in answer.scores.items())
-        verdict = f"correct ({profile.correctness})" if answer.correct else f"not correct ({profile.correctness})"
+            print(f"    gold: {_shown_text(str(answer.gold))}")
+        print("    answer: " + _shown_text(answer.completion).replace("\n", "\n            "))
+        rewards = " | ".join(f"{name} {_shown(score)}" for name, score in answer.scores.items()) or "none run"
+        if answer.correct is None:
+            verdict = f"correctness not judged ({profile.correctness} not run)"
+        else:
+            verdict = f"correct ({profile.correctness})" if answer.correct else f"not correct ({profile.correctness})"
         print(f"    rewards: {rewards} | weighted {answer.weighted:.2f} | {verdict}")
     return 0
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _shown_text(text: str) -> str:
+    """A model's text as a terminal should show it: control characters (escape sequences) visible as \\xNN,
+    runs of blank lines as one, and a text of nothing but whitespace said in words, not as a screen of blank
+    lines."""
+    if not text.strip():
+        return f"(nothing but whitespace: {len(text)} characters)" if text else "(empty)"
+    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text.replace("\r\n", "\n").strip())
+    return re.sub(r"\n\s*\n(\s*\n)+", "\n\n", text)

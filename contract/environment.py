@@ -71,3 +71,14 @@ VARIABLES: tuple[Variable, ...] = (
 def table() -> list[dict]:
     """The variables as rows (name, set_by, meaning), for the docs and `--help`."""
     return [{"name": v.name, "set_by": v.set_by, "meaning": v.meaning} for v in VARIABLES]
+
+
+def markdown() -> str:
+    """The table of docs/interfaces.md (`python -m contract.environment` prints it; a test keeps the page equal)."""
+    rows = ["| variable | set by | meaning |", "| --- | --- | --- |"]
+    rows += [f"| `{v.name}` | {v.set_by} | {v.meaning.replace('|', chr(92) + '|')} |" for v in VARIABLES]
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")

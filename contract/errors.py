@@ -28,3 +28,8 @@ class ProfileError(UsageError):
         if fix:
             text += f" (fix: {fix})"
         super().__init__(text)
+
+
+class SecondSignal(KeyboardInterrupt):
+    """What an attempt raises at a second SIGINT/SIGTERM ("stop now"): a KeyboardInterrupt that a signal
+    really caused, told apart from one that code (a reward, a library) raised on its own."""

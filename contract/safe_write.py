@@ -3,9 +3,26 @@ whole-line appends, and the one line that says which disk is full and by how muc
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
+
+
+def dangling_link(path: Path) -> str | None:
+    """Why `path`, or a folder above it, is a symbolic link that leads nowhere (a loop, or a missing target),
+    else None. Path.exists() says False for both, so a caller would go on to create the file there and fail
+    with a traceback (FileExistsError, a symlink-loop RuntimeError)."""
+    path = Path(os.path.abspath(path))
+    for candidate in (path, *path.parents):
+        if os.path.islink(candidate) and not os.path.exists(candidate):
+            try:
+                os.stat(candidate)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    return f"{candidate} is a symbolic link that loops back on itself"
+            return f"{candidate} is a symbolic link to {os.readlink(candidate)}, which does not exist"
+    return None
 
 
 def write_atomic(path: Path, data: str | bytes) -> Path:

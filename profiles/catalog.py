@@ -9,6 +9,7 @@ then the Hugging Face cache, then (only when online) the hub.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -26,11 +27,18 @@ class Architecture:
     heads: int
     kv_heads: int
     head_dim: int
-    intermediate: int
+    intermediate: int       # FFN width of a dense block (every block of a dense model)
     vocab: int
     tied_embeddings: bool
     family: str = ""        # model_type in config.json: llama, qwen2, qwen3, gemma3_text, ...
     source: str = "catalogue"
+    # Mixture of experts (0 throughout: a dense model). Every expert's weights are resident; a token passes
+    # through `experts_per_token` of them (and the shared ones), which is what its compute and activations cost.
+    experts: int = 0                # routed experts of one mixture-of-experts block
+    experts_per_token: int = 0      # routed experts each token passes through
+    expert_intermediate: int = 0    # FFN width of one routed expert
+    shared_intermediate: int = 0    # FFN width of the shared expert(s) every token passes through (0: none)
+    moe_layers: int = 0             # blocks that route through experts; the other blocks are dense
 
     @property
     def q_dim(self) -> int:
@@ -40,16 +48,46 @@ class Architecture:
     def kv_dim(self) -> int:
         return self.kv_heads * self.head_dim
 
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 0 and self.moe_layers > 0
+
+    @property
+    def dense_layers(self) -> int:
+        return self.layers - self.moe_layers
+
     def module_shapes(self) -> dict[str, tuple[int, int]]:
-        """(in, out) features of each linear layer of one decoder block."""
+        """(in, out) features of each linear layer of one decoder block (a dense block's MLP; an expert's
+        MLP has the same names at `expert_intermediate`)."""
         h, q, kv, i = self.hidden, self.q_dim, self.kv_dim, self.intermediate
         return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
                 "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
 
+    def _attention_params(self) -> int:
+        return 2 * self.hidden * self.q_dim + 2 * self.hidden * self.kv_dim
+
+    def _blocks_linear_params(self, routed: int) -> int:
+        """Every block's linear layers with `routed` experts counted per mixture-of-experts block."""
+        h = self.hidden
+        moe_block = 3 * h * (routed * self.expert_intermediate + self.shared_intermediate) + h * self.experts
+        return (self.layers * self._attention_params() + self.dense_layers * 3 * h * self.intermediate
+                + self.moe_layers * moe_block)
+
     @cached_property  # the planner asks for it thousands of times a plan; the shape never changes
     def linear_params(self) -> int:
-        """Parameters of every block's linear layers: what 4-bit quantisation shrinks."""
-        return self.layers * sum(a * b for a, b in self.module_shapes().values())
+        """Parameters of every block's linear layers (every expert, and the routers): all resident."""
+        return self._blocks_linear_params(self.experts)
+
+    @property
+    def active_linear_params(self) -> int:
+        """The linear weights one token multiplies through: every block's for a dense model, the chosen and
+        shared experts' for a mixture of experts (what the step-time model's compute scales with)."""
+        return self._blocks_linear_params(self.experts_per_token) if self.is_moe else self.linear_params
+
+    @property
+    def expert_params(self) -> int:
+        """The routed experts' weights (transformers 5 keeps each block's experts as fused 3-D parameters)."""
+        return self.moe_layers * self.experts * 3 * self.hidden * self.expert_intermediate
 
     @property
     def embedding_params(self) -> int:
@@ -68,14 +106,39 @@ class Architecture:
     def computed_params(self) -> int:
         return self.linear_params + self.embedding_params + self.lm_head_params + self.norm_params
 
+    @property
+    def active_params(self) -> int:
+        """Parameters one token's forward pass multiplies through: what a step's compute scales with (the
+        whole model for a dense one; the chosen experts and the shared ones for a mixture of experts)."""
+        return self.computed_params - self.linear_params + self._blocks_linear_params(self.experts_per_token)
+
+    @property
+    def ffn_width(self) -> int:
+        """The FFN width one token passes through in the widest block: what activations are kept for."""
+        widths = [self.intermediate] if self.dense_layers else []
+        if self.moe_layers:
+            widths.append(self.experts_per_token * self.expert_intermediate + self.shared_intermediate)
+        return max(widths)
+
     def kv_bytes_per_token(self, bytes_per_value: float = 2.0) -> float:
         """Keys and values of one token across all layers."""
         return 2 * self.layers * self.kv_dim * bytes_per_value
 
     def lora_params(self, rank: int, target_modules) -> int:
-        """r x (d_in + d_out) per adapted matrix per layer; unknown module names add nothing."""
+        """r x (d_in + d_out) per adapted matrix per layer; unknown module names add nothing. In a mixture
+        of experts the MLP names adapt every expert (Unsloth passes them to PEFT as target_parameters) and
+        the shared expert; the router is not adapted."""
         shapes = self.module_shapes()
-        return self.layers * sum(rank * sum(shapes[m]) for m in target_modules if m in shapes)
+        targets = [m for m in target_modules if m in shapes]
+        attention = sum(rank * sum(shapes[m]) for m in targets if m in ("q_proj", "k_proj", "v_proj", "o_proj"))
+        mlp = [m for m in targets if m in ("gate_proj", "up_proj", "down_proj")]
+        h = self.hidden
+        total = self.layers * attention + self.dense_layers * len(mlp) * rank * (h + self.intermediate)
+        if self.moe_layers:
+            per_block = len(mlp) * rank * (self.experts * (h + self.expert_intermediate)
+                                           + ((h + self.shared_intermediate) if self.shared_intermediate else 0))
+            total += self.moe_layers * per_block
+        return total
 
 
 def _arch(name, params, hidden, layers, heads, kv_heads, head_dim, intermediate, vocab, tied, family):
@@ -175,32 +238,207 @@ def catalogue_key(model: str) -> str:
     return ALIASES.get(key, key)
 
 
+# Sizes a config.json may give, with the largest value taken as a size: far above any published model,
+# far below what would overflow the arithmetic (a 10^30-layer "model" is a broken file, not a plan).
+SIZE_LIMITS = {
+    "hidden_size": 1 << 17, "num_hidden_layers": 4096, "num_attention_heads": 4096, "num_key_value_heads": 4096,
+    "head_dim": 1 << 14, "intermediate_size": 1 << 20, "vocab_size": 1 << 23, "experts": 1 << 14,
+    "experts_per_token": 1 << 14, "expert_intermediate": 1 << 20, "shared_experts": 1 << 10,
+}
+
+# Where mixture-of-experts configs say their facts (transformers' configuration classes), first found wins.
+EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+EXPERTS_PER_TOKEN_KEYS = ("num_experts_per_tok", "experts_per_token", "num_experts_per_token", "moe_topk",
+                          "moe_top_k", "moe_k", "top_k_experts")
+EXPERT_WIDTH_KEYS = ("moe_intermediate_size", "expert_ffn_hidden_size")   # else intermediate_size is one expert's
+SHARED_WIDTH_KEYS = ("shared_expert_intermediate_size", "moe_shared_expert_intermediate_size")
+SHARED_COUNT_KEYS = ("n_shared_experts", "num_shared_experts", "moe_num_shared_experts")
+# What the estimator does not know how to count: the key that says so, and what it is.
+UNCOUNTED = {
+    "kv_lora_rank": "multi-head latent attention (compressed keys and values)",
+    "q_lora_rank": "multi-head latent attention (compressed queries)",
+    "ssm_state_size": "state-space (Mamba) layers",
+    "mamba_d_state": "state-space (Mamba) layers",
+    "linear_num_value_heads": "linear-attention layers",
+    "layers_block_type": "a hybrid of attention and other layer kinds",
+    "hybrid_override_pattern": "a hybrid of attention and other layer kinds",
+    "attn_layer_period": "a hybrid of attention and other layer kinds",
+    "expert_layer_period": "experts in every n-th layer of a hybrid model",
+    "moe_layer_start_index": "experts in a range of layers",
+    "moe_layer_interval": "experts in every n-th layer of a range",
+    "ffn_config": "expert settings nested under ffn_config",
+    "moe_latent_size": "experts working in a latent space",
+    "zero_expert_num": "zero-computation experts",
+}
+# layer_types a decoder block may have and still be counted as attention + MLP
+COUNTED_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention", "attention")
+
+
+class _ConfigReader:
+    """The keys of one config.json's text part, each checked as what it is (a size, a flag), so that a broken
+    file ends in one line naming the file, the key, the value and the fix, never in a traceback or a plan."""
+
+    def __init__(self, config: dict, text: dict, source: str):
+        self.config, self.text, self.source = config, text, source
+
+    def refuse(self, key: str, why: str, fix: str | None = None) -> UsageError:
+        return UsageError(f"{self.source}: key '{key}' {why} (fix: "
+                          f"{fix or 'correct it, or point `model` at the model folder as its publisher ships it'})")
+
+    def get(self, key: str):
+        value = self.text.get(key)
+        return self.config.get(key) if value is None and self.text is not self.config else value
+
+    def first(self, keys) -> tuple[str | None, object]:
+        for key in keys:
+            if self.get(key) is not None:
+                return key, self.get(key)
+        return None, None
+
+    def size(self, key: str, value=None, limit_key: str | None = None, low: int = 1) -> int:
+        """A whole number in [low, its limit]; `true`, text, fractions, Infinity, NaN and absurd sizes refused."""
+        value = self.get(key) if value is None else value
+        if value is None:
+            raise UsageError(f"{self.source}: config.json lacks '{key}' (fix: point `model` at a causal language "
+                             "model; its config.json gives hidden_size, num_hidden_layers, num_attention_heads, "
+                             "intermediate_size and vocab_size)")
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.refuse(key, f"is {_shown(value)}, not a whole number")
+        limit = SIZE_LIMITS[limit_key or key]
+        if not low <= value <= limit:
+            raise self.refuse(key, f"is {_shown(value)}: a size must lie between {low} and {limit}")
+        return value
+
+    def optional_size(self, key: str, default: int, limit_key: str | None = None, low: int = 1) -> int:
+        return default if self.get(key) is None else self.size(key, limit_key=limit_key, low=low)
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self.refuse(key, f"is {_shown(value)}, not true or false")
+        return value
+
+
+def _shown(value) -> str:
+    text = json.dumps(value, allow_nan=True) if isinstance(value, (int, float, bool, str)) else type(value).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _uncounted(reader: _ConfigReader) -> None:
+    """UsageError when the config describes an architecture the estimator does not know how to count."""
+    what = None
+    for key, kind in UNCOUNTED.items():
+        value = reader.get(key)
+        if value is not None and value is not False and value != 0 and value != []:
+            what = (key, kind)
+            break
+    layer_types = reader.get("layer_types")
+    if what is None and isinstance(layer_types, list):
+        odd = sorted({str(t) for t in layer_types if t not in COUNTED_LAYER_TYPES})
+        if odd:
+            what = ("layer_types", f"layers of kind {', '.join(odd[:3])}")
+    if what is None and reader.config.get("is_encoder_decoder") is True:
+        what = ("is_encoder_decoder", "an encoder-decoder model")
+    if what is not None:
+        key, kind = what
+        model_type = reader.get("model_type") or "this model"
+        raise UsageError(f"{reader.source}: {model_type} has {kind} (config.json key '{key}'), which the memory "
+                         "estimator does not know how to count; a plan from it would be wrong (fix: a decoder-only "
+                         "model with attention and dense or mixture-of-experts MLP blocks, e.g. Llama, Qwen, "
+                         "Mistral, Gemma, Mixtral or Qwen3-MoE)")
+
+
+def _moe_layers(reader: _ConfigReader, layers: int) -> int:
+    """How many blocks route through experts, by whichever layout the config states."""
+    listed = reader.get("moe_layers")
+    if isinstance(listed, list):
+        return len({i for i in listed if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers})
+    dense_only = reader.get("mlp_only_layers") or []
+    if not isinstance(dense_only, list):
+        raise reader.refuse("mlp_only_layers", f"is {_shown(dense_only)}, not a list of layer numbers")
+    step = reader.optional_size("decoder_sparse_step", 1, "num_hidden_layers")
+    step = reader.optional_size("interleave_moe_layer_step", step, "num_hidden_layers")
+    first_dense = reader.optional_size("first_k_dense_replace", 0, "num_hidden_layers", low=0)
+    frequency = reader.optional_size("moe_layer_freq", 1, "num_hidden_layers")
+    return sum(1 for i in range(layers) if i not in dense_only and (i + 1) % step == 0
+               and i >= first_dense and (i - first_dense) % frequency == 0)
+
+
 def from_config(config: dict, name: str, source: str) -> Architecture:
-    """Architecture facts from a transformers config.json (multimodal configs: their text part)."""
+    """Architecture facts from a transformers config.json (multimodal configs: their text part), every size
+    checked; UsageError for a broken file or an architecture the estimator does not know how to count."""
+    if not isinstance(config, dict):
+        raise UsageError(f"{source}: config.json is not a JSON object (fix: point `model` at a causal language model)")
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
-    try:
-        hidden = int(text["hidden_size"])
-        layers = int(text["num_hidden_layers"])
-        heads = int(text["num_attention_heads"])
-        intermediate = int(text["intermediate_size"])
-        vocab = int(text.get("vocab_size") or config["vocab_size"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise UsageError(f"{source}: config.json lacks {exc} (fix: point `model` at a causal language model)")
-    kv_heads = int(text.get("num_key_value_heads") or heads)
-    head_dim = int(text.get("head_dim") or hidden // heads)
+    reader = _ConfigReader(config, text, source)
+    _uncounted(reader)
+    hidden = reader.size("hidden_size")
+    layers = reader.size("num_hidden_layers")
+    heads = reader.size("num_attention_heads")
+    intermediate = reader.size("intermediate_size")
+    vocab = reader.size("vocab_size")
+    kv_heads = reader.optional_size("num_key_value_heads", heads)
+    if kv_heads > heads or heads % kv_heads:
+        raise reader.refuse("num_key_value_heads", f"is {kv_heads}, which does not divide num_attention_heads "
+                            f"({heads}) into equal groups")
+    if reader.get("head_dim") is None and hidden < heads:
+        raise reader.refuse("num_attention_heads", f"is {heads}, more heads than hidden_size ({hidden}) has "
+                            "values, and no head_dim is given")
+    head_dim = reader.optional_size("head_dim", hidden // heads)
     # transformers' own default is tied; Llama-family configs state it explicitly when untied.
-    tied = bool(config.get("tie_word_embeddings", text.get("tie_word_embeddings", True)))
+    tied = reader.flag("tie_word_embeddings", True)
+    moe: dict[str, int] = {}
+    count_key, count = reader.first(EXPERT_COUNT_KEYS)
+    if count_key is not None and reader.size(count_key, count, "experts", low=0) > 1:
+        experts = reader.size(count_key, count, "experts")
+        per_token_key, per_token = reader.first(EXPERTS_PER_TOKEN_KEYS)
+        if per_token_key is None:
+            raise reader.refuse(count_key, f"gives {experts} experts but no key says how many a token passes "
+                                f"through ({', '.join(EXPERTS_PER_TOKEN_KEYS[:2])})")
+        chosen = reader.size(per_token_key, per_token, "experts_per_token")
+        if chosen > experts:
+            raise reader.refuse(per_token_key, f"is {chosen}, more experts per token than the {experts} there are")
+        width_key, width = reader.first(EXPERT_WIDTH_KEYS)
+        expert_width = reader.size(width_key, width, "expert_intermediate") if width_key else intermediate
+        shared_width_key, shared_width = reader.first(SHARED_WIDTH_KEYS)
+        shared_count_key, shared_count = reader.first(SHARED_COUNT_KEYS)
+        if shared_width_key is not None:
+            shared = reader.size(shared_width_key, shared_width, "expert_intermediate", low=0)
+        elif shared_count_key is not None:
+            shared = reader.size(shared_count_key, shared_count, "shared_experts", low=0) * expert_width
+        elif str(reader.get("model_type") or "").startswith("llama4"):
+            shared = expert_width  # Llama 4's MoE block always adds one shared expert of the experts' width
+        else:
+            shared = 0
+        moe = {"experts": experts, "experts_per_token": chosen, "expert_intermediate": expert_width,
+               "shared_intermediate": shared, "moe_layers": _moe_layers(reader, layers)}
+        if "intermediate_size_mlp" in text:  # Llama 4: its dense blocks are wider than one expert
+            intermediate = reader.size("intermediate_size_mlp", limit_key="intermediate_size")
     arch = Architecture(name=name, params=0, hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads,
                         head_dim=head_dim, intermediate=intermediate, vocab=vocab, tied_embeddings=tied,
-                        family=str(text.get("model_type") or config.get("model_type") or ""), source=source)
+                        family=str(text.get("model_type") or config.get("model_type") or ""), source=source, **moe)
     return replace(arch, params=arch.computed_params)
+
+
+# A config.json is a few KiB; a file far larger is not one (and would be read whole before any check).
+MAX_CONFIG_BYTES = 4 << 20
 
 
 def _read_config(path: Path, name: str) -> Architecture:
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{path}: cannot read the model's config.json: {exc}")
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise UsageError(f"{path}: over {MAX_CONFIG_BYTES >> 20} MiB, not a model's config.json (fix: point "
+                             "`model` at the model's folder)")
+        config = json.loads(data.decode("utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        what = "nested too deeply" if isinstance(exc, RecursionError) else exc
+        raise UsageError(f"{path}: cannot read the model's config.json: {what}") from None
     if not isinstance(config, dict):
         raise UsageError(f"{path}: config.json is not a JSON object")
     return from_config(config, name, str(path))

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 from typing import Any
 
 # LoRA ranks vLLM can serve (`max_lora_rank` must be one of these).
@@ -34,6 +35,17 @@ DEFAULT_REWARDS = {"xml_count": 0.5, "xml_soft": 0.5, "xml_strict": 0.5, "number
 NAME_PATTERN = r"^(?:[A-Za-z0-9_-][A-Za-z0-9._-]{0,63})?$"  # empty: the file's stem, filled in by the loader
 
 
+def safe_name(text: str, limit: int = 64) -> str:
+    """A name the tool makes up (from a file's stem, a model folder) in NAME_PATTERN's alphabet: accents dropped
+    (modèle -> modele), anything else outside letters, digits, '.', '_', '-' as '-', no leading '.'; never empty.
+    A name the user writes is checked, not changed."""
+    import unicodedata
+
+    plain = unicodedata.normalize("NFKD", str(text)).encode("ascii", "ignore").decode("ascii")
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", plain).strip("-").lstrip(".")[:limit].rstrip("-")
+    return name or "profile"
+
+
 class KeyProblem(ValueError):
     """A refused value: the reason, how to fix it, and the key when a rule (not a field) found it."""
 
@@ -42,10 +54,25 @@ class KeyProblem(ValueError):
         self.reason, self.fix, self.key = reason, fix, key
 
 
+def _short_repr():
+    import reprlib
+
+    short = reprlib.Repr()
+    short.maxlevel, short.maxdict, short.maxlist, short.maxtuple, short.maxset = 3, 4, 4, 4, 4
+    short.maxstring, short.maxlong, short.maxother = 40, 40, 40
+    return short
+
+
+_SHORT = _short_repr()
+
+
 def shown(value: Any) -> str:
-    """repr, cut short: a 400-digit number should not fill the terminal."""
-    text = repr(value)
-    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
+    """repr, cut short: a 400-digit number should not fill the terminal, and a value nested or repeated beyond
+    reason (YAML aliases) costs no more to show than a short one (reprlib stops at a few items and levels)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"a whole number of about {int(value.bit_length() * 0.30103) + 1} digits"
+    text = _SHORT.repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 def suggest(word: str, known) -> str | None:

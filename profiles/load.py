@@ -17,7 +17,7 @@ from profiles.keys import DEFAULT_REWARDS, DEFAULT_TARGET_MODULES, VLLM_LORA_RAN
 from profiles.schema import KEYS, Profile, profile_from_dict
 
 __all__ = ["DEFAULT_REWARDS", "DEFAULT_TARGET_MODULES", "KEYS", "MAX_PROFILE_BYTES", "VLLM_LORA_RANKS", "Profile",
-           "load_profile", "load_profiles", "parse_overrides", "profile_from_dict"]
+           "load_profile", "load_profiles", "parse_overrides", "profile_from_dict", "read_profile_data"]
 
 # A profile is a few dozen lines; anything far larger is a wrong path, not a profile.
 MAX_PROFILE_BYTES = 1 << 20
@@ -97,6 +97,10 @@ _ProfileLoader.add_constructor("tag:yaml.org,2002:bool", _ProfileLoader.construc
 
 
 def _surprise_fix(surprise: YamlSurprise) -> str:
+    if "aliases expanded" in surprise.reason or "refers to a value that holds it" in surprise.reason:
+        return "write the values out without aliases (&name / *name)"
+    if "nested more than" in surprise.reason:
+        return "a profile's values are flat, or one mapping deep (rewards: {accuracy: 2.0})"
     if "more than once" in surprise.reason:
         return "keep one of them"
     if "spelling of" in surprise.reason:
@@ -104,9 +108,63 @@ def _surprise_fix(surprise: YamlSurprise) -> str:
     return "write the number in plain decimal digits, or quote it if it is text"
 
 
+# A profile nests two levels (rewards: {name: weight}) and holds a few dozen values. Aliases may repeat a
+# value, and nine levels of them (the "billion laughs") expand 1 KB of text into billions of values, each level
+# nesting deeper: both are refused from the parser's events, before any value is built.
+MAX_YAML_DEPTH = 32
+MAX_YAML_VALUES = 10_000
+MAX_YAML_CHARS = 4 * MAX_PROFILE_BYTES
+
+
+def check_yaml_size(text: str) -> None:
+    """YamlSurprise when the document, with its aliases expanded, would nest deeper than MAX_YAML_DEPTH or hold
+    more than MAX_YAML_VALUES values or MAX_YAML_CHARS characters of text; costs one pass of the parser (no
+    recursion, nothing expanded)."""
+    sizes: dict[str, tuple[int, int]] = {}  # anchor -> (values, characters) it expands to
+    open_counts: list[list] = []            # per open collection: [values, characters, anchor]
+    values = chars = 0
+    for event in yaml.parse(text, Loader=_BaseLoader):
+        line = event.start_mark.line + 1 if event.start_mark else None
+        if isinstance(event, yaml.CollectionStartEvent):
+            if len(open_counts) >= MAX_YAML_DEPTH:
+                raise YamlSurprise(f"values nested more than {MAX_YAML_DEPTH} levels deep (line {line})")
+            open_counts.append([1, 0, event.anchor])
+            added = (1, 0)
+        elif isinstance(event, yaml.CollectionEndEvent):
+            done = open_counts.pop()
+            if done[2]:
+                sizes[done[2]] = (done[0], done[1])
+            if open_counts:
+                open_counts[-1][0] += done[0]
+                open_counts[-1][1] += done[1]
+            continue
+        elif isinstance(event, yaml.ScalarEvent):
+            added = (1, len(event.value))
+            if event.anchor:
+                sizes[event.anchor] = added
+        elif isinstance(event, yaml.AliasEvent):
+            if any(entry[2] == event.anchor for entry in open_counts):
+                raise YamlSurprise(f"alias *{event.anchor} refers to a value that holds it (line {line})")
+            added = sizes.get(event.anchor, (1, 0))
+        else:
+            continue
+        values += added[0]
+        chars += added[1]
+        if open_counts and added is not None and not isinstance(event, yaml.CollectionStartEvent):
+            open_counts[-1][0] += added[0]
+            open_counts[-1][1] += added[1]
+        if values > MAX_YAML_VALUES:
+            raise YamlSurprise(f"with its aliases expanded the YAML holds more than {MAX_YAML_VALUES} values "
+                               f"(line {line}); a profile holds a few dozen")
+        if chars > MAX_YAML_CHARS:
+            raise YamlSurprise(f"with its aliases expanded the YAML holds more than {MAX_YAML_CHARS >> 20} MiB of "
+                               f"text (line {line})")
+
+
 def read_yaml(text: str, source: str) -> Any:
     """YAML through the guarded loader (safe_load's classes); errors name the source and where."""
     try:
+        check_yaml_size(text)
         return yaml.load(text, Loader=_ProfileLoader)  # noqa: S506 - a SafeLoader subclass
     except YamlSurprise as exc:
         where = f" (line {exc.line})" if exc.line else ""
@@ -161,6 +219,7 @@ def parse_overrides(pairs: list[str] | tuple[str, ...]) -> dict[str, Any]:
             raise ProfileError("--set", key, "empty value",
                                f"give a value (--set {key}=VALUE), or leave the --set out to keep the profile's")
         try:
+            check_yaml_size(raw)
             out[key] = yaml.load(raw, Loader=_ProfileLoader)  # noqa: S506 - a SafeLoader subclass
         except YamlSurprise as exc:
             raise ProfileError("--set", key, exc.reason, _surprise_fix(exc)) from None
@@ -185,8 +244,8 @@ def _refuse_empty_values(data: dict, source: str) -> None:
         raise ProfileError(source, str(key), "empty value", fix)
 
 
-def load_profile(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Profile:
-    """Read, validate and override one profile file. Errors name the file (or --set) and the key."""
+def read_profile_data(path: str | Path) -> dict:
+    """A profile file's mapping as written, checked as YAML (not yet against the schema)."""
     path = Path(path)
     data = read_yaml(_read_text(path), str(path))
     if data is None:  # no bytes, or only comments and blank lines
@@ -195,6 +254,13 @@ def load_profile(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) 
     if not isinstance(data, dict):
         raise ProfileError(str(path), None, "a profile must be a mapping of keys to values")
     _refuse_empty_values(data, str(path))
+    return data
+
+
+def load_profile(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Profile:
+    """Read, validate and override one profile file. Errors name the file (or --set) and the key."""
+    path = Path(path)
+    data = read_profile_data(path)
     changes = parse_overrides(overrides)
     try:
         profile = profile_from_dict(data, str(path))

@@ -207,3 +207,11 @@ def missing_tracker(p, environ=None) -> str | None:
             continue
     return (f"report_to '{p.report_to}' needs the {package} package, which is not installed here (fix: pip "
             f"install {package}, or set report_to: none)")
+
+
+def remote_code_notice(p) -> str | None:
+    """What `trust_remote_code: true` will do, said once before a model is loaded with it (None when off)."""
+    if not p.trust_remote_code:
+        return None
+    return (f"trust_remote_code is true ({p.source or 'the profile'}): loading {p.model} runs the Python files that "
+            "come with it, with your rights")

@@ -19,7 +19,7 @@ from pydantic.json_schema import SkipJsonSchema
 from contract.errors import ProfileError
 from profiles.keys import (CHECKPOINTING_MODES, DEFAULT_REWARDS, DEFAULT_TARGET_MODULES,
                                    NAME_PATTERN, OPTIMIZERS, REPORT_TO, SCHEDULERS, VLLM_LORA_RANKS, VLLM_MODES,
-                                   KeyProblem, shown, suggest)
+                                   KeyProblem, safe_name, shown, suggest)
 from profiles.rules import check_rewards_and_dataset, check_scale_out
 from tasks.prompts import SYSTEM_PROMPT
 
@@ -435,7 +435,8 @@ def profile_from_dict(data: Any, source: str) -> Profile:
         if value is not None:  # an empty value keeps the default
             values[key] = value
     if not values.get("name"):
-        values["name"] = Path(source).stem if source and not source.startswith("<") else "profile"
+        # made up here, so made safe here: a file named `modèle 2.yaml` is the profile `modele-2`
+        values["name"] = safe_name(Path(source).stem) if source and not source.startswith("<") else "profile"
     try:
         return Profile.model_validate({**values, "source": source})
     except ValidationError as exc:

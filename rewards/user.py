@@ -303,6 +303,9 @@ def _guarded(function, name: str, entry: str = ""):
         with _running(name, entry or name):
             try:
                 scores = function(*args, **kwargs)
+            except KeyboardInterrupt as exc:  # a signal's (it passes on), or the reward's own: say whose
+                exc.grpo_reward = name
+                raise
             except (Exception, SystemExit) as exc:
                 where = _users_last_frame(exc, code)
                 what = f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else None

@@ -105,13 +105,15 @@ def _user_source(spec: DataSpec) -> tuple:
         if numbers["held_out"]:
             # judged over the file: a held-out test split is part of the training file, and its few rows alone
             # would make one empty cell look like a tenth of the data
-            _usable, _unusable, question, answer = scans["train"]
+            _usable, _unusable, question, answer, _empty = scans["train"]
             user_data.check_unreadable(spec, "", scans["train"][1] + scans["test"][1],
-                                       len(data["train"]) + len(data["test"]), question, answer)
+                                       len(data["train"]) + len(data["test"]), question, answer,
+                                       no_question=scans["train"][4] + scans["test"][4])
         else:
             for split in SPLITS:
-                usable, unusable, question, answer = scans[split]
-                user_data.check_unreadable(spec, f" ({split})", unusable, len(data[split]), question, answer)
+                usable, unusable, question, answer, empty = scans[split]
+                user_data.check_unreadable(spec, f" ({split})", unusable, len(data[split]), question, answer,
+                                           no_question=empty)
         _SOURCES[key] = (data, numbers, scans)
     return _SOURCES[key]
 
@@ -168,6 +170,9 @@ def check_data(profile) -> str:
         if len(train) < available:
             text = f"{len(train):,} of {available:,} training rows (train_samples), {len(test):,} test rows"
         unreadable = len(scans["train"][1]) + len(scans["test"][1])
-        if unreadable:
-            text += f", {unreadable:,} answer{'s' if unreadable > 1 else ''} unreadable (dropped)"
+        empty = len(scans["train"][4]) + len(scans["test"][4])
+        if unreadable - empty:
+            text += f", {unreadable - empty:,} answer{'s' if unreadable - empty > 1 else ''} unreadable (dropped)"
+        if empty:
+            text += f", {empty:,} question{'s' if empty > 1 else ''} empty (dropped)"
     return text

@@ -58,7 +58,7 @@ def measure(task: str, questions: list[str], answers: list[str], source: str) ->
                             mean, float(p99), mean >= WORKED_MIN_CHARS, source)
 
 
-# The shipped tasks, measured once (tests/test_planning.py recomputes them)
+# The shipped tasks, measured once (tests/unit/launcher/test_planning.py recomputes them)
 GSM8K = ReferenceLengths("gsm8k", 7473, 234.5, 247.5, 681.0, True,
                          "openai/gsm8k (main) train split: questions and the `answer` solutions without their "
                          "<<...>> calculator annotations")

@@ -147,6 +147,36 @@ def _text_problem(path: Path) -> str | None:
     return None
 
 
+# `datasets` handles a table's column list in time that grows with its square (its Features are rebuilt
+# column by column): a hundred-row file of 2,000 columns took minutes. Past this, the file is refused at once.
+MAX_COLUMNS = 256
+
+
+def _column_count(path: Path) -> int | None:
+    """How many columns a local file has, from its header (CSV), its first object (JSON Lines) or its schema
+    (Parquet); None when that cannot be told cheaply (a .json list, an unreadable head)."""
+    import csv
+    import io
+
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            return len(pq.read_schema(path).names)
+        with open(path, "rb") as handle:
+            head = handle.read(SNIFF_BYTES).decode("utf-8", errors="replace")
+        first = head.split("\n", 1)[0]
+        if suffix == ".csv":
+            return len(next(csv.reader(io.StringIO(first)), []))
+        if suffix == ".jsonl" and "\n" in head:
+            row = json.loads(first)
+            return len(row) if isinstance(row, dict) else None
+    except Exception:  # noqa: BLE001 - the reader proper says what is wrong with the file
+        return None
+    return None
+
+
 def _json_field(path: Path) -> str | None:
     """The key of a .json file shaped {"data": [rows...]}: its rows are that list."""
     if path.suffix.lower() != ".json":
@@ -168,6 +198,12 @@ def _load_local(spec: DataSpec, kind: str):
         problem = _text_problem(file) if file.suffix.lower() in (".csv", ".json", ".jsonl") else None
         if problem:
             raise UsageError(f"dataset {file}: {problem}")
+        columns = _column_count(file)
+        if columns is not None and columns > MAX_COLUMNS:
+            raise UsageError(f"dataset {file}: {columns:,} columns; reading a table that wide takes `datasets` "
+                             f"minutes (its time grows with the square of the columns) (fix: keep the question, "
+                             f"the answer and the columns your rewards read, at most {MAX_COLUMNS}, e.g. "
+                             f"`cut -d, -f1-20 {file.name} > narrow.csv`)")
     try:
         if kind == "file":
             builder = SUFFIX_BUILDERS[path.suffix.lower()]
@@ -179,9 +215,37 @@ def _load_local(spec: DataSpec, kind: str):
             if field is not None:  # {"data": [rows...]}: the rows are under that key
                 return datasets.load_dataset(builder, data_files=files, field=field)
             return datasets.load_dataset(builder, data_files=files)
-        return datasets.load_dataset(str(path))
+        return _load_folder(datasets, path)
+    except UsageError:
+        raise
     except Exception as error:
         raise UsageError(f"dataset {path}: {_read_error(path, kind, error)}") from None
+
+
+def _load_folder(datasets, path: Path):
+    """A folder's splits as `datasets` finds them (train.*, test.*, ...). `datasets` reads a folder in one format
+    only; splits in different formats (train.jsonl beside test.csv) are read each with its own reader."""
+    from datasets.data_files import DataFilesDict, get_data_patterns
+
+    try:
+        splits = DataFilesDict.from_patterns(get_data_patterns(str(path)), base_path=str(path))
+    except Exception:  # no split names among the files: `datasets` takes them all as one split
+        return datasets.load_dataset(str(path))
+    builders = {}
+    for split, files in splits.items():
+        kinds = {SUFFIX_BUILDERS.get(Path(f).suffix.lower()) for f in files} - {None}
+        if len(kinds) > 1:
+            names = ", ".join(sorted(Path(f).name for f in files))
+            raise UsageError(f"dataset {path}: the {split} split is in more than one format ({names}) (fix: keep "
+                             f"the {split} rows in files of one type, e.g. all .jsonl)")
+        if kinds:
+            builders[str(split)] = (kinds.pop(), [str(f) for f in files if Path(f).suffix.lower() in SUFFIX_BUILDERS])
+    if len({builder for builder, _files in builders.values()}) <= 1:
+        return datasets.load_dataset(str(path))
+    parts = {}
+    for split, (builder, files) in builders.items():
+        parts[split] = datasets.load_dataset(builder, data_files={split: files})[split]
+    return datasets.DatasetDict(parts)
 
 
 def _read_error(path: Path, kind: str, error: BaseException) -> str:
@@ -378,7 +442,7 @@ def to_rows(records: list[dict], spec: DataSpec, system_prompt: str, split: str,
     numbers = row_numbers if row_numbers is not None else range(len(records))
     chat, question, answer = _columns(spec, list(records[0].keys()), records[0])
     read_gold = gold_reader(spec, default_pattern)
-    rows, unreadable = [], []
+    rows, unreadable, no_question = [], [], []
     for index, record in enumerate(records):
         gold = read_gold(record.get(answer))
         if chat:
@@ -390,13 +454,16 @@ def to_rows(records: list[dict], spec: DataSpec, system_prompt: str, split: str,
                 [{"role": "user", "content": text}]
         if gold is None or prompt is None:  # an empty cell on either side: dropped and counted
             unreadable.append(numbers[index])
+            if prompt is None:
+                no_question.append(numbers[index])
             continue
         extra = {k: v for k, v in record.items() if k not in RESERVED and k not in (question, answer)}
         rows.append({**extra, "prompt": prompt, "answer": gold})
     if unreadable_out is not None:
         unreadable_out.extend(unreadable)
     if judge:
-        check_unreadable(spec, f" ({split})", unreadable, len(records), question, answer, default_pattern)
+        check_unreadable(spec, f" ({split})", unreadable, len(records), question, answer, default_pattern,
+                         no_question)
     return rows, len(unreadable)
 
 
@@ -420,7 +487,7 @@ def scan(data, spec: DataSpec, split: str, row_numbers: list[int] | None = None,
     in batches, so that a file of millions of rows is never held whole as Python objects.
 
     Returns (positions of the usable rows in `data`, as an array; file positions of the unusable ones,
-    the question column or None, the answer column)."""
+    the question column or None, the answer column, file positions of the rows whose question is empty)."""
     from array import array
 
     if len(data) == 0:
@@ -428,33 +495,46 @@ def scan(data, spec: DataSpec, split: str, row_numbers: list[int] | None = None,
     chat, question, answer = _columns(spec, list(data.column_names), data[0])
     read_gold = gold_reader(spec, default_pattern)
     numbers = row_numbers if row_numbers is not None else range(len(data))
-    usable, unusable = array("q"), []
+    usable, unusable, no_question = array("q"), [], []
     position = 0
     for batch in data.select_columns([c for c in (question, answer) if c]).iter(batch_size=SCAN_BATCH):
         golds = batch[answer]
         questions = batch[question] if question else [None] * len(golds)
         for gold, text in zip(golds, questions):
-            ok = read_gold(gold) is not None and (chat or (isinstance(text, (str, int, float)) and
-                                                          _cell_text(text) is not None))
-            if ok:
+            asked = chat or (isinstance(text, (str, int, float)) and _cell_text(text) is not None)
+            if asked and read_gold(gold) is not None:
                 usable.append(position)
             else:
                 unusable.append(numbers[position])
+                if not asked:
+                    no_question.append(numbers[position])
             position += 1
-    return usable, unusable, question, answer
+    return usable, unusable, question, answer, no_question
 
 
 def check_unreadable(spec: DataSpec, where: str, unreadable: list[int], total: int, question: str | None,
-                     answer: str, default_pattern: str | None = None) -> None:
-    """Refuse data of which more than MAX_UNREADABLE_SHARE of the rows have no readable answer or question;
-    the rows named are the file's."""
+                     answer: str, default_pattern: str | None = None, no_question: list[int] = ()) -> None:
+    """Refuse data of which more than MAX_UNREADABLE_SHARE of the rows have no readable answer or an empty
+    question, saying which of the two it is; the rows named are the file's."""
     share = len(unreadable) / total if total else 0.0
     if share <= MAX_UNREADABLE_SHARE:
         return
-    asked = f"column '{answer}' with answer_pattern {spec.answer_pattern or default_pattern!r}"
-    if question:
-        asked += f" (or whose '{question}' is empty)"
-    raise UsageError(f"dataset {spec.dataset}{where}: the answer of {len(unreadable)} of {total} rows ({share:.0%}; "
-                     f"rows {shown_rows(sorted(unreadable))} of the file, counted from 1 after any header) cannot "
-                     f"be read from {asked} (more than {MAX_UNREADABLE_SHARE:.0%} is refused) (fix: fill those "
-                     "cells, or set answer_pattern, a regex whose first group is the gold answer, or answer_field)")
+    empty = set(no_question)
+    no_answer = sorted(n for n in unreadable if n not in empty)
+    both = bool(empty) and bool(no_answer)  # each part then names its own rows
+    pattern = spec.answer_pattern or default_pattern
+    parts, fixes = [], []
+    if empty:
+        parts.append(f"{len(empty)} have an empty '{question}' cell" + (f" (rows {shown_rows(sorted(empty))})" if both
+                                                                       else ""))
+        fixes.append(f"fill the '{question}' cells, or set question_field to the column holding the questions")
+    if no_answer:
+        read_from = f"column '{answer}'" + (f" with answer_pattern {pattern!r}" if pattern else "")
+        parts.append(f"the answer of {len(no_answer)} cannot be read from {read_from}"
+                     + (f" (rows {shown_rows(no_answer)})" if both else ""))
+        fixes.append("fill those answer cells, or set answer_pattern (a regex whose first group is the gold "
+                     "answer) or answer_field")
+    raise UsageError(f"dataset {spec.dataset}{where}: {len(unreadable)} of {total} rows ({share:.0%}; rows "
+                     f"{shown_rows(sorted(unreadable))} of the file, counted from 1 after any header) cannot be "
+                     f"used: {'; '.join(parts)} (more than {MAX_UNREADABLE_SHARE:.0%} is refused) (fix: "
+                     f"{'; '.join(fixes)})")

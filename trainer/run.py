@@ -44,14 +44,23 @@ def user_reward_error(exc: BaseException):
     return None
 
 
-def classify(exc: BaseException, folder: Path | None = None) -> tuple[str, str]:
-    """(status, one-line error) for an exception raised during an attempt, read the supervisor's way."""
+def classify(exc: BaseException, folder: Path | None = None, signalled: bool = False) -> tuple[str, str]:
+    """(status, one-line error) for an exception raised during an attempt, read the supervisor's way.
+    `signalled`: a signal reached the attempt (a KeyboardInterrupt then is its doing)."""
+    from contract.errors import SecondSignal
     from contract.failure import DISK_FULL, classify_failure, is_oom_exception, write_fix
 
     name = type(exc).__name__
     text = str(exc)
-    if isinstance(exc, KeyboardInterrupt):
+    if isinstance(exc, SecondSignal):
         return INTERRUPTED, "stopped by a second signal"
+    if isinstance(exc, KeyboardInterrupt):
+        if signalled:
+            return INTERRUPTED, "stopped by a signal"
+        raiser = getattr(exc, "grpo_reward", None)
+        by = f"reward '{raiser}'" if raiser else "code the attempt ran (a reward or a library)"
+        return ERROR, (f"KeyboardInterrupt raised by {by} although no signal was sent; a reward must return "
+                       "its scores (or raise an ordinary exception)")
     reward_failure = user_reward_error(exc)
     if reward_failure is not None:  # the user's code failed: never read as memory, whatever its text says
         return ERROR, _one_line(str(reward_failure))
@@ -116,6 +125,7 @@ def run_attempt(profile, attempt_dir, resume_from=None, resolve_model=None, esti
     from trainer.signals import StopFlag
 
     stopper = StopFlag().install()
+    state.resolve_model = _interruptible(state.resolve_model, stopper)
     outcome = Outcome(rank=rank, ranks=world_size())
     code = EXIT_FAILURE
     try:
@@ -126,12 +136,65 @@ def run_attempt(profile, attempt_dir, resume_from=None, resolve_model=None, esti
     except BaseException as exc:  # every failure must leave an outcome file for the supervisor
         if isinstance(exc, SystemExit):
             raise
-        code = _record_failure(outcome, exc, profile.name, rank, attempt_dir)
+        code = _record_failure(outcome, exc, profile.name, rank, attempt_dir, stopper.stopped)
     finally:
         if not _close_outcome(state, outcome):
             code = code or EXIT_FAILURE
         stopper.uninstall()
     return code
+
+
+# Once the outcome is written the process has nothing left to do but exit; a thread someone's code left running
+# (a reward's non-daemon thread) would make the interpreter wait for it forever. This long, then it ends anyway.
+EXIT_GRACE_S = 60.0
+
+
+def end_within_grace(code: int, grace_s: float = EXIT_GRACE_S) -> None:
+    """Arm a watchdog (a daemon thread, which never holds the exit up) that ends the process with `code` if it
+    has not exited `grace_s` seconds from now, naming the threads still running and where they come from.
+    Called once the attempt's outcome is written: the normal exit (joins, atexit) gets its chance first."""
+    import sys
+    import threading
+
+    def watch() -> None:
+        import time
+
+        time.sleep(grace_s)
+        stray = [t for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon
+                 and t is not threading.main_thread()]
+        names = ", ".join(_thread_text(t) for t in stray) or "none left (the interpreter's own teardown hung)"
+        try:
+            sys.stderr.write(f"note: the attempt's outcome is written, but the process has not exited {grace_s:g} s "
+                             f"later; threads still running: {names}; ending it (exit {code})\n")
+            sys.stderr.flush()
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            pass
+        os._exit(code)
+
+    threading.Thread(target=watch, name="grpo-exit-watchdog", daemon=True).start()
+
+
+def _thread_text(thread) -> str:
+    """A thread's name and the function it runs (module.function), when it still knows it."""
+    target = getattr(thread, "_target", None)
+    where = f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', '?')}" if target else "?"
+    return f"'{thread.name}' ({where})"
+
+
+def _interruptible(resolve, stopper):
+    """`resolve` (which may build the project's offline model on first use: minutes) in the stop flag's
+    "building" phase, where a signal stops at once instead of after the build."""
+    def resolve_now(profile):
+        if stopper.stopped:
+            raise KeyboardInterrupt("stopped before the model was built")
+        before = stopper.phase
+        stopper.phase = "building"
+        try:
+            return resolve(profile)
+        finally:
+            stopper.phase = before
+    return resolve_now
 
 
 def saved_text(state: AttemptState) -> str:
@@ -149,9 +212,9 @@ def saved_text(state: AttemptState) -> str:
 
 
 def _record_failure(outcome: Outcome, exc: BaseException, profile_name: str, rank: int,
-                    attempt_dir: Path | None = None) -> int:
+                    attempt_dir: Path | None = None, signalled: bool = False) -> int:
     """Fill the outcome from the exception, say what happened, and return the exit status."""
-    status, line = classify(exc, attempt_dir)
+    status, line = classify(exc, attempt_dir, signalled)
     code = EXIT_FOR_STATUS[status]
     if isinstance(exc, UsageError):
         status, line, code = ERROR, str(exc), EXIT_BAD_INPUT

@@ -22,7 +22,7 @@ class Answer:
     completion: str
     scores: dict = field(default_factory=dict)  # reward name -> score, or None when it could not score
     weighted: float = 0.0
-    correct: bool = False
+    correct: bool | None = False  # None: not judged (the correctness reward did not run)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -74,14 +74,19 @@ def rows_to_answer(profile, prompt: str | None, from_test: int | None) -> list[d
     return rows
 
 
-def score_answers(profile, rows: list[dict], completions: list[str], tokenizer) -> list[Answer]:
+def score_answers(profile, rows: list[dict], completions: list[str], tokenizer, rewards: dict | None = None,
+                  correctness: str | None = "") -> list[Answer]:
     """Each completion with every reward's score (None where a reward could not score it: a --prompt row
-    has no gold and no other columns), the weighted total and the correctness verdict."""
+    has no gold and no other columns), the weighted total and the correctness verdict. `rewards` (name ->
+    weight, default the profile's) and `correctness` (default the profile's; None: not judged) are what the
+    caller lets run."""
     from rewards import get_reward, get_reward_funcs
     from evaluation.generate import completion_token_ids
     from evaluation.score import FULL_SCORE, reward_inputs
 
-    funcs, weights = get_reward_funcs(profile.rewards)
+    rewards = profile.rewards if rewards is None else rewards
+    correctness = profile.correctness if correctness == "" else correctness
+    funcs, weights = get_reward_funcs(rewards) if rewards else ([], [])
     inputs = reward_inputs(rows, completions, completion_token_ids(tokenizer, completions))
     columns: dict[str, list] = {}
     for fn in funcs:
@@ -91,8 +96,9 @@ def score_answers(profile, rows: list[dict], completions: list[str], tokenizer) 
             print(f"note: reward '{fn.__name__}' could not score these answers ({type(exc).__name__}: "
                   f"{str(exc).splitlines()[0] if str(exc) else ''})", file=sys.stderr)
             columns[fn.__name__] = [None] * len(rows)
+    judged = correctness is not None
     try:
-        correct = list(get_reward(profile.correctness)(**inputs))
+        correct = list(get_reward(correctness)(**inputs)) if judged else [None] * len(rows)
     except Exception:
         correct = [None] * len(rows)
     answers = []
@@ -100,18 +106,19 @@ def score_answers(profile, rows: list[dict], completions: list[str], tokenizer) 
         scores = {name: values[i] for name, values in columns.items()}
         weighted = sum(w * s for w, s in zip(weights, scores.values()) if s is not None)
         question = row["prompt"][-1]["content"] if isinstance(row["prompt"], list) else str(row["prompt"])
-        answers.append(Answer(question, row.get("answer"), completion, scores, round(weighted, 4),
-                              correct[i] is not None and correct[i] >= FULL_SCORE))
+        verdict = (correct[i] is not None and correct[i] >= FULL_SCORE) if judged else None
+        answers.append(Answer(question, row.get("answer"), completion, scores, round(weighted, 4), verdict))
     return answers
 
 
 
 
-def answer(profile, adapter_dir: Path, base_path: str, rows: list[dict]) -> list[Answer]:
-    """The trained model's greedy answers to `rows`, scored."""
+def answer(profile, adapter_dir: Path, base_path: str, rows: list[dict], rewards: dict | None = None,
+           correctness: str | None = "") -> list[Answer]:
+    """The trained model's greedy answers to `rows`, scored (score_answers: which rewards run)."""
     backend, model, tokenizer, lora_path = load_trained(profile, adapter_dir, base_path)
     from evaluation.generate import generate
 
     completions = generate(model, tokenizer, rows, max_new_tokens=profile.max_completion_length,
                            use_vllm=lora_path is not None, lora_path=lora_path)
-    return score_answers(profile, rows, completions, tokenizer)
+    return score_answers(profile, rows, completions, tokenizer, rewards, correctness)

@@ -15,6 +15,7 @@ class StopFlag:
     # What the first signal's message promises, by the stage the attempt is in (trainer.run sets `phase`)
     PROMISES = {
         "loading": "stopping before training starts",
+        "building": "stopping now; the model's first-use build is thrown away (it is built again next time)",
         "probe": "stopping after the worst-case probe, before training starts",
         "training": "saving a checkpoint at the end of this step, then stopping",
         "finishing": "the adapter is saved; stopping without the final evaluation and report (--resume "
@@ -47,9 +48,17 @@ class StopFlag:
     def _handle(self, signum, frame):
         name = signal.Signals(signum).name
         if self.received is not None:
-            raise KeyboardInterrupt(f"second {name}")
+            from contract.errors import SecondSignal
+
+            raise SecondSignal(f"second {name}")
         self.received = signum
         text = f"\n{name} received while {self.phase}: {self.PROMISES.get(self.phase, 'stopping')}"
+        if self.phase == "building":  # minutes of work with nothing to save: stop at once
+            try:
+                print(text, file=sys.stderr, flush=True)
+            except OSError:
+                pass
+            raise KeyboardInterrupt(f"{name} while building the model")
         if self.phase == "training":
             text += " (send it again to stop now)"
         try:

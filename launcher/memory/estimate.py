@@ -34,7 +34,14 @@ from launcher.memory.parts import (  # noqa: F401 - re-exported: other modules i
     STANDBY_UTILISATION, ZERO_BUCKET_ELEMENTS, ZERO3_PREFETCH_ELEMENTS, ZERO3_MAX_LIVE_ELEMENTS,
     COLLECTIVE_BUFFERS_GIB, MASTER_BYTES, weights_bytes, activation_bytes_per_token_layer, logits_bytes,
     standby_utilisation, unsloth_vllm_utilisation, STANDBY_HEADROOM, vllm_workspace_bytes, sequence_tokens,
-    model_states, training_pass, generate_kv_cache, cpu_process, vllm_sizes, zero_model_state_bytes, layer_params)
+    model_states, training_pass, generate_kv_cache, cpu_process, vllm_sizes, zero_model_state_bytes, layer_params,
+    expert_dequant_bytes)
+
+
+def _experts_note(arch: Architecture) -> str:
+    return (f"mixture of experts: all {arch.experts} experts of {arch.moe_layers} block(s) resident "
+            f"({arch.computed_params / 1e9:.1f}B parameters), {arch.experts_per_token} per token "
+            f"({arch.active_params / 1e9:.1f}B active)")
 
 
 @dataclass
@@ -99,6 +106,10 @@ def estimate(profile, arch: Architecture | None = None, gpu=None, backend: str |
 
     weights = weights_bytes(arch, profile.load_in_4bit and not cpu, profile.device)
     comp: dict[str, float] = {"weights": weights}
+    if arch.is_moe:
+        notes.append(_experts_note(arch))
+        if not cpu and expert_dequant_bytes(arch, profile.load_in_4bit):
+            comp["expert_dequant"] = expert_dequant_bytes(arch, profile.load_in_4bit)
     comp.update(model_states(profile, arch, weights, element, notes, backend=backend))
     if comp["reference"]:
         notes.append("beta > 0 without LoRA: a second copy of the model serves as reference")
@@ -202,7 +213,11 @@ def estimate_distributed(profile, arch: Architecture, gpu=None) -> Estimate:
     else:
         notes.append(f"one training {unit} (plain TRL + PEFT): {rank_generation} completions per optimizer step")
 
-    weights = weights_bytes(arch, profile.load_in_4bit and not cpu, profile.device)
+    # plain TRL: transformers' bitsandbytes integration leaves a mixture's fused experts in 16-bit
+    weights = weights_bytes(arch, profile.load_in_4bit and not cpu, profile.device, experts_quantised=False)
+    if arch.is_moe:
+        notes.append(_experts_note(arch) + ("; the experts stay 16-bit under plain TRL's 4-bit loading"
+                                            if profile.load_in_4bit and not cpu else ""))
     comp: dict[str, float] = {"weights": weights / (world if stage == 3 else 1)}
     if stage == 3:
         gathered = HALF_BYTES * (max(ZERO3_MAX_LIVE_ELEMENTS, layer_params(arch), arch.embedding_params)

@@ -74,14 +74,18 @@ MASTER_BYTES = FULL_BYTES
 # ---------------------------------------------------------------------------------------------------
 # Pieces, each usable on its own (the tests check them against hand computations)
 
-def weights_bytes(arch: Architecture, load_in_4bit: bool, device: str = "cuda") -> float:
-    """The base model as loaded. NF4 shrinks the blocks' linear layers; embeddings, an untied lm_head and
-    the norms stay 16-bit. On CPU the model is fp32."""
+def weights_bytes(arch: Architecture, load_in_4bit: bool, device: str = "cuda",
+                  experts_quantised: bool = True) -> float:
+    """The base model as loaded, every expert of a mixture of experts included. NF4 shrinks the blocks' linear
+    layers; embeddings, an untied lm_head and the norms stay 16-bit. A mixture's routed experts are fused 3-D
+    parameters, which transformers' bitsandbytes integration leaves in 16-bit (`experts_quantised` False:
+    plain TRL) and Unsloth quantises too. On CPU the model is fp32."""
     if device == "cpu":
         return arch.computed_params * FULL_BYTES
     if load_in_4bit:
-        rest = arch.embedding_params + arch.lm_head_params + arch.norm_params
-        return arch.linear_params * NF4_BYTES + rest * HALF_BYTES
+        kept = 0 if experts_quantised else arch.expert_params
+        rest = arch.embedding_params + arch.lm_head_params + arch.norm_params + kept
+        return (arch.linear_params - kept) * NF4_BYTES + rest * HALF_BYTES
     return arch.computed_params * HALF_BYTES
 
 
@@ -105,6 +109,14 @@ def unsloth_trains_in_float32(arch: Architecture, gpu) -> bool:
     return any(entry == squeezed or entry in joined for entry in UNSLOTH_FORCE_FLOAT32)
 
 
+def expert_dequant_bytes(arch: Architecture, load_in_4bit: bool) -> float:
+    """Unsloth runs 4-bit experts by dequantising one block's experts to 16-bit for its forward (and again
+    in backward): one block's worth of experts in 16-bit, transient but at the peak."""
+    if not (load_in_4bit and arch.is_moe):
+        return 0.0
+    return arch.expert_params / arch.moe_layers * HALF_BYTES
+
+
 def activation_bytes_per_token_layer(arch: Architecture, element_bytes: int = HALF_BYTES,
                                      backend: str = "unsloth") -> float:
     """What one decoder block keeps for the backward pass per token (FlashAttention/SDPA: no s^2 scores).
@@ -115,7 +127,7 @@ def activation_bytes_per_token_layer(arch: Architecture, element_bytes: int = HA
         and its 16-bit cast (5h per norm, 10h), RoPE keeps q, k and their rotated halves besides the
         rotated q, k and v (4q, 4kv), SwiGLU keeps gate, SiLU(gate), up and the product (4i).
     """
-    h, q, kv, i = arch.hidden, arch.q_dim, arch.kv_dim, arch.intermediate
+    h, q, kv, i = arch.hidden, arch.q_dim, arch.kv_dim, arch.ffn_width  # a token's experts, if any
     if backend == "unsloth":
         return element_bytes * (4 * h + 2 * q + 2 * kv + 3 * i)
     return element_bytes * (10 * h + 4 * q + 4 * kv + 4 * i)
@@ -147,7 +159,7 @@ def vllm_workspace_bytes(arch: Architecture, seqs: int = VLLM_SAMPLER_SEQS,
                          tokens: int = VLLM_PREFILL_TOKENS) -> float:
     """vLLM's memory besides weights and KV cache for an engine of `seqs` sequences at once and `tokens`
     prefill tokens per forward: non-torch memory, CUDA graphs, the profiling forward and the sampler."""
-    prefill = tokens * HALF_BYTES * (arch.hidden + 2 * arch.intermediate)
+    prefill = tokens * HALF_BYTES * (arch.hidden + 2 * arch.ffn_width)
     sampler = seqs * arch.vocab * VLLM_SAMPLER_BYTES
     graphs = max(VLLM_GRAPH_FLOOR_GIB * GIB, VLLM_GRAPH_BYTES * seqs * arch.layers * arch.hidden)
     return VLLM_NON_TORCH_GIB * GIB + graphs + prefill + sampler

@@ -44,7 +44,7 @@ def _norm_widths(arch: Architecture) -> list[int]:
 
 def block_bytes_per_token(arch: Architecture, seq: int, lora_targets=None) -> float:
     """What one decoder block keeps for backward per token; `lora_targets` None = full fine-tuning."""
-    h, q, i = arch.hidden, arch.q_dim, arch.intermediate
+    h, q, i = arch.hidden, arch.q_dim, arch.ffn_width  # a token's experts, if any
     norms = _norm_widths(arch)
     kept = FULL * sum(norms)                                  # each norm's fp32 input
     kept += HALF * 4 * q + FULL * arch.heads + HALF * seq     # q, repeated k and v, output; lse; mask row
@@ -73,7 +73,7 @@ def training_pass(arch: Architecture, batch: int, seq: int, completion: int, lor
     block = block_bytes_per_token(arch, seq, lora_targets)
     stored = tokens * outside_bytes_per_token(arch, lora, checkpointing, seq) + HALF * lora_params
     if checkpointing:
-        extra = (8 if lora else 4) * arch.intermediate + 2 * arch.hidden
+        extra = (8 if lora else 4) * arch.ffn_width + 2 * arch.hidden
         recompute = tokens * (block + extra)
         if not lora and arch.tied_embeddings:
             # the embedding's dense gradient, summed into the head's (tied) gradient at the end

@@ -78,7 +78,7 @@ def derive_ladder(profiles, model: str, machine, *, pinned=(), measurements=None
     solver = Solver(arch, gpu, usable_of(gpu), machine, measurements)
     need = completion_plan(cuda[0], arch, set(pinned)).cap if cuda else None  # the cap the task needs
     chosen: dict[str, tuple] = {}
-    kept, failed = [], []
+    kept, failed, refused = [], [], []
     best_rung, best_result = None, None
     for rung in cuda:
         own = _own_model(rung, load_profile)
@@ -94,6 +94,7 @@ def derive_ladder(profiles, model: str, machine, *, pinned=(), measurements=None
             result = fit(base, gpu, arch=arch, ambition=amb, machine=machine, measurements=measurements)
         except ProfileError as exc:  # a pinned key the derived shape cannot take: that rung gives nothing
             failed.append(str(exc))
+            refused.append(str(exc))
             continue
         if result.profile is None:
             failed.append(result.reason)
@@ -115,6 +116,11 @@ def derive_ladder(profiles, model: str, machine, *, pinned=(), measurements=None
             chosen.setdefault(spread.profile.name, (spread.profile, spread.key()[1]))
             if limits is not None:
                 limits.setdefault(spread.profile.name, spread.limited_by)
+    if not chosen and failed and len(refused) == len(failed):
+        # every derivation refused, none for memory: the shipped rungs as written (sized for other cards, an
+        # 80 GB rung on a 16 GiB card) are no answer for this model; say why instead
+        raise UsageError(f"--set model={model}: the fit solver could derive no configuration for this card; "
+                         f"every rung's derivation was refused, the first: {refused[0]}")
     if not chosen:  # the rungs as the user set them, with their verdicts, and why nothing could be derived
         return profiles, [f"fit solver for {arch.name}: {failed[0]}"] if failed else []
     ordered = [p for p, _ in sorted(chosen.values(), key=lambda item: item[1], reverse=True)]
@@ -148,6 +154,22 @@ def topologies(gpus: int) -> list[dict]:
     return out
 
 
+def candidate_topologies(gpus: int) -> list[dict]:
+    """The topologies of `topologies(gpus)` that can be the best, so that the search costs O(log N) fits
+    instead of O(N log N) (4,096 GPUs took minutes). A training GPU's configuration does not depend on how
+    many others train beside it (two or more: the same DDP shares per GPU), and the objective grows with
+    their number: data parallel over all N GPUs dominates 2..N-1, one GPU stays (no collectives). A vLLM
+    server GPU holds 1/tp of the model whatever the number of copies: s = tp server GPUs fit whenever any
+    multiple of tp does, and leave the most GPUs to train. tests/unit/launcher/test_fit_scale.py checks this against the
+    whole search."""
+    out = [dict(SINGLE_GPU, num_gpus=world) for world in sorted({gpus, 1}, reverse=True)]
+    tp = 1
+    while tp < gpus:
+        out.append({"num_gpus": gpus - tp, "vllm_mode": "server", "vllm_server_gpus": tp, "vllm_tensor_parallel": tp})
+        tp *= 2
+    return out
+
+
 def fit_gpus(rung, model: str, machine, *, pinned=(), measurements=None) -> Fit | None:
     """The most valuable configuration of `model` over the machine's GPUs (their smallest card counts), from
     `rung`'s intent: the solver on every topology, the best by the objective (prompts per hour over every
@@ -160,7 +182,7 @@ def fit_gpus(rung, model: str, machine, *, pinned=(), measurements=None) -> Fit 
     base = rung.model_copy(update={**values, "model": model})
     amb = ambition_of(base, set(pinned), rung.name, arch)
     found = []
-    for topology in topologies(len(machine.gpus)):
+    for topology in candidate_topologies(len(machine.gpus)):
         try:
             found.append(fit(base, gpu, arch=arch, ambition=amb, machine=machine, measurements=measurements,
                              topology=topology))

@@ -41,6 +41,7 @@ from launcher.plan.lengths import CompletionPlan, completion_plan
 from launcher.plan.margins import card_for, estimate_limit, margin_for
 from launcher.plan.speed import StepTime, predict
 from profiles.catalog import Architecture, catalogue_key, resolve, vllm_refuses
+from profiles.keys import safe_name
 from profiles.keys import VLLM_LORA_RANKS
 from profiles.schema import LEVER_KEYS, MEMORY_KEYS
 
@@ -740,7 +741,7 @@ def _nothing_fits(solver: Solver, base, amb: Ambition, usable: float) -> tuple[s
 
 def derived_name(arch: Architecture, p) -> str:
     """fit-MODEL-GxPxL-rR-4bit: what the configuration is, readable in a table and safe as a folder name."""
-    model = "".join(c if c.isalnum() or c in "._-" else "-" for c in catalogue_key(arch.name))[:24]
+    model = safe_name(catalogue_key(arch.name), 24)  # a folder called modèle-été is fit-modele-ete-...
     weights = "4bit" if p.load_in_4bit else "16bit"
     prompts = p.effective_batch // p.num_generations
     generator = "" if p.fast_inference else "-hf"

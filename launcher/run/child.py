@@ -10,13 +10,20 @@ import signal
 import subprocess
 import sys
 import threading
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from launcher.run import distributed
-from contract.attempt import LOG_FILE
+from contract.attempt import LOG_FILE, OUTCOME_FILE
 from contract.errors import EXIT_INTERRUPTED
 
 _TAIL_BYTES = 256 * 1024  # the end of the output, read for an OOM when the child wrote no outcome
+# An attempt that has written its outcome ends itself within trainer.run.EXIT_GRACE_S (60 s); past this the
+# supervisor ends it, so that a run never waits without bound for a process with nothing left to do.
+OUTCOME_GRACE_S = 120.0
+KILL_AFTER_S = 15.0
+OUTCOME_POLL_S = 1.0
 
 
 def parent_death_signal():
@@ -52,6 +59,22 @@ def attempt_command(profile, attempt_dir: Path, resume_from: str | None, overrid
     return [override[0], *argv[1:script], *override[1:], *argv[script + 1:]]
 
 
+@contextmanager
+def signals_forwarded(runner: "ChildRunner"):
+    """SIGINT and SIGTERM go to `runner` while the block runs (each is forwarded to the attempt process, which
+    saves and stops; the caller sees them in runner.signals), the previous handlers afterwards. Handlers can
+    be set in the main thread only; elsewhere nothing changes."""
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, runner.handle_signal)
+    try:
+        yield runner
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 class ChildRunner:
     """Runs one attempt's process, tees its output to the terminal and DIR/train.log, forwards signals."""
 
@@ -64,6 +87,7 @@ class ChildRunner:
         self.forwarded = 0  # how many of `signals` the attempt process has been sent
         # True while a vLLM server loads (minutes): a signal then stops the wait instead of being held
         self.waiting_for_server = False
+        self.remote_code_said: set[str] = set()  # models whose trust_remote_code a caller has said
 
     # Signals arrive in the main thread; the child runs in its own process group so that a terminal's
     # Ctrl-C reaches only the supervisor, which forwards exactly one signal per press (the trainer reads a
@@ -108,15 +132,39 @@ class ChildRunner:
                 os.kill(self.proc.pid, self.signals[-1])
             reader = threading.Thread(target=self._pump, args=(self.proc.stdout, log, tail), daemon=True)
             reader.start()
-            while True:
-                try:
-                    returncode = self.proc.wait()
-                    break
-                except KeyboardInterrupt:  # only when no handler is installed (not the main thread)
-                    continue
+            returncode = self._wait(attempt_dir)
             reader.join(timeout=30)
         self.proc = None
         return returncode, tail.decode("utf-8", errors="replace")
+
+    def _wait(self, attempt_dir: Path) -> int:
+        """The attempt's exit status. Once it has written its outcome it has nothing left to do: if it has not
+        exited OUTCOME_GRACE_S later (a thread someone's code left running, a teardown that hangs), it is ended
+        (SIGTERM, then SIGKILL), and its outcome stands."""
+        proc = self.proc
+        written_at = None
+        ended = 0
+        while True:
+            try:
+                return proc.wait(timeout=OUTCOME_POLL_S)
+            except subprocess.TimeoutExpired:
+                pass
+            except KeyboardInterrupt:  # only when no handler is installed (not the main thread)
+                continue
+            if written_at is None:
+                if (attempt_dir / OUTCOME_FILE).is_file():
+                    written_at = time.monotonic()
+                continue
+            waited = time.monotonic() - written_at
+            if (ended == 0 and waited >= OUTCOME_GRACE_S) or (ended == 1 and waited >= OUTCOME_GRACE_S + KILL_AFTER_S):
+                how = signal.SIGTERM if ended == 0 else signal.SIGKILL
+                try:
+                    os.write(2, f"\nthe attempt (pid {proc.pid}) wrote its outcome {waited:.0f} s ago and has not "
+                                f"exited: ending it ({how.name}); its outcome stands\n".encode())
+                    os.killpg(proc.pid, how)
+                except (ProcessLookupError, PermissionError, OSError):
+                    pass
+                ended += 1
 
     def _pump(self, stream, log, tail: bytearray) -> None:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")

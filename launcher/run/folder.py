@@ -9,6 +9,7 @@ from datetime import datetime
 from pathlib import Path
 
 from contract.errors import UsageError
+from contract.safe_write import dangling_link
 
 LOCK_FILE = "run.lock"
 DAMAGED_SUFFIX = ".damaged"
@@ -21,6 +22,9 @@ def check_output_dir(path: Path, must_exist: bool = False) -> None:
     file system, a read-only mount or a folder without write permission. UsageError names the path and why."""
     path = Path(path)
     absolute = Path(os.path.abspath(path))
+    link = dangling_link(path)
+    if link:
+        raise UsageError(f"--output-dir {path}: {link} (fix: remove or repair the link, or give another folder)")
     for root in _PSEUDO_ROOTS:
         if absolute == root or root in absolute.parents:
             raise UsageError(f"--output-dir {path}: lies under {root}, a kernel file system, not a disk "
@@ -72,6 +76,38 @@ def latest_run_dir(output_dir: Path) -> Path:
     return runs[-1]
 
 
+def _holds(pid: int, lock: Path) -> bool:
+    """Whether process `pid` is the supervisor that wrote `lock`: alive, started before the lock was written
+    (a process started later got a reused pid), and running train.py / grpo-train. What /proc cannot tell
+    (another system) counts as holding."""
+    if not _alive(pid):
+        return False
+    try:
+        written = lock.stat().st_mtime
+    except OSError:
+        written = None
+    started = _start_time(pid)
+    if started is not None and written is not None and started > written + 1.0:
+        return False
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return True
+    return not command or b"train.py" in command or b"grpo-train" in command
+
+
+def _start_time(pid: int) -> float | None:
+    """When process `pid` started (seconds since the epoch), from /proc; None where it cannot be read."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22, after the command name in parentheses
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -96,7 +132,7 @@ class RunLock:
                 fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             except FileExistsError:
                 owner = self._owner()
-                if owner is not None and owner != os.getpid() and _alive(owner):
+                if owner is not None and owner != os.getpid() and _holds(owner, self.path):
                     raise UsageError(f"{self.path.parent}: this run is in use by process {owner} (its "
                                      f"{LOCK_FILE}); a second supervisor would train over the first (fix: wait "
                                      f"for it to end, or stop it: kill -INT {owner})") from None

@@ -106,10 +106,21 @@ def attempts_table(records: list[AttemptRecord]):
     for col in ("#", "profile", "status", "steps", "batch", "vLLM", "memory", "time", "resumed from / change"):
         table.add_column(col, overflow="fold")
     for r in records:
-        s = r.settings or {}
-        batch = f"{s.get('per_device_train_batch_size')} x {s.get('gradient_accumulation_steps')}"
-        vllm = f"{s.get('gpu_memory_utilization'):g}" if s.get("fast_inference") else "-"
-        style = {OK: "green", INTERRUPTED: "magenta", ERROR: "red"}.get(r.status, "yellow")
-        table.add_row(str(r.attempt), escape(str(r.profile)), f"[{style}]{r.status}[/{style}]", str(r.steps),
-                      batch, vllm, escape(_memory_cell(r)), f"{r.duration_s or 0:.0f}s", escape(_change_cell(r)))
+        s = r.settings if isinstance(r.settings, dict) else {}
+        batch = _cell(lambda: f"{s.get('per_device_train_batch_size')} x {s.get('gradient_accumulation_steps')}")
+        vllm = _cell(lambda: f"{s.get('gpu_memory_utilization'):g}" if s.get("fast_inference") else "-")
+        status = str(r.status)
+        style = {OK: "green", INTERRUPTED: "magenta", ERROR: "red"}.get(status, "yellow")
+        table.add_row(escape(str(r.attempt)), escape(str(r.profile)), f"[{style}]{escape(status)}[/{style}]",
+                      escape(str(r.steps)), escape(batch), escape(vllm), escape(_cell(lambda: _memory_cell(r))),
+                      escape(_cell(lambda: f"{r.duration_s or 0:.0f}s")), escape(_cell(lambda: _change_cell(r))))
     return table
+
+
+def _cell(make) -> str:
+    """A table cell from a record read back from attempts.jsonl (a resumed run's, perhaps edited by hand): a
+    field of the wrong type shows as '?' instead of ending the run's report in a traceback."""
+    try:
+        return str(make())
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError):
+        return "?"

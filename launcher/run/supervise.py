@@ -33,8 +33,6 @@ GPUs, the server), launcher.run.narrate (what the terminal is told).
 from __future__ import annotations
 
 import json
-import signal
-import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -47,8 +45,9 @@ from contract import failure
 from contract import oom as oomlib
 from launcher.run.attempts import (AttemptRecord, AttemptResult, read_attempts, read_result,
                                server_failure_result)
-from launcher.run.child import ChildRunner, attempt_command
+from launcher.run.child import ChildRunner, attempt_command, signals_forwarded
 from contract.attempt import ERROR, INTERRUPTED, LOG_FILE, OK, OOM, PLAN_FILE, PROFILE_FILE, SERVER_LOG, attempt_environment, checkpoint_step, latest_checkpoint, relative_path, resolve_path
+from profiles.rules import remote_code_notice
 from profiles.schema import shape_of
 from contract.environment import ENV_ALLOC_CONF, ENV_ESTIMATE_GIB, ENV_INJECT_OOM, ENV_PREDICTED_STEP_S
 from launcher.run.distributed import launch_env
@@ -176,6 +175,10 @@ class Supervisor:
         attempt_dir = self._open_attempt_dir(number, profile)
         estimate_gib = self._estimate_for(profile)
         predicted = self._predicted_for(profile)
+        notice = remote_code_notice(profile)
+        if notice and profile.model not in self.runner.remote_code_said:  # once, before the first load runs it
+            self.runner.remote_code_said.add(profile.model)
+            self.console.print(f"note: {notice}", markup=False, soft_wrap=True)
         narrate.print_start(self.console, number, profile, estimate_gib, self.in_run(resume_from))
         started = time.time()
         env = self._environment(profile, estimate_gib, predicted)
@@ -349,25 +352,21 @@ def supervise(plan, output_dir: Path, overrides: list[str] | None = None, resume
         lock.release()
         return EXIT_FAILURE
     supervisor = Supervisor(plan, run_dir, console, runner, overrides or [], server_command=server_command)
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            previous[signum] = signal.signal(signum, runner.handle_signal)
     try:
-        if resume:
-            code = resume_run(supervisor, run_dir, overrides or [], console, fresh_attempt)
-        else:
-            write_atomic(run_dir / PLAN_FILE, json.dumps(plan.to_json(), indent=2) + "\n")
-            console.print(f"run folder: {run_dir}", markup=False)
-            narrate.print_plan_choice(console, plan)
-            code = supervisor.run(plan.chosen)
-    except OSError as exc:
-        if not write_problem(exc):
-            raise
-        code = _disk_failure(supervisor, exc)
+        with signals_forwarded(runner):
+            try:
+                if resume:
+                    code = resume_run(supervisor, run_dir, overrides or [], console, fresh_attempt)
+                else:
+                    write_atomic(run_dir / PLAN_FILE, json.dumps(plan.to_json(), indent=2) + "\n")
+                    console.print(f"run folder: {run_dir}", markup=False)
+                    narrate.print_plan_choice(console, plan)
+                    code = supervisor.run(plan.chosen)
+            except OSError as exc:
+                if not write_problem(exc):
+                    raise
+                code = _disk_failure(supervisor, exc)
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
         lock.release()
     if supervisor.records:
         console.print(narrate.attempts_table(supervisor.records))

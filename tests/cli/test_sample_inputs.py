@@ -1,6 +1,6 @@
 """`--sample` against what a user's folder may have become since training: a reward file deleted (refused
-with the file named, or replaced with `--set rewards=...`), an adapter moved out of its attempt folder, an
-attempt without an adapter. No model loads here."""
+with the file named when its code is to run, or replaced with `--set rewards=...`), an adapter moved out of its
+attempt folder, an attempt without an adapter. No model loads here."""
 
 from __future__ import annotations
 
@@ -31,18 +31,20 @@ def attempt(tmp_path):
 
 
 def test_a_deleted_reward_file_is_named_and_set_rewards_replaces_it(attempt):
+    # asked to run the run's reward code (--run-rewards), the missing file is named; without it, see
+    # tests/cli/test_sample_code.py
     target = Target(attempt, attempt / "adapter")
     with pytest.raises(ProfileError) as info:
-        profile_of(target, [])
+        profile_of(target, [], run_rewards=True)
     assert info.value.key == "rewards" and "my_rewards.py not found" in str(info.value)
-    profile = profile_of(target, ["rewards={accuracy: 1}"])
+    profile = profile_of(target, ["rewards={accuracy: 1}"], run_rewards=True).profile
     assert profile.rewards == {"accuracy": 1.0}
     assert profile.source.endswith("profile.yaml with --set")
 
 
 def test_a_set_of_another_key_does_not_hide_the_files_mistake(attempt):
     with pytest.raises(ProfileError) as info:
-        profile_of(Target(attempt, attempt / "adapter"), ["max_completion_length=64"])
+        profile_of(Target(attempt, attempt / "adapter"), ["max_completion_length=64"], run_rewards=True)
     assert info.value.key == "rewards"
 
 

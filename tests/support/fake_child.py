@@ -3,7 +3,9 @@
 Called exactly like the real child: `fake_child.py attempt --profile DIR/profile.yaml --attempt-dir DIR
 [--resume-from CHECKPOINT]`. What it does is read from the JSON in FAKE_CHILD_PLAN, keyed by profile name:
 
-  {"NAME": {"do": "ok" | "oom" | "oom_silent" | "unsupported" | "error" | "usage" | "sigkill" | "wait_signal",
+  {"NAME": {"do": "ok" | "linger" | "oom" | "oom_silent" | "unsupported" | "error" | "usage" | "sigkill" |
+                  "wait_signal",
+            "fill_disk": PATH,                 # first write zeros to PATH until its disk is full
             "text": "FILE in tests/data/oom",   # the text to report (OOM, unsupported, or an error's)
             "oom_if_batch_above": N,           # "oom" only while per_device_train_batch_size > N
             "at_step": N}}                     # steps trained (checkpointing by save_steps) before failing
@@ -82,6 +84,8 @@ def outcome(attempt_dir: Path, status: str, steps: int, checkpoint: str | None, 
     data = {"status": status, "steps": steps, "checkpoint": relative_path(checkpoint, attempt_dir),
             "error": text.strip().splitlines()[-1] if text else None, "error_text": text,
             "traceback": text, "peak_gib": 0.5, "estimate_gib": None}
+    if os.environ.get("GRPO_PROBE_ONLY") == "1" and status == "ok":  # a calibration's probe measured this
+        data["probe"] = {"peak_gib": 0.42, "measure": "process RSS"}
     (attempt_dir / ranked("outcome.json")).write_text(json.dumps(data))
 
 
@@ -107,14 +111,25 @@ def main() -> int:
     text = (DATA / plan["text"]).read_text() if plan.get("text") else None
     max_steps, save_steps = profile["max_steps"], profile["save_steps"]
     print(f"fake attempt of {profile['name']}: {what}", flush=True)
+    if plan.get("fill_disk"):  # leave the disk holding this file full, as another program might
+        with open(plan["fill_disk"], "ab", buffering=0) as handle:
+            try:
+                while True:
+                    handle.write(b"\0" * 4096)
+            except OSError:
+                pass
 
     if what == "oom" and profile["per_device_train_batch_size"] <= plan.get("oom_if_batch_above", 0):
         what = "ok"
-    if what == "ok":
+    if what in ("ok", "linger"):
         checkpoint = train(attempt_dir, start, max_steps, save_steps, resume_from)
         if RANK == 0:
             (attempt_dir / "adapter").mkdir(exist_ok=True)
         outcome(attempt_dir, "ok", max_steps, checkpoint)
+        if what == "linger":  # as a reward that leaves a non-daemon thread: the interpreter waits on it forever
+            import threading
+
+            threading.Thread(target=time.sleep, args=(10 ** 6,), name="left-by-a-reward").start()
         return 0
     at = max(plan.get("at_step", start), start)
     checkpoint = train(attempt_dir, start, at, save_steps, resume_from)

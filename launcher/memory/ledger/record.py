@@ -83,10 +83,24 @@ def _injected_here(profile_name: str, environ) -> bool:
 
 
 def record_attempt(profile, plan, record, attempt_dir: Path, warn=None, environ=None) -> Entry | None:
-    """Add what one finished attempt measured: a run or probe that got through is a measurement of its
+    """Add what one finished attempt measured (entry_of_attempt) to the ledger; the entry added, or None when
+    there was nothing to add or it could not be written (a full disk): that costs a warning, never the run."""
+    entry = entry_of_attempt(profile, plan, record, attempt_dir, warn, environ)
+    if entry is None:
+        return None
+    try:
+        append(entry)
+    except OSError as exc:
+        warn_or_print(warn, f"warning: cannot add to the ledger {ledger_path()}: {exc.strerror or exc}")
+        return None
+    return entry
+
+
+def entry_of_attempt(profile, plan, record, attempt_dir: Path, warn=None, environ=None) -> Entry | None:
+    """What one finished attempt measured: a run or probe that got through is a measurement of its
     shape's peak, a genuine OOM a lower bound. An injected OOM is no measurement (the probe's peak before it
     still is); a run with injection writes nothing unless GRPO_TRAIN_LEDGER names a ledger. Attempts that
-    measured nothing add nothing. A ledger that cannot be written costs a warning, never the run."""
+    measured nothing add nothing (None)."""
     global _told_test_run
     environ = os.environ if environ is None else environ
     if test_run_without_ledger(environ):
@@ -113,10 +127,6 @@ def record_attempt(profile, plan, record, attempt_dir: Path, warn=None, environ=
                        measure=measure, timing=timing)
     if entry.peak_gib is not None and (record.status not in ("ok", "oom") or injected):
         entry.status = "probe-ok"  # the probe got through even though the run did not finish
-    try:
-        append(entry)
-    except OSError as exc:
-        warn_or_print(warn, f"warning: cannot add to the ledger {ledger_path()}: {exc.strerror or exc}")
     return entry
 
 

@@ -5,6 +5,7 @@ Nothing here weighs a record (launcher.memory.ledger.weigh) or decides what an a
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -19,6 +20,7 @@ from typing import Any
 
 from contract.attempt import cache_root
 from contract.environment import ENV_LEDGER
+from contract.safe_write import dangling_link
 from profiles.schema import MEMORY_KEYS  # the keys that change how much memory a step needs
 
 LEDGER_FILE = "ledger.jsonl"
@@ -69,6 +71,13 @@ def library_versions() -> dict:
 
 # Figures above this are not a machine's memory (a hand edit, a unit mix-up): the line is skipped.
 MAX_FIGURE_GIB = 65536.0
+# Names (profile, card, status) are short; a longer one is a damaged or hand-made line.
+MAX_NAME_CHARS = 256
+
+
+def _short(value: Any) -> str:
+    text = repr(value) if isinstance(value, (str, int, float, bool, type(None))) else type(value).__name__
+    return text if len(text) <= 60 else text[:57] + "..."
 # What `--forget` takes besides a profile name or a fingerprint: every record.
 FORGET_ALL = "all"
 FIGURE_FIELDS = ("estimate_gib", "peak_gib", "oom_lower_bound_gib", "others_gib")
@@ -105,7 +114,11 @@ class Entry:
 
     @property
     def when(self) -> datetime:
-        return parse_date(self.date)
+        """The date as a datetime, parsed once (weighing sorts by it again and again)."""
+        when = self.__dict__.get("_when")
+        if when is None:
+            when = self.__dict__["_when"] = parse_date(self.date)
+        return when
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True) + "\n"
@@ -115,9 +128,8 @@ class Entry:
         """An entry from one parsed line; ValueError saying which field is wrong when it is not a sound one."""
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
-        known = set(cls.__dataclass_fields__)
         try:
-            entry = cls(**{k: v for k, v in data.items() if k in known})
+            entry = cls(**{k: data[k] for k in _ENTRY_FIELDS if k in data})
         except TypeError:
             missing = [k for k in ("profile", "fingerprint", "machine", "status") if k not in data]
             raise ValueError(f"no {', '.join(missing) or 'required field'}") from None
@@ -127,10 +139,22 @@ class Entry:
     def _check(self) -> None:
         for name in ("profile", "fingerprint", "status"):
             value = getattr(self, name)
-            if not isinstance(value, str) or not value:
-                raise ValueError(f"{name} is {value!r}, not a name")
-        if not isinstance(self.machine, dict) or not isinstance(self.machine.get("device"), str):
-            raise ValueError(f"machine is {self.machine!r}, not a machine")
+            if not isinstance(value, str) or not value or len(value) > MAX_NAME_CHARS:
+                raise ValueError(f"{name} is {_short(value)}, not a name")
+        if self.measure is not None and (not isinstance(self.measure, str) or len(self.measure) > MAX_NAME_CHARS):
+            raise ValueError(f"measure is {_short(self.measure)}, not a description")
+        if self.oom_kind is not None and not isinstance(self.oom_kind, str):
+            raise ValueError(f"oom_kind is {_short(self.oom_kind)}, not a name")
+        machine = self.machine
+        if not isinstance(machine, dict) or not isinstance(machine.get("device"), str):
+            raise ValueError(f"machine is {_short(machine)}, not a machine")
+        # what the listing shows and groups by: a name (text) and a size (a number)
+        name, total = machine.get("name"), machine.get("total_gib")
+        if name is not None and (not isinstance(name, str) or len(name) > MAX_NAME_CHARS):
+            raise ValueError(f"machine name is {_short(name)}, not a name")
+        if total is not None and (isinstance(total, bool) or not isinstance(total, (int, float))
+                                  or not math.isfinite(total) or not 0 <= total <= MAX_FIGURE_GIB):
+            raise ValueError(f"machine total_gib is {_short(total)}, not a number of GiB")
         for name in FIGURE_FIELDS:
             value = getattr(self, name)
             if value is None:
@@ -153,9 +177,12 @@ class Entry:
         if not isinstance(self.date, str):
             raise ValueError(f"date is {self.date!r}, not a date")
         try:
-            parse_date(self.date)
+            self.__dict__["_when"] = parse_date(self.date)
         except ValueError:
             raise ValueError(f"date is {self.date!r}, not a date (YYYY-MM-DDTHH:MM:SS)") from None
+
+
+_ENTRY_FIELDS = tuple(Entry.__dataclass_fields__)
 
 
 def parse_date(text: str) -> datetime:
@@ -195,10 +222,19 @@ def append(entry: Entry, path: Path | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     data = entry.to_json().encode("utf-8")
     with _locked(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT) as fd:
-        written = 0
-        while written < len(data):
-            written += os.write(fd, data[written:])
-        os.fsync(fd)
+        start = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            written = 0
+            while written < len(data):
+                written += os.write(fd, data[written:])
+            os.fsync(fd)
+        except OSError:
+            # a full disk took part of the line: take it back, so that no torn line is left to skip later
+            try:
+                os.ftruncate(fd, start)
+            except OSError:
+                pass
+            raise
     return path
 
 
@@ -209,13 +245,32 @@ def check_writable(path: Path | None = None) -> Path:
     from contract.errors import UsageError
 
     path = Path(path) if path is not None else ledger_path()
+    link = dangling_link(path)
+    if link:
+        raise UsageError(f"cannot write the ledger {path}: {link} (fix: remove or repair the link, or set "
+                         f"{ENV_LEDGER}=FILE to a ledger you can write)")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+        # a full disk still opens a file: write a few records' worth beside the ledger, and sync it
+        probe = path.with_name(f".{path.name}.write-test-{os.getpid()}")
+        try:
+            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.write(fd, b"\0" * WRITE_TEST_BYTES)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        finally:
+            probe.unlink(missing_ok=True)
     except OSError as exc:
-        raise UsageError(f"cannot write the ledger {path}: {exc.strerror or exc} (fix: make it writable, or set "
+        fix = "free some space on that disk" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "make it writable"
+        raise UsageError(f"cannot write the ledger {path}: {exc.strerror or exc} (fix: {fix}, or set "
                          f"{ENV_LEDGER}=FILE to a ledger you can write)") from None
     return path
+
+
+WRITE_TEST_BYTES = 16 * 1024  # a few records: what a calibration appends
 
 
 def read(path: Path | None = None, warn=None) -> list[Entry]:
@@ -271,7 +326,12 @@ def forget(target: str, path: Path | None = None) -> int:
     UsageError when nothing matches (naming what the ledger holds) or the file cannot be rewritten."""
     from contract.errors import UsageError
 
-    path = (Path(path) if path is not None else ledger_path()).resolve()  # a link's file, not the link, is rewritten
+    given = Path(path) if path is not None else ledger_path()
+    link = dangling_link(given)
+    if link:
+        raise UsageError(f"--forget: the ledger {given} cannot be read: {link} (fix: remove or repair the link, or "
+                         f"set {ENV_LEDGER}=FILE)")
+    path = given.resolve()  # a link's file, not the link, is rewritten
     target = target.strip()
     if not target:
         raise UsageError("--forget needs a profile name, a fingerprint or `all` (see `python train.py --ledger`)")

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from contract.environment import ENV_LEDGER
 from launcher.memory.ledger.store import (Entry, fingerprint, ledger_path, machine_identity, read_lines,
                                           same_machine)
 
@@ -155,10 +156,12 @@ def record_effects(entries: list[Entry], machine, now: datetime | None = None) -
 def shape_text(settings: dict) -> str:
     """The keys that tell two shapes of one profile apart at a glance: per-device batch / generations /
     completion tokens, and the LoRA rank."""
-    get = settings.get
-    text = (f"{get('per_device_train_batch_size', '?')} / {get('num_generations', '?')} / "
-            f"{get('max_completion_length', '?')}")
-    return text + (f" r{get('lora_rank')}" if get("lora_rank") else " full")
+    def get(key):  # a whole number, or '?' for anything a damaged line holds there
+        value = settings.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else "?"
+
+    text = f"{get('per_device_train_batch_size')} / {get('num_generations')} / {get('max_completion_length')}"
+    return text + (f" r{get('lora_rank')}" if settings.get("lora_rank") else " full")
 
 
 def accuracy_rows(entries: list[Entry], effects: list[Effect] | None = None) -> list[dict]:
@@ -199,6 +202,13 @@ def ledger_report(machine, path: Path | None = None, warn=None, now: datetime | 
     """What `--ledger` shows, as data (`--ledger --json`): the file, this machine, the rules, each shape's
     figures that count, and every record with its effect here."""
     path = Path(path) if path is not None else ledger_path()
+    from contract.errors import UsageError
+    from contract.safe_write import dangling_link
+
+    link = dangling_link(path)
+    if link:
+        raise UsageError(f"the ledger {path} cannot be read: {link} (fix: remove or repair the link, or set "
+                         f"{ENV_LEDGER}=FILE)")
     entries, bad = read_lines(path, warn)
     effects = record_effects(entries, machine, now)
     here = [machine_identity(machine, "cuda")] if getattr(machine, "primary", None) is not None else []

@@ -9,7 +9,6 @@ objective say what they hold now."""
 from __future__ import annotations
 
 import json
-import statistics
 import time
 from pathlib import Path
 

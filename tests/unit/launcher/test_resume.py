@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -166,7 +167,7 @@ def test_every_checkpoint_damaged_says_it_starts_at_step_1(tmp_path, monkeypatch
 
 def test_a_second_resume_while_the_run_trains_is_refused(tmp_path, monkeypatch):
     run_dir = stopped_run(tmp_path, monkeypatch)
-    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "train.py"])  # a supervisor
     try:
         (run_dir / "run.lock").write_text(f"{owner.pid}\n")
         with pytest.raises(UsageError, match=f"in use by process {owner.pid}"):
@@ -227,9 +228,55 @@ def test_an_attempt_given_a_damaged_checkpoint_refuses_it_before_loading(tmp_pat
 # ---------------------------------------------------------------------------------------------------
 # Fault injection: SIGKILL the real trainer while it writes checkpoints, resume, repeat
 
-def _train_py(*args: str, env: dict) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+# A run that prints nothing for this long has stalled; a slow one (a busy machine) keeps printing its steps.
+STALL_S = 900
+
+
+class _Run:
+    """A train.py process whose output is read as it comes (so that its pipe never fills), and waited for as
+    long as it makes progress, its output growing, never for a fixed time: the machine's load must not decide
+    the test."""
+
+    def __init__(self, *args: str, env: dict):
+        self.proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args], cwd=ROOT, env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines: list[str] = []
+        self.last = time.monotonic()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            self.last = time.monotonic()
+
+    def poll(self):
+        return self.proc.poll()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stalled(self) -> bool:
+        return time.monotonic() - self.last > STALL_S
+
+    def finish(self) -> str:
+        """Its whole output, once it has exited; the test fails if it stops making progress first."""
+        while self.proc.poll() is None:
+            if self.stalled():
+                self.proc.kill()
+                pytest.fail(f"train.py printed nothing for {STALL_S} s: {''.join(self.lines)[-3000:]}")
+            time.sleep(0.2)
+        self.reader.join()
+        return "".join(self.lines)
+
+    @property
+    def returncode(self):
+        return self.proc.returncode
+
+
+def _train_py(*args: str, env: dict) -> _Run:
+    return _Run(*args, env=env)
 
 
 def _children(pid: int) -> list[int]:
@@ -241,13 +288,12 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-def _kill_at_next_checkpoint(proc: subprocess.Popen, run_parent: Path, after_s: float, seen: set,
-                             whole: bool, timeout: float = 120) -> Path | None:
+def _kill_at_next_checkpoint(proc: _Run, run_parent: Path, after_s: float, seen: set,
+                             whole: bool) -> Path | None:
     """Wait for a checkpoint folder that was not there before (with `whole`: for its completeness marker
     too), then SIGKILL the attempt process `after_s` seconds later; the folder (None when the run ended
-    first)."""
-    deadline = time.time() + timeout
-    while time.time() < deadline and proc.poll() is None:
+    first). Waits while the run makes progress (proc.stalled)."""
+    while proc.poll() is None and not proc.stalled():
         fresh = [p for p in run_parent.glob("run-*/attempt-*/checkpoint-*")
                  if p not in seen and p.is_dir() and p.name.split("-")[-1].isdigit()
                  and (not whole or (p / COMPLETE_MARKER).exists())]
@@ -286,7 +332,7 @@ def test_fault_injection_sigkill_during_checkpoint_writes_never_loses_a_whole_ch
     for round_number, (after_s, whole) in enumerate(kill_points):
         proc = _train_py(*(first if round_number == 0 else ["--resume", *common]), env=env)
         killed = _kill_at_next_checkpoint(proc, out, after_s, seen, whole)
-        output, _ = proc.communicate(timeout=120)
+        output = proc.finish()
         assert killed is not None, output[-3000:]
         assert proc.returncode == 1, output[-3000:]  # a plain SIGKILL: an error, not host OOM
         assert "Traceback" not in output.split("attempt 1:")[0]
@@ -306,7 +352,7 @@ def test_fault_injection_sigkill_during_checkpoint_writes_never_loses_a_whole_ch
         assert checkpoint_step(newest) >= newest_step  # what was whole stays whole
         newest_step = checkpoint_step(newest)
     done = _train_py("--resume", *common, env=env)
-    output, _ = done.communicate(timeout=120)
+    output = done.finish()
     assert done.returncode == 0, output[-3000:]
     last = read_attempts(next(out.glob("run-*")))[-1]
     assert last["status"] == "ok" and last["steps"] == 40

@@ -63,7 +63,7 @@ def test_an_empty_question_cell_drops_its_row(tmp_path):
     path = tmp_path / "q.csv"
     path.write_text("question,answer\n" + "".join(f"q{i},{i}\n" if i != 7 else f",{i}\n" for i in range(40)))
     found = tasks.check_data(own(path))
-    assert found.endswith("1 answer unreadable (dropped)"), found
+    assert found.endswith("1 question empty (dropped)"), found  # an empty question, said as one
 
 
 def test_question_field_equal_to_answer_field_is_refused():

@@ -1,0 +1,122 @@
+"""An attempt whose outcome is written ends: a thread someone's code left running (a reward's non-daemon
+thread) cannot hold the process (the attempt's own watchdog) nor the run (the supervisor ends a process that
+lingers after its outcome, and the outcome stands). A KeyboardInterrupt that no signal caused is an error
+naming who raised it, not "stopped by a second signal"."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from contract.errors import SecondSignal
+
+REPO = Path(__file__).resolve().parents[3]
+FAKE_CHILD = [sys.executable, str(REPO / "tests" / "support" / "fake_child.py")]
+
+LINGERING = """
+import sys, threading, time
+sys.path.insert(0, {repo!r})
+from trainer.run import end_within_grace
+threading.Thread(target=time.sleep, args=(10 ** 6,), name="left-by-a-reward").start()
+print("outcome written", flush=True)
+end_within_grace(3, grace_s=0.5)
+"""
+
+
+def test_a_thread_left_running_does_not_hold_the_attempts_exit():
+    done = subprocess.run([sys.executable, "-c", LINGERING.format(repo=str(REPO))], capture_output=True, text=True,
+                          timeout=300)  # a safety net: without the watchdog this never ends
+    assert done.returncode == 3
+    assert "threads still running: 'left-by-a-reward' (time.sleep)" in done.stderr
+
+
+def test_a_process_without_stray_threads_exits_as_usual():
+    code = ("import sys; sys.path.insert(0, %r)\nfrom trainer.run import end_within_grace\n"
+            "end_within_grace(0, grace_s=600)\nsys.exit(4)" % str(REPO))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 4 and "note:" not in done.stderr  # the watchdog (a daemon) held nothing up
+
+
+def test_the_supervisor_ends_an_attempt_that_lingers_after_its_outcome(tmp_path, monkeypatch):
+    from launcher.card.detect import Machine
+    from launcher.plan.choose import make_plan
+    from launcher.run import child
+    from launcher.run.attempts import read_attempts
+    from launcher.run.supervise import supervise
+    from profiles.load import profile_from_dict
+
+    monkeypatch.setattr(child, "OUTCOME_GRACE_S", 0.5)
+    monkeypatch.setattr(child, "KILL_AFTER_S", 0.5)
+    monkeypatch.setattr(child, "OUTCOME_POLL_S", 0.1)
+    monkeypatch.setenv("FAKE_CHILD_PLAN", json.dumps({"a": {"do": "linger"}}))
+    profile = profile_from_dict(dict(device="cpu", model="tiny", fast_inference=False, load_in_4bit=False,
+                                     optim="adamw_torch", dataset="arithmetic", max_seq_length=256,
+                                     max_prompt_length=128, max_steps=4, save_steps=2, eval_samples=0, name="a",
+                                     num_generations=4, max_completion_length=64, per_device_train_batch_size=4),
+                                "<test a>")
+    plan = make_plan([profile], Machine(gpus=[], message="test", host_ram_gib=24.0, host_free_gib=20.0))
+    code = supervise(plan, output_dir=tmp_path / "out", child_command=FAKE_CHILD,
+                     console=Console(file=io.StringIO(), width=200))
+    assert code == 0
+    (run_dir,) = (tmp_path / "out").glob("run-*")
+    (record,) = read_attempts(run_dir)
+    assert record["status"] == "ok" and record["exit_code"] in (-15, -9)  # ended, and its outcome stands
+
+
+def test_a_keyboard_interrupt_no_signal_caused_is_an_error_naming_the_reward(tmp_path):
+    from rewards import user
+    from trainer.run import classify
+
+    path = tmp_path / "r.py"
+    path.write_text("def stop(completions, **kw):\n    raise KeyboardInterrupt\n")
+    reward = user.load(user.parse_spec(f"{path}:stop"))
+    try:
+        reward(prompts=["p"], completions=["c"])
+    except KeyboardInterrupt as exc:
+        raised = exc
+    status, line = classify(raised)
+    assert status == "error" and "reward 'stop'" in line and "no signal was sent" in line
+    assert classify(raised, signalled=True)[0] == "interrupted"
+    assert classify(SecondSignal("second SIGINT")) == ("interrupted", "stopped by a second signal")
+
+
+BUILDING = """
+import sys, time
+sys.path.insert(0, {repo!r})
+from trainer.run import _interruptible, classify
+from trainer.signals import StopFlag
+
+stopper = StopFlag().install()
+
+def build(profile):  # stands for the tiny model's first-use build: minutes of work with nothing to save
+    open({ready!r}, "w").close()
+    while True:
+        time.sleep(0.05)
+
+try:
+    _interruptible(build, stopper)(None)
+except KeyboardInterrupt as exc:
+    print(*classify(exc, signalled=stopper.stopped), sep="|")
+"""
+
+
+def test_a_signal_during_the_first_use_build_stops_it_at_once(tmp_path):
+    import os
+    import signal
+    import time
+
+    ready = tmp_path / "building"
+    proc = subprocess.Popen([sys.executable, "-c", BUILDING.format(repo=str(REPO), ready=str(ready))],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while not ready.exists():  # bounded by progress: the process must still be on its way there
+        assert proc.poll() is None, proc.stderr.read()
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert out.strip() == "interrupted|stopped by a signal", err
+    assert "while building" in err and "thrown away" in err

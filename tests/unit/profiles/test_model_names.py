@@ -1,0 +1,93 @@
+"""Names the tool makes up (a derived profile from a model folder, a profile named by its file) are safe folder
+names whatever the folder or file is called; a model whose every derivation is refused is a refusal, never a
+silent fall back to the shipped rungs sized for other cards."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from contract.errors import ProfileError, UsageError
+from launcher.card.detect import detect_machine
+from launcher.plan import derive
+from profiles.keys import NAME_PATTERN, safe_name
+from profiles.load import load_profile, load_profiles
+
+REPO = Path(__file__).resolve().parents[3]
+LLAMA_1B = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 32,
+            "num_hidden_layers": 16, "num_key_value_heads": 8, "vocab_size": 128256, "tie_word_embeddings": True}
+
+
+def model_folder(tmp_path: Path, name: str) -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(LLAMA_1B), encoding="utf-8")
+    return folder
+
+
+def train_py(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, GRPO_TRAIN_LEDGER=str(tmp_path / "ledger.jsonl"), HF_HUB_OFFLINE="1")
+    return subprocess.run([sys.executable, str(REPO / "train.py"), *args], capture_output=True, text=True, cwd=REPO,
+                          env=env, timeout=300)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("modèle-été", "modele-ete"), ("Qwen2.5-7B-Instruct", "Qwen2.5-7B-Instruct"), ("my model (v2)", "my-model-v2"),
+    (".hidden", "hidden"), ("模型", "profile"), ("a" * 100, "a" * 64),
+])
+def test_safe_name_keeps_the_alphabet_of_names(text, expected):
+    import re
+
+    assert safe_name(text) == expected
+    assert re.fullmatch(NAME_PATTERN, safe_name(text))
+
+
+def test_fit_of_a_folder_with_a_non_ascii_name_prints_a_profile_that_loads_back(tmp_path):
+    folder = model_folder(tmp_path, "modèle-été")
+    done = train_py("fit", str(folder), "--gpu-memory", "16", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    printed = tmp_path / "printed.yaml"
+    printed.write_text(done.stdout, encoding="utf-8")
+    profile = load_profile(printed)
+    assert profile.name.startswith("fit-modele-ete-") and profile.model == str(folder)
+
+
+def test_auto_with_a_non_ascii_model_folder_plans_from_the_derivation_not_the_shipped_rungs(tmp_path):
+    folder = model_folder(tmp_path, "modèle-été")
+    done = train_py("plan", "--gpu-memory", "16", "--set", f"model={folder}", "--json", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    plan = json.loads(done.stdout)
+    assert plan["chosen"].startswith("fit-modele-ete-")
+    assert not any("not a safe folder name" in note for note in plan["notes"])
+
+
+def test_a_profile_file_with_a_non_ascii_name_and_no_name_key_loads(tmp_path):
+    text = (REPO / "profiles" / "cpu-tiny-4gen.yaml").read_text(encoding="utf-8")
+    path = tmp_path / "modèle 2.yaml"
+    path.write_text("\n".join(line for line in text.splitlines() if not line.startswith("name:")) + "\n",
+                    encoding="utf-8")
+    assert load_profile(path).name == "modele-2"
+
+
+def test_a_name_the_user_writes_is_still_checked(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("name: modèle\nmodel: tiny\ndevice: cpu\n", encoding="utf-8")
+    with pytest.raises(ProfileError, match="key 'name'"):
+        load_profile(path)
+
+
+def test_every_derivation_refused_is_a_refusal_not_the_shipped_rungs(monkeypatch):
+    machine = detect_machine(what_if_gib=16)
+    profiles = load_profiles(REPO / "profiles", ["model=unsloth/Llama-3.2-1B-Instruct"], device="cuda")
+
+    def refuse(rung, *args, **kwargs):
+        raise ProfileError(rung.source, "name", "refused for the test", "the fix")
+
+    monkeypatch.setattr(derive, "fit", refuse)
+    with pytest.raises(UsageError, match="could derive no configuration.*refused for the test"):
+        derive.derive_ladder(profiles, "unsloth/Llama-3.2-1B-Instruct", machine)
