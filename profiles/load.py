@@ -178,7 +178,7 @@ def _refuse_empty_values(data: dict, source: str) -> None:
         if value is not None or str(key) not in Profile.model_fields:
             continue
         default = Profile.model_fields[str(key)].get_default(call_default_factory=True)
-        if default == "":
+        if default == "" or default is None:  # empty means none: `delta:` is off, as by default
             continue
         fix = "write system_prompt: \"\" for no system turn, or remove the line for the default" \
             if key == "system_prompt" else f"give a value, or remove the line to keep the default ({default!r})"
