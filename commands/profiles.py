@@ -124,17 +124,40 @@ def _check(args) -> int:
             verdicts.append({"file": name, "ok": False, "error": str(exc)})
             code = EXIT_BAD_INPUT
             continue
+        readings = [reading.to_json() for reading in profile.readings]
         verdicts.append({"file": name, "ok": True, "name": profile.name, "model": profile.model,
-                         "device": profile.device, "ladder": profile.ladder})
+                         "device": profile.device, "ladder": profile.ladder,
+                         "spelling": "TRL / open-r1 names" if readings else "grpo-train", "read": readings,
+                         "loss": {key: getattr(profile, key) for key in LOSS_KEYS}})
     if args.json:
         print(json.dumps({"files": verdicts}, indent=2))
         return code
     for v in verdicts:
         if v["ok"]:
             print(f"ok: {v['file']}: profile '{v['name']}' ({v['model']} on {v['device']}, rung {v['ladder']})")
+            if v["read"]:
+                print(f"  read as a TRL / open-r1 configuration ({len(v['read'])} of its keys in their names):")
+                for reading in v["read"]:
+                    print("    " + _reading_text(reading))
         else:
             print(f"error: {v['error']}", file=sys.stderr)
     return code
+
+
+# The GRPO loss keys `check` states for each file (what the recipe will train with)
+LOSS_KEYS = ("loss_type", "beta", "epsilon", "epsilon_high", "delta", "importance_sampling_level", "scale_rewards",
+             "mask_truncated_completions", "num_iterations")
+
+
+def _reading_text(reading: dict) -> str:
+    from profiles.aliases import RENAMED
+    from profiles.keys import shown
+
+    if reading["kind"] == RENAMED:
+        note = f" ({reading['note']})" if reading["note"] else ""
+        value = reading["value"]
+        return f"{reading['key']} -> {reading['as']}: {value if isinstance(value, dict) else shown(value)}{note}"
+    return f"{reading['key']}: not used: {reading['note']}"
 
 
 def _keys(args) -> int:

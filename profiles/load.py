@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from contract.errors import ProfileError, UsageError
+from profiles.aliases import alias_of, translate
 from profiles.keys import DEFAULT_REWARDS, DEFAULT_TARGET_MODULES, VLLM_LORA_RANKS, suggest
 from profiles.schema import KEYS, Profile, profile_from_dict
 
@@ -154,7 +155,7 @@ def parse_overrides(pairs: list[str] | tuple[str, ...]) -> dict[str, Any]:
             raise UsageError(f"--set {pair!r}: expected KEY=VALUE (e.g. --set lora_rank=32)")
         key, _, raw = pair.partition("=")
         key = key.strip()
-        if key not in KEYS:
+        if key not in KEYS and alias_of(key) is None:
             raise ProfileError("--set", key, "unknown key",
                                suggest(key, KEYS) or "run `python train.py --help` for the keys")
         if not raw.strip():
@@ -168,7 +169,7 @@ def parse_overrides(pairs: list[str] | tuple[str, ...]) -> dict[str, Any]:
             out[key] = raw  # text that is not YAML stays text
         if out[key] is None and raw.strip() not in ("null", "Null", "NULL", "~"):
             out[key] = raw  # YAML reads text led by '#' (a regex such as '#### (.+)') as a comment: nothing
-    return out
+    return translate(out, "--set")[0]  # TRL's and open-r1's names too (profiles.aliases)
 
 
 def _refuse_empty_values(data: dict, source: str) -> None:
@@ -194,6 +195,7 @@ def load_profile(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) 
                            "write the profile's keys, e.g. copy one from profiles/ and edit it")
     if not isinstance(data, dict):
         raise ProfileError(str(path), None, "a profile must be a mapping of keys to values")
+    data, readings = translate(data, str(path))  # TRL's and open-r1's key names (profiles.aliases)
     _refuse_empty_values(data, str(path))
     changes = parse_overrides(overrides)
     try:
@@ -203,9 +205,12 @@ def load_profile(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) 
             raise
         # The --set replaces the very key the file gets wrong (a saved profile whose reward file has since
         # gone, given new rewards): the file with the change is what runs, so that is what is checked.
-        return profile_from_dict({**data, **changes}, f"{path} with --set")
+        profile = profile_from_dict({**data, **changes}, f"{path} with --set")
+        profile.readings = readings
+        return profile
     if changes:
         profile = profile_from_dict({**profile.to_dict(), **changes}, f"{path} with --set")
+    profile.readings = readings
     return profile
 
 

@@ -264,6 +264,8 @@ class Profile(BaseModel):
                                   "in the before/after evaluation", "task", min_length=1)
     # not a YAML key: the file the profile was read from
     source: SkipJsonSchema[str] = Field("", exclude=True)
+    # how the file's keys in TRL's or open-r1's names were read (profiles.aliases.Reading); empty for our own
+    readings: SkipJsonSchema[list] = Field(default_factory=list, exclude=True)
 
     # ------------------------------------------------------------------------------------------------
     @property
@@ -387,7 +389,7 @@ class Profile(BaseModel):
         return self
 
 
-KEYS = tuple(name for name in Profile.model_fields if name != "source")
+KEYS = tuple(name for name in Profile.model_fields if name not in ("source", "readings"))
 
 
 def keys_tagged(tag: str) -> tuple[str, ...]:
