@@ -120,9 +120,10 @@ class EvaluateDuringTraining(TrainerCallback):
             return control
         from evaluation.generate import EvaluationStopped
 
+        # the phase first: a signal that follows the line below finds the evaluation already begun
+        previous, self.signals.phase = self.signals.phase, "evaluating"
         if self.say is not None:
             self.say(f"evaluating at step {step} ...")
-        previous, self.signals.phase = self.signals.phase, "evaluating"
         started = time.perf_counter()
         try:
             result = self.evaluate()
