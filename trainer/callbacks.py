@@ -55,7 +55,7 @@ class TelemetryCallback(TrainerCallback):
             self.final_logs.update(logs)  # the closing summary (train_runtime, train_loss, ...)
             return
         now = time.perf_counter()
-        scored = self.evaluation.take() if self.evaluation is not None else None
+        scored = self.evaluation.at(state.global_step) if self.evaluation is not None else None
         # the evaluation ran between the step and this log: its time is its own, not the step's
         spent = scored["seconds"] if scored else 0.0
         row = {
@@ -112,7 +112,6 @@ class EvaluateDuringTraining(TrainerCallback):
         self.say = say
         self.points: list[dict] = []
         self.seconds = 0.0
-        self._pending: dict | None = None
 
     def on_step_end(self, args, state, control, **kwargs):
         step = state.global_step
@@ -141,16 +140,24 @@ class EvaluateDuringTraining(TrainerCallback):
                  "correct": result["correct"], "total": result["total"],
                  "seconds": round(time.perf_counter() - started, 3)}
         self.points.append(point)
-        self._pending = point
         if self.say is not None:
             self.say(f"evaluation at step {step}: accuracy {point['accuracy']}, well-formed {point['well_formed']} "
                      f"({point['correct']}/{point['total']}, {point['seconds']:.1f} s)")
         return control
 
-    def take(self) -> dict | None:
-        """The evaluation made since the last step's line, once."""
-        point, self._pending = self._pending, None
-        return point
+    def at(self, step: int) -> dict | None:
+        """The evaluation made at `step`, if one was."""
+        return self.points[-1] if self.points and self.points[-1]["step"] == step else None
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        # into the step's log, for the trackers (report_to) that read it after this callback: transformers
+        # files `eval_*` keys under eval/ (TensorBoard: eval/accuracy)
+        point = self.at(state.global_step)
+        if point is not None and logs is not None and ("reward" in logs or "loss" in logs):
+            logs["eval_accuracy"] = point["accuracy"]
+            if point["well_formed"] is not None:
+                logs["eval_well_formed"] = point["well_formed"]
+        return control
 
 
 class StopOnSignal(TrainerCallback):

@@ -8,6 +8,7 @@ the one trainer.backends states.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,6 +137,8 @@ def evaluate_rows(state: AttemptState, loaded: Loaded, rows: list, lora_path: st
                     live_lora=live)
 
 
+# transformers' TensorBoardCallback writes where this variable says (read when the trainer is built)
+TENSORBOARD_DIR_VARIABLE = "TENSORBOARD_LOGGING_DIR"
 # The name Unsloth's vLLM engine knows the live adapter by during training's evaluations (no file is needed)
 EVAL_LORA_NAME = ".eval-lora"
 
@@ -205,10 +208,17 @@ def build_trainer(state: AttemptState, loaded: Loaded, signals) -> Session:
     injector = make_injector(profile, state.estimate_gib)
     if injector is not None:
         callbacks.append(injector)
+    if profile.report_to in ("tensorboard", "all"):
+        # event files in the attempt folder, where `tensorboard --logdir outputs` finds every run
+        os.environ[TENSORBOARD_DIR_VARIABLE] = str(state.attempt_dir / contract.TENSORBOARD_DIR)
     session.trainer = GRPOTrainer(model=loaded.model, reward_funcs=reward_funcs, args=args,
                                   train_dataset=Dataset.from_list(loaded.train_rows),
                                   processing_class=loaded.tokenizer, callbacks=callbacks)
     session.trainer.remove_callback(PrinterCallback)  # our progress line replaces its raw dict per step
+    handler = session.trainer.callback_handler
+    for tracker in [c for c in handler.callbacks if type(c).__module__.endswith("integration_utils")]:
+        handler.callbacks.remove(tracker)  # after ours: the evaluation adds its figures to the step's log first
+        handler.callbacks.append(tracker)
     state.trainer = session.trainer
     return session
 
