@@ -28,6 +28,7 @@ ENV_MAIN_ADDRESS = "GRPO_MAIN_ADDRESS"
 ENV_MAIN_PORT = "GRPO_MAIN_PORT"
 ENV_VLLM_HOST = "GRPO_VLLM_HOST"
 ENV_VLLM_PORT = "GRPO_VLLM_PORT"
+ENV_LLAMA_CPP = "GRPO_LLAMA_CPP"
 # The supervisor's, for one attempt's process
 ENV_ESTIMATE_GIB = "GRPO_ATTEMPT_ESTIMATE_GIB"
 ENV_PROBE_ONLY = "GRPO_PROBE_ONLY"
@@ -52,6 +53,8 @@ VARIABLES: tuple[Variable, ...] = (
              "the trainers)"),
     Variable(ENV_VLLM_PORT, USER, "server mode: the port of the vLLM server (also set by the supervisor for "
              "the trainers)"),
+    Variable(ENV_LLAMA_CPP, USER, "export --gguf: a llama.cpp checkout (or its convert_hf_to_gguf.py); else the "
+             "PATH, ~/llama.cpp and /opt/llama.cpp are looked in"),
     Variable(ENV_ESTIMATE_GIB, SUPERVISOR, "the memory estimate (GiB) the plan judged this attempt by"),
     Variable(ENV_PROBE_ONLY, SUPERVISOR, "1: load, run the worst-case probe, report it, stop (calibrate)"),
     Variable(ENV_RANDOM_WEIGHTS, SUPERVISOR, "1: the model's architecture with random weights, nothing "

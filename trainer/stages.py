@@ -302,6 +302,11 @@ def finish(state: AttemptState, loaded: Loaded, session: Session, before: dict, 
     summary = build_summary(state, loaded.backend, rows, session.reward_names, before, after, train_seconds,
                             len(loaded.train_rows), loaded.dropped, OK)
     summary["generation"] = loaded.generation
+    from trainer.config import PROFILE_LOSS_KEYS
+
+    # what the trainer itself holds (TRL's GRPOConfig, or Unsloth's patched one): the objective trained
+    summary["loss_settings"] = {key: getattr(session.trainer.args, key, None) for key in PROFILE_LOSS_KEYS}
+    summary["loss_settings"]["trainer"] = type(session.trainer).__name__
     from trainer.publish import push
     from trainer.report import evaluation_figures, write_plots, write_report
 
