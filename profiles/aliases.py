@@ -314,8 +314,27 @@ def translate(data: dict, source: str) -> tuple[dict, list[Reading]]:
     return out, readings
 
 
+def aliases_markdown() -> str:
+    """The table as Markdown, by kind (`python train.py profiles aliases`; docs/grpo-settings.md holds it)."""
+    lines = ["| their key | read as | note |", "| --- | --- | --- |"]
+    for kind in (RENAMED, DECIDED, REFUSED):
+        for key, alias in sorted(ALIASES.items()):
+            if alias.kind != kind:
+                continue
+            if kind == RENAMED:
+                shown_as = f"`{alias.ours}`" + (" (same name, converted)" if alias.ours == key else "")
+                note = alias.note
+            elif kind == DECIDED:
+                shown_as, note = "not used", alias.note
+            else:
+                allowed = " (a harmless value is read as not used)" if alias.unless else ""
+                shown_as, note = "refused (exit 2)" + allowed, f"{alias.note}; fix: {alias.fix}"
+            lines.append(f"| `{key}` | {shown_as} | {note.replace('|', '/')} |")
+    return "\n".join(lines) + "\n"
+
+
 def alias_of(key: str) -> Alias | None:
     return ALIASES.get(key)
 
 
-__all__ = ["ALIASES", "DECIDED", "REFUSED", "RENAMED", "Alias", "Reading", "alias_of", "translate"]
+__all__ = ["ALIASES", "DECIDED", "REFUSED", "RENAMED", "Alias", "Reading", "alias_of", "aliases_markdown", "translate"]

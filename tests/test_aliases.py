@@ -277,3 +277,10 @@ def test_both_recipes_train_on_cpu(tmp_path, tiny_cache, name, text):
     assert summary["steps"] == 4 and summary["status"] == "ok"
     assert summary["profile"]["model"] == "tiny"
     assert summary["rewards"]["total"]["first"] is not None and summary["rewards"]["total"]["last"] is not None
+
+
+def test_the_docs_hold_the_current_table():
+    from profiles.aliases import aliases_markdown
+
+    assert aliases_markdown() in (REPO / "docs" / "grpo-settings.md").read_text(), \
+        "docs/grpo-settings.md: paste `python train.py profiles aliases` under its table comment"

@@ -134,3 +134,40 @@ def test_their_cost_in_the_estimate():
     # the distributed estimate counts them the same way
     multi = estimate(load_profile(MULTI, ["num_iterations=4"]))
     assert multi.components["old_logprobs"] > 0
+
+
+# ---------------------------------------------------------------------------------------------------
+# On CPU: a short run per loss type and per importance-sampling level reaches the trainer and trains
+
+RUNS = [("dapo", "token"), ("grpo", "token"), ("dr_grpo", "token"), ("bnpo", "token"), ("cispo", "token"),
+        ("sapo", "token"), ("vespo", "token"), ("luspo", "sequence"), ("grpo", "sequence")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loss, level", RUNS)
+def test_each_loss_type_and_level_trains_on_cpu(tmp_path, tiny_cache, loss, level):
+    import json
+    import math
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "GRPO_TRAIN_CACHE": str(tiny_cache), "PYTHONUNBUFFERED": "1"}
+    env.pop("GRPO_INJECT_OOM", None)
+    attempt = tmp_path / "attempt-01"
+    sets = [f"loss_type={loss}", f"importance_sampling_level={level}", "max_steps=2", "save_steps=2",
+            "eval_samples=0", "train_samples=32", "num_iterations=2" if loss == "grpo" else "beta=0.0"]
+    argv = [sys.executable, str(REPO / "train.py"), "--profile", str(CPU), "--attempt-dir", str(attempt)]
+    for item in sets:
+        argv += ["--set", item]
+    result = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    summary = json.loads((attempt / "summary.json").read_text())
+    held = summary["loss_settings"]  # read from the trainer's own config
+    assert (held["loss_type"], held["importance_sampling_level"]) == (loss, level)
+    assert held["num_iterations"] == (2 if loss == "grpo" else 1)
+    assert summary["steps"] == 2
+    rows = [json.loads(line) for line in (attempt / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(r["loss"] is not None and math.isfinite(r["loss"]) for r in rows)
+    assert summary["rewards"]["total"]["first"] is not None
