@@ -43,6 +43,11 @@ def run(args) -> int:
             raise UsageError(f"--resume: {problem}")
     check_output_dir(Path(args.output_dir), must_exist=args.resume)
     plan, profiles = options.plan_of(args)
+    for profile in profiles:
+        if profile.readings:  # a TRL / open-r1 configuration: say so once, and where the details are
+            print(f"note: {profile.source} is read as a TRL / open-r1 configuration ({len(profile.readings)} of its "
+                  f"keys in their names; `python train.py profiles check {profile.source}` says how each was "
+                  "read)", flush=True)
     from launcher.run.inputs import check_run_inputs
 
     check_run_inputs(profiles, plan, gpu_memory=args.gpu_memory, resume=args.resume)
