@@ -118,3 +118,28 @@ def test_a_signal_during_an_evaluation_stops_it_and_saves_the_step(tmp_path, tra
     rows = [json.loads(line) for line in (attempt_dir / "metrics.jsonl").read_text().splitlines()]
     assert all("eval" not in r for r in rows)  # the stopped evaluation is not recorded as one
     assert not (attempt_dir / "summary.json").exists()  # stopped as the final evaluation stops: no report
+
+
+def test_a_sleeping_engine_is_woken_for_the_evaluation_and_put_back_to_sleep(monkeypatch):
+    from evaluation.generate import _awake
+
+    calls = []
+
+    class Engine:
+        class llm_engine:  # noqa: N801 - vLLM's attribute name
+            @staticmethod
+            def is_sleeping():
+                return True
+
+        def wake_up(self):
+            calls.append("wake_up")
+
+        def sleep(self, level):
+            calls.append(f"sleep {level}")
+
+    monkeypatch.delenv("VLLM_SLEEP_MODE", raising=False)
+    with _awake(Engine()):
+        calls.append("generate")
+    assert calls == ["wake_up", "generate", "sleep 1"]
+    with _awake(None):  # no engine (transformers): nothing to wake
+        pass
