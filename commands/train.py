@@ -45,8 +45,9 @@ def run(args) -> int:
     plan, profiles = options.plan_of(args)
     for profile in profiles:
         if profile.readings:  # a TRL / open-r1 configuration: say so once, and where the details are
-            print(f"note: {profile.source} is read as a TRL / open-r1 configuration ({len(profile.readings)} of its "
-                  f"keys in their names; `python train.py profiles check {profile.source}` says how each was "
+            source = profile.source.removesuffix(" with --set")
+            print(f"note: {source} is read as a TRL / open-r1 configuration ({len(profile.readings)} of its "
+                  f"keys in their names; `python train.py profiles check {source}` says how each was "
                   "read)", flush=True)
     from launcher.run.inputs import check_run_inputs
 
