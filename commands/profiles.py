@@ -1,6 +1,7 @@
 """`profiles`: the shipped ladder and what a profile may say. `list` the rungs, `show NAME` one of them,
 `copy NAME DEST` a rung to edit for your card (in Docker: into a mounted folder, no `docker cp`), `check FILE...`
-validate profiles as a run would, `keys` every profile key with its type, default and range."""
+validate profiles as a run would (and say how TRL / open-r1 key names were read), `keys` every profile key with
+its type, default and range, `aliases` the table of TRL's and open-r1's names."""
 
 from __future__ import annotations
 
@@ -31,12 +32,14 @@ def add_arguments(parser) -> None:
     check.add_argument("files", metavar="FILE", nargs="+")
     options.add_set(check)
     options.add_json(check, "each file's verdict")
+    actions.add_parser("aliases", help="how TRL's and open-r1's key names are read (the table, as Markdown)")
     keys = actions.add_parser("keys", help="every profile key: type, default, range and meaning")
     keys.add_argument("--markdown", action="store_true", help="as the Markdown table of docs/profile-keys.md")
 
 
 def run(args) -> int:
-    return {"list": _list, "show": _show, "copy": _copy, "check": _check, "keys": _keys}[args.action](args)
+    return {"list": _list, "show": _show, "copy": _copy, "check": _check, "keys": _keys,
+            "aliases": _aliases}[args.action](args)
 
 
 def find(name: str, folder: str | Path) -> Path:
@@ -124,17 +127,47 @@ def _check(args) -> int:
             verdicts.append({"file": name, "ok": False, "error": str(exc)})
             code = EXIT_BAD_INPUT
             continue
+        readings = [reading.to_json() for reading in profile.readings]
         verdicts.append({"file": name, "ok": True, "name": profile.name, "model": profile.model,
-                         "device": profile.device, "ladder": profile.ladder})
+                         "device": profile.device, "ladder": profile.ladder,
+                         "spelling": "TRL / open-r1 names" if readings else "grpo-train", "read": readings,
+                         "loss": {key: getattr(profile, key) for key in LOSS_KEYS}})
     if args.json:
         print(json.dumps({"files": verdicts}, indent=2))
         return code
     for v in verdicts:
         if v["ok"]:
             print(f"ok: {v['file']}: profile '{v['name']}' ({v['model']} on {v['device']}, rung {v['ladder']})")
+            if v["read"]:
+                print(f"  read as a TRL / open-r1 configuration ({len(v['read'])} of its keys in their names):")
+                for reading in v["read"]:
+                    print("    " + _reading_text(reading))
         else:
             print(f"error: {v['error']}", file=sys.stderr)
     return code
+
+
+# The GRPO loss keys `check` states for each file (what the recipe will train with)
+LOSS_KEYS = ("loss_type", "beta", "epsilon", "epsilon_high", "delta", "importance_sampling_level", "scale_rewards",
+             "mask_truncated_completions", "num_iterations")
+
+
+def _reading_text(reading: dict) -> str:
+    from profiles.aliases import RENAMED
+    from profiles.keys import shown
+
+    if reading["kind"] == RENAMED:
+        note = f" ({reading['note']})" if reading["note"] else ""
+        value = reading["value"]
+        return f"{reading['key']} -> {reading['as']}: {value if isinstance(value, dict) else shown(value)}{note}"
+    return f"{reading['key']}: not used: {reading['note']}"
+
+
+def _aliases(args) -> int:
+    from profiles.aliases import aliases_markdown
+
+    sys.stdout.write(aliases_markdown())
+    return EXIT_OK
 
 
 def _keys(args) -> int:

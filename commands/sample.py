@@ -24,7 +24,8 @@ EXAMPLES = ("python train.py sample outputs/latest", "python train.py sample out
 
 def add_arguments(parser) -> None:
     parser.add_argument("run_dir", metavar="RUN_DIR_OR_ADAPTER",
-                        help="a run folder (its last finished attempt), one of its attempt folders, or an adapter")
+                        help="a run folder (its final attempt), outputs/latest, one of its attempt folders or "
+                             "RUN/final, or an adapter")
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--prompt", metavar="TEXT", help="answer this question")
     what.add_argument("--from-test", metavar="N", type=int, default=None,
@@ -56,7 +57,9 @@ def _finished(attempt_dir: Path) -> bool:
 def find_target(given: str | Path) -> Target:
     """The attempt folder and adapter for an adapter folder, an attempt folder, or a run folder (its last
     attempt that finished ok)."""
-    path = Path(given).expanduser()
+    from launcher.run.folder import FINAL, follow, stable_target
+
+    path = stable_target(Path(given).expanduser())  # outputs/latest, RUN/final: the folders they name
     if not path.is_dir():
         raise UsageError(f"--sample {given}: no such folder (fix: give a run folder outputs/run-..., one of its "
                          "attempt-* folders, or an adapter/ folder)")
@@ -64,6 +67,9 @@ def find_target(given: str | Path) -> Target:
         return Target(path.parent, path)
     if (path / contract.ADAPTER_DIR).is_dir():
         return Target(path, path / contract.ADAPTER_DIR)
+    final = follow(path / FINAL)  # the run's result, as the supervisor marked it
+    if final is not None and _finished(final):
+        return Target(final, final / contract.ADAPTER_DIR)
     from launcher.run.attempts import read_attempts
 
     named = [path / Path(r.get("attempt_dir", "")).name for r in read_attempts(path) if r.get("status") == contract.OK]

@@ -48,6 +48,8 @@ SERVER_LOG = "vllm-server.log"
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 ADAPTER_DIR = "adapter"
+TENSORBOARD_DIR = "tensorboard"  # report_to: tensorboard writes its event files here
+MERGED_DIR = "merged"            # save_merged / `export`: the merged 16-bit model
 CHECKPOINT_PREFIX = "checkpoint-"
 # Present while the user's own reward code runs (its name and entry inside): a process that ends there without
 # an outcome (os._exit in the reward) is reported as that reward's doing

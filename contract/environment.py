@@ -30,6 +30,7 @@ ENV_VLLM_HOST = "GRPO_VLLM_HOST"
 ENV_VLLM_PORT = "GRPO_VLLM_PORT"
 # The GPU image's: set by the Dockerfile
 ENV_IMAGE = "GRPO_TRAIN_IMAGE"
+ENV_LLAMA_CPP = "GRPO_LLAMA_CPP"
 # The supervisor's, for one attempt's process
 ENV_ESTIMATE_GIB = "GRPO_ATTEMPT_ESTIMATE_GIB"
 ENV_PREDICTED_STEP_S = "GRPO_ATTEMPT_PREDICTED_STEP_S"
@@ -57,6 +58,8 @@ VARIABLES: tuple[Variable, ...] = (
              "the trainers)"),
     Variable(ENV_IMAGE, IMAGE, "1: this process runs in the grpo-train image; a folder it cannot write is "
              "explained as a mount, its fix given as `docker run` options"),
+    Variable(ENV_LLAMA_CPP, USER, "export --gguf: a llama.cpp checkout (or its convert_hf_to_gguf.py); else the "
+             "PATH, ~/llama.cpp and /opt/llama.cpp are looked in"),
     Variable(ENV_ESTIMATE_GIB, SUPERVISOR, "the memory estimate (GiB) the plan judged this attempt by"),
     Variable(ENV_PREDICTED_STEP_S, SUPERVISOR, "the seconds per optimizer step the plan predicted for this attempt"),
     Variable(ENV_PROBE_ONLY, SUPERVISOR, "1: load, run the worst-case probe, report it, stop (calibrate)"),

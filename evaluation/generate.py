@@ -27,16 +27,43 @@ def stop_ids(model, tokenizer) -> list[int]:
 
 
 def generate_vllm(model, prompts: list[list[int]], max_new_tokens: int, lora_path: str | None,
-                  stop_token_ids: list[int] | None = None) -> list[str]:
+                  stop_token_ids: list[int] | None = None, live_lora: bool = False) -> list[str]:
+    """`live_lora`: the adapter as it is in the training model now (Unsloth reads its tensors, as its GRPO
+    trainer does for each generation), named `lora_path`, which need not exist; else the adapter saved there."""
     from vllm import SamplingParams
 
     # every end-of-sequence id stated, as generate_hf gives them: the engine need not have read the model's
     # generation config for them. Token-id prompts are taken as they are.
     params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens, stop_token_ids=list(stop_token_ids or []))
-    lora_request = model.load_lora(str(lora_path)) if lora_path else None
-    outputs = model.fast_generate([{"prompt_token_ids": ids} for ids in prompts], sampling_params=params,
-                                  lora_request=lora_request, use_tqdm=False)
+    lora_request = model.load_lora(str(lora_path), load_tensors=True) if lora_path and live_lora else \
+        model.load_lora(str(lora_path)) if lora_path else None
+    with _awake(getattr(model, "vllm_engine", None)):
+        outputs = model.fast_generate([{"prompt_token_ids": ids} for ids in prompts], sampling_params=params,
+                                      lora_request=lora_request, use_tqdm=False)
     return [out.outputs[0].text for out in outputs]
+
+
+class _awake:
+    """An engine asleep (vLLM sleep mode, Unsloth's standby: its memory lent to training) is woken for this
+    generation and put back to sleep after it, at the level Unsloth's trainer uses."""
+
+    def __init__(self, engine):
+        self.engine, self.slept = engine, False
+
+    def __enter__(self):
+        llm_engine = getattr(self.engine, "llm_engine", None)
+        sleeping = getattr(llm_engine, "is_sleeping", None)
+        if callable(sleeping) and sleeping():
+            self.engine.wake_up()
+            self.slept = True
+        return self
+
+    def __exit__(self, *exc):
+        if self.slept:
+            import os
+
+            self.engine.sleep(int(os.environ.get("VLLM_SLEEP_MODE", 1)))
+        return False
 
 
 def generate_hf(model, tokenizer, prompts: list[list[int]], max_new_tokens: int,
@@ -72,12 +99,14 @@ def generate_hf(model, tokenizer, prompts: list[list[int]], max_new_tokens: int,
 
 
 def generate(model, tokenizer, rows: list[dict], *, max_new_tokens: int, use_vllm: bool,
-             lora_path: str | None = None, stop=None) -> list[str]:
+             lora_path: str | None = None, stop=None, live_lora: bool = False) -> list[str]:
     """Greedy completions for rows of {prompt}, as text. `stop()` true between two batches raises
-    EvaluationStopped (vLLM generates them all in one call)."""
+    EvaluationStopped (vLLM generates them all in one call, after which a stop is checked once)."""
     prompts = prompt_ids(tokenizer, rows)
     if use_vllm:
-        return generate_vllm(model, prompts, max_new_tokens, lora_path, stop_ids(model, tokenizer))
+        if stop is not None and stop():
+            raise EvaluationStopped("stopped before generating")
+        return generate_vllm(model, prompts, max_new_tokens, lora_path, stop_ids(model, tokenizer), live_lora)
     return generate_hf(model, tokenizer, prompts, max_new_tokens, stop=stop)
 
 

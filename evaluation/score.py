@@ -48,13 +48,13 @@ def score(completions: list[str], golds: list, verdicts: list[bool] | None = Non
 
 
 def evaluate(model, tokenizer, rows: list[dict], *, max_new_tokens: int, use_vllm: bool,
-             lora_path: str | None = None, reward=None, stop=None) -> dict:
+             lora_path: str | None = None, reward=None, stop=None, live_lora: bool = False) -> dict:
     """{"accuracy", "correct", "total", "examples"} over rows of {prompt, answer, ...}, judged by `reward`
     (the correctness reward; the accuracy reward when none is given)."""
     if not rows:
         return {"accuracy": None, "correct": 0, "total": 0, "examples": []}
     completions = generate(model, tokenizer, rows, max_new_tokens=max_new_tokens, use_vllm=use_vllm,
-                           lora_path=lora_path, stop=stop)
+                           lora_path=lora_path, stop=stop, live_lora=live_lora)
     verdicts = judge(reward or REWARDS["accuracy"], rows, completions, completion_token_ids(tokenizer, completions))
     result = score(completions, [row.get("answer") for row in rows], verdicts)
     result["well_formed"] = well_formed_share(completions)

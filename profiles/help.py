@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Literal, get_origin
+from types import UnionType
+from typing import Annotated, Literal, Union, get_args, get_origin
 
 import annotated_types
 
@@ -22,6 +23,10 @@ _LIMIT_SIGNS = ((annotated_types.Ge, "ge", ">="), (annotated_types.Gt, "gt", ">"
 
 def _kind(key: str) -> str:
     annotation = Profile.model_fields[key].annotation
+    if get_origin(annotation) in (Union, UnionType):
+        kinds = [a for a in get_args(annotation) if a is not type(None)]
+        named = [getattr(get_args(a)[0] if get_origin(a) is Annotated else a, "__name__", "value") for a in kinds]
+        return " or ".join(named) + (" or empty" if len(kinds) < len(get_args(annotation)) else "")
     if get_origin(annotation) is Literal:
         return "str"
     if get_origin(annotation) is list:
@@ -58,6 +63,8 @@ def schema_help() -> str:
             default = ",".join(default)
         elif default == "":
             default = "(none)"
+        elif default is None:
+            default = "(empty)"
         elif isinstance(default, str) and (len(default) > 40 or "\n" in default):
             default = shown(default.replace("\n", " "))
         limits = _range_text(key)
@@ -89,7 +96,7 @@ def keys_markdown() -> str:
             default = ", ".join(default)
         elif isinstance(default, str) and (len(default) > 40 or "\n" in default):
             default = shown(default.replace("\n", " "))
-        cell = str(default).replace("|", "\\|") if default != "" else "(none)"
+        cell = str(default).replace("|", "\\|") if default not in ("", None) else "(none)"
         lines.append(f"| `{key}` | {_kind(key)} | {cell} | {_range_text(key).replace('|', '/')} | "
                      f"{', '.join(extra.get('tags', ()))} | {info.description.replace('|', '/')} |")
     return "\n".join(lines) + "\n"

@@ -15,6 +15,14 @@ OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adamw_8bit", "adamw_bnb_8bit"
               "paged_adamw_32bit", "adafactor", "sgd")
 SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine")
 VLLM_MODES = ("colocate", "server")
+# TRL 1.15's GRPO loss formulations (GRPOConfig.loss_type), which Unsloth's patched loss implements alike.
+LOSS_TYPES = ("dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+# The loss types whose clipped ratio `delta` caps from above (TRL's two-sided clipping branch).
+DELTA_LOSS_TYPES = ("dapo", "grpo", "dr_grpo", "bnpo", "luspo")
+IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
+SCALE_REWARDS = ("group", "batch", "none")
+# eval_steps: "auto" picks an interval whose evaluations cost about a tenth of training time (or none)
+EVAL_AUTO = "auto"
 # The trackers transformers 5.17 knows (its INTEGRATION_TO_CALLBACK), plus its "none" and "all".
 REPORT_TO = ("none", "all", "azure_ml", "clearml", "codecarbon", "comet_ml", "dagshub", "dvclive", "flyte",
              "kubeflow", "mlflow", "neptune", "swanlab", "tensorboard", "trackio", "wandb")

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from contract.errors import ProfileError, UsageError
+from profiles.aliases import alias_of, translate
 from profiles.keys import DEFAULT_REWARDS, DEFAULT_TARGET_MODULES, VLLM_LORA_RANKS, suggest
 from profiles.schema import KEYS, Profile, profile_from_dict
 
@@ -212,7 +213,7 @@ def parse_overrides(pairs: list[str] | tuple[str, ...]) -> dict[str, Any]:
             raise UsageError(f"--set {pair!r}: expected KEY=VALUE (e.g. --set lora_rank=32)")
         key, _, raw = pair.partition("=")
         key = key.strip()
-        if key not in KEYS:
+        if key not in KEYS and alias_of(key) is None:
             raise ProfileError("--set", key, "unknown key",
                                suggest(key, KEYS) or "run `python train.py --help` for the keys")
         if not raw.strip():
@@ -227,7 +228,7 @@ def parse_overrides(pairs: list[str] | tuple[str, ...]) -> dict[str, Any]:
             out[key] = raw  # text that is not YAML stays text
         if out[key] is None and raw.strip() not in ("null", "Null", "NULL", "~"):
             out[key] = raw  # YAML reads text led by '#' (a regex such as '#### (.+)') as a comment: nothing
-    return out
+    return translate(out, "--set")[0]  # TRL's and open-r1's names too (profiles.aliases)
 
 
 def _refuse_empty_values(data: dict, source: str) -> None:
@@ -237,14 +238,14 @@ def _refuse_empty_values(data: dict, source: str) -> None:
         if value is not None or str(key) not in Profile.model_fields:
             continue
         default = Profile.model_fields[str(key)].get_default(call_default_factory=True)
-        if default == "":
+        if default == "" or default is None:  # empty means none: `delta:` is off, as by default
             continue
         fix = "write system_prompt: \"\" for no system turn, or remove the line for the default" \
             if key == "system_prompt" else f"give a value, or remove the line to keep the default ({default!r})"
         raise ProfileError(source, str(key), "empty value", fix)
 
 
-def read_profile_data(path: str | Path) -> dict:
+def read_profile_data(path: str | Path, readings: list | None = None) -> dict:
     """A profile file's mapping as written, checked as YAML (not yet against the schema)."""
     path = Path(path)
     data = read_yaml(_read_text(path), str(path))
@@ -253,6 +254,9 @@ def read_profile_data(path: str | Path) -> dict:
                            "write the profile's keys, e.g. copy one from profiles/ and edit it")
     if not isinstance(data, dict):
         raise ProfileError(str(path), None, "a profile must be a mapping of keys to values")
+    data, read = translate(data, str(path))  # TRL's and open-r1's key names (profiles.aliases)
+    if readings is not None:  # how each key was read, for `profiles check` and the run's note
+        readings.extend(read)
     _refuse_empty_values(data, str(path))
     return data
 
@@ -260,7 +264,8 @@ def read_profile_data(path: str | Path) -> dict:
 def load_profile(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Profile:
     """Read, validate and override one profile file. Errors name the file (or --set) and the key."""
     path = Path(path)
-    data = read_profile_data(path)
+    readings: list = []
+    data = read_profile_data(path, readings)
     changes = parse_overrides(overrides)
     try:
         profile = profile_from_dict(data, str(path))
@@ -269,9 +274,12 @@ def load_profile(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) 
             raise
         # The --set replaces the very key the file gets wrong (a saved profile whose reward file has since
         # gone, given new rewards): the file with the change is what runs, so that is what is checked.
-        return profile_from_dict({**data, **changes}, f"{path} with --set")
+        profile = profile_from_dict({**data, **changes}, f"{path} with --set")
+        profile.readings = readings
+        return profile
     if changes:
         profile = profile_from_dict({**profile.to_dict(), **changes}, f"{path} with --set")
+    profile.readings = readings
     return profile
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from profiles.keys import DATASETS, KeyProblem, shown, suggest
+from profiles.keys import DATASETS, DELTA_LOSS_TYPES, KeyProblem, shown, suggest
 
 _HUB_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -38,6 +38,30 @@ def check_scale_out(p) -> None:
                              "gradient_checkpointing")
     if p.vllm_tensor_parallel > 1:
         _check_tensor_parallel(p)
+
+
+def check_loss_settings(p) -> None:
+    """The GRPO loss keys against each other: combinations that contradict the method they name, and values
+    TRL would take silently and not use. TRL 1.15 itself only warns about these (luspo at token level, vespo
+    at sequence level) or ignores them (delta outside its clipping branch)."""
+    if p.loss_type == "luspo" and p.importance_sampling_level != "sequence":
+        raise KeyProblem("luspo is a sequence-level loss (LUSPO scales GSPO's sequence ratio by its length)",
+                         "set importance_sampling_level: sequence", "importance_sampling_level")
+    if p.loss_type == "vespo" and p.importance_sampling_level != "token":
+        raise KeyProblem("vespo computes its sequence-level weights itself from per-token ratios",
+                         "set importance_sampling_level: token", "importance_sampling_level")
+    if p.delta is not None:
+        if p.loss_type not in DELTA_LOSS_TYPES:
+            raise KeyProblem(f"delta caps the clipped ratio of {', '.join(DELTA_LOSS_TYPES)}; {p.loss_type} "
+                             "has no such ratio and TRL would ignore it", "remove delta", "delta")
+        if p.delta <= 1 + p.epsilon:
+            raise KeyProblem(f"delta ({p.delta:g}) must exceed 1 + epsilon ({1 + p.epsilon:g}), or it would cut "
+                             "ratios the ordinary clipping keeps", f"use delta above {1 + p.epsilon:g} (e.g. 4)",
+                             "delta")
+    if p.epsilon_high is not None and p.loss_type != "cispo" and p.epsilon_high < p.epsilon:
+        raise KeyProblem(f"epsilon_high ({p.epsilon_high:g}) below epsilon ({p.epsilon:g}) clips increases "
+                         "harder than decreases", "use epsilon_high >= epsilon, or leave it empty (= epsilon)",
+                         "epsilon_high")
 
 
 def _check_tensor_parallel(p) -> None:

@@ -17,10 +17,11 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool,
 from pydantic.json_schema import SkipJsonSchema
 
 from contract.errors import ProfileError
-from profiles.keys import (CHECKPOINTING_MODES, DEFAULT_REWARDS, DEFAULT_TARGET_MODULES,
-                                   NAME_PATTERN, OPTIMIZERS, REPORT_TO, SCHEDULERS, VLLM_LORA_RANKS, VLLM_MODES,
-                                   KeyProblem, safe_name, shown, suggest)
-from profiles.rules import check_rewards_and_dataset, check_scale_out
+from profiles.keys import (CHECKPOINTING_MODES, DEFAULT_REWARDS, DEFAULT_TARGET_MODULES, EVAL_AUTO,
+                           IMPORTANCE_SAMPLING_LEVELS, LOSS_TYPES, NAME_PATTERN, OPTIMIZERS, REPORT_TO,
+                           SCALE_REWARDS, SCHEDULERS, VLLM_LORA_RANKS, VLLM_MODES, KeyProblem, safe_name, shown,
+                           suggest)
+from profiles.rules import check_loss_settings, check_rewards_and_dataset, check_scale_out
 from tasks.prompts import SYSTEM_PROMPT
 
 # ---------------------------------------------------------------------------------------------------
@@ -81,6 +82,30 @@ def _checkpointing(value: Any) -> Any:
     return value.lower() if isinstance(value, str) else value
 
 
+def _scale_rewards(value: Any) -> Any:
+    if isinstance(value, bool):  # TRL reads true as "group" and false as "none"
+        return "group" if value else "none"
+    return value.lower() if isinstance(value, str) else value
+
+
+def _top_k(value: Any) -> Any:
+    value = _whole_number(value)
+    return 0 if value == -1 else value  # vLLM's spelling of "no top-k"; TRL and transformers say 0
+
+
+def _eval_steps(value: Any) -> Any:
+    if isinstance(value, str) and value.strip().lower() == EVAL_AUTO:
+        return EVAL_AUTO
+    try:
+        value = _whole_number(value)
+    except KeyProblem:
+        raise KeyProblem(f"expected '{EVAL_AUTO}' or a whole number of steps, got {shown(value)}",
+                         f"write eval_steps: {EVAL_AUTO}, 0 (off) or N (every N steps)") from None
+    if value < 0:
+        raise KeyProblem(f"{value} must be >= 0", "write 0 to turn evaluation during training off")
+    return value
+
+
 Whole = Annotated[int, BeforeValidator(_whole_number)]
 Number = Annotated[float, BeforeValidator(_number)]
 # What editors are told (profiles/schema.json) is what the validators accept: a list or one comma-separated
@@ -89,6 +114,11 @@ ModuleNames = Annotated[list[str], BeforeValidator(_module_names), WithJsonSchem
     {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
     {"type": "string", "minLength": 1, "description": "comma-separated names"}]})]
 RewardWeights = Annotated[dict[str, float], BeforeValidator(_reward_weights)]
+ScaleRewards = Annotated[Literal[SCALE_REWARDS], BeforeValidator(_scale_rewards), WithJsonSchema({"anyOf": [
+    {"type": "boolean"}, {"type": "string", "enum": list(SCALE_REWARDS)}]})]
+TopK = Annotated[int, BeforeValidator(_top_k), WithJsonSchema({"type": "integer", "minimum": -1})]
+EvalSteps = Annotated[int | str, BeforeValidator(_eval_steps), WithJsonSchema({"anyOf": [
+    {"type": "integer", "minimum": 0}, {"type": "string", "enum": [EVAL_AUTO]}]})]
 
 
 # What a key is to the rest of the project, said once here and read back with `keys_tagged`:
@@ -147,6 +177,11 @@ class Profile(BaseModel):
     num_generations: Whole = _key(4, "completions sampled per prompt (the GRPO group)", "generation", tags=(MEMORY, LEVER), ge=2)
     temperature: Number = _key(1.0, "sampling temperature", "generation", gt=0.0, le=5.0)
     top_p: Number = _key(1.0, "nucleus sampling", "generation", gt=0.0, le=1.0)
+    top_k: TopK = _key(0, "sample from the k likeliest tokens; 0 (or -1) = no limit", "generation", ge=0)
+    min_p: Number | None = _key(None, "drop tokens below min_p x the likeliest token's probability; empty = off",
+                                "generation", ge=0.0, le=1.0)
+    repetition_penalty: Number = _key(1.0, "above 1 penalises tokens already in the prompt or completion; "
+                                      "1 = off", "generation", gt=0.0, le=10.0)
     # --- batch ---
     per_device_train_batch_size: Whole = _key(2, "completions per forward/backward (not prompts)", "batch", tags=(MEMORY, LEVER), ge=1)
     gradient_accumulation_steps: Whole = _key(2, "micro-batches per optimizer step", "batch", tags=(LEVER,), ge=1)
@@ -163,8 +198,29 @@ class Profile(BaseModel):
     warmup_ratio: Number = _key(0.1, "share of max_steps spent warming up", "optimisation", ge=0.0, lt=1.0)
     weight_decay: Number = _key(0.1, "AdamW weight decay", "optimisation", ge=0.0)
     max_grad_norm: Number = _key(0.1, "gradient clipping", "optimisation", gt=0.0)
-    beta: Number = _key(0.0, "KL coefficient; > 0 needs a reference model (a full copy without LoRA)",
-                        "optimisation", tags=(MEMORY,), ge=0.0)
+    beta: Number = _key(0.0, "KL coefficient; > 0 adds a forward pass of the reference model each step (the "
+                        "base with the adapter off; without LoRA, a full copy of the model)", "optimisation",
+                        tags=(MEMORY,), ge=0.0)
+    # --- GRPO loss: TRL's GRPOConfig names, given alike to Unsloth's patched trainer and to plain TRL ---
+    loss_type: Literal[LOSS_TYPES] = _key(
+        "dapo", "how token losses are aggregated: dapo (tokens of the whole batch), grpo (per sequence; with "
+        "importance_sampling_level sequence: GSPO), dr_grpo (a constant), bnpo (tokens of the micro-batch), "
+        "cispo, sapo, luspo (sequence level), vespo", "loss")
+    epsilon: Number = _key(0.2, "clipping: the importance ratio is kept within [1 - epsilon, 1 + epsilon_high]",
+                           "loss", gt=0.0, lt=1.0)
+    epsilon_high: Number | None = _key(None, "upper clipping bound; empty = epsilon (DAPO's clip-higher uses "
+                                       "0.28; for cispo it caps the weight itself, ~5)", "loss", gt=0.0)
+    delta: Number | None = _key(None, "two-sided clipping: the ratio is also capped at delta (INTELLECT-2); "
+                                "empty = off; must exceed 1 + epsilon", "loss", gt=1.0)
+    importance_sampling_level: Literal[IMPORTANCE_SAMPLING_LEVELS] = _key(
+        "token", "importance ratio per token, or one per sequence (GSPO; with loss_type grpo)", "loss")
+    scale_rewards: ScaleRewards = _key("group", "advantages divided by the reward's standard deviation within "
+                                       "each group, the whole batch, or none (Dr. GRPO)", "loss")
+    mask_truncated_completions: StrictBool = _key(False, "leave completions cut at max_completion_length out of "
+                                                  "the loss (DAPO)", "loss")
+    num_iterations: Whole = _key(1, "optimisation passes over each generation batch (GRPO's mu); above 1 "
+                                 "generates every mu steps and adds one forward pass for the old policy's "
+                                 "log-probs", "loss", ge=1, le=64)
     # --- scale-out (more than one GPU: accelerate, DeepSpeed ZeRO, a vLLM server) ---
     num_gpus: Whole = _key(1, "data-parallel world size: training processes, one GPU each (processes on a cpu "
                            "profile); above 1 trains through accelerate without Unsloth", "scale-out", tags=(MEMORY, LEVER), ge=1,
@@ -206,12 +262,17 @@ class Profile(BaseModel):
                                     "<reasoning>/<answer> format instruction); empty = no system turn", "task")
     train_samples: Whole = _key(0, "use only the first N training rows; 0 = all", "task", ge=0)
     eval_samples: Whole = _key(50, "test rows scored before and after training; 0 = skip", "task", ge=0)
+    eval_steps: EvalSteps = _key(EVAL_AUTO, "also score the test rows every N steps during training; 0 = off; "
+                                 "auto = the interval at which evaluating costs about a tenth of training time, "
+                                 "off where none is shorter than the run", "task")
     rewards: RewardWeights = _key(dict(DEFAULT_REWARDS), "reward -> weight: a name from the reward list, "
                                   "path/to/file.py:function or package.module:function", "task")
     correctness: StrictStr = _key("accuracy", "the reward whose full score (1.0) counts an answer as correct "
                                   "in the before/after evaluation", "task", min_length=1)
     # not a YAML key: the file the profile was read from
     source: SkipJsonSchema[str] = Field("", exclude=True)
+    # how the file's keys in TRL's or open-r1's names were read (profiles.aliases.Reading); empty for our own
+    readings: SkipJsonSchema[list] = Field(default_factory=list, exclude=True)
 
     # ------------------------------------------------------------------------------------------------
     @property
@@ -330,6 +391,11 @@ class Profile(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _loss_settings_agree(self) -> "Profile":
+        check_loss_settings(self)
+        return self
+
+    @model_validator(mode="after")
     def _scale_out_fits(self) -> "Profile":
         check_scale_out(self)
         return self
@@ -340,7 +406,7 @@ class Profile(BaseModel):
         return self
 
 
-KEYS = tuple(name for name in Profile.model_fields if name != "source")
+KEYS = tuple(name for name in Profile.model_fields if name not in ("source", "readings"))
 
 
 def keys_tagged(tag: str) -> tuple[str, ...]:

@@ -28,7 +28,8 @@ def _number(value):
 class TelemetryCallback(TrainerCallback):
     """One JSON line per optimizer step in metrics.jsonl, from TRL's per-step log and our own timers."""
 
-    def __init__(self, path: Path, reward_names: list[str], memory, progress=None, signal=None):
+    def __init__(self, path: Path, reward_names: list[str], memory, progress=None, signal=None, evaluation=None):
+        self.evaluation = evaluation  # EvaluateDuringTraining: the evaluation made at this step, if any
         self.path = Path(path)
         self.reward_names = list(reward_names)
         self.memory = memory
@@ -54,6 +55,9 @@ class TelemetryCallback(TrainerCallback):
             self.final_logs.update(logs)  # the closing summary (train_runtime, train_loss, ...)
             return
         now = time.perf_counter()
+        scored = self.evaluation.at(state.global_step) if self.evaluation is not None else None
+        # the evaluation ran between the step and this log: its time is its own, not the step's
+        spent = scored["seconds"] if scored else 0.0
         row = {
             "step": state.global_step,
             "rewards": {name: _number(logs.get(f"rewards/{name}/mean")) for name in self.reward_names},
@@ -66,10 +70,12 @@ class TelemetryCallback(TrainerCallback):
             "grad_norm": _number(logs.get("grad_norm")),
             "learning_rate": _number(logs.get("learning_rate")),
             "group_signal": self.signal.take() if self.signal is not None else None,
-            "step_time": round(now - self._last_log_time, 4),
+            "step_time": round(now - self._last_log_time - spent, 4),
             "time": round(time.time(), 3),
             "memory": self.memory.sample(),
         }
+        if scored:
+            row["eval"] = scored
         self._last_log_time = now
         self.rows.append(row)
         # one whole line per step (never half a record on a full disk or a kill); a step takes seconds, so
@@ -91,6 +97,67 @@ class TelemetryCallback(TrainerCallback):
         pass  # nothing held open: each row was appended whole
 
 
+
+
+class EvaluateDuringTraining(TrainerCallback):
+    """Every `every` steps (trainer.config.eval_interval), score the test rows with the model as it is: the
+    accuracy and the well-formed share go into that step's metrics.jsonl line (TelemetryCallback takes them).
+    A signal during it stops it between two batches, as the final evaluation stops; the step's checkpoint is
+    then saved and training stops."""
+
+    def __init__(self, every: int, evaluate, signals, say=None):
+        self.every = every
+        self.evaluate = evaluate  # () -> evaluation.score.evaluate's result for the test rows
+        self.signals = signals
+        self.say = say
+        self.points: list[dict] = []
+        self.seconds = 0.0
+
+    def on_step_end(self, args, state, control, **kwargs):
+        step = state.global_step
+        if not self.every or step % self.every or step >= state.max_steps or self.signals.stopped:
+            return control
+        from evaluation.generate import EvaluationStopped
+
+        # the phase first: a signal that follows the line below finds the evaluation already begun
+        previous, self.signals.phase = self.signals.phase, "evaluating"
+        if self.say is not None:
+            self.say(f"evaluating at step {step} ...")
+        started = time.perf_counter()
+        try:
+            result = self.evaluate()
+        except EvaluationStopped:
+            result = None
+        finally:
+            self.signals.phase = previous
+            self.seconds += time.perf_counter() - started
+        if result is None or self.signals.stopped:
+            control.should_save = True
+            control.should_training_stop = True
+            if result is None:
+                return control
+        point = {"step": step, "accuracy": result["accuracy"], "well_formed": result.get("well_formed"),
+                 "correct": result["correct"], "total": result["total"],
+                 "seconds": round(time.perf_counter() - started, 3)}
+        self.points.append(point)
+        if self.say is not None:
+            self.say(f"evaluation at step {step}: accuracy {point['accuracy']}, well-formed {point['well_formed']} "
+                     f"({point['correct']}/{point['total']}, {point['seconds']:.1f} s)")
+        return control
+
+    def at(self, step: int) -> dict | None:
+        """The evaluation made at `step`, if one was."""
+        return self.points[-1] if self.points and self.points[-1]["step"] == step else None
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        # into the step's log, for the trackers (report_to) that read it after this callback: transformers
+        # files `eval_*` keys under eval/ (TensorBoard: eval/accuracy)
+        point = self.at(state.global_step)
+        if point is not None and logs is not None and ("reward" in logs or "loss" in logs):
+            logs["eval_accuracy"] = point["accuracy"]
+            if point["well_formed"] is not None:
+                logs["eval_well_formed"] = point["well_formed"]
+        return control
 
 
 class StopOnSignal(TrainerCallback):

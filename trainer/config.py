@@ -3,6 +3,7 @@ path's keywords on any machine and check them against the installed GRPOConfig."
 
 from __future__ import annotations
 
+import math
 import os
 
 from contract.attempt import DEFAULT_VLLM_PORT, VLLM_SERVER_TIMEOUT_S
@@ -12,27 +13,23 @@ from contract.environment import ENV_VLLM_HOST, ENV_VLLM_PORT
 DDP_TIMEOUT_S = 3 * 3600
 
 
-# Every GRPOConfig field that changes the loss or the sampled completions, stated. Unsloth's patched GRPOConfig
-# (single GPU) and plain TRL (under accelerate) default some of them differently; stating them makes both paths
-# train the same objective. Values are TRL 1.15's effective defaults except where noted.
+# Every GRPOConfig field that changes the loss or the sampled completions is stated, never left to a default:
+# Unsloth's patched GRPOConfig (single GPU) and plain TRL (under accelerate) default some of them differently,
+# so stating them makes both paths train the same objective.
+#
+# The ones a profile may set (profiles.schema, section "loss", and top_k / min_p / repetition_penalty), by
+# GRPOConfig name. Their defaults are TRL 1.15's effective ones, with two points to note:
+#  - loss_type "dapo" stated: Unsloth then sets mask_truncated_completions True and epsilon_high 0.28 unless
+#    they are given (rl.py, "The DAPO paper recommends ..."), so both are always given: the profile's values,
+#    and epsilon_high = epsilon when the profile leaves it empty, which is what TRL does with None.
+#  - top_k 0 (no top-k): vLLM 0.32 reads 0 as "off"; Unsloth rewrites 0 to -1 under vLLM, the same thing.
+PROFILE_LOSS_KEYS = ("loss_type", "epsilon", "epsilon_high", "delta", "importance_sampling_level", "scale_rewards",
+                     "mask_truncated_completions", "num_iterations", "beta", "top_k", "min_p",
+                     "repetition_penalty")
+# The ones the project pins (TRL 1.15's effective defaults except where noted):
 #  - vllm_importance_sampling_correction: TRL True, Unsloth False (unsloth/models/rl.py). False: Unsloth's tested
 #    default, and with Unsloth's shared weights vLLM samples from the very weights being trained.
-#  - loss_type "dapo" stated: Unsloth then sets mask_truncated_completions True and epsilon_high 0.28 unless
-#    they are given (rl.py, "The DAPO paper recommends ..."), so both are given: TRL's False and epsilon_high =
-#    epsilon, which is what TRL does with None (grpo_trainer.py).
-#  - top_k 0 (no top-k): vLLM 0.32 reads 0 as "off"; Unsloth rewrites 0 to -1 under vLLM, the same thing.
 LOSS_SETTINGS = {
-    "loss_type": "dapo",
-    "epsilon": 0.2,
-    "epsilon_high": 0.2,
-    "delta": None,
-    "importance_sampling_level": "token",
-    "scale_rewards": "group",
-    "mask_truncated_completions": False,
-    "num_iterations": 1,
-    "top_k": 0,
-    "min_p": None,
-    "repetition_penalty": 1.0,
     "multi_objective_aggregation": "sum_then_normalize",
     "top_entropy_quantile": 1.0,
     "entropy_coef": 0.0,
@@ -44,6 +41,46 @@ LOSS_SETTINGS = {
     "disable_dropout": False,
     "shuffle_dataset": True,
 }
+
+
+def loss_kwargs(profile) -> dict:
+    """The profile's loss and sampling settings as GRPOConfig keywords (see PROFILE_LOSS_KEYS)."""
+    kwargs = {key: getattr(profile, key) for key in PROFILE_LOSS_KEYS}
+    if kwargs["epsilon_high"] is None:
+        kwargs["epsilon_high"] = profile.epsilon
+    return kwargs
+
+
+# Evaluation during training (profile key eval_steps: auto) may take about this share of training time.
+EVAL_TIME_SHARE = 0.1
+# Generating with transformers where training generates with vLLM (under accelerate, rank 0 evaluates with
+# `generate`) is several times slower per completion than the step's own generation.
+GENERATE_VS_VLLM = 5.0
+
+
+def eval_interval(profile) -> tuple[int, str]:
+    """(every how many steps the test rows are scored during training, 0 = never; why, in a few words).
+
+    auto: one evaluation generates eval_samples greedy completions where a step generates effective_batch
+    sampled ones per process and trains on them, so it costs at most eval_samples / effective_batch steps; the
+    interval makes that EVAL_TIME_SHARE of the steps between two evaluations, and is off where that interval
+    is not shorter than the run (the final evaluation is always made)."""
+    if not profile.eval_samples:
+        return 0, "eval_samples is 0"
+    if profile.zero_stage == 3:
+        return 0, "ZeRO-3 partitions the weights across the ranks: rank 0 cannot generate alone"
+    if profile.eval_steps != "auto":
+        every = int(profile.eval_steps)
+        return (every, f"every {every} steps (eval_steps)") if 0 < every < profile.max_steps else \
+            (0, "eval_steps is 0" if not every else f"eval_steps {every} >= max_steps {profile.max_steps}")
+    cost = profile.eval_samples / profile.effective_batch
+    if profile.distributed and profile.fast_inference and profile.device == "cuda":
+        cost *= GENERATE_VS_VLLM
+    every = max(1, math.ceil(cost / EVAL_TIME_SHARE))
+    if every >= profile.max_steps:
+        return 0, (f"auto: one evaluation costs ~{cost:.1f} steps; at a tenth of training time that is every "
+                   f"{every} steps, not shorter than the run ({profile.max_steps})")
+    return every, f"auto: every {every} steps (one evaluation costs ~{cost:.1f} steps, a tenth of the time)"
 
 
 def grpo_config_kwargs(profile, output_dir: str, *, device: str, bf16: bool, use_vllm: bool) -> dict:
@@ -59,7 +96,6 @@ def grpo_config_kwargs(profile, output_dir: str, *, device: str, bf16: bool, use
         "max_completion_length": profile.max_completion_length,
         "temperature": profile.temperature,
         "top_p": profile.top_p,
-        "beta": profile.beta,
         "learning_rate": profile.learning_rate,
         "lr_scheduler_type": profile.lr_scheduler_type,
         # transformers 5 folds warmup_ratio into warmup_steps: a value below 1 is a share of max_steps
@@ -86,6 +122,7 @@ def grpo_config_kwargs(profile, output_dir: str, *, device: str, bf16: bool, use
         "fp16": (not on_cpu) and not bf16,
         "use_vllm": use_vllm,
     }
+    kwargs.update(loss_kwargs(profile))
     kwargs.update(LOSS_SETTINGS)
     if use_vllm:
         # Unsloth's engine already holds this share; TRL's own colocated engine would read it from here.

@@ -61,6 +61,32 @@ def signal_figures(rows: list[dict]) -> dict | None:
     return out
 
 
+def evaluation_figures(before: dict, points: list[dict], after: dict, final_step: int, every: int, why: str,
+                       seconds: float, train_seconds: float, attempt_dir: Path) -> dict:
+    """The held-out accuracy over the run: before training (step 0), every evaluation during it, and after it
+    (the final step); the best of them (accuracy, then well-formed share, then the later step), with the
+    checkpoint that holds it where there is one; and what evaluating during training cost."""
+    curve = []
+    if before.get("accuracy") is not None:
+        curve.append({"step": 0, "accuracy": before["accuracy"], "well_formed": before.get("well_formed"),
+                      "when": "before"})
+    curve += [{"step": p["step"], "accuracy": p["accuracy"], "well_formed": p.get("well_formed"), "when": "during"}
+              for p in points]
+    if after.get("accuracy") is not None:
+        curve.append({"step": final_step, "accuracy": after["accuracy"], "well_formed": after.get("well_formed"),
+                      "when": "after"})
+    best = None
+    if curve:
+        top = max(curve, key=lambda p: (p["accuracy"], p["well_formed"] or 0.0, p["step"]))
+        holder = "adapter" if top["when"] == "after" else None
+        if top["when"] == "during" and (attempt_dir / f"checkpoint-{top['step']}").is_dir():
+            holder = f"checkpoint-{top['step']}"
+        best = {"step": top["step"], "accuracy": top["accuracy"], "well_formed": top["well_formed"],
+                "saved_in": holder}
+    return {"every": every, "why": why, "points": curve, "best": best, "seconds_during_training": round(seconds, 2),
+            "share_of_training_time": round(seconds / train_seconds, 3) if train_seconds > 0 else None}
+
+
 def scored_examples(examples: list[dict], weights: dict) -> list[dict]:
     """Sample answers with each profile reward's score and the weighted total, as GRPO saw them."""
     from rewards import get_reward
@@ -108,7 +134,7 @@ def _plot(plt, attempt_dir: Path, name: str, written: list[str], height: float, 
 
 
 def write_plots(attempt_dir: Path, rows: list[dict], reward_names: list[str], device: str,
-                estimate_gib: float | None, title: str) -> list[str]:
+                estimate_gib: float | None, title: str, curve: list[dict] | None = None) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -140,6 +166,18 @@ def write_plots(attempt_dir: Path, rows: list[dict], reward_names: list[str], de
     signal_rows = [r for r in rows if r.get("group_signal")]
     if signal_rows:
         _plot_signal(plt, attempt_dir, signal_rows, span, title, written)
+
+    if curve and any(p["when"] == "during" for p in curve):
+        with _plot(plt, attempt_dir, "evaluation.png", written, 4, "share of test prompts",
+                   f"{title}: held-out evaluation", "lower right") as ax:
+            steps_at = [p["step"] for p in curve]
+            ax.plot(steps_at, [p["accuracy"] for p in curve], marker="o", color="black", linewidth=2.0,
+                    label="accuracy")
+            formed = [(p["step"], p["well_formed"]) for p in curve if p["well_formed"] is not None]
+            if formed:
+                ax.plot([s for s, _ in formed], [v for _, v in formed], marker="s", color="tab:blue",
+                        linewidth=1.3, linestyle="--", label="well-formed answers")
+            ax.set_ylim(0, 1.02)
 
     mem_steps, mem_values, label = _memory_series(rows, device)
     with _plot(plt, attempt_dir, "memory.png", written, 4, "GiB", f"{title}: memory per step", "lower right") as ax:
@@ -229,6 +267,26 @@ def _signal_lines(signal: dict | None) -> list[str]:
     return lines
 
 
+def _evaluation_lines(evaluation: dict | None) -> list[str]:
+    """The held-out accuracy curve (before, during, after training) and its best step."""
+    if not evaluation or not evaluation["points"]:
+        return []
+    lines = ["", "## Held-out evaluation over the run", ""]
+    lines.append(f"During training: {'every ' + str(evaluation['every']) + ' steps' if evaluation['every'] else 'off'}"
+                 f" ({evaluation['why']})" + (f"; it took {_fmt(evaluation['seconds_during_training'], 1, ' s')}, "
+                                              f"{_fmt(evaluation['share_of_training_time'], 3)} of training time"
+                                              if evaluation["every"] else "") + ".")
+    lines += ["", "| step | when | accuracy | well-formed |", "|---|---|---|---|"]
+    for point in evaluation["points"]:
+        lines.append(f"| {point['step']} | {point['when']} | {_fmt(point['accuracy'])} | "
+                     f"{_fmt(point['well_formed'])} |")
+    best = evaluation.get("best")
+    if best:
+        kept = f", kept in `{best['saved_in']}`" if best.get("saved_in") else ", not saved (no checkpoint at that step)"
+        lines += ["", f"Best: step {best['step']}, accuracy {_fmt(best['accuracy'])}{kept}."]
+    return lines
+
+
 def write_report(attempt_dir: Path, summary: dict) -> None:
     """summary.json and report.md from one summary dict."""
     write_atomic(attempt_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
@@ -261,6 +319,7 @@ def write_report(attempt_dir: Path, summary: dict) -> None:
             continue
         lines.append(f"| {name} | {_fmt(pair['first'])} | {_fmt(pair['last'])} |")
     lines += _signal_lines(summary.get("group_signal"))
+    lines += _evaluation_lines(summary.get("evaluation"))
     lines += ["", "## Plots", ""]
     for plot in summary.get("plots", []):
         lines.append(f"![{plot[:-4]}]({plot})")

@@ -8,6 +8,7 @@ the one trainer.backends states.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,9 @@ class Session:
     reward_names: list
     telemetry: Any = None
     progress: Any = None
+    evaluation: Any = None  # trainer.callbacks.EvaluateDuringTraining, when the profile evaluates during training
+    eval_every: int = 0
+    eval_why: str = ""
 
 
 def load(state: AttemptState) -> Loaded:
@@ -119,14 +123,24 @@ def wait_for_ranks() -> None:
 
 
 def evaluate_rows(state: AttemptState, loaded: Loaded, rows: list, lora_path: str | None = None,
-                  signals=None) -> dict:
+                  signals=None, live: bool = False) -> dict:
     """Accuracy on `rows`: through Unsloth's engine when there is one, else through `generate`. A signal
-    (signals.stopped) between two batches raises evaluation.generate.EvaluationStopped."""
+    (signals.stopped) between two batches raises evaluation.generate.EvaluationStopped. `live`: during
+    training, the adapter as it is now (vLLM reads it from the training model)."""
     from evaluation.score import evaluate
 
     stop = (lambda: signals.stopped) if signals is not None else None
+    if live and loaded.unsloth_vllm and state.profile.uses_lora:
+        lora_path = str(state.attempt_dir / EVAL_LORA_NAME)
     return evaluate(loaded.model, loaded.tokenizer, rows, max_new_tokens=state.profile.max_completion_length,
-                    use_vllm=loaded.unsloth_vllm, lora_path=lora_path, reward=loaded.correctness, stop=stop)
+                    use_vllm=loaded.unsloth_vllm, lora_path=lora_path, reward=loaded.correctness, stop=stop,
+                    live_lora=live)
+
+
+# transformers' TensorBoardCallback writes where this variable says (read when the trainer is built)
+TENSORBOARD_DIR_VARIABLE = "TENSORBOARD_LOGGING_DIR"
+# The name Unsloth's vLLM engine knows the live adapter by during training's evaluations (no file is needed)
+EVAL_LORA_NAME = ".eval-lora"
 
 
 def nothing_left_to_train(state: AttemptState) -> bool:
@@ -177,13 +191,34 @@ def build_trainer(state: AttemptState, loaded: Loaded, signals) -> Session:
         session.telemetry = TelemetryCallback(state.attempt_dir / contract.METRICS_FILE, reward_names,
                                               state.memory, session.progress, signal)
         callbacks.insert(0, session.telemetry)
+    from trainer.config import eval_interval
+
+    session.eval_every, session.eval_why = eval_interval(profile)
+    if session.eval_every and state.main and loaded.eval_rows:
+        from trainer.callbacks import EvaluateDuringTraining
+
+        session.evaluation = EvaluateDuringTraining(
+            session.eval_every, lambda: evaluate_rows(state, loaded, loaded.eval_rows, signals=signals, live=True),
+            signals, say)
+        session.telemetry.evaluation = session.evaluation
+        callbacks.append(session.evaluation)
+        say(f"evaluation during training: {len(loaded.eval_rows)} test prompts, {session.eval_why}")
+    elif state.main:
+        say(f"evaluation during training: off ({session.eval_why if not session.eval_every else 'no test rows'})")
     injector = make_injector(profile, state.estimate_gib)
     if injector is not None:
         callbacks.append(injector)
+    if profile.report_to in ("tensorboard", "all"):
+        # event files in the attempt folder, where `tensorboard --logdir outputs` finds every run
+        os.environ[TENSORBOARD_DIR_VARIABLE] = str(state.attempt_dir / contract.TENSORBOARD_DIR)
     session.trainer = GRPOTrainer(model=loaded.model, reward_funcs=reward_funcs, args=args,
                                   train_dataset=Dataset.from_list(loaded.train_rows),
                                   processing_class=loaded.tokenizer, callbacks=callbacks)
     session.trainer.remove_callback(PrinterCallback)  # our progress line replaces its raw dict per step
+    handler = session.trainer.callback_handler
+    for tracker in [c for c in handler.callbacks if type(c).__module__.endswith("integration_utils")]:
+        handler.callbacks.remove(tracker)  # after ours: the evaluation adds its figures to the step's log first
+        handler.callbacks.append(tracker)
     state.trainer = session.trainer
     return session
 
@@ -267,12 +302,21 @@ def finish(state: AttemptState, loaded: Loaded, session: Session, before: dict, 
     summary = build_summary(state, loaded.backend, rows, session.reward_names, before, after, train_seconds,
                             len(loaded.train_rows), loaded.dropped, OK)
     summary["generation"] = loaded.generation
-    from trainer.publish import push
-    from trainer.report import write_plots, write_report
+    from trainer.config import PROFILE_LOSS_KEYS
 
+    # what the trainer itself holds (TRL's GRPOConfig, or Unsloth's patched one): the objective trained
+    summary["loss_settings"] = {key: getattr(session.trainer.args, key, None) for key in PROFILE_LOSS_KEYS}
+    summary["loss_settings"]["trainer"] = type(session.trainer).__name__
+    from trainer.publish import push
+    from trainer.report import evaluation_figures, write_plots, write_report
+
+    during = session.evaluation
+    summary["evaluation"] = evaluation_figures(before, during.points if during else [], after, state.steps,
+                                               session.eval_every, session.eval_why,
+                                               during.seconds if during else 0.0, train_seconds, attempt_dir)
     summary["hub"] = push(profile, attempt_dir, say)
     summary["plots"] = write_plots(attempt_dir, rows, session.reward_names, loaded.backend.device,
-                                   state.estimate_gib, profile.name)
+                                   state.estimate_gib, profile.name, summary["evaluation"]["points"])
     write_report(attempt_dir, summary)
     trained = (f"reward {summary['rewards']['total']['first']} -> {summary['rewards']['total']['last']}"
                if rows else "no step trained in this attempt")

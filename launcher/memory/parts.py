@@ -225,6 +225,25 @@ def model_states(profile, arch: Architecture, weights: float, element: int, note
     elif stage == 3:
         comp["zero_buckets"] = HALF_BYTES * min(ZERO_BUCKET_ELEMENTS, trainable)
     comp["reference"] = weights if (profile.beta > 0 and not profile.uses_lora) else 0.0
+    comp.update(loss_setting_bytes(profile, notes))
+    return comp
+
+
+def loss_setting_bytes(profile, notes: list[str]) -> dict[str, float]:
+    """What the GRPO loss settings add to a step besides the reference copy (model_states counts it): with
+    num_iterations > 1 TRL keeps the old policy's log-probs of every completion of the generation batch (fp32,
+    one per completion token) for the passes that reuse it. Their time is said in the notes: beta > 0 runs a
+    reference forward pass per micro-batch, num_iterations > 1 one more forward pass per generation batch while
+    generating only every num_iterations steps."""
+    comp: dict[str, float] = {}
+    if profile.beta > 0:
+        how = "the base with the adapter off" if profile.uses_lora else "the reference copy"
+        notes.append(f"beta {profile.beta:g}: a forward pass of {how} per micro-batch for the KL term (time)")
+    if profile.num_iterations > 1:
+        comp["old_logprobs"] = profile.effective_batch * profile.max_completion_length * FULL_BYTES
+        notes.append(f"num_iterations {profile.num_iterations}: completions generated every "
+                     f"{profile.num_iterations} steps; the old policy's log-probs kept for them, one more forward "
+                     "pass per generation batch")
     return comp
 
 

@@ -1,5 +1,7 @@
 """WHERE a run lives: the output folder checked before anything starts, the run folder created or found
-again, its lock (one supervisor at a time), and damaged checkpoints set aside rather than deleted."""
+again, its lock (one supervisor at a time), damaged checkpoints set aside rather than deleted, and the stable
+paths to script against: OUTPUT_DIR/latest -> the newest run folder, RUN_DIR/final -> the attempt whose adapter
+is the run's result."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 
 from contract.errors import UsageError
-from contract.safe_write import dangling_link
+from contract.safe_write import dangling_link, write_atomic
 
 LOCK_FILE = "run.lock"
 DAMAGED_SUFFIX = ".damaged"
@@ -69,6 +71,9 @@ def new_run_dir(output_dir: Path) -> Path:
 
 
 def latest_run_dir(output_dir: Path) -> Path:
+    pointed = follow(Path(output_dir) / LATEST)
+    if pointed is not None and pointed.is_dir() and pointed.name.startswith("run-"):
+        return pointed  # the run `latest` names: the newest started, or the one --resume RUN took up
     runs = sorted((p for p in output_dir.glob("run-*") if p.is_dir()), key=lambda p: (p.stat().st_mtime, p.name))
     if not runs:
         raise UsageError(f"--resume: no run-* folder in {output_dir} (fix: start a run with --auto, or give "
@@ -174,3 +179,91 @@ def set_aside(folder: Path) -> Path | None:
             return None
         return target
     return None
+
+
+# ---------------------------------------------------------------------------------------------------
+# Stable paths: `latest` in the output folder, `final` in a run folder
+
+LATEST = "latest"  # OUTPUT_DIR/latest -> run-<stamp>, the run started (or taken up by --resume) last
+FINAL = "final"    # RUN_DIR/final -> attempt-NN-<profile>, the attempt that finished ok: the run's adapter
+# errno values of a file system that cannot hold symbolic links (FAT, some network and FUSE mounts)
+_NO_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
+
+
+def point(link: Path, target: Path) -> str | None:
+    """Make `link` name `target` (by a relative path, so that a moved output folder keeps working), replacing
+    what it named before in one rename: a reader sees the old target or the new, never none. Where the file
+    system has no links, `link` is a plain file holding that relative path (follow reads both). None when
+    done; else why not, in one line (a pointer is never worth failing a run for)."""
+    link, target = Path(link), Path(target)
+    relative = os.path.relpath(os.path.abspath(target), os.path.abspath(link.parent))
+    if link.is_dir() and not link.is_symlink():
+        return f"{link} is a folder of its own, not a link: not replaced (remove it to get {link.name} back)"
+    tmp = link.with_name(f".{link.name}.tmp-{os.getpid()}")
+    try:
+        tmp.unlink(missing_ok=True)
+        os.symlink(relative, tmp, target_is_directory=True)
+    except OSError as exc:
+        if exc.errno not in _NO_LINKS:
+            return f"cannot point {link} at {target.name}: {exc.strerror or exc}"
+        try:
+            write_atomic(link, relative + "\n")  # the file system has no links: the path, in a plain file
+        except OSError as error:
+            return f"cannot write {link}: {error.strerror or error}"
+        return None
+    try:
+        os.replace(tmp, link)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        return f"cannot point {link} at {target.name}: {exc.strerror or exc}"
+    return None
+
+
+def follow(path: Path) -> Path | None:
+    """The folder a stable path names: a link resolved, or the plain-file stand-in read (relative to its
+    folder); None when `path` is neither (absent, or a folder of its own)."""
+    path = Path(path)
+    if path.is_symlink():
+        return Path(os.path.normpath(path.parent / os.readlink(path)))
+    if path.is_file() and path.name in (LATEST, FINAL):
+        try:
+            text = path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            return None
+        if text and "\n" not in text:
+            return Path(os.path.normpath(path.parent / text))
+    return None
+
+
+def stable_target(given: Path) -> Path:
+    """`given` with a stable path in it (`outputs/latest`, `.../final`, `outputs/latest/final`) replaced by
+    the folder it names, part by part; any other path as it is."""
+    given = Path(given)
+    resolved = Path(given.anchor) if given.is_absolute() else Path()
+    for part in given.parts[1:] if given.is_absolute() else given.parts:
+        resolved = resolved / part
+        if part in (LATEST, FINAL):
+            pointed = follow(resolved)
+            if pointed is not None:
+                resolved = pointed
+    return resolved
+
+
+def point_latest(output_dir: Path, run_dir: Path) -> str | None:
+    return point(Path(output_dir) / LATEST, run_dir)
+
+
+def point_final(run_dir: Path, attempt_dir: Path) -> str | None:
+    return point(Path(run_dir) / FINAL, attempt_dir)
+
+
+def run_folder_of(given: Path) -> Path:
+    """The run folder that `train --resume RUN` names: a run folder, `OUTPUT_DIR/latest`, a run's `final` or one
+    of its attempt folders (their run). UsageError when it is none of them."""
+    path = stable_target(Path(given).expanduser())
+    if path.name.startswith("attempt-"):
+        path = path.parent
+    if not path.is_dir() or not path.name.startswith("run-"):
+        raise UsageError(f"--resume {given}: not a run folder (fix: give outputs/latest, a run-* folder, or "
+                         "--resume alone for the newest run in --output-dir)")
+    return path

@@ -58,7 +58,7 @@ from contract.safe_write import write_atomic
 from launcher.run.fallback import Decision, decide, estimate_of, estimate_profile
 from profiles.schema import Profile
 from launcher.run.resume import resume_run
-from launcher.run.folder import RunLock, latest_run_dir, new_run_dir, set_aside
+from launcher.run.folder import RunLock, latest_run_dir, new_run_dir, point_final, point_latest, set_aside
 from launcher.card.topology import free_port, topology
 from launcher.run.vllm_server import ServerError, start_server
 
@@ -293,6 +293,7 @@ class Supervisor:
         attempt_dir = self.path_of(record.attempt_dir) or self.run_dir
         if record.status == OK:
             self.console.print(f"[green]done[/green]: {escape(str(attempt_dir))}")
+            self._say_problem(point_final(self.run_dir, attempt_dir))  # RUN_DIR/final: the run's adapter
             return EXIT_OK
         if record.status == ERROR and record.exit_code == EXIT_BAD_INPUT:
             # bad input the planner could not see (the data, a setting only the trainer checks): same exit 2
@@ -312,6 +313,10 @@ class Supervisor:
                                "profile would most likely fail the same way")
             return EXIT_FAILURE
         return None
+
+    def _say_problem(self, problem: str | None) -> None:
+        if problem:
+            self.console.print(f"note: {problem}", markup=False, highlight=False)
 
     def decide_after(self, profile: Profile, status: str, report) -> Decision:
         return decide(self.plan, profile, status, report, self.shrunk, self.tried, self.ceiling)
@@ -352,6 +357,7 @@ def supervise(plan, output_dir: Path, overrides: list[str] | None = None, resume
         lock.release()
         return EXIT_FAILURE
     supervisor = Supervisor(plan, run_dir, console, runner, overrides or [], server_command=server_command)
+    supervisor._say_problem(point_latest(output_dir, run_dir))  # OUTPUT_DIR/latest: this run
     try:
         with signals_forwarded(runner):
             try:

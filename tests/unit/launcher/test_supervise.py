@@ -252,7 +252,8 @@ def test_oom_then_shrink_then_ok(tmp_path, monkeypatch):
     # nothing deleted: both attempts' folders and the plan stay
     run_dir = run_folder(tmp_path)
     assert records[0]["attempt_dir"] == "attempt-01-a"  # relative: the run folder may be moved
-    assert sorted(p.name for p in run_dir.iterdir()) == ["attempt-01-a", "attempt-02-a", "attempts.jsonl", "plan.json"]
+    assert sorted(p.name for p in run_dir.iterdir()) == ["attempt-01-a", "attempt-02-a", "attempts.jsonl", "final",
+                                                         "plan.json"]
     assert json.loads((run_dir / "plan.json").read_text())["chosen"] == "a"
 
 
