@@ -254,10 +254,10 @@ def read_profile_data(path: str | Path, readings: list | None = None) -> dict:
                            "write the profile's keys, e.g. copy one from profiles/ and edit it")
     if not isinstance(data, dict):
         raise ProfileError(str(path), None, "a profile must be a mapping of keys to values")
+    _refuse_empty_values(data, str(path))  # before the names are read: a key left empty is never dropped unseen
     data, read = translate(data, str(path))  # TRL's and open-r1's key names (profiles.aliases)
     if readings is not None:  # how each key was read, for `profiles check` and the run's note
         readings.extend(read)
-    _refuse_empty_values(data, str(path))
     return data
 
 
