@@ -8,7 +8,6 @@ libraries this project runs.
 from __future__ import annotations
 
 import io
-import subprocess
 import sys
 from pathlib import Path
 
@@ -255,16 +254,6 @@ def test_explain_file_exit_codes(tmp_path, capsys, monkeypatch):
     assert "KV cache needed     1.00 GiB for one sequence of 8192 tokens" in capsys.readouterr().out
 
 
-def test_train_py_explain_oom_from_stdin():
-    done = subprocess.run([sys.executable, str(ROOT / "train.py"), "--explain-oom", "-"],
-                          input=text("torch_logits_gib.txt"), capture_output=True, text=True, cwd=ROOT,
-                          timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert "shortfall 3.29 GiB (asked - free)" in done.stdout
-    missing = subprocess.run([sys.executable, str(ROOT / "train.py"), "--explain-oom", "no-such-file.txt"],
-                             capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert missing.returncode == 2
-    assert "no-such-file.txt: file not found" in missing.stderr
 
 
 def test_injected_message_reads_like_a_real_one():

@@ -27,7 +27,6 @@ from profiles.schema import profile_from_dict
 from launcher.run.fallback import shrink_after_oom
 from profiles.catalog import resolve
 from profiles.load import load_profile, load_profiles
-from support.cli import train_py
 
 ROOT = Path(__file__).resolve().parents[3]
 PROFILES = ROOT / "profiles"
@@ -223,46 +222,10 @@ def test_planning_a_model_stays_instant():
 # ---------------------------------------------------------------------------------------------------
 # The command line
 
-def test_fit_prints_a_profile_that_loads(tmp_path):
-    done = train_py("--fit", "--set", "model=Qwen/Qwen3-4B", "--gpu-memory", "15", "--gpu-name", "Tesla T4")
-    assert done.returncode == 0, done.stderr
-    assert "# predicted: " in done.stdout and "prompts per hour" in done.stdout
-    assert "# prompts per step limited by" in done.stdout and "# completion cap: gsm8k" in done.stdout
-    assert "# the ambition at one prompt a step needs" in done.stdout
-    path = tmp_path / "fit.yaml"
-    path.write_text(done.stdout)
-    profile = load_profile(path)
-    assert profile.model == "Qwen/Qwen3-4B" and profile.name.startswith("fit-qwen3-4b-")
-    planned = train_py("--profile", str(path), "--dry-run", "--json", "--gpu-memory", "15", "--gpu-name",
-                       "Tesla T4")
-    plan = json.loads(planned.stdout)
-    assert plan["chosen"] == profile.name and plan["candidates"][0]["fits"]
 
 
-def test_fit_refusals_and_nothing_fits(tmp_path):
-    no_model = train_py("--fit", "--gpu-memory", "24")
-    assert no_model.returncode == 2 and "--set model=" in no_model.stderr
-    both = train_py("--fit", "--auto", "--set", "model=Qwen/Qwen3-4B", "--gpu-memory", "24")
-    assert both.returncode == 2
-    none = train_py("--fit", "--set", "model=Qwen/Qwen3-14B", "--gpu-memory", "8")
-    assert none.returncode == 3 and "nothing fits" in none.stderr and "a card of" in none.stderr
-    as_json = train_py("--fit", "--json", "--set", "model=Qwen/Qwen3-4B", "--gpu-memory", "24")
-    data = json.loads(as_json.stdout)
-    assert data["settings"]["model"] == "Qwen/Qwen3-4B" and data["need_gib"] <= data["usable_gib"]
 
 
-def test_auto_with_a_model_plans_derived_configurations_with_settings(tmp_path):
-    done = train_py("--auto", "--dry-run", "--json", "--set", "model=microsoft/phi-4", "--gpu-memory", "15",
-                    "--gpu-name", "Tesla T4")
-    assert done.returncode == 0, done.stderr
-    plan = json.loads(done.stdout)
-    assert plan["chosen"].startswith("fit-phi-4-")
-    chosen = next(c for c in plan["candidates"] if c["profile"] == plan["chosen"])
-    settings = chosen["settings"]
-    assert settings["model"] == "microsoft/phi-4" and settings["load_in_4bit"] is True
-    assert settings["effective_batch"] % settings["num_generations"] == 0
-    assert any("fit solver" in note for note in plan["notes"])
-    assert all(c["settings"]["model"] == "microsoft/phi-4" for c in plan["candidates"])
 
 
 def test_a_rung_for_its_own_model_is_kept_as_written():
@@ -321,15 +284,6 @@ def test_several_gpus_search_spreads_the_run_and_each_gpu_fits():
     assert fit_gpus(rung, "unsloth/Llama-3.1-8B-Instruct", machine(24.0)) is None  # one GPU: nothing to spread
 
 
-def test_auto_with_gpus_chooses_the_spread_configuration(tmp_path):
-    done = train_py("--auto", "--dry-run", "--json", "--set", "model=Qwen/Qwen3-8B", "--gpu-memory", "24",
-                    "--gpus", "2")
-    assert done.returncode == 0, done.stderr
-    plan = json.loads(done.stdout)
-    chosen = next(c for c in plan["candidates"] if c["profile"] == plan["chosen"])
-    assert chosen["gpus"] == 2 and chosen["settings"]["model"] == "Qwen/Qwen3-8B"
-    assert chosen["settings"]["num_gpus"] + (chosen["settings"]["vllm_server_gpus"]
-                                             if chosen["settings"]["vllm_mode"] == "server" else 0) == 2
 
 
 def test_a_local_model_folder_is_fitted_from_its_config(tmp_path):

@@ -47,23 +47,8 @@ def test_safe_name_keeps_the_alphabet_of_names(text, expected):
     assert re.fullmatch(NAME_PATTERN, safe_name(text))
 
 
-def test_fit_of_a_folder_with_a_non_ascii_name_prints_a_profile_that_loads_back(tmp_path):
-    folder = model_folder(tmp_path, "modèle-été")
-    done = train_py("fit", str(folder), "--gpu-memory", "16", tmp_path=tmp_path)
-    assert done.returncode == 0, done.stderr[-2000:]
-    printed = tmp_path / "printed.yaml"
-    printed.write_text(done.stdout, encoding="utf-8")
-    profile = load_profile(printed)
-    assert profile.name.startswith("fit-modele-ete-") and profile.model == str(folder)
 
 
-def test_auto_with_a_non_ascii_model_folder_plans_from_the_derivation_not_the_shipped_rungs(tmp_path):
-    folder = model_folder(tmp_path, "modèle-été")
-    done = train_py("plan", "--gpu-memory", "16", "--set", f"model={folder}", "--json", tmp_path=tmp_path)
-    assert done.returncode == 0, done.stderr[-2000:]
-    plan = json.loads(done.stdout)
-    assert plan["chosen"].startswith("fit-modele-ete-")
-    assert not any("not a safe folder name" in note for note in plan["notes"])
 
 
 def test_a_profile_file_with_a_non_ascii_name_and_no_name_key_loads(tmp_path):

@@ -1,0 +1,104 @@
+"""The `fit` command as a user types it: the printed profile loads back, pins, refusals and exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from launcher.card.detect import detect_machine
+from launcher.memory.estimate import estimate
+from contract import oom as oom
+from launcher.plan.derive import best_fit
+from launcher.plan.speed import predict
+from profiles.schema import profile_from_dict
+from profiles.catalog import resolve
+from profiles.load import load_profile, load_profiles
+from support.cli import train_py
+
+ROOT = Path(__file__).resolve().parents[2]
+PROFILES = ROOT / "profiles"
+DATA = Path(__file__).resolve().parents[2] / "tests" / "data" / "oom"
+
+
+def machine(gib: float, name: str | None = None):
+    return detect_machine(what_if_gib=gib, what_if_name=name)
+
+
+def rungs(overrides=()):
+    return load_profiles(PROFILES, list(overrides), device="cuda")
+
+
+def best(model: str, gib: float, name: str | None = None, overrides=(), **kw):
+    m = machine(gib, name)
+    return best_fit(rungs(overrides), model, m.primary, machine=m, **kw)[0]
+
+
+def notebook(settings: dict):
+    return profile_from_dict({"dataset": "gsm8k", **settings}, "<notebook>")
+
+
+def _per_hour(profile, gib: float, name: str) -> float:
+    m = machine(gib, name)
+    arch = resolve(profile.model)
+    return predict(profile, arch, m.primary, estimate(profile, arch, m.primary)).prompts_per_hour
+
+
+SUBSET_MODELS = ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-4B", "unsloth/Llama-3.1-8B-Instruct", "microsoft/phi-4",
+                 "Qwen/Qwen3-14B")
+
+
+SUBSET_CARDS = ((8.0, None), (12.0, None), (15.0, "Tesla T4"), (24.0, "NVIDIA GeForce RTX 4090"),
+                (80.0, "A100 80GB"))
+
+
+def test_fit_prints_a_profile_that_loads(tmp_path):
+    done = train_py("--fit", "--set", "model=Qwen/Qwen3-4B", "--gpu-memory", "15", "--gpu-name", "Tesla T4")
+    assert done.returncode == 0, done.stderr
+    assert "# predicted: " in done.stdout and "prompts per hour" in done.stdout
+    assert "# prompts per step limited by" in done.stdout and "# completion cap: gsm8k" in done.stdout
+    assert "# the ambition at one prompt a step needs" in done.stdout
+    path = tmp_path / "fit.yaml"
+    path.write_text(done.stdout)
+    profile = load_profile(path)
+    assert profile.model == "Qwen/Qwen3-4B" and profile.name.startswith("fit-qwen3-4b-")
+    planned = train_py("--profile", str(path), "--dry-run", "--json", "--gpu-memory", "15", "--gpu-name",
+                       "Tesla T4")
+    plan = json.loads(planned.stdout)
+    assert plan["chosen"] == profile.name and plan["candidates"][0]["fits"]
+
+
+def test_fit_refusals_and_nothing_fits(tmp_path):
+    no_model = train_py("--fit", "--gpu-memory", "24")
+    assert no_model.returncode == 2 and "--set model=" in no_model.stderr
+    both = train_py("--fit", "--auto", "--set", "model=Qwen/Qwen3-4B", "--gpu-memory", "24")
+    assert both.returncode == 2
+    none = train_py("--fit", "--set", "model=Qwen/Qwen3-14B", "--gpu-memory", "8")
+    assert none.returncode == 3 and "nothing fits" in none.stderr and "a card of" in none.stderr
+    as_json = train_py("--fit", "--json", "--set", "model=Qwen/Qwen3-4B", "--gpu-memory", "24")
+    data = json.loads(as_json.stdout)
+    assert data["settings"]["model"] == "Qwen/Qwen3-4B" and data["need_gib"] <= data["usable_gib"]
+
+
+def test_auto_with_a_model_plans_derived_configurations_with_settings(tmp_path):
+    done = train_py("--auto", "--dry-run", "--json", "--set", "model=microsoft/phi-4", "--gpu-memory", "15",
+                    "--gpu-name", "Tesla T4")
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    assert plan["chosen"].startswith("fit-phi-4-")
+    chosen = next(c for c in plan["candidates"] if c["profile"] == plan["chosen"])
+    settings = chosen["settings"]
+    assert settings["model"] == "microsoft/phi-4" and settings["load_in_4bit"] is True
+    assert settings["effective_batch"] % settings["num_generations"] == 0
+    assert any("fit solver" in note for note in plan["notes"])
+    assert all(c["settings"]["model"] == "microsoft/phi-4" for c in plan["candidates"])
+
+
+def test_auto_with_gpus_chooses_the_spread_configuration(tmp_path):
+    done = train_py("--auto", "--dry-run", "--json", "--set", "model=Qwen/Qwen3-8B", "--gpu-memory", "24",
+                    "--gpus", "2")
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    chosen = next(c for c in plan["candidates"] if c["profile"] == plan["chosen"])
+    assert chosen["gpus"] == 2 and chosen["settings"]["model"] == "Qwen/Qwen3-8B"
+    assert chosen["settings"]["num_gpus"] + (chosen["settings"]["vllm_server_gpus"]
+                                             if chosen["settings"]["vllm_mode"] == "server" else 0) == 2

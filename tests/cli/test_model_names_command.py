@@ -1,0 +1,48 @@
+"""Model folders with any name, through fit and plan on the command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+from profiles.load import load_profile
+
+REPO = Path(__file__).resolve().parents[2]
+LLAMA_1B = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 32,
+            "num_hidden_layers": 16, "num_key_value_heads": 8, "vocab_size": 128256, "tie_word_embeddings": True}
+
+
+def model_folder(tmp_path: Path, name: str) -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(LLAMA_1B), encoding="utf-8")
+    return folder
+
+
+def train_py(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, GRPO_TRAIN_LEDGER=str(tmp_path / "ledger.jsonl"), HF_HUB_OFFLINE="1")
+    return subprocess.run([sys.executable, str(REPO / "train.py"), *args], capture_output=True, text=True, cwd=REPO,
+                          env=env, timeout=300)
+
+
+def test_fit_of_a_folder_with_a_non_ascii_name_prints_a_profile_that_loads_back(tmp_path):
+    folder = model_folder(tmp_path, "modèle-été")
+    done = train_py("fit", str(folder), "--gpu-memory", "16", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    printed = tmp_path / "printed.yaml"
+    printed.write_text(done.stdout, encoding="utf-8")
+    profile = load_profile(printed)
+    assert profile.name.startswith("fit-modele-ete-") and profile.model == str(folder)
+
+
+def test_auto_with_a_non_ascii_model_folder_plans_from_the_derivation_not_the_shipped_rungs(tmp_path):
+    folder = model_folder(tmp_path, "modèle-été")
+    done = train_py("plan", "--gpu-memory", "16", "--set", f"model={folder}", "--json", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    plan = json.loads(done.stdout)
+    assert plan["chosen"].startswith("fit-modele-ete-")
+    assert not any("not a safe folder name" in note for note in plan["notes"])
