@@ -1,8 +1,9 @@
 """Two "machines" on this one, started as slurm/grpo-train.sbatch starts its training nodes: the same
 `python train.py train` twice, each with what `srun --ntasks-per-node=1` gives a task (SLURM_STEP_NUM_NODES,
 SLURM_PROCID, SLURM_STEP_NODELIST, SLURM_JOB_ID), meeting at a c10d rendezvous on 127.0.0.1 and training the
-tiny model with DDP (gloo) across both. An OOM injected on machine 1 alone gives both the same fallback; a
-machine killed whole mid-run fails the attempt as a lost node within the rendezvous timeout, and
+tiny model with DDP (gloo) across both. The first test runs the job script itself, with stand-ins for `srun` and
+`scontrol` (tests/slurm_shim) that start its tasks here. An OOM injected on machine 1 alone gives both the same
+fallback; a machine killed whole mid-run fails the attempt as a lost node within the rendezvous timeout, and
 `train --resume` on both continues from the last checkpoint. (NCCL and a real network are not exercised here.)"""
 
 from __future__ import annotations
@@ -92,15 +93,29 @@ def the_run(tmp_path: Path) -> Path:
     return next((tmp_path / "out").glob("run-*"))
 
 
+SHIM = Path(__file__).resolve().parent / "slurm_shim"
+
+
 @pytest.mark.slow
-def test_two_machines_train_with_ddp_and_take_the_same_fallback(tmp_path):
-    pair_profiles(tmp_path / "profiles")
-    port = free_port()
-    procs = [machine(tmp_path, 1, port, log="m1.log", GRPO_INJECT_OOM="pair-8gen@2"),  # machine 1 alone
-             machine(tmp_path, 0, port, log="m0.log")]
-    codes = wait_all(procs)
-    logs = [(tmp_path / name).read_text() for name in ("m0.log", "m1.log")]
-    assert codes == [0, 0], logs[0][-4000:] + logs[1][-4000:]
+def test_the_job_script_trains_two_machines_with_ddp_and_both_take_the_same_fallback(tmp_path):
+    profiles = pair_profiles(tmp_path / "profiles")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GRPO_", "SLURM_", "FAKE_"))}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    env.update({"PATH": f"{SHIM}{os.pathsep}{env['PATH']}", "SLURM_JOB_ID": "4242",
+                "SLURM_JOB_NODELIST": "127.0.0.1,localhost", "SERVER_NODE": "0", "PYTHON": sys.executable,
+                "GRPO_MAIN_PORT": str(free_port()), "GRPO_RDZV_TIMEOUT": str(RDZV_S),
+                "GRPO_TRAIN_LEDGER": str(tmp_path / "ledger.jsonl"), "PYTHONUNBUFFERED": "1",
+                "FAKE_SRUN_TASK_ENV": json.dumps({"1": {"GRPO_INJECT_OOM": "pair-8gen@2"}})})  # machine 1 alone
+    with open(tmp_path / "job.log", "w") as log:
+        job = subprocess.Popen(["bash", str(REPO / "slurm" / "grpo-train.sbatch"), str(profiles),
+                                str(tmp_path / "out")], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+        code = wait_all([job])[0]
+    text = (tmp_path / "job.log").read_text()
+    assert code == 0, text[-6000:]
+    assert "training nodes: 127.0.0.1,localhost; vLLM server node: none" in text
+    assert "grpo-train exit status: 0" in text
+    logs = [text, "\n".join(line for line in text.splitlines() if line.startswith("machine-1:"))]
     run = the_run(tmp_path)
     records = read_attempts(run)
     # the OOM of machine 1's rank is the attempt's; both machines shrink, then fall back, the same way
@@ -109,8 +124,7 @@ def test_two_machines_train_with_ddp_and_take_the_same_fallback(tmp_path):
     assert records[1]["shrink"] == {"per_device_train_batch_size": [8, 4], "gradient_accumulation_steps": [1, 2]}
     assert records[0]["oom"]["site"] == "logits/log-probs"
     assert records[2]["resumed_from"] == records[0]["checkpoint"]  # the global step went on
-    for text in (logs[1], logs[0]):
-        assert "attempt 2" in text and "attempt 3" in text
+    assert "machine-1: attempt 2 pair-8gen" in logs[1]
     assert "machine-1: attempt 3 pair-4gen (pair-8gen was already shrunk once; falling back to pair-4gen" in logs[1]
     # DDP across both machines: two ranks, one on each, joined at c10d, trained every step
     last = run / records[2]["attempt_dir"]
