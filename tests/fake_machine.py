@@ -5,7 +5,7 @@
     fake_machine.py serve [--output-dir DIR]   # as `train.py serve`: the vLLM server's own node
 
 Where it stands comes from the environment (GRPO_* or SLURM's), as for the real commands. FAKE_SERVER_PIDS names
-the file the fake servers write their pids to.
+the file the fake servers write their pids to; FAKE_SERVER_FAIL_WITH a text a fake server fails with.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ def fake_server() -> list[str]:
     command = [sys.executable, str(HERE / "fake_vllm_server.py")]
     if os.environ.get("FAKE_SERVER_PIDS"):
         command += ["--pid-file", os.environ["FAKE_SERVER_PIDS"]]
+    if os.environ.get("FAKE_SERVER_FAIL_WITH"):  # a file whose text the server prints before it exits 1
+        command += ["--fail-with", os.environ["FAKE_SERVER_FAIL_WITH"]]
     return command
 
 

@@ -350,3 +350,19 @@ def test_the_old_spelling_plans_for_nodes_too(capsys):
         ["plan", "--nodes", "2", "--gpus-per-node", "4"]
     assert main(["--auto", "--nodes", "2"]) == 2
     assert "--nodes only applies to --dry-run (the `plan` command)" in capsys.readouterr().err
+
+
+def test_every_grpo_variable_is_a_row_of_the_contracts_table():
+    import re
+
+    from contract.environment import VARIABLES
+
+    declared = {name for v in VARIABLES for name in v.name.split(" / ")}
+    used = set()
+    for path in [*REPO.glob("*.py"), *REPO.glob("[!.]*/**/*.py"), REPO / "slurm" / "grpo-train.sbatch",
+                 REPO / "docs" / "scale-out.md"]:
+        if ".venv" in path.parts or path.parts[len(REPO.parts)] in ("tests", "tests_vllm"):
+            continue
+        used |= set(re.findall(r"\bGRPO_[A-Z][A-Z_]*[A-Z]\b", path.read_text(encoding="utf-8")))
+    assert used - declared == set()
+    assert {"GRPO_RUN_ID", "GRPO_SERVER_NODE", "GRPO_VLLM_GROUP_PORT", "GRPO_RDZV_TIMEOUT"} <= used  # it read the source

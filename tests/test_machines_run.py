@@ -101,23 +101,33 @@ def test_machine_1s_oom_gives_both_machines_the_same_fallback(tmp_path):
     assert "machine-1: attempt 2 pair-8gen (halving per_device_train_batch_size 8 -> 4" in logs["machine-1"]
 
 
-def test_a_server_node_serves_both_machines_at_the_address_they_compute(tmp_path):
+def run_with_a_server_node(tmp_path: Path, machine_0: dict | None = None, machine_1: dict | None = None,
+                           server: dict | None = None) -> tuple[dict, dict, int, Path]:
+    """Machine 0, machine 1 and a server node of their own; (exit codes, logs, the server's port, output)."""
     port, out = free_port(), tmp_path / "out"
-    pids = tmp_path / "server.pids"
     server_port, group_port = free_port(), free_port()
     shared = {"GRPO_SERVER_NODE": "127.0.0.1", "GRPO_VLLM_PORT": str(server_port),
-              "GRPO_VLLM_GROUP_PORT": str(group_port), "CUDA_VISIBLE_DEVICES": "0", "FAKE_SERVER_PIDS": str(pids)}
+              "GRPO_VLLM_GROUP_PORT": str(group_port), "CUDA_VISIBLE_DEVICES": "0",
+              "FAKE_SERVER_PIDS": str(tmp_path / "server.pids")}
     train = ["train", "--profile", str(REPO / "profiles" / "multi-2x24gb-llama3.1-8b.yaml"), "--set", "num_gpus=2",
              "--set", "max_steps=4", "--set", "save_steps=2", "--gpu-memory", "24", "--gpus", "1",
              "--output-dir", str(out)]
-    serve_env = machine_env(tmp_path, None, port, **shared)
+    serve_env = machine_env(tmp_path, None, port, **shared, **(server or {}))
     for name in ("GRPO_NUM_MACHINES", "GRPO_MAIN_ADDRESS"):
         serve_env.pop(name)  # the server node stands in no rendezvous
     procs = {"server": start(["serve", "--output-dir", str(out)], serve_env, tmp_path / "server.log"),
-             "machine-1": start(train, machine_env(tmp_path, 1, port, **shared), tmp_path / "machine-1.log"),
-             "machine-0": start(train, machine_env(tmp_path, 0, port, **shared), tmp_path / "machine-0.log")}
+             "machine-1": start(train, machine_env(tmp_path, 1, port, **shared, **(machine_1 or {})),
+                                tmp_path / "machine-1.log"),
+             "machine-0": start(train, machine_env(tmp_path, 0, port, **shared, **(machine_0 or {})),
+                                tmp_path / "machine-0.log")}
     codes = finish(procs)
     logs = {name: (tmp_path / f"{name}.log").read_text() for name in procs}
+    return codes, logs, server_port, out
+
+
+def test_a_server_node_serves_both_machines_at_the_address_they_compute(tmp_path):
+    pids = tmp_path / "server.pids"
+    codes, logs, server_port, out = run_with_a_server_node(tmp_path)
     assert codes == {"server": 0, "machine-1": 0, "machine-0": 0}, "\n".join(t[-2500:] for t in logs.values())
     run = next(out.glob("run-*"))
     records = read_attempts(run)
@@ -135,3 +145,19 @@ def test_a_server_node_serves_both_machines_at_the_address_they_compute(tmp_path
     plan = json.loads((run / "plan.json").read_text())
     assert "the vLLM server node's GPUs are taken to be like this machine's" in " ".join(plan["notes"])
     assert [n["role"] for n in plan["candidates"][0]["nodes"]] == ["training", "training", "vLLM server"]
+
+
+def test_a_server_that_fails_on_its_node_stops_the_attempt_on_every_machine(tmp_path):
+    waits = json.dumps({"multi-2x24gb-llama3.1-8b": {"do": "wait_signal"}})  # trainers waiting for the server
+    peer_lost = json.dumps({"multi-2x24gb-llama3.1-8b": {"do": "peer_lost"}})
+    codes, logs, _port, out = run_with_a_server_node(
+        tmp_path, machine_0={"FAKE_CHILD_PLAN": waits}, machine_1={"FAKE_CHILD_PLAN": peer_lost},
+        server={"FAKE_SERVER_FAIL_WITH": str(HERE / "data" / "oom" / "vllm_kv_cache.txt")})
+    assert len(set(codes.values())) == 1, logs  # every machine ends with machine 0's status
+    records = read_attempts(next(out.glob("run-*")))
+    first = records[0]
+    # machine 0 read the server node's failure (an OOM of vLLM's share), not its own stopped trainer
+    assert (first["status"], first["oom"]["kind"]) == ("oom", "vllm"), logs["machine-0"][-3000:]
+    state = json.loads((next(out.glob("run-*")) / first["attempt_dir"] / "vllm-server.json").read_text())
+    assert state["status"] == "failed" and "exited with status 1" in state["error"]
+    assert first["duration_s"] < 60  # stopped when the server failed, not at the trainers' 60 s wait

@@ -2,7 +2,9 @@
 
 A training machine (rank N > 0) runs each attempt machine 0 decides, in the same attempt folder, with the same
 profile, checkpoint and estimate, its own ranks joining machine 0's through the c10d rendezvous; its output
-goes to train-machine-N.log there. The vLLM server's own node (`train.py serve`) starts `trl vllm-serve` for
+goes to train-machine-N.log there. When machine 0 decides again while this machine's part still runs (machine
+0's ended first, e.g. its vLLM server node failed), this machine stops its part instead of waiting for peers
+that are gone. The vLLM server's own node (`train.py serve`) starts `trl vllm-serve` for
 each attempt that generates through a server, says in the attempt folder whether it came up, and stops it when
 machine 0 decides the next step. Both end with the exit status machine 0 ends with. The handshake is
 launcher.run.machines'.
@@ -46,6 +48,40 @@ def _restore(previous: dict) -> None:
         signal.signal(signum, handler)
 
 
+class _StopWhen:
+    """While an attempt's process runs: ask it to stop (SIGTERM to its process group) once `moved_on()`."""
+
+    def __init__(self, moved_on, runner, interval: float = 1.0):
+        self.moved_on, self.runner, self.interval = moved_on, runner, interval
+        self.fired = False
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="machine 0 watch", daemon=True)
+
+    def start(self) -> "_StopWhen":
+        self._thread.start()
+        return self
+
+    def _watch(self) -> None:
+        while not self._done.wait(self.interval):
+            try:
+                moved = self.moved_on()
+            except OSError:
+                continue
+            if moved:
+                self.fired = True
+                proc = self.runner.proc
+                if proc is not None and proc.poll() is None:
+                    try:
+                        os.killpg(proc.pid, signal.SIGTERM)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+                return
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(timeout=self.interval + 1)
+
+
 def follow_run(output_dir: Path, console=None, child_command: list[str] | None = None) -> int:
     """Training machine N > 0: run every attempt machine 0 decides; machine 0's exit status."""
     from launcher.run.supervise import attempt_env
@@ -76,9 +112,14 @@ def follow_run(output_dir: Path, console=None, child_command: list[str] | None =
             env = attempt_env(profile, decision.estimate_gib)
             argv = attempt_command(profile, attempt_dir, str(resume_from) if resume_from else None,
                                    runner.override, env=env)
-            returncode, _tail = runner.run_argv(argv, attempt_dir, env)
-            say(f"{me}: attempt {decision.attempt} ended here with exit {returncode}; waiting for machine 0's "
-                "decision")
+            watch = _StopWhen(follower.moved_on, runner).start()
+            try:
+                returncode, _tail = runner.run_argv(argv, attempt_dir, env)
+            finally:
+                watch.stop()
+            said = " (machine 0 had moved on)" if watch.fired else ""
+            say(f"{me}: attempt {decision.attempt} ended here with exit {returncode}{said}; waiting for machine "
+                "0's decision")
     except MachineTimeout as exc:
         say(f"error: {exc}")
         return EXIT_FAILURE

@@ -230,6 +230,18 @@ class Follower:
         if beat != self._beat:
             self._beat, self._alive_at = beat, time.monotonic()
 
+    def _newer(self) -> Decision | None:
+        decision = Decision.from_dict(_read_json(self.folder / DECISION_FILE))
+        if decision is not None and decision.session == self.session and decision.seq > self.seq \
+                and (decision.machines or {}).get(self.machine) == self.token:
+            return decision
+        return None
+
+    def moved_on(self) -> bool:
+        """Whether machine 0 has decided again since the decision this machine runs (its attempt is over
+        there: this machine's part of it can only wait for peers that are gone)."""
+        return self._newer() is not None
+
     def next_decision(self, stopped=lambda: False) -> Decision:
         """The next decision of machine 0 that names this machine. MachineTimeout when machine 0 has not beaten
         its heartbeat for the timeout (it is gone, or this machine cannot see the shared folder)."""
@@ -237,9 +249,8 @@ class Follower:
         while True:
             self._refresh()
             self._machine_0_alive()
-            decision = Decision.from_dict(_read_json(self.folder / DECISION_FILE))
-            if decision is not None and decision.session == self.session and decision.seq > self.seq \
-                    and (decision.machines or {}).get(self.machine) == self.token:
+            decision = self._newer()
+            if decision is not None:
                 self.seq = decision.seq
                 return decision
             if stopped():
