@@ -53,7 +53,7 @@ def job_file(output_dir: Path, name: str) -> Path:
     return Path(output_dir) / f"job-{name}.json"
 
 
-def _read_json(path: Path) -> dict | None:
+def read_json(path: Path) -> dict | None:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -138,7 +138,7 @@ class Coordinator:
                      f"(up to {self.timeout_s:.0f} s)")
         while True:
             for machine in self.others:
-                answer = _read_json(self.folder / f"{machine}.json") or {}
+                answer = read_json(self.folder / f"{machine}.json") or {}
                 if answer.get("answering") == self.session and answer.get("token"):
                     self.heard[machine] = answer["token"]
             missing = [m for m in self.others if m not in self.heard]
@@ -211,7 +211,7 @@ class Follower:
 
     def _refresh(self) -> bool:
         """Read the job's pointer; answer a session not answered yet. False while there is none."""
-        pointer = _read_json(job_file(self.output_dir, self.name)) or {}
+        pointer = read_json(job_file(self.output_dir, self.name)) or {}
         run, session = pointer.get("run"), pointer.get("session")
         if not run or not session:
             return False
@@ -226,12 +226,12 @@ class Follower:
         return True
 
     def _machine_0_alive(self) -> None:
-        beat = (_read_json(self.folder / MAIN_FILE) or {}).get("beat")
+        beat = (read_json(self.folder / MAIN_FILE) or {}).get("beat")
         if beat != self._beat:
             self._beat, self._alive_at = beat, time.monotonic()
 
     def _newer(self) -> Decision | None:
-        decision = Decision.from_dict(_read_json(self.folder / DECISION_FILE))
+        decision = Decision.from_dict(read_json(self.folder / DECISION_FILE))
         if decision is not None and decision.session == self.session and decision.seq > self.seq \
                 and (decision.machines or {}).get(self.machine) == self.token:
             return decision

@@ -428,7 +428,7 @@ def _run_folder(output_dir: Path, job: str | None, resume: bool) -> Path:
     if not resume:
         return new_run_dir(output_dir)
     if job is not None:
-        named = (machineslib._read_json(machineslib.job_file(output_dir, job)) or {}).get("run")
+        named = (machineslib.read_json(machineslib.job_file(output_dir, job)) or {}).get("run")
         if named and (output_dir / named).is_dir():
             return output_dir / named
     return latest_run_dir(output_dir)
