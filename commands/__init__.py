@@ -15,6 +15,7 @@ import sys
 # name -> module, in the order the help lists them
 COMMANDS = {
     "train": "commands.train",
+    "serve": "commands.serve",
     "plan": "commands.plan",
     "cards": "commands.cards",
     "fit": "commands.fit",

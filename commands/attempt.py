@@ -51,10 +51,13 @@ def model_to_load(profile) -> tuple[str, dict | None]:
 def run_one_attempt(profile_file: str, overrides: list[str], attempt_dir: str, resume_from: str | None) -> int:
     from contract.errors import EXIT_INTERRUPTED
     from profiles.load import load_profile
-    from trainer.run import end_within_grace, run_attempt
+    from trainer.run import end_within_grace, restart_point, run_attempt
     from trainer.signals import exit_on_signal
 
     profile = load_profile(profile_file, overrides)
+    code, resume_from = restart_point(Path(attempt_dir), resume_from)
+    if code is not None:  # a restart inside a multi-node attempt whose failure stands
+        return code
     code = run_attempt(profile, Path(attempt_dir), resume_from=resume_from, resolve_model=model_to_load,
                        estimate_gib=attempt_estimate(profile))
     exit_on_signal(EXIT_INTERRUPTED)  # the outcome is written: nothing left to save

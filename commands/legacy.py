@@ -50,8 +50,8 @@ TABLE: dict[str, OldFlag] = {
     "--gpu-name": OldFlag(None, "--gpu-name", True),
     "--gpus": OldFlag(None, "--gpus", True),
     "--ignore-ledger": OldFlag(None, "--ignore-ledger"),
-    "--nodes": OldFlag(None, "--nodes", True),
-    "--gpus-per-node": OldFlag(None, "--gpus-per-node", True),
+    "--nodes": OldFlag(None, "--nodes", True, only_with="plan"),
+    "--gpus-per-node": OldFlag(None, "--gpus-per-node", True, only_with="plan"),
     "--help": OldFlag(None, "--help"),
     "-h": OldFlag(None, "--help"),
 }

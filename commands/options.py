@@ -49,6 +49,26 @@ def add_card(parser: argparse.ArgumentParser) -> None:
                        help="plan for N GPUs (with --gpu-memory: N such cards; else the first N found)")
 
 
+def node_count(text: str) -> int:
+    """--nodes: a whole number of nodes from 1 to MAX_GPUS."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of nodes") from None
+    if not 1 <= value <= MAX_GPUS:
+        raise argparse.ArgumentTypeError(f"--nodes {text}: must be 1 or more (and at most {MAX_GPUS})")
+    return value
+
+
+def add_nodes(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("several nodes")
+    group.add_argument("--nodes", metavar="N", type=node_count,
+                       help="plan for N nodes like the card(s) above: the training nodes, and a vLLM server on "
+                            "the last node of its own for server-mode profiles; says which node does what")
+    group.add_argument("--gpus-per-node", metavar="G", type=gpu_count,
+                       help="GPUs on each node (the same as --gpus; with --gpu-memory: G such cards)")
+
+
 def add_profiles(parser: argparse.ArgumentParser, one_profile: bool = True) -> None:
     group = parser.add_argument_group("profiles")
     if one_profile:
@@ -86,8 +106,11 @@ def machine_of(args):
 
     if getattr(args, "gpu_name", None) and args.gpu_memory is None:
         raise UsageError("--gpu-name needs --gpu-memory GIB (the card's memory)")
+    count, per_node = getattr(args, "gpus", None), getattr(args, "gpus_per_node", None)
+    if count is not None and per_node is not None and count != per_node:
+        raise UsageError(f"--gpus {count} and --gpus-per-node {per_node} disagree (fix: give one of them)")
     return detect_machine(what_if_gib=getattr(args, "gpu_memory", None), what_if_name=getattr(args, "gpu_name", None),
-                          what_if_count=getattr(args, "gpus", None))
+                          what_if_count=per_node or count)
 
 
 def measurements_of(args):
@@ -122,6 +145,6 @@ def plan_of(args):
                                         measurements=measurements, limits=limits)
     # a profile the user named is never refused by the ledger, only warned about
     plan = make_plan(profiles, machine, measurements=measurements, ledger_refuses=not getattr(args, "profile", None),
-                     limits=limits)
+                     limits=limits, nodes=getattr(args, "nodes", None))
     plan.notes.extend(notes)
     return plan, profiles

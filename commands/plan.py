@@ -15,12 +15,14 @@ from launcher.plan.margins import GPU_MARGIN_TEXT, HOST_MARGIN_TEXT
 
 SUMMARY = "what would run here, or on a card named with --gpu-memory (instant: no torch)"
 EXAMPLES = ("python train.py plan", "python train.py plan --gpu-memory 24 --gpu-name 'NVIDIA L4'",
-            "python train.py plan --set model=Qwen/Qwen2.5-3B-Instruct --json")
+            "python train.py plan --set model=Qwen/Qwen2.5-3B-Instruct --json",
+            "python train.py plan --nodes 3 --gpus-per-node 8 --gpu-memory 80")
 
 
 def add_arguments(parser) -> None:
     options.add_profiles(parser)
     options.add_card(parser)
+    options.add_nodes(parser)
     options.add_ledger_choice(parser)
     options.add_json(parser, "the plan")
 
@@ -41,6 +43,21 @@ def _shape(profile) -> str:
         unit = "processes" if profile.device == "cpu" else "GPUs"
         text += f", {profile.num_gpus} {unit} " + (f"ZeRO-{profile.zero_stage}" if profile.zero_stage else "DDP")
     return text
+
+
+def chosen_nodes(candidate) -> list[str]:
+    """One line per node of the chosen profile: what it does and the GiB one of its GPUs is estimated to hold."""
+    from launcher.plan.choose import _nodes_json
+
+    lines = []
+    for row in _nodes_json(candidate):
+        parts = []
+        if row.get("training_gpus"):
+            parts.append(f"trains on {row['training_gpus']} GPU(s), {row.get('training_gib_per_gpu', '?')} GiB each")
+        if row.get("server_gpus"):
+            parts.append(f"serves vLLM on {row['server_gpus']} GPU(s), {row.get('server_gib_per_gpu', '?')} GiB each")
+        lines.append(f"node {row['node']}: {' and '.join(parts)}")
+    return lines
 
 
 def _top_components(est: Estimate, n: int = 3) -> str:
@@ -108,6 +125,9 @@ def print_plan(plan: Plan, as_json: bool = False) -> int:
         chosen = next(c for c in plan.candidates if c.profile is plan.chosen)
         if chosen.speed is not None:
             console.print(_speed_line(chosen), markup=False, highlight=False, soft_wrap=True)
+        if chosen.layout is not None and (chosen.layout.training_nodes > 1 or chosen.layout.server_node):
+            for row in chosen_nodes(chosen):
+                console.print(f"  {row}", markup=False, highlight=False, soft_wrap=True)
     else:
         console.print("nothing fits: no profile of the ladder fits this machine (exit 3); "
                       "try --gpu-memory to see what a larger card would run, or write a smaller profile",

@@ -1,6 +1,8 @@
 """`train` (the default command): plan for this machine's GPU (or CPU), then train the chosen profile in a
 child process per attempt, shrinking or falling back on out-of-memory, resuming from the last checkpoint.
-`--profile FILE` trains one profile instead of the ladder; `--resume` continues the latest run."""
+`--profile FILE` trains one profile instead of the ladder; `--resume` continues the latest run. On several
+machines every training machine runs the same command: machine 0 plans and decides, the others follow it
+(docs/scale-out.md)."""
 
 from __future__ import annotations
 
@@ -45,6 +47,12 @@ def run(args) -> int:
         if problem:
             raise UsageError(f"--resume: {problem}")
     check_output_dir(Path(args.output_dir), must_exist=args.resume)
+    from launcher.card.topology import topology
+
+    if topology().machine_rank > 0:  # machine 0 plans and decides for every machine; this one follows
+        from launcher.run.follow import follow_run
+
+        return follow_run(Path(args.output_dir))
     plan, profiles = options.plan_of(args)
     for profile in profiles:
         if profile.readings:  # a TRL / open-r1 configuration: say so once, and where the details are

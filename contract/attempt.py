@@ -26,14 +26,18 @@ OOM = "oom"
 UNSUPPORTED = "unsupported"
 ERROR = "error"
 INTERRUPTED = "interrupted"
-STATUSES = (OK, OOM, UNSUPPORTED, ERROR, INTERRUPTED)
+# A machine of a multi-node run was lost (its processes, or the network to it): nothing about memory or the
+# code; the run stops and `--resume` continues once every machine is up again
+NODE = "node"
+STATUSES = (OK, OOM, UNSUPPORTED, ERROR, INTERRUPTED, NODE)
 # Worst first: the status an attempt gets when its ranks disagree. A rank killed because another rank
-# failed reports "interrupted"; the failure that started it is what the supervisor must act on.
-STATUS_ORDER = (OOM, ERROR, UNSUPPORTED, INTERRUPTED, OK)
+# failed reports "interrupted", and one whose peer died reports a lost node; the failure that started it is
+# what the supervisor must act on.
+STATUS_ORDER = (OOM, ERROR, UNSUPPORTED, NODE, INTERRUPTED, OK)
 # The attempt process's exit status for each (the supervisor reads outcome.json first; the exit status is
 # what it has when the process died without one). Bad input exits EXIT_BAD_INPUT before any status exists.
 EXIT_FOR_STATUS = {OK: EXIT_OK, OOM: EXIT_OUT_OF_MEMORY, INTERRUPTED: EXIT_INTERRUPTED, ERROR: EXIT_FAILURE,
-                   UNSUPPORTED: EXIT_FAILURE}
+                   UNSUPPORTED: EXIT_FAILURE, NODE: EXIT_FAILURE}
 
 # ---------------------------------------------------------------------------------------------------
 # Files of a run folder (OUTPUT_DIR/run-*/) and of an attempt folder (run-*/attempt-NN-<profile>/)
@@ -66,8 +70,15 @@ MEASURE_TORCH = "torch peak reserved"
 MEASURE_GPU_CARD = "GPU card use above the start, CUDA context included (NVML, pid not visible)"
 MEASURE_GPU_CARD_NO_CONTEXT = "GPU card use above a baseline taken after the CUDA context (NVML, pid not visible)"
 
+# TRL's defaults (`trl vllm-serve --port`, GRPOConfig.vllm_group_port): every machine computes the same ones
 DEFAULT_VLLM_PORT = 8000
+DEFAULT_VLLM_GROUP_PORT = 51216
 DEFAULT_MAIN_PORT = 29500
+# Several machines: torch elastic restarts of a failed worker group inside one attempt, the seconds the c10d
+# rendezvous waits for every machine, and the seconds a machine waits for machine 0's decision
+DEFAULT_MAX_RESTARTS = 1
+DEFAULT_RDZV_TIMEOUT_S = 300
+DEFAULT_MACHINE_TIMEOUT_S = 600
 # The vLLM server's start-up (weights loaded, KV cache allocated, first health answer) must finish in this.
 VLLM_SERVER_TIMEOUT_S = 900.0
 

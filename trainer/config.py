@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 import os
 
-from contract.attempt import DEFAULT_VLLM_PORT, VLLM_SERVER_TIMEOUT_S
-from contract.environment import ENV_VLLM_HOST, ENV_VLLM_PORT
+from contract.attempt import DEFAULT_VLLM_GROUP_PORT, DEFAULT_VLLM_PORT, VLLM_SERVER_TIMEOUT_S
+from contract.environment import ENV_VLLM_GROUP_PORT, ENV_VLLM_HOST, ENV_VLLM_PORT
 
 # Seconds a rank waits on the others; trainer.stages.join_ranks starts the process group with it
 DDP_TIMEOUT_S = 3 * 3600
@@ -132,6 +132,8 @@ def grpo_config_kwargs(profile, output_dir: str, *, device: str, bf16: bool, use
             kwargs["vllm_mode"] = "server"
             kwargs["vllm_server_host"] = os.environ.get(ENV_VLLM_HOST, "127.0.0.1")
             kwargs["vllm_server_port"] = int(os.environ.get(ENV_VLLM_PORT) or DEFAULT_VLLM_PORT)
+            # TRL's weight-sync group: the trainer holding rank 0 hosts it, the server's workers join it
+            kwargs["vllm_group_port"] = int(os.environ.get(ENV_VLLM_GROUP_PORT) or DEFAULT_VLLM_GROUP_PORT)
             kwargs["vllm_server_timeout"] = VLLM_SERVER_TIMEOUT_S
         elif profile.distributed:
             # TRL's own engine in every training process, the model split over groups of them

@@ -19,8 +19,8 @@ import traceback
 from pathlib import Path
 
 from contract import attempt as contract
-from contract.attempt import ERROR, EXIT_FOR_STATUS, INTERRUPTED, OK, OOM, Outcome
-from contract.environment import ENV_INJECT_OOM, ENV_PROBE_ONLY
+from contract.attempt import ERROR, EXIT_FOR_STATUS, INTERRUPTED, NODE, OK, OOM, Outcome
+from contract.environment import ENV_INJECT_OOM, ENV_PROBE_ONLY, ENV_RESTART_COUNT
 from contract.errors import EXIT_BAD_INPUT, EXIT_FAILURE, UsageError
 from contract.failure import write_problem
 from contract.safe_write import disk_error_text
@@ -94,6 +94,31 @@ def check_writable(attempt_dir: Path, rank: int = 0) -> None:
             os.fsync(handle.fileno())
     finally:
         probe.unlink(missing_ok=True)
+
+
+def restart_point(attempt_dir, resume_from: str | None, environ=None) -> tuple[int | None, str | None]:
+    """(exit status now, or None to train; the checkpoint to start from) for this process. On several machines
+    torch elastic restarts the worker group of a failed attempt (TORCHELASTIC_RESTART_COUNT > 0): a failure no
+    restart mends (out of memory, a model that cannot load, a bug, a stop asked for) stands, and this process
+    exits with its status at once, writing nothing; after a lost peer the attempt goes on from the newest whole
+    checkpoint it saved, not from the start."""
+    environ = os.environ if environ is None else environ
+    try:
+        count = int(environ.get(ENV_RESTART_COUNT) or 0)
+    except ValueError:
+        count = 0
+    if count <= 0:
+        return None, resume_from
+    earlier = contract.merge_outcomes(Path(attempt_dir))
+    if earlier is not None and earlier.status != NODE:
+        say(f"restart {count} of the attempt's processes: rank {earlier.rank}'s {earlier.status} stands "
+            f"({earlier.error or 'no error text'}); not training again")
+        return EXIT_FOR_STATUS[earlier.status], resume_from
+    newest = contract.latest_checkpoint(Path(attempt_dir))
+    if newest is not None and contract.checkpoint_step(newest) > contract.checkpoint_step(resume_from):
+        say(f"restart {count} of the attempt's processes after a lost peer: going on from {newest.name}")
+        return None, str(newest)
+    return None, resume_from
 
 
 def run_attempt(profile, attempt_dir, resume_from=None, resolve_model=None, estimate_gib: float | None = None,

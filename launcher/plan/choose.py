@@ -15,7 +15,7 @@ from launcher.card.detect import GpuInfo, Machine, bf16_supported, precision_tex
 from launcher.memory.ledger.weigh import measured_for
 from launcher.plan.margins import (ESTIMATE_HEADROOM_TEXT, GPU_MARGIN_TEXT, HOST_MARGIN_TEXT, estimate_limit,
                                    margin_for)
-from launcher.card.topology import split_over_machines, topology
+from launcher.card.topology import NodeLayout, node_layout, split_over_machines, topology
 from launcher.plan.settings import settings_of
 
 
@@ -37,6 +37,7 @@ class Candidate:
     ledger_note: str = ""    # one line when the measurement turned the estimate's verdict (see _ledger_note)
     speed: object = None     # launcher.plan.speed.StepTime: the predicted step (None on the CPU)
     limited_by: str = AS_WRITTEN  # what stopped its prompts per step (the fit solver's verdict), or AS_WRITTEN
+    layout: NodeLayout | None = None  # several nodes: which node does what
 
     def speed_json(self) -> dict | None:
         """`speed` of `plan --json`: step_s, generation_s, training_s, prompts_per_hour, limited_by (what stopped
@@ -83,11 +84,26 @@ class Plan:
                  "settings": settings_of(c.profile),
                  "estimate": c.estimate.to_json() if c.estimate else None,
                  "measured": c.measured.to_json() if c.measured else None,
-                 "speed": c.speed_json()}
+                 "speed": c.speed_json(),
+                 **({"nodes": _nodes_json(c)} if c.layout is not None else {})}
                 for c in self.candidates],
             "chosen": self.chosen.name if self.chosen is not None else None,
             "notes": list(self.notes),
         }
+
+
+def _nodes_json(candidate: Candidate) -> list[dict]:
+    """Each node's role and GPUs, with the GiB one of its GPUs is estimated to hold."""
+    est = candidate.estimate
+    rows = candidate.layout.roles(candidate.profile)
+    for row in rows:
+        if est is None:
+            continue
+        if row.get("training_gpus"):
+            row["training_gib_per_gpu"] = round(est.total_gib, 2)
+        if row.get("server_gpus") and est.server is not None:
+            row["server_gib_per_gpu"] = round(est.server.total_gib, 2)
+    return rows
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -135,11 +151,15 @@ def _judge(profile, est: Estimate, gpu: GpuInfo | None, machine: Machine, margin
     return False, f"too close: {close}"
 
 
-def split_gpus(profile, machine: Machine, machines: int = 1) -> tuple[list[GpuInfo], list[GpuInfo]]:
-    """(training GPUs, vLLM server GPUs) of this machine: training first, the server's after them.
+def split_gpus(profile, machine: Machine, machines: int = 1,
+               server_node: bool = False) -> tuple[list[GpuInfo], list[GpuInfo]]:
+    """(training GPUs, vLLM server GPUs) of this machine: training first, the server's after them; with a
+    server node of its own, the server's are that node's first GPUs (a node like this one).
     UsageError for a split over machines the launcher would refuse."""
     train = split_over_machines(profile.num_gpus, machines, profile.name)
     server = profile.vllm_server_gpus if profile.uses_vllm_server else 0
+    if server_node:
+        return machine.gpus[:train], machine.gpus[:server]
     return machine.gpus[:train], machine.gpus[train:train + server]
 
 
@@ -168,13 +188,13 @@ def _judge_distributed(profile, est: Estimate, train_gpus, server_gpus, margin: 
     return True, text
 
 
-def local_gpus_needed(profile, machines: int = 1) -> int:
-    """GPUs one machine must show: its share of the training GPUs, and the vLLM server's on the first.
-    UsageError for a split over machines the launcher would refuse."""
+def local_gpus_needed(profile, machines: int = 1, server_node: bool = False) -> int:
+    """GPUs one machine must show: its share of the training GPUs, and the vLLM server's on the first (unless
+    the server has a node of its own). UsageError for a split over machines the launcher would refuse."""
     if profile.device == "cpu":
         return 0
     per_machine = split_over_machines(profile.num_gpus, machines, profile.name)
-    return per_machine + (profile.vllm_server_gpus if profile.uses_vllm_server else 0)
+    return per_machine + (profile.vllm_server_gpus if profile.uses_vllm_server and not server_node else 0)
 
 
 def _split_refusal(profile, machines: int) -> str | None:
@@ -192,19 +212,26 @@ def _deepspeed_installed() -> bool:
     return importlib.util.find_spec("deepspeed") is not None
 
 
-def _distributed_candidate(profile, arch, machine: Machine, machines: int, margin: float) -> Candidate:
-    """The verdict on a profile of several GPUs (or a vLLM server): its split over the machines (the
-    launcher's own rule), the GPUs this machine must show, and each GPU's estimate."""
+def _distributed_candidate(profile, arch, machine: Machine, layout: NodeLayout, margin: float) -> Candidate:
+    """The verdict on a profile of several GPUs (or a vLLM server): its split over the training machines (the
+    launcher's own rule), the GPUs each machine must show (the server node's included), and each GPU's
+    estimate."""
+    machines, own_server = layout.training_nodes, layout.server_node
     refusal = _split_refusal(profile, machines)
     if refusal:
-        return Candidate(profile, None, False, refusal)
-    need = local_gpus_needed(profile, machines)
+        return Candidate(profile, None, False, refusal, layout=layout)
+    need = local_gpus_needed(profile, machines, own_server)
     if need > len(machine.gpus):
         # estimated as if every missing GPU were like the first one, so the table still says per GPU
+        each = "each training node" if machines > 1 else "this machine"
         return Candidate(profile, estimate(profile, arch, machine.primary), False,
-                         f"needs {need} GPUs on this machine, {len(machine.gpus)} visible "
-                         f"(plan for them with --gpus {need} --gpu-memory GIB)")
-    train_gpus, server_gpus = split_gpus(profile, machine, machines)
+                         f"needs {need} GPUs on {each}, {len(machine.gpus)} visible "
+                         f"(plan for them with --gpus {need} --gpu-memory GIB)", layout=layout)
+    if own_server and profile.vllm_server_gpus > len(machine.gpus):
+        return Candidate(profile, estimate(profile, arch, machine.primary), False,
+                         f"its vLLM server needs {profile.vllm_server_gpus} GPUs on the server node, which has "
+                         f"{len(machine.gpus)} like the others", layout=layout)
+    train_gpus, server_gpus = split_gpus(profile, machine, machines, own_server)
     est = estimate(profile, arch, min(train_gpus, key=lambda g: g.free_gib))
     if est.server is not None:
         est.server = estimate(profile, arch, min(server_gpus, key=lambda g: g.free_gib)).server
@@ -213,7 +240,9 @@ def _distributed_candidate(profile, arch, machine: Machine, machines: int, margi
         # a real run here would fail at launch; a what-if plan is about the card, not this install
         fits, reason = False, (f"needs the deepspeed package for ZeRO stage {profile.zero_stage} "
                                "(fix: pip install deepspeed -c constraints.txt); " + reason)
-    return Candidate(profile, est, fits, reason)
+    if layout.training_nodes > 1 or layout.server_node:
+        reason += f"; {layout.text(profile)}"
+    return Candidate(profile, est, fits, reason, layout=layout)
 
 
 def _single_candidate(profile, arch, machine: Machine, margin: float, measurements,
@@ -282,13 +311,14 @@ def _with_speed(candidate: Candidate, arch, gpu, limits: dict | None) -> Candida
 
 
 def make_plan(profiles, machine: Machine, margin_gib: float | None = None, measurements=None,
-              ledger_refuses: bool = True, limits: dict | None = None) -> Plan:
+              ledger_refuses: bool = True, limits: dict | None = None, nodes: int | None = None) -> Plan:
     """Judge the profiles for this machine in ladder order: cuda profiles on a GPU, cpu ones without.
     `measurements` (launcher.memory.ledger entries) replace the estimate of every single-device shape this machine
     has measured; multi-GPU profiles are judged by the estimate alone. `ledger_refuses=False` (a profile the
     user named): the ledger warns but never refuses what the estimate fits. Every GPU candidate gets its
     predicted step (launcher.plan.speed); `limits` (from derive_ladder) says what stopped a derived one's
-    prompts per step."""
+    prompts per step. `nodes` (plan --nodes N): N nodes like `machine`, a vLLM server on the last of its own;
+    None: the machines this one runs among."""
     profiles = sorted(profiles, key=lambda p: (p.ladder, p.name))
     if not profiles:
         raise UsageError("no profiles to plan (fix: --profiles-dir DIR holding *.yaml profiles)")
@@ -301,15 +331,23 @@ def make_plan(profiles, machine: Machine, margin_gib: float | None = None, measu
         if skipped:
             notes.append(f"{skipped} profile(s) for device {'cpu' if device == 'cuda' else 'cuda'} left out")
         profiles = matching
-    machines = machine_count() if device == "cuda" else 1
+    layouts = {p.name: node_layout(p, nodes) if device == "cuda" else NodeLayout() for p in profiles}
     if device == "cuda":
         # A multi-GPU profile can be chosen only where its GPUs are there (or asked for with --gpus N); it is
         # still listed, with what each of its GPUs would need. Single-GPU profiles stay candidates anywhere.
-        short = sum(1 for p in profiles if p.distributed and not _split_refusal(p, machines)
-                    and local_gpus_needed(p, machines) > len(machine.gpus))
+        short = sum(1 for p in profiles if p.distributed
+                    and not _split_refusal(p, layouts[p.name].training_nodes)
+                    and local_gpus_needed(p, layouts[p.name].training_nodes, layouts[p.name].server_node)
+                    > len(machine.gpus))
         if short:
             notes.append(f"{short} profile(s) need more GPUs than the {len(machine.gpus)} visible: listed, not "
                          "chosen (plan for more with --gpus N)")
+        if nodes is not None and nodes > 1 and gpu is not None:
+            notes.append(f"planned for {nodes} nodes of {len(machine.gpus)} x {gpu.name} each: the training nodes "
+                         "first, a vLLM server on the last node of its own (server-mode profiles); each rung says "
+                         "which node does what")
+        elif nodes is None and any(layout.server_node for layout in layouts.values()) and gpu is not None:
+            notes.append(f"the vLLM server node's GPUs are taken to be like this machine's ({gpu.name})")
     if margin_gib is None:
         if device == "cuda":
             margin_gib = margin_for(gpu.total_gib, "cuda")
@@ -331,8 +369,10 @@ def make_plan(profiles, machine: Machine, margin_gib: float | None = None, measu
             candidates.append(Candidate(profile, None, False, f"{refusal}: its vLLM server cannot start here"))
             continue
         profile = runnable
-        if profile.device == "cuda" and profile.distributed:
-            candidate = _distributed_candidate(profile, archs[profile.model], machine, machines, margin_gib)
+        layout = layouts[profile.name]
+        if profile.device == "cuda" and (profile.distributed or layout.training_nodes > 1):
+            # on several training machines a one-GPU profile is refused by the split (each machine must train)
+            candidate = _distributed_candidate(profile, archs[profile.model], machine, layout, margin_gib)
         else:
             candidate = _single_candidate(profile, archs[profile.model], machine, margin_gib, measurements,
                                           ledger_refuses)

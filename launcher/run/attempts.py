@@ -11,8 +11,8 @@ from typing import Any
 
 from contract import failure
 from contract import oom as oomlib
-from contract.attempt import (ATTEMPTS_FILE, ERROR, INTERRUPTED, OK, OOM, OUTCOME_FILE, REWARD_RUNNING_FILE,
-                              UNSUPPORTED, Outcome, checkpoint_step, latest_checkpoint, merge_outcomes,
+from contract.attempt import (ATTEMPTS_FILE, ERROR, INTERRUPTED, NODE, OK, OOM, OUTCOME_FILE,
+                              REWARD_RUNNING_FILE, UNSUPPORTED, Outcome, checkpoint_step, latest_checkpoint, merge_outcomes,
                               resolve_path)
 from contract.errors import EXIT_INTERRUPTED
 from contract.safe_write import append_line
@@ -43,6 +43,8 @@ def _read_outcome(outcome: Outcome) -> tuple[str, str | None, oomlib.OomReport |
         status = OOM
     elif status == ERROR and failure.read_unsupported(text):
         status = UNSUPPORTED
+    elif status == ERROR and failure.read_node_failure(text):
+        status = NODE
     return status, outcome.error, report
 
 
@@ -64,6 +66,9 @@ def _read_exit(returncode: int | None, text: str,
     unsupported = failure.read_unsupported(text)
     if unsupported:
         return UNSUPPORTED, unsupported, None
+    lost = failure.read_node_failure(text)
+    if lost:
+        return NODE, lost, None
     last = [line for line in text.strip().splitlines() if line.strip()]
     return ERROR, f"exit {returncode} without {OUTCOME_FILE}" + (f": {last[-1][:300]}" if last else ""), None
 

@@ -52,7 +52,7 @@ def attempt_command(profile, attempt_dir: Path, resume_from: str | None, overrid
     `override + arguments`, and under accelerate the script and the interpreter are replaced, the launcher's
     own arguments kept."""
     config = distributed.write_launch_files(profile, attempt_dir, env=env) if profile.distributed else None
-    argv = distributed.attempt_argv(profile, attempt_dir, resume_from, launch_config=config)
+    argv = distributed.attempt_argv(profile, attempt_dir, resume_from, launch_config=config, env=env)
     if not override:
         return argv
     script = argv.index(str(distributed.TRAIN_PY))
@@ -78,8 +78,9 @@ def signals_forwarded(runner: "ChildRunner"):
 class ChildRunner:
     """Runs one attempt's process, tees its output to the terminal and DIR/train.log, forwards signals."""
 
-    def __init__(self, command: list[str] | None = None, echo=None):
+    def __init__(self, command: list[str] | None = None, echo=None, log_name: str = LOG_FILE):
         self.override = list(command) if command else None
+        self.log_name = log_name  # machine N > 0 of a run writes its own log beside machine 0's
         self.echo = echo if echo is not None else sys.stdout
         self.proc: subprocess.Popen | None = None
         self.last_pid: int | None = None  # the last attempt's pid, to ask the kernel why it died
@@ -122,7 +123,7 @@ class ChildRunner:
             # first imports could only die with a traceback)
             self.forwarded = len(self.signals)
             return EXIT_INTERRUPTED, ""
-        with open(attempt_dir / LOG_FILE, "ab", buffering=0) as log:  # unbuffered: a full disk loses a chunk only
+        with open(attempt_dir / self.log_name, "ab", buffering=0) as log:  # unbuffered: a full disk loses a chunk only
             self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                                          stdin=subprocess.DEVNULL, start_new_session=True,
                                          preexec_fn=parent_death_signal())

@@ -4,9 +4,11 @@ one attempt, and its environment.
 A single-GPU profile runs as `python train.py attempt --profile P --attempt-dir D`, Unsloth in one process. A
 distributed profile (num_gpus > 1, or a vLLM server) runs the same script under
 `python -m accelerate.commands.launch --config_file D/accelerate.yaml train.py ...`: one process per training
-GPU, plain TRL + PEFT (Unsloth is a single-device path), DDP or DeepSpeed ZeRO as the profile says. Where this
-machine stands is launcher.card.topology's; the vLLM server of server mode is launcher.run.vllm_server's. Nothing here
-imports torch, accelerate or TRL.
+GPU, plain TRL + PEFT (Unsloth is a single-device path), DDP or DeepSpeed ZeRO as the profile says. On several
+machines the rendezvous is torch elastic's c10d, hosted by machine 0, with a bounded number of restarts and a
+join timeout, so that a lost machine fails the attempt instead of hanging it. Where this machine stands is
+launcher.card.topology's; the vLLM server of server mode is launcher.run.vllm_server's. Nothing here imports
+torch, accelerate or TRL.
 """
 
 from __future__ import annotations
@@ -18,14 +20,24 @@ from pathlib import Path
 
 import yaml
 
-from contract.attempt import DEFAULT_VLLM_PORT, PROFILE_FILE
-from contract.environment import ENV_NO_UNSLOTH, ENV_VLLM_HOST, ENV_VLLM_PORT, ENV_VLLM_STANDBY
+from contract.attempt import PROFILE_FILE
+from contract.environment import ENV_NO_UNSLOTH, ENV_VLLM_STANDBY
 from launcher.memory.estimate import ZERO3_MAX_LIVE_ELEMENTS, ZERO3_PREFETCH_ELEMENTS, ZERO_BUCKET_ELEMENTS
-from launcher.card.topology import Topology, free_port, gpu_assignment, processes_per_machine, topology
+from launcher.card.topology import (Topology, elastic, free_port, gpu_assignment, processes_per_machine, topology,
+                                    vllm_endpoint)
 
 TRAIN_PY = Path(__file__).resolve().parents[2] / "train.py"
 ACCELERATE_CONFIG = "accelerate.yaml"
 DEEPSPEED_CONFIG = "deepspeed.json"
+
+
+def launch_file(name: str, machine_rank: int = 0) -> str:
+    """A launch file's name in the attempt folder: machine 0's plain, machine N's with its rank (on a shared
+    folder each machine writes its own: they differ in machine_rank)."""
+    if not machine_rank:
+        return name
+    stem, dot, suffix = name.rpartition(".")
+    return f"{stem}-machine{machine_rank}{dot}{suffix}"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -70,8 +82,10 @@ def accelerate_config(profile, topo: Topology, port: int, train_gpu_ids: list[st
         "main_training_function": "main",
         "num_machines": topo.num_machines,
         "num_processes": profile.num_gpus,
-        "rdzv_backend": "static",
-        "same_network": True,
+        # several machines: torch elastic's c10d rendezvous at machine 0's address (accelerate passes it as the
+        # rendezvous endpoint only when same_network is off); one machine: a static one on a free local port
+        "rdzv_backend": "c10d" if topo.multi_node else "static",
+        "same_network": not topo.multi_node,
         "main_process_port": port,
         "use_cpu": cpu,
         "tpu_env": [],
@@ -106,24 +120,36 @@ def write_launch_files(profile, attempt_dir: Path, topo: Topology | None = None,
     attempt_dir.mkdir(parents=True, exist_ok=True)
     deepspeed_file = None
     if profile.zero_stage and profile.device != "cpu":
-        deepspeed_file = attempt_dir / DEEPSPEED_CONFIG
+        deepspeed_file = attempt_dir / launch_file(DEEPSPEED_CONFIG, topo.machine_rank)
         deepspeed_file.write_text(json.dumps(deepspeed_config(profile), indent=2) + "\n", encoding="utf-8")
     port = topo.main_port or free_port()
     config = accelerate_config(profile, topo, port, train_ids, deepspeed_file)
-    path = attempt_dir / ACCELERATE_CONFIG
+    path = attempt_dir / launch_file(ACCELERATE_CONFIG, topo.machine_rank)
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     return path
+
+
+def rendezvous_arguments(topo: Topology, env: dict | None = None) -> list[str]:
+    """accelerate launch's own options for several machines (its config file has no key for them): the
+    bounded restarts and the c10d rendezvous' join timeout; machine 0 hosts the rendezvous' store (said, not
+    guessed from host names, which fails where two machines share one, as on a test's localhost)."""
+    if not topo.multi_node:
+        return []
+    settings = elastic(env)
+    return ["--max_restarts", str(settings.max_restarts),
+            "--rdzv_conf", f"join_timeout={settings.rdzv_timeout_s},is_host={int(topo.machine_rank == 0)}"]
 
 
 # ---------------------------------------------------------------------------------------------------
 # The attempt's command line and environment
 
 def attempt_argv(profile, attempt_dir, resume_from=None, python: str | None = None,
-                 launch_config: Path | None = None) -> list[str]:
+                 launch_config: Path | None = None, topo: Topology | None = None, env: dict | None = None) -> list[str]:
     """The argv of one attempt (writes nothing). `attempt_dir/profile.yaml` must hold the profile.
 
     Single-GPU: [python, train.py, attempt, --profile, DIR/profile.yaml, --attempt-dir, DIR (, --resume-from CKPT)].
-    Distributed: the same script under accelerate with `launch_config` (from `write_launch_files`).
+    Distributed: the same script under accelerate with `launch_config` (from `write_launch_files`) and, on
+    several machines (`topo`, else the environment's), the rendezvous' options.
     """
     attempt_dir = Path(attempt_dir)
     python = python or sys.executable
@@ -134,11 +160,15 @@ def attempt_argv(profile, attempt_dir, resume_from=None, python: str | None = No
         return [python, *script]
     if launch_config is None:
         raise ValueError(f"profile '{profile.name}' is distributed: write_launch_files first and pass its path")
-    return [python, "-m", "accelerate.commands.launch", "--config_file", str(launch_config), *script]
+    topo = topo or topology(env)
+    return [python, "-m", "accelerate.commands.launch", "--config_file", str(launch_config),
+            *rendezvous_arguments(topo, env), *script]
 
 
-def launch_env(profile, base: dict | None = None, server_port: int | None = None) -> dict:
-    """The environment of a distributed attempt, on top of the supervisor's own (`base`)."""
+def launch_env(profile, base: dict | None = None) -> dict:
+    """The environment of a distributed attempt, on top of the supervisor's own (`base`). In server mode the
+    trainers are told the server's address and ports (launcher.card.topology.vllm_endpoint): computed from the
+    same variables on every machine, so every machine's trainers reach the one server."""
     env = dict(os.environ if base is None else base)
     if not profile.distributed:
         return env
@@ -149,7 +179,5 @@ def launch_env(profile, base: dict | None = None, server_port: int | None = None
         cores = os.cpu_count() or 1
         env.setdefault("OMP_NUM_THREADS", str(max(1, cores // profile.num_gpus)))
     if profile.uses_vllm_server:
-        topo = topology(env)
-        env.setdefault(ENV_VLLM_HOST, topo.main_address if topo.multi_node else "127.0.0.1")
-        env[ENV_VLLM_PORT] = str(server_port or env.get(ENV_VLLM_PORT) or DEFAULT_VLLM_PORT)
+        env.update(vllm_endpoint(env).to_env())
     return env

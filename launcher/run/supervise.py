@@ -14,7 +14,12 @@ appends one line to the run's attempts.jsonl, and decides:
                 attempt that ran out of memory; nothing left: exit 3 with the table of attempts
   unsupported   the next profile (an architecture the stack cannot load says nothing about memory)
   error         stop (exit 1): a bug or bad data would fail the same way on every profile
+  node          stop (exit 1): a machine of a multi-node run was lost; `--resume` on every machine continues
   interrupted   stop (exit 130); `--resume` continues from the last checkpoint
+
+On several machines this supervisor is machine 0's: it takes each decision and writes it into the shared run
+folder, where the other machines' supervisors (launcher.run.follow) read it and run the same attempt
+(launcher.run.machines holds the handshake).
 
 An attempt with the same model and LoRA shape as an earlier one continues from its last checkpoint
 (`--resume-from`), so the global step goes on; otherwise it starts fresh. Nothing is deleted: a checkpoint
@@ -46,7 +51,7 @@ from contract import oom as oomlib
 from launcher.run.attempts import (AttemptRecord, AttemptResult, read_attempts, read_result,
                                server_failure_result)
 from launcher.run.child import ChildRunner, attempt_command, signals_forwarded
-from contract.attempt import ERROR, INTERRUPTED, LOG_FILE, OK, OOM, PLAN_FILE, PROFILE_FILE, SERVER_LOG, attempt_environment, checkpoint_step, latest_checkpoint, relative_path, resolve_path
+from contract.attempt import ERROR, INTERRUPTED, LOG_FILE, NODE, OK, OOM, PLAN_FILE, PROFILE_FILE, SERVER_LOG, attempt_environment, checkpoint_step, latest_checkpoint, relative_path, resolve_path
 from profiles.rules import remote_code_notice
 from profiles.schema import shape_of
 from contract.environment import ENV_ALLOC_CONF, ENV_ESTIMATE_GIB, ENV_INJECT_OOM, ENV_PREDICTED_STEP_S
@@ -59,8 +64,24 @@ from launcher.run.fallback import Decision, decide, estimate_of, estimate_profil
 from profiles.schema import Profile
 from launcher.run.resume import resume_run
 from launcher.run.folder import RunLock, latest_run_dir, new_run_dir, point_final, point_latest, set_aside
-from launcher.card.topology import free_port, topology
-from launcher.run.vllm_server import ServerError, start_server
+from launcher.card.topology import elastic, run_name, server_node, topology
+from launcher.run import machines as machineslib
+from launcher.run.vllm_server import SERVER_STATE, ServerError, ServerWatch, start_server
+
+
+def attempt_env(profile: Profile, estimate_gib: float | None, base: dict | None = None,
+                predicted_step_s: float | None = None) -> dict:
+    """An attempt's environment, the same on every machine: the contract's, the plan's estimate and predicted
+    seconds per step (the child reports them back beside what it measured), and a distributed attempt's
+    settings with its vLLM server's address and ports."""
+    env = attempt_environment(profile, base)
+    env.pop(ENV_ESTIMATE_GIB, None)  # never a figure left over from elsewhere
+    env.pop(ENV_PREDICTED_STEP_S, None)
+    if estimate_gib is not None:
+        env[ENV_ESTIMATE_GIB] = repr(float(estimate_gib))
+    if predicted_step_s is not None:
+        env[ENV_PREDICTED_STEP_S] = repr(float(predicted_step_s))
+    return launch_env(profile, env)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -70,8 +91,9 @@ class Supervisor:
     """One run folder's attempts: what was tried, shrunk and checkpointed, and the next attempt."""
 
     def __init__(self, plan, run_dir: Path, console, runner: ChildRunner, overrides: list[str],
-                 server_command: list[str] | None = None):
+                 server_command: list[str] | None = None, machines: machineslib.Coordinator | None = None):
         self.plan = plan
+        self.machines = machines  # several machines: where this supervisor's decisions go for the others
         self.server_command = server_command  # stands in for `trl vllm-serve` in tests
         self.run_dir = run_dir
         self.console = console
@@ -179,6 +201,9 @@ class Supervisor:
         if notice and profile.model not in self.runner.remote_code_said:  # once, before the first load runs it
             self.runner.remote_code_said.add(profile.model)
             self.console.print(f"note: {notice}", markup=False, soft_wrap=True)
+        if self.machines is not None:  # the other machines start the same attempt from here
+            self.machines.decide(number, self.in_run(attempt_dir), profile.name, self.in_run(resume_from),
+                                 decision_text, estimate_gib)
         narrate.print_start(self.console, number, profile, estimate_gib, self.in_run(resume_from))
         started = time.time()
         env = self._environment(profile, estimate_gib, predicted)
@@ -217,18 +242,7 @@ class Supervisor:
 
     @staticmethod
     def _environment(profile: Profile, estimate_gib: float | None, predicted_step_s: float | None = None) -> dict:
-        """The attempt's environment: the contract's, the plan's estimate and predicted seconds per step (the
-        child reports them back beside what it measured), and a distributed attempt's own settings with the
-        port of its vLLM server."""
-        env = attempt_environment(profile)
-        env.pop(ENV_ESTIMATE_GIB, None)  # never a figure left over from elsewhere
-        env.pop(ENV_PREDICTED_STEP_S, None)
-        if estimate_gib is not None:
-            env[ENV_ESTIMATE_GIB] = repr(float(estimate_gib))
-        if predicted_step_s is not None:
-            env[ENV_PREDICTED_STEP_S] = repr(float(predicted_step_s))
-        port = free_port() if profile.uses_vllm_server else None
-        return launch_env(profile, env, server_port=port)
+        return attempt_env(profile, estimate_gib, predicted_step_s=predicted_step_s)
 
     def _run(self, profile: Profile, attempt_dir: Path, resume_from: str | None, env: dict,
              started: float) -> AttemptResult:
@@ -242,7 +256,19 @@ class Supervisor:
                 return server_failure_result(str(exc), resume_from, time.time() - started,
                                              bool(self.runner.signals))
             kills_before = failure.oom_kill_count()
-            returncode, tail = self.runner.run_argv(argv, attempt_dir, env)
+            watch = None
+            if profile.uses_vllm_server and profile.device == "cuda" and server_node(env) is not None:
+                # the server on its own node: when it fails to start, stop this attempt instead of letting
+                # the trainers wait out TRL's connection timeout
+                watch = ServerWatch(attempt_dir / SERVER_STATE, self.runner).start()
+            try:
+                returncode, tail = self.runner.run_argv(argv, attempt_dir, env)
+            finally:
+                if watch is not None:
+                    watch.stop()
+            if watch is not None and watch.failure:
+                return server_failure_result(watch.failure, resume_from, time.time() - started,
+                                             bool(self.runner.signals))
             kernel_oom = failure.killed_by_kernel_oom(self.runner.last_pid, kills_before) \
                 if returncode in oomlib.SIGKILL_CODES else None
             return read_result(attempt_dir, returncode, tail, time.time() - started, bool(self.runner.signals),
@@ -253,8 +279,9 @@ class Supervisor:
 
     def _start_server(self, profile: Profile, attempt_dir: Path, env: dict):
         """The attempt's vLLM server, up and healthy (None without server mode); ServerError otherwise."""
-        if not profile.uses_vllm_server or profile.device != "cuda" or topology(env).machine_rank:
-            return None  # only machine 0 of a run serves
+        if not profile.uses_vllm_server or profile.device != "cuda" or topology(env).machine_rank \
+                or server_node(env) is not None:
+            return None  # only machine 0 of a run serves, unless the server has a node of its own
         self.console.print(f"starting the vLLM server for {profile.name} "
                            f"(log: {attempt_dir / SERVER_LOG})", markup=False)
         self.runner.waiting_for_server = True
@@ -300,6 +327,13 @@ class Supervisor:
             self.console.print(f"[red]attempt {record.attempt} refused its input[/red]: {escape(str(record.error))}"
                                "\n  not falling back: every profile would refuse it the same way")
             return EXIT_BAD_INPUT
+        if record.status == NODE:
+            where = f"{record.checkpoint} is kept" if record.checkpoint else "no checkpoint was saved yet"
+            self.console.print(f"attempt {record.attempt} lost a machine: {record.error}\n  not falling back: "
+                               f"this is no memory problem; {where}. Once every machine is up, continue with "
+                               "`python train.py train --resume` (the same command on every machine, as the "
+                               "job script runs it)", markup=False, highlight=False)
+            return EXIT_FAILURE
         if record.status == INTERRUPTED:
             where = record.checkpoint or "no checkpoint yet"
             self.console.print(f"interrupted after {record.steps} steps ({where}); continue with "
@@ -333,17 +367,24 @@ def supervise(plan, output_dir: Path, overrides: list[str] | None = None, resume
     `child_command` (in place of `[python, train.py]`) and `server_command` (in place of `trl vllm-serve`)
     are the documented boundary where tests run small fakes of the attempt and of the vLLM server; a real
     run leaves both unset. `fresh_attempt` (with resume): start the run's next attempt over at step 1.
+    On several machines this is machine 0's supervisor (the others follow: launcher.run.follow).
     """
     console = console or narrate.make_console()
     output_dir = Path(output_dir).absolute()  # the child runs from the same folder, but paths are printed
     if fresh_attempt and not resume:
         raise UsageError("--fresh-attempt only applies to --resume (a new run starts at step 1 anyway)")
     runner = ChildRunner(child_command)
+    topo = topology()
+    others = [machineslib.machine_name(rank) for rank in range(1, topo.num_machines)]
+    if server_node() is not None:
+        others.append(machineslib.SERVER)
+    job = _job_name(others)
     if not resume and plan.chosen is None:
         _print_nothing_fits(console, plan)
-        return EXIT_OUT_OF_MEMORY
+        if not others:
+            return EXIT_OUT_OF_MEMORY
     try:
-        run_dir = latest_run_dir(output_dir) if resume else new_run_dir(output_dir)
+        run_dir = _run_folder(output_dir, job, resume)
         lock = RunLock(run_dir).acquire()
     except OSError as exc:
         if not write_problem(exc):
@@ -356,23 +397,42 @@ def supervise(plan, output_dir: Path, overrides: list[str] | None = None, resume
         console.print(f"error: {problem}; nothing was started", markup=False, soft_wrap=True)
         lock.release()
         return EXIT_FAILURE
-    supervisor = Supervisor(plan, run_dir, console, runner, overrides or [], server_command=server_command)
+    machines = None
+    if others:
+        machines = machineslib.Coordinator(output_dir, run_dir, job, others, elastic().machine_timeout_s,
+                                           say=lambda text: console.print(text, markup=False, highlight=False))
+    supervisor = Supervisor(plan, run_dir, console, runner, overrides or [], server_command=server_command,
+                            machines=machines)
     supervisor._say_problem(point_latest(output_dir, run_dir))  # OUTPUT_DIR/latest: this run
+    code = EXIT_FAILURE  # what the other machines are told when this one fails unexpectedly
     try:
         with signals_forwarded(runner):
             try:
-                if resume:
+                if machines is not None:
+                    machines.open()
+                    console.print(f"machine 0 of {topo.num_machines} training machine(s)"
+                                  f"{' and a vLLM server node' if server_node() else ''}; run folder {run_dir}",
+                                  markup=False, highlight=False)
+                    machines.gather(stopped=lambda: bool(runner.signals))
+                if not resume and plan.chosen is None:
+                    code = EXIT_OUT_OF_MEMORY
+                elif resume:
                     code = resume_run(supervisor, run_dir, overrides or [], console, fresh_attempt)
                 else:
                     write_atomic(run_dir / PLAN_FILE, json.dumps(plan.to_json(), indent=2) + "\n")
                     console.print(f"run folder: {run_dir}", markup=False)
                     narrate.print_plan_choice(console, plan)
                     code = supervisor.run(plan.chosen)
+            except machineslib.MachineTimeout as exc:
+                console.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+                code = EXIT_FAILURE
             except OSError as exc:
                 if not write_problem(exc):
                     raise
                 code = _disk_failure(supervisor, exc)
     finally:
+        if machines is not None:
+            _tell_machines_to_stop(machines, code)
         lock.release()
     if supervisor.records:
         console.print(narrate.attempts_table(supervisor.records))
@@ -419,6 +479,45 @@ def unwritable_cache(profile=None) -> str | None:
                 raise
             return write_failure_text(exc, folder)
     return None
+
+
+def _job_name(others: list[str]) -> str | None:
+    """The name every machine gives a multi-machine run; None on one machine. UsageError when the machines
+    would have nothing in common to find the run folder by."""
+    if not others:
+        return None
+    name = run_name()
+    if name is None:
+        from contract.environment import ENV_RUN_ID
+
+        raise UsageError(f"several machines ({', '.join(others)} besides this one) must find the same run folder: "
+                         f"set {ENV_RUN_ID} to the same name on every machine (inside SLURM, SLURM_JOB_ID serves)")
+    return name
+
+
+def _run_folder(output_dir: Path, job: str | None, resume: bool) -> Path:
+    """A new run folder, or with resume the one to continue: on several machines the one this job already
+    named (its job file), else the latest."""
+    if not resume:
+        return new_run_dir(output_dir)
+    if job is not None:
+        named = (machineslib.read_json(machineslib.job_file(output_dir, job)) or {}).get("run")
+        if named and (output_dir / named).is_dir():
+            return output_dir / named
+    return latest_run_dir(output_dir)
+
+
+_STOP_TEXT = {EXIT_OK: "the run is done", EXIT_OUT_OF_MEMORY: "nothing left that fits",
+              EXIT_INTERRUPTED: "interrupted", EXIT_BAD_INPUT: "bad input", EXIT_FAILURE: "the run failed"}
+
+
+def _tell_machines_to_stop(machines: machineslib.Coordinator, code: int) -> None:
+    """The last decision: every machine ends with machine 0's exit status."""
+    try:
+        machines.stop(code, _STOP_TEXT.get(code, f"exit {code}"))
+    except OSError:
+        pass  # the folder cannot be written: the others stop at their timeout, naming it
+    machines.close()
 
 
 def _disk_failure(supervisor: Supervisor, exc: OSError) -> int:

@@ -1,5 +1,7 @@
-"""HOW the vLLM server of server mode runs: `trl vllm-serve` on GPUs of its own, started and health-checked
-before an attempt trains, stopped after it whatever the outcome. Nothing here imports vLLM or TRL."""
+"""HOW the vLLM server of server mode runs: `trl vllm-serve` on GPUs of its own (machine 0's after its training
+GPUs, or a node of its own that `train.py serve` runs), started and health-checked for each attempt, stopped
+after it whatever the outcome. Its port is the one every machine computes (launcher.card.topology.vllm_endpoint).
+Nothing here imports vLLM or TRL."""
 
 from __future__ import annotations
 
@@ -15,7 +17,61 @@ from pathlib import Path
 from launcher.run.child import parent_death_signal
 from contract.attempt import SERVER_LOG, VLLM_SERVER_TIMEOUT_S
 from contract.environment import ENV_VLLM_PORT
-from launcher.card.topology import free_port, gpu_assignment, topology
+from launcher.card.topology import (free_port, gpu_assignment, server_node, topology, visible_gpu_ids,
+                                    vllm_endpoint)
+
+
+# The server node's word on its server for one attempt, in the attempt folder: {"status": "starting" | "ready"
+# | "failed", "url", "error"}; machine 0 stops the attempt when it says failed
+SERVER_STATE = "vllm-server.json"
+STARTING, READY, FAILED = "starting", "ready", "failed"
+
+
+def write_server_state(attempt_dir, status: str, url: str | None = None, error: str | None = None) -> None:
+    from contract.safe_write import write_atomic
+    import json
+
+    write_atomic(Path(attempt_dir) / SERVER_STATE, json.dumps({"status": status, "url": url, "error": error}) + "\n")
+
+
+class ServerWatch:
+    """While an attempt trains against a server on its own node: reads that node's SERVER_STATE each second
+    and, when it says the server failed, keeps its words in `failure` and asks the attempt to stop (SIGTERM to
+    its process group), so that the trainers do not wait out TRL's connection timeout."""
+
+    def __init__(self, path, runner, interval: float = 1.0):
+        import threading
+
+        self.path, self.runner, self.interval = Path(path), runner, interval
+        self.failure: str | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="server watch", daemon=True)
+
+    def start(self) -> "ServerWatch":
+        self._thread.start()
+        return self
+
+    def _watch(self) -> None:
+        import json
+
+        while not self._done.wait(self.interval):
+            try:
+                state = json.loads(self.path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if isinstance(state, dict) and state.get("status") == FAILED:
+                self.failure = str(state.get("error") or "the vLLM server on its own node failed to start")
+                proc = self.runner.proc
+                if proc is not None and proc.poll() is None:
+                    try:
+                        os.killpg(proc.pid, signal.SIGTERM)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+                return
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(timeout=self.interval + 1)
 
 
 # What vLLM reads from a model repository: configuration, weights, tokenizer and chat template.
@@ -151,21 +207,57 @@ class VllmServer:
         return proc.poll()
 
 
+def port_taken(port: int, host: str = "0.0.0.0") -> bool:
+    """Whether `port` is already bound on this machine (another server, an earlier run)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def server_gpu_ids(profile, env: dict | None = None, own_node: bool = False) -> list[str]:
+    """The GPUs the server runs on: on a node of its own its first vllm_server_gpus; on machine 0 those after
+    its training GPUs. UsageError when the node shows too few."""
+    env = os.environ if env is None else env
+    if not own_node:
+        return gpu_assignment(profile, topology(env), env)[1]
+    ids = visible_gpu_ids(env, profile.vllm_server_gpus)
+    if len(ids) < profile.vllm_server_gpus:
+        from contract.errors import UsageError
+
+        raise UsageError(f"profile '{profile.name}' serves on {profile.vllm_server_gpus} GPUs; this node shows "
+                         f"{len(ids)} (CUDA_VISIBLE_DEVICES) (fix: give the server node more GPUs, or lower "
+                         "vllm_server_gpus)")
+    return ids[:profile.vllm_server_gpus]
+
+
 def start_server(profile, attempt_dir, env: dict | None = None, timeout: float = VLLM_SERVER_TIMEOUT_S,
-                 command: list[str] | None = None) -> VllmServer | None:
-    """Start and health-check the attempt's vLLM server; None when the profile has none (or on machines
-    other than 0 of a multi-node run). The caller stops it when the attempt ends, whatever its outcome."""
+                 command: list[str] | None = None, own_node: bool = False, log_name: str = SERVER_LOG,
+                 ) -> VllmServer | None:
+    """Start and health-check the attempt's vLLM server; None when the profile has none (or where it does not
+    run: machines other than 0, or every training machine when it has a node of its own). `own_node`: this is
+    that node (`train.py serve`). The caller stops it when the attempt ends, whatever its outcome."""
     env = dict(os.environ if env is None else env)
     if not profile.uses_vllm_server or profile.device == "cpu":
         return None
-    topo = topology(env)
-    if topo.machine_rank != 0:
+    if not own_node and (topology(env).machine_rank != 0 or server_node(env) is not None):
         return None
-    _train_ids, server_ids = gpu_assignment(profile, topo, env)
-    port = int(env.get(ENV_VLLM_PORT) or 0) or free_port()
+    server_ids = server_gpu_ids(profile, env, own_node)
+    endpoint = vllm_endpoint(env, topology({}) if own_node else None)
+    port = endpoint.port
+    if port_taken(port):
+        raise ServerError(f"port {port} is already in use on this machine, so the vLLM server cannot listen "
+                          f"there (fix: stop what holds it, or set {ENV_VLLM_PORT} to a free port, the same on "
+                          "every machine)")
     if command is None:
         command = server_command(profile, port, model=local_model(profile.model, env))
     server = VllmServer(profile, attempt_dir, server_ids, port=port, command=command, env=env)
+    server.log_path = server.attempt_dir / log_name
     server.start()
     try:
         server.wait_healthy(timeout=timeout)

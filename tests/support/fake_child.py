@@ -4,10 +4,11 @@ Called exactly like the real child: `fake_child.py attempt --profile DIR/profile
 [--resume-from CHECKPOINT]`. What it does is read from the JSON in FAKE_CHILD_PLAN, keyed by profile name:
 
   {"NAME": {"do": "ok" | "linger" | "oom" | "oom_silent" | "unsupported" | "error" | "usage" | "sigkill" |
-                  "wait_signal",
+                  "wait_signal" | "peer_lost",
             "fill_disk": PATH,                 # first write zeros to PATH until its disk is full
             "text": "FILE in tests/data/oom",   # the text to report (OOM, unsupported, or an error's)
             "oom_if_batch_above": N,           # "oom" only while per_device_train_batch_size > N
+            "only_if_batch_above": N,          # any action only while per_device_train_batch_size > N
             "at_step": N}}                     # steps trained (checkpointing by save_steps) before failing
 
 It writes checkpoint-N/trainer_state.json like the trainer, outcome.json like the trainer (except
@@ -121,6 +122,8 @@ def main() -> int:
 
     if what == "oom" and profile["per_device_train_batch_size"] <= plan.get("oom_if_batch_above", 0):
         what = "ok"
+    if profile["per_device_train_batch_size"] <= plan.get("only_if_batch_above", 0):
+        what = "ok"
     if what in ("ok", "linger"):
         checkpoint = train(attempt_dir, start, max_steps, save_steps, resume_from)
         if RANK == 0:
@@ -146,6 +149,10 @@ def main() -> int:
     if what == "error":
         outcome(attempt_dir, "error", at, checkpoint,
                 text or "Traceback (most recent call last):\nKeyError: 'question'")
+        return 1
+    if what == "peer_lost":  # what a rank reports when another machine's rank went away (gloo's words)
+        outcome(attempt_dir, "node", at, checkpoint, "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/"
+                "pair.cc:537] Read error [127.0.0.1]:8884: Connection reset by peer")
         return 1
     if what == "usage":  # bad input only the attempt can see (its data): exit 2, as the trainer does
         outcome(attempt_dir, "error", at, checkpoint, "dataset data.jsonl: line 3 has no \"question\"")

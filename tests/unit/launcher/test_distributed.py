@@ -124,7 +124,10 @@ def test_launch_files_for_ddp_and_multi_node(tmp_path):
     assert config["distributed_type"] == "MULTI_GPU"
     assert (config["num_processes"], config["num_machines"], config["machine_rank"]) == (3, 3, 1)
     assert (config["main_process_ip"], config["main_process_port"]) == ("10.0.0.1", 29611)
+    # c10d at machine 0's address (accelerate passes it as the rendezvous endpoint only without same_network)
+    assert (config["rdzv_backend"], config["same_network"]) == ("c10d", False)
     assert config["gpu_ids"] == "0"  # one training GPU per machine; the server only on machine 0
+    assert (tmp_path / "accelerate-machine1.yaml").is_file() and not (tmp_path / "accelerate.yaml").exists()
     assert not (tmp_path / "deepspeed.json").exists()
 
 
@@ -161,9 +164,11 @@ def test_distributed_command_goes_through_accelerate(tmp_path):
     argv = dist.attempt_argv(p, tmp_path, python="py", launch_config=config)
     assert argv == ["py", "-m", "accelerate.commands.launch", "--config_file", str(tmp_path / "accelerate.yaml"),
                     TRAIN_PY, "attempt", "--profile", str(tmp_path / "profile.yaml"), "--attempt-dir", str(tmp_path)]
-    env = dist.launch_env(p, {"UNSLOTH_VLLM_STANDBY": "1"}, server_port=8123)
+    env = dist.launch_env(p, {"UNSLOTH_VLLM_STANDBY": "1", "GRPO_VLLM_PORT": "8123"})
     assert env["GRPO_TRAIN_NO_UNSLOTH"] == "1" and "UNSLOTH_VLLM_STANDBY" not in env
-    assert (env["GRPO_VLLM_HOST"], env["GRPO_VLLM_PORT"]) == ("127.0.0.1", "8123")
+    assert (env["GRPO_VLLM_HOST"], env["GRPO_VLLM_PORT"], env["GRPO_VLLM_GROUP_PORT"]) == ("127.0.0.1", "8123", "51216")
+    env = dist.launch_env(p, {})  # TRL's own defaults, never a port picked on this machine alone
+    assert (env["GRPO_VLLM_PORT"], env["GRPO_VLLM_GROUP_PORT"]) == ("8000", "51216")
 
 
 def test_server_command_matches_trl_vllm_serve():

@@ -545,8 +545,11 @@ def server_pids(tmp_path):
 
 
 def run_with_server(tmp_path, monkeypatch, behaviour: dict, server_text: str | None = None):
-    for name in ("GRPO_NUM_MACHINES", "GRPO_VLLM_PORT", "GRPO_VLLM_HOST"):
+    for name in ("GRPO_NUM_MACHINES", "GRPO_VLLM_HOST", "GRPO_SERVER_NODE"):
         monkeypatch.delenv(name, raising=False)
+    from launcher.card.topology import free_port
+
+    monkeypatch.setenv("GRPO_VLLM_PORT", str(free_port()))  # TRL's 8000 may be taken by another run here
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     monkeypatch.setenv("FAKE_CHILD_PLAN", json.dumps(behaviour))
     pids = tmp_path / "server.pids"  # the server_pids fixture's file
