@@ -37,7 +37,7 @@ def module_of(name: str):
 
 def top_help() -> str:
     """One screen: what the tool is, its commands, a few examples, the exit statuses."""
-    lines = [f"usage: python {PROG} <command> [options]     (also: grpo-train <command>, "
+    lines = [f"usage: python {PROG} <command> [options]   (also: grpo-train <command>, "
              "docker run --gpus all grpo-train <command>)",
              "",
              "GRPO fine-tuning (Unsloth + vLLM + TRL) that plans the configuration that learns most per hour on",
@@ -58,8 +58,7 @@ def top_help() -> str:
               f"  python {PROG} sample outputs/latest         answers of the model just trained",
               f"  python {PROG} export outputs/latest --gguf q8_0   merged 16-bit model and a GGUF file",
               "",
-              "exit status: 0 done; 2 bad input; 3 nothing fits, or every attempt ran out of memory;",
-              "130 interrupted; 1 any other failure.",
+              "exit status: 0 done, 2 bad input, 3 nothing fits or every attempt ran out of memory, 130 stopped, 1 other",
               f"`python {PROG} COMMAND --help` shows a command's options; `python {PROG} profiles keys` every",
               "profile key. The old flags (--auto, --dry-run, --fit-table, ...) still work: docs/interfaces.md."]
     return "\n".join(lines) + "\n"

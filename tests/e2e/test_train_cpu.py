@@ -65,7 +65,7 @@ def test_outcome_of_a_finished_attempt(quick_run):
     assert out["estimate_gib"] == SUPERVISOR_ESTIMATE_GIB
     assert (out["rank"], out["ranks"]) == (0, 1)
     assert set(out) == {"status", "steps", "checkpoint", "error", "error_text", "traceback", "peak_gib",
-                        "peak_measure", "estimate_gib", "rank", "ranks", "probe"}
+                        "peak_measure", "estimate_gib", "rank", "ranks", "probe", "timing"}
 
 
 def test_runs_reuse_the_session_tiny_model(quick_run, tiny_cache, tiny_seed):
