@@ -40,22 +40,30 @@ def main() -> int:
         cpus.append(after.children_user - before.children_user + after.children_system - before.children_system)
 
     argv = command[2:]
-    probe = ("import sys, io, contextlib, time; sys.argv=['train.py']; started = time.process_time(); import train\n"
-             "import launcher.plan.choose, launcher.plan.derive, commands.plan, profiles.load, rich.table\n"
-             "imported = time.process_time()\n"
-             f"with contextlib.redirect_stdout(io.StringIO()): train.main({argv!r})\n"
-             "done = time.process_time()\n"
-             f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))\n"
-             "print(f'{imported - started:.3f} {done - imported:.3f}')")
-    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True,
-                         check=True).stdout.strip().splitlines()
+    probe = (
+        "import sys, io, contextlib, time; sys.argv=['train.py']; started = time.process_time(); import train\n"
+        "import launcher.plan.choose, launcher.plan.derive, commands.plan, profiles.load, rich.table\n"
+        "imported = time.process_time()\n"
+        f"with contextlib.redirect_stdout(io.StringIO()): train.main({argv!r})\n"
+        "done = time.process_time()\n"
+        f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))\n"
+        "print(f'{imported - started:.3f} {done - imported:.3f}')"
+    )
+    out = (
+        subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
+        .stdout.strip()
+        .splitlines()
+    )
     heavy = out[0] if len(out) > 1 else ""
     imports_s, planning_s = out[-1].split()
-    print(f"dry-run wall over {args.runs} runs: median {statistics.median(walls):.3f} s, "
-          f"min {min(walls):.3f} s, max {max(walls):.3f} s (target <= 0.5 s)")
+    print(
+        f"dry-run wall over {args.runs} runs: median {statistics.median(walls):.3f} s, "
+        f"min {min(walls):.3f} s, max {max(walls):.3f} s (target <= 0.5 s)"
+    )
     print(f"dry-run CPU time (user + system): median {statistics.median(cpus):.3f} s, min {min(cpus):.3f} s")
-    print(f"of one run's CPU time: imports {imports_s} s, the plan itself (profiles, derive, judge, print) "
-          f"{planning_s} s")
+    print(
+        f"of one run's CPU time: imports {imports_s} s, the plan itself (profiles, derive, judge, print) {planning_s} s"
+    )
     if os.environ.get("PYTHONDONTWRITEBYTECODE"):
         print("note: PYTHONDONTWRITEBYTECODE is set: every run compiles the project's modules afresh")
     print(f"heavy modules imported: {heavy or 'none'}")

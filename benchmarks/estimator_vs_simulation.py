@@ -25,27 +25,56 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from profiles.catalog import resolve  # noqa: E402
 from launcher.memory.estimate import GIB, estimate  # noqa: E402
+from profiles.catalog import resolve  # noqa: E402
 from profiles.load import profile_from_dict  # noqa: E402
 
-MODELS = ("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct", "meta-llama/Llama-3.2-1B-Instruct",
-          "meta-llama/Llama-3.2-3B-Instruct", "google/gemma-3-1b-it", "meta-llama/Llama-3.1-8B-Instruct")
+MODELS = (
+    "Qwen/Qwen2.5-0.5B-Instruct",
+    "Qwen/Qwen2.5-1.5B-Instruct",
+    "meta-llama/Llama-3.2-1B-Instruct",
+    "meta-llama/Llama-3.2-3B-Instruct",
+    "google/gemma-3-1b-it",
+    "meta-llama/Llama-3.1-8B-Instruct",
+)
 LENGTHS = ((256, 768), (512, 1536))
 BATCH = 2
 LORA_RANK = 16
-TRAINING = ("weights", "lora", "gradients", "optimizer", "optimizer_step", "activations", "activation_checkpoints",
-            "logits", "peak_overlap")
+TRAINING = (
+    "weights",
+    "lora",
+    "gradients",
+    "optimizer",
+    "optimizer_step",
+    "activations",
+    "activation_checkpoints",
+    "logits",
+    "peak_overlap",
+)
 OUTPUT = REPO / "benchmarks" / "estimator_vs_simulation.md"
 
 
 def profile_for(model: str, lora_rank: int, checkpointing: bool, prompt: int, completion: int):
-    return profile_from_dict(dict(
-        model=model, dataset="arithmetic", load_in_4bit=False, fast_inference=False, lora_rank=lora_rank,
-        lora_alpha=2 * max(lora_rank, 1), per_device_train_batch_size=BATCH, gradient_accumulation_steps=1,
-        num_generations=BATCH, max_prompt_length=prompt, max_completion_length=completion,
-        max_seq_length=prompt + completion, optim="adamw_torch", beta=0.0,
-        gradient_checkpointing="true" if checkpointing else "false"), "<benchmark>")
+    return profile_from_dict(
+        dict(
+            model=model,
+            dataset="arithmetic",
+            load_in_4bit=False,
+            fast_inference=False,
+            lora_rank=lora_rank,
+            lora_alpha=2 * max(lora_rank, 1),
+            per_device_train_batch_size=BATCH,
+            gradient_accumulation_steps=1,
+            num_generations=BATCH,
+            max_prompt_length=prompt,
+            max_completion_length=completion,
+            max_seq_length=prompt + completion,
+            optim="adamw_torch",
+            beta=0.0,
+            gradient_checkpointing="true" if checkpointing else "false",
+        ),
+        "<benchmark>",
+    )
 
 
 def estimated(model, lora_rank, checkpointing, prompt, completion) -> dict[str, float]:
@@ -59,8 +88,14 @@ def estimated(model, lora_rank, checkpointing, prompt, completion) -> dict[str, 
 def simulated(model, lora_rank, checkpointing, prompt, completion) -> dict[str, float]:
     from benchmarks.step_simulation import simulate
 
-    sim = simulate(resolve(model), lora_rank=lora_rank, checkpointing=checkpointing, batch=BATCH, prompt=prompt,
-                   completion=completion)
+    sim = simulate(
+        resolve(model),
+        lora_rank=lora_rank,
+        checkpointing=checkpointing,
+        batch=BATCH,
+        prompt=prompt,
+        completion=completion,
+    )
     return dict(sim.__dict__)
 
 
@@ -74,11 +109,17 @@ def grid(models):
 
 def pairs(est: dict, sim: dict, checkpointing: bool) -> list[tuple[str, float, float]]:
     """(component, estimate, simulation) in the order of the table."""
-    rows = [("weights", est["weights"], sim["weights"]), ("lora", est["lora"], sim["lora"]),
-            ("gradients", est["gradients"], sim["gradients"]), ("optimizer", est["optimizer"], sim["optimizer"])]
+    rows = [
+        ("weights", est["weights"], sim["weights"]),
+        ("lora", est["lora"], sim["lora"]),
+        ("gradients", est["gradients"], sim["gradients"]),
+        ("optimizer", est["optimizer"], sim["optimizer"]),
+    ]
     if checkpointing:
-        rows += [("checkpoints", est["activation_checkpoints"], sim["stored"]),
-                 ("recompute", est["activations"], sim["recompute"])]
+        rows += [
+            ("checkpoints", est["activation_checkpoints"], sim["stored"]),
+            ("recompute", est["activations"], sim["recompute"]),
+        ]
     else:
         rows += [("activations", est["activations"], sim["stored"])]
     rows += [("head", est["logits"], sim["head"]), ("total/peak", est["total"], sim["peak"])]
@@ -101,8 +142,10 @@ def cell(e: float, s: float) -> str:
 def section(title: str, rows: list[tuple[tuple, dict, dict]]) -> str:
     """One table per model; the last column is the estimator's own peak terms (no simulated counterpart:
     the optimizer step's temporaries and, negative, what never peaks together), which its total includes."""
-    head = ("| tuning | GC | tokens | weights | lora | gradients | optimizer | activations or checkpoints "
-            "| recompute | head | total / peak | step, overlap |")
+    head = (
+        "| tuning | GC | tokens | weights | lora | gradients | optimizer | activations or checkpoints "
+        "| recompute | head | total / peak | step, overlap |"
+    )
     lines = [f"## {title}", "", "GiB, estimate / simulation (error)."]
     worst: dict[str, float] = {}
     model_now = None
@@ -119,12 +162,17 @@ def section(title: str, rows: list[tuple[tuple, dict, dict]]) -> str:
         act = named.get("checkpoints") or named["activations"]
         recompute = cell(*named["recompute"]) if gc else "–"
         own = f"{est['optimizer_step'] / GIB:.3f}, {est['peak_overlap'] / GIB:.3f}"
-        lines.append(f"| {'LoRA r16' if lora_rank else 'full'} | {'on' if gc else 'off'} "
-                     f"| {prompt}+{completion} | {cell(*named['weights'])} | {cell(*named['lora'])} "
-                     f"| {cell(*named['gradients'])} | {cell(*named['optimizer'])} | {cell(*act)} | {recompute} "
-                     f"| {cell(*named['head'])} | {cell(*named['total/peak'])} | {own} |")
-    lines += ["", "Worst absolute error by component: " + ", ".join(
-        f"{k} {v * 100:.0f}%" for k, v in worst.items()), ""]
+        lines.append(
+            f"| {'LoRA r16' if lora_rank else 'full'} | {'on' if gc else 'off'} "
+            f"| {prompt}+{completion} | {cell(*named['weights'])} | {cell(*named['lora'])} "
+            f"| {cell(*named['gradients'])} | {cell(*named['optimizer'])} | {cell(*act)} | {recompute} "
+            f"| {cell(*named['head'])} | {cell(*named['total/peak'])} | {own} |"
+        )
+    lines += [
+        "",
+        "Worst absolute error by component: " + ", ".join(f"{k} {v * 100:.0f}%" for k, v in worst.items()),
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -154,8 +202,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--section", choices=("before", "after"), default="after")
     parser.add_argument("--models", nargs="*", default=list(MODELS))
-    parser.add_argument("--cache", help="JSON file keeping simulations between runs (they do not depend on "
-                                        "the estimator)")
+    parser.add_argument(
+        "--cache", help="JSON file keeping simulations between runs (they do not depend on the estimator)"
+    )
     args = parser.parse_args(argv)
     import torch
 

@@ -63,12 +63,19 @@ def score_checkpoints(attempt: Path, held_out: int) -> dict:
         curve[int(checkpoint.name.rsplit("-", 1)[1])] = measure_heldout(model, tokenizer, rows)["accuracy"]
     record = summary.get("warm_start") or {}
     signal = summary.get("group_signal") or {}
-    return {"seed": profile["seed"], "random": record.get("random_accuracy"), "curve": curve,
-            "train_seconds": summary["train_seconds"], "wall_seconds": summary["wall_seconds"],
-            "after": summary["accuracy"]["after"], "well_formed_after": summary["accuracy"]["well_formed_after"],
-            "warm_start": {key: record.get(key) for key in ("steps", "stopped", "restated", "seconds")},
-            "groups_alike": signal.get("groups_alike"), "groups_all_correct": signal.get("groups_all_correct"),
-            "groups_all_wrong": signal.get("groups_all_wrong")}
+    return {
+        "seed": profile["seed"],
+        "random": record.get("random_accuracy"),
+        "curve": curve,
+        "train_seconds": summary["train_seconds"],
+        "wall_seconds": summary["wall_seconds"],
+        "after": summary["accuracy"]["after"],
+        "well_formed_after": summary["accuracy"]["well_formed_after"],
+        "warm_start": {key: record.get(key) for key in ("steps", "stopped", "restated", "seconds")},
+        "groups_alike": signal.get("groups_alike"),
+        "groups_all_correct": signal.get("groups_all_correct"),
+        "groups_all_wrong": signal.get("groups_all_wrong"),
+    }
 
 
 def plot(results: list[dict], path: Path, title: str) -> None:
@@ -84,8 +91,14 @@ def plot(results: list[dict], path: Path, title: str) -> None:
     means = [statistics.mean(r["curve"][s] for r in results) for s in steps]
     spread = [statistics.pstdev([r["curve"][s] for r in results]) for s in steps]
     ax.plot(steps, means, color="black", linewidth=2.4, label=f"mean of {len(results)} seeds (grey: each)")
-    ax.fill_between(steps, [m - d for m, d in zip(means, spread)], [m + d for m, d in zip(means, spread)],
-                    color="tab:blue", alpha=0.2, label="mean +/- standard deviation")
+    ax.fill_between(
+        steps,
+        [m - d for m, d in zip(means, spread)],
+        [m + d for m, d in zip(means, spread)],
+        color="tab:blue",
+        alpha=0.2,
+        label="mean +/- standard deviation",
+    )
     randoms = [r["random"] for r in results if r["random"] is not None]
     if randoms:
         ax.axhline(statistics.mean(randoms), color="tab:red", linestyle="--", label="random model")
@@ -104,22 +117,30 @@ def table(results: list[dict], steps: list[int]) -> str:
     """The seeds as a Markdown table: warm start, held-out accuracy at each measured step, gain, well-formed
     answers after, and the run's share of groups that taught nothing at its start and end."""
     shown = [s for s in steps if s]
-    lines = ["| seed | warm start (steps) | " + " / ".join(f"step {s}" for s in shown)
-             + " | gain | well-formed after | alike groups first -> last |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| seed | warm start (steps) | "
+        + " / ".join(f"step {s}" for s in shown)
+        + " | gain | well-formed after | alike groups first -> last |",
+        "|---|---|---|---|---|---|",
+    ]
     gains = []
     for r in results:
         gain = r["curve"][shown[-1]] - r["curve"][0]
         gains.append(gain)
         alike = r.get("groups_alike") or {}
-        lines.append(f"| {r['seed']} | {r['curve'][0]:.3f} ({r['warm_start']['steps']}) | "
-                     + " / ".join(f"{r['curve'][s]:.3f}" for s in shown)
-                     + f" | {100 * gain:+.1f} | {r['well_formed_after']:.3f} | "
-                     f"{alike.get('first', float('nan')):.2f} -> {alike.get('last', float('nan')):.2f} |")
+        lines.append(
+            f"| {r['seed']} | {r['curve'][0]:.3f} ({r['warm_start']['steps']}) | "
+            + " / ".join(f"{r['curve'][s]:.3f}" for s in shown)
+            + f" | {100 * gain:+.1f} | {r['well_formed_after']:.3f} | "
+            f"{alike.get('first', float('nan')):.2f} -> {alike.get('last', float('nan')):.2f} |"
+        )
     means = [statistics.mean(r["curve"][s] for r in results) for s in [0, *shown]]
-    lines.append(f"| mean | {means[0]:.3f} | " + " / ".join(f"{m:.3f}" for m in means[1:])
-                 + f" | {100 * statistics.mean(gains):+.1f} (min {100 * min(gains):+.1f}) | "
-                 f"{min(r['well_formed_after'] for r in results):.3f} (min) | |")
+    lines.append(
+        f"| mean | {means[0]:.3f} | "
+        + " / ".join(f"{m:.3f}" for m in means[1:])
+        + f" | {100 * statistics.mean(gains):+.1f} (min {100 * min(gains):+.1f}) | "
+        f"{min(r['well_formed_after'] for r in results):.3f} (min) | |"
+    )
     return "\n".join(lines)
 
 
@@ -139,18 +160,19 @@ def main() -> int:
         for result in json.loads(Path(path).read_text(encoding="utf-8")):
             results.append({**result, "curve": {int(step): acc for step, acc in result["curve"].items()}})
     with tempfile.TemporaryDirectory(prefix="learning-curve-") as tmp:
-        for seed in ([] if args.results else (int(s) for s in args.seeds.split(","))):
+        for seed in [] if args.results else (int(s) for s in args.seeds.split(",")):
             attempt = train(args.profile, seed, args.every, args.held_out, Path(tmp) / f"seed-{seed}", args.set)
             result = score_checkpoints(attempt, args.held_out)
             results.append(result)
             points = " ".join(f"{step}:{acc:.3f}" for step, acc in sorted(result["curve"].items()))
-            print(f"seed {seed}: random {result['random']}, {points} (train {result['train_seconds']} s)",
-                  flush=True)
+            print(f"seed {seed}: random {result['random']}, {points} (train {result['train_seconds']} s)", flush=True)
     steps = sorted(set.intersection(*(set(r["curve"]) for r in results)))
     for step in steps:
         values = [r["curve"][step] for r in results]
-        print(f"step {step:4d}: mean {statistics.mean(values):.3f}  sd {statistics.pstdev(values):.3f}  "
-              f"min {min(values):.3f}  max {max(values):.3f}")
+        print(
+            f"step {step:4d}: mean {statistics.mean(values):.3f}  sd {statistics.pstdev(values):.3f}  "
+            f"min {min(values):.3f}  max {max(values):.3f}"
+        )
     print(table(results, steps))
     out = Path(args.out)
     plot(results, out, f"{Path(args.profile).stem}: held-out accuracy during GRPO")

@@ -42,19 +42,44 @@ VLLM_LOGS = (
     ("Qwen2.5-3B 4-bit, T4", "Qwen/Qwen2.5-3B-Instruct", 192, 1024, 1.05 + 0.05, 0.62),
     ("Mistral-7B 4-bit, RTX 4090", "mistralai/Mistral-7B-Instruct-v0.3", 224, 1024, 0.28 + 0.08, 0.70),
 )
-T4_TORCH_TOTAL_GIB = 14.741    # what torch (and Unsloth's banner) reports of a T4
+T4_TORCH_TOTAL_GIB = 14.741  # what torch (and Unsloth's banner) reports of a T4
 QWEN3_TOLERANCE = 0.10
 
-PHI4_T4 = dict(model="microsoft/phi-4", load_in_4bit=True, max_seq_length=512, max_prompt_length=256,
-               max_completion_length=200, lora_rank=16, lora_alpha=16,
-               target_modules=["gate_proj", "up_proj", "down_proj"], fast_inference=True, gpu_memory_utilization=0.7,
-               num_generations=6, per_device_train_batch_size=6, gradient_accumulation_steps=1,
-               optim="paged_adamw_8bit", gradient_checkpointing="unsloth", name="unsloth-phi-4-t4")
-QWEN3_T4 = dict(model="Qwen/Qwen3-4B", load_in_4bit=False, max_seq_length=2048, max_prompt_length=202,
-                max_completion_length=1846, lora_rank=32, lora_alpha=64, fast_inference=True,
-                gpu_memory_utilization=0.7, num_generations=4, per_device_train_batch_size=4,
-                gradient_accumulation_steps=1, optim="adamw_8bit", gradient_checkpointing="unsloth",
-                name="unsloth-qwen3-4b-t4")
+PHI4_T4 = dict(
+    model="microsoft/phi-4",
+    load_in_4bit=True,
+    max_seq_length=512,
+    max_prompt_length=256,
+    max_completion_length=200,
+    lora_rank=16,
+    lora_alpha=16,
+    target_modules=["gate_proj", "up_proj", "down_proj"],
+    fast_inference=True,
+    gpu_memory_utilization=0.7,
+    num_generations=6,
+    per_device_train_batch_size=6,
+    gradient_accumulation_steps=1,
+    optim="paged_adamw_8bit",
+    gradient_checkpointing="unsloth",
+    name="unsloth-phi-4-t4",
+)
+QWEN3_T4 = dict(
+    model="Qwen/Qwen3-4B",
+    load_in_4bit=False,
+    max_seq_length=2048,
+    max_prompt_length=202,
+    max_completion_length=1846,
+    lora_rank=32,
+    lora_alpha=64,
+    fast_inference=True,
+    gpu_memory_utilization=0.7,
+    num_generations=4,
+    per_device_train_batch_size=4,
+    gradient_accumulation_steps=1,
+    optim="adamw_8bit",
+    gradient_checkpointing="unsloth",
+    name="unsloth-qwen3-4b-t4",
+)
 
 
 def workspace_rows() -> list[dict]:
@@ -62,8 +87,16 @@ def workspace_rows() -> list[dict]:
     for run, model, seqs, tokens, logged, graphs in VLLM_LOGS:
         arch = resolve(model)
         ours = vllm_workspace_bytes(arch, seqs, tokens) / GIB
-        rows.append({"run": run, "sequences": seqs, "prefill_tokens": tokens, "logged_gib": logged + graphs,
-                     "estimated_gib": ours, "ratio": ours / (logged + graphs)})
+        rows.append(
+            {
+                "run": run,
+                "sequences": seqs,
+                "prefill_tokens": tokens,
+                "logged_gib": logged + graphs,
+                "estimated_gib": ours,
+                "ratio": ours / (logged + graphs),
+            }
+        )
     return rows
 
 
@@ -74,8 +107,12 @@ def t4_runs() -> dict:
         profile = profile_from_dict(dict(settings), f"<{settings['name']}>")
         est = estimate(profile, resolve(profile.model), machine.primary)
         plan = make_plan([profile], machine, ledger_refuses=False)
-        out[key] = {"estimate_gib": est.total_gib, "fits": plan.candidates[0].fits,
-                    "reason": plan.candidates[0].reason, "components": est.components}
+        out[key] = {
+            "estimate_gib": est.total_gib,
+            "fits": plan.candidates[0].fits,
+            "reason": plan.candidates[0].reason,
+            "components": est.components,
+        }
     low = (1 - QWEN3_TOLERANCE) * T4_TORCH_TOTAL_GIB
     out["qwen3"]["bracket_gib"] = (round(low, 2), T4_TORCH_TOTAL_GIB)
     out["qwen3"]["within"] = low <= out["qwen3"]["estimate_gib"] <= T4_TORCH_TOTAL_GIB
@@ -86,18 +123,24 @@ def main() -> int:
     lines = ["vLLM workspace (activation peak + non-torch + CUDA graphs) against the notebooks' start-up logs:"]
     rows = workspace_rows()
     for r in rows:
-        lines.append(f"  {r['run']:32} {r['sequences']:3d} seqs, {r['prefill_tokens']:4d} tokens: logged "
-                     f"{r['logged_gib']:.2f} GiB, estimated {r['estimated_gib']:.2f} ({r['ratio']:.2f}x)")
+        lines.append(
+            f"  {r['run']:32} {r['sequences']:3d} seqs, {r['prefill_tokens']:4d} tokens: logged "
+            f"{r['logged_gib']:.2f} GiB, estimated {r['estimated_gib']:.2f} ({r['ratio']:.2f}x)"
+        )
     ratios = sorted(r["ratio"] for r in rows)
     lines.append(f"  median {ratios[len(ratios) // 2]:.2f}x, range {ratios[0]:.2f}-{ratios[-1]:.2f}x")
     runs = t4_runs()
     phi, qwen = runs["phi4"], runs["qwen3"]
-    lines.append(f"Phi-4 4-bit on a T4 at share 0.7 (Unsloth's notebook): estimated {phi['estimate_gib']:.2f} GiB; "
-                 f"plan: {phi['reason']}")
+    lines.append(
+        f"Phi-4 4-bit on a T4 at share 0.7 (Unsloth's notebook): estimated {phi['estimate_gib']:.2f} GiB; "
+        f"plan: {phi['reason']}"
+    )
     low, high = qwen["bracket_gib"]
-    lines.append(f"Qwen3-4B 16-bit on a T4 at share 0.7: estimated {qwen['estimate_gib']:.2f} GiB; published: it ran "
-                 f"in {high:.2f} GiB (no peak published), so within {QWEN3_TOLERANCE:.0%} below that: {low:.2f}-"
-                 f"{high:.2f} GiB: {'held' if qwen['within'] else 'NOT held'}")
+    lines.append(
+        f"Qwen3-4B 16-bit on a T4 at share 0.7: estimated {qwen['estimate_gib']:.2f} GiB; published: it ran "
+        f"in {high:.2f} GiB (no peak published), so within {QWEN3_TOLERANCE:.0%} below that: {low:.2f}-"
+        f"{high:.2f} GiB: {'held' if qwen['within'] else 'NOT held'}"
+    )
     print("\n".join(lines))
     return 0 if phi["fits"] and qwen["within"] else 1
 

@@ -54,8 +54,12 @@ class MixtureArch(Architecture):
     def module_shapes(self) -> dict[str, tuple[int, int]]:
         shapes = super().module_shapes()
         h, i = self.hidden, self.intermediate
-        return {**shapes, "gate_proj": (h, i * self.experts), "up_proj": (h, i * self.experts),
-                "down_proj": (i * self.experts, h)}
+        return {
+            **shapes,
+            "gate_proj": (h, i * self.experts),
+            "up_proj": (h, i * self.experts),
+            "down_proj": (i * self.experts, h),
+        }
 
     @property
     def active_linear_params(self) -> int:
@@ -67,8 +71,9 @@ class MixtureArch(Architecture):
 EXTRA = {
     # openai/gpt-oss-20b: 24 layers, hidden 2880, 64 query and 8 KV heads of 64, 32 experts of 2880, 4 active,
     # vocabulary 201088, untied
-    "gpt-oss-20b": MixtureArch("openai/gpt-oss-20b", 0, 2880, 24, 64, 8, 64, 2880, 201088, False, "gpt_oss",
-                               experts=32, active=4),
+    "gpt-oss-20b": MixtureArch(
+        "openai/gpt-oss-20b", 0, 2880, 24, 64, 8, 64, 2880, 201088, False, "gpt_oss", experts=32, active=4
+    ),
     # mistralai/Ministral-3-3B-Instruct-2512 (text part): 26 layers, hidden 3072, 32 query and 8 KV heads of 128,
     # intermediate 9216, vocabulary 131072, tied
     "ministral-3-3b": Architecture("ministral-3-3b", 0, 3072, 26, 32, 8, 128, 9216, 131072, True, "mistral"),
@@ -83,16 +88,28 @@ def arch_of(name: str) -> Architecture:
 def old_trl(record: dict) -> bool:
     version = str(record.get("unsloth_version") or "")
     trl = str(record.get("trl_version") or "")
-    return trl.startswith("0.14") or "old semantics" in trl or (version[:4] == "2025" and version[5:].split(".")[0]
-                                                                  .isdigit() and int(version[5:].split(".")[0]) < 6)
+    return (
+        trl.startswith("0.14")
+        or "old semantics" in trl
+        or (version[:4] == "2025" and version[5:].split(".")[0].isdigit() and int(version[5:].split(".")[0]) < 6)
+    )
 
 
 def predicted(record: dict) -> dict:
     """The model's prediction of one record, with what it assumed."""
     arch = arch_of(record["arch"])
     card = card_facts(record["card"])
-    gpu = GpuInfo(name=card.name, total_gib=card.memory_gib or 80.0, free_gib=card.memory_gib or 80.0, used_gib=0.0,
-                  compute_capability=card.capability, driver=None, cuda_driver=None, index=0, source="what-if")
+    gpu = GpuInfo(
+        name=card.name,
+        total_gib=card.memory_gib or 80.0,
+        free_gib=card.memory_gib or 80.0,
+        used_gib=0.0,
+        compute_capability=card.capability,
+        driver=None,
+        cuda_driver=None,
+        index=0,
+        source="what-if",
+    )
     gens = record["num_generations"]
     completions = record["completions_per_step"]
     accumulation = record["gradient_accumulation_steps"]
@@ -108,13 +125,27 @@ def predicted(record: dict) -> dict:
         beta = OLD_TRL_BETA if old_trl(record) else 0.0
     lora = record["lora_rank"] or 0
     vllm = record["generator"] == "vllm"
-    profile = profile_from_dict({
-        "model": "tiny", "device": "cuda", "load_in_4bit": record["weight_bits"] == 4, "lora_rank": lora,
-        "lora_alpha": max(lora, 1), "fast_inference": vllm, "num_generations": gens,
-        "per_device_train_batch_size": completions // accumulation, "gradient_accumulation_steps": accumulation,
-        "max_prompt_length": prompt, "max_completion_length": cap, "max_seq_length": prompt + cap,
-        "gradient_checkpointing": "unsloth", "beta": beta, "gpu_memory_utilization":
-        record.get("gpu_memory_utilization") or 0.5, "optim": "adamw_8bit"}, record["id"])
+    profile = profile_from_dict(
+        {
+            "model": "tiny",
+            "device": "cuda",
+            "load_in_4bit": record["weight_bits"] == 4,
+            "lora_rank": lora,
+            "lora_alpha": max(lora, 1),
+            "fast_inference": vllm,
+            "num_generations": gens,
+            "per_device_train_batch_size": completions // accumulation,
+            "gradient_accumulation_steps": accumulation,
+            "max_prompt_length": prompt,
+            "max_completion_length": cap,
+            "max_seq_length": prompt + cap,
+            "gradient_checkpointing": "unsloth",
+            "beta": beta,
+            "gpu_memory_utilization": record.get("gpu_memory_utilization") or 0.5,
+            "optim": "adamw_8bit",
+        },
+        record["id"],
+    )
     lengths = CompletionPlan(cap, int(round(mean)), prompt, "the record's own")
     time = predict(profile, arch, gpu, None, lengths)
     if record["weight_bits"] == 8:  # FP8 weights: half the 16-bit reads of a decode step
@@ -122,13 +153,22 @@ def predicted(record: dict) -> dict:
 
         shape = replace(shape_of(profile, arch, gpu, None, lengths), weight_bits=8)
         time = step_time(shape, card.name, card.memory_gib)
-    return {"predicted_s": time.step_s, "generation_s": time.generation_s, "training_s": time.training_s,
-            "assumed": assumed, "limited_by": time.limited_by}
+    return {
+        "predicted_s": time.step_s,
+        "generation_s": time.generation_s,
+        "training_s": time.training_s,
+        "assumed": assumed,
+        "limited_by": time.limited_by,
+    }
 
 
 def clean(record: dict) -> bool:
-    return not (record.get("doubtful") or record.get("vision") or record.get("reward_runs_code")
-                or record.get("mean_completion_length") is None)
+    return not (
+        record.get("doubtful")
+        or record.get("vision")
+        or record.get("reward_runs_code")
+        or record.get("mean_completion_length") is None
+    )
 
 
 def error_text(ratios: list[float]) -> str:
@@ -137,16 +177,30 @@ def error_text(ratios: list[float]) -> str:
         return "-"
     factors = [max(r, 1 / r) for r in ratios]
     worst = ratios[factors.index(max(factors))]
-    return (f"median {statistics.median(factors):.2f}x off (signed {statistics.median(ratios):.2f}), "
-            f"worst {worst:.2f}x, n={len(ratios)}")
+    return (
+        f"median {statistics.median(factors):.2f}x off (signed {statistics.median(ratios):.2f}), "
+        f"worst {worst:.2f}x, n={len(ratios)}"
+    )
 
 
 PAIRS = (  # (a, b, what differs): the same configuration on two cards, or the nearest published pair
-    ("unsloth-openenv-gpt-oss-20b-2048-t4", "unsloth-openenv-gpt-oss-20b-2048-a100-80", "same 4-bit run, T4 / A100 80GB"),
+    (
+        "unsloth-openenv-gpt-oss-20b-2048-t4",
+        "unsloth-openenv-gpt-oss-20b-2048-a100-80",
+        "same 4-bit run, T4 / A100 80GB",
+    ),
     ("unsloth-gpt-oss-20b-t4-a", "unsloth-gpt-oss-20b-bf16-a100-80", "4-bit on a T4 / BF16 on an A100 80GB"),
     ("unsloth-gpt-oss-20b-2048-t4", "unsloth-gpt-oss-20b-2048-bf16-a100-80", "4-bit on a T4 / BF16 on an A100 80GB"),
-    ("unsloth-llama3.1-8b-t4", "unsloth-mistral-7b-rtx4090", "one recipe, Llama-8B on a T4 / Mistral-7B on an RTX 4090"),
-    ("unsloth-llama3.2-3b-adv-t4", "unsloth-llama3.2-3b-adv-a100-40", "Llama-3B, 16 completions on a T4 / 32 on an A100 40GB"),
+    (
+        "unsloth-llama3.1-8b-t4",
+        "unsloth-mistral-7b-rtx4090",
+        "one recipe, Llama-8B on a T4 / Mistral-7B on an RTX 4090",
+    ),
+    (
+        "unsloth-llama3.2-3b-adv-t4",
+        "unsloth-llama3.2-3b-adv-a100-40",
+        "Llama-3B, 16 completions on a T4 / 32 on an A100 40GB",
+    ),
     ("cookbook-qwen2.5-vl-3b-a100-c1024", "cookbook-qwen2.5-vl-3b-a100-c256", "same card, cap 1024 / 256"),
     ("unsloth-qwen2.5-vl-7b-t4-142", "unsloth-qwen2.5-vl-7b-t4-60", "same card, mean 272 / 167 tokens"),
 )
@@ -167,18 +221,28 @@ def main(argv=None) -> int:
     scored = [r for r in rows if "predicted_s" in r]
     for r in scored:
         r["ratio"] = r["predicted_s"] / r["seconds_per_step"]
-    lines = [f"{len(records)} published records, {len(scored)} predicted ({len(records) - len(scored)} skipped: "
-             + ", ".join(f"{r['id']} ({r['skipped']})" for r in rows if "skipped" in r) + ")"]
+    lines = [
+        f"{len(records)} published records, {len(scored)} predicted ({len(records) - len(scored)} skipped: "
+        + ", ".join(f"{r['id']} ({r['skipped']})" for r in rows if "skipped" in r)
+        + ")"
+    ]
     if not args.summary:
         lines.append("")
         lines.append(f"{'record':44} {'card':24} {'gen':12} {'measured':>9} {'predicted':>9} {'ratio':>6}  flags")
         for r in scored:
             flags = [k for k in ("doubtful", "vision", "reward_runs_code") if r.get(k)] + r["assumed"]
-            lines.append(f"{r['id']:44} {r['card'][:24]:24} {r['generator']:12} {r['seconds_per_step']:9.2f} "
-                         f"{r['predicted_s']:9.2f} {r['ratio']:6.2f}  {', '.join(flags)}")
+            lines.append(
+                f"{r['id']:44} {r['card'][:24]:24} {r['generator']:12} {r['seconds_per_step']:9.2f} "
+                f"{r['predicted_s']:9.2f} {r['ratio']:6.2f}  {', '.join(flags)}"
+            )
     lines.append("")
-    for title, subset in (("all predicted", scored), ("clean (not doubtful, text prompts, shipped-style rewards, "
-                                                      "mean length logged)", [r for r in scored if clean(r)])):
+    for title, subset in (
+        ("all predicted", scored),
+        (
+            "clean (not doubtful, text prompts, shipped-style rewards, mean length logged)",
+            [r for r in scored if clean(r)],
+        ),
+    ):
         lines.append(f"{title}: {error_text([r['ratio'] for r in subset])}")
         for key in ("card", "generator"):
             groups: dict[str, list[float]] = {}

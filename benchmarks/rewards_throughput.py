@@ -44,8 +44,9 @@ def build_batch(count: int, seed: int = 0, min_chars: int = 0) -> tuple[list, li
         elif kind == 3:  # no tags at all
             text = f"{reasoning}\nThe answer is {gold}."
         else:  # conversational, right, strict
-            text = [{"role": "assistant",
-                     "content": f"<reasoning>\n{reasoning}\n</reasoning>\n<answer>\n{gold}\n</answer>"}]
+            text = [
+                {"role": "assistant", "content": f"<reasoning>\n{reasoning}\n</reasoning>\n<answer>\n{gold}\n</answer>"}
+            ]
         completions.append(text)
         golds.append(gold)
     return completions, golds
@@ -67,8 +68,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--completions", type=int, default=20_000, help="completions per pass (default 20000)")
     parser.add_argument("--repeats", type=int, default=5, help="timed passes; the best counts (default 5)")
-    parser.add_argument("--min-chars", type=int, default=0,
-                        help="repeat each reasoning to at least this many characters (default 0: as generated)")
+    parser.add_argument(
+        "--min-chars",
+        type=int,
+        default=0,
+        help="repeat each reasoning to at least this many characters (default 0: as generated)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     if hasattr(os, "sched_setaffinity"):  # one core, whatever the machine has
@@ -77,15 +82,21 @@ def main(argv: list[str] | None = None) -> int:
     mean_chars = sum(len(c if isinstance(c, str) else c[0]["content"]) for c in completions) / len(completions)
     combined = measure(completions, golds, ["accuracy", "xml_strict"], args.repeats)
     each = {name: measure(completions, golds, [name], args.repeats) for name in REWARDS}
-    result = {"accuracy+xml_strict_per_second": round(combined), "per_reward_per_second":
-              {name: round(rate) for name, rate in each.items()}, "completions": len(completions),
-              "mean_chars": round(mean_chars), "target_per_second": TARGET_PER_SECOND,
-              "meets_target": combined >= TARGET_PER_SECOND}
+    result = {
+        "accuracy+xml_strict_per_second": round(combined),
+        "per_reward_per_second": {name: round(rate) for name, rate in each.items()},
+        "completions": len(completions),
+        "mean_chars": round(mean_chars),
+        "target_per_second": TARGET_PER_SECOND,
+        "meets_target": combined >= TARGET_PER_SECOND,
+    }
     if args.json:
         print(json.dumps(result))
     else:
-        print(f"accuracy + xml_strict: {combined:,.0f} completions/s on one core "
-              f"(target {TARGET_PER_SECOND:,}; {len(completions):,} completions of {mean_chars:.0f} chars on average)")
+        print(
+            f"accuracy + xml_strict: {combined:,.0f} completions/s on one core "
+            f"(target {TARGET_PER_SECOND:,}; {len(completions):,} completions of {mean_chars:.0f} chars on average)"
+        )
         for name, rate in each.items():
             print(f"  {name:<10} {rate:>12,.0f} /s")
     return 0 if combined >= TARGET_PER_SECOND else 1

@@ -80,13 +80,26 @@ def hf_config(arch):
     """A transformers config of the catalogue's architecture (no download)."""
     import transformers
 
-    classes = {"llama": "LlamaConfig", "qwen2": "Qwen2Config", "qwen3": "Qwen3Config", "mistral": "MistralConfig",
-               "gemma3_text": "Gemma3TextConfig", "gemma3": "Gemma3TextConfig"}
+    classes = {
+        "llama": "LlamaConfig",
+        "qwen2": "Qwen2Config",
+        "qwen3": "Qwen3Config",
+        "mistral": "MistralConfig",
+        "gemma3_text": "Gemma3TextConfig",
+        "gemma3": "Gemma3TextConfig",
+    }
     config_class = getattr(transformers, classes.get(arch.family, "LlamaConfig"))
-    config = config_class(vocab_size=arch.vocab, hidden_size=arch.hidden, intermediate_size=arch.intermediate,
-                          num_hidden_layers=arch.layers, num_attention_heads=arch.heads,
-                          num_key_value_heads=arch.kv_heads, head_dim=arch.head_dim,
-                          tie_word_embeddings=arch.tied_embeddings, max_position_embeddings=32768)
+    config = config_class(
+        vocab_size=arch.vocab,
+        hidden_size=arch.hidden,
+        intermediate_size=arch.intermediate,
+        num_hidden_layers=arch.layers,
+        num_attention_heads=arch.heads,
+        num_key_value_heads=arch.kv_heads,
+        head_dim=arch.head_dim,
+        tie_word_embeddings=arch.tied_embeddings,
+        max_position_embeddings=32768,
+    )
     config._attn_implementation = "sdpa"
     return config
 
@@ -95,11 +108,11 @@ class StorageLog:
     """A TorchDispatchMode (made in `counting`) records here each storage created and released, in order."""
 
     def __init__(self):
-        self.events: list[tuple[int, int, str]] = []   # (uid, +bytes or -bytes, phase)
-        self.live: dict[int, int] = {}                 # storage address -> uid
+        self.events: list[tuple[int, int, str]] = []  # (uid, +bytes or -bytes, phase)
+        self.live: dict[int, int] = {}  # storage address -> uid
         self.size: dict[int, int] = {}
         self.phase = "setup"
-        self.sums: dict[int, tuple[int, int]] = {}     # uid of an add's result -> uids of its operands
+        self.sums: dict[int, tuple[int, int]] = {}  # uid of an add's result -> uids of its operands
         self._next = 0
 
     def track(self, tensor) -> None:
@@ -153,27 +166,27 @@ def _routed_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fal
         key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
     aten = torch.ops.aten
     if attn_mask is None:
-        return aten._scaled_dot_product_flash_attention(query, key, value, dropout_p, is_causal, False,
-                                                        scale=scale)[0]
+        return aten._scaled_dot_product_flash_attention(query, key, value, dropout_p, is_causal, False, scale=scale)[0]
     if attn_mask.dtype == torch.bool:
-        attn_mask = torch.zeros(attn_mask.shape, dtype=query.dtype).masked_fill_(attn_mask.logical_not(),
-                                                                                 float("-inf"))
+        attn_mask = torch.zeros(attn_mask.shape, dtype=query.dtype).masked_fill_(attn_mask.logical_not(), float("-inf"))
     bias = attn_mask.expand(query.shape[0], query.shape[1], query.shape[2], key.shape[2])
-    return aten._scaled_dot_product_efficient_attention(query, key, value, bias, True, dropout_p, is_causal,
-                                                        scale=scale)[0]
+    return aten._scaled_dot_product_efficient_attention(
+        query, key, value, bias, True, dropout_p, is_causal, scale=scale
+    )[0]
 
 
 @dataclass
 class Simulated:
     """Bytes of each part of one step, and the peak of all live bytes."""
-    weights: int          # frozen parameters and buffers (every parameter is trained in full fine-tuning)
-    lora: int             # trained parameters when LoRA (0 in full fine-tuning)
-    trained: int          # trained parameters (LoRA adapters or the whole model)
+
+    weights: int  # frozen parameters and buffers (every parameter is trained in full fine-tuning)
+    lora: int  # trained parameters when LoRA (0 in full fine-tuning)
+    trained: int  # trained parameters (LoRA adapters or the whole model)
     gradients: int
     optimizer: int
-    stored: int           # what the backbone's forward keeps for backward: activations, or the checkpoints
-    recompute: int        # live bytes made in the backbone's backward besides gradients (recompute, grad flow)
-    head: int             # live bytes made by the LM head and the loss, forward and backward, besides gradients
+    stored: int  # what the backbone's forward keeps for backward: activations, or the checkpoints
+    recompute: int  # live bytes made in the backbone's backward besides gradients (recompute, grad flow)
+    head: int  # live bytes made by the LM head and the loss, forward and backward, besides gradients
     peak: int
     peak_phase: str
 
@@ -191,9 +204,17 @@ def _build(arch, lora_rank: int, checkpointing: bool, fake_mode):
 
         if checkpointing:
             model.enable_input_require_grads()
-        model = get_peft_model(model, LoraConfig(r=lora_rank, lora_alpha=2 * lora_rank, lora_dropout=0.0,
-                                                 target_modules=list(LORA_MODULES), bias="none",
-                                                 task_type="CAUSAL_LM"))
+        model = get_peft_model(
+            model,
+            LoraConfig(
+                r=lora_rank,
+                lora_alpha=2 * lora_rank,
+                lora_dropout=0.0,
+                target_modules=list(LORA_MODULES),
+                bias="none",
+                task_type="CAUSAL_LM",
+            ),
+        )
     swapped: dict[int, torch.Tensor] = {}
     for module in model.modules():
         for table in (module._parameters, module._buffers):
@@ -211,16 +232,20 @@ def _build(arch, lora_rank: int, checkpointing: bool, fake_mode):
     return model
 
 
-def simulate(arch, *, lora_rank: int = 16, checkpointing: bool = False, batch: int = 2, prompt: int = 256,
-             completion: int = 768) -> Simulated:
+def simulate(
+    arch, *, lora_rank: int = 16, checkpointing: bool = False, batch: int = 2, prompt: int = 256, completion: int = 768
+) -> Simulated:
     """One GRPO step of plain TRL + PEFT (or full fine-tuning when lora_rank is 0), bf16, AdamW."""
     chunked_logprob, _CHUNKED_LOGPROB_CHUNK_SIZE = _import_trl_head()
     import torch
     import transformers.masking_utils as masking
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    saved = (chunked_logprob._addmm_fp32, masking.find_packed_sequence_indices,
-             torch.nn.functional.scaled_dot_product_attention)
+    saved = (
+        chunked_logprob._addmm_fp32,
+        masking.find_packed_sequence_indices,
+        torch.nn.functional.scaled_dot_product_attention,
+    )
     # On a GPU the fp32 accumulation reads bf16 tiles in place (addmm with out_dtype); the CPU fallback's fp32
     # copies would not be there. Under FakeTensor transformers looks for packed sequences by reading values;
     # there are none.
@@ -230,11 +255,22 @@ def simulate(arch, *, lora_rank: int = 16, checkpointing: bool = False, batch: i
     fake_mode = FakeTensorMode()
     try:
         model = _build(arch, lora_rank, checkpointing, fake_mode)
-        return _step(model, arch, fake_mode, batch, prompt, completion, _CHUNKED_LOGPROB_CHUNK_SIZE,
-                     chunked_logprob.ChunkedLogProbFunction)
+        return _step(
+            model,
+            arch,
+            fake_mode,
+            batch,
+            prompt,
+            completion,
+            _CHUNKED_LOGPROB_CHUNK_SIZE,
+            chunked_logprob.ChunkedLogProbFunction,
+        )
     finally:
-        (chunked_logprob._addmm_fp32, masking.find_packed_sequence_indices,
-         torch.nn.functional.scaled_dot_product_attention) = saved
+        (
+            chunked_logprob._addmm_fp32,
+            masking.find_packed_sequence_indices,
+            torch.nn.functional.scaled_dot_product_attention,
+        ) = saved
 
 
 def _step(model, arch, fake_mode, batch, prompt, completion, chunk, head_function) -> Simulated:
@@ -260,16 +296,25 @@ def _step(model, arch, fake_mode, batch, prompt, completion, chunk, head_functio
         advantages = torch.zeros((batch,), dtype=torch.float32)
         log.phase = "forward"
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            hidden = causal.base_model(input_ids=input_ids, attention_mask=attention_mask,
-                                       use_cache=False).last_hidden_state
+            hidden = causal.base_model(
+                input_ids=input_ids, attention_mask=attention_mask, use_cache=False
+            ).last_hidden_state
             log.phase = "head"
             hidden.register_hook(lambda grad: setattr(log, "phase", "backward"))
-            scored = torch.cat([hidden[i, seq - 1 - completion:seq - 1] for i in range(batch)])
+            scored = torch.cat([hidden[i, seq - 1 - completion : seq - 1] for i in range(batch)])
             targets = torch.zeros((batch * completion,), dtype=torch.long)
             weight = causal.get_output_embeddings().weight
             logps, _entropy, *_ = head_function.apply(
-                scored, weight, None, targets, 1.0, chunk, getattr(causal.config, "final_logit_softcapping", None),
-                1.0, ("log_probs", "entropy"))
+                scored,
+                weight,
+                None,
+                targets,
+                1.0,
+                chunk,
+                getattr(causal.config, "final_logit_softcapping", None),
+                1.0,
+                ("log_probs", "entropy"),
+            )
         logps = logps.view(batch, completion)
         ratio = torch.exp(logps - logps.detach())
         loss = -(ratio * advantages[:, None]).sum() / (batch * completion)
@@ -314,9 +359,18 @@ def _read_back(log, model, trained, state_uids, grad_uids, gradients, lora) -> S
         live[made] += delta
         if made in best:
             best[made] = max(best[made], live[made])
-    return Simulated(weights=all_bytes - (trained_bytes if lora else 0), lora=trained_bytes if lora else 0,
-                     trained=trained_bytes, gradients=gradients, optimizer=optimizer, stored=best["forward_end"],
-                     recompute=best["backward"], head=best["head"], peak=peak, peak_phase=peak_phase)
+    return Simulated(
+        weights=all_bytes - (trained_bytes if lora else 0),
+        lora=trained_bytes if lora else 0,
+        trained=trained_bytes,
+        gradients=gradients,
+        optimizer=optimizer,
+        stored=best["forward_end"],
+        recompute=best["backward"],
+        head=best["head"],
+        peak=peak,
+        peak_phase=peak_phase,
+    )
 
 
 def main(argv=None) -> int:
@@ -331,8 +385,12 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(int(os.environ.get("SIMULATION_THREADS", "2")))
     configs = json.loads(argv[0] if argv else sys.argv[1])
-    out = [simulate(resolve(model), lora_rank=rank, checkpointing=gc, batch=batch, prompt=prompt,
-                    completion=completion).__dict__ for model, rank, gc, batch, prompt, completion in configs]
+    out = [
+        simulate(
+            resolve(model), lora_rank=rank, checkpointing=gc, batch=batch, prompt=prompt, completion=completion
+        ).__dict__
+        for model, rank, gc, batch, prompt, completion in configs
+    ]
     print(json.dumps(out))
     return 0
 

@@ -36,29 +36,36 @@ def bare_run(profile_path: str, steps: int, out: Path) -> None:
     from profiles.load import load_profile
 
     profile = load_profile(profile_path, [f"max_steps={steps}", f"save_steps={steps}"])
+    import torch
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
     from rewards import get_reward_funcs
     from tasks import load_task
     from tasks.prompts import filter_by_length
+    from tiny_model.build import ensure_tiny
     from trainer.backends import from_pretrained_kwargs, get_peft_model_kwargs, install_cpu_logprob_fallback
     from trainer.config import grpo_config_kwargs
-    from tiny_model.build import ensure_tiny
-
-    import torch
 
     install_cpu_logprob_fallback()
     model_path = str(ensure_tiny(profile.dataset, seed=profile.seed))
     model, tokenizer = FastLanguageModel.from_pretrained(**from_pretrained_kwargs(profile, model_path, torch.float32))
     model = FastLanguageModel.get_peft_model(model, **get_peft_model_kwargs(profile))
-    rows, _ = filter_by_length(load_task(profile.dataset, "train", limit=profile.train_samples, seed=profile.seed),
-                               tokenizer, profile.max_prompt_length)
+    rows, _ = filter_by_length(
+        load_task(profile.dataset, "train", limit=profile.train_samples, seed=profile.seed),
+        tokenizer,
+        profile.max_prompt_length,
+    )
     funcs, _ = get_reward_funcs(profile.rewards)
     with tempfile.TemporaryDirectory() as tmp:
         args = GRPOConfig(**grpo_config_kwargs(profile, tmp, device="cpu", bf16=False, use_vllm=False))
-        trainer = GRPOTrainer(model=model, reward_funcs=funcs, args=args, train_dataset=Dataset.from_list(rows),
-                              processing_class=tokenizer)
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=funcs,
+            args=args,
+            train_dataset=Dataset.from_list(rows),
+            processing_class=tokenizer,
+        )
         started = time.time()
         trainer.train()
         seconds = time.time() - started
@@ -68,9 +75,26 @@ def bare_run(profile_path: str, steps: int, out: Path) -> None:
 def train_py_run(profile_path: str, steps: int, env: dict) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         attempt = Path(tmp) / "attempt"
-        subprocess.run([sys.executable, str(REPO / "train.py"), "--profile", profile_path, "--attempt-dir",
-                        str(attempt), "--set", f"max_steps={steps}", "--set", f"save_steps={steps}",
-                        "--set", "eval_samples=0"], env=env, cwd=REPO, check=True, capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                str(REPO / "train.py"),
+                "--profile",
+                profile_path,
+                "--attempt-dir",
+                str(attempt),
+                "--set",
+                f"max_steps={steps}",
+                "--set",
+                f"save_steps={steps}",
+                "--set",
+                "eval_samples=0",
+            ],
+            env=env,
+            cwd=REPO,
+            check=True,
+            capture_output=True,
+        )
         summary = json.loads((attempt / "summary.json").read_text())
         return summary["train_seconds"] / summary["steps"]
 
@@ -78,8 +102,13 @@ def train_py_run(profile_path: str, steps: int, env: dict) -> float:
 def bare_subprocess(profile_path: str, steps: int, env: dict) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "bare.json"
-        subprocess.run([sys.executable, __file__, "--bare", "--profile", profile_path, "--steps", str(steps),
-                        "--out", str(out)], env=env, cwd=REPO, check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, __file__, "--bare", "--profile", profile_path, "--steps", str(steps), "--out", str(out)],
+            env=env,
+            cwd=REPO,
+            check=True,
+            capture_output=True,
+        )
         result = json.loads(out.read_text())
         return result["train_seconds"] / result["steps"]
 
@@ -102,11 +131,21 @@ def main(argv=None) -> int:
         ours.append(train_py_run(args.profile, args.steps, env))
         print(f"round {round_number + 1}: bare {bare[-1]:.4f} s/step, train.py {ours[-1]:.4f} s/step", flush=True)
     ratio = min(ours) / min(bare)
-    print(json.dumps({"profile": Path(args.profile).stem, "steps": args.steps, "rounds": args.rounds,
-                      "bare_s_per_step": round(min(bare), 4), "train_py_s_per_step": round(min(ours), 4),
-                      "bare_median": round(statistics.median(bare), 4),
-                      "train_py_median": round(statistics.median(ours), 4),
-                      "ratio": round(ratio, 3), "target": 1.10}))
+    print(
+        json.dumps(
+            {
+                "profile": Path(args.profile).stem,
+                "steps": args.steps,
+                "rounds": args.rounds,
+                "bare_s_per_step": round(min(bare), 4),
+                "train_py_s_per_step": round(min(ours), 4),
+                "bare_median": round(statistics.median(bare), 4),
+                "train_py_median": round(statistics.median(ours), 4),
+                "ratio": round(ratio, 3),
+                "target": 1.10,
+            }
+        )
+    )
     return 0
 
 

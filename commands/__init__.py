@@ -37,30 +37,34 @@ def module_of(name: str):
 
 def top_help() -> str:
     """One screen: what the tool is, its commands, a few examples, the exit statuses."""
-    lines = [f"usage: python {PROG} <command> [options]   (also: grpo-train <command>, "
-             "docker run --gpus all grpo-train <command>)",
-             "",
-             "GRPO fine-tuning (Unsloth + vLLM + TRL) that plans the configuration that learns most per hour on",
-             "your GPU, trains it, and falls back instead of crashing on CUDA out-of-memory.",
-             "",
-             "commands:"]
+    lines = [
+        f"usage: python {PROG} <command> [options]   (also: grpo-train <command>, "
+        "docker run --gpus all grpo-train <command>)",
+        "",
+        "GRPO fine-tuning (Unsloth + vLLM + TRL) that plans the configuration that learns most per hour on",
+        "your GPU, trains it, and falls back instead of crashing on CUDA out-of-memory.",
+        "",
+        "commands:",
+    ]
     for name in COMMANDS:
         module = module_of(name)
         if getattr(module, "HIDDEN", False):
             continue
         lines.append(f"  {name:<12} {module.SUMMARY}")
-    lines += ["",
-              "examples:",
-              f"  python {PROG} plan                          what would run on this machine (instant, no torch)",
-              f"  python {PROG} train                         plan, then train; options alone also mean train",
-              f"  python {PROG} plan --gpu-memory 24          what a 24 GiB card would run",
-              f"  python {PROG} fit Qwen/Qwen2.5-7B-Instruct  the best profile of any model for this card",
-              f"  python {PROG} sample outputs/latest         answers of the model just trained",
-              f"  python {PROG} export outputs/latest --gguf q8_0   merged 16-bit model and a GGUF file",
-              "",
-              "exit status: 0 done, 2 bad input, 3 nothing fits or every attempt ran out of memory, 130 stopped, 1 other",
-              f"`python {PROG} COMMAND --help` shows a command's options; `python {PROG} profiles keys` every",
-              "profile key. The old flags (--auto, --dry-run, --fit-table, ...) still work: docs/interfaces.md."]
+    lines += [
+        "",
+        "examples:",
+        f"  python {PROG} plan                          what would run on this machine (instant, no torch)",
+        f"  python {PROG} train                         plan, then train; options alone also mean train",
+        f"  python {PROG} plan --gpu-memory 24          what a 24 GiB card would run",
+        f"  python {PROG} fit Qwen/Qwen2.5-7B-Instruct  the best profile of any model for this card",
+        f"  python {PROG} sample outputs/latest         answers of the model just trained",
+        f"  python {PROG} export outputs/latest --gguf q8_0   merged 16-bit model and a GGUF file",
+        "",
+        "exit status: 0 done, 2 bad input, 3 nothing fits or every attempt ran out of memory, 130 stopped, 1 other",
+        f"`python {PROG} COMMAND --help` shows a command's options; `python {PROG} profiles keys` every",
+        "profile key. The old flags (--auto, --dry-run, --fit-table, ...) still work: docs/interfaces.md.",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -68,9 +72,11 @@ def parser_for(name: str) -> argparse.ArgumentParser:
     module = module_of(name)
     examples = getattr(module, "EXAMPLES", ())
     parser = argparse.ArgumentParser(
-        prog=f"{PROG} {name}", description=(module.__doc__ or "").strip().split("\n\n")[0],
+        prog=f"{PROG} {name}",
+        description=(module.__doc__ or "").strip().split("\n\n")[0],
         epilog=("examples:\n" + "\n".join(f"  {e}" for e in examples)) if examples else None,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     module.add_arguments(parser)
     return parser
 
@@ -92,8 +98,10 @@ def main(argv: list[str] | None = None) -> int:
                 from profiles.keys import suggest
 
                 hint = suggest(argv[0], [c for c in COMMANDS if c != "attempt"])
-                raise UsageError(f"{argv[0]!r} is not a command{f' ({hint})' if hint else ''} (fix: `python "
-                                 f"{PROG} --help` lists the commands)")
+                raise UsageError(
+                    f"{argv[0]!r} is not a command{f' ({hint})' if hint else ''} (fix: `python "
+                    f"{PROG} --help` lists the commands)"
+                )
             from commands.legacy import translate
 
             argv = translate(argv)

@@ -58,8 +58,13 @@ def run_one_attempt(profile_file: str, overrides: list[str], attempt_dir: str, r
     code, resume_from = restart_point(Path(attempt_dir), resume_from)
     if code is not None:  # a restart inside a multi-node attempt whose failure stands
         return code
-    code = run_attempt(profile, Path(attempt_dir), resume_from=resume_from, resolve_model=model_to_load,
-                       estimate_gib=attempt_estimate(profile))
+    code = run_attempt(
+        profile,
+        Path(attempt_dir),
+        resume_from=resume_from,
+        resolve_model=model_to_load,
+        estimate_gib=attempt_estimate(profile),
+    )
     exit_on_signal(EXIT_INTERRUPTED)  # the outcome is written: nothing left to save
     end_within_grace(code)  # nor anything to wait for: a thread left running must not hold the exit
     return code

@@ -14,15 +14,21 @@ from launcher.memory.calibrate import calibrate, rungs_to_measure
 from launcher.memory.ledger import store as ledger_store
 
 SUMMARY = "measure the ladder on this machine into the ledger (the worst-case probe of each rung)"
-EXAMPLES = ("python train.py calibrate", "python train.py calibrate --dry-run",
-            "python train.py calibrate --random-weights")
+EXAMPLES = (
+    "python train.py calibrate",
+    "python train.py calibrate --dry-run",
+    "python train.py calibrate --random-weights",
+)
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="say which rungs it would probe, and stop")
-    parser.add_argument("--random-weights", action="store_true",
-                        help="probe each rung's architecture with random weights built from the catalogue's "
-                             "facts (nothing downloaded); the ledger marks these measurements")
+    parser.add_argument(
+        "--random-weights",
+        action="store_true",
+        help="probe each rung's architecture with random weights built from the catalogue's "
+        "facts (nothing downloaded); the ledger marks these measurements",
+    )
     options.add_profiles(parser)
     options.add_output_dir(parser)
     options.add_card(parser)
@@ -52,8 +58,11 @@ def print_calibration_plan(plan, as_json: bool = False) -> int:
         print(json.dumps({**plan.to_json(), "calibrate": names}, indent=2))
         return EXIT_OK
     print_plan(plan)
-    print(f"--calibrate would probe {len(names)} rung(s), each in its own process: {', '.join(names) or 'none'} "
-          f"(drop --dry-run to measure them into {ledger_store.ledger_path()})", flush=True)
+    print(
+        f"--calibrate would probe {len(names)} rung(s), each in its own process: {', '.join(names) or 'none'} "
+        f"(drop --dry-run to measure them into {ledger_store.ledger_path()})",
+        flush=True,
+    )
     return EXIT_OK
 
 
@@ -67,8 +76,14 @@ def run_calibration(plan, output_dir: Path, random_weights: bool = False, child_
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     runner = ChildRunner(child_command)
     with signals_forwarded(runner):  # a second Ctrl-C after the probes stopped does not cut the report short
-        code, rows = calibrate(plan, output_dir, lambda text: console.print(text, markup=False, soft_wrap=True),
-                               child_command=child_command, random_weights=random_weights, runner=runner)
+        code, rows = calibrate(
+            plan,
+            output_dir,
+            lambda text: console.print(text, markup=False, soft_wrap=True),
+            child_command=child_command,
+            random_weights=random_weights,
+            runner=runner,
+        )
         print_calibration(console, code, rows)
     return code
 
@@ -82,8 +97,13 @@ def print_calibration(console, code: int, rows: list[dict]) -> None:
         table.add_column(col)
     for row in rows:
         peak, est = row["peak_gib"], row["estimate_gib"]
-        table.add_row(row["profile"], f"{est:.2f}", "-" if peak is None else f"{peak:.2f}",
-                      "-" if peak is None else f"{peak / est:.3f}", row["verdict"])
+        table.add_row(
+            row["profile"],
+            f"{est:.2f}",
+            "-" if peak is None else f"{peak:.2f}",
+            "-" if peak is None else f"{peak / est:.3f}",
+            row["verdict"],
+        )
     if rows:
         console.print(table)
     console.print(calibration_verdict(code, rows), markup=False, soft_wrap=True)
@@ -96,11 +116,18 @@ def calibration_verdict(code: int, rows: list[dict]) -> str:
     recorded = sum(1 for row in rows if row["recorded"])
     where = ledger_store.ledger_path()
     if not recorded:
-        why = ("it was interrupted before a probe measured anything" if code == EXIT_INTERRUPTED else
-               "no probe ran" if not rows else "no probe measured anything (see the table)")
+        why = (
+            "it was interrupted before a probe measured anything"
+            if code == EXIT_INTERRUPTED
+            else "no probe ran"
+            if not rows
+            else "no probe measured anything (see the table)"
+        )
         return f"nothing was recorded in {where}: {why}; plans still come from the estimate alone"
-    text = (f"recorded {recorded} of {len(rows)} probe(s) in {where}; `python train.py --auto` now plans from "
-            "these figures (`--ignore-ledger` to plan from the estimate alone)")
+    text = (
+        f"recorded {recorded} of {len(rows)} probe(s) in {where}; `python train.py --auto` now plans from "
+        "these figures (`--ignore-ledger` to plan from the estimate alone)"
+    )
     if code == EXIT_INTERRUPTED:
         text += "; interrupted: `python train.py calibrate` again measures the rest"
     return text

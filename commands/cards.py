@@ -40,13 +40,24 @@ def print_fit_table(profiles, as_json: bool = False, cards=COMMON_CARDS) -> int:
     from rich.table import Table
 
     table = Table(title="Which profile fits my card (python train.py --auto picks the first rung that fits)")
-    for column, justify in (("card", "left"), ("GiB", "right"), ("precision", "left"), ("profile", "left"),
-                            ("estimate GiB", "right"), ("next rung if it fails", "left")):
+    for column, justify in (
+        ("card", "left"),
+        ("GiB", "right"),
+        ("precision", "left"),
+        ("profile", "left"),
+        ("estimate GiB", "right"),
+        ("next rung if it fails", "left"),
+    ):
         table.add_column(column, justify=justify, overflow="fold")
     for row in rows:
-        table.add_row(row["card"], f"{row['total_gib']:g}", row["precision"], row["chosen"] or "nothing fits",
-                      f"{row['estimate_gib']:.2f}" if row["estimate_gib"] is not None else "-",
-                      _next_rung(row["fallbacks"]))
+        table.add_row(
+            row["card"],
+            f"{row['total_gib']:g}",
+            row["precision"],
+            row["chosen"] or "nothing fits",
+            f"{row['estimate_gib']:.2f}" if row["estimate_gib"] is not None else "-",
+            _next_rung(row["fallbacks"]),
+        )
     console = _console()
     console.print(table)
     console.print(GPU_MARGIN_TEXT, markup=False, highlight=False)

@@ -33,8 +33,10 @@ def explain_file(path_or_dash: str) -> int:
         else:
             text = Path(path_or_dash).read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
-        print(f"error: {path_or_dash}: file not found (fix: give the path of a saved error, or - for stdin)",
-              file=sys.stderr)
+        print(
+            f"error: {path_or_dash}: file not found (fix: give the path of a saved error, or - for stdin)",
+            file=sys.stderr,
+        )
         return EXIT_BAD_INPUT
     except OSError as exc:
         print(f"error: {path_or_dash}: cannot read: {exc.strerror or exc}", file=sys.stderr)

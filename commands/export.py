@@ -13,29 +13,51 @@ from commands import options
 from contract.errors import EXIT_FAILURE, EXIT_OK, UsageError
 
 SUMMARY = "the trained model merged at 16 bits, and as GGUF through llama.cpp where present"
-EXAMPLES = ("python train.py export outputs/latest", "python train.py export outputs/latest --gguf q8_0",
-            "python train.py export outputs/run-.../attempt-02-cpu-tiny-4gen --out my-model --check 5")
+EXAMPLES = (
+    "python train.py export outputs/latest",
+    "python train.py export outputs/latest --gguf q8_0",
+    "python train.py export outputs/run-.../attempt-02-cpu-tiny-4gen --out my-model --check 5",
+)
 EXPORT_DIR = "export"
 
 
 def add_arguments(parser) -> None:
     from trainer.export import GGUF_TYPES
 
-    parser.add_argument("run_dir", metavar="RUN_OR_ATTEMPT",
-                        help="a run folder (its final attempt), outputs/latest, an attempt folder or RUN/final")
+    parser.add_argument(
+        "run_dir",
+        metavar="RUN_OR_ATTEMPT",
+        help="a run folder (its final attempt), outputs/latest, an attempt folder or RUN/final",
+    )
     parser.add_argument("--out", metavar="DIR", help="where to write (default: the attempt's export/ folder)")
-    parser.add_argument("--dtype", choices=("auto", "float16", "bfloat16"), default="auto",
-                        help="the merged model's 16-bit type (auto: the base's own where it is 16-bit, else "
-                             "float16)")
-    parser.add_argument("--gguf", metavar="TYPE", choices=GGUF_TYPES, type=str.lower,
-                        help=f"also one GGUF file of this type ({', '.join(GGUF_TYPES)}) through llama.cpp's "
-                             "converter")
-    parser.add_argument("--gguf-pre-tokenizer", metavar="NAME", default="",
-                        help="for a tokenizer llama.cpp does not recognise (a model's own new one, such as the tiny "
-                             "model's), write this pre-tokenizer into the GGUF (e.g. default)")
-    parser.add_argument("--check", metavar="N", type=int, default=0,
-                        help="answer the first N test questions with the adapter and with the merged model "
-                             "loaded back by transformers, side by side")
+    parser.add_argument(
+        "--dtype",
+        choices=("auto", "float16", "bfloat16"),
+        default="auto",
+        help="the merged model's 16-bit type (auto: the base's own where it is 16-bit, else float16)",
+    )
+    parser.add_argument(
+        "--gguf",
+        metavar="TYPE",
+        choices=GGUF_TYPES,
+        type=str.lower,
+        help=f"also one GGUF file of this type ({', '.join(GGUF_TYPES)}) through llama.cpp's converter",
+    )
+    parser.add_argument(
+        "--gguf-pre-tokenizer",
+        metavar="NAME",
+        default="",
+        help="for a tokenizer llama.cpp does not recognise (a model's own new one, such as the tiny "
+        "model's), write this pre-tokenizer into the GGUF (e.g. default)",
+    )
+    parser.add_argument(
+        "--check",
+        metavar="N",
+        type=int,
+        default=0,
+        help="answer the first N test questions with the adapter and with the merged model "
+        "loaded back by transformers, side by side",
+    )
     options.add_set(parser)
     options.add_json(parser, "the export record")
 
@@ -52,8 +74,10 @@ def run(args) -> int:
     if args.gguf:  # before the heavy work: say plainly where it is not, and how to get it
         converter, where = find_converter()
         if converter is None:
-            raise UsageError(f"--gguf: llama.cpp's convert_hf_to_gguf.py is not on this machine (looked in: "
-                             f"{where}) (fix: {HOW_TO_GET}; or export without --gguf for the merged model)")
+            raise UsageError(
+                f"--gguf: llama.cpp's convert_hf_to_gguf.py is not on this machine (looked in: "
+                f"{where}) (fix: {HOW_TO_GET}; or export without --gguf for the merged model)"
+            )
     out = Path(args.out).expanduser() if args.out else target.attempt_dir / EXPORT_DIR
     from tiny_model.source import base_model_path
     from trainer.export import ConversionError, compare_answers, merge, to_gguf, write_record
@@ -66,12 +90,20 @@ def run(args) -> int:
     record = {"adapter": str(target.adapter_dir), "attempt": str(target.attempt_dir), "profile": profile.name}
     record["merged"] = merge(profile, target.adapter_dir, base, out / "merged", args.dtype, say)
     merged = record["merged"]
-    say(f"merged: {merged['folder']} ({merged['dtype']}, {merged['parameters']:,} parameters, "
-        f"{merged['bytes'] / 2**20:.1f} MiB, on {merged['device']})")
+    say(
+        f"merged: {merged['folder']} ({merged['dtype']}, {merged['parameters']:,} parameters, "
+        f"{merged['bytes'] / 2**20:.1f} MiB, on {merged['device']})"
+    )
     if converter is not None:
         try:
-            record["gguf"] = to_gguf(out / "merged", out / f"{profile.name}-{args.gguf.upper()}.gguf", args.gguf,
-                                     converter, say, args.gguf_pre_tokenizer)
+            record["gguf"] = to_gguf(
+                out / "merged",
+                out / f"{profile.name}-{args.gguf.upper()}.gguf",
+                args.gguf,
+                converter,
+                say,
+                args.gguf_pre_tokenizer,
+            )
         except ConversionError as exc:
             write_record(out, record)  # the merged model stands; the record says so
             print(f"error: {exc}\n(the merged model is in {record['merged']['folder']})", file=sys.stderr)
@@ -79,10 +111,15 @@ def run(args) -> int:
         header = record["gguf"]["header"]
         for note in record["gguf"]["notes"]:
             say(note)
-        say(f"gguf: {record['gguf']['file']} ({record['gguf']['bytes'] / 2**20:.1f} MiB)"
-            + (f"; read back: {header['architecture']}, {header['tensors']} tensors of "
-               f"{', '.join(header['tensor_types'])}" if header else "; the gguf package is not installed here "
-               "to read it back (pip install gguf)"))
+        say(
+            f"gguf: {record['gguf']['file']} ({record['gguf']['bytes'] / 2**20:.1f} MiB)"
+            + (
+                f"; read back: {header['architecture']}, {header['tensors']} tensors of "
+                f"{', '.join(header['tensor_types'])}"
+                if header
+                else "; the gguf package is not installed here to read it back (pip install gguf)"
+            )
+        )
     if args.check:
         from trainer.sample import rows_to_answer
 

@@ -17,15 +17,21 @@ from launcher.plan.settings import settings_of
 from launcher.plan.solve import OBJECTIVE, STANDBY_FAILURES, Fit, limit_text, objective
 
 SUMMARY = "the profile of any model that learns most per hour on the card, as loadable YAML"
-EXAMPLES = ("python train.py fit Qwen/Qwen2.5-7B-Instruct --gpu-memory 24",
-            "python train.py fit microsoft/phi-4 --gpu-memory 15 --gpu-name 'Tesla T4' --set lora_rank=32")
+EXAMPLES = (
+    "python train.py fit Qwen/Qwen2.5-7B-Instruct --gpu-memory 24",
+    "python train.py fit microsoft/phi-4 --gpu-memory 15 --gpu-name 'Tesla T4' --set lora_rank=32",
+)
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("model", metavar="MODEL", help="a hub id ORG/NAME, a local folder or a catalogue name")
     group = parser.add_argument_group("profiles")
-    group.add_argument("--profiles-dir", metavar="DIR", default=str(options.DEFAULT_PROFILES_DIR),
-                       help="the ladder whose rungs give the ambitions (default: the shipped profiles/)")
+    group.add_argument(
+        "--profiles-dir",
+        metavar="DIR",
+        default=str(options.DEFAULT_PROFILES_DIR),
+        help="the ladder whose rungs give the ambitions (default: the shipped profiles/)",
+    )
     options.add_set(group)
     options.add_card(parser)
     options.add_ledger_choice(parser)
@@ -35,7 +41,6 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from contract.errors import UsageError
     from profiles.load import load_profiles, parse_overrides
-
     from profiles.schema import check_value
 
     overrides = parse_overrides(args.overrides)
@@ -46,8 +51,9 @@ def run(args) -> int:
     machine = options.machine_of(args)
     # the rungs with the model only: the other keys set are pinned into each rung's intent by the solver
     rungs = load_profiles(args.profiles_dir, [f"model={args.model}"], device="cuda")
-    return print_fit(rungs, args.model, machine, pinned=pinned, measurements=options.measurements_of(args),
-                     as_json=args.json)
+    return print_fit(
+        rungs, args.model, machine, pinned=pinned, measurements=options.measurements_of(args), as_json=args.json
+    )
 
 
 def speed_lines(result: Fit) -> list[str]:
@@ -55,10 +61,12 @@ def speed_lines(result: Fit) -> list[str]:
     if t is None:
         return []
     measured = " (measured on this machine)" if t.measured_s is not None else ""
-    lines = [f"# predicted: {t.step_s:.1f} s per step{measured} (generation {t.generation_s:.1f}, training "
-             f"{t.training_s:.1f}, other {t.sync_s + t.fixed_s:.1f}), {t.prompts_per_hour:.0f} prompts per hour "
-             f"({OBJECTIVE}: the objective)",
-             f"# prompts per step limited by {limit_text(result.limited_by)}; the step bound by {t.limited_by}"]
+    lines = [
+        f"# predicted: {t.step_s:.1f} s per step{measured} (generation {t.generation_s:.1f}, training "
+        f"{t.training_s:.1f}, other {t.sync_s + t.fixed_s:.1f}), {t.prompts_per_hour:.0f} prompts per hour "
+        f"({OBJECTIVE}: the objective)",
+        f"# prompts per step limited by {limit_text(result.limited_by)}; the step bound by {t.limited_by}",
+    ]
     lines += [f"# note: {note}" for note in t.notes]
     return lines
 
@@ -68,26 +76,34 @@ def fit_text(result: Fit, card: str) -> str:
     p = result.profile
     amb = result.ambition
     prompts = p.generation_batch // p.num_generations
-    lines = [f"# {p.name}: derived by `train.py fit` for {card}",
-             f"# {result.reason}",
-             f"# {p.num_generations} generations x {prompts} prompt(s) per step of up to {p.max_completion_length} "
-             f"tokens (expected {p.expected_completion_length or '-'})"
-             + (f" over {p.num_gpus} training GPUs" if p.num_gpus > 1 else ""),
-             *speed_lines(result),
-             f"# completion cap: {amb.basis}",
-             *([f"# note: vllm_standby pinned with 4-bit weights: {STANDBY_FAILURES}"]
-               if p.vllm_standby and p.load_in_4bit else []),
-             f"# ambition: {amb.text()}"]
+    lines = [
+        f"# {p.name}: derived by `train.py fit` for {card}",
+        f"# {result.reason}",
+        f"# {p.num_generations} generations x {prompts} prompt(s) per step of up to {p.max_completion_length} "
+        f"tokens (expected {p.expected_completion_length or '-'})"
+        + (f" over {p.num_gpus} training GPUs" if p.num_gpus > 1 else ""),
+        *speed_lines(result),
+        f"# completion cap: {amb.basis}",
+        *(
+            [f"# note: vllm_standby pinned with 4-bit weights: {STANDBY_FAILURES}"]
+            if p.vllm_standby and p.load_in_4bit
+            else []
+        ),
+        f"# ambition: {amb.text()}",
+    ]
     if result.given_up:
         lines.append("# given up against the ambition (each saving counted after the ones above it):")
         width = max(len(g.lever) for g in result.given_up)
         for g in result.given_up:
-            lines.append(f"#   {g.lever.replace('_', ' '):<{width}}  {g.before:>9} -> {g.after:<9} "
-                         f"saves {g.saves_gib:6.2f} GiB")
+            lines.append(
+                f"#   {g.lever.replace('_', ' '):<{width}}  {g.before:>9} -> {g.after:<9} saves {g.saves_gib:6.2f} GiB"
+            )
     else:
         lines.append("# nothing given up: the full ambition fits")
-    lines.append(f"# the ambition at one prompt a step needs {result.ambition_need_gib:.2f} GiB: a card of "
-                 f"{result.card_for_ambition_gib:.1f} GiB or more")
+    lines.append(
+        f"# the ambition at one prompt a step needs {result.ambition_need_gib:.2f} GiB: a card of "
+        f"{result.card_for_ambition_gib:.1f} GiB or more"
+    )
     return "\n".join(lines) + "\n" + p.to_yaml()
 
 
@@ -97,18 +113,26 @@ def fit_json(result: Fit, card: str) -> dict:
     if result.speed is not None:
         speed = result.speed.to_json(result.limited_by)
         speed["bound_by"] = result.speed.limited_by
-    return {"card": card, "usable_gib": round(result.usable_gib, 3),
-            "profile": p.to_dict() if p is not None else None,
-            "settings": settings_of(p) if p is not None else None,
-            "need_gib": None if result.need_gib is None else round(result.need_gib, 3),
-            "objective": OBJECTIVE, "prompts_per_hour": round(objective(p, result.speed), 1) if p else None,
-            "speed": speed,
-            "ambition": {"source": result.ambition.source, "text": result.ambition.text(),
-                         "completion_basis": result.ambition.basis,
-                         "need_gib": round(result.ambition_need_gib, 3),
-                         "card_gib": round(result.card_for_ambition_gib, 1)},
-            "given_up": [g.to_json() for g in result.given_up], "reason": result.reason,
-            "pin_problem": result.pin_problem}
+    return {
+        "card": card,
+        "usable_gib": round(result.usable_gib, 3),
+        "profile": p.to_dict() if p is not None else None,
+        "settings": settings_of(p) if p is not None else None,
+        "need_gib": None if result.need_gib is None else round(result.need_gib, 3),
+        "objective": OBJECTIVE,
+        "prompts_per_hour": round(objective(p, result.speed), 1) if p else None,
+        "speed": speed,
+        "ambition": {
+            "source": result.ambition.source,
+            "text": result.ambition.text(),
+            "completion_basis": result.ambition.basis,
+            "need_gib": round(result.ambition_need_gib, 3),
+            "card_gib": round(result.card_for_ambition_gib, 1),
+        },
+        "given_up": [g.to_json() for g in result.given_up],
+        "reason": result.reason,
+        "pin_problem": result.pin_problem,
+    }
 
 
 def print_fit(rungs, model: str, machine, *, pinned=(), measurements=None, as_json: bool = False) -> int:
@@ -117,8 +141,11 @@ def print_fit(rungs, model: str, machine, *, pinned=(), measurements=None, as_js
     fits at all."""
     gpu = machine.primary
     best = fit_for_machine(rungs, model, machine, pinned=pinned, measurements=measurements)
-    card = f"{gpu.name} ({gpu.total_gib:g} GiB)" if len(machine.gpus) == 1 else \
-        f"{len(machine.gpus)} x {gpu.name} ({gpu.total_gib:g} GiB each)"
+    card = (
+        f"{gpu.name} ({gpu.total_gib:g} GiB)"
+        if len(machine.gpus) == 1
+        else f"{len(machine.gpus)} x {gpu.name} ({gpu.total_gib:g} GiB each)"
+    )
     if best.profile is not None:
         code = EXIT_OK
     else:
@@ -131,6 +158,9 @@ def print_fit(rungs, model: str, machine, *, pinned=(), measurements=None, as_js
         print(f"{model} on {card}: {best.reason}", file=sys.stderr)
         if best.pin_problem:
             print(f"error: {best.pin_problem} (fix: change or drop those --set values)", file=sys.stderr)
-        print(f"the ambition ({best.ambition.text()}) needs {best.ambition_need_gib:.2f} GiB at one prompt a step: a "
-              f"card of {best.card_for_ambition_gib:.1f} GiB or more", file=sys.stderr)
+        print(
+            f"the ambition ({best.ambition.text()}) needs {best.ambition_need_gib:.2f} GiB at one prompt a step: a "
+            f"card of {best.card_for_ambition_gib:.1f} GiB or more",
+            file=sys.stderr,
+        )
     return code

@@ -22,6 +22,8 @@ def run(args) -> int:
     from contract.errors import UsageError
 
     if not KIT.is_file():
-        raise UsageError(f"gpu-check: the kit {KIT} is not here (fix: run from a clone of grpo-train, or the "
-                         "image, which carries benchmarks/gpu_check.py)")
+        raise UsageError(
+            f"gpu-check: the kit {KIT} is not here (fix: run from a clone of grpo-train, or the "
+            "image, which carries benchmarks/gpu_check.py)"
+        )
     return subprocess.call([sys.executable, str(KIT), *args.kit_args])

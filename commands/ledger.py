@@ -16,8 +16,11 @@ EXAMPLES = ("python train.py ledger", "python train.py ledger --json", "python t
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--forget", metavar="PROFILE|FINGERPRINT|all",
-                        help="remove these records (a profile name, a fingerprint shown by --json, or all)")
+    parser.add_argument(
+        "--forget",
+        metavar="PROFILE|FINGERPRINT|all",
+        help="remove these records (a profile name, a fingerprint shown by --json, or all)",
+    )
     options.add_json(parser, "the ledger")
 
 
@@ -50,8 +53,10 @@ def print_ledger(machine, path: Path | None = None, console=None, as_json: bool 
     console = console or Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     report = ledger_weigh.ledger_report(machine, path, warn=lambda text: console.print(text, markup=False))
     if not report["records"]:
-        console.print(f"the ledger {report['path']} holds no measurement yet: every run and `--calibrate` adds "
-                      "to it", markup=False)
+        console.print(
+            f"the ledger {report['path']} holds no measurement yet: every run and `--calibrate` adds to it",
+            markup=False,
+        )
         return 0
 
     def fmt(value, digits=2):
@@ -62,31 +67,73 @@ def print_ledger(machine, path: Path | None = None, console=None, as_json: bool 
 
     shapes_all = sorted(report["shapes"], key=lambda r: r["last"])
     shapes = Table(title=f"ledger: {report['path']} (figures that count on this machine)")
-    for col in ("machine", "profile", "batch / gens / completion", "records", "estimate GiB",
-                "measured peak GiB", "measured as", "measured / estimate", "OOM lower bound GiB", "last"):
+    for col in (
+        "machine",
+        "profile",
+        "batch / gens / completion",
+        "records",
+        "estimate GiB",
+        "measured peak GiB",
+        "measured as",
+        "measured / estimate",
+        "OOM lower bound GiB",
+        "last",
+    ):
         shapes.add_column(col)
     for r in shapes_all[-MAX_SHOWN:]:
-        shapes.add_row(*row(r["machine"], r["profile"], r["shape"], f"{r['counted']} of {r['runs']} count",
-                            fmt(r["estimate_gib"]), fmt(r["peak_gib"]), r["measure"] or "-", fmt(r["ratio"], 3),
-                            fmt(r["oom_lower_bound_gib"]), r["last"][:16].replace("T", " ")))
+        shapes.add_row(
+            *row(
+                r["machine"],
+                r["profile"],
+                r["shape"],
+                f"{r['counted']} of {r['runs']} count",
+                fmt(r["estimate_gib"]),
+                fmt(r["peak_gib"]),
+                r["measure"] or "-",
+                fmt(r["ratio"], 3),
+                fmt(r["oom_lower_bound_gib"]),
+                r["last"][:16].replace("T", " "),
+            )
+        )
     console.print(shapes)
     if len(shapes_all) > MAX_SHOWN:
-        console.print(f"({len(shapes_all) - MAX_SHOWN} shapes measured longer ago not shown; `python train.py ledger "
-                      "--json` lists every one)", markup=False, soft_wrap=True)
+        console.print(
+            f"({len(shapes_all) - MAX_SHOWN} shapes measured longer ago not shown; `python train.py ledger "
+            "--json` lists every one)",
+            markup=False,
+            soft_wrap=True,
+        )
     records_all = report["records"]
     records = Table(title="records, oldest first, and their effect on this machine's plans")
     for col in ("date", "profile", "shape", "status", "peak GiB", "OOM bound GiB", "effect"):
         records.add_column(col)
     for r in records_all[-MAX_SHOWN:]:
-        records.add_row(*row(r["date"][:16].replace("T", " "), r["profile"], r["shape"], r["status"],
-                             fmt(r["peak_gib"]), fmt(r["oom_lower_bound_gib"]), r["effect"]))
+        records.add_row(
+            *row(
+                r["date"][:16].replace("T", " "),
+                r["profile"],
+                r["shape"],
+                r["status"],
+                fmt(r["peak_gib"]),
+                fmt(r["oom_lower_bound_gib"]),
+                r["effect"],
+            )
+        )
     console.print(records)
     if len(records_all) > MAX_SHOWN:
-        console.print(f"({len(records_all) - MAX_SHOWN} older records not shown; `python train.py ledger --json` "
-                      "lists every one)", markup=False, soft_wrap=True)
-    console.print(f"rules: the newest measurement of a shape counts; an OOM counts until a later success of "
-                  f"that shape; records older than {ledger_weigh.MAX_AGE_DAYS} days no longer count; `python train.py "
-                  "--forget PROFILE|FINGERPRINT|all` removes records", markup=False, soft_wrap=True)
+        console.print(
+            f"({len(records_all) - MAX_SHOWN} older records not shown; `python train.py ledger --json` "
+            "lists every one)",
+            markup=False,
+            soft_wrap=True,
+        )
+    console.print(
+        f"rules: the newest measurement of a shape counts; an OOM counts until a later success of "
+        f"that shape; records older than {ledger_weigh.MAX_AGE_DAYS} days no longer count; `python train.py "
+        "--forget PROFILE|FINGERPRINT|all` removes records",
+        markup=False,
+        soft_wrap=True,
+    )
     return 0
 
 

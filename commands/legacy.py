@@ -16,8 +16,8 @@ POSITIONAL = "<positional>"  # the flag's value becomes the command's positional
 
 @dataclass(frozen=True)
 class OldFlag:
-    command: str | None     # the command this flag asks for; None: an option of whichever command runs
-    spelling: str | None    # the option in the command (POSITIONAL: its argument; None: dropped)
+    command: str | None  # the command this flag asks for; None: an option of whichever command runs
+    spelling: str | None  # the option in the command (POSITIONAL: its argument; None: dropped)
     takes_value: bool = False
     only_with: str | None = None  # an option of this command alone: with another, exit 2 (it would be ignored)
 
@@ -75,8 +75,9 @@ def _split(argv: list[str]) -> list[tuple[str, str | None]]:
 
             hint = suggest(flag, TABLE) if flag.startswith("-") else None
             what = "an unknown flag" if flag.startswith("-") else "not a command"
-            raise UsageError(f"{token!r} is {what}{f' ({hint})' if hint else ''} (fix: `python train.py --help` "
-                             "lists the commands)")
+            raise UsageError(
+                f"{token!r} is {what}{f' ({hint})' if hint else ''} (fix: `python train.py --help` lists the commands)"
+            )
         old = TABLE[flag]
         if old.takes_value:
             if eq:
@@ -117,16 +118,20 @@ def translate(argv: list[str]) -> list[str]:
         commands = {"attempt"} if any(f == "--attempt-dir" for f, _ in pairs) else {"train"}
     if len(commands) > 1:
         first, second = [c for c in asked if c in commands][:2]  # in the order the flags came
-        raise UsageError(f"{asked[first]} asks for `{first}` and {asked[second]} for "
-                         f"`{second}`: one command at a time (fix: `python train.py {first} ...` or "
-                         f"`python train.py {second} ...`)")
+        raise UsageError(
+            f"{asked[first]} asks for `{first}` and {asked[second]} for "
+            f"`{second}`: one command at a time (fix: `python train.py {first} ...` or "
+            f"`python train.py {second} ...`)"
+        )
     command = commands.pop()
     for flag, _ in pairs:
         home = TABLE[flag].only_with
         if home is not None and home != command:
             starter = next((f for f, old in TABLE.items() if old.command == home), home)
-            raise UsageError(f"{flag} only applies to {starter} (the `{home}` command); this command line asks "
-                             f"for `{command}`, which would ignore it")
+            raise UsageError(
+                f"{flag} only applies to {starter} (the `{home}` command); this command line asks "
+                f"for `{command}`, which would ignore it"
+            )
     out = [command]
     positional = None
     models = []
@@ -146,8 +151,9 @@ def translate(argv: list[str]) -> list[str]:
             out.append(value)
     if command == "fit":
         if not models:
-            raise UsageError("--fit needs the model to fit (fix: `python train.py fit ORG/NAME`, or --fit --set "
-                             "model=ORG/NAME)")
+            raise UsageError(
+                "--fit needs the model to fit (fix: `python train.py fit ORG/NAME`, or --fit --set model=ORG/NAME)"
+            )
         positional = models[-1]
     if positional is not None:
         out.insert(1, positional)

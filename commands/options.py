@@ -22,8 +22,7 @@ def gpu_gib(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of GiB") from None
     if not (0 < value <= MAX_GPU_GIB):  # also False for nan
-        raise argparse.ArgumentTypeError(f"{text}: give the card's memory in GiB, above 0 and at most "
-                                         f"{MAX_GPU_GIB:g}")
+        raise argparse.ArgumentTypeError(f"{text}: give the card's memory in GiB, above 0 and at most {MAX_GPU_GIB:g}")
     return value
 
 
@@ -40,13 +39,24 @@ def gpu_count(text: str) -> int:
 
 def add_card(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("the card")
-    group.add_argument("--gpu-memory", metavar="GIB", type=gpu_gib,
-                       help="plan for a card with this much memory instead of the one found")
-    group.add_argument("--gpu-name", metavar="NAME",
-                       help="with --gpu-memory: the card's name as NVML reports it (e.g. 'Tesla T4'): its "
-                            "compute capability and speed come from the card table")
-    group.add_argument("--gpus", metavar="N", type=gpu_count,
-                       help="plan for N GPUs (with --gpu-memory: N such cards; else the first N found)")
+    group.add_argument(
+        "--gpu-memory",
+        metavar="GIB",
+        type=gpu_gib,
+        help="plan for a card with this much memory instead of the one found",
+    )
+    group.add_argument(
+        "--gpu-name",
+        metavar="NAME",
+        help="with --gpu-memory: the card's name as NVML reports it (e.g. 'Tesla T4'): its "
+        "compute capability and speed come from the card table",
+    )
+    group.add_argument(
+        "--gpus",
+        metavar="N",
+        type=gpu_count,
+        help="plan for N GPUs (with --gpu-memory: N such cards; else the first N found)",
+    )
 
 
 def node_count(text: str) -> int:
@@ -62,27 +72,45 @@ def node_count(text: str) -> int:
 
 def add_nodes(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("several nodes")
-    group.add_argument("--nodes", metavar="N", type=node_count,
-                       help="plan for N nodes like the card(s) above: the training nodes, and a vLLM server on "
-                            "the last node of its own for server-mode profiles; says which node does what")
-    group.add_argument("--gpus-per-node", metavar="G", type=gpu_count,
-                       help="GPUs on each node (the same as --gpus; with --gpu-memory: G such cards)")
+    group.add_argument(
+        "--nodes",
+        metavar="N",
+        type=node_count,
+        help="plan for N nodes like the card(s) above: the training nodes, and a vLLM server on "
+        "the last node of its own for server-mode profiles; says which node does what",
+    )
+    group.add_argument(
+        "--gpus-per-node",
+        metavar="G",
+        type=gpu_count,
+        help="GPUs on each node (the same as --gpus; with --gpu-memory: G such cards)",
+    )
 
 
 def add_profiles(parser: argparse.ArgumentParser, one_profile: bool = True) -> None:
     group = parser.add_argument_group("profiles")
     if one_profile:
-        group.add_argument("--profile", metavar="FILE",
-                           help="this profile YAML instead of the ladder (with one shrink on OOM)")
-    group.add_argument("--profiles-dir", metavar="DIR", default=str(DEFAULT_PROFILES_DIR),
-                       help="folder of profile YAMLs that forms the ladder (default: the shipped profiles/)")
+        group.add_argument(
+            "--profile", metavar="FILE", help="this profile YAML instead of the ladder (with one shrink on OOM)"
+        )
+    group.add_argument(
+        "--profiles-dir",
+        metavar="DIR",
+        default=str(DEFAULT_PROFILES_DIR),
+        help="folder of profile YAMLs that forms the ladder (default: the shipped profiles/)",
+    )
     add_set(group)
 
 
 def add_set(parser) -> None:
-    parser.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[],
-                        help="override a profile key, validated like the YAML (repeatable; "
-                             "`python train.py profiles keys` lists them)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="override a profile key, validated like the YAML (repeatable; `python train.py profiles keys` lists them)",
+    )
 
 
 def add_json(parser: argparse.ArgumentParser, what: str = "the result") -> None:
@@ -90,13 +118,17 @@ def add_json(parser: argparse.ArgumentParser, what: str = "the result") -> None:
 
 
 def add_ledger_choice(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--ignore-ledger", action="store_true",
-                        help="plan from the estimator alone, not from what this machine measured before")
+    parser.add_argument(
+        "--ignore-ledger",
+        action="store_true",
+        help="plan from the estimator alone, not from what this machine measured before",
+    )
 
 
 def add_output_dir(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--output-dir", metavar="DIR", default="outputs",
-                        help="where run folders are written (default: %(default)s)")
+    parser.add_argument(
+        "--output-dir", metavar="DIR", default="outputs", help="where run folders are written (default: %(default)s)"
+    )
 
 
 def machine_of(args):
@@ -109,8 +141,11 @@ def machine_of(args):
     count, per_node = getattr(args, "gpus", None), getattr(args, "gpus_per_node", None)
     if count is not None and per_node is not None and count != per_node:
         raise UsageError(f"--gpus {count} and --gpus-per-node {per_node} disagree (fix: give one of them)")
-    return detect_machine(what_if_gib=getattr(args, "gpu_memory", None), what_if_name=getattr(args, "gpu_name", None),
-                          what_if_count=per_node or count)
+    return detect_machine(
+        what_if_gib=getattr(args, "gpu_memory", None),
+        what_if_name=getattr(args, "gpu_name", None),
+        what_if_count=per_node or count,
+    )
 
 
 def measurements_of(args):
@@ -141,10 +176,22 @@ def plan_of(args):
         # a model of the user's: derive its configurations from the rungs' intents instead of borrowing theirs
         from launcher.plan.derive import derive_ladder
 
-        profiles, notes = derive_ladder(profiles, overrides["model"], machine, pinned=set(overrides) - {"model"},
-                                        measurements=measurements, limits=limits)
+        profiles, notes = derive_ladder(
+            profiles,
+            overrides["model"],
+            machine,
+            pinned=set(overrides) - {"model"},
+            measurements=measurements,
+            limits=limits,
+        )
     # a profile the user named is never refused by the ledger, only warned about
-    plan = make_plan(profiles, machine, measurements=measurements, ledger_refuses=not getattr(args, "profile", None),
-                     limits=limits, nodes=getattr(args, "nodes", None))
+    plan = make_plan(
+        profiles,
+        machine,
+        measurements=measurements,
+        ledger_refuses=not getattr(args, "profile", None),
+        limits=limits,
+        nodes=getattr(args, "nodes", None),
+    )
     plan.notes.extend(notes)
     return plan, profiles

@@ -14,9 +14,12 @@ from launcher.plan.choose import Plan
 from launcher.plan.margins import GPU_MARGIN_TEXT, HOST_MARGIN_TEXT
 
 SUMMARY = "what would run here, or on a card named with --gpu-memory (instant: no torch)"
-EXAMPLES = ("python train.py plan", "python train.py plan --gpu-memory 24 --gpu-name 'NVIDIA L4'",
-            "python train.py plan --set model=Qwen/Qwen2.5-3B-Instruct --json",
-            "python train.py plan --nodes 3 --gpus-per-node 8 --gpu-memory 80")
+EXAMPLES = (
+    "python train.py plan",
+    "python train.py plan --gpu-memory 24 --gpu-name 'NVIDIA L4'",
+    "python train.py plan --set model=Qwen/Qwen2.5-3B-Instruct --json",
+    "python train.py plan --nodes 3 --gpus-per-node 8 --gpu-memory 80",
+)
 
 
 def add_arguments(parser) -> None:
@@ -72,11 +75,16 @@ def _speed_line(cand) -> str:
     from launcher.plan.choose import AS_WRITTEN
     from launcher.plan.solve import limit_text
 
-    limit = ("prompts per step as the profile writes them" if cand.limited_by == AS_WRITTEN else
-             f"prompts per step limited by {limit_text(cand.limited_by)}")
-    return (f"predicted: {t.step_s:.1f} s per step{measured} (generation {t.generation_s:.1f}, training "
-            f"{t.training_s:.1f}), {t.prompts_per_hour:.0f} prompts per hour; {limit}; the step bound by "
-            f"{t.limited_by}{card}")
+    limit = (
+        "prompts per step as the profile writes them"
+        if cand.limited_by == AS_WRITTEN
+        else f"prompts per step limited by {limit_text(cand.limited_by)}"
+    )
+    return (
+        f"predicted: {t.step_s:.1f} s per step{measured} (generation {t.generation_s:.1f}, training "
+        f"{t.training_s:.1f}), {t.prompts_per_hour:.0f} prompts per hour; {limit}; the step bound by "
+        f"{t.limited_by}{card}"
+    )
 
 
 def _limit_text(cand) -> str:
@@ -101,23 +109,43 @@ def print_plan(plan: Plan, as_json: bool = False) -> int:
     gpu = plan.machine.primary
     where = "GPU" if gpu else "RAM"
     table = Table(title=f"Ladder (lower rung = tried first); {where} margin {plan.margin_gib:.2f} GiB")
-    for column, justify in (("rung", "right"), ("profile", "left"), ("model", "left"), ("set-up", "left"),
-                            ("batch x acc / gens / completion", "left"), ("estimate GiB", "right"),
-                            ("largest parts (GiB)", "left"), ("s/step", "right"), ("prompts/h", "right"),
-                            ("limited by", "left"), ("verdict", "left")):
+    for column, justify in (
+        ("rung", "right"),
+        ("profile", "left"),
+        ("model", "left"),
+        ("set-up", "left"),
+        ("batch x acc / gens / completion", "left"),
+        ("estimate GiB", "right"),
+        ("largest parts (GiB)", "left"),
+        ("s/step", "right"),
+        ("prompts/h", "right"),
+        ("limited by", "left"),
+        ("verdict", "left"),
+    ):
         table.add_column(column, justify=justify, overflow="fold")
     for cand in plan.candidates:
         p = cand.profile
         chosen = plan.chosen is not None and p is plan.chosen
-        verdict = ("[bold green]CHOSEN[/] " if chosen else "") + \
-            ("[green]" if cand.fits else "[red]") + _escape(cand.reason) + "[/]"
-        table.add_row(str(p.ladder), p.name, p.model.removeprefix("unsloth/"), _shape(p),
-                      f"{p.per_device_train_batch_size} x {p.gradient_accumulation_steps} / {p.num_generations} / "
-                      f"{p.max_completion_length}",
-                      f"{cand.estimate.total_gib:.2f}" if cand.estimate else "-",
-                      _top_components(cand.estimate) if cand.estimate else "-",
-                      f"{cand.speed.step_s:.1f}" if cand.speed else "-",
-                      f"{cand.speed.prompts_per_hour:.0f}" if cand.speed else "-", _limit_text(cand), verdict)
+        verdict = (
+            ("[bold green]CHOSEN[/] " if chosen else "")
+            + ("[green]" if cand.fits else "[red]")
+            + _escape(cand.reason)
+            + "[/]"
+        )
+        table.add_row(
+            str(p.ladder),
+            p.name,
+            p.model.removeprefix("unsloth/"),
+            _shape(p),
+            f"{p.per_device_train_batch_size} x {p.gradient_accumulation_steps} / {p.num_generations} / "
+            f"{p.max_completion_length}",
+            f"{cand.estimate.total_gib:.2f}" if cand.estimate else "-",
+            _top_components(cand.estimate) if cand.estimate else "-",
+            f"{cand.speed.step_s:.1f}" if cand.speed else "-",
+            f"{cand.speed.prompts_per_hour:.0f}" if cand.speed else "-",
+            _limit_text(cand),
+            verdict,
+        )
     console.print(table)
     console.print(GPU_MARGIN_TEXT if gpu else HOST_MARGIN_TEXT, markup=False, highlight=False)
     if plan.chosen is not None:
@@ -129,7 +157,10 @@ def print_plan(plan: Plan, as_json: bool = False) -> int:
             for row in chosen_nodes(chosen):
                 console.print(f"  {row}", markup=False, highlight=False, soft_wrap=True)
     else:
-        console.print("nothing fits: no profile of the ladder fits this machine (exit 3); "
-                      "try --gpu-memory to see what a larger card would run, or write a smaller profile",
-                      markup=False, highlight=False)
+        console.print(
+            "nothing fits: no profile of the ladder fits this machine (exit 3); "
+            "try --gpu-memory to see what a larger card would run, or write a smaller profile",
+            markup=False,
+            highlight=False,
+        )
     return code

@@ -12,13 +12,21 @@ from commands import options
 from contract.errors import EXIT_BAD_INPUT, EXIT_OK, UsageError
 
 SUMMARY = "list, show, copy and check profiles; every profile key (`profiles keys`)"
-EXAMPLES = ("python train.py profiles list", "python train.py profiles copy gpu-24gb-llama3.1-8b my-card.yaml",
-            "python train.py profiles check my-card.yaml", "python train.py profiles keys")
+EXAMPLES = (
+    "python train.py profiles list",
+    "python train.py profiles copy gpu-24gb-llama3.1-8b my-card.yaml",
+    "python train.py profiles check my-card.yaml",
+    "python train.py profiles keys",
+)
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--profiles-dir", metavar="DIR", default=str(options.DEFAULT_PROFILES_DIR),
-                        help="the folder of profiles to list, show and copy from (default: the shipped profiles/)")
+    parser.add_argument(
+        "--profiles-dir",
+        metavar="DIR",
+        default=str(options.DEFAULT_PROFILES_DIR),
+        help="the folder of profiles to list, show and copy from (default: the shipped profiles/)",
+    )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     listing = actions.add_parser("list", help="every profile of the folder, in ladder order")
     options.add_json(listing, "the profiles")
@@ -38,8 +46,9 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    return {"list": _list, "show": _show, "copy": _copy, "check": _check, "keys": _keys,
-            "aliases": _aliases}[args.action](args)
+    return {"list": _list, "show": _show, "copy": _copy, "check": _check, "keys": _keys, "aliases": _aliases}[
+        args.action
+    ](args)
 
 
 def find(name: str, folder: str | Path) -> Path:
@@ -55,8 +64,10 @@ def find(name: str, folder: str | Path) -> Path:
     from profiles.keys import suggest
 
     hint = suggest(name, known)
-    raise UsageError(f"no profile {name!r} in {folder} ({hint + '; ' if hint else ''}known: {', '.join(known)}) "
-                     "(fix: `python train.py profiles list`)")
+    raise UsageError(
+        f"no profile {name!r} in {folder} ({hint + '; ' if hint else ''}known: {', '.join(known)}) "
+        "(fix: `python train.py profiles list`)"
+    )
 
 
 def _list(args) -> int:
@@ -64,9 +75,18 @@ def _list(args) -> int:
 
     from profiles.load import load_profiles
 
-    rows = [{"name": p.name, "ladder": p.ladder, "model": p.model, "device": p.device,
-             "gpus": p.gpus_needed, "file": Path(p.source).name, "description": p.description}
-            for p in load_profiles(args.profiles_dir)]
+    rows = [
+        {
+            "name": p.name,
+            "ladder": p.ladder,
+            "model": p.model,
+            "device": p.device,
+            "gpus": p.gpus_needed,
+            "file": Path(p.source).name,
+            "description": p.description,
+        }
+        for p in load_profiles(args.profiles_dir)
+    ]
     if args.json:
         print(json.dumps({"folder": str(args.profiles_dir), "profiles": rows}, indent=2))
         return EXIT_OK
@@ -100,16 +120,19 @@ def _copy(args) -> int:
     text = source.read_text(encoding="utf-8")
     schema = Path(__file__).resolve().parents[1] / "profiles" / "schema.json"
     # the copy points editors at the schema wherever it now lives
-    text = text.replace("# yaml-language-server: $schema=schema.json",
-                        f"# yaml-language-server: $schema={schema.as_uri()}")
+    text = text.replace(
+        "# yaml-language-server: $schema=schema.json", f"# yaml-language-server: $schema={schema.as_uri()}"
+    )
     try:
         dest.write_text(text, encoding="utf-8")
     except OSError as exc:
         from contract.failure import write_failure_text
 
         raise UsageError(f"profiles copy: {write_failure_text(exc, dest.parent)}") from None
-    print(f"copied {source.name} to {dest}; edit it, then `python train.py profiles check {dest}` and "
-          f"`python train.py train --profile {dest}`")
+    print(
+        f"copied {source.name} to {dest}; edit it, then `python train.py profiles check {dest}` and "
+        f"`python train.py train --profile {dest}`"
+    )
     return EXIT_OK
 
 
@@ -128,10 +151,19 @@ def _check(args) -> int:
             code = EXIT_BAD_INPUT
             continue
         readings = [reading.to_json() for reading in profile.readings]
-        verdicts.append({"file": name, "ok": True, "name": profile.name, "model": profile.model,
-                         "device": profile.device, "ladder": profile.ladder,
-                         "spelling": "TRL / open-r1 names" if readings else "grpo-train", "read": readings,
-                         "loss": {key: getattr(profile, key) for key in LOSS_KEYS}})
+        verdicts.append(
+            {
+                "file": name,
+                "ok": True,
+                "name": profile.name,
+                "model": profile.model,
+                "device": profile.device,
+                "ladder": profile.ladder,
+                "spelling": "TRL / open-r1 names" if readings else "grpo-train",
+                "read": readings,
+                "loss": {key: getattr(profile, key) for key in LOSS_KEYS},
+            }
+        )
     if args.json:
         print(json.dumps({"files": verdicts}, indent=2))
         return code
@@ -148,8 +180,17 @@ def _check(args) -> int:
 
 
 # The GRPO loss keys `check` states for each file (what the recipe will train with)
-LOSS_KEYS = ("loss_type", "beta", "epsilon", "epsilon_high", "delta", "importance_sampling_level", "scale_rewards",
-             "mask_truncated_completions", "num_iterations")
+LOSS_KEYS = (
+    "loss_type",
+    "beta",
+    "epsilon",
+    "epsilon_high",
+    "delta",
+    "importance_sampling_level",
+    "scale_rewards",
+    "mask_truncated_completions",
+    "num_iterations",
+)
 
 
 def _reading_text(reading: dict) -> str:

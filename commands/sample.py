@@ -23,24 +23,35 @@ EXAMPLES = ("python train.py sample outputs/latest", "python train.py sample out
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("run_dir", metavar="RUN_DIR_OR_ADAPTER",
-                        help="a run folder (its final attempt), outputs/latest, one of its attempt folders or "
-                             "RUN/final, or an adapter")
+    parser.add_argument(
+        "run_dir",
+        metavar="RUN_DIR_OR_ADAPTER",
+        help="a run folder (its final attempt), outputs/latest, one of its attempt folders or RUN/final, or an adapter",
+    )
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--prompt", metavar="TEXT", help="answer this question")
-    what.add_argument("--from-test", metavar="N", type=int, default=None,
-                      help="answer the first N test questions (default 3)")
-    parser.add_argument("--run-rewards", action="store_true",
-                        help="also import and run the reward files the run's profile names (Python from the run "
-                             "folder: only for a run you trust); without it those rewards are left out")
+    what.add_argument(
+        "--from-test", metavar="N", type=int, default=None, help="answer the first N test questions (default 3)"
+    )
+    parser.add_argument(
+        "--run-rewards",
+        action="store_true",
+        help="also import and run the reward files the run's profile names (Python from the run "
+        "folder: only for a run you trust); without it those rewards are left out",
+    )
     from commands.options import add_set
 
     add_set(parser)
 
 
 def run(args) -> int:
-    return sample_main(args.run_dir, prompt=args.prompt, from_test=args.from_test, overrides=args.overrides,
-                       run_rewards=args.run_rewards)
+    return sample_main(
+        args.run_dir,
+        prompt=args.prompt,
+        from_test=args.from_test,
+        overrides=args.overrides,
+        run_rewards=args.run_rewards,
+    )
 
 
 @dataclass
@@ -61,8 +72,10 @@ def find_target(given: str | Path) -> Target:
 
     path = stable_target(Path(given).expanduser())  # outputs/latest, RUN/final: the folders they name
     if not path.is_dir():
-        raise UsageError(f"--sample {given}: no such folder (fix: give a run folder outputs/run-..., one of its "
-                         "attempt-* folders, or an adapter/ folder)")
+        raise UsageError(
+            f"--sample {given}: no such folder (fix: give a run folder outputs/run-..., one of its "
+            "attempt-* folders, or an adapter/ folder)"
+        )
     if (path / "adapter_config.json").is_file() or (path / ADAPTER_WEIGHTS).is_file():
         return Target(path.parent, path)
     if (path / contract.ADAPTER_DIR).is_dir():
@@ -76,8 +89,10 @@ def find_target(given: str | Path) -> Target:
     candidates = [d for d in named if d.is_dir()] or sorted(path.glob("attempt-*"))
     finished = [d for d in candidates if _finished(d)]
     if not finished:
-        raise UsageError(f"--sample {given}: no attempt there finished with an adapter (fix: train to the end, "
-                         "or give an attempt's adapter/ folder)")
+        raise UsageError(
+            f"--sample {given}: no attempt there finished with an adapter (fix: train to the end, "
+            "or give an attempt's adapter/ folder)"
+        )
     return Target(finished[-1], finished[-1] / contract.ADAPTER_DIR)
 
 
@@ -116,9 +131,11 @@ def _without_folder_code(data: dict, changes: dict, run_rewards: bool, where: st
         data["correctness"] = "accuracy"
     if data.get("trust_remote_code") is True and "trust_remote_code" not in changes:
         model = data.get("model", "the model")
-        raise UsageError(f"--sample {where}: the run's profile sets trust_remote_code: true, so loading {model} would "
-                         f"run the Python files that come with it (fix: --set trust_remote_code=true if you trust "
-                         f"{model}'s code, or --set trust_remote_code=false to load it without)")
+        raise UsageError(
+            f"--sample {where}: the run's profile sets trust_remote_code: true, so loading {model} would "
+            f"run the Python files that come with it (fix: --set trust_remote_code=true if you trust "
+            f"{model}'s code, or --set trust_remote_code=false to load it without)"
+        )
     return data, left_out, correctness_left
 
 
@@ -139,9 +156,11 @@ def profile_of(target: Target, overrides: list[str], run_rewards: bool = False) 
             if not isinstance(data, dict):
                 raise TypeError
         except (OSError, ValueError, KeyError, TypeError, RecursionError):
-            raise UsageError(f"--sample: {target.attempt_dir} holds neither {contract.PROFILE_FILE} nor a "
-                             f"readable {contract.SUMMARY_FILE} (fix: give the attempt folder the adapter was saved "
-                             "in)") from None
+            raise UsageError(
+                f"--sample: {target.attempt_dir} holds neither {contract.PROFILE_FILE} nor a "
+                f"readable {contract.SUMMARY_FILE} (fix: give the attempt folder the adapter was saved "
+                "in)"
+            ) from None
         source = str(summary_file)
     original = data
     data, left_out, correctness_left = _without_folder_code(data, changes, run_rewards, str(target.attempt_dir))
@@ -161,8 +180,14 @@ def profile_of(target: Target, overrides: list[str], run_rewards: bool = False) 
     return Sampling(profile, rewards, left_out, not correctness_left)
 
 
-def sample(given: str | Path, prompt: str | None = None, from_test: int | None = None,
-           overrides: list[str] | None = None, run_rewards: bool = False, say=None):
+def sample(
+    given: str | Path,
+    prompt: str | None = None,
+    from_test: int | None = None,
+    overrides: list[str] | None = None,
+    run_rewards: bool = False,
+    say=None,
+):
     """(sampling, what was loaded, the answers); `say(text)` hears what runs whose code, before it runs."""
     if prompt is not None and from_test is not None:
         raise UsageError("--sample: give --prompt TEXT or --from-test N, not both")
@@ -178,8 +203,10 @@ def sample(given: str | Path, prompt: str | None = None, from_test: int | None =
     base = profile.model if not profile.uses_lora else base_model_path(profile, target.adapter_dir)
     say = say or (lambda text: None)
     for entry in sampling.left_out:
-        say(f"note: reward {entry} is Python code named by the run's profile: not run (--run-rewards runs it, "
-            "for a run you trust)")
+        say(
+            f"note: reward {entry} is Python code named by the run's profile: not run (--run-rewards runs it, "
+            "for a run you trust)"
+        )
     if run_rewards:
         from rewards.user import is_user_reward
 
@@ -191,23 +218,38 @@ def sample(given: str | Path, prompt: str | None = None, from_test: int | None =
     notice = remote_code_notice(profile)
     if notice:
         say(f"note: {notice}")
-    return sampling, target, answer(profile, target.adapter_dir, base, rows, rewards=sampling.rewards,
-                                    correctness=profile.correctness if sampling.correctness_runs else None)
+    return (
+        sampling,
+        target,
+        answer(
+            profile,
+            target.adapter_dir,
+            base,
+            rows,
+            rewards=sampling.rewards,
+            correctness=profile.correctness if sampling.correctness_runs else None,
+        ),
+    )
 
 
 def _shown(score) -> str:
     return "n/a" if score is None else f"{score:.2f}"
 
 
-def sample_main(given: str, prompt: str | None = None, from_test: int | None = None,
-                overrides: list[str] | None = None, run_rewards: bool = False) -> int:
+def sample_main(
+    given: str,
+    prompt: str | None = None,
+    from_test: int | None = None,
+    overrides: list[str] | None = None,
+    run_rewards: bool = False,
+) -> int:
     import sys
 
-    sampling, target, answers = sample(given, prompt, from_test, overrides, run_rewards,
-                                       say=lambda text: print(text, file=sys.stderr, flush=True))
+    sampling, target, answers = sample(
+        given, prompt, from_test, overrides, run_rewards, say=lambda text: print(text, file=sys.stderr, flush=True)
+    )
     profile = sampling.profile
-    print(f"adapter {target.adapter_dir} (profile '{profile.name}', model {profile.model}, dataset "
-          f"{profile.dataset})")
+    print(f"adapter {target.adapter_dir} (profile '{profile.name}', model {profile.model}, dataset {profile.dataset})")
     for number, answer in enumerate(answers, 1):
         print(f"\n[{number}] question: {_shown_text(answer.question)}")
         if answer.gold is not None:

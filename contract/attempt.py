@@ -13,9 +13,16 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from contract.environment import (
+    ENV_ALLOC_CONF,
+    ENV_CACHE,
+    ENV_ESTIMATE_GIB,
+    ENV_INJECT_OOM,
+    ENV_PREDICTED_STEP_S,
+    ENV_RANDOM_WEIGHTS,
+    ENV_VLLM_STANDBY,
+)
 from contract.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUT_OF_MEMORY
-from contract.environment import (ENV_ALLOC_CONF, ENV_CACHE, ENV_ESTIMATE_GIB, ENV_INJECT_OOM,
-                                  ENV_PREDICTED_STEP_S, ENV_RANDOM_WEIGHTS, ENV_VLLM_STANDBY)
 from contract.safe_write import write_atomic
 
 # ---------------------------------------------------------------------------------------------------
@@ -36,8 +43,14 @@ STATUSES = (OK, OOM, UNSUPPORTED, ERROR, INTERRUPTED, NODE)
 STATUS_ORDER = (OOM, ERROR, UNSUPPORTED, NODE, INTERRUPTED, OK)
 # The attempt process's exit status for each (the supervisor reads outcome.json first; the exit status is
 # what it has when the process died without one). Bad input exits EXIT_BAD_INPUT before any status exists.
-EXIT_FOR_STATUS = {OK: EXIT_OK, OOM: EXIT_OUT_OF_MEMORY, INTERRUPTED: EXIT_INTERRUPTED, ERROR: EXIT_FAILURE,
-                   UNSUPPORTED: EXIT_FAILURE, NODE: EXIT_FAILURE}
+EXIT_FOR_STATUS = {
+    OK: EXIT_OK,
+    OOM: EXIT_OUT_OF_MEMORY,
+    INTERRUPTED: EXIT_INTERRUPTED,
+    ERROR: EXIT_FAILURE,
+    UNSUPPORTED: EXIT_FAILURE,
+    NODE: EXIT_FAILURE,
+}
 
 # ---------------------------------------------------------------------------------------------------
 # Files of a run folder (OUTPUT_DIR/run-*/) and of an attempt folder (run-*/attempt-NN-<profile>/)
@@ -53,7 +66,7 @@ METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 ADAPTER_DIR = "adapter"
 TENSORBOARD_DIR = "tensorboard"  # report_to: tensorboard writes its event files here
-MERGED_DIR = "merged"            # save_merged / `export`: the merged 16-bit model
+MERGED_DIR = "merged"  # save_merged / `export`: the merged 16-bit model
 CHECKPOINT_PREFIX = "checkpoint-"
 # Present while the user's own reward code runs (its name and entry inside): a process that ends there without
 # an outcome (os._exit in the reward) is reported as that reward's doing
@@ -96,6 +109,7 @@ def bf16_capable(capability: tuple[int, int] | list[int] | None) -> bool:
 # ---------------------------------------------------------------------------------------------------
 # The outcome record: written by each attempt process, read by the supervisor
 
+
 def outcome_name(rank: int = 0) -> str:
     """Rank 0's outcome is outcome.json (the only one of a single process); rank N's outcome-rankN.json."""
     return OUTCOME_FILE if rank == 0 else f"outcome-rank{rank}.json"
@@ -105,16 +119,16 @@ def outcome_name(rank: int = 0) -> str:
 class Outcome:
     status: str = ERROR
     steps: int = 0
-    checkpoint: str | None = None      # relative to the attempt folder where it lies inside it
-    error: str | None = None           # one line
-    error_text: str | None = None      # the exception's whole text
+    checkpoint: str | None = None  # relative to the attempt folder where it lies inside it
+    error: str | None = None  # one line
+    error_text: str | None = None  # the exception's whole text
     traceback: str | None = None
     peak_gib: float | None = None
-    peak_measure: str | None = None    # what peak_gib counts: MEASURE_GPU_PROCESS, MEASURE_TORCH or host RSS
+    peak_measure: str | None = None  # what peak_gib counts: MEASURE_GPU_PROCESS, MEASURE_TORCH or host RSS
     estimate_gib: float | None = None  # the supervisor's estimate, reported back unchanged
     rank: int = 0
     ranks: int = 1
-    probe: dict | None = None          # the worst-case probe: {peak_gib, seconds, prompt_tokens, ...}
+    probe: dict | None = None  # the worst-case probe: {peak_gib, seconds, prompt_tokens, ...}
     # seconds per optimizer step measured (steady state) beside the plan's prediction: {step_s, steps_timed,
     # first_step_s, completion_mean, predicted_step_s, ratio} (trainer.timing.measured_step)
     timing: dict | None = None
@@ -123,7 +137,7 @@ class Outcome:
         return json.dumps(asdict(self), indent=2) + "\n"
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Outcome | None":
+    def from_dict(cls, data: dict[str, Any]) -> Outcome | None:
         """An Outcome from parsed JSON; None when it is not one (no known status)."""
         if not isinstance(data, dict) or data.get("status") not in STATUSES:
             return None
@@ -134,7 +148,7 @@ class Outcome:
         return cls(**values)
 
     @classmethod
-    def read(cls, path: Path) -> "Outcome | None":
+    def read(cls, path: Path) -> Outcome | None:
         try:
             return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
         except (OSError, ValueError):
@@ -180,6 +194,7 @@ def merge_outcomes(attempt_dir: Path) -> Outcome | None:
 # ---------------------------------------------------------------------------------------------------
 # Checkpoints
 
+
 def checkpoint_step(path: str | Path | None) -> int:
     """The global step of a checkpoint-N folder (0 for anything else)."""
     try:
@@ -193,8 +208,13 @@ def checkpoint_step(path: str | Path | None) -> int:
 COMPLETE_MARKER = "checkpoint-complete.json"
 # Files a checkpoint must hold to resume training (the weights under one of their names, and the state).
 _STATE_FILE = "trainer_state.json"
-_WEIGHT_FILES = ("adapter_model.safetensors", "model.safetensors", "model.safetensors.index.json",
-                 "adapter_model.bin", "pytorch_model.bin")
+_WEIGHT_FILES = (
+    "adapter_model.safetensors",
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "adapter_model.bin",
+    "pytorch_model.bin",
+)
 
 
 def _fsync_path(path: Path, directory: bool = False) -> None:
@@ -235,8 +255,11 @@ def _safetensors_header_ok(path: Path) -> bool:
             header = json.loads(handle.read(length))
     except (OSError, ValueError):
         return False
-    ends = [info["data_offsets"][1] for key, info in header.items()
-            if key != "__metadata__" and isinstance(info, dict) and "data_offsets" in info]
+    ends = [
+        info["data_offsets"][1]
+        for key, info in header.items()
+        if key != "__metadata__" and isinstance(info, dict) and "data_offsets" in info
+    ]
     return 8 + length + max(ends, default=0) <= size
 
 
@@ -292,6 +315,7 @@ def latest_checkpoint(attempt_dir: Path, skipped: list[str] | None = None) -> Pa
 
 # ---------------------------------------------------------------------------------------------------
 # The environment an attempt starts with
+
 
 def attempt_environment(profile, base: dict | None = None) -> dict:
     """The attempt's environment: expandable segments against fragmentation, except under vLLM standby
@@ -375,16 +399,17 @@ def parse_inject(text: str | None) -> dict[str, int | str]:
         name, _, step = part.partition("@")
         name = name.strip()
         if not name:
-            raise ValueError(f"{ENV_INJECT_OOM}={text!r}: empty profile name "
-                             "(expected NAME[@STEP][,NAME[@STEP]...])")
+            raise ValueError(f"{ENV_INJECT_OOM}={text!r}: empty profile name (expected NAME[@STEP][,NAME[@STEP]...])")
         if step.strip().lower() == INJECT_AT_PROBE:
             value = INJECT_AT_PROBE
         elif step.strip():
             try:
                 value = int(step)
             except ValueError:
-                raise ValueError(f"{ENV_INJECT_OOM}={text!r}: step {step!r} of {name!r} is neither a whole number "
-                                 f"nor '{INJECT_AT_PROBE}' (expected NAME[@STEP] or NAME@{INJECT_AT_PROBE})") from None
+                raise ValueError(
+                    f"{ENV_INJECT_OOM}={text!r}: step {step!r} of {name!r} is neither a whole number "
+                    f"nor '{INJECT_AT_PROBE}' (expected NAME[@STEP] or NAME@{INJECT_AT_PROBE})"
+                ) from None
             if value < 1:
                 raise ValueError(f"{ENV_INJECT_OOM}={text!r}: step of {name!r} must be >= 1")
         else:
@@ -395,6 +420,7 @@ def parse_inject(text: str | None) -> dict[str, int | str]:
 
 # ---------------------------------------------------------------------------------------------------
 # Paths in a run's records: relative to the folder that holds them, so that a moved run folder resumes
+
 
 def relative_path(path: str | Path | None, base: Path) -> str | None:
     """`path` as written in a record kept in `base` (attempts.jsonl: the run folder; outcome.json: the attempt

@@ -13,8 +13,8 @@ USER, SUPERVISOR, IMAGE, SLURM = "user", "supervisor", "image", "slurm"
 @dataclass(frozen=True)
 class Variable:
     name: str
-    set_by: str     # USER: a person or a job script; SUPERVISOR: the launcher, for a child process; IMAGE: the
-                    # Dockerfile; SLURM: srun
+    set_by: str  # USER: a person or a job script; SUPERVISOR: the launcher, for a child process; IMAGE: the
+    # Dockerfile; SLURM: srun
     meaning: str
 
 
@@ -59,55 +59,126 @@ ENV_ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
 ENV_VLLM_STANDBY = "UNSLOTH_VLLM_STANDBY"
 
 VARIABLES: tuple[Variable, ...] = (
-    Variable(ENV_CACHE, USER, "where grpo-train keeps what it builds and measures (the tiny model, the ledger, "
-             "random-weight models); default ~/.cache/grpo-train"),
+    Variable(
+        ENV_CACHE,
+        USER,
+        "where grpo-train keeps what it builds and measures (the tiny model, the ledger, "
+        "random-weight models); default ~/.cache/grpo-train",
+    ),
     Variable(ENV_LEDGER, USER, "a ledger file to read and write instead of $GRPO_TRAIN_CACHE/ledger.jsonl"),
-    Variable(ENV_INJECT_OOM, USER, "NAME[@STEP|@probe][,...]: an attempt of that profile raises a real "
-             "torch.OutOfMemoryError at that step (default its first) or inside the probe; for testing the "
-             "fallback without a GPU. Such a run records nothing in the ledger unless GRPO_TRAIN_LEDGER is set"),
+    Variable(
+        ENV_INJECT_OOM,
+        USER,
+        "NAME[@STEP|@probe][,...]: an attempt of that profile raises a real "
+        "torch.OutOfMemoryError at that step (default its first) or inside the probe; for testing the "
+        "fallback without a GPU. Such a run records nothing in the ledger unless GRPO_TRAIN_LEDGER is set",
+    ),
     Variable(ENV_NO_UNSLOTH, USER, "1: train through transformers + PEFT even where Unsloth imports"),
-    Variable(ENV_NUM_MACHINES, USER, "several machines: how many train (default: SLURM_STEP_NUM_NODES; "
-             "both set and different: exit 2)"),
-    Variable(ENV_MACHINE_RANK, USER, "several machines: this machine's rank, 0 for the first (default: "
-             "SLURM_PROCID; both set and different: exit 2)"),
-    Variable(ENV_MAIN_ADDRESS, USER, "several machines: the address of machine 0, where the c10d rendezvous "
-             "is hosted (default: the first host of SLURM_STEP_NODELIST; this one wins where both are set)"),
+    Variable(
+        ENV_NUM_MACHINES,
+        USER,
+        "several machines: how many train (default: SLURM_STEP_NUM_NODES; both set and different: exit 2)",
+    ),
+    Variable(
+        ENV_MACHINE_RANK,
+        USER,
+        "several machines: this machine's rank, 0 for the first (default: "
+        "SLURM_PROCID; both set and different: exit 2)",
+    ),
+    Variable(
+        ENV_MAIN_ADDRESS,
+        USER,
+        "several machines: the address of machine 0, where the c10d rendezvous "
+        "is hosted (default: the first host of SLURM_STEP_NODELIST; this one wins where both are set)",
+    ),
     Variable(ENV_MAIN_PORT, USER, "several machines: the rendezvous port on machine 0 (default 29500)"),
-    Variable(ENV_GPUS_PER_NODE, USER, "several machines: GPUs each machine shows (default: SLURM_GPUS_ON_NODE; "
-             "both set and different: exit 2)"),
-    Variable(ENV_RUN_ID, USER, "several machines: the name every machine gives this run, so that they find the "
-             "same run folder (default: SLURM_JOB_ID; this one wins where both are set, e.g. to resume a run "
-             "in a new job)"),
-    Variable(ENV_MAX_RESTARTS, USER, "several machines: times torch elastic restarts a failed worker group "
-             "inside one attempt before the attempt fails (default 1)"),
-    Variable(ENV_RDZV_TIMEOUT, USER, "several machines: seconds the c10d rendezvous waits for every machine to "
-             "join (default 300); a machine lost mid-run fails the attempt within it"),
-    Variable(ENV_MACHINE_TIMEOUT, USER, "several machines: seconds a machine waits for machine 0's decision "
-             "(and machine 0 for the others' answer) before it stops (default 600)"),
-    Variable(ENV_SERVER_NODE, USER, "server mode: the host that runs the vLLM server with `train.py serve` "
-             "(a node of its own); unset: the server runs on machine 0's GPUs after its training GPUs"),
-    Variable(ENV_VLLM_HOST, USER, "server mode: the address trainers reach the vLLM server at (default: "
-             "GRPO_SERVER_NODE, else machine 0's address)"),
-    Variable(ENV_VLLM_PORT, USER, "server mode: the vLLM server's port, the same on every machine (default "
-             "8000, TRL's)"),
-    Variable(ENV_VLLM_GROUP_PORT, USER, "server mode: the port of TRL's NCCL weight-sync group, hosted by the "
-             "trainer that holds rank 0 (default 51216, TRL's)"),
-    Variable(ENV_IMAGE, IMAGE, "1: this process runs in the grpo-train image; a folder it cannot write is "
-             "explained as a mount, its fix given as `docker run` options"),
-    Variable(ENV_LLAMA_CPP, USER, "export --gguf: a llama.cpp checkout (or its convert_hf_to_gguf.py); else the "
-             "PATH, ~/llama.cpp and /opt/llama.cpp are looked in"),
+    Variable(
+        ENV_GPUS_PER_NODE,
+        USER,
+        "several machines: GPUs each machine shows (default: SLURM_GPUS_ON_NODE; both set and different: exit 2)",
+    ),
+    Variable(
+        ENV_RUN_ID,
+        USER,
+        "several machines: the name every machine gives this run, so that they find the "
+        "same run folder (default: SLURM_JOB_ID; this one wins where both are set, e.g. to resume a run "
+        "in a new job)",
+    ),
+    Variable(
+        ENV_MAX_RESTARTS,
+        USER,
+        "several machines: times torch elastic restarts a failed worker group "
+        "inside one attempt before the attempt fails (default 1)",
+    ),
+    Variable(
+        ENV_RDZV_TIMEOUT,
+        USER,
+        "several machines: seconds the c10d rendezvous waits for every machine to "
+        "join (default 300); a machine lost mid-run fails the attempt within it",
+    ),
+    Variable(
+        ENV_MACHINE_TIMEOUT,
+        USER,
+        "several machines: seconds a machine waits for machine 0's decision "
+        "(and machine 0 for the others' answer) before it stops (default 600)",
+    ),
+    Variable(
+        ENV_SERVER_NODE,
+        USER,
+        "server mode: the host that runs the vLLM server with `train.py serve` "
+        "(a node of its own); unset: the server runs on machine 0's GPUs after its training GPUs",
+    ),
+    Variable(
+        ENV_VLLM_HOST,
+        USER,
+        "server mode: the address trainers reach the vLLM server at (default: "
+        "GRPO_SERVER_NODE, else machine 0's address)",
+    ),
+    Variable(
+        ENV_VLLM_PORT, USER, "server mode: the vLLM server's port, the same on every machine (default 8000, TRL's)"
+    ),
+    Variable(
+        ENV_VLLM_GROUP_PORT,
+        USER,
+        "server mode: the port of TRL's NCCL weight-sync group, hosted by the "
+        "trainer that holds rank 0 (default 51216, TRL's)",
+    ),
+    Variable(
+        ENV_IMAGE,
+        IMAGE,
+        "1: this process runs in the grpo-train image; a folder it cannot write is "
+        "explained as a mount, its fix given as `docker run` options",
+    ),
+    Variable(
+        ENV_LLAMA_CPP,
+        USER,
+        "export --gguf: a llama.cpp checkout (or its convert_hf_to_gguf.py); else the "
+        "PATH, ~/llama.cpp and /opt/llama.cpp are looked in",
+    ),
     Variable(ENV_ESTIMATE_GIB, SUPERVISOR, "the memory estimate (GiB) the plan judged this attempt by"),
     Variable(ENV_PREDICTED_STEP_S, SUPERVISOR, "the seconds per optimizer step the plan predicted for this attempt"),
     Variable(ENV_PROBE_ONLY, SUPERVISOR, "1: load, run the worst-case probe, report it, stop (calibrate)"),
-    Variable(ENV_RANDOM_WEIGHTS, SUPERVISOR, "1: the model's architecture with random weights, nothing "
-             "downloaded (calibrate --random-weights)"),
-    Variable(ENV_ALLOC_CONF, SUPERVISOR, "PyTorch's allocator settings: expandable_segments:True is added "
-             "unless vLLM standby is on; a user's own settings are kept"),
+    Variable(
+        ENV_RANDOM_WEIGHTS,
+        SUPERVISOR,
+        "1: the model's architecture with random weights, nothing downloaded (calibrate --random-weights)",
+    ),
+    Variable(
+        ENV_ALLOC_CONF,
+        SUPERVISOR,
+        "PyTorch's allocator settings: expandable_segments:True is added "
+        "unless vLLM standby is on; a user's own settings are kept",
+    ),
     Variable(ENV_VLLM_STANDBY, SUPERVISOR, "Unsloth's vLLM standby, set from the profile's vllm_standby"),
-    Variable(SLURM_NUM_NODES, SLURM, "machines that train (the nodes of this srun step), when GRPO_NUM_MACHINES "
-             "is unset"),
-    Variable(SLURM_PROCID, SLURM, "inside an srun step: this machine's rank, when GRPO_MACHINE_RANK is unset "
-             "(one task per node, SLURM_STEP_NUM_TASKS)"),
+    Variable(
+        SLURM_NUM_NODES, SLURM, "machines that train (the nodes of this srun step), when GRPO_NUM_MACHINES is unset"
+    ),
+    Variable(
+        SLURM_PROCID,
+        SLURM,
+        "inside an srun step: this machine's rank, when GRPO_MACHINE_RANK is unset "
+        "(one task per node, SLURM_STEP_NUM_TASKS)",
+    ),
     Variable(" / ".join(SLURM_NODELIST), SLURM, "its first host is machine 0, when GRPO_MAIN_ADDRESS is unset"),
     Variable(SLURM_GPUS_ON_NODE, SLURM, "GPUs per machine, when GRPO_GPUS_PER_NODE is unset"),
     Variable(SLURM_JOB_ID, SLURM, "the run's name on every machine, when GRPO_RUN_ID is unset"),

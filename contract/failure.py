@@ -22,6 +22,7 @@ OOM, UNSUPPORTED, ERROR, NODE = "oom", "unsupported", "error", "node"  # contrac
 # ---------------------------------------------------------------------------------------------------
 # Out of memory, and an exception that says so
 
+
 def is_oom_exception(exc: BaseException) -> bool:
     """True for torch.OutOfMemoryError (by name: no torch import here) and RuntimeErrors that say OOM."""
     for cls in type(exc).__mro__:
@@ -98,6 +99,7 @@ def classify_failure(text: str, returncode: int | None = None) -> str:
 # ---------------------------------------------------------------------------------------------------
 # A child killed by SIGKILL: the kernel's OOM killer, or someone's `kill -9`? Only the kernel can say.
 
+
 def oom_kill_count() -> int | None:
     """The kernel's count of OOM kills in this process's memory cgroup (cgroup v2 memory.events, or v1
     memory.oom_control), None where neither can be read."""
@@ -154,11 +156,20 @@ def killed_by_kernel_oom(pid: int | None, count_before: int | None) -> bool | No
 # A write refused by the file system: full, read-only, or a folder this user may not write
 
 DISK_FULL, READ_ONLY, NO_PERMISSION = "full", "read-only", "permission"
-_ERRNO_PROBLEM = {errno.ENOSPC: DISK_FULL, errno.EDQUOT: DISK_FULL, errno.EROFS: READ_ONLY,
-                  errno.EACCES: NO_PERMISSION, errno.EPERM: NO_PERMISSION}
-_TEXT_PROBLEM = (("No space left on device", DISK_FULL), ("StorageFull", DISK_FULL),
-                 ("Disk quota exceeded", DISK_FULL), ("Read-only file system", READ_ONLY),
-                 ("Permission denied", NO_PERMISSION))
+_ERRNO_PROBLEM = {
+    errno.ENOSPC: DISK_FULL,
+    errno.EDQUOT: DISK_FULL,
+    errno.EROFS: READ_ONLY,
+    errno.EACCES: NO_PERMISSION,
+    errno.EPERM: NO_PERMISSION,
+}
+_TEXT_PROBLEM = (
+    ("No space left on device", DISK_FULL),
+    ("StorageFull", DISK_FULL),
+    ("Disk quota exceeded", DISK_FULL),
+    ("Read-only file system", READ_ONLY),
+    ("Permission denied", NO_PERMISSION),
+)
 # torch.save's zip writer words a full disk as its own failure, without the errno
 _TORCH_WRITER_TEXTS = ("PytorchStreamWriter failed writing", "inline_container.cc", "file write failed")
 # Below this much free space a failed torch.save is the disk's doing
@@ -207,12 +218,16 @@ def write_fix(problem: str | None, folder: Path) -> str:
     fixed on the host); a full or read-only disk asks for space or another folder."""
     if problem == NO_PERMISSION:
         if in_image():
-            return (f"({_owner_text(folder)}) (fix: on the host, create the folder you mount there yourself before "
-                    "`docker run` (`mkdir -p outputs`: a folder Docker creates belongs to root), or give it to "
-                    "yourself with `sudo chown -R $(id -u):$(id -g) HOST_FOLDER`, and run with `--user "
-                    "\"$(id -u):$(id -g)\"`; for the caches use a named volume, `-v grpo-train-cache:/home/app/.cache`)")
-        return (f"({_owner_text(folder)}) (fix: give that folder to this user, e.g. `sudo chown -R $(id -u):$(id -g) "
-                f"{folder}`, or, in Docker, run with `--user $(id -u):$(id -g)` and mount folders this user owns)")
+            return (
+                f"({_owner_text(folder)}) (fix: on the host, create the folder you mount there yourself before "
+                "`docker run` (`mkdir -p outputs`: a folder Docker creates belongs to root), or give it to "
+                "yourself with `sudo chown -R $(id -u):$(id -g) HOST_FOLDER`, and run with `--user "
+                '"$(id -u):$(id -g)"`; for the caches use a named volume, `-v grpo-train-cache:/home/app/.cache`)'
+            )
+        return (
+            f"({_owner_text(folder)}) (fix: give that folder to this user, e.g. `sudo chown -R $(id -u):$(id -g) "
+            f"{folder}`, or, in Docker, run with `--user $(id -u):$(id -g)` and mount folders this user owns)"
+        )
     if problem == READ_ONLY:
         return "(fix: choose a writable --output-dir)"
     return "(fix: free disk space, or choose a writable --output-dir)"
@@ -230,6 +245,8 @@ def write_failure_text(exc: BaseException, folder: Path, needed_bytes: int | Non
     if isinstance(exc, OSError) and exc.errno:
         what = os.strerror(exc.errno)
     else:
-        what = next((w for w, _ in _TEXT_PROBLEM if w in str(exc)), None) or \
-            f"{os.strerror(errno.ENOSPC)} ({line_of(str(exc), 0)})"
+        what = (
+            next((w for w, _ in _TEXT_PROBLEM if w in str(exc)), None)
+            or f"{os.strerror(errno.ENOSPC)} ({line_of(str(exc), 0)})"
+        )
     return f"cannot write to {where}: {what} {write_fix(problem, where)}"

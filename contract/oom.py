@@ -28,21 +28,29 @@ from dataclasses import asdict, dataclass, field
 from contract.oom_site import SITE_HOST, SITE_UNKNOWN, SITE_VLLM_START, classify_site, parse_frames
 
 # What ran out of memory
-KIND_CUDA = "cuda"            # PyTorch's CUDA caching allocator
-KIND_VLLM = "vllm"            # vLLM refused to start: its share cannot hold weights + KV cache
-KIND_CUBLAS = "cublas"        # cuBLAS / cuDNN could not allocate a workspace
-KIND_DRIVER = "cuda_driver"   # the CUDA driver itself (vLLM's cumem allocator under standby, driver calls)
-KIND_HOST = "host_ram"        # host memory: the process was killed or the CPU allocator failed
+KIND_CUDA = "cuda"  # PyTorch's CUDA caching allocator
+KIND_VLLM = "vllm"  # vLLM refused to start: its share cannot hold weights + KV cache
+KIND_CUBLAS = "cublas"  # cuBLAS / cuDNN could not allocate a workspace
+KIND_DRIVER = "cuda_driver"  # the CUDA driver itself (vLLM's cumem allocator under standby, driver calls)
+KIND_HOST = "host_ram"  # host memory: the process was killed or the CPU allocator failed
 
 # Why vLLM refused to start
-VLLM_SHARE_TOO_LARGE = "share larger than free memory"    # lower gpu_memory_utilization
+VLLM_SHARE_TOO_LARGE = "share larger than free memory"  # lower gpu_memory_utilization
 VLLM_SHARE_TOO_SMALL = "share too small for the KV cache"  # raise it (or shorten max_seq_length)
 
 # Exit statuses of a child killed by SIGKILL: -9 from Popen, 137 when a shell reports it.
 SIGKILL_CODES = (-9, 137)
 
-_UNIT_GIB = {"B": 1 / 2**30, "KiB": 1 / 2**20, "MiB": 1 / 2**10, "GiB": 1.0, "TiB": 1024.0,
-             "KB": 1e3 / 2**30, "MB": 1e6 / 2**30, "GB": 1e9 / 2**30}
+_UNIT_GIB = {
+    "B": 1 / 2**30,
+    "KiB": 1 / 2**20,
+    "MiB": 1 / 2**10,
+    "GiB": 1.0,
+    "TiB": 1024.0,
+    "KB": 1e3 / 2**30,
+    "MB": 1e6 / 2**30,
+    "GB": 1e9 / 2**30,
+}
 _SIZE = r"(\d+(?:\.\d+)?)\s*(B|KiB|MiB|GiB|TiB|KB|MB|GB)"
 
 
@@ -62,18 +70,18 @@ class OomReport:
     asked_gib: float | None = None
     total_gib: float | None = None
     free_gib: float | None = None
-    in_use_gib: float | None = None          # this process, PyTorch and non-PyTorch memory
-    allocated_gib: float | None = None       # by PyTorch tensors
+    in_use_gib: float | None = None  # this process, PyTorch and non-PyTorch memory
+    allocated_gib: float | None = None  # by PyTorch tensors
     reserved_unallocated_gib: float | None = None  # cached by PyTorch's allocator, not in tensors
     other_processes_gib: float | None = None  # other processes on the same card
     gpu_index: int | None = None
-    utilization: float | None = None         # vLLM's gpu_memory_utilization when the message names it
-    max_model_len: int | None = None         # vLLM's max_model_len when the message names it
-    kv_tokens: int | None = None             # tokens the KV cache could hold
-    vllm_problem: str | None = None          # VLLM_SHARE_TOO_LARGE or VLLM_SHARE_TOO_SMALL
-    message: str = ""                        # the line the reading came from
+    utilization: float | None = None  # vLLM's gpu_memory_utilization when the message names it
+    max_model_len: int | None = None  # vLLM's max_model_len when the message names it
+    kv_tokens: int | None = None  # tokens the KV cache could hold
+    vllm_problem: str | None = None  # VLLM_SHARE_TOO_LARGE or VLLM_SHARE_TOO_SMALL
+    message: str = ""  # the line the reading came from
     frames: list[str] = field(default_factory=list)  # "file:function" of the traceback, innermost last
-    in_probe: bool = False                   # raised by the worst-case probe before training (trainer.probe)
+    in_probe: bool = False  # raised by the worst-case probe before training (trainer.probe)
 
     @property
     def shortfall_gib(self) -> float | None:
@@ -86,8 +94,11 @@ class OomReport:
     def fragmented(self) -> bool:
         """The allocator held enough unused cache to serve the request: fragmentation, not a lack of memory."""
         short = self.shortfall_gib
-        return (short is not None and self.reserved_unallocated_gib is not None
-                and self.reserved_unallocated_gib >= short > 0)
+        return (
+            short is not None
+            and self.reserved_unallocated_gib is not None
+            and self.reserved_unallocated_gib >= short > 0
+        )
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -140,12 +151,27 @@ def _size(name: str) -> str:
 
 # PyTorch's two wordings (2.1 on, and before): the same figures, named alike
 _TORCH_NEW = re.compile(
-    r"Tried to allocate " + _size("asked") + r"\.\s*GPU (?P<gpu>\d+) has a total capacity of " + _size("total") +
-    r" of which " + _size("free") + r" is free")
+    r"Tried to allocate "
+    + _size("asked")
+    + r"\.\s*GPU (?P<gpu>\d+) has a total capacity of "
+    + _size("total")
+    + r" of which "
+    + _size("free")
+    + r" is free"
+)
 _TORCH_OLD = re.compile(
-    r"Tried to allocate " + _size("asked") + r" \(GPU (?P<gpu>\d+);\s*" + _size("total") + r" total capacity;\s*" +
-    _size("allocated") + r" already allocated;\s*" + _size("free") + r" free;\s*" + _size("reserved") +
-    r" reserved in total by PyTorch")
+    r"Tried to allocate "
+    + _size("asked")
+    + r" \(GPU (?P<gpu>\d+);\s*"
+    + _size("total")
+    + r" total capacity;\s*"
+    + _size("allocated")
+    + r" already allocated;\s*"
+    + _size("free")
+    + r" free;\s*"
+    + _size("reserved")
+    + r" reserved in total by PyTorch"
+)
 _TORCH_ASKED = re.compile(r"Tried to allocate " + _SIZE)
 _THIS_PROCESS = re.compile(r"this process has " + _SIZE + r" memory in use")
 _PROCESS_N = re.compile(r"Process (\d+) has " + _SIZE + r" memory in use")
@@ -154,12 +180,16 @@ _RESERVED_UNALLOCATED = re.compile(_SIZE + r" is reserved by PyTorch but unalloc
 
 _VLLM_FREE = re.compile(
     r"Free memory on device(?: \S+)? \((\d+(?:\.\d+)?)/(\d+(?:\.\d+)?) GiB\) on startup is less than desired "
-    r"GPU memory utilization \((\d+(?:\.\d+)?), (\d+(?:\.\d+)?) GiB\)", re.IGNORECASE)
+    r"GPU memory utilization \((\d+(?:\.\d+)?), (\d+(?:\.\d+)?) GiB\)",
+    re.IGNORECASE,
+)
 _VLLM_KV_NEEDED = re.compile(
     r"max seq len \((\d+)\),? \((\d+(?:\.\d+)?) GiB KV cache is needed, which is larger than the available "
-    r"KV cache memory \((\d+(?:\.\d+)?) GiB\)")
+    r"KV cache memory \((\d+(?:\.\d+)?) GiB\)"
+)
 _VLLM_KV_TOKENS = re.compile(
-    r"max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored in KV cache \((\d+)\)")
+    r"max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored in KV cache \((\d+)\)"
+)
 _VLLM_NO_BLOCKS = "No available memory for the cache blocks"
 _VLLM_SHARE = re.compile(r"total_gpu_memory \((\d+(?:\.\d+)?) ?GiB\) x gpu_memory_utilization \((\d+(?:\.\d+)?)\)")
 _VLLM_KV_REST = re.compile(r"the rest of the memory reserved for KV Cache is (-?\d+(?:\.\d+)?) ?GiB")
@@ -169,14 +199,19 @@ _VLLM_INSUFFICIENT = re.compile(r"insufficient\b.{0,80}\bKV cache", re.IGNORECAS
 # Unsloth re-raises a vLLM start that ran out of memory under standby as a MemoryError (unsloth_zoo load_vllm)
 _UNSLOTH_STANDBY_START = re.compile(
     r"Your GPU ran out of memory loading vLLM with standby mode enabled\.\s*Your GPU has (\d+(?:\.\d+)?) GB VRAM "
-    r"with gpu_memory_utilization=(\d+(?:\.\d+)?)")
+    r"with gpu_memory_utilization=(\d+(?:\.\d+)?)"
+)
 # vLLM's cumem allocator ("CUDA Error: %s at %s:%d" with the driver's error string) and the driver's error name
 _DRIVER = re.compile(r"CUDA Error: out of memory at \S+:\d+|CUDA_ERROR_OUT_OF_MEMORY")
 
-_CUBLAS = re.compile(r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_NOT_SUPPORTED|CUDNN_STATUS_ALLOC_FAILED|"
-                     r"cuDNN error: CUDNN_STATUS_INTERNAL_ERROR")
-_CPU_ALLOC = re.compile(r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory): "
-                        r"you tried to allocate (\d+) bytes")
+_CUBLAS = re.compile(
+    r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_NOT_SUPPORTED|CUDNN_STATUS_ALLOC_FAILED|"
+    r"cuDNN error: CUDNN_STATUS_INTERNAL_ERROR"
+)
+_CPU_ALLOC = re.compile(
+    r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory): "
+    r"you tried to allocate (\d+) bytes"
+)
 _MEMORY_ERROR = re.compile(r"^\s*MemoryError\b", re.MULTILINE)
 
 
@@ -187,7 +222,7 @@ _LOG_PREFIX = re.compile(r"^(?:\(\S+ pid=\d+\)\s*)?(?:[A-Z]+ \d\d-\d\d [\d:]+ \[
 def line_of(text: str, pos: int) -> str:
     start = text.rfind("\n", 0, pos) + 1
     end = text.find("\n", pos)
-    line = text[start:end if end >= 0 else len(text)].strip()
+    line = text[start : end if end >= 0 else len(text)].strip()
     line = _LOG_PREFIX.sub("", line)
     return line[:400]
 
@@ -200,12 +235,15 @@ def read_oom(text: str, returncode: int | None = None) -> OomReport | None:
     """
     text = text or ""
     frames = parse_frames(text)
-    report = (_read_vllm(text) or _read_torch(text) or _read_driver(text) or _read_cublas(text)
-              or _read_host(text))
+    report = _read_vllm(text) or _read_torch(text) or _read_driver(text) or _read_cublas(text) or _read_host(text)
     if report is None:
         if returncode in SIGKILL_CODES:
-            return OomReport(kind=KIND_HOST, site=SITE_HOST, frames=[f"{f}:{fn}" for f, fn, _ in frames],
-                             message=f"the process was killed by SIGKILL (exit {returncode}) without a traceback")
+            return OomReport(
+                kind=KIND_HOST,
+                site=SITE_HOST,
+                frames=[f"{f}:{fn}" for f, fn, _ in frames],
+                message=f"the process was killed by SIGKILL (exit {returncode}) without a traceback",
+            )
         return None
     report.frames = [f"{f}:{fn}" for f, fn, _ in frames]
     report.in_probe = any(fn == PROBE_FUNCTION for _, fn, _ in frames)
@@ -228,6 +266,7 @@ def _read_torch(text: str) -> OomReport | None:
     report = OomReport(kind=KIND_CUDA)
     m = _TORCH_NEW.search(text) or _TORCH_OLD.search(text)
     if m:
+
         def figure(name: str) -> float:
             return _gib(m.group(name), m.group(name + "_unit"))
 
@@ -259,21 +298,36 @@ def _read_torch(text: str) -> OomReport | None:
 
 def _read_vllm(text: str) -> OomReport | None:
     if m := _VLLM_FREE.search(text):
-        return OomReport(kind=KIND_VLLM, free_gib=float(m.group(1)), total_gib=float(m.group(2)),
-                         utilization=float(m.group(3)), asked_gib=float(m.group(4)),
-                         vllm_problem=VLLM_SHARE_TOO_LARGE, message=line_of(text, m.start()))
+        return OomReport(
+            kind=KIND_VLLM,
+            free_gib=float(m.group(1)),
+            total_gib=float(m.group(2)),
+            utilization=float(m.group(3)),
+            asked_gib=float(m.group(4)),
+            vllm_problem=VLLM_SHARE_TOO_LARGE,
+            message=line_of(text, m.start()),
+        )
     if m := _VLLM_KV_NEEDED.search(text):
         # Here "asked" and "free" are the KV cache vLLM needs for one full sequence and what its share left.
-        return OomReport(kind=KIND_VLLM, max_model_len=int(m.group(1)), asked_gib=float(m.group(2)),
-                         free_gib=float(m.group(3)), vllm_problem=VLLM_SHARE_TOO_SMALL,
-                         message=line_of(text, m.start()))
+        return OomReport(
+            kind=KIND_VLLM,
+            max_model_len=int(m.group(1)),
+            asked_gib=float(m.group(2)),
+            free_gib=float(m.group(3)),
+            vllm_problem=VLLM_SHARE_TOO_SMALL,
+            message=line_of(text, m.start()),
+        )
     if m := _VLLM_KV_TOKENS.search(text):
-        return OomReport(kind=KIND_VLLM, max_model_len=int(m.group(1)), kv_tokens=int(m.group(2)),
-                         vllm_problem=VLLM_SHARE_TOO_SMALL, message=line_of(text, m.start()))
+        return OomReport(
+            kind=KIND_VLLM,
+            max_model_len=int(m.group(1)),
+            kv_tokens=int(m.group(2)),
+            vllm_problem=VLLM_SHARE_TOO_SMALL,
+            message=line_of(text, m.start()),
+        )
     pos = text.rfind(_VLLM_NO_BLOCKS)
     if pos >= 0:
-        report = OomReport(kind=KIND_VLLM, kv_tokens=0, vllm_problem=VLLM_SHARE_TOO_SMALL,
-                           message=line_of(text, pos))
+        report = OomReport(kind=KIND_VLLM, kv_tokens=0, vllm_problem=VLLM_SHARE_TOO_SMALL, message=line_of(text, pos))
         # vLLM's memory profile, when logged, says how its share was spent
         if m := _VLLM_SHARE.search(text):
             report.total_gib, report.utilization = float(m.group(1)), float(m.group(2))
@@ -288,8 +342,13 @@ def _read_vllm(text: str) -> OomReport | None:
         return OomReport(kind=KIND_VLLM, vllm_problem=VLLM_SHARE_TOO_LARGE, message=line_of(text, m.start()))
     if (m := _UNSLOTH_STANDBY_START.search(text)) and not _DRIVER.search(text):
         # GB in Unsloth's wording are GiB (it divides by 1024 three times)
-        return OomReport(kind=KIND_VLLM, total_gib=float(m.group(1)), utilization=float(m.group(2)),
-                         vllm_problem=VLLM_SHARE_TOO_LARGE, message=line_of(text, m.start()))
+        return OomReport(
+            kind=KIND_VLLM,
+            total_gib=float(m.group(1)),
+            utilization=float(m.group(2)),
+            vllm_problem=VLLM_SHARE_TOO_LARGE,
+            message=line_of(text, m.start()),
+        )
     return None
 
 

@@ -20,25 +20,73 @@ SITE_UNKNOWN = "unknown"
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 
-_LOGITS_FUNCS = {"_get_per_token_logps", "_get_per_token_logps_and_entropies", "selective_log_softmax",
-                 "chunked_selective_log_softmax", "chunked_hidden_states_selective_log_softmax",
-                 "chunked_hidden_states_selective_log_softmax_recompute", "grpo_chunked_hidden_states_logprobs",
-                 "grpo_compute_loss", "grpo_accumulated_loss", "entropy_from_logits", "log_softmax",
-                 "chunked_logprob", "_compute_loss", "compute_loss"}
+_LOGITS_FUNCS = {
+    "_get_per_token_logps",
+    "_get_per_token_logps_and_entropies",
+    "selective_log_softmax",
+    "chunked_selective_log_softmax",
+    "chunked_hidden_states_selective_log_softmax",
+    "chunked_hidden_states_selective_log_softmax_recompute",
+    "grpo_chunked_hidden_states_logprobs",
+    "grpo_compute_loss",
+    "grpo_accumulated_loss",
+    "entropy_from_logits",
+    "log_softmax",
+    "chunked_logprob",
+    "_compute_loss",
+    "compute_loss",
+}
 _LOGITS_CODE = re.compile(r"\blogits\b|lm_head|log_softmax|logsumexp|logprob", re.IGNORECASE)
 _BACKWARD_FUNCS = {"backward", "_engine_run_backward", "run_backward", "_backward"}
-_OPTIMIZER_FUNCS = {"_init_group", "_single_tensor_adamw", "_multi_tensor_adamw", "_fused_adamw", "adamw",
-                    "_single_tensor_adam", "_multi_tensor_adam", "init_state", "update_step",
-                    "optimizer_step"}
-_GENERATION_FUNCS = {"generate", "_generate", "_generate_single_turn", "_sample", "_beam_search",
-                     "vllm_generate", "_run_engine", "execute_model", "sample_tokens",
-                     "_generate_and_score_completions"}
-_VLLM_START_FUNCS = {"determine_num_available_blocks", "_initialize_kv_caches", "initialize_kv_cache",
-                     "initialize_from_config", "profile_run", "_dummy_run", "_dummy_sampler_run",
-                     "determine_available_memory", "init_device", "load_vllm", "capture_model",
-                     "check_enough_kv_cache_memory", "get_kv_cache_config", "get_kv_cache_configs"}
-_MODEL_LOAD_FUNCS = {"from_pretrained", "_load_pretrained_model", "_load_state_dict_into_meta_model",
-                     "load_shard_file", "get_peft_model", "dispatch_model", "quantize_4bit"}
+_OPTIMIZER_FUNCS = {
+    "_init_group",
+    "_single_tensor_adamw",
+    "_multi_tensor_adamw",
+    "_fused_adamw",
+    "adamw",
+    "_single_tensor_adam",
+    "_multi_tensor_adam",
+    "init_state",
+    "update_step",
+    "optimizer_step",
+}
+_GENERATION_FUNCS = {
+    "generate",
+    "_generate",
+    "_generate_single_turn",
+    "_sample",
+    "_beam_search",
+    "vllm_generate",
+    "_run_engine",
+    "execute_model",
+    "sample_tokens",
+    "_generate_and_score_completions",
+}
+_VLLM_START_FUNCS = {
+    "determine_num_available_blocks",
+    "_initialize_kv_caches",
+    "initialize_kv_cache",
+    "initialize_from_config",
+    "profile_run",
+    "_dummy_run",
+    "_dummy_sampler_run",
+    "determine_available_memory",
+    "init_device",
+    "load_vllm",
+    "capture_model",
+    "check_enough_kv_cache_memory",
+    "get_kv_cache_config",
+    "get_kv_cache_configs",
+}
+_MODEL_LOAD_FUNCS = {
+    "from_pretrained",
+    "_load_pretrained_model",
+    "_load_state_dict_into_meta_model",
+    "load_shard_file",
+    "get_peft_model",
+    "dispatch_model",
+    "quantize_4bit",
+}
 
 
 def parse_frames(text: str) -> list[tuple[str, str, str]]:
@@ -62,8 +110,12 @@ def parse_frames(text: str) -> list[tuple[str, str, str]]:
 
 def _frame_site(path: str, func: str, code: str) -> str | None:
     norm = path.replace("\\", "/")
-    if func in _OPTIMIZER_FUNCS or "/torch/optim/" in norm or "/bitsandbytes/optim/" in norm \
-            or re.search(r"optimizer\.step\(", code):
+    if (
+        func in _OPTIMIZER_FUNCS
+        or "/torch/optim/" in norm
+        or "/bitsandbytes/optim/" in norm
+        or re.search(r"optimizer\.step\(", code)
+    ):
         return SITE_OPTIMIZER
     if func in _BACKWARD_FUNCS or re.search(r"\.backward\(", code):
         return SITE_BACKWARD
@@ -112,12 +164,13 @@ def classify_site(frames: list[tuple[str, str, str]]) -> str:
         if "_generate_and_score_completions" in outer:
             site, phase_index = SITE_GENERATION, 0
         elif outer & {"training_step", "train", "_inner_training_loop"} or any(
-                _is_model_frame(path) for path, _, _ in frames):
+            _is_model_frame(path) for path, _, _ in frames
+        ):
             site, phase_index = SITE_FORWARD, 0
         else:
             return SITE_UNKNOWN
     if site in (SITE_LOGITS, SITE_FORWARD):
-        inner_model = [f for f in frames[phase_index + 1:] if _is_model_frame(f[0])]
+        inner_model = [f for f in frames[phase_index + 1 :] if _is_model_frame(f[0])]
         if inner_model:
             _, func, code = inner_model[-1]
             return SITE_LOGITS if _LOGITS_CODE.search(code) or "lm_head" in func else SITE_FORWARD

@@ -8,7 +8,6 @@ import os
 from pathlib import Path
 
 
-
 def dangling_link(path: Path) -> str | None:
     """Why `path`, or a folder above it, is a symbolic link that leads nowhere (a loop, or a missing target),
     else None. Path.exists() says False for both, so a caller would go on to create the file there and fail
@@ -73,6 +72,7 @@ def disk_error_text(exc: OSError, folder: Path, needed_bytes: int | None = None)
     probe = folder
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
+
     def size(n: float) -> str:
         return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{max(n / 1024, 0.1 if n else 0):.1f} KiB"
 

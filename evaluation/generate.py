@@ -11,9 +11,10 @@ class EvaluationStopped(Exception):
 def prompt_ids(tokenizer, rows: list[dict]) -> list[list[int]]:
     """Each test prompt as the token ids training sends (TRL tokenises the chat template itself): the
     template already holds the BOS token, so rendering text and tokenising it again would add a second one."""
-    return [list(tokenizer.apply_chat_template(row["prompt"], tokenize=True, add_generation_prompt=True,
-                                               return_dict=False))
-            for row in rows]
+    return [
+        list(tokenizer.apply_chat_template(row["prompt"], tokenize=True, add_generation_prompt=True, return_dict=False))
+        for row in rows
+    ]
 
 
 def stop_ids(model, tokenizer) -> list[int]:
@@ -26,8 +27,14 @@ def stop_ids(model, tokenizer) -> list[int]:
     return ids
 
 
-def generate_vllm(model, prompts: list[list[int]], max_new_tokens: int, lora_path: str | None,
-                  stop_token_ids: list[int] | None = None, live_lora: bool = False) -> list[str]:
+def generate_vllm(
+    model,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    lora_path: str | None,
+    stop_token_ids: list[int] | None = None,
+    live_lora: bool = False,
+) -> list[str]:
     """`live_lora`: the adapter as it is in the training model now (Unsloth reads its tensors, as its GRPO
     trainer does for each generation), named `lora_path`, which need not exist; else the adapter saved there."""
     from vllm import SamplingParams
@@ -35,11 +42,20 @@ def generate_vllm(model, prompts: list[list[int]], max_new_tokens: int, lora_pat
     # every end-of-sequence id stated, as generate_hf gives them: the engine need not have read the model's
     # generation config for them. Token-id prompts are taken as they are.
     params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens, stop_token_ids=list(stop_token_ids or []))
-    lora_request = model.load_lora(str(lora_path), load_tensors=True) if lora_path and live_lora else \
-        model.load_lora(str(lora_path)) if lora_path else None
+    lora_request = (
+        model.load_lora(str(lora_path), load_tensors=True)
+        if lora_path and live_lora
+        else model.load_lora(str(lora_path))
+        if lora_path
+        else None
+    )
     with _awake(getattr(model, "vllm_engine", None)):
-        outputs = model.fast_generate([{"prompt_token_ids": ids} for ids in prompts], sampling_params=params,
-                                      lora_request=lora_request, use_tqdm=False)
+        outputs = model.fast_generate(
+            [{"prompt_token_ids": ids} for ids in prompts],
+            sampling_params=params,
+            lora_request=lora_request,
+            use_tqdm=False,
+        )
     return [out.outputs[0].text for out in outputs]
 
 
@@ -66,8 +82,9 @@ class _awake:
         return False
 
 
-def generate_hf(model, tokenizer, prompts: list[list[int]], max_new_tokens: int,
-                batch_size: int = 16, stop=None) -> list[str]:
+def generate_hf(
+    model, tokenizer, prompts: list[list[int]], max_new_tokens: int, batch_size: int = 16, stop=None
+) -> list[str]:
     import torch
 
     was_training = model.training
@@ -84,11 +101,16 @@ def generate_hf(model, tokenizer, prompts: list[list[int]], max_new_tokens: int,
             for start in range(0, len(prompts), batch_size):
                 if stop is not None and stop():
                     raise EvaluationStopped(f"stopped after {start} of {len(prompts)} answers")
-                chunk = [{"input_ids": ids} for ids in prompts[start:start + batch_size]]
+                chunk = [{"input_ids": ids} for ids in prompts[start : start + batch_size]]
                 batch = tokenizer.pad(chunk, return_tensors="pt").to(device)
-                generated = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
-                                           pad_token_id=tokenizer.pad_token_id, eos_token_id=eos)
-                new_tokens = generated[:, batch["input_ids"].shape[1]:]
+                generated = model.generate(
+                    **batch,
+                    max_new_tokens=max_new_tokens,
+                    do_sample=False,
+                    pad_token_id=tokenizer.pad_token_id,
+                    eos_token_id=eos,
+                )
+                new_tokens = generated[:, batch["input_ids"].shape[1] :]
                 out.extend(tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
     finally:
         tokenizer.padding_side = side
@@ -98,8 +120,17 @@ def generate_hf(model, tokenizer, prompts: list[list[int]], max_new_tokens: int,
     return out
 
 
-def generate(model, tokenizer, rows: list[dict], *, max_new_tokens: int, use_vllm: bool,
-             lora_path: str | None = None, stop=None, live_lora: bool = False) -> list[str]:
+def generate(
+    model,
+    tokenizer,
+    rows: list[dict],
+    *,
+    max_new_tokens: int,
+    use_vllm: bool,
+    lora_path: str | None = None,
+    stop=None,
+    live_lora: bool = False,
+) -> list[str]:
     """Greedy completions for rows of {prompt}, as text. `stop()` true between two batches raises
     EvaluationStopped (vLLM generates them all in one call, after which a stop is checked once)."""
     prompts = prompt_ids(tokenizer, rows)

@@ -21,9 +21,15 @@ def reward_inputs(rows: list[dict], completions: list[str], completion_ids: list
     conversational = bool(rows) and isinstance(rows[0].get("prompt"), list)
     shaped = [[{"role": "assistant", "content": c}] for c in completions] if conversational else list(completions)
     columns = [key for key in rows[0] if key not in ("prompt", "completion", "completion_ids")] if rows else []
-    return {"prompts": [row.get("prompt") for row in rows], "completions": shaped,
-            "completion_ids": completion_ids, **{key: [row.get(key) for row in rows] for key in columns},
-            "trainer_state": None, "log_extra": _ignore, "log_metric": _ignore}
+    return {
+        "prompts": [row.get("prompt") for row in rows],
+        "completions": shaped,
+        "completion_ids": completion_ids,
+        **{key: [row.get(key) for row in rows] for key in columns},
+        "trainer_state": None,
+        "log_extra": _ignore,
+        "log_metric": _ignore,
+    }
 
 
 def judge(reward, rows: list[dict], completions: list[str], completion_ids: list | None = None) -> list[bool]:
@@ -42,19 +48,39 @@ def score(completions: list[str], golds: list, verdicts: list[bool] | None = Non
         "accuracy": round(correct / total, 4) if total else None,
         "correct": correct,
         "total": total,
-        "examples": [{"completion": c[:500], "answer": str(g)} for c, g in zip(completions[:EXAMPLES_KEPT],
-                                                                             golds[:EXAMPLES_KEPT])],
+        "examples": [
+            {"completion": c[:500], "answer": str(g)}
+            for c, g in zip(completions[:EXAMPLES_KEPT], golds[:EXAMPLES_KEPT])
+        ],
     }
 
 
-def evaluate(model, tokenizer, rows: list[dict], *, max_new_tokens: int, use_vllm: bool,
-             lora_path: str | None = None, reward=None, stop=None, live_lora: bool = False) -> dict:
+def evaluate(
+    model,
+    tokenizer,
+    rows: list[dict],
+    *,
+    max_new_tokens: int,
+    use_vllm: bool,
+    lora_path: str | None = None,
+    reward=None,
+    stop=None,
+    live_lora: bool = False,
+) -> dict:
     """{"accuracy", "correct", "total", "examples"} over rows of {prompt, answer, ...}, judged by `reward`
     (the correctness reward; the accuracy reward when none is given)."""
     if not rows:
         return {"accuracy": None, "correct": 0, "total": 0, "examples": []}
-    completions = generate(model, tokenizer, rows, max_new_tokens=max_new_tokens, use_vllm=use_vllm,
-                           lora_path=lora_path, stop=stop, live_lora=live_lora)
+    completions = generate(
+        model,
+        tokenizer,
+        rows,
+        max_new_tokens=max_new_tokens,
+        use_vllm=use_vllm,
+        lora_path=lora_path,
+        stop=stop,
+        live_lora=live_lora,
+    )
     verdicts = judge(reward or REWARDS["accuracy"], rows, completions, completion_token_ids(tokenizer, completions))
     result = score(completions, [row.get("answer") for row in rows], verdicts)
     result["well_formed"] = well_formed_share(completions)

@@ -14,8 +14,9 @@ meant cannot be known.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from contract.errors import ProfileError
 from profiles.keys import DEFAULT_TARGET_MODULES, KeyProblem, shown
@@ -30,9 +31,9 @@ OPEN_R1_REWARDS = {"accuracy": "accuracy", "format": "xml_strict", "tag_count": 
 @dataclass(frozen=True)
 class Alias:
     kind: str
-    ours: str | None = None   # the project's key it sets (renamed)
-    note: str = ""            # decided: why it is not used; refused: the reason; renamed: how it was converted
-    fix: str | None = None    # refused: what to do
+    ours: str | None = None  # the project's key it sets (renamed)
+    note: str = ""  # decided: why it is not used; refused: the reason; renamed: how it was converted
+    fix: str | None = None  # refused: what to do
     convert: Callable[[Any, dict], Any] | None = None  # renamed: the value in the project's spelling
     unless: Callable[[Any], bool] | None = None  # refused only when this is false of the value (else decided)
 
@@ -71,14 +72,19 @@ def _warmup(value: Any, data: dict) -> float:
     steps = data.get("max_steps")
     if isinstance(value, int) and isinstance(steps, int) and steps > 0 and value < steps:
         return value / steps
-    raise KeyProblem(f"warmup_steps {shown(value)} needs max_steps to become a share of the run",
-                     "write warmup_ratio: STEPS / max_steps")
+    raise KeyProblem(
+        f"warmup_steps {shown(value)} needs max_steps to become a share of the run",
+        "write warmup_ratio: STEPS / max_steps",
+    )
 
 
 def _max_steps(value: Any, data: dict) -> Any:
     if value == -1:
-        raise KeyProblem("max_steps -1 trains by num_train_epochs; runs here are a number of optimizer steps (the "
-                         "plan, the checkpoints and the fallback count them)", "write max_steps: N")
+        raise KeyProblem(
+            "max_steps -1 trains by num_train_epochs; runs here are a number of optimizer steps (the "
+            "plan, the checkpoints and the fallback count them)",
+            "write max_steps: N",
+        )
     return value
 
 
@@ -87,8 +93,10 @@ def _eval_strategy(value: Any, data: dict) -> Any:
         return 0
     if value == "steps":
         return None  # eval_steps says how often (or auto)
-    raise KeyProblem(f"eval_strategy {shown(value)}: evaluation during training runs every eval_steps here",
-                     "write eval_steps: N (or auto), and drop eval_strategy")
+    raise KeyProblem(
+        f"eval_strategy {shown(value)}: evaluation during training runs every eval_steps here",
+        "write eval_steps: N (or auto), and drop eval_strategy",
+    )
 
 
 def _do_eval(value: Any, data: dict) -> Any:
@@ -128,16 +136,18 @@ ALIASES: dict[str, Alias] = {
     "torch_dtype": _decided("the dtype follows the card: bf16 where it supports it, else fp16; fp32 on CPU"),
     "dtype": _decided("the dtype follows the card: bf16 where it supports it, else fp16; fp32 on CPU"),
     "attn_implementation": _decided("Unsloth (or transformers) chooses the attention kernel for the card"),
-    "model_revision": _refused("a revision other than main cannot be pinned here",
-                               "download that revision to a folder and give model: FOLDER", _model_revision),
-    "load_in_8bit": _refused("8-bit weights are not a training path here", "use load_in_4bit: true, or false",
-                             _false),
+    "model_revision": _refused(
+        "a revision other than main cannot be pinned here",
+        "download that revision to a folder and give model: FOLDER",
+        _model_revision,
+    ),
+    "load_in_8bit": _refused("8-bit weights are not a training path here", "use load_in_4bit: true, or false", _false),
     "bnb_4bit_quant_type": _refused("4-bit weights are NF4 here", "remove it (or write nf4)", _one_of("nf4")),
     "use_bnb_nested_quant": _decided("4-bit loading uses double quantisation where it applies"),
-    "use_rslora": _refused("rank-stabilised LoRA is not offered here", "remove it (scale = lora_alpha / lora_rank)",
-                           _false),
-    "lora_task_type": _refused("only causal language models are trained here", "remove it",
-                               _one_of("CAUSAL_LM")),
+    "use_rslora": _refused(
+        "rank-stabilised LoRA is not offered here", "remove it (scale = lora_alpha / lora_rank)", _false
+    ),
+    "lora_task_type": _refused("only causal language models are trained here", "remove it", _one_of("CAUSAL_LM")),
     "lora_modules_to_save": _refused("extra fully trained modules are not offered here", "remove it", _false),
     # --- TRL ScriptArguments and open-r1's data keys ---
     "dataset_name": _renamed("dataset"),
@@ -173,12 +183,15 @@ ALIASES: dict[str, Alias] = {
     "log_level": _decided("the attempt's log is train.log in its folder"),
     "log_completions": _decided("sample answers before and after training are in report.md"),
     "disable_tqdm": _decided("the project prints its own progress line"),
-    "save_strategy": _refused("checkpoints are saved every save_steps here: the out-of-memory fallback and "
-                              "--resume continue from them", "write save_steps: N and drop save_strategy",
-                              _one_of("steps")),
+    "save_strategy": _refused(
+        "checkpoints are saved every save_steps here: the out-of-memory fallback and --resume continue from them",
+        "write save_steps: N and drop save_strategy",
+        _one_of("steps"),
+    ),
     "save_total_limit": _decided("every whole checkpoint is kept: a fallback or --resume may need any of them"),
-    "push_to_hub": _decided("the adapter is pushed at the end when hub_model_id is set and HF_TOKEN is in the "
-                            "environment"),
+    "push_to_hub": _decided(
+        "the adapter is pushed at the end when hub_model_id is set and HF_TOKEN is in the environment"
+    ),
     "hub_strategy": _decided("pushed once, at the end"),
     "hub_private_repo": _decided("the repository is created as the hub's default for your account"),
     "num_train_epochs": _decided("a run is max_steps optimizer steps"),
@@ -194,27 +207,37 @@ ALIASES: dict[str, Alias] = {
     "wandb_project": _decided("set WANDB_PROJECT in the environment, with report_to: wandb"),
     "wandb_entity": _decided("set WANDB_ENTITY in the environment, with report_to: wandb"),
     "wandb_run_group": _decided("set WANDB_RUN_GROUP in the environment, with report_to: wandb"),
-    "generation_batch_size": _refused("a generation batch is per_device_train_batch_size x num_gpus x "
-                                      "gradient_accumulation_steps here (one per optimizer step)",
-                                      "set those instead, and num_iterations to reuse a batch"),
-    "steps_per_generation": _refused("one generation batch per optimizer step (x num_iterations) here",
-                                     "set gradient_accumulation_steps and num_iterations instead"),
+    "generation_batch_size": _refused(
+        "a generation batch is per_device_train_batch_size x num_gpus x "
+        "gradient_accumulation_steps here (one per optimizer step)",
+        "set those instead, and num_iterations to reuse a batch",
+    ),
+    "steps_per_generation": _refused(
+        "one generation batch per optimizer step (x num_iterations) here",
+        "set gradient_accumulation_steps and num_iterations instead",
+    ),
     "vllm_importance_sampling_correction": _refused(
         "both paths train without vLLM's importance-sampling correction (Unsloth's default, which TRL's plain path "
-        "is given too, so that the two train the same objective)", "remove it", _false),
+        "is given too, so that the two train the same objective)",
+        "remove it",
+        _false,
+    ),
     "sync_ref_model": _refused("the reference model is never synced to the policy here", "remove it", _false),
     "deepspeed": _refused("the launcher writes DeepSpeed's configuration itself", "write zero_stage: 0-3 instead"),
     "callbacks": _refused("the trainer's callbacks are the project's own", "remove it"),
-    "chat_template": _refused("prompts use the tokenizer's own chat template", "give a model whose tokenizer has the "
-                              "template you want"),
-    "max_length": _refused("GRPO's lengths are max_prompt_length and max_completion_length",
-                           "write those, and max_seq_length"),
+    "chat_template": _refused(
+        "prompts use the tokenizer's own chat template", "give a model whose tokenizer has the template you want"
+    ),
+    "max_length": _refused(
+        "GRPO's lengths are max_prompt_length and max_completion_length", "write those, and max_seq_length"
+    ),
 }
 
 
 @dataclass
 class Reading:
     """How one key of a file was read: as the project's key (renamed), or noted and not used (decided)."""
+
     key: str
     kind: str
     ours: str | None
@@ -236,23 +259,35 @@ def _rewards(data: dict, source: str) -> dict[str, float]:
     if isinstance(funcs, str):
         funcs = [funcs]
     if not isinstance(funcs, list) or not funcs or not all(isinstance(f, str) for f in funcs):
-        raise ProfileError(source, "reward_funcs", f"expected a list of reward names, got {shown(funcs)}",
-                           "write e.g. reward_funcs: [accuracy, format]")
+        raise ProfileError(
+            source,
+            "reward_funcs",
+            f"expected a list of reward names, got {shown(funcs)}",
+            "write e.g. reward_funcs: [accuracy, format]",
+        )
     weights = data.get("reward_weights")
     if weights is None:
         weights = [1.0] * len(funcs)  # TRL weighs every reward 1.0 when none are given
     if not isinstance(weights, list) or len(weights) != len(funcs):
-        raise ProfileError(source, "reward_weights", f"{shown(weights)} does not give one weight per reward of "
-                           f"reward_funcs ({len(funcs)})", "give as many weights as rewards")
+        raise ProfileError(
+            source,
+            "reward_weights",
+            f"{shown(weights)} does not give one weight per reward of reward_funcs ({len(funcs)})",
+            "give as many weights as rewards",
+        )
     out: dict[str, float] = {}
     for name, weight in zip(funcs, weights):
         from rewards import REWARDS
 
         ours = name if name in REWARDS or ":" in name else OPEN_R1_REWARDS.get(name)
         if ours is None:
-            raise ProfileError(source, "reward_funcs", f"reward {name!r} has no counterpart here (known: "
-                               f"{', '.join(REWARDS)}; open-r1's {', '.join(OPEN_R1_REWARDS)})",
-                               "write your reward as path/to/file.py:function in reward_funcs")
+            raise ProfileError(
+                source,
+                "reward_funcs",
+                f"reward {name!r} has no counterpart here (known: "
+                f"{', '.join(REWARDS)}; open-r1's {', '.join(OPEN_R1_REWARDS)})",
+                "write your reward as path/to/file.py:function in reward_funcs",
+            )
         out[ours] = weight
     return out
 
@@ -267,10 +302,13 @@ def translate(data: dict, source: str) -> tuple[dict, list[Reading]]:
     def setting(key: str, ours: str) -> None:
         earlier = given_as.get(ours)
         if earlier is not None and earlier != key:
-            spelled = f"'{earlier}' and '{key}'" if ours in (earlier, key) else \
-                f"'{earlier}' and '{key}' (both {ours})"
-            raise ProfileError(source, key, f"{spelled} say the same setting twice, in two spellings",
-                               f"keep one of them (the project's name is {ours})")
+            spelled = f"'{earlier}' and '{key}'" if ours in (earlier, key) else f"'{earlier}' and '{key}' (both {ours})"
+            raise ProfileError(
+                source,
+                key,
+                f"{spelled} say the same setting twice, in two spellings",
+                f"keep one of them (the project's name is {ours})",
+            )
         given_as[ours] = key
 
     for key, value in data.items():
@@ -301,16 +339,33 @@ def translate(data: dict, source: str) -> tuple[dict, list[Reading]]:
     if "reward_funcs" in data or "reward_weights" in data:
         if "rewards" in data:
             other = "reward_funcs" if "reward_funcs" in data else "reward_weights"
-            raise ProfileError(source, other, f"'rewards' and '{other}' say the same setting twice, in two "
-                               "spellings", "keep one of them (the project's name is rewards)")
+            raise ProfileError(
+                source,
+                other,
+                f"'rewards' and '{other}' say the same setting twice, in two spellings",
+                "keep one of them (the project's name is rewards)",
+            )
         if "reward_funcs" not in data:
-            raise ProfileError(source, "reward_weights", "reward_weights without reward_funcs",
-                               "give reward_funcs too, or write rewards: {name: weight}")
+            raise ProfileError(
+                source,
+                "reward_weights",
+                "reward_weights without reward_funcs",
+                "give reward_funcs too, or write rewards: {name: weight}",
+            )
         out["rewards"] = _rewards(data, source)
-        readings.append(Reading("reward_funcs", RENAMED, "rewards", out["rewards"],
-                                "open-r1's format / tag_count check the <reasoning>/<answer> layout here"
-                                if set(data["reward_funcs"] or ()) & {"format", "tag_count"} else
-                                "with reward_weights" if "reward_weights" in data else "weights 1.0, as TRL's"))
+        readings.append(
+            Reading(
+                "reward_funcs",
+                RENAMED,
+                "rewards",
+                out["rewards"],
+                "open-r1's format / tag_count check the <reasoning>/<answer> layout here"
+                if set(data["reward_funcs"] or ()) & {"format", "tag_count"}
+                else "with reward_weights"
+                if "reward_weights" in data
+                else "weights 1.0, as TRL's",
+            )
+        )
     return out, readings
 
 

@@ -20,25 +20,25 @@ from contract.errors import UsageError
 
 @dataclass(frozen=True)
 class Architecture:
-    name: str               # the hub id (or folder) it was resolved as
-    params: int             # published parameter count (the computed one is `computed_params`)
+    name: str  # the hub id (or folder) it was resolved as
+    params: int  # published parameter count (the computed one is `computed_params`)
     hidden: int
     layers: int
     heads: int
     kv_heads: int
     head_dim: int
-    intermediate: int       # FFN width of a dense block (every block of a dense model)
+    intermediate: int  # FFN width of a dense block (every block of a dense model)
     vocab: int
     tied_embeddings: bool
-    family: str = ""        # model_type in config.json: llama, qwen2, qwen3, gemma3_text, ...
+    family: str = ""  # model_type in config.json: llama, qwen2, qwen3, gemma3_text, ...
     source: str = "catalogue"
     # Mixture of experts (0 throughout: a dense model). Every expert's weights are resident; a token passes
     # through `experts_per_token` of them (and the shared ones), which is what its compute and activations cost.
-    experts: int = 0                # routed experts of one mixture-of-experts block
-    experts_per_token: int = 0      # routed experts each token passes through
-    expert_intermediate: int = 0    # FFN width of one routed expert
-    shared_intermediate: int = 0    # FFN width of the shared expert(s) every token passes through (0: none)
-    moe_layers: int = 0             # blocks that route through experts; the other blocks are dense
+    experts: int = 0  # routed experts of one mixture-of-experts block
+    experts_per_token: int = 0  # routed experts each token passes through
+    expert_intermediate: int = 0  # FFN width of one routed expert
+    shared_intermediate: int = 0  # FFN width of the shared expert(s) every token passes through (0: none)
+    moe_layers: int = 0  # blocks that route through experts; the other blocks are dense
 
     @property
     def q_dim(self) -> int:
@@ -60,8 +60,15 @@ class Architecture:
         """(in, out) features of each linear layer of one decoder block (a dense block's MLP; an expert's
         MLP has the same names at `expert_intermediate`)."""
         h, q, kv, i = self.hidden, self.q_dim, self.kv_dim, self.intermediate
-        return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
-                "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+        return {
+            "q_proj": (h, q),
+            "k_proj": (h, kv),
+            "v_proj": (h, kv),
+            "o_proj": (q, h),
+            "gate_proj": (h, i),
+            "up_proj": (h, i),
+            "down_proj": (i, h),
+        }
 
     def _attention_params(self) -> int:
         return 2 * self.hidden * self.q_dim + 2 * self.hidden * self.kv_dim
@@ -70,8 +77,11 @@ class Architecture:
         """Every block's linear layers with `routed` experts counted per mixture-of-experts block."""
         h = self.hidden
         moe_block = 3 * h * (routed * self.expert_intermediate + self.shared_intermediate) + h * self.experts
-        return (self.layers * self._attention_params() + self.dense_layers * 3 * h * self.intermediate
-                + self.moe_layers * moe_block)
+        return (
+            self.layers * self._attention_params()
+            + self.dense_layers * 3 * h * self.intermediate
+            + self.moe_layers * moe_block
+        )
 
     @cached_property  # the planner asks for it thousands of times a plan; the shape never changes
     def linear_params(self) -> int:
@@ -135,16 +145,32 @@ class Architecture:
         h = self.hidden
         total = self.layers * attention + self.dense_layers * len(mlp) * rank * (h + self.intermediate)
         if self.moe_layers:
-            per_block = len(mlp) * rank * (self.experts * (h + self.expert_intermediate)
-                                           + ((h + self.shared_intermediate) if self.shared_intermediate else 0))
+            per_block = (
+                len(mlp)
+                * rank
+                * (
+                    self.experts * (h + self.expert_intermediate)
+                    + ((h + self.shared_intermediate) if self.shared_intermediate else 0)
+                )
+            )
             total += self.moe_layers * per_block
         return total
 
 
 def _arch(name, params, hidden, layers, heads, kv_heads, head_dim, intermediate, vocab, tied, family):
-    return Architecture(name=name, params=int(params), hidden=hidden, layers=layers, heads=heads,
-                        kv_heads=kv_heads, head_dim=head_dim, intermediate=intermediate, vocab=vocab,
-                        tied_embeddings=tied, family=family)
+    return Architecture(
+        name=name,
+        params=int(params),
+        hidden=hidden,
+        layers=layers,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate=intermediate,
+        vocab=vocab,
+        tied_embeddings=tied,
+        family=family,
+    )
 
 
 # The offline CPU model (tiny_model/build.py builds exactly this shape). Its vocabulary is the byte-level
@@ -191,9 +217,8 @@ def vllm_refuses(arch: Architecture, bf16: bool) -> str | None:
 # maths text less, the more so where the tokenizer splits numbers into single digits (Qwen, Mistral, Gemma,
 # Llama 2) rather than groups of up to three (Llama 3, Phi-4's and gpt-oss's tiktoken-style vocabularies).
 # Held against the mean completion lengths published GRPO runs log on GSM8K (docs/planning.md).
-CHARS_PER_TOKEN = {"llama3": 3.6, "llama2": 2.9, "mistral": 2.9, "qwen": 3.2, "gemma": 3.3, "phi": 3.6,
-                   "gpt_oss": 3.7}
-CHARS_PER_TOKEN_DEFAULT = 3.0    # an unknown tokenizer: more tokens, so a cap errs long
+CHARS_PER_TOKEN = {"llama3": 3.6, "llama2": 2.9, "mistral": 2.9, "qwen": 3.2, "gemma": 3.3, "phi": 3.6, "gpt_oss": 3.7}
+CHARS_PER_TOKEN_DEFAULT = 3.0  # an unknown tokenizer: more tokens, so a cap errs long
 
 
 def chars_per_token(arch: Architecture) -> tuple[float, str]:
@@ -241,16 +266,31 @@ def catalogue_key(model: str) -> str:
 # Sizes a config.json may give, with the largest value taken as a size: far above any published model,
 # far below what would overflow the arithmetic (a 10^30-layer "model" is a broken file, not a plan).
 SIZE_LIMITS = {
-    "hidden_size": 1 << 17, "num_hidden_layers": 4096, "num_attention_heads": 4096, "num_key_value_heads": 4096,
-    "head_dim": 1 << 14, "intermediate_size": 1 << 20, "vocab_size": 1 << 23, "experts": 1 << 14,
-    "experts_per_token": 1 << 14, "expert_intermediate": 1 << 20, "shared_experts": 1 << 10,
+    "hidden_size": 1 << 17,
+    "num_hidden_layers": 4096,
+    "num_attention_heads": 4096,
+    "num_key_value_heads": 4096,
+    "head_dim": 1 << 14,
+    "intermediate_size": 1 << 20,
+    "vocab_size": 1 << 23,
+    "experts": 1 << 14,
+    "experts_per_token": 1 << 14,
+    "expert_intermediate": 1 << 20,
+    "shared_experts": 1 << 10,
 }
 
 # Where mixture-of-experts configs say their facts (transformers' configuration classes), first found wins.
 EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
-EXPERTS_PER_TOKEN_KEYS = ("num_experts_per_tok", "experts_per_token", "num_experts_per_token", "moe_topk",
-                          "moe_top_k", "moe_k", "top_k_experts")
-EXPERT_WIDTH_KEYS = ("moe_intermediate_size", "expert_ffn_hidden_size")   # else intermediate_size is one expert's
+EXPERTS_PER_TOKEN_KEYS = (
+    "num_experts_per_tok",
+    "experts_per_token",
+    "num_experts_per_token",
+    "moe_topk",
+    "moe_top_k",
+    "moe_k",
+    "top_k_experts",
+)
+EXPERT_WIDTH_KEYS = ("moe_intermediate_size", "expert_ffn_hidden_size")  # else intermediate_size is one expert's
 SHARED_WIDTH_KEYS = ("shared_expert_intermediate_size", "moe_shared_expert_intermediate_size")
 SHARED_COUNT_KEYS = ("n_shared_experts", "num_shared_experts", "moe_num_shared_experts")
 # What the estimator does not know how to count: the key that says so, and what it is.
@@ -282,8 +322,10 @@ class _ConfigReader:
         self.config, self.text, self.source = config, text, source
 
     def refuse(self, key: str, why: str, fix: str | None = None) -> UsageError:
-        return UsageError(f"{self.source}: key '{key}' {why} (fix: "
-                          f"{fix or 'correct it, or point `model` at the model folder as its publisher ships it'})")
+        return UsageError(
+            f"{self.source}: key '{key}' {why} (fix: "
+            f"{fix or 'correct it, or point `model` at the model folder as its publisher ships it'})"
+        )
 
     def get(self, key: str):
         value = self.text.get(key)
@@ -299,9 +341,11 @@ class _ConfigReader:
         """A whole number in [low, its limit]; `true`, text, fractions, Infinity, NaN and absurd sizes refused."""
         value = self.get(key) if value is None else value
         if value is None:
-            raise UsageError(f"{self.source}: config.json lacks '{key}' (fix: point `model` at a causal language "
-                             "model; its config.json gives hidden_size, num_hidden_layers, num_attention_heads, "
-                             "intermediate_size and vocab_size)")
+            raise UsageError(
+                f"{self.source}: config.json lacks '{key}' (fix: point `model` at a causal language "
+                "model; its config.json gives hidden_size, num_hidden_layers, num_attention_heads, "
+                "intermediate_size and vocab_size)"
+            )
         if isinstance(value, float) and math.isfinite(value) and value.is_integer():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
@@ -346,10 +390,12 @@ def _uncounted(reader: _ConfigReader) -> None:
     if what is not None:
         key, kind = what
         model_type = reader.get("model_type") or "this model"
-        raise UsageError(f"{reader.source}: {model_type} has {kind} (config.json key '{key}'), which the memory "
-                         "estimator does not know how to count; a plan from it would be wrong (fix: a decoder-only "
-                         "model with attention and dense or mixture-of-experts MLP blocks, e.g. Llama, Qwen, "
-                         "Mistral, Gemma, Mixtral or Qwen3-MoE)")
+        raise UsageError(
+            f"{reader.source}: {model_type} has {kind} (config.json key '{key}'), which the memory "
+            "estimator does not know how to count; a plan from it would be wrong (fix: a decoder-only "
+            "model with attention and dense or mixture-of-experts MLP blocks, e.g. Llama, Qwen, "
+            "Mistral, Gemma, Mixtral or Qwen3-MoE)"
+        )
 
 
 def _moe_layers(reader: _ConfigReader, layers: int) -> int:
@@ -364,8 +410,11 @@ def _moe_layers(reader: _ConfigReader, layers: int) -> int:
     step = reader.optional_size("interleave_moe_layer_step", step, "num_hidden_layers")
     first_dense = reader.optional_size("first_k_dense_replace", 0, "num_hidden_layers", low=0)
     frequency = reader.optional_size("moe_layer_freq", 1, "num_hidden_layers")
-    return sum(1 for i in range(layers) if i not in dense_only and (i + 1) % step == 0
-               and i >= first_dense and (i - first_dense) % frequency == 0)
+    return sum(
+        1
+        for i in range(layers)
+        if i not in dense_only and (i + 1) % step == 0 and i >= first_dense and (i - first_dense) % frequency == 0
+    )
 
 
 def from_config(config: dict, name: str, source: str) -> Architecture:
@@ -383,11 +432,15 @@ def from_config(config: dict, name: str, source: str) -> Architecture:
     vocab = reader.size("vocab_size")
     kv_heads = reader.optional_size("num_key_value_heads", heads)
     if kv_heads > heads or heads % kv_heads:
-        raise reader.refuse("num_key_value_heads", f"is {kv_heads}, which does not divide num_attention_heads "
-                            f"({heads}) into equal groups")
+        raise reader.refuse(
+            "num_key_value_heads",
+            f"is {kv_heads}, which does not divide num_attention_heads ({heads}) into equal groups",
+        )
     if reader.get("head_dim") is None and hidden < heads:
-        raise reader.refuse("num_attention_heads", f"is {heads}, more heads than hidden_size ({hidden}) has "
-                            "values, and no head_dim is given")
+        raise reader.refuse(
+            "num_attention_heads",
+            f"is {heads}, more heads than hidden_size ({hidden}) has values, and no head_dim is given",
+        )
     head_dim = reader.optional_size("head_dim", hidden // heads)
     # transformers' own default is tied; Llama-family configs state it explicitly when untied.
     tied = reader.flag("tie_word_embeddings", True)
@@ -397,8 +450,11 @@ def from_config(config: dict, name: str, source: str) -> Architecture:
         experts = reader.size(count_key, count, "experts")
         per_token_key, per_token = reader.first(EXPERTS_PER_TOKEN_KEYS)
         if per_token_key is None:
-            raise reader.refuse(count_key, f"gives {experts} experts but no key says how many a token passes "
-                                f"through ({', '.join(EXPERTS_PER_TOKEN_KEYS[:2])})")
+            raise reader.refuse(
+                count_key,
+                f"gives {experts} experts but no key says how many a token passes "
+                f"through ({', '.join(EXPERTS_PER_TOKEN_KEYS[:2])})",
+            )
         chosen = reader.size(per_token_key, per_token, "experts_per_token")
         if chosen > experts:
             raise reader.refuse(per_token_key, f"is {chosen}, more experts per token than the {experts} there are")
@@ -414,13 +470,30 @@ def from_config(config: dict, name: str, source: str) -> Architecture:
             shared = expert_width  # Llama 4's MoE block always adds one shared expert of the experts' width
         else:
             shared = 0
-        moe = {"experts": experts, "experts_per_token": chosen, "expert_intermediate": expert_width,
-               "shared_intermediate": shared, "moe_layers": _moe_layers(reader, layers)}
+        moe = {
+            "experts": experts,
+            "experts_per_token": chosen,
+            "expert_intermediate": expert_width,
+            "shared_intermediate": shared,
+            "moe_layers": _moe_layers(reader, layers),
+        }
         if "intermediate_size_mlp" in text:  # Llama 4: its dense blocks are wider than one expert
             intermediate = reader.size("intermediate_size_mlp", limit_key="intermediate_size")
-    arch = Architecture(name=name, params=0, hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads,
-                        head_dim=head_dim, intermediate=intermediate, vocab=vocab, tied_embeddings=tied,
-                        family=str(text.get("model_type") or config.get("model_type") or ""), source=source, **moe)
+    arch = Architecture(
+        name=name,
+        params=0,
+        hidden=hidden,
+        layers=layers,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate=intermediate,
+        vocab=vocab,
+        tied_embeddings=tied,
+        family=str(text.get("model_type") or config.get("model_type") or ""),
+        source=source,
+        **moe,
+    )
     return replace(arch, params=arch.computed_params)
 
 
@@ -433,8 +506,10 @@ def _read_config(path: Path, name: str) -> Architecture:
         with open(path, "rb") as handle:
             data = handle.read(MAX_CONFIG_BYTES + 1)
         if len(data) > MAX_CONFIG_BYTES:
-            raise UsageError(f"{path}: over {MAX_CONFIG_BYTES >> 20} MiB, not a model's config.json (fix: point "
-                             "`model` at the model's folder)")
+            raise UsageError(
+                f"{path}: over {MAX_CONFIG_BYTES >> 20} MiB, not a model's config.json (fix: point "
+                "`model` at the model's folder)"
+            )
         config = json.loads(data.decode("utf-8"))
     except (OSError, ValueError, RecursionError) as exc:
         what = "nested too deeply" if isinstance(exc, RecursionError) else exc
@@ -451,7 +526,8 @@ def hf_cache_dirs() -> list[Path]:
     if os.environ.get("HUGGINGFACE_HUB_CACHE"):
         return [Path(os.environ["HUGGINGFACE_HUB_CACHE"]).expanduser()]
     home = os.environ.get("HF_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface")
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface"
+    )
     return [Path(home).expanduser() / "hub"]
 
 
@@ -478,8 +554,10 @@ def _cached_config(model: str) -> Path | None:
 
 def hub_allowed() -> bool:
     """The hub is asked only when the user has not said offline (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE)."""
-    return not any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
-                   for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    return not any(
+        os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
+        for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
 
 
 def _hub_config(model: str) -> dict:
@@ -533,6 +611,8 @@ def resolve(model: str, allow_hub: bool | None = None) -> Architecture:
                 tried.append(f"the hub ({type(exc).__name__}: {exc})")
         else:
             tried.append("the hub (skipped: offline)")
-    raise UsageError(f"model {model!r}: unknown architecture; tried {'; '.join(tried)} "
-                     "(fix: use a model from the catalogue, e.g. unsloth/Llama-3.2-3B-Instruct, "
-                     "or a folder holding its config.json)")
+    raise UsageError(
+        f"model {model!r}: unknown architecture; tried {'; '.join(tried)} "
+        "(fix: use a model from the catalogue, e.g. unsloth/Llama-3.2-3B-Instruct, "
+        "or a folder holding its config.json)"
+    )

@@ -11,14 +11,18 @@ from typing import Annotated, Literal, Union, get_args, get_origin
 
 import annotated_types
 
-from profiles.schema import KEYS, Profile, choices_of
 from profiles.keys import shown
+from profiles.schema import KEYS, Profile, choices_of
 
 # ---------------------------------------------------------------------------------------------------
 # The schema as text: `--help` and profiles/schema.json
 
-_LIMIT_SIGNS = ((annotated_types.Ge, "ge", ">="), (annotated_types.Gt, "gt", ">"), (annotated_types.Le, "le", "<="),
-                (annotated_types.Lt, "lt", "<"))
+_LIMIT_SIGNS = (
+    (annotated_types.Ge, "ge", ">="),
+    (annotated_types.Gt, "gt", ">"),
+    (annotated_types.Le, "le", "<="),
+    (annotated_types.Lt, "lt", "<"),
+)
 
 
 def _kind(key: str) -> str:
@@ -68,27 +72,36 @@ def schema_help() -> str:
         elif isinstance(default, str) and (len(default) > 40 or "\n" in default):
             default = shown(default.replace("\n", " "))
         limits = _range_text(key)
-        lines.append(f"    {key} ({_kind(key)}, default {default!s}{'; ' + limits if limits else ''}): "
-                     f"{info.description}")
+        lines.append(
+            f"    {key} ({_kind(key)}, default {default!s}{'; ' + limits if limits else ''}): {info.description}"
+        )
     return "\n".join(lines)
 
 
 def keys_markdown() -> str:
     """docs/profile-keys.md: every key by section, with type, default, range, tags and meaning (a test keeps
     the file equal to this)."""
-    lines = ["# Profile keys", "",
-             "Every key a profile YAML (or `--set KEY=VALUE`) may hold, generated from the schema by",
-             "`python train.py profiles keys --markdown > docs/profile-keys.md`. Tags: `memory` keys change how",
-             "much memory a step needs (the ledger's fingerprint), `lever` keys are what the fit solver and the",
-             "OOM shrink may move, `shape` keys decide whether a checkpoint loads into another attempt."]
+    lines = [
+        "# Profile keys",
+        "",
+        "Every key a profile YAML (or `--set KEY=VALUE`) may hold, generated from the schema by",
+        "`python train.py profiles keys --markdown > docs/profile-keys.md`. Tags: `memory` keys change how",
+        "much memory a step needs (the ledger's fingerprint), `lever` keys are what the fit solver and the",
+        "OOM shrink may move, `shape` keys decide whether a checkpoint loads into another attempt.",
+    ]
     section = None
     for key in KEYS:
         info = Profile.model_fields[key]
         extra = info.json_schema_extra
         if extra["section"] != section:
             section = extra["section"]
-            lines += ["", f"## {section}", "", "| key | type | default | range | tags | meaning |",
-                      "| --- | --- | --- | --- | --- | --- |"]
+            lines += [
+                "",
+                f"## {section}",
+                "",
+                "| key | type | default | range | tags | meaning |",
+                "| --- | --- | --- | --- | --- | --- |",
+            ]
         default = info.get_default(call_default_factory=True)
         if isinstance(default, dict):
             default = ", ".join(f"{k}: {v}" for k, v in default.items())
@@ -97,8 +110,10 @@ def keys_markdown() -> str:
         elif isinstance(default, str) and (len(default) > 40 or "\n" in default):
             default = shown(default.replace("\n", " "))
         cell = str(default).replace("|", "\\|") if default not in ("", None) else "(none)"
-        lines.append(f"| `{key}` | {_kind(key)} | {cell} | {_range_text(key).replace('|', '/')} | "
-                     f"{', '.join(extra.get('tags', ()))} | {info.description.replace('|', '/')} |")
+        lines.append(
+            f"| `{key}` | {_kind(key)} | {cell} | {_range_text(key).replace('|', '/')} | "
+            f"{', '.join(extra.get('tags', ()))} | {info.description.replace('|', '/')} |"
+        )
     return "\n".join(lines) + "\n"
 
 

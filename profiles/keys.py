@@ -11,8 +11,16 @@ from typing import Any
 VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 DATASETS = ("gsm8k", "arithmetic")
 CHECKPOINTING_MODES = ("unsloth", "true", "false")
-OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adamw_8bit", "adamw_bnb_8bit", "paged_adamw_8bit",
-              "paged_adamw_32bit", "adafactor", "sgd")
+OPTIMIZERS = (
+    "adamw_torch",
+    "adamw_torch_fused",
+    "adamw_8bit",
+    "adamw_bnb_8bit",
+    "paged_adamw_8bit",
+    "paged_adamw_32bit",
+    "adafactor",
+    "sgd",
+)
 SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine")
 VLLM_MODES = ("colocate", "server")
 # TRL 1.15's GRPO loss formulations (GRPOConfig.loss_type), which Unsloth's patched loss implements alike.
@@ -24,17 +32,39 @@ SCALE_REWARDS = ("group", "batch", "none")
 # eval_steps: "auto" picks an interval whose evaluations cost about a tenth of training time (or none)
 EVAL_AUTO = "auto"
 # The trackers transformers 5.17 knows (its INTEGRATION_TO_CALLBACK), plus its "none" and "all".
-REPORT_TO = ("none", "all", "azure_ml", "clearml", "codecarbon", "comet_ml", "dagshub", "dvclive", "flyte",
-             "kubeflow", "mlflow", "neptune", "swanlab", "tensorboard", "trackio", "wandb")
+REPORT_TO = (
+    "none",
+    "all",
+    "azure_ml",
+    "clearml",
+    "codecarbon",
+    "comet_ml",
+    "dagshub",
+    "dvclive",
+    "flyte",
+    "kubeflow",
+    "mlflow",
+    "neptune",
+    "swanlab",
+    "tensorboard",
+    "trackio",
+    "wandb",
+)
 # What each tracker needs importable, as transformers 5.17 checks it when the trainer is built (after the model
 # has loaded): any one of the modules, and the pip name to install. kubeflow needs its server's address instead.
 TRACKER_MODULES = {
-    "azure_ml": (("azureml.core",), "azureml-core"), "clearml": (("clearml",), "clearml"),
-    "codecarbon": (("codecarbon",), "codecarbon"), "comet_ml": (("comet_ml",), "comet-ml"),
-    "dagshub": (("dagshub",), "dagshub mlflow"), "dvclive": (("dvclive",), "dvclive"),
-    "flyte": (("flytekit",), "flytekit flytekitplugins-deck-standard"), "mlflow": (("mlflow",), "mlflow"),
-    "neptune": (("neptune", "neptune_client"), "neptune"), "swanlab": (("swanlab",), "swanlab"),
-    "tensorboard": (("tensorboard", "tensorboardX"), "tensorboard"), "trackio": (("trackio",), "trackio"),
+    "azure_ml": (("azureml.core",), "azureml-core"),
+    "clearml": (("clearml",), "clearml"),
+    "codecarbon": (("codecarbon",), "codecarbon"),
+    "comet_ml": (("comet_ml",), "comet-ml"),
+    "dagshub": (("dagshub",), "dagshub mlflow"),
+    "dvclive": (("dvclive",), "dvclive"),
+    "flyte": (("flytekit",), "flytekit flytekitplugins-deck-standard"),
+    "mlflow": (("mlflow",), "mlflow"),
+    "neptune": (("neptune", "neptune_client"), "neptune"),
+    "swanlab": (("swanlab",), "swanlab"),
+    "tensorboard": (("tensorboard", "tensorboardX"), "tensorboard"),
+    "trackio": (("trackio",), "trackio"),
     "wandb": (("wandb",), "wandb"),
 }
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")

@@ -17,8 +17,19 @@ from profiles.aliases import alias_of, translate
 from profiles.keys import DEFAULT_REWARDS, DEFAULT_TARGET_MODULES, VLLM_LORA_RANKS, suggest
 from profiles.schema import KEYS, Profile, profile_from_dict
 
-__all__ = ["DEFAULT_REWARDS", "DEFAULT_TARGET_MODULES", "KEYS", "MAX_PROFILE_BYTES", "VLLM_LORA_RANKS", "Profile",
-           "load_profile", "load_profiles", "parse_overrides", "profile_from_dict", "read_profile_data"]
+__all__ = [
+    "DEFAULT_REWARDS",
+    "DEFAULT_TARGET_MODULES",
+    "KEYS",
+    "MAX_PROFILE_BYTES",
+    "VLLM_LORA_RANKS",
+    "Profile",
+    "load_profile",
+    "load_profiles",
+    "parse_overrides",
+    "profile_from_dict",
+    "read_profile_data",
+]
 
 # A profile is a few dozen lines; anything far larger is a wrong path, not a profile.
 MAX_PROFILE_BYTES = 1 << 20
@@ -87,8 +98,11 @@ class _ProfileLoader(_BaseLoader):
             except TypeError:
                 continue  # an unhashable key; the mapping constructor refuses it with its own message
             if first is not None:
-                raise YamlSurprise(f"'{key}' is given more than once (lines {first} and {line}); YAML would keep "
-                                   "only the last, silently", str(key))
+                raise YamlSurprise(
+                    f"'{key}' is given more than once (lines {first} and {line}); YAML would keep "
+                    "only the last, silently",
+                    str(key),
+                )
             seen[key] = line
         return super().construct_mapping(node, deep=deep)
 
@@ -122,7 +136,7 @@ def check_yaml_size(text: str) -> None:
     more than MAX_YAML_VALUES values or MAX_YAML_CHARS characters of text; costs one pass of the parser (no
     recursion, nothing expanded)."""
     sizes: dict[str, tuple[int, int]] = {}  # anchor -> (values, characters) it expands to
-    open_counts: list[list] = []            # per open collection: [values, characters, anchor]
+    open_counts: list[list] = []  # per open collection: [values, characters, anchor]
     values = chars = 0
     for event in yaml.parse(text, Loader=_BaseLoader):
         line = event.start_mark.line + 1 if event.start_mark else None
@@ -155,11 +169,14 @@ def check_yaml_size(text: str) -> None:
             open_counts[-1][0] += added[0]
             open_counts[-1][1] += added[1]
         if values > MAX_YAML_VALUES:
-            raise YamlSurprise(f"with its aliases expanded the YAML holds more than {MAX_YAML_VALUES} values "
-                               f"(line {line}); a profile holds a few dozen")
+            raise YamlSurprise(
+                f"with its aliases expanded the YAML holds more than {MAX_YAML_VALUES} values "
+                f"(line {line}); a profile holds a few dozen"
+            )
         if chars > MAX_YAML_CHARS:
-            raise YamlSurprise(f"with its aliases expanded the YAML holds more than {MAX_YAML_CHARS >> 20} MiB of "
-                               f"text (line {line})")
+            raise YamlSurprise(
+                f"with its aliases expanded the YAML holds more than {MAX_YAML_CHARS >> 20} MiB of text (line {line})"
+            )
 
 
 def read_yaml(text: str, source: str) -> Any:
@@ -183,8 +200,9 @@ def _read_text(path: Path) -> str:
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
-        raise UsageError(f"{path}: profile not found (fix: give an existing .yaml file, e.g. profiles/*.yaml)") \
-            from None
+        raise UsageError(
+            f"{path}: profile not found (fix: give an existing .yaml file, e.g. profiles/*.yaml)"
+        ) from None
     except OSError as exc:
         raise UsageError(f"{path}: cannot read profile: {exc.strerror or exc}") from None
     with os.fdopen(fd, "rb") as handle:
@@ -193,8 +211,12 @@ def _read_text(path: Path) -> str:
             raise ProfileError(str(path), None, "not a regular file", "give a profile .yaml file")
         data = handle.read(MAX_PROFILE_BYTES + 1)
     if len(data) > MAX_PROFILE_BYTES:
-        raise ProfileError(str(path), None, f"the file is larger than {MAX_PROFILE_BYTES // 1024} KiB; a profile "
-                           "is a few dozen lines", "give a profile .yaml file")
+        raise ProfileError(
+            str(path),
+            None,
+            f"the file is larger than {MAX_PROFILE_BYTES // 1024} KiB; a profile is a few dozen lines",
+            "give a profile .yaml file",
+        )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -214,11 +236,16 @@ def parse_overrides(pairs: list[str] | tuple[str, ...]) -> dict[str, Any]:
         key, _, raw = pair.partition("=")
         key = key.strip()
         if key not in KEYS and alias_of(key) is None:
-            raise ProfileError("--set", key, "unknown key",
-                               suggest(key, KEYS) or "run `python train.py --help` for the keys")
+            raise ProfileError(
+                "--set", key, "unknown key", suggest(key, KEYS) or "run `python train.py --help` for the keys"
+            )
         if not raw.strip():
-            raise ProfileError("--set", key, "empty value",
-                               f"give a value (--set {key}=VALUE), or leave the --set out to keep the profile's")
+            raise ProfileError(
+                "--set",
+                key,
+                "empty value",
+                f"give a value (--set {key}=VALUE), or leave the --set out to keep the profile's",
+            )
         try:
             check_yaml_size(raw)
             out[key] = yaml.load(raw, Loader=_ProfileLoader)  # noqa: S506 - a SafeLoader subclass
@@ -240,8 +267,11 @@ def _refuse_empty_values(data: dict, source: str) -> None:
         default = Profile.model_fields[str(key)].get_default(call_default_factory=True)
         if default == "" or default is None:  # empty means none: `delta:` is off, as by default
             continue
-        fix = "write system_prompt: \"\" for no system turn, or remove the line for the default" \
-            if key == "system_prompt" else f"give a value, or remove the line to keep the default ({default!r})"
+        fix = (
+            'write system_prompt: "" for no system turn, or remove the line for the default'
+            if key == "system_prompt"
+            else f"give a value, or remove the line to keep the default ({default!r})"
+        )
         raise ProfileError(source, str(key), "empty value", fix)
 
 
@@ -250,8 +280,9 @@ def read_profile_data(path: str | Path, readings: list | None = None) -> dict:
     path = Path(path)
     data = read_yaml(_read_text(path), str(path))
     if data is None:  # no bytes, or only comments and blank lines
-        raise ProfileError(str(path), None, "the file is empty",
-                           "write the profile's keys, e.g. copy one from profiles/ and edit it")
+        raise ProfileError(
+            str(path), None, "the file is empty", "write the profile's keys, e.g. copy one from profiles/ and edit it"
+        )
     if not isinstance(data, dict):
         raise ProfileError(str(path), None, "a profile must be a mapping of keys to values")
     _refuse_empty_values(data, str(path))  # before the names are read: a key left empty is never dropped unseen
@@ -283,8 +314,9 @@ def load_profile(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) 
     return profile
 
 
-def load_profiles(directory: str | Path, overrides: list[str] | tuple[str, ...] = (),
-                  device: str | None = None) -> list[Profile]:
+def load_profiles(
+    directory: str | Path, overrides: list[str] | tuple[str, ...] = (), device: str | None = None
+) -> list[Profile]:
     """Every *.yaml in a folder (hidden files skipped: editor backups, locks), in ladder order.
 
     device: the kind this machine trains on ("cpu" without a GPU). Only its profiles take the overrides and
@@ -293,16 +325,18 @@ def load_profiles(directory: str | Path, overrides: list[str] | tuple[str, ...] 
     directory = Path(directory)
     if not directory.is_dir():
         raise UsageError(f"{directory}: profiles folder not found (fix: --profiles-dir DIR)")
-    files = [f for pattern in ("*.yaml", "*.yml") for f in sorted(directory.glob(pattern))
-             if not f.name.startswith(".")]
+    files = [
+        f for pattern in ("*.yaml", "*.yml") for f in sorted(directory.glob(pattern)) if not f.name.startswith(".")
+    ]
     if not files:
         raise UsageError(f"{directory}: no *.yaml profiles in this folder")
     profiles = []
     if device is not None and overrides:
         # the overrides are applied rung by rung in ladder order, so that a --set every rung refuses is
         # reported for the rung --auto tries first, not for the file that sorts first by name
-        written = sorted(((load_profile(path), path) for path in files), key=lambda item: (item[0].ladder,
-                                                                                          item[0].name))
+        written = sorted(
+            ((load_profile(path), path) for path in files), key=lambda item: (item[0].ladder, item[0].name)
+        )
         for as_written, path in written:
             profiles.append(load_profile(path, overrides) if as_written.device == device else as_written)
     else:
@@ -310,7 +344,8 @@ def load_profiles(directory: str | Path, overrides: list[str] | tuple[str, ...] 
     names: dict[str, str] = {}
     for p in profiles:
         if p.name in names:
-            raise ProfileError(p.source, "name", f"'{p.name}' is also the name of {names[p.name]}",
-                               "give each profile a unique name")
+            raise ProfileError(
+                p.source, "name", f"'{p.name}' is also the name of {names[p.name]}", "give each profile a unique name"
+            )
         names[p.name] = p.source
     return sorted(profiles, key=lambda p: (p.ladder, p.name))

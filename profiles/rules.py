@@ -16,26 +16,42 @@ _HUB_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 def check_scale_out(p) -> None:
     """The scale-out keys against each other and against the single-device Unsloth path."""
     if p.zero_stage and p.num_gpus == 1:
-        raise KeyProblem(f"ZeRO stage {p.zero_stage} shards model states over the data-parallel GPUs, and "
-                         "num_gpus is 1: there is nothing to shard over", "set num_gpus above 1, or zero_stage: 0",
-                         "zero_stage")
+        raise KeyProblem(
+            f"ZeRO stage {p.zero_stage} shards model states over the data-parallel GPUs, and "
+            "num_gpus is 1: there is nothing to shard over",
+            "set num_gpus above 1, or zero_stage: 0",
+            "zero_stage",
+        )
     if p.device == "cpu":
         if p.zero_stage:
-            raise KeyProblem("DeepSpeed ZeRO needs GPUs; several cpu processes train with plain DDP (gloo)",
-                             "set zero_stage: 0 on a cpu profile", "zero_stage")
+            raise KeyProblem(
+                "DeepSpeed ZeRO needs GPUs; several cpu processes train with plain DDP (gloo)",
+                "set zero_stage: 0 on a cpu profile",
+                "zero_stage",
+            )
         if p.vllm_mode == "server":
             raise KeyProblem("a vLLM server needs GPUs", "set vllm_mode: colocate on a cpu profile", "vllm_mode")
     if p.vllm_mode == "server" and not p.fast_inference:
-        raise KeyProblem("server mode generates with vLLM, which is off (fast_inference: false)",
-                         "set fast_inference: true, or vllm_mode: colocate", "vllm_mode")
+        raise KeyProblem(
+            "server mode generates with vLLM, which is off (fast_inference: false)",
+            "set fast_inference: true, or vllm_mode: colocate",
+            "vllm_mode",
+        )
     if p.distributed:
         if p.vllm_standby:
-            raise KeyProblem("standby is Unsloth's, and Unsloth trains on one GPU; this profile trains through "
-                             "accelerate (num_gpus > 1 or a vLLM server)", "set vllm_standby: false", "vllm_standby")
+            raise KeyProblem(
+                "standby is Unsloth's, and Unsloth trains on one GPU; this profile trains through "
+                "accelerate (num_gpus > 1 or a vLLM server)",
+                "set vllm_standby: false",
+                "vllm_standby",
+            )
         if p.gradient_checkpointing == "unsloth":
-            raise KeyProblem("'unsloth' (checkpoints offloaded to RAM) needs the single-GPU Unsloth path; this "
-                             "profile trains through accelerate", "use gradient_checkpointing: true",
-                             "gradient_checkpointing")
+            raise KeyProblem(
+                "'unsloth' (checkpoints offloaded to RAM) needs the single-GPU Unsloth path; this "
+                "profile trains through accelerate",
+                "use gradient_checkpointing: true",
+                "gradient_checkpointing",
+            )
     if p.vllm_tensor_parallel > 1:
         _check_tensor_parallel(p)
 
@@ -45,38 +61,60 @@ def check_loss_settings(p) -> None:
     TRL would take silently and not use. TRL 1.15 itself only warns about these (luspo at token level, vespo
     at sequence level) or ignores them (delta outside its clipping branch)."""
     if p.loss_type == "luspo" and p.importance_sampling_level != "sequence":
-        raise KeyProblem("luspo is a sequence-level loss (LUSPO scales GSPO's sequence ratio by its length)",
-                         "set importance_sampling_level: sequence", "importance_sampling_level")
+        raise KeyProblem(
+            "luspo is a sequence-level loss (LUSPO scales GSPO's sequence ratio by its length)",
+            "set importance_sampling_level: sequence",
+            "importance_sampling_level",
+        )
     if p.loss_type == "vespo" and p.importance_sampling_level != "token":
-        raise KeyProblem("vespo computes its sequence-level weights itself from per-token ratios",
-                         "set importance_sampling_level: token", "importance_sampling_level")
+        raise KeyProblem(
+            "vespo computes its sequence-level weights itself from per-token ratios",
+            "set importance_sampling_level: token",
+            "importance_sampling_level",
+        )
     if p.delta is not None:
         if p.loss_type not in DELTA_LOSS_TYPES:
-            raise KeyProblem(f"delta caps the clipped ratio of {', '.join(DELTA_LOSS_TYPES)}; {p.loss_type} "
-                             "has no such ratio and TRL would ignore it", "remove delta", "delta")
+            raise KeyProblem(
+                f"delta caps the clipped ratio of {', '.join(DELTA_LOSS_TYPES)}; {p.loss_type} "
+                "has no such ratio and TRL would ignore it",
+                "remove delta",
+                "delta",
+            )
         if p.delta <= 1 + p.epsilon:
-            raise KeyProblem(f"delta ({p.delta:g}) must exceed 1 + epsilon ({1 + p.epsilon:g}), or it would cut "
-                             "ratios the ordinary clipping keeps", f"use delta above {1 + p.epsilon:g} (e.g. 4)",
-                             "delta")
+            raise KeyProblem(
+                f"delta ({p.delta:g}) must exceed 1 + epsilon ({1 + p.epsilon:g}), or it would cut "
+                "ratios the ordinary clipping keeps",
+                f"use delta above {1 + p.epsilon:g} (e.g. 4)",
+                "delta",
+            )
     if p.epsilon_high is not None and p.loss_type != "cispo" and p.epsilon_high < p.epsilon:
-        raise KeyProblem(f"epsilon_high ({p.epsilon_high:g}) below epsilon ({p.epsilon:g}) clips increases "
-                         "harder than decreases", "use epsilon_high >= epsilon, or leave it empty (= epsilon)",
-                         "epsilon_high")
+        raise KeyProblem(
+            f"epsilon_high ({p.epsilon_high:g}) below epsilon ({p.epsilon:g}) clips increases harder than decreases",
+            "use epsilon_high >= epsilon, or leave it empty (= epsilon)",
+            "epsilon_high",
+        )
 
 
 def _check_tensor_parallel(p) -> None:
     tp = p.vllm_tensor_parallel
     if not p.fast_inference:
-        raise KeyProblem("tensor parallelism applies to vLLM, which is off", "set vllm_tensor_parallel: 1",
-                         "vllm_tensor_parallel")
+        raise KeyProblem(
+            "tensor parallelism applies to vLLM, which is off", "set vllm_tensor_parallel: 1", "vllm_tensor_parallel"
+        )
     if p.uses_vllm_server and p.vllm_server_gpus % tp:
-        raise KeyProblem(f"vllm_server_gpus ({p.vllm_server_gpus}) is not a multiple of vllm_tensor_parallel "
-                         f"({tp}): each server copy needs whole GPUs",
-                         f"use vllm_server_gpus: {tp * max(1, p.vllm_server_gpus // tp)}", "vllm_tensor_parallel")
+        raise KeyProblem(
+            f"vllm_server_gpus ({p.vllm_server_gpus}) is not a multiple of vllm_tensor_parallel "
+            f"({tp}): each server copy needs whole GPUs",
+            f"use vllm_server_gpus: {tp * max(1, p.vllm_server_gpus // tp)}",
+            "vllm_tensor_parallel",
+        )
     if not p.uses_vllm_server and p.num_gpus % tp:
-        raise KeyProblem(f"num_gpus ({p.num_gpus}) is not a multiple of vllm_tensor_parallel ({tp}): colocated "
-                         "vLLM splits the model over groups of training GPUs",
-                         "use a divisor of num_gpus, or vllm_mode: server", "vllm_tensor_parallel")
+        raise KeyProblem(
+            f"num_gpus ({p.num_gpus}) is not a multiple of vllm_tensor_parallel ({tp}): colocated "
+            "vLLM splits the model over groups of training GPUs",
+            "use a divisor of num_gpus, or vllm_mode: server",
+            "vllm_tensor_parallel",
+        )
 
 
 def _base_dir(p) -> Path | None:
@@ -91,17 +129,23 @@ def _reward_entry(text: str, base: Path | None, key: str) -> str:
     with its file's absolute path, so that the attempt and `--sample` find it from any folder."""
     import importlib.util
 
-    from rewards import REWARDS
-    from rewards import user
+    from rewards import REWARDS, user
 
     if text in REWARDS:
         if text == "math" and importlib.util.find_spec("math_verify") is None:
-            raise KeyProblem("the math reward needs the math-verify package, which is not installed",
-                             "pip install math-verify, or remove math", key)
+            raise KeyProblem(
+                "the math reward needs the math-verify package, which is not installed",
+                "pip install math-verify, or remove math",
+                key,
+            )
         return text
     if not user.is_user_reward(text):
-        raise KeyProblem(f"unknown reward '{text}'; known: {', '.join(REWARDS)}, or path/to/file.py:function, "
-                         "or package.module:function", suggest(text, REWARDS), key)
+        raise KeyProblem(
+            f"unknown reward '{text}'; known: {', '.join(REWARDS)}, or path/to/file.py:function, "
+            "or package.module:function",
+            suggest(text, REWARDS),
+            key,
+        )
     try:
         spec = user.parse_spec(text, base_dir=base)
         user.check_spec(spec)
@@ -120,8 +164,11 @@ def _check_rewards(p, base: Path | None) -> None:
     for entry in resolved:  # TRL logs each reward under its function's name: two of one name would merge
         shown_as = entry.rpartition(":")[2] if is_user_reward(entry) else entry
         if shown_as in logged:
-            raise KeyProblem(f"'{entry}' and '{logged[shown_as]}' would both be logged as rewards/{shown_as}",
-                             "rename one of the functions", "rewards")
+            raise KeyProblem(
+                f"'{entry}' and '{logged[shown_as]}' would both be logged as rewards/{shown_as}",
+                "rename one of the functions",
+                "rewards",
+            )
         logged[shown_as] = entry
     p.rewards = resolved
     p.correctness = _reward_entry(p.correctness, base, "correctness")
@@ -131,16 +178,28 @@ def _check_dataset(p, base: Path | None) -> None:
     from tasks.user_data import SUFFIX_BUILDERS, source_kind
 
     if p.dataset in DATASETS:
-        for key, value in (("dataset_config", p.dataset_config), ("question_field", p.question_field),
-                           ("answer_field", p.answer_field), ("answer_pattern", p.answer_pattern),
-                           ("train_split", p.train_split != "train"), ("test_split", p.test_split != "test")):
+        for key, value in (
+            ("dataset_config", p.dataset_config),
+            ("question_field", p.question_field),
+            ("answer_field", p.answer_field),
+            ("answer_pattern", p.answer_pattern),
+            ("train_split", p.train_split != "train"),
+            ("test_split", p.test_split != "test"),
+        ):
             if value:
-                raise KeyProblem(f"applies to your own data; {p.dataset} knows its own columns and splits",
-                                 f"remove {key}, or set dataset to your file, folder or hub id", key)
+                raise KeyProblem(
+                    f"applies to your own data; {p.dataset} knows its own columns and splits",
+                    f"remove {key}, or set dataset to your file, folder or hub id",
+                    key,
+                )
         return
     if p.question_field and p.question_field == p.answer_field:
-        raise KeyProblem(f"'{p.question_field}' is both question_field and answer_field: the model would be shown "
-                         "its own gold answer", "name two different columns", "answer_field")
+        raise KeyProblem(
+            f"'{p.question_field}' is both question_field and answer_field: the model would be shown "
+            "its own gold answer",
+            "name two different columns",
+            "answer_field",
+        )
     given = Path(p.dataset).expanduser()
     if not given.is_absolute() and base is not None and (base / given).exists():
         given = base / given
@@ -149,14 +208,18 @@ def _check_dataset(p, base: Path | None) -> None:
     except Exception as exc:  # tasks.user_data's UsageError: its text names the path and the fix
         raise KeyProblem(str(exc), None, "dataset") from None
     if kind == "folder" and not any(f.suffix.lower() in SUFFIX_BUILDERS for f in given.iterdir()):
-        raise KeyProblem(f"folder {given} holds no {', '.join(SUFFIX_BUILDERS)} files",
-                         "give a folder with train.<ext> (and test.<ext>) files, or one file", "dataset")
+        raise KeyProblem(
+            f"folder {given} holds no {', '.join(SUFFIX_BUILDERS)} files",
+            "give a folder with train.<ext> (and test.<ext>) files, or one file",
+            "dataset",
+        )
     if kind == "hub":
         return
     p.dataset = str(given.resolve())
     if p.dataset_config:
-        raise KeyProblem("dataset_config applies to hub datasets, not local files", "remove dataset_config",
-                         "dataset_config")
+        raise KeyProblem(
+            "dataset_config applies to hub datasets, not local files", "remove dataset_config", "dataset_config"
+        )
 
 
 def _check_answer_pattern(p) -> None:
@@ -165,11 +228,15 @@ def _check_answer_pattern(p) -> None:
     try:
         groups = re.compile(p.answer_pattern).groups
     except re.error as exc:
-        raise KeyProblem(f"{shown(p.answer_pattern)} is not a regular expression ({exc})", None,
-                         "answer_pattern") from None
+        raise KeyProblem(
+            f"{shown(p.answer_pattern)} is not a regular expression ({exc})", None, "answer_pattern"
+        ) from None
     if groups < 1:
-        raise KeyProblem(f"{shown(p.answer_pattern)} has no group around the gold answer",
-                         "put the answer in a group, e.g. '#### (.+)'", "answer_pattern")
+        raise KeyProblem(
+            f"{shown(p.answer_pattern)} has no group around the gold answer",
+            "put the answer in a group, e.g. '#### (.+)'",
+            "answer_pattern",
+        )
 
 
 # Families whose decoder blocks name their linear layers as Llama does (the catalogue's module_shapes).
@@ -190,8 +257,11 @@ def check_target_modules(p) -> None:
     if unknown:
         hint = suggest(unknown[0], layers)
         what = "is not a linear layer" if len(unknown) == 1 else "are not linear layers"
-        raise KeyProblem(f"{', '.join(map(repr, unknown))} {what} of {p.model} (its layers: {', '.join(layers)})",
-                         (hint + "; " if hint else "") + "list names from its layers", "target_modules")
+        raise KeyProblem(
+            f"{', '.join(map(repr, unknown))} {what} of {p.model} (its layers: {', '.join(layers)})",
+            (hint + "; " if hint else "") + "list names from its layers",
+            "target_modules",
+        )
 
 
 def check_rewards_and_dataset(p) -> None:
@@ -201,8 +271,7 @@ def check_rewards_and_dataset(p) -> None:
     _check_dataset(p, base)
     _check_answer_pattern(p)
     if p.hub_model_id and not _HUB_REPO.match(p.hub_model_id):
-        raise KeyProblem(f"{shown(p.hub_model_id)} is not a hub repository id", "write it as org/name",
-                         "hub_model_id")
+        raise KeyProblem(f"{shown(p.hub_model_id)} is not a hub repository id", "write it as org/name", "hub_model_id")
 
 
 def missing_tracker(p, environ=None) -> str | None:
@@ -217,8 +286,10 @@ def missing_tracker(p, environ=None) -> str | None:
     if p.report_to == "kubeflow":
         if (os.environ if environ is None else environ).get("KUBEFLOW_TRAINER_SERVER_URL"):
             return None
-        return ("report_to 'kubeflow' needs KUBEFLOW_TRAINER_SERVER_URL in the environment (fix: set it, or "
-                "report_to: none)")
+        return (
+            "report_to 'kubeflow' needs KUBEFLOW_TRAINER_SERVER_URL in the environment (fix: set it, or "
+            "report_to: none)"
+        )
     if p.report_to not in TRACKER_MODULES:
         return None  # none, or all (whatever is installed)
     modules, package = TRACKER_MODULES[p.report_to]
@@ -229,13 +300,17 @@ def missing_tracker(p, environ=None) -> str | None:
                 return None
         except (ImportError, ValueError):
             continue
-    return (f"report_to '{p.report_to}' needs the {package} package, which is not installed here (fix: pip "
-            f"install {package}, or set report_to: none)")
+    return (
+        f"report_to '{p.report_to}' needs the {package} package, which is not installed here (fix: pip "
+        f"install {package}, or set report_to: none)"
+    )
 
 
 def remote_code_notice(p) -> str | None:
     """What `trust_remote_code: true` will do, said once before a model is loaded with it (None when off)."""
     if not p.trust_remote_code:
         return None
-    return (f"trust_remote_code is true ({p.source or 'the profile'}): loading {p.model} runs the Python files that "
-            "come with it, with your rights")
+    return (
+        f"trust_remote_code is true ({p.source or 'the profile'}): loading {p.model} runs the Python files that "
+        "come with it, with your rights"
+    )

@@ -12,20 +12,45 @@ import math
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr, ValidationError,
-                      WithJsonSchema, model_validator)
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
 from pydantic.json_schema import SkipJsonSchema
 
 from contract.errors import ProfileError
-from profiles.keys import (CHECKPOINTING_MODES, DEFAULT_REWARDS, DEFAULT_TARGET_MODULES, EVAL_AUTO,
-                           IMPORTANCE_SAMPLING_LEVELS, LOSS_TYPES, NAME_PATTERN, OPTIMIZERS, REPORT_TO,
-                           SCALE_REWARDS, SCHEDULERS, VLLM_LORA_RANKS, VLLM_MODES, KeyProblem, safe_name, shown,
-                           suggest)
+from profiles.keys import (
+    CHECKPOINTING_MODES,
+    DEFAULT_REWARDS,
+    DEFAULT_TARGET_MODULES,
+    EVAL_AUTO,
+    IMPORTANCE_SAMPLING_LEVELS,
+    LOSS_TYPES,
+    NAME_PATTERN,
+    OPTIMIZERS,
+    REPORT_TO,
+    SCALE_REWARDS,
+    SCHEDULERS,
+    VLLM_LORA_RANKS,
+    VLLM_MODES,
+    KeyProblem,
+    safe_name,
+    shown,
+    suggest,
+)
 from profiles.rules import check_loss_settings, check_rewards_and_dataset, check_scale_out
 from tasks.prompts import SYSTEM_PROMPT
 
 # ---------------------------------------------------------------------------------------------------
 # Value types: stricter than pydantic's lax mode where YAML makes mistakes easy
+
 
 def _whole_number(value: Any) -> Any:
     if isinstance(value, float) and value.is_integer():
@@ -65,8 +90,10 @@ def _module_names(value: Any) -> list[str]:
 
 def _reward_weights(value: Any) -> dict[str, float]:
     if not isinstance(value, dict) or not value:
-        raise KeyProblem(f"expected a mapping of reward name to weight, got {shown(value)}",
-                         "write e.g. `rewards: {accuracy: 2.0, xml_soft: 0.5}`")
+        raise KeyProblem(
+            f"expected a mapping of reward name to weight, got {shown(value)}",
+            "write e.g. `rewards: {accuracy: 2.0, xml_soft: 0.5}`",
+        )
     weights = {}
     for name, weight in value.items():
         try:
@@ -99,8 +126,10 @@ def _eval_steps(value: Any) -> Any:
     try:
         value = _whole_number(value)
     except KeyProblem:
-        raise KeyProblem(f"expected '{EVAL_AUTO}' or a whole number of steps, got {shown(value)}",
-                         f"write eval_steps: {EVAL_AUTO}, 0 (off) or N (every N steps)") from None
+        raise KeyProblem(
+            f"expected '{EVAL_AUTO}' or a whole number of steps, got {shown(value)}",
+            f"write eval_steps: {EVAL_AUTO}, 0 (off) or N (every N steps)",
+        ) from None
     if value < 0:
         raise KeyProblem(f"{value} must be >= 0", "write 0 to turn evaluation during training off")
     return value
@@ -110,21 +139,36 @@ Whole = Annotated[int, BeforeValidator(_whole_number)]
 Number = Annotated[float, BeforeValidator(_number)]
 # What editors are told (profiles/schema.json) is what the validators accept: a list or one comma-separated
 # string of module names; true / false unquoted or the mode's name.
-ModuleNames = Annotated[list[str], BeforeValidator(_module_names), WithJsonSchema({"anyOf": [
-    {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
-    {"type": "string", "minLength": 1, "description": "comma-separated names"}]})]
+ModuleNames = Annotated[
+    list[str],
+    BeforeValidator(_module_names),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
+                {"type": "string", "minLength": 1, "description": "comma-separated names"},
+            ]
+        }
+    ),
+]
 RewardWeights = Annotated[dict[str, float], BeforeValidator(_reward_weights)]
-ScaleRewards = Annotated[Literal[SCALE_REWARDS], BeforeValidator(_scale_rewards), WithJsonSchema({"anyOf": [
-    {"type": "boolean"}, {"type": "string", "enum": list(SCALE_REWARDS)}]})]
+ScaleRewards = Annotated[
+    Literal[SCALE_REWARDS],
+    BeforeValidator(_scale_rewards),
+    WithJsonSchema({"anyOf": [{"type": "boolean"}, {"type": "string", "enum": list(SCALE_REWARDS)}]}),
+]
 TopK = Annotated[int, BeforeValidator(_top_k), WithJsonSchema({"type": "integer", "minimum": -1})]
-EvalSteps = Annotated[int | str, BeforeValidator(_eval_steps), WithJsonSchema({"anyOf": [
-    {"type": "integer", "minimum": 0}, {"type": "string", "enum": [EVAL_AUTO]}]})]
+EvalSteps = Annotated[
+    int | str,
+    BeforeValidator(_eval_steps),
+    WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "enum": [EVAL_AUTO]}]}),
+]
 
 
 # What a key is to the rest of the project, said once here and read back with `keys_tagged`:
 MEMORY = "memory"  # changes how much memory a step needs: the ledger's fingerprint of a shape
-LEVER = "lever"    # the fit solver and the OOM shrink may move it: what a plan shows a candidate will run with
-SHAPE = "shape"    # decides whether a checkpoint's adapter loads into another attempt's model
+LEVER = "lever"  # the fit solver and the OOM shrink may move it: what a plan shows a candidate will run with
+SHAPE = "shape"  # decides whether a checkpoint's adapter loads into another attempt's model
 TAGS = (MEMORY, LEVER, SHAPE)
 
 
@@ -133,142 +177,275 @@ def _key(default: Any, help: str, section: str, tags: tuple[str, ...] = (), **li
     the project (TAGS), and its range."""
     extra = {"section": section, "tags": list(tags)}
     if isinstance(default, (list, dict)):
-        return Field(default_factory=lambda d=default: type(d)(d), description=help, json_schema_extra=extra,
-                     **limits)
+        return Field(default_factory=lambda d=default: type(d)(d), description=help, json_schema_extra=extra, **limits)
     return Field(default, description=help, json_schema_extra=extra, **limits)
 
 
 class Profile(BaseModel):
-    model_config = ConfigDict(extra="forbid", title="grpo-train profile",
-                              json_schema_extra={"$schema": "https://json-schema.org/draft/2020-12/schema"})
+    model_config = ConfigDict(
+        extra="forbid",
+        title="grpo-train profile",
+        json_schema_extra={"$schema": "https://json-schema.org/draft/2020-12/schema"},
+    )
 
     # --- identity ---
-    name: StrictStr = _key("", "profile name (default: the file's stem); letters, digits, '.', '_', '-'",
-                           "identity", pattern=NAME_PATTERN)
+    name: StrictStr = _key(
+        "", "profile name (default: the file's stem); letters, digits, '.', '_', '-'", "identity", pattern=NAME_PATTERN
+    )
     description: StrictStr = _key("", "one line: what card this profile targets", "identity")
     ladder: Whole = _key(100, "position on the ladder: lower is more ambitious and tried first", "identity", ge=0)
     # --- model ---
-    model: StrictStr = _key("tiny", "hub id or local folder; `tiny` = the offline CPU model", "model", tags=(MEMORY, SHAPE))
+    model: StrictStr = _key(
+        "tiny", "hub id or local folder; `tiny` = the offline CPU model", "model", tags=(MEMORY, SHAPE)
+    )
     device: Literal["cuda", "cpu"] = _key("cuda", "where to train", "model", tags=(MEMORY, LEVER))
-    load_in_4bit: StrictBool = _key(True, "load base weights in 4-bit NF4 (bitsandbytes, GPU only)", "model", tags=(MEMORY, LEVER, SHAPE))
-    trust_remote_code: StrictBool = _key(False, "run the model repository's own code (off unless you trust it)",
-                                         "model")
+    load_in_4bit: StrictBool = _key(
+        True, "load base weights in 4-bit NF4 (bitsandbytes, GPU only)", "model", tags=(MEMORY, LEVER, SHAPE)
+    )
+    trust_remote_code: StrictBool = _key(
+        False, "run the model repository's own code (off unless you trust it)", "model"
+    )
     max_seq_length: Whole = _key(1024, "longest prompt + completion in tokens", "model", tags=(MEMORY, LEVER), ge=16)
-    max_prompt_length: Whole = _key(256, "prompts longer than this (tokens) are dropped", "model", tags=(MEMORY, LEVER), ge=8)
+    max_prompt_length: Whole = _key(
+        256, "prompts longer than this (tokens) are dropped", "model", tags=(MEMORY, LEVER), ge=8
+    )
     max_completion_length: Whole = _key(512, "tokens generated per completion", "model", tags=(MEMORY, LEVER), ge=1)
     expected_completion_length: Whole = _key(
-        0, "tokens a completion runs on average, for the planned time per step (memory is planned at "
+        0,
+        "tokens a completion runs on average, for the planned time per step (memory is planned at "
         "max_completion_length); 0 = derived from the task's reference solutions and the model's tokenizer",
-        "model", tags=(LEVER,), ge=0)
+        "model",
+        tags=(LEVER,),
+        ge=0,
+    )
     # --- LoRA ---
     lora_rank: Whole = _key(16, "LoRA rank; 0 = full fine-tuning", "lora", tags=(MEMORY, LEVER, SHAPE), ge=0, le=512)
     lora_alpha: Whole = _key(32, "LoRA alpha (scale = alpha / rank)", "lora", tags=(LEVER,), ge=1)
     lora_dropout: Number = _key(0.0, "LoRA dropout", "lora", ge=0.0, lt=1.0)
-    target_modules: ModuleNames = _key(list(DEFAULT_TARGET_MODULES), "modules that get LoRA adapters", "lora", tags=(MEMORY, SHAPE))
+    target_modules: ModuleNames = _key(
+        list(DEFAULT_TARGET_MODULES), "modules that get LoRA adapters", "lora", tags=(MEMORY, SHAPE)
+    )
     # --- generation ---
-    fast_inference: StrictBool = _key(True, "generate with vLLM inside the process (Unsloth fast_inference)",
-                                      "generation", tags=(MEMORY, LEVER))
-    gpu_memory_utilization: Number = _key(0.5, "vLLM's share of the whole GPU, reserved at start", "generation", tags=(MEMORY, LEVER),
-                                          gt=0.0, lt=1.0)
-    vllm_standby: StrictBool = _key(False, "UNSLOTH_VLLM_STANDBY: vLLM sleeps during training and lends its "
-                                    "memory", "generation", tags=(MEMORY, LEVER))
-    vllm_max_num_seqs: Whole = _key(0, "sequences vLLM generates at once (max_num_seqs); 0 = as Unsloth sizes it "
-                                    "from its KV cache (8 to 256)", "generation", tags=(MEMORY, LEVER), ge=0, le=4096)
-    num_generations: Whole = _key(4, "completions sampled per prompt (the GRPO group)", "generation", tags=(MEMORY, LEVER), ge=2)
+    fast_inference: StrictBool = _key(
+        True, "generate with vLLM inside the process (Unsloth fast_inference)", "generation", tags=(MEMORY, LEVER)
+    )
+    gpu_memory_utilization: Number = _key(
+        0.5, "vLLM's share of the whole GPU, reserved at start", "generation", tags=(MEMORY, LEVER), gt=0.0, lt=1.0
+    )
+    vllm_standby: StrictBool = _key(
+        False,
+        "UNSLOTH_VLLM_STANDBY: vLLM sleeps during training and lends its memory",
+        "generation",
+        tags=(MEMORY, LEVER),
+    )
+    vllm_max_num_seqs: Whole = _key(
+        0,
+        "sequences vLLM generates at once (max_num_seqs); 0 = as Unsloth sizes it from its KV cache (8 to 256)",
+        "generation",
+        tags=(MEMORY, LEVER),
+        ge=0,
+        le=4096,
+    )
+    num_generations: Whole = _key(
+        4, "completions sampled per prompt (the GRPO group)", "generation", tags=(MEMORY, LEVER), ge=2
+    )
     temperature: Number = _key(1.0, "sampling temperature", "generation", gt=0.0, le=5.0)
     top_p: Number = _key(1.0, "nucleus sampling", "generation", gt=0.0, le=1.0)
     top_k: TopK = _key(0, "sample from the k likeliest tokens; 0 (or -1) = no limit", "generation", ge=0)
-    min_p: Number | None = _key(None, "drop tokens below min_p x the likeliest token's probability; empty = off",
-                                "generation", ge=0.0, le=1.0)
-    repetition_penalty: Number = _key(1.0, "above 1 penalises tokens already in the prompt or completion; "
-                                      "1 = off", "generation", gt=0.0, le=10.0)
+    min_p: Number | None = _key(
+        None, "drop tokens below min_p x the likeliest token's probability; empty = off", "generation", ge=0.0, le=1.0
+    )
+    repetition_penalty: Number = _key(
+        1.0, "above 1 penalises tokens already in the prompt or completion; 1 = off", "generation", gt=0.0, le=10.0
+    )
     # --- batch ---
-    per_device_train_batch_size: Whole = _key(2, "completions per forward/backward (not prompts)", "batch", tags=(MEMORY, LEVER), ge=1)
+    per_device_train_batch_size: Whole = _key(
+        2, "completions per forward/backward (not prompts)", "batch", tags=(MEMORY, LEVER), ge=1
+    )
     gradient_accumulation_steps: Whole = _key(2, "micro-batches per optimizer step", "batch", tags=(LEVER,), ge=1)
     # --- optimisation ---
-    optim: Literal[OPTIMIZERS] = _key("adamw_8bit", "optimizer (8-bit variants need bitsandbytes, i.e. a GPU)",
-                                      "optimisation", tags=(MEMORY,))
-    gradient_checkpointing: Annotated[Literal[CHECKPOINTING_MODES], BeforeValidator(_checkpointing),
-                                      WithJsonSchema({"anyOf": [{"type": "boolean"},
-                                                                {"type": "string", "enum": list(CHECKPOINTING_MODES)}]})
-                                      ] = _key(
-        "unsloth", "activation checkpointing: unsloth (offloads to RAM), true, false", "optimisation", tags=(MEMORY, LEVER))
+    optim: Literal[OPTIMIZERS] = _key(
+        "adamw_8bit", "optimizer (8-bit variants need bitsandbytes, i.e. a GPU)", "optimisation", tags=(MEMORY,)
+    )
+    gradient_checkpointing: Annotated[
+        Literal[CHECKPOINTING_MODES],
+        BeforeValidator(_checkpointing),
+        WithJsonSchema({"anyOf": [{"type": "boolean"}, {"type": "string", "enum": list(CHECKPOINTING_MODES)}]}),
+    ] = _key(
+        "unsloth",
+        "activation checkpointing: unsloth (offloads to RAM), true, false",
+        "optimisation",
+        tags=(MEMORY, LEVER),
+    )
     learning_rate: Number = _key(5e-6, "peak learning rate", "optimisation", gt=0.0, le=1.0)
     lr_scheduler_type: Literal[SCHEDULERS] = _key("cosine", "learning-rate schedule", "optimisation")
     warmup_ratio: Number = _key(0.1, "share of max_steps spent warming up", "optimisation", ge=0.0, lt=1.0)
     weight_decay: Number = _key(0.1, "AdamW weight decay", "optimisation", ge=0.0)
     max_grad_norm: Number = _key(0.1, "gradient clipping", "optimisation", gt=0.0)
-    beta: Number = _key(0.0, "KL coefficient; > 0 adds a forward pass of the reference model each step (the "
-                        "base with the adapter off; without LoRA, a full copy of the model)", "optimisation",
-                        tags=(MEMORY,), ge=0.0)
+    beta: Number = _key(
+        0.0,
+        "KL coefficient; > 0 adds a forward pass of the reference model each step (the "
+        "base with the adapter off; without LoRA, a full copy of the model)",
+        "optimisation",
+        tags=(MEMORY,),
+        ge=0.0,
+    )
     # --- GRPO loss: TRL's GRPOConfig names, given alike to Unsloth's patched trainer and to plain TRL ---
     loss_type: Literal[LOSS_TYPES] = _key(
-        "dapo", "how token losses are aggregated: dapo (tokens of the whole batch), grpo (per sequence; with "
+        "dapo",
+        "how token losses are aggregated: dapo (tokens of the whole batch), grpo (per sequence; with "
         "importance_sampling_level sequence: GSPO), dr_grpo (a constant), bnpo (tokens of the micro-batch), "
-        "cispo, sapo, luspo (sequence level), vespo", "loss")
-    epsilon: Number = _key(0.2, "clipping: the importance ratio is kept within [1 - epsilon, 1 + epsilon_high]",
-                           "loss", gt=0.0, lt=1.0)
-    epsilon_high: Number | None = _key(None, "upper clipping bound; empty = epsilon (DAPO's clip-higher uses "
-                                       "0.28; for cispo it caps the weight itself, ~5)", "loss", gt=0.0)
-    delta: Number | None = _key(None, "two-sided clipping: the ratio is also capped at delta (INTELLECT-2); "
-                                "empty = off; must exceed 1 + epsilon", "loss", gt=1.0)
+        "cispo, sapo, luspo (sequence level), vespo",
+        "loss",
+    )
+    epsilon: Number = _key(
+        0.2, "clipping: the importance ratio is kept within [1 - epsilon, 1 + epsilon_high]", "loss", gt=0.0, lt=1.0
+    )
+    epsilon_high: Number | None = _key(
+        None,
+        "upper clipping bound; empty = epsilon (DAPO's clip-higher uses 0.28; for cispo it caps the weight itself, ~5)",
+        "loss",
+        gt=0.0,
+    )
+    delta: Number | None = _key(
+        None,
+        "two-sided clipping: the ratio is also capped at delta (INTELLECT-2); empty = off; must exceed 1 + epsilon",
+        "loss",
+        gt=1.0,
+    )
     importance_sampling_level: Literal[IMPORTANCE_SAMPLING_LEVELS] = _key(
-        "token", "importance ratio per token, or one per sequence (GSPO; with loss_type grpo)", "loss")
-    scale_rewards: ScaleRewards = _key("group", "advantages divided by the reward's standard deviation within "
-                                       "each group, the whole batch, or none (Dr. GRPO)", "loss")
-    mask_truncated_completions: StrictBool = _key(False, "leave completions cut at max_completion_length out of "
-                                                  "the loss (DAPO)", "loss")
-    num_iterations: Whole = _key(1, "optimisation passes over each generation batch (GRPO's mu); above 1 "
-                                 "generates every mu steps and adds one forward pass for the old policy's "
-                                 "log-probs", "loss", ge=1, le=64)
+        "token", "importance ratio per token, or one per sequence (GSPO; with loss_type grpo)", "loss"
+    )
+    scale_rewards: ScaleRewards = _key(
+        "group",
+        "advantages divided by the reward's standard deviation within each group, the whole batch, or none (Dr. GRPO)",
+        "loss",
+    )
+    mask_truncated_completions: StrictBool = _key(
+        False, "leave completions cut at max_completion_length out of the loss (DAPO)", "loss"
+    )
+    num_iterations: Whole = _key(
+        1,
+        "optimisation passes over each generation batch (GRPO's mu); above 1 "
+        "generates every mu steps and adds one forward pass for the old policy's "
+        "log-probs",
+        "loss",
+        ge=1,
+        le=64,
+    )
     # --- scale-out (more than one GPU: accelerate, DeepSpeed ZeRO, a vLLM server) ---
-    num_gpus: Whole = _key(1, "data-parallel world size: training processes, one GPU each (processes on a cpu "
-                           "profile); above 1 trains through accelerate without Unsloth", "scale-out", tags=(MEMORY, LEVER), ge=1,
-                           le=4096)
-    zero_stage: Whole = _key(0, "DeepSpeed ZeRO stage over the training GPUs: 0 plain DDP, 1 shards optimizer "
-                             "states, 2 also gradients, 3 also parameters", "scale-out", tags=(MEMORY, LEVER), ge=0, le=3)
-    vllm_mode: Literal[VLLM_MODES] = _key("colocate", "where vLLM generates: colocate (inside each training "
-                                          "process) or server (`trl vllm-serve` on GPUs of its own)", "scale-out", tags=(MEMORY, LEVER))
-    vllm_server_gpus: Whole = _key(1, "server mode: GPUs of the vLLM server, after the training GPUs",
-                                   "scale-out", tags=(MEMORY, LEVER), ge=1, le=4096)
-    vllm_tensor_parallel: Whole = _key(1, "GPUs that hold one vLLM copy of the model (tensor parallelism); must "
-                                       "divide vllm_server_gpus (server) or num_gpus (colocate)", "scale-out", tags=(MEMORY, LEVER),
-                                       ge=1, le=64)
+    num_gpus: Whole = _key(
+        1,
+        "data-parallel world size: training processes, one GPU each (processes on a cpu "
+        "profile); above 1 trains through accelerate without Unsloth",
+        "scale-out",
+        tags=(MEMORY, LEVER),
+        ge=1,
+        le=4096,
+    )
+    zero_stage: Whole = _key(
+        0,
+        "DeepSpeed ZeRO stage over the training GPUs: 0 plain DDP, 1 shards optimizer "
+        "states, 2 also gradients, 3 also parameters",
+        "scale-out",
+        tags=(MEMORY, LEVER),
+        ge=0,
+        le=3,
+    )
+    vllm_mode: Literal[VLLM_MODES] = _key(
+        "colocate",
+        "where vLLM generates: colocate (inside each training process) or server (`trl vllm-serve` on GPUs of its own)",
+        "scale-out",
+        tags=(MEMORY, LEVER),
+    )
+    vllm_server_gpus: Whole = _key(
+        1,
+        "server mode: GPUs of the vLLM server, after the training GPUs",
+        "scale-out",
+        tags=(MEMORY, LEVER),
+        ge=1,
+        le=4096,
+    )
+    vllm_tensor_parallel: Whole = _key(
+        1,
+        "GPUs that hold one vLLM copy of the model (tensor parallelism); must "
+        "divide vllm_server_gpus (server) or num_gpus (colocate)",
+        "scale-out",
+        tags=(MEMORY, LEVER),
+        ge=1,
+        le=64,
+    )
     # --- run ---
     max_steps: Whole = _key(250, "optimizer steps", "run", ge=1)
     save_steps: Whole = _key(50, "checkpoint every N steps", "run", ge=1)
     seed: Whole = _key(3407, "random seed (data order, sampling, LoRA init)", "run", ge=0, le=2**32 - 1)
     report_to: Literal[REPORT_TO] = _key("none", "experiment tracker passed to TRL", "run")
-    probe: StrictBool = _key(True, "before training, one step at the longest prompts and full-length completions: "
-                             "an OOM shows before any step is spent; its peak is recorded", "run")
+    probe: StrictBool = _key(
+        True,
+        "before training, one step at the longest prompts and full-length completions: "
+        "an OOM shows before any step is spent; its peak is recorded",
+        "run",
+    )
     save_merged: StrictBool = _key(False, "also save a merged 16-bit model at the end (GPU)", "run")
-    hub_model_id: StrictStr = _key("", "push the adapter (the merged model with save_merged) to this hub repo "
-                                   "org/name at the end, when HF_TOKEN is set", "run")
+    hub_model_id: StrictStr = _key(
+        "",
+        "push the adapter (the merged model with save_merged) to this hub repo "
+        "org/name at the end, when HF_TOKEN is set",
+        "run",
+    )
     # --- task ---
-    dataset: StrictStr = _key("gsm8k", "gsm8k, arithmetic (generated offline), a hub dataset id org/name, or a "
-                              "local .jsonl/.json/.csv/.parquet file or folder of them", "task")
-    dataset_config: StrictStr = _key("", "hub datasets: the configuration (subset) name; empty = the default",
-                                     "task")
+    dataset: StrictStr = _key(
+        "gsm8k",
+        "gsm8k, arithmetic (generated offline), a hub dataset id org/name, or a "
+        "local .jsonl/.json/.csv/.parquet file or folder of them",
+        "task",
+    )
+    dataset_config: StrictStr = _key("", "hub datasets: the configuration (subset) name; empty = the default", "task")
     train_split: StrictStr = _key("train", "your data: the split trained on", "task", min_length=1)
-    test_split: StrictStr = _key("test", "your data: the split scored before and after; when absent, a seeded "
-                                 "tenth of the training split is held out", "task", min_length=1)
-    question_field: StrictStr = _key("", "your data: the column holding the question; empty = the first of "
-                                     "question, prompt, problem", "task")
-    answer_field: StrictStr = _key("", "your data: the column holding the gold answer; empty = the first of "
-                                   "answer, solution, label", "task")
-    answer_pattern: StrictStr = _key("", "your data: a regex whose first group is the gold answer in "
-                                     "answer_field, e.g. '#### (.+)'; empty = the whole field", "task")
-    system_prompt: StrictStr = _key(SYSTEM_PROMPT, "the system turn before each question (default: the "
-                                    "<reasoning>/<answer> format instruction); empty = no system turn", "task")
+    test_split: StrictStr = _key(
+        "test",
+        "your data: the split scored before and after; when absent, a seeded tenth of the training split is held out",
+        "task",
+        min_length=1,
+    )
+    question_field: StrictStr = _key(
+        "", "your data: the column holding the question; empty = the first of question, prompt, problem", "task"
+    )
+    answer_field: StrictStr = _key(
+        "", "your data: the column holding the gold answer; empty = the first of answer, solution, label", "task"
+    )
+    answer_pattern: StrictStr = _key(
+        "",
+        "your data: a regex whose first group is the gold answer in "
+        "answer_field, e.g. '#### (.+)'; empty = the whole field",
+        "task",
+    )
+    system_prompt: StrictStr = _key(
+        SYSTEM_PROMPT,
+        "the system turn before each question (default: the "
+        "<reasoning>/<answer> format instruction); empty = no system turn",
+        "task",
+    )
     train_samples: Whole = _key(0, "use only the first N training rows; 0 = all", "task", ge=0)
     eval_samples: Whole = _key(50, "test rows scored before and after training; 0 = skip", "task", ge=0)
-    eval_steps: EvalSteps = _key(EVAL_AUTO, "also score the test rows every N steps during training; 0 = off; "
-                                 "auto = the interval at which evaluating costs about a tenth of training time, "
-                                 "off where none is shorter than the run", "task")
-    rewards: RewardWeights = _key(dict(DEFAULT_REWARDS), "reward -> weight: a name from the reward list, "
-                                  "path/to/file.py:function or package.module:function", "task")
-    correctness: StrictStr = _key("accuracy", "the reward whose full score (1.0) counts an answer as correct "
-                                  "in the before/after evaluation", "task", min_length=1)
+    eval_steps: EvalSteps = _key(
+        EVAL_AUTO,
+        "also score the test rows every N steps during training; 0 = off; "
+        "auto = the interval at which evaluating costs about a tenth of training time, "
+        "off where none is shorter than the run",
+        "task",
+    )
+    rewards: RewardWeights = _key(
+        dict(DEFAULT_REWARDS),
+        "reward -> weight: a name from the reward list, path/to/file.py:function or package.module:function",
+        "task",
+    )
+    correctness: StrictStr = _key(
+        "accuracy",
+        "the reward whose full score (1.0) counts an answer as correct in the before/after evaluation",
+        "task",
+        min_length=1,
+    )
     # not a YAML key: the file the profile was read from
     source: SkipJsonSchema[str] = Field("", exclude=True)
     # how the file's keys in TRL's or open-r1's names were read (profiles.aliases.Reading); empty for our own
@@ -310,7 +487,7 @@ class Profile(BaseModel):
         """The YAML keys and their values (not `source`)."""
         return self.model_dump()
 
-    def replace(self, **changes: Any) -> "Profile":
+    def replace(self, **changes: Any) -> Profile:
         """A validated copy with some keys changed (used by the supervisor's shrink)."""
         return profile_from_dict({**self.to_dict(), **changes}, self.source or "<profile>")
 
@@ -323,7 +500,7 @@ class Profile(BaseModel):
     # Rules that involve more than one key, in the order they are reported. Each names the key to change.
 
     @model_validator(mode="after")
-    def _whole_groups_per_step(self) -> "Profile":
+    def _whole_groups_per_step(self) -> Profile:
         # TRL's GRPOConfig: generation_batch_size = per-device batch x processes x steps_per_generation
         # (= gradient_accumulation_steps), and it must hold whole groups of num_generations.
         if self.generation_batch % self.num_generations:
@@ -332,76 +509,93 @@ class Profile(BaseModel):
                 f"{self.per_device_train_batch_size} x {self.num_gpus} x {self.gradient_accumulation_steps} = "
                 f"{self.generation_batch} is not divisible by num_generations ({self.num_generations}); GRPO "
                 f"needs whole groups of completions per step",
-                f"make the product a multiple of {self.num_generations}", "per_device_train_batch_size")
+                f"make the product a multiple of {self.num_generations}",
+                "per_device_train_batch_size",
+            )
         return self
 
     @model_validator(mode="after")
-    def _lengths_fit(self) -> "Profile":
+    def _lengths_fit(self) -> Profile:
         total = self.max_prompt_length + self.max_completion_length
         if total > self.max_seq_length:
             raise KeyProblem(
                 f"max_prompt_length + max_completion_length = {self.max_prompt_length} + "
                 f"{self.max_completion_length} > max_seq_length ({self.max_seq_length})",
-                f"raise max_seq_length to {total} or shorten the others", "max_seq_length")
+                f"raise max_seq_length to {total} or shorten the others",
+                "max_seq_length",
+            )
         return self
 
     @model_validator(mode="after")
-    def _expected_within_the_cap(self) -> "Profile":
+    def _expected_within_the_cap(self) -> Profile:
         if self.expected_completion_length > self.max_completion_length:
             raise KeyProblem(
                 f"expected_completion_length {self.expected_completion_length} > max_completion_length "
                 f"({self.max_completion_length}): a completion cannot run longer than its cap on average",
                 f"set it to at most {self.max_completion_length}, or 0 to derive it from the task",
-                "expected_completion_length")
+                "expected_completion_length",
+            )
         return self
 
     @model_validator(mode="after")
-    def _cpu_has_no_gpu_features(self) -> "Profile":
+    def _cpu_has_no_gpu_features(self) -> Profile:
         if self.device != "cpu":
             return self
         if self.fast_inference:
-            raise KeyProblem("vLLM needs a GPU; a cpu profile generates with transformers",
-                             "set fast_inference: false", "fast_inference")
+            raise KeyProblem(
+                "vLLM needs a GPU; a cpu profile generates with transformers",
+                "set fast_inference: false",
+                "fast_inference",
+            )
         if self.load_in_4bit:
             raise KeyProblem("4-bit weights (bitsandbytes) need a GPU", "set load_in_4bit: false", "load_in_4bit")
         if "8bit" in self.optim:
-            raise KeyProblem(f"{self.optim} needs bitsandbytes on a GPU", "use adamw_torch on a cpu profile",
-                             "optim")
+            raise KeyProblem(f"{self.optim} needs bitsandbytes on a GPU", "use adamw_torch on a cpu profile", "optim")
         if self.save_merged:  # the merge is Unsloth's, on the GPU path; on CPU it would be skipped silently
-            raise KeyProblem("the merged 16-bit model is saved by Unsloth on a GPU; a cpu profile saves the adapter "
-                             "only", "set save_merged: false", "save_merged")
+            raise KeyProblem(
+                "the merged 16-bit model is saved by Unsloth on a GPU; a cpu profile saves the adapter only",
+                "set save_merged: false",
+                "save_merged",
+            )
         return self
 
     @model_validator(mode="after")
-    def _standby_needs_vllm(self) -> "Profile":
+    def _standby_needs_vllm(self) -> Profile:
         if self.vllm_standby and not self.fast_inference:
-            raise KeyProblem("standby applies to the vLLM engine, which is off", "set fast_inference: true",
-                             "vllm_standby")
+            raise KeyProblem(
+                "standby applies to the vLLM engine, which is off", "set fast_inference: true", "vllm_standby"
+            )
         return self
 
     @model_validator(mode="after")
-    def _lora_rank_fits(self) -> "Profile":
+    def _lora_rank_fits(self) -> Profile:
         if self.fast_inference and self.uses_lora and self.lora_rank not in VLLM_LORA_RANKS:
             nearest = min(VLLM_LORA_RANKS, key=lambda r: (abs(r - self.lora_rank), r))
-            raise KeyProblem(f"vLLM serves LoRA ranks {', '.join(map(str, VLLM_LORA_RANKS))}, not "
-                             f"{self.lora_rank}", f"use lora_rank: {nearest}, or fast_inference: false", "lora_rank")
+            raise KeyProblem(
+                f"vLLM serves LoRA ranks {', '.join(map(str, VLLM_LORA_RANKS))}, not {self.lora_rank}",
+                f"use lora_rank: {nearest}, or fast_inference: false",
+                "lora_rank",
+            )
         if not self.uses_lora and self.load_in_4bit:
-            raise KeyProblem("full fine-tuning (lora_rank 0) cannot update 4-bit weights",
-                             "set load_in_4bit: false or a LoRA rank", "lora_rank")
+            raise KeyProblem(
+                "full fine-tuning (lora_rank 0) cannot update 4-bit weights",
+                "set load_in_4bit: false or a LoRA rank",
+                "lora_rank",
+            )
         return self
 
     @model_validator(mode="after")
-    def _loss_settings_agree(self) -> "Profile":
+    def _loss_settings_agree(self) -> Profile:
         check_loss_settings(self)
         return self
 
     @model_validator(mode="after")
-    def _scale_out_fits(self) -> "Profile":
+    def _scale_out_fits(self) -> Profile:
         check_scale_out(self)
         return self
 
     @model_validator(mode="after")
-    def _rewards_and_dataset_exist(self) -> "Profile":
+    def _rewards_and_dataset_exist(self) -> Profile:
         check_rewards_and_dataset(self)
         return self
 
@@ -454,8 +648,11 @@ def _problem(error: dict) -> tuple[str | None, str, str | None]:
         choices = choices_of(key)
         return key, f"{shown(value)} is not one of {', '.join(map(str, choices))}", suggest(str(value), choices)
     if kind.startswith("string_") and key == "name":
-        return key, f"{shown(value)} is not a safe folder name", \
-            "use up to 64 letters, digits, '.', '_' or '-', not starting with '.'"
+        return (
+            key,
+            f"{shown(value)} is not a safe folder name",
+            "use up to 64 letters, digits, '.', '_' or '-', not starting with '.'",
+        )
     if kind == "string_type":
         return key, f"expected text, got {shown(value)}", None
     if kind == "extra_forbidden":
@@ -472,8 +669,9 @@ def check_value(key: str, value: Any, source: str = "--set") -> Any:
     from pydantic import TypeAdapter
 
     if key not in KEYS:
-        raise ProfileError(source, key, "unknown key", suggest(key, KEYS) or
-                           "run `python train.py --help` for the list of keys")
+        raise ProfileError(
+            source, key, "unknown key", suggest(key, KEYS) or "run `python train.py --help` for the list of keys"
+        )
     adapter = _ADAPTERS.get(key)
     if adapter is None:
         info = Profile.model_fields[key]
@@ -496,8 +694,9 @@ def profile_from_dict(data: Any, source: str) -> Profile:
     for key, value in data.items():
         key = str(key)
         if key not in KEYS:
-            raise ProfileError(source, key, "unknown key", suggest(key, KEYS) or
-                               "run `python train.py --help` for the list of keys")
+            raise ProfileError(
+                source, key, "unknown key", suggest(key, KEYS) or "run `python train.py --help` for the list of keys"
+            )
         if value is not None:  # an empty value keeps the default
             values[key] = value
     if not values.get("name"):

@@ -5,8 +5,7 @@ Each scores in [0, 1], 1.0 at full marks, so that the weights a profile gives th
 
 from __future__ import annotations
 
-from rewards.parse import (ANSWER_CLOSE, ANSWER_OPEN, REASONING_CLOSE, REASONING_OPEN, TAGS, find_numbers,
-                           score_texts)
+from rewards.parse import ANSWER_CLOSE, ANSWER_OPEN, REASONING_CLOSE, REASONING_OPEN, TAGS, find_numbers, score_texts
 from rewards.parse import extract_answer as _extract_answer
 
 _STRICT_START = REASONING_OPEN + "\n"
@@ -30,8 +29,8 @@ def _strict_score(text: str) -> float:
     middle = text.find(_STRICT_MIDDLE)
     if middle < 0:
         return 0.0
-    reasoning = text[len(_STRICT_START):middle]
-    answer = text[middle + len(_STRICT_MIDDLE):len(body) - len(_STRICT_END)]
+    reasoning = text[len(_STRICT_START) : middle]
+    answer = text[middle + len(_STRICT_MIDDLE) : len(body) - len(_STRICT_END)]
     return 1.0 if reasoning.strip() and answer.strip() else 0.0
 
 
@@ -42,11 +41,11 @@ def _soft_score(text: str) -> float:
     a_open, a_close = text.find(ANSWER_OPEN), text.find(ANSWER_CLOSE)
     if not r_open < r_close < a_open < a_close:
         return 0.0
-    outside = (text[:r_open], text[r_close + len(REASONING_CLOSE):a_open], text[a_close + len(ANSWER_CLOSE):])
+    outside = (text[:r_open], text[r_close + len(REASONING_CLOSE) : a_open], text[a_close + len(ANSWER_CLOSE) :])
     if any(part.strip() for part in outside):
         return 0.0
-    reasoning = text[r_open + len(REASONING_OPEN):r_close]
-    answer = text[a_open + len(ANSWER_OPEN):a_close]
+    reasoning = text[r_open + len(REASONING_OPEN) : r_close]
+    answer = text[a_open + len(ANSWER_OPEN) : a_close]
     return 1.0 if reasoning.strip() and answer.strip() else 0.0
 
 
@@ -58,12 +57,12 @@ def _count_score(text: str) -> float:
         if position < 0:
             continue
         before_ok = all(p < position for p in positions[:i] if p >= 0)
-        after_ok = all(p > position for p in positions[i + 1:] if p >= 0)
+        after_ok = all(p > position for p in positions[i + 1 :] if p >= 0)
         if before_ok and after_ok:
             score += TAG_CREDIT
     close = text.rfind(ANSWER_CLOSE)
     if close >= 0:
-        trailing = len(text[close + len(ANSWER_CLOSE):].strip())
+        trailing = len(text[close + len(ANSWER_CLOSE) :].strip())
         score -= TRAILING_PENALTY_PER_CHAR * trailing
     return round(max(score, 0.0), 6)
 

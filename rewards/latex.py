@@ -42,7 +42,7 @@ def predicted_text(completion_text_: str) -> str:
     if block:
         return _as_latex(block)
     boxes = list(_BOXED.finditer(completion_text_))
-    return completion_text_[boxes[-1].start():] if boxes else completion_text_[-TAIL_CHARS:]
+    return completion_text_[boxes[-1].start() :] if boxes else completion_text_[-TAIL_CHARS:]
 
 
 def math(completions=None, answer=None, **kwargs) -> list[float]:
@@ -70,8 +70,9 @@ def math(completions=None, answer=None, **kwargs) -> list[float]:
                 scores.append(0.0)
                 continue
             predicted = parse(answer_text, parsing_timeout=timeout)
-            scores.append(1.0 if cache[key] and predicted and verify(cache[key], predicted,
-                                                                      timeout_seconds=timeout) else 0.0)
+            scores.append(
+                1.0 if cache[key] and predicted and verify(cache[key], predicted, timeout_seconds=timeout) else 0.0
+            )
         except Exception:  # a reward never stops training: what cannot be read is wrong
             scores.append(0.0)
     return scores

@@ -113,7 +113,7 @@ def extract_answer(text: object) -> str | None:
     start = text.rfind(ANSWER_OPEN, 0, close)
     if start < 0:
         return None
-    return text[start + len(ANSWER_OPEN):close].strip()
+    return text[start + len(ANSWER_OPEN) : close].strip()
 
 
 def find_numbers(text: str) -> list[float]:

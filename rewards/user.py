@@ -32,8 +32,9 @@ class UserRewardError(RuntimeError):
     """A user's reward function failed during training: its name, where in the user's code, and what it did
     (raised, returned something that is not a score, ended the process); `trace` is the user's own frames."""
 
-    def __init__(self, name: str, where: str, exc: BaseException | None = None, what: str | None = None,
-                 trace: str = ""):
+    def __init__(
+        self, name: str, where: str, exc: BaseException | None = None, what: str | None = None, trace: str = ""
+    ):
         self.reward = name
         self.where = where
         self.trace = trace
@@ -44,7 +45,7 @@ class UserRewardError(RuntimeError):
 
 @dataclass(frozen=True)
 class RewardSpec:
-    text: str                 # as written in the profile
+    text: str  # as written in the profile
     function: str
     path: Path | None = None  # a .py file
     module: str | None = None  # a dotted module name
@@ -64,8 +65,10 @@ def parse_spec(text: str, base_dir: Path | None = None) -> RewardSpec:
     A relative file is taken from `base_dir` (the profile's folder) first, then the current directory."""
     target, _, function = text.rpartition(":")
     if not target or not _IDENT.match(function):
-        raise ValueError(f"'{text}' is not FILE.py:FUNCTION or package.module:FUNCTION (the function after "
-                         "the last ':' must be a Python name)")
+        raise ValueError(
+            f"'{text}' is not FILE.py:FUNCTION or package.module:FUNCTION (the function after "
+            "the last ':' must be a Python name)"
+        )
     if target.endswith(".py") or "/" in target or "\\" in target:
         path = Path(target).expanduser()
         if not path.is_absolute():
@@ -102,23 +105,38 @@ def _find_module(dotted: str):
     except (ImportError, ValueError):
         found = None
     if found is None:
-        raise ValueError(f"module '{dotted}': '{parts[0]}' is not importable from here (fix: install it, or put "
-                         "its folder on PYTHONPATH)")
+        raise ValueError(
+            f"module '{dotted}': '{parts[0]}' is not importable from here (fix: install it, or put "
+            "its folder on PYTHONPATH)"
+        )
     for depth in range(1, len(parts)):
-        name = ".".join(parts[:depth + 1])
+        name = ".".join(parts[: depth + 1])
         folders = found.submodule_search_locations
         if folders is None:
-            raise ValueError(f"module '{dotted}': '{'.'.join(parts[:depth])}' is a module, not a package, so it "
-                             f"holds no '{parts[depth]}'")
+            raise ValueError(
+                f"module '{dotted}': '{'.'.join(parts[:depth])}' is a module, not a package, so it "
+                f"holds no '{parts[depth]}'"
+            )
         found = PathFinder.find_spec(name, list(folders))
         if found is None:
-            there = sorted({p.stem for folder in folders for p in Path(folder).glob("*.py")
-                            if p.stem != "__init__"} |
-                           {p.name for folder in folders for p in Path(folder).iterdir()
-                            if p.is_dir() and (p / "__init__.py").is_file()}) if folders else []
+            there = (
+                sorted(
+                    {p.stem for folder in folders for p in Path(folder).glob("*.py") if p.stem != "__init__"}
+                    | {
+                        p.name
+                        for folder in folders
+                        for p in Path(folder).iterdir()
+                        if p.is_dir() and (p / "__init__.py").is_file()
+                    }
+                )
+                if folders
+                else []
+            )
             hint = _close(parts[depth], there)
-            raise ValueError(f"module '{dotted}': package '{'.'.join(parts[:depth])}' has no module '{parts[depth]}' "
-                             f"(modules there: {', '.join(there[:20]) or 'none'}){hint}")
+            raise ValueError(
+                f"module '{dotted}': package '{'.'.join(parts[:depth])}' has no module '{parts[depth]}' "
+                f"(modules there: {', '.join(there[:20]) or 'none'}){hint}"
+            )
     return found
 
 
@@ -132,8 +150,10 @@ def _close(word: str, known) -> str:
 def _check_file(spec: RewardSpec, path: Path | None = None, what: str | None = None) -> None:
     path = path or spec.path
     if not path.is_file():
-        raise ValueError(f"reward file {path} not found (fix: give the path of an existing .py file, relative "
-                         "to the profile's folder or the current directory)")
+        raise ValueError(
+            f"reward file {path} not found (fix: give the path of an existing .py file, relative "
+            "to the profile's folder or the current directory)"
+        )
     if path.stat().st_size > MAX_REWARD_FILE_BYTES:
         if what is not None:
             return  # an installed module that large is someone's library: importing it will tell
@@ -156,8 +176,10 @@ def _check_file(spec: RewardSpec, path: Path | None = None, what: str | None = N
             defined.update((a.asname or a.name).split(".")[0] for a in node.names)
     if spec.function not in defined and not _defines_dynamically(tree):
         functions = sorted(n.name for n in tree.body if isinstance(n, ast.FunctionDef))
-        raise ValueError(f"{what or f'reward file {path}'} defines no '{spec.function}' (functions there: "
-                         f"{', '.join(functions) or 'none'}){_close(spec.function, functions)}")
+        raise ValueError(
+            f"{what or f'reward file {path}'} defines no '{spec.function}' (functions there: "
+            f"{', '.join(functions) or 'none'}){_close(spec.function, functions)}"
+        )
 
 
 def _top_level(body):
@@ -199,8 +221,13 @@ def load(spec: RewardSpec):
                 module = importlib.import_module(spec.module)
         except (Exception, SystemExit) as exc:
             where = _import_frame(exc, spec) or source
-            raise UserRewardError(spec.function, where, exc, what=f"could not be imported from {source}: "
-                                  f"{_what_it_raised(exc)}", trace=_user_trace(exc, where)) from exc
+            raise UserRewardError(
+                spec.function,
+                where,
+                exc,
+                what=f"could not be imported from {source}: {_what_it_raised(exc)}",
+                trace=_user_trace(exc, where),
+            ) from exc
     function = getattr(module, spec.function, None)
     if not callable(function):
         raise ValueError(f"reward '{spec.text}': '{spec.function}' is not a function")
@@ -220,8 +247,7 @@ def _import_frame(exc: BaseException, spec: RewardSpec) -> str | None:
         own = [f for f in frames if Path(f.filename).resolve() == spec.path.resolve()]
     else:
         top = spec.module.split(".")[0]
-        own = [f for f in frames if f"/{top}/" in f.filename.replace("\\", "/") or
-               Path(f.filename).stem == top]
+        own = [f for f in frames if f"/{top}/" in f.filename.replace("\\", "/") or Path(f.filename).stem == top]
     if isinstance(exc, SyntaxError) and exc.filename and exc.lineno:
         return f"{exc.filename}:{exc.lineno}"
     return f"{own[-1].filename}:{own[-1].lineno}" if own else None
@@ -309,15 +335,18 @@ def _guarded(function, name: str, entry: str = ""):
             except (Exception, SystemExit) as exc:
                 where = _users_last_frame(exc, code)
                 what = f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else None
-                raise UserRewardError(name, where, exc, what=what,
-                                      trace=_user_trace(exc, where.split(" ")[0].split(",")[0])) from exc
+                raise UserRewardError(
+                    name, where, exc, what=what, trace=_user_trace(exc, where.split(" ")[0].split(",")[0])
+                ) from exc
         seconds = time.monotonic() - started
         completions = kwargs.get("completions", args[1] if len(args) > 1 else None)
         checked = checked_scores(name, scores, completions, kwargs.get("prompts", args[0] if args else None))
         if seconds > SLOW_CALL_S and not slow_said:
             slow_said = True
-            _warn(f"reward '{name}' took {seconds:.0f} s to score {len(checked)} completions; every training step "
-                  "waits for it")
+            _warn(
+                f"reward '{name}' took {seconds:.0f} s to score {len(checked)} completions; every training step "
+                "waits for it"
+            )
         return checked
 
     reward.__name__ = name
@@ -359,38 +388,48 @@ def checked_scores(name: str, scores, completions, prompts=None) -> list:
     """The reward's return value as TRL needs it, one float or None per completion; UserRewardError naming
     the reward, the completion and the value for anything else. inf and NaN are refused: one of them makes
     the group's advantages NaN, and the step then trains nothing without failing."""
+
     def refuse(what: str) -> UserRewardError:
         return UserRewardError(name, "its return value", what=what)
 
     if scores is None or isinstance(scores, (str, bytes, dict)) or not hasattr(scores, "__iter__"):
-        raise refuse(f"returned {type(scores).__name__} {_shown(scores)}, expected a list with one float (or "
-                     "None) per completion")
+        raise refuse(
+            f"returned {type(scores).__name__} {_shown(scores)}, expected a list with one float (or "
+            "None) per completion"
+        )
     scores = list(scores)
     if completions is not None and len(scores) != len(completions):
-        raise refuse(f"returned {len(scores)} scores for {len(completions)} completions (expected one per "
-                     "completion)")
+        raise refuse(f"returned {len(scores)} scores for {len(completions)} completions (expected one per completion)")
     out = []
     for index, score in enumerate(scores):
         if score is None:
             out.append(None)
             continue
         if isinstance(score, (str, bytes)):
-            raise refuse(f"returned the text {_shown(score)} for {_row_text(index, prompts)}; a score is a "
-                         "number (float(...) it), or None where the reward does not apply")
+            raise refuse(
+                f"returned the text {_shown(score)} for {_row_text(index, prompts)}; a score is a "
+                "number (float(...) it), or None where the reward does not apply"
+            )
         try:
             value = float(score)
         except (TypeError, ValueError, OverflowError):
-            raise refuse(f"returned {type(score).__name__} {_shown(score)} for {_row_text(index, prompts)}; a "
-                         "score is a number, or None where the reward does not apply") from None
+            raise refuse(
+                f"returned {type(score).__name__} {_shown(score)} for {_row_text(index, prompts)}; a "
+                "score is a number, or None where the reward does not apply"
+            ) from None
         if not math.isfinite(value):
-            raise refuse(f"returned {value} for {_row_text(index, prompts)}; a score must be finite (inf or NaN "
-                         "makes the group's advantages NaN and the step trains nothing); return None where the "
-                         "reward does not apply")
+            raise refuse(
+                f"returned {value} for {_row_text(index, prompts)}; a score must be finite (inf or NaN "
+                "makes the group's advantages NaN and the step trains nothing); return None where the "
+                "reward does not apply"
+            )
         out.append(value)
     if out and all(v is None for v in out) and (name, "none") not in _warned:
         _warned.add((name, "none"))
-        _warn(f"reward '{name}' returned None for all {len(out)} completions of a batch: it scores nothing there "
-              "(said once)")
+        _warn(
+            f"reward '{name}' returned None for all {len(out)} completions of a batch: it scores nothing there "
+            "(said once)"
+        )
     return out
 
 

@@ -17,33 +17,38 @@ import sys
 import tempfile
 
 CHECKS = {
-    "vLLM and TRL's vLLM glue": "\n".join([
-        "import vllm",
-        "from vllm import LLM, SamplingParams",
-        "from vllm.engine.arg_utils import EngineArgs",
-        "from vllm.inputs import TokensPrompt",
-        "import trl.generation.vllm_client, trl.generation.vllm_generation",
-        "from trl import GRPOTrainer",
-    ]),
-    "vLLM's bitsandbytes plugin (4-bit under vLLM >= 0.28)": "\n".join([
-        "import bitsandbytes",
-        "import vllm_bnb_plugin",
-        "import vllm_bnb_plugin.bitsandbytes",
-        "from vllm_bnb_plugin import register",
-    ]),
-    "Unsloth and unsloth_zoo's vLLM loader": "\n".join([
-        "from trl import GRPOTrainer",
-        "import trl.generation.vllm_client",
-        "import unsloth",
-        "import unsloth_zoo.vllm_utils",
-    ]),
+    "vLLM and TRL's vLLM glue": "\n".join(
+        [
+            "import vllm",
+            "from vllm import LLM, SamplingParams",
+            "from vllm.engine.arg_utils import EngineArgs",
+            "from vllm.inputs import TokensPrompt",
+            "import trl.generation.vllm_client, trl.generation.vllm_generation",
+            "from trl import GRPOTrainer",
+        ]
+    ),
+    "vLLM's bitsandbytes plugin (4-bit under vLLM >= 0.28)": "\n".join(
+        [
+            "import bitsandbytes",
+            "import vllm_bnb_plugin",
+            "import vllm_bnb_plugin.bitsandbytes",
+            "from vllm_bnb_plugin import register",
+        ]
+    ),
+    "Unsloth and unsloth_zoo's vLLM loader": "\n".join(
+        [
+            "from trl import GRPOTrainer",
+            "import trl.generation.vllm_client",
+            "import unsloth",
+            "import unsloth_zoo.vllm_utils",
+        ]
+    ),
 }
 
 
 def check(name: str, code: str) -> bool:
     with tempfile.TemporaryDirectory() as scratch:
-        done = subprocess.run([sys.executable, "-c", code], cwd=scratch, capture_output=True, text=True,
-                              check=False)
+        done = subprocess.run([sys.executable, "-c", code], cwd=scratch, capture_output=True, text=True, check=False)
     if done.returncode == 0:
         print(f"ok: {name}")
         return True

@@ -64,8 +64,12 @@ def read_carries(path: Path = LIST) -> dict[int, list[tuple[str, str]]]:
 def travelling_bytes(repo: Path = REPO) -> int:
     """The bytes of the repository that travel with a call: tracked files and untracked files git does not
     ignore (the carries themselves are ignored)."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=repo,
-                            capture_output=True, check=True).stdout.split(b"\0")
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=repo,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
     total = 0
     for name in filter(None, listed):
         path = repo / os.fsdecode(name)
@@ -90,9 +94,26 @@ def download(pins: list[tuple[str, str]], folder: Path, python_version: str) -> 
         return
     folder.mkdir(parents=True, exist_ok=True)
     abi = "cp" + python_version.replace(".", "")
-    argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest", str(folder),
-            "--python-version", python_version, "--implementation", "cp", "--abi", abi, "--abi", "none",
-            "--abi", "abi3"]
+    argv = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--dest",
+        str(folder),
+        "--python-version",
+        python_version,
+        "--implementation",
+        "cp",
+        "--abi",
+        abi,
+        "--abi",
+        "none",
+        "--abi",
+        "abi3",
+    ]
     for platform in PLATFORMS:
         argv += ["--platform", platform]
     subprocess.run([*argv, *missing], check=True)
@@ -104,9 +125,16 @@ def plan_sizes(carries: dict[int, list[int]], repo_bytes: int, limit_mib: float 
     rows = []
     for number, sizes in sorted(carries.items()):
         carried = sum(sizes)
-        rows.append({"carry": number, "files": len(sizes), "carry_mib": round(carried / MIB, 2),
-                     "with_repository_mib": round((carried + repo_bytes) / MIB, 2), "limit_mib": limit_mib,
-                     "fits": carried + repo_bytes <= room})
+        rows.append(
+            {
+                "carry": number,
+                "files": len(sizes),
+                "carry_mib": round(carried / MIB, 2),
+                "with_repository_mib": round((carried + repo_bytes) / MIB, 2),
+                "limit_mib": limit_mib,
+                "fits": carried + repo_bytes <= room,
+            }
+        )
     return rows
 
 
@@ -130,7 +158,9 @@ def lay_out(carries: dict[int, list[tuple[str, str]]], downloads: Path, dest: Pa
             files.append(target)
         (folder / "requirements.txt").write_text(
             f"# carry {number} of requirements/gpu-kit.txt: install with scripts/gpu-kit.sh {number}\n"
-            + "".join(f"{name}=={version}\n" for name, version in pins), encoding="utf-8")
+            + "".join(f"{name}=={version}\n" for name, version in pins),
+            encoding="utf-8",
+        )
         laid[number] = files
     return laid
 
@@ -139,8 +169,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--python-version", default="3.12", help="the target interpreter (default %(default)s)")
     parser.add_argument("--dest", type=Path, default=WHEELS, help="where the carries go (default wheels/)")
-    parser.add_argument("--limit-mib", type=float, default=LIMIT_MIB,
-                        help="what one call carries, the repository included (default %(default)g)")
+    parser.add_argument(
+        "--limit-mib",
+        type=float,
+        default=LIMIT_MIB,
+        help="what one call carries, the repository included (default %(default)g)",
+    )
     parser.add_argument("--sizes", action="store_true", help="fetch nothing: lay out and measure what is here")
     parser.add_argument("--json", action="store_true", help="print the sizes as JSON")
     args = parser.parse_args(argv)
@@ -156,21 +190,28 @@ def main(argv: list[str] | None = None) -> int:
         download([pin for pins in carries.values() for pin in pins], downloads, args.python_version)
     laid = lay_out(carries, downloads, args.dest)
     repo_bytes = travelling_bytes()
-    rows = plan_sizes({n: [p.stat().st_size for p in files] for n, files in laid.items()}, repo_bytes,
-                      args.limit_mib)
+    rows = plan_sizes({n: [p.stat().st_size for p in files] for n, files in laid.items()}, repo_bytes, args.limit_mib)
     if args.json:
-        print(json.dumps({"python": args.python_version, "repository_mib": round(repo_bytes / MIB, 2),
-                          "carries": rows}, indent=2))
+        print(
+            json.dumps(
+                {"python": args.python_version, "repository_mib": round(repo_bytes / MIB, 2), "carries": rows}, indent=2
+            )
+        )
     else:
         print(f"repository (what travels with each call): {repo_bytes / MIB:.2f} MiB")
         for row in rows:
-            print(f"{args.dest / ('kit-carry-' + str(row['carry']))}: {row['files']} wheels, {row['carry_mib']:.2f} "
-                  f"MiB; with the repository {row['with_repository_mib']:.2f} of {row['limit_mib']:g} MiB "
-                  f"{'(fits)' if row['fits'] else '(TOO LARGE)'}")
+            print(
+                f"{args.dest / ('kit-carry-' + str(row['carry']))}: {row['files']} wheels, {row['carry_mib']:.2f} "
+                f"MiB; with the repository {row['with_repository_mib']:.2f} of {row['limit_mib']:g} MiB "
+                f"{'(fits)' if row['fits'] else '(TOO LARGE)'}"
+            )
     too_large = [row["carry"] for row in rows if not row["fits"]]
     if too_large:
-        print(f"error: carry {', '.join(map(str, too_large))} does not fit one call (fix: move a package to "
-              f"another `# --- carry N` section of {LIST.relative_to(REPO)})", file=sys.stderr)
+        print(
+            f"error: carry {', '.join(map(str, too_large))} does not fit one call (fix: move a package to "
+            f"another `# --- carry N` section of {LIST.relative_to(REPO)})",
+            file=sys.stderr,
+        )
         return 2
     return 0
 

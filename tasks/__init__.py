@@ -58,11 +58,15 @@ def _load_arithmetic(split: str, limit: int, seed: int) -> list[dict]:
 
 
 # Stable names: profiles refer to them in `dataset`.
-TASKS: dict[str, Task] = {task.name: task for task in (
-    Task("gsm8k", "grade-school maths word problems (openai/gsm8k: the hub, or its local cache offline)",
-         _load_gsm8k),
-    Task("arithmetic", "generated multi-step word problems in GSM8K's shape (offline, seeded)", _load_arithmetic),
-)}
+TASKS: dict[str, Task] = {
+    task.name: task
+    for task in (
+        Task(
+            "gsm8k", "grade-school maths word problems (openai/gsm8k: the hub, or its local cache offline)", _load_gsm8k
+        ),
+        Task("arithmetic", "generated multi-step word problems in GSM8K's shape (offline, seeded)", _load_arithmetic),
+    )
+}
 
 
 def task_names() -> tuple[str, ...]:
@@ -85,13 +89,15 @@ _SOURCES: dict[tuple, tuple] = {}
 def _spec_of(dataset) -> DataSpec:
     if isinstance(dataset, (str, Path)) and str(dataset).strip():
         return _KEYS_FOR.get(str(dataset)) or DataSpec(dataset=str(dataset))
-    if hasattr(dataset, "dataset") and isinstance(getattr(dataset, "dataset"), str):
+    if hasattr(dataset, "dataset") and isinstance(dataset.dataset, str):
         spec = DataSpec.of(dataset)
         if spec.dataset not in TASKS:  # a task's name alone means its defaults
             _KEYS_FOR[spec.dataset] = spec
         return spec
-    raise UsageError(f"unknown dataset {dataset!r}; use {', '.join(TASKS)}, a hub id org/name, or the path of a "
-                     ".jsonl/.json/.csv/.parquet file or folder")
+    raise UsageError(
+        f"unknown dataset {dataset!r}; use {', '.join(TASKS)}, a hub id org/name, or the path of a "
+        ".jsonl/.json/.csv/.parquet file or folder"
+    )
 
 
 def _user_source(spec: DataSpec) -> tuple:
@@ -106,14 +112,21 @@ def _user_source(spec: DataSpec) -> tuple:
             # judged over the file: a held-out test split is part of the training file, and its few rows alone
             # would make one empty cell look like a tenth of the data
             _usable, _unusable, question, answer, _empty = scans["train"]
-            user_data.check_unreadable(spec, "", scans["train"][1] + scans["test"][1],
-                                       len(data["train"]) + len(data["test"]), question, answer,
-                                       no_question=scans["train"][4] + scans["test"][4])
+            user_data.check_unreadable(
+                spec,
+                "",
+                scans["train"][1] + scans["test"][1],
+                len(data["train"]) + len(data["test"]),
+                question,
+                answer,
+                no_question=scans["train"][4] + scans["test"][4],
+            )
         else:
             for split in SPLITS:
                 usable, unusable, question, answer, empty = scans[split]
-                user_data.check_unreadable(spec, f" ({split})", unusable, len(data[split]), question, answer,
-                                           no_question=empty)
+                user_data.check_unreadable(
+                    spec, f" ({split})", unusable, len(data[split]), question, answer, no_question=empty
+                )
         _SOURCES[key] = (data, numbers, scans)
     return _SOURCES[key]
 
@@ -127,12 +140,14 @@ def _user_rows(spec: DataSpec, split: str, limit: int) -> list[dict]:
     usable = scans[split][0]
     chosen = list(usable[:limit] if limit else usable)
     if not chosen:
-        raise UsageError(f"dataset {spec.dataset}: no usable row in the {split} split (fix: fill the question and "
-                         "answer cells)")
+        raise UsageError(
+            f"dataset {spec.dataset}: no usable row in the {split} split (fix: fill the question and answer cells)"
+        )
     system = SYSTEM_PROMPT if spec.system_prompt is None else spec.system_prompt
     records = data[split].select(chosen).to_list()
-    rows, _dropped = user_data.to_rows(records, spec, system, split, row_numbers=[numbers[split][i] for i in chosen],
-                                       judge=False)
+    rows, _dropped = user_data.to_rows(
+        records, spec, system, split, row_numbers=[numbers[split][i] for i in chosen], judge=False
+    )
     return rows
 
 

@@ -19,10 +19,50 @@ LEVELS = (0, 1, 2, 3)
 MIXED_LEVELS = (1, 2, 3)
 DEFAULT_LEVEL = 0
 
-_NAMES = ("Ava", "Ben", "Carla", "Dev", "Elena", "Farid", "Grace", "Hiro", "Ines", "Jamal", "Kofi", "Lena",
-          "Mateo", "Nadia", "Omar", "Priya", "Quinn", "Rosa", "Sam", "Tariq", "Uma", "Victor", "Wen", "Yara")
-_ITEMS = ("notebook", "pencil", "apple", "sticker", "marble", "cookie", "book", "candle", "ribbon", "card",
-          "shell", "button", "orange", "muffin", "toy car", "balloon")
+_NAMES = (
+    "Ava",
+    "Ben",
+    "Carla",
+    "Dev",
+    "Elena",
+    "Farid",
+    "Grace",
+    "Hiro",
+    "Ines",
+    "Jamal",
+    "Kofi",
+    "Lena",
+    "Mateo",
+    "Nadia",
+    "Omar",
+    "Priya",
+    "Quinn",
+    "Rosa",
+    "Sam",
+    "Tariq",
+    "Uma",
+    "Victor",
+    "Wen",
+    "Yara",
+)
+_ITEMS = (
+    "notebook",
+    "pencil",
+    "apple",
+    "sticker",
+    "marble",
+    "cookie",
+    "book",
+    "candle",
+    "ribbon",
+    "card",
+    "shell",
+    "button",
+    "orange",
+    "muffin",
+    "toy car",
+    "balloon",
+)
 _GOODS = ("bicycle", "jacket", "lamp", "backpack", "board game", "pair of shoes", "tent", "guitar")
 _VEHICLES = ("car", "bus", "train", "truck", "van")
 
@@ -52,8 +92,9 @@ class _Work:
             assert remainder == 0, "problems are built so that every division is exact"
         cash_a, cash_b = ("$" if "a" in money else ""), ("$" if "b" in money else "")
         cash = "$" if money else ""
-        self.lines.append(f"{before} {cash_a}{a} {self._SYMBOL[op]} {cash_b}{b} = {cash}<<{a}{op}{b}={value}>>"
-                          f"{value}{after}.")
+        self.lines.append(
+            f"{before} {cash_a}{a} {self._SYMBOL[op]} {cash_b}{b} = {cash}<<{a}{op}{b}={value}>>{value}{after}."
+        )
         return value
 
     def answer_text(self, final: int) -> str:
@@ -64,7 +105,7 @@ def _plural(item: str, count: int = 2) -> str:
     if count == 1:
         return item
     if item.startswith("pair of "):
-        return "pairs of " + item[len("pair of "):]
+        return "pairs of " + item[len("pair of ") :]
     return item + "s"
 
 
@@ -78,8 +119,7 @@ def _shopping(rng: random.Random, level: int) -> tuple[str, _Work, int]:
     cost1 = work.step(f"The {_plural(item1)} cost", q1, "*", p1, money="b")
     cost2 = work.step(f"The {_plural(item2)} cost", q2, "*", p2, money="b")
     total = work.step("Together they cost", cost1, "+", cost2, money="ab")
-    question = (f"{name} buys {q1} {_plural(item1, q1)} for ${p1} each and {q2} {_plural(item2, q2)} "
-                f"for ${p2} each.")
+    question = f"{name} buys {q1} {_plural(item1, q1)} for ${p1} each and {q2} {_plural(item2, q2)} for ${p2} each."
     if level == 1:
         return question + f" How much does {name} spend in all?", work, total
     coupon = rng.randint(1, max(1, total // 4))
@@ -101,7 +141,7 @@ def _savings(rng: random.Random, level: int) -> tuple[str, _Work, int]:
     spent = rng.randint(1, saved - 1)
     good = rng.choice(_GOODS)
     left = work.step(f"After buying the {good}, {name} has", saved, "-", spent, " left", money="ab")
-    question = (f"{name} saves ${weekly} every week for {weeks} weeks, then spends ${spent} on a {good}.")
+    question = f"{name} saves ${weekly} every week for {weeks} weeks, then spends ${spent} on a {good}."
     if level == 1:
         return question + f" How much money does {name} have left?", work, left
     gift = rng.randint(2, medium)
@@ -113,8 +153,10 @@ def _savings(rng: random.Random, level: int) -> tuple[str, _Work, int]:
     extra = (-left) % people or people
     left = work.step(f"With the ${extra} found in a pocket, {name} has", left, "+", extra, money="ab")
     share = work.step("Each person gets", left, "/", people, money="a")
-    question += (f" {name} finds ${extra} in a pocket and splits all the money equally among {people} "
-                 f"people. How much does each person get?")
+    question += (
+        f" {name} finds ${extra} in a pocket and splits all the money equally among {people} "
+        f"people. How much does each person get?"
+    )
     return question, work, share
 
 
@@ -131,27 +173,28 @@ def _sharing(rng: random.Random, level: int) -> tuple[str, _Work, int]:
         extra = (-bought) % friends
         if extra:
             have = work.step(f"With the {extra} at home there are", bought, "+", extra, f" {_plural(item)}")
-            question = (f"{name} buys {packs} packs of {per_pack} {_plural(item)} and already has {extra} "
-                        f"at home.")
+            question = f"{name} buys {packs} packs of {per_pack} {_plural(item)} and already has {extra} at home."
         else:
             have = bought
             question = f"{name} buys {packs} packs of {per_pack} {_plural(item)}."
         each = work.step("Each friend gets", have, "/", friends, f" {_plural(item)}")
-        return question + f" {name} shares them equally among {friends} friends. How many does each get?", \
-            work, each
+        return question + f" {name} shares them equally among {friends} friends. How many does each get?", work, each
     start = rng.randint(1, medium)
     have = work.step(f"Together with the ones {name} had, there are", start, "+", bought, f" {_plural(item)}")
     lost = rng.randint(0, have // 3)
     have = work.step(f"After losing {lost}, there are", have, "-", lost, f" {_plural(item)}")
-    question = (f"{name} has {start} {_plural(item, start)}, buys {packs} packs of {per_pack} more, and "
-                f"then loses {lost}.")
+    question = (
+        f"{name} has {start} {_plural(item, start)}, buys {packs} packs of {per_pack} more, and then loses {lost}."
+    )
     if level == 2:
         return question + f" How many {_plural(item)} does {name} have now?", work, have
     kept = have % friends
     shared = work.step(f"{name} keeps {kept} and shares", have, "-", kept, f" {_plural(item)}")
     each = work.step("Each friend gets", shared, "/", friends, f" {_plural(item)}")
-    question += (f" {name} keeps the fewest needed so that the rest can be shared equally among {friends} "
-                 f"friends, and shares the rest. How many {_plural(item)} does each friend get?")
+    question += (
+        f" {name} keeps the fewest needed so that the rest can be shared equally among {friends} "
+        f"friends, and shares the rest. How many {_plural(item)} does each friend get?"
+    )
     return question, work, each
 
 
@@ -165,9 +208,11 @@ def _travel(rng: random.Random, level: int) -> tuple[str, _Work, int]:
     first = work.step("The first part of the trip is", speed1, "*", hours1, " miles")
     second = work.step("The second part is", speed2, "*", hours2, " miles")
     total = work.step("The whole trip is", first, "+", second, " miles")
-    question = (f"{name} drives a {vehicle} at {speed1} miles per hour for {hours1} "
-                f"hour{'s' if hours1 != 1 else ''}, then at {speed2} miles per hour for {hours2} "
-                f"hour{'s' if hours2 != 1 else ''}.")
+    question = (
+        f"{name} drives a {vehicle} at {speed1} miles per hour for {hours1} "
+        f"hour{'s' if hours1 != 1 else ''}, then at {speed2} miles per hour for {hours2} "
+        f"hour{'s' if hours2 != 1 else ''}."
+    )
     if level == 1:
         return question + " How many miles does the trip cover?", work, total
     back = work.step("The way back doubles it:", total, "*", 2, " miles")
@@ -181,8 +226,10 @@ def _travel(rng: random.Random, level: int) -> tuple[str, _Work, int]:
         fuel = work.step("Rounded up to whole fuel units the distance is", back, "+", fuel - back, " miles")
     units = work.step("That takes", fuel, "/", miles_per, " units of fuel")
     cost = work.step("The fuel costs", units, "*", cost_per, money="b")
-    question += (f" Fuel is bought in units that each last {miles_per} miles, whole units only, at ${cost_per} "
-                 f"a unit. How much does the fuel cost?")
+    question += (
+        f" Fuel is bought in units that each last {miles_per} miles, whole units only, at ${cost_per} "
+        f"a unit. How much does the fuel cost?"
+    )
     return question, work, cost
 
 
@@ -194,8 +241,9 @@ def _inventory(rng: random.Random, level: int) -> tuple[str, _Work, int]:
     stock = work.step("The shop starts with", crates, "*", per_crate, f" {_plural(item)}")
     sold = rng.randint(1, stock - 1)
     left = work.step("After the morning sales, it has", stock, "-", sold, f" {_plural(item)}")
-    question = (f"A shop receives {crates} crates with {per_crate} {_plural(item)} in each. It sells {sold} "
-                f"in the morning.")
+    question = (
+        f"A shop receives {crates} crates with {per_crate} {_plural(item)} in each. It sells {sold} in the morning."
+    )
     if level == 1:
         return question + f" How many {_plural(item)} are left?", work, left
     delivered = rng.randint(2, medium)
@@ -207,8 +255,9 @@ def _inventory(rng: random.Random, level: int) -> tuple[str, _Work, int]:
     sold_later = rng.randint(1, left)
     left = work.step("Next day it has", left, "-", sold_later, f" {_plural(item)} left")
     takings = work.step("The next day's sales bring in", sold_later, "*", price, money="b")
-    question += (f" The next day it sells {sold_later} at ${price} each. How many dollars do the next day's "
-                 f"sales bring in?")
+    question += (
+        f" The next day it sells {sold_later} at ${price} each. How many dollars do the next day's sales bring in?"
+    )
     return question, work, takings
 
 
@@ -230,8 +279,7 @@ def _ages(rng: random.Random, level: int) -> tuple[str, _Work, int]:
     if level == 2:
         return question + " What is the sum of their three ages?", work, total
     years = rng.randint(2, small)
-    growth = work.step(f"In {years} years each of the three is {years} years older, adding", 3, "*", years,
-                       " years")
+    growth = work.step(f"In {years} years each of the three is {years} years older, adding", 3, "*", years, " years")
     total = work.step("The sum then is", total, "+", growth, " years")
     return question + f" What will the sum of their ages be in {years} years?", work, total
 
@@ -246,8 +294,9 @@ def _discount(rng: random.Random, level: int) -> tuple[str, _Work, int]:
     price = step * rng.randint(1, max(1, (medium * 2) // step))
     work = _Work()
     off = price * percent // 100
-    work.lines.append(f"The discount is {percent}% of ${price}: ${price} x {percent} / 100 = "
-                      f"$<<{price}*{percent}/100={off}>>{off}.")
+    work.lines.append(
+        f"The discount is {percent}% of ${price}: ${price} x {percent} / 100 = $<<{price}*{percent}/100={off}>>{off}."
+    )
     sale = work.step("The sale price is", price, "-", off, money="ab")
     question = f"A {good} costs ${price}. It is on sale for {percent}% off."
     if level == 1:

@@ -44,8 +44,10 @@ def load_gsm8k(split: str = "train") -> list[dict]:
 
 
 def _offline() -> bool:
-    return any(os.environ.get(name, "").strip().upper() in ("1", "ON", "YES", "TRUE")
-               for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+    return any(
+        os.environ.get(name, "").strip().upper() in ("1", "ON", "YES", "TRUE")
+        for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    )
 
 
 def _load_from_hub(split: str) -> list[dict]:
@@ -58,8 +60,10 @@ def _load_from_hub(split: str) -> list[dict]:
             question, answer_text = record["question"], record["answer"]
             rows.append({"question": question, "answer_text": answer_text, "answer": extract_gold(answer_text)})
         except (KeyError, TypeError, ValueError) as error:
-            raise UsageError(f"{HUB_ID} ({HUB_CONFIG}, {split}) row {index}: unexpected content ({error}); "
-                             "the cached copy may be damaged: delete it and download again") from None
+            raise UsageError(
+                f"{HUB_ID} ({HUB_CONFIG}, {split}) row {index}: unexpected content ({error}); "
+                "the cached copy may be damaged: delete it and download again"
+            ) from None
     return rows
 
 
@@ -67,14 +71,17 @@ def _read_hub_cache(split: str) -> list[dict] | None:
     """The split's parquet file from the hub cache, read without any network call; None when absent."""
     try:
         from huggingface_hub import snapshot_download
-        folder = snapshot_download(HUB_ID, repo_type="dataset", allow_patterns=[f"{HUB_CONFIG}/{split}-*"],
-                                   local_files_only=True)
+
+        folder = snapshot_download(
+            HUB_ID, repo_type="dataset", allow_patterns=[f"{HUB_CONFIG}/{split}-*"], local_files_only=True
+        )
     except Exception:  # not cached (or no huggingface_hub): the datasets path decides, with its own message
         return None
     files = sorted(Path(folder, HUB_CONFIG).glob(f"{split}-*.parquet"))
     if not files:
         return None
     import pyarrow.parquet as pq  # a dependency of datasets
+
     records: list[dict] = []
     for file in files:
         records.extend(pq.read_table(file, columns=["question", "answer"]).to_pylist())
@@ -82,8 +89,10 @@ def _read_hub_cache(split: str) -> list[dict] | None:
 
 
 def _read_with_datasets(split: str) -> list[dict]:
-    hint = ("run once with network access to fill the Hugging Face cache, or set `dataset:` to a JSONL file "
-            "with \"question\" and \"answer\" and answer_pattern '#### (.+)' (or `arithmetic` for generated problems)")
+    hint = (
+        "run once with network access to fill the Hugging Face cache, or set `dataset:` to a JSONL file "
+        'with "question" and "answer" and answer_pattern \'#### (.+)\' (or `arithmetic` for generated problems)'
+    )
     try:
         import datasets
     except ImportError:

@@ -34,13 +34,19 @@ class ReferenceLengths:
     question_mean_chars: float
     answer_mean_chars: float
     answer_p99_chars: float
-    worked: bool          # the answers are worked solutions (their length says how long reasoning runs)
+    worked: bool  # the answers are worked solutions (their length says how long reasoning runs)
     source: str
 
     def to_json(self) -> dict:
-        return {"task": self.task, "rows": self.rows, "question_mean_chars": round(self.question_mean_chars, 1),
-                "answer_mean_chars": round(self.answer_mean_chars, 1),
-                "answer_p99_chars": round(self.answer_p99_chars, 1), "worked": self.worked, "source": self.source}
+        return {
+            "task": self.task,
+            "rows": self.rows,
+            "question_mean_chars": round(self.question_mean_chars, 1),
+            "answer_mean_chars": round(self.answer_mean_chars, 1),
+            "answer_p99_chars": round(self.answer_p99_chars, 1),
+            "worked": self.worked,
+            "source": self.source,
+        }
 
 
 def measure(task: str, questions: list[str], answers: list[str], source: str) -> ReferenceLengths | None:
@@ -54,17 +60,38 @@ def measure(task: str, questions: list[str], answers: list[str], source: str) ->
     lengths = sorted(len(a) for a in answers)
     p99 = lengths[min(len(lengths) - 1, int(0.99 * len(lengths)))]
     mean = statistics.fmean(lengths)
-    return ReferenceLengths(task, len(answers), statistics.fmean(len(q) for q in questions) if questions else 0.0,
-                            mean, float(p99), mean >= WORKED_MIN_CHARS, source)
+    return ReferenceLengths(
+        task,
+        len(answers),
+        statistics.fmean(len(q) for q in questions) if questions else 0.0,
+        mean,
+        float(p99),
+        mean >= WORKED_MIN_CHARS,
+        source,
+    )
 
 
 # The shipped tasks, measured once (tests/unit/launcher/test_planning.py recomputes them)
-GSM8K = ReferenceLengths("gsm8k", 7473, 234.5, 247.5, 681.0, True,
-                         "openai/gsm8k (main) train split: questions and the `answer` solutions without their "
-                         "<<...>> calculator annotations")
-ARITHMETIC = ReferenceLengths("arithmetic", 5000, 60.0, 17.6, 19.0, False,
-                              "the generated arithmetic problems (tasks.arithmetic, 5,000 rows of seed 0 at the "
-                              "default level): one-line solutions")
+GSM8K = ReferenceLengths(
+    "gsm8k",
+    7473,
+    234.5,
+    247.5,
+    681.0,
+    True,
+    "openai/gsm8k (main) train split: questions and the `answer` solutions without their "
+    "<<...>> calculator annotations",
+)
+ARITHMETIC = ReferenceLengths(
+    "arithmetic",
+    5000,
+    60.0,
+    17.6,
+    19.0,
+    False,
+    "the generated arithmetic problems (tasks.arithmetic, 5,000 rows of seed 0 at the "
+    "default level): one-line solutions",
+)
 SHIPPED = {"gsm8k": GSM8K, "arithmetic": ARITHMETIC}
 
 
@@ -96,9 +123,12 @@ def reference_lengths(dataset: str, answer_field: str = "", question_field: str 
     answer, question = column(answer_field, ANSWER_FIELDS), column(question_field, QUESTION_FIELDS)
     if answer is None:
         return None
-    return measure(str(path), [str(r.get(question, "")) for r in rows if question],
-                   [str(r[answer]) for r in rows if r.get(answer) is not None],
-                   f"the first {len(rows):,} rows of {path.name}")
+    return measure(
+        str(path),
+        [str(r.get(question, "")) for r in rows if question],
+        [str(r[answer]) for r in rows if r.get(answer) is not None],
+        f"the first {len(rows):,} rows of {path.name}",
+    )
 
 
 def _first_rows(path: Path) -> list[dict]:
@@ -115,8 +145,13 @@ def _first_rows(path: Path) -> list[dict]:
         return [row for row in csv.DictReader(lines[: SAMPLE_ROWS + 1])][:SAMPLE_ROWS]
     if suffix == ".json" and len(data) < SAMPLE_BYTES:
         loaded = json.loads(text)
-        rows = loaded if isinstance(loaded, list) else next(
-            (v for v in loaded.values() if isinstance(v, list)), []) if isinstance(loaded, dict) else []
+        rows = (
+            loaded
+            if isinstance(loaded, list)
+            else next((v for v in loaded.values() if isinstance(v, list)), [])
+            if isinstance(loaded, dict)
+            else []
+        )
         return [r for r in rows[:SAMPLE_ROWS] if isinstance(r, dict)]
     out = []
     for line in text.splitlines()[:SAMPLE_ROWS]:

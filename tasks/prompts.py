@@ -25,8 +25,7 @@ def build_prompt(question: str, system_prompt: str | None = None) -> list[dict]:
     """The conversation for one question: the system turn (the format instructions unless the profile's
     `system_prompt` says otherwise; "" = none), then the question as the user turn."""
     system = SYSTEM_PROMPT if system_prompt is None else system_prompt
-    return ([{"role": "system", "content": system}] if system else []) + \
-        [{"role": "user", "content": question.strip()}]
+    return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": question.strip()}]
 
 
 def to_prompt_rows(rows: list[dict], system_prompt: str | None = None) -> list[dict]:
@@ -68,6 +67,10 @@ def filter_by_length(rows: list[dict], tokenizer, max_prompt_length: int) -> tup
     # A token rarely spans more than CHARACTERS_PER_TOKEN_BOUND characters, so a longer text is taken as too long
     # unread: one huge line must not cost gigabytes of token ids (and become the attempt's measured peak).
     most_characters = CHARACTERS_PER_TOKEN_BOUND * max_prompt_length + len(SYSTEM_PROMPT)
-    kept = [row for row in rows if len(_prompt_text(row["prompt"])) <= most_characters
-            and count_prompt_tokens(row["prompt"], tokenizer) <= max_prompt_length]
+    kept = [
+        row
+        for row in rows
+        if len(_prompt_text(row["prompt"])) <= most_characters
+        and count_prompt_tokens(row["prompt"], tokenizer) <= max_prompt_length
+    ]
     return kept, len(rows) - len(kept)

@@ -31,8 +31,17 @@ HELD_OUT_SEED = 0  # fixed: the test rows stay the same when the training seed c
 # More unreadable answers than this share and the data is refused (fewer are dropped and counted).
 MAX_UNREADABLE_SHARE = 0.1
 # Columns TRL passes under these names itself: a dataset column of the same name would be shadowed.
-RESERVED = {"prompt", "completion", "completions", "completion_ids", "prompts", "trainer_state", "log_extra",
-            "log_metric", "environments"}
+RESERVED = {
+    "prompt",
+    "completion",
+    "completions",
+    "completion_ids",
+    "prompts",
+    "trainer_state",
+    "log_extra",
+    "log_metric",
+    "environments",
+}
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -50,7 +59,7 @@ class DataSpec:
     system_prompt: str | None = None
 
     @classmethod
-    def of(cls, profile) -> "DataSpec":
+    def of(cls, profile) -> DataSpec:
         keys = [f for f in cls.__dataclass_fields__ if f != "dataset"]
         values = {k: getattr(profile, k) for k in keys if getattr(profile, k, None) not in (None, "")}
         if getattr(profile, "system_prompt", None) == "":
@@ -59,7 +68,7 @@ class DataSpec:
 
 
 def source_kind(dataset: str) -> str:
-    """"file", "folder" or "hub" for a dataset that is not a registered task name; UsageError otherwise."""
+    """ "file", "folder" or "hub" for a dataset that is not a registered task name; UsageError otherwise."""
     path = Path(dataset).expanduser()
     if path.is_dir():
         return "folder"
@@ -67,21 +76,28 @@ def source_kind(dataset: str) -> str:
         if not path.is_file():
             raise UsageError(f"dataset {dataset}: not a regular file")
         if path.suffix.lower() not in SUFFIX_BUILDERS:
-            raise UsageError(f"dataset {dataset}: unknown file type '{path.suffix}' (fix: give a "
-                             f"{', '.join(SUFFIX_BUILDERS)} file, a folder of them, or a hub id org/name)")
+            raise UsageError(
+                f"dataset {dataset}: unknown file type '{path.suffix}' (fix: give a "
+                f"{', '.join(SUFFIX_BUILDERS)} file, a folder of them, or a hub id org/name)"
+            )
         return "file"
     if _HUB_ID.match(dataset) and not dataset.endswith(tuple(SUFFIX_BUILDERS)):
         return "hub"
-    raise UsageError(f"dataset {dataset!r}: no such file or folder, and not a hub id of the form org/name "
-                     "(fix: check the path, or give gsm8k or arithmetic)")
+    raise UsageError(
+        f"dataset {dataset!r}: no such file or folder, and not a hub id of the form org/name "
+        "(fix: check the path, or give gsm8k or arithmetic)"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
 # Reading
 
+
 def _offline() -> bool:
-    return any(os.environ.get(name, "").strip().upper() in ("1", "ON", "YES", "TRUE")
-               for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+    return any(
+        os.environ.get(name, "").strip().upper() in ("1", "ON", "YES", "TRUE")
+        for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    )
 
 
 def _first_line(error: BaseException) -> str:
@@ -131,19 +147,26 @@ def _text_problem(path: Path) -> str | None:
     except OSError as exc:
         return f"cannot be opened ({exc.strerror or exc})"
     if not head.strip():
-        return "the file is empty: no rows (fix: add a header line and rows)" if path.suffix.lower() == ".csv" \
+        return (
+            "the file is empty: no rows (fix: add a header line and rows)"
+            if path.suffix.lower() == ".csv"
             else "the file is empty: no rows (fix: add rows, one JSON object per line)"
+        )
     if head.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in head[:4096]:
-        return ("the file is UTF-16 text (or holds NUL bytes), not UTF-8 (fix: save it as UTF-8, e.g. `iconv -f "
-                f"utf-16 -t utf-8 {path.name} > utf8-{path.name}`, or 'CSV UTF-8' in a spreadsheet's Save As)")
+        return (
+            "the file is UTF-16 text (or holds NUL bytes), not UTF-8 (fix: save it as UTF-8, e.g. `iconv -f "
+            f"utf-16 -t utf-8 {path.name} > utf8-{path.name}`, or 'CSV UTF-8' in a spreadsheet's Save As)"
+        )
     try:
         head.decode("utf-8")
     except UnicodeDecodeError as exc:
         if exc.start < len(head) - 4:  # not a character cut in two by the sniff's end
-            line = head[:exc.start].count(b"\n") + 1
-            return (f"the file is not UTF-8 text (byte 0x{head[exc.start]:02x} on line {line}: Latin-1 or "
-                    f"Windows-1252?) (fix: save it as UTF-8, e.g. `iconv -f latin1 -t utf-8 {path.name} > "
-                    f"utf8-{path.name}`)")
+            line = head[: exc.start].count(b"\n") + 1
+            return (
+                f"the file is not UTF-8 text (byte 0x{head[exc.start]:02x} on line {line}: Latin-1 or "
+                f"Windows-1252?) (fix: save it as UTF-8, e.g. `iconv -f latin1 -t utf-8 {path.name} > "
+                f"utf8-{path.name}`)"
+            )
     return None
 
 
@@ -200,10 +223,12 @@ def _load_local(spec: DataSpec, kind: str):
             raise UsageError(f"dataset {file}: {problem}")
         columns = _column_count(file)
         if columns is not None and columns > MAX_COLUMNS:
-            raise UsageError(f"dataset {file}: {columns:,} columns; reading a table that wide takes `datasets` "
-                             f"minutes (its time grows with the square of the columns) (fix: keep the question, "
-                             f"the answer and the columns your rewards read, at most {MAX_COLUMNS}, e.g. "
-                             f"`cut -d, -f1-20 {file.name} > narrow.csv`)")
+            raise UsageError(
+                f"dataset {file}: {columns:,} columns; reading a table that wide takes `datasets` "
+                f"minutes (its time grows with the square of the columns) (fix: keep the question, "
+                f"the answer and the columns your rewards read, at most {MAX_COLUMNS}, e.g. "
+                f"`cut -d, -f1-20 {file.name} > narrow.csv`)"
+            )
     try:
         if kind == "file":
             builder = SUFFIX_BUILDERS[path.suffix.lower()]
@@ -236,8 +261,10 @@ def _load_folder(datasets, path: Path):
         kinds = {SUFFIX_BUILDERS.get(Path(f).suffix.lower()) for f in files} - {None}
         if len(kinds) > 1:
             names = ", ".join(sorted(Path(f).name for f in files))
-            raise UsageError(f"dataset {path}: the {split} split is in more than one format ({names}) (fix: keep "
-                             f"the {split} rows in files of one type, e.g. all .jsonl)")
+            raise UsageError(
+                f"dataset {path}: the {split} split is in more than one format ({names}) (fix: keep "
+                f"the {split} rows in files of one type, e.g. all .jsonl)"
+            )
         if kinds:
             builders[str(split)] = (kinds.pop(), [str(f) for f in files if Path(f).suffix.lower() in SUFFIX_BUILDERS])
     if len({builder for builder, _files in builders.values()}) <= 1:
@@ -253,16 +280,23 @@ def _read_error(path: Path, kind: str, error: BaseException) -> str:
     text = _first_line(error)
     suffix = path.suffix.lower() if kind == "file" else ""
     if "corresponds to no data" in text or "StopIteration" in text:
-        return "it holds no rows (fix: add rows below the header line)" if suffix == ".csv" else \
-            "it holds no rows (fix: add rows)"
+        return (
+            "it holds no rows (fix: add rows below the header line)"
+            if suffix == ".csv"
+            else "it holds no rows (fix: add rows)"
+        )
     if "Invalid UTF8" in text or "UnicodeDecodeError" in text:
-        return (f"cannot be read ({text}): the file is not UTF-8 text past its first megabyte (fix: save it as "
-                "UTF-8, e.g. `iconv -f latin1 -t utf-8`)")
+        return (
+            f"cannot be read ({text}): the file is not UTF-8 text past its first megabyte (fix: save it as "
+            "UTF-8, e.g. `iconv -f latin1 -t utf-8`)"
+        )
     if suffix == ".jsonl":
         return f"cannot be read ({_bad_json_line(path) or text}) (fix: one JSON object per line)"
     if suffix == ".json":
-        return (f"cannot be read ({text}) (fix: a list of objects [{{...}}, ...], one object per line, or "
-                '{"data": [{...}, ...]})')
+        return (
+            f"cannot be read ({text}) (fix: a list of objects [{{...}}, ...], one object per line, or "
+            '{"data": [{...}, ...]})'
+        )
     if suffix == ".csv":
         return f"cannot be read ({text}) (fix: a header line naming the columns, then one row per line)"
     return f"cannot be read ({text})"
@@ -280,8 +314,10 @@ def _hub_reachable(timeout_s: float = 3.0) -> bool:
         return True
     endpoint = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
     try:
-        with socket.create_connection((endpoint.hostname or "huggingface.co",
-                                       endpoint.port or (80 if endpoint.scheme == "http" else 443)), timeout_s):
+        with socket.create_connection(
+            (endpoint.hostname or "huggingface.co", endpoint.port or (80 if endpoint.scheme == "http" else 443)),
+            timeout_s,
+        ):
             return True
     except OSError:
         return False
@@ -312,16 +348,22 @@ def _load_hub(spec: DataSpec):
     except Exception as error:
         text = str(error).lower()
         if offline or unreachable or "offline" in text or "connect" in text or "not cached" in text:
-            why = "HF_DATASETS_OFFLINE / HF_HUB_OFFLINE is set" if offline else \
-                "the hub cannot be reached from here (no network)" if unreachable else \
-                "the hub cannot be reached"
+            why = (
+                "HF_DATASETS_OFFLINE / HF_HUB_OFFLINE is set"
+                if offline
+                else "the hub cannot be reached from here (no network)"
+                if unreachable
+                else "the hub cannot be reached"
+            )
             raise UsageError(
                 f"dataset {spec.dataset}: not in the local Hugging Face cache, and {why} ({_first_line(error)}) "
-                f"(fix: download it once where there is network, e.g. `python -c \"import datasets; "
+                f'(fix: download it once where there is network, e.g. `python -c "import datasets; '
                 f"datasets.load_dataset('{spec.dataset}')\"`, then run with HF_DATASETS_OFFLINE=1; or give a local "
-                ".jsonl/.csv/.parquet file)") from None
-        raise UsageError(f"dataset {spec.dataset}: cannot be loaded ({_first_line(error)}) (fix: check the id and "
-                         "dataset_config)") from None
+                ".jsonl/.csv/.parquet file)"
+            ) from None
+        raise UsageError(
+            f"dataset {spec.dataset}: cannot be loaded ({_first_line(error)}) (fix: check the id and dataset_config)"
+        ) from None
 
 
 def load_splits(spec: DataSpec, row_numbers: dict | None = None, as_datasets: bool = False) -> dict:
@@ -335,8 +377,10 @@ def load_splits(spec: DataSpec, row_numbers: dict | None = None, as_datasets: bo
     data = _load_hub(spec) if kind == "hub" else _load_local(spec, kind)
     names = list(data.keys())
     if spec.train_split not in data:
-        raise UsageError(f"dataset {spec.dataset}: no split '{spec.train_split}' (splits there: "
-                         f"{', '.join(names)}) (fix: set train_split)")
+        raise UsageError(
+            f"dataset {spec.dataset}: no split '{spec.train_split}' (splits there: "
+            f"{', '.join(names)}) (fix: set train_split)"
+        )
     train = data[spec.train_split]
     numbers = {"train": list(range(len(train))), "test": [], "held_out": False}
     if spec.test_split in data and spec.test_split != spec.train_split:
@@ -346,8 +390,10 @@ def load_splits(spec: DataSpec, row_numbers: dict | None = None, as_datasets: bo
         if len(train) == 0:
             raise UsageError(f"dataset {spec.dataset}: it holds no rows (fix: add rows)")
         if len(train) < 2:
-            raise UsageError(f"dataset {spec.dataset}: {len(train)} row(s): too few to hold out a test split "
-                             "(fix: add rows, or a test file)")
+            raise UsageError(
+                f"dataset {spec.dataset}: {len(train)} row(s): too few to hold out a test split "
+                "(fix: add rows, or a test file)"
+            )
         held = max(1, min(int(len(train) * HELD_OUT_SHARE), HELD_OUT_MAX))
         # Seeded choice of the held-out rows; both parts keep the file's order (train_samples takes the first)
         chosen = set(random.Random(HELD_OUT_SEED).sample(range(len(train)), held))
@@ -366,23 +412,31 @@ def load_splits(spec: DataSpec, row_numbers: dict | None = None, as_datasets: bo
 # ---------------------------------------------------------------------------------------------------
 # Mapping columns to rows
 
+
 def _pick(columns: list[str], wanted: str | None, defaults: tuple[str, ...], role: str, spec: DataSpec) -> str:
     key = f"{role}_field"
     if wanted:
         if wanted not in columns:
-            raise UsageError(f"dataset {spec.dataset}: no column '{wanted}' (columns: {', '.join(columns)}) "
-                             f"(fix: set {key} to one of them)")
+            raise UsageError(
+                f"dataset {spec.dataset}: no column '{wanted}' (columns: {', '.join(columns)}) "
+                f"(fix: set {key} to one of them)"
+            )
         return wanted
     for name in defaults:
         if name in columns:
             return name
-    raise UsageError(f"dataset {spec.dataset}: no {role} column: none of {', '.join(defaults)} (columns: "
-                     f"{', '.join(columns)}) (fix: set {key})")
+    raise UsageError(
+        f"dataset {spec.dataset}: no {role} column: none of {', '.join(defaults)} (columns: "
+        f"{', '.join(columns)}) (fix: set {key})"
+    )
 
 
 def _is_chat(value) -> bool:
-    return (isinstance(value, list) and bool(value)
-            and all(isinstance(m, dict) and "role" in m and "content" in m for m in value))
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(m, dict) and "role" in m and "content" in m for m in value)
+    )
 
 
 def _cell_text(value) -> str | None:
@@ -420,6 +474,7 @@ def gold_reader(spec: DataSpec, default_pattern: str | None = None):
             return None
         last = found[-1][0] if isinstance(found[-1], tuple) else found[-1]
         return last.replace(",", "").strip() or None
+
     return read
 
 
@@ -429,9 +484,16 @@ def shown_rows(numbers: list[int]) -> str:
     return f"{shown}{', ...' if len(numbers) > 5 else ''}"
 
 
-def to_rows(records: list[dict], spec: DataSpec, system_prompt: str, split: str,
-            default_pattern: str | None = None, row_numbers: list[int] | None = None, judge: bool = True,
-            unreadable_out: list | None = None) -> tuple[list[dict], int]:
+def to_rows(
+    records: list[dict],
+    spec: DataSpec,
+    system_prompt: str,
+    split: str,
+    default_pattern: str | None = None,
+    row_numbers: list[int] | None = None,
+    judge: bool = True,
+    unreadable_out: list | None = None,
+) -> tuple[list[dict], int]:
     """(rows for the trainer, rows dropped because their answer or question could not be read).
 
     row_numbers: each record's position in its file (default: its position in records), for the messages.
@@ -449,9 +511,12 @@ def to_rows(records: list[dict], spec: DataSpec, system_prompt: str, split: str,
             prompt = record["prompt"]
         else:
             text = _cell_text(record.get(question)) if isinstance(record.get(question), (str, int, float)) else None
-            prompt = None if text is None else \
-                ([{"role": "system", "content": system_prompt}] if system_prompt else []) + \
-                [{"role": "user", "content": text}]
+            prompt = (
+                None
+                if text is None
+                else ([{"role": "system", "content": system_prompt}] if system_prompt else [])
+                + [{"role": "user", "content": text}]
+            )
         if gold is None or prompt is None:  # an empty cell on either side: dropped and counted
             unreadable.append(numbers[index])
             if prompt is None:
@@ -462,8 +527,7 @@ def to_rows(records: list[dict], spec: DataSpec, system_prompt: str, split: str,
     if unreadable_out is not None:
         unreadable_out.extend(unreadable)
     if judge:
-        check_unreadable(spec, f" ({split})", unreadable, len(records), question, answer, default_pattern,
-                         no_question)
+        check_unreadable(spec, f" ({split})", unreadable, len(records), question, answer, default_pattern, no_question)
     return rows, len(unreadable)
 
 
@@ -476,13 +540,16 @@ def _columns(spec: DataSpec, columns: list[str], first: dict) -> tuple[bool, str
     question = None if chat else _pick(columns, spec.question_field, QUESTION_FIELDS, "question", spec)
     answer = _pick(columns, spec.answer_field, ANSWER_FIELDS, "answer", spec)
     if question is not None and question == answer:
-        raise UsageError(f"dataset {spec.dataset}: column '{question}' is both the question and the answer (fix: "
-                         "set question_field and answer_field to two different columns)")
+        raise UsageError(
+            f"dataset {spec.dataset}: column '{question}' is both the question and the answer (fix: "
+            "set question_field and answer_field to two different columns)"
+        )
     return chat, question, answer
 
 
-def scan(data, spec: DataSpec, split: str, row_numbers: list[int] | None = None,
-         default_pattern: str | None = None) -> tuple:
+def scan(
+    data, spec: DataSpec, split: str, row_numbers: list[int] | None = None, default_pattern: str | None = None
+) -> tuple:
     """Which rows of a split (a `datasets.Dataset`) can be used, reading only its question and answer columns
     in batches, so that a file of millions of rows is never held whole as Python objects.
 
@@ -512,8 +579,16 @@ def scan(data, spec: DataSpec, split: str, row_numbers: list[int] | None = None,
     return usable, unusable, question, answer, no_question
 
 
-def check_unreadable(spec: DataSpec, where: str, unreadable: list[int], total: int, question: str | None,
-                     answer: str, default_pattern: str | None = None, no_question: list[int] = ()) -> None:
+def check_unreadable(
+    spec: DataSpec,
+    where: str,
+    unreadable: list[int],
+    total: int,
+    question: str | None,
+    answer: str,
+    default_pattern: str | None = None,
+    no_question: list[int] = (),
+) -> None:
     """Refuse data of which more than MAX_UNREADABLE_SHARE of the rows have no readable answer or an empty
     question, saying which of the two it is; the rows named are the file's."""
     share = len(unreadable) / total if total else 0.0
@@ -525,16 +600,23 @@ def check_unreadable(spec: DataSpec, where: str, unreadable: list[int], total: i
     pattern = spec.answer_pattern or default_pattern
     parts, fixes = [], []
     if empty:
-        parts.append(f"{len(empty)} have an empty '{question}' cell" + (f" (rows {shown_rows(sorted(empty))})" if both
-                                                                       else ""))
+        parts.append(
+            f"{len(empty)} have an empty '{question}' cell" + (f" (rows {shown_rows(sorted(empty))})" if both else "")
+        )
         fixes.append(f"fill the '{question}' cells, or set question_field to the column holding the questions")
     if no_answer:
         read_from = f"column '{answer}'" + (f" with answer_pattern {pattern!r}" if pattern else "")
-        parts.append(f"the answer of {len(no_answer)} cannot be read from {read_from}"
-                     + (f" (rows {shown_rows(no_answer)})" if both else ""))
-        fixes.append("fill those answer cells, or set answer_pattern (a regex whose first group is the gold "
-                     "answer) or answer_field")
-    raise UsageError(f"dataset {spec.dataset}{where}: {len(unreadable)} of {total} rows ({share:.0%}; rows "
-                     f"{shown_rows(sorted(unreadable))} of the file, counted from 1 after any header) cannot be "
-                     f"used: {'; '.join(parts)} (more than {MAX_UNREADABLE_SHARE:.0%} is refused) (fix: "
-                     f"{'; '.join(fixes)})")
+        parts.append(
+            f"the answer of {len(no_answer)} cannot be read from {read_from}"
+            + (f" (rows {shown_rows(no_answer)})" if both else "")
+        )
+        fixes.append(
+            "fill those answer cells, or set answer_pattern (a regex whose first group is the gold "
+            "answer) or answer_field"
+        )
+    raise UsageError(
+        f"dataset {spec.dataset}{where}: {len(unreadable)} of {total} rows ({share:.0%}; rows "
+        f"{shown_rows(sorted(unreadable))} of the file, counted from 1 after any header) cannot be "
+        f"used: {'; '.join(parts)} (more than {MAX_UNREADABLE_SHARE:.0%} is refused) (fix: "
+        f"{'; '.join(fixes)})"
+    )

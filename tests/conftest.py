@@ -36,8 +36,9 @@ def small_disk(tmp_path):
     folder.mkdir()
     if shutil.which("mount") is None:
         pytest.skip("no `mount` command: cannot make a small disk")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], capture_output=True, text=True
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here ({done.stderr.strip() or done.returncode})")
     try:
@@ -75,10 +76,18 @@ def tiny_cache(tiny_seed) -> Path:
     it. `READY_MARK` is touched when it is ready: a folder newer than the mark was built by a run."""
     root = TEST_MODEL_CACHE
     root.mkdir(parents=True, exist_ok=True)
-    code = "import sys; from tiny_model.build import ensure_tiny; print(ensure_tiny('arithmetic', seed=int(sys.argv[1])))"
+    code = (
+        "import sys; from tiny_model.build import ensure_tiny; print(ensure_tiny('arithmetic', seed=int(sys.argv[1])))"
+    )
     env = {**os.environ, "GRPO_TRAIN_CACHE": str(root)}
-    result = subprocess.run([sys.executable, "-c", code, str(tiny_seed)], cwd=REPO, env=env, capture_output=True,
-                            text=True, timeout=TINY_BUILD_TIMEOUT_S)
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(tiny_seed)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TINY_BUILD_TIMEOUT_S,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert Path(result.stdout.strip().splitlines()[-1]).parent == root
     (root / READY_MARK).touch()

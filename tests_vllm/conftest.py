@@ -25,8 +25,10 @@ def pytest_configure(config):
     try:
         import vllm  # noqa: F401
     except Exception as exc:  # the wrong environment: say which one to use, do not skip silently
-        raise pytest.UsageError(f"tests_vllm needs vLLM's CPU build ({type(exc).__name__}: {exc}); "
-                                "run `make test-vllm`, which creates .venv-vllm") from None
+        raise pytest.UsageError(
+            f"tests_vllm needs vLLM's CPU build ({type(exc).__name__}: {exc}); "
+            "run `make test-vllm`, which creates .venv-vllm"
+        ) from None
 
 
 class Scenario:
@@ -41,8 +43,10 @@ def models(tmp_path_factory) -> dict:
     from engine_model import build_engine_model
 
     root = tmp_path_factory.mktemp("engine-models")
-    return {"sampling": build_engine_model(root / "sampling"),
-            "greedy": build_engine_model(root / "greedy", initializer_range=0.2)}
+    return {
+        "sampling": build_engine_model(root / "sampling"),
+        "greedy": build_engine_model(root / "greedy", initializer_range=0.2),
+    }
 
 
 @pytest.fixture(scope="session")
@@ -57,9 +61,14 @@ def run_scenario(tmp_path_factory, models):
         folder = tmp_path_factory.mktemp(f"{name}{''.join(flags).replace('-', '_')}")
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         with open(folder / "log.txt", "w", encoding="utf-8") as log:
-            completed = subprocess.run([sys.executable, str(HERE / "scenarios.py"), name, str(models[model]),
-                                        str(folder), *flags], cwd=REPO, env=env, stdout=log,
-                                       stderr=subprocess.STDOUT, timeout=SCENARIO_TIMEOUT_S)
+            completed = subprocess.run(
+                [sys.executable, str(HERE / "scenarios.py"), name, str(models[model]), str(folder), *flags],
+                cwd=REPO,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=SCENARIO_TIMEOUT_S,
+            )
         text = (folder / "log.txt").read_text(encoding="utf-8", errors="replace")
         if completed.returncode != 0 or not (folder / "result.json").is_file():
             pytest.fail(f"scenario {name} {' '.join(flags)} exited {completed.returncode}:\n{text[-6000:]}")

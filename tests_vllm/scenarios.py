@@ -49,6 +49,7 @@ def keep_plain_linear_weights() -> None:
 
 # ------------------------------------------------------------------------------------------------ weights
 
+
 def fused_weights(weights: dict) -> dict:
     """Hugging Face Llama weights under vLLM's names: q/k/v become one qkv_proj, gate/up one gate_up_proj
     (vLLM concatenates them in that order along the output dimension)."""
@@ -106,12 +107,13 @@ def max_difference(engine: dict, expected: dict) -> tuple[float, list[str]]:
     for name in names:
         held, want = engine[name], expected[name]
         if held.shape != want.shape and held.shape[1:] == want.shape[1:] and held.shape[0] > want.shape[0]:
-            held = held[:want.shape[0]]  # vLLM pads the vocabulary rows of the embedding to a multiple of 64
+            held = held[: want.shape[0]]  # vLLM pads the vocabulary rows of the embedding to a multiple of 64
         worst = max(worst, float((held.float() - want.to(held.dtype).float()).abs().max()))
     return worst, names
 
 
 # ------------------------------------------------------------------------------------------------ colocate
+
 
 def colocate(model_dir: str, out_dir: Path, lora: bool) -> dict:
     """A few GRPO steps through TRL's colocated vLLM engine, with the project's profile loader, config
@@ -119,11 +121,25 @@ def colocate(model_dir: str, out_dir: Path, lora: bool) -> dict:
     _engine_environment()
     from profiles.load import load_profile
 
-    profile = load_profile(CPU_DEFAULT, [
-        f"model={model_dir}", f"lora_rank={LORA_RANK if lora else 0}", f"lora_alpha={2 * LORA_RANK}",
-        "num_generations=4", "per_device_train_batch_size=16", "max_completion_length=32",
-        f"max_steps={COLOCATE_STEPS}", "learning_rate=0.01", "warmup_ratio=0", "lr_scheduler_type=constant",
-        "save_steps=1000", "eval_samples=0", "train_samples=64", "gpu_memory_utilization=0.3"])
+    profile = load_profile(
+        CPU_DEFAULT,
+        [
+            f"model={model_dir}",
+            f"lora_rank={LORA_RANK if lora else 0}",
+            f"lora_alpha={2 * LORA_RANK}",
+            "num_generations=4",
+            "per_device_train_batch_size=16",
+            "max_completion_length=32",
+            f"max_steps={COLOCATE_STEPS}",
+            "learning_rate=0.01",
+            "warmup_ratio=0",
+            "lr_scheduler_type=constant",
+            "save_steps=1000",
+            "eval_samples=0",
+            "train_samples=64",
+            "gpu_memory_utilization=0.3",
+        ],
+    )
     from trainer.backends import load_model, open_backend
 
     backend = open_backend(profile)
@@ -136,8 +152,7 @@ def colocate(model_dir: str, out_dir: Path, lora: bool) -> dict:
     from tasks import load_task
     from trainer.config import build_grpo_config
 
-    args = build_grpo_config(profile, str(out_dir / "trainer"), device=backend.device, bf16=backend.bf16,
-                             use_vllm=True)
+    args = build_grpo_config(profile, str(out_dir / "trainer"), device=backend.device, bf16=backend.bf16, use_vllm=True)
     snapshots: dict[int, dict] = {}
 
     class Snapshots(TrainerCallback):
@@ -149,8 +164,14 @@ def colocate(model_dir: str, out_dir: Path, lora: bool) -> dict:
     rows = load_task(profile, "train", limit=profile.train_samples, seed=profile.seed)
     reward_funcs, _ = get_reward_funcs(profile.rewards)
     keep_plain_linear_weights()  # TRL starts its engine in this process (external_launcher)
-    trainer = GRPOTrainer(model=model, reward_funcs=reward_funcs, args=args, train_dataset=Dataset.from_list(rows),
-                          processing_class=tokenizer, callbacks=[Snapshots()])
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward_funcs,
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        callbacks=[Snapshots()],
+    )
     llm = trainer.vllm_generation.llm
     snapshots[0] = trained_weights(model)
     engine_start = engine_weights(llm)
@@ -167,11 +188,17 @@ def colocate(model_dir: str, out_dir: Path, lora: bool) -> dict:
     trained_moved, _ = max_difference(fused_weights(snapshots[synced_step]), snapshots[0])
     logged = [entry for entry in trainer.state.log_history if "loss" in entry]
     return {
-        "lora": lora, "steps": trainer.state.global_step, "synced_step": synced_step,
-        "compared": names, "engine_dtype": str(next(iter(engine_end.values())).dtype),
-        "engine_start_vs_initial": start_vs_initial, "engine_end_vs_synced": end_vs_synced,
-        "engine_end_vs_initial": end_vs_initial, "trained_moved": trained_moved,
-        "generation_mode": args.vllm_mode, "use_vllm": args.use_vllm,
+        "lora": lora,
+        "steps": trainer.state.global_step,
+        "synced_step": synced_step,
+        "compared": names,
+        "engine_dtype": str(next(iter(engine_end.values())).dtype),
+        "engine_start_vs_initial": start_vs_initial,
+        "engine_end_vs_synced": end_vs_synced,
+        "engine_end_vs_initial": end_vs_initial,
+        "trained_moved": trained_moved,
+        "generation_mode": args.vllm_mode,
+        "use_vllm": args.use_vllm,
         "rewards_logged": sorted({k for entry in logged for k in entry if k.startswith("rewards/")}),
         "reward_std": [entry.get("reward_std") for entry in logged],
         "train_seconds": round(train_seconds, 1),
@@ -179,6 +206,7 @@ def colocate(model_dir: str, out_dir: Path, lora: bool) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ evaluate
+
 
 class EngineAsUnsloth:
     """The two calls evaluation makes on an Unsloth model with fast_inference (`fast_generate`, which
@@ -202,8 +230,9 @@ class EngineAsUnsloth:
         self.requests.extend(prompts)
         self.lora_requests.append(None if lora_request is None else lora_request.lora_path)
         self.sampling.append(sampling_params)
-        outputs = self.llm.generate(prompts, sampling_params=sampling_params, lora_request=lora_request,
-                                    use_tqdm=use_tqdm)
+        outputs = self.llm.generate(
+            prompts, sampling_params=sampling_params, lora_request=lora_request, use_tqdm=use_tqdm
+        )
         self.outputs.extend(outputs)
         return outputs
 
@@ -218,10 +247,14 @@ def hf_greedy_ids(model, tokenizer, prompts: list[list[int]], max_new_tokens: in
     out = []
     with torch.no_grad():
         for ids in prompts:
-            generated = model.generate(torch.tensor([ids]), max_new_tokens=max_new_tokens, do_sample=False,
-                                       eos_token_id=stop_ids(model, tokenizer),
-                                       pad_token_id=tokenizer.pad_token_id)
-            out.append([int(t) for t in generated[0, len(ids):]])
+            generated = model.generate(
+                torch.tensor([ids]),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                eos_token_id=stop_ids(model, tokenizer),
+                pad_token_id=tokenizer.pad_token_id,
+            )
+            out.append([int(t) for t in generated[0, len(ids) :]])
     return out
 
 
@@ -246,9 +279,9 @@ def evaluate(model_dir: str, out_dir: Path) -> dict:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from tasks import load_task
     from evaluation import generate as gen
     from evaluation import score as sc
+    from tasks import load_task
 
     max_new = 24
     rows = load_task("arithmetic", "test", limit=8)
@@ -261,17 +294,30 @@ def evaluate(model_dir: str, out_dir: Path) -> dict:
     base.generation_config.save_pretrained(model_dir)
 
     torch.manual_seed(1)
-    adapted = get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
-                             LoraConfig(r=LORA_RANK, lora_alpha=2 * LORA_RANK, init_lora_weights=False,
-                                        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                                        "up_proj", "down_proj"]))
+    adapted = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
+        LoraConfig(
+            r=LORA_RANK,
+            lora_alpha=2 * LORA_RANK,
+            init_lora_weights=False,
+            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        ),
+    )
     adapter_dir = out_dir / "adapter"
     adapted.save_pretrained(adapter_dir)
 
     from vllm import LLM
 
-    llm = LLM(model=model_dir, dtype="float32", enforce_eager=True, max_model_len=256, seed=0,
-              enable_lora=True, max_lora_rank=LORA_RANK, max_loras=1)
+    llm = LLM(
+        model=model_dir,
+        dtype="float32",
+        enforce_eager=True,
+        max_model_len=256,
+        seed=0,
+        enable_lora=True,
+        max_lora_rank=LORA_RANK,
+        max_loras=1,
+    )
     engine = EngineAsUnsloth(llm, base.generation_config)
     results = {}
     for label, hf_model, lora_path in (("base", base, None), ("lora", adapted, str(adapter_dir))):
@@ -280,17 +326,29 @@ def evaluate(model_dir: str, out_dir: Path) -> dict:
         vllm_ids = [list(out.outputs[0].token_ids) for out in engine.outputs[first:]]
         hf_ids = hf_greedy_ids(hf_model, tokenizer, prompts, max_new)
         scored = sc.evaluate(engine, tokenizer, rows, max_new_tokens=max_new, use_vllm=True, lora_path=lora_path)
-        results[label] = {"vllm_text": texts, "hf_text": gen.generate_hf(hf_model, tokenizer, prompts, max_new),
-                          "vllm_ids": vllm_ids, "hf_ids": hf_ids, "accuracy": scored["accuracy"],
-                          "total": scored["total"], "well_formed": scored["well_formed"]}
-    sent = [request.get("prompt_token_ids") if isinstance(request, dict) else request
-            for request in engine.requests]
-    return {"model_dir": model_dir, "rows": len(rows), "stop_token": stop, "eos_token": tokenizer.eos_token_id,
-            "results": results, "sent_prompt_ids": sent, "training_prompt_ids": prompts,
-            "lora_requests": engine.lora_requests,
-            "sampling_stop_token_ids": [sorted(getattr(p, "stop_token_ids", None) or []) for p in engine.sampling],
-            "sampling_temperature": [getattr(p, "temperature", None) for p in engine.sampling],
-            "max_new_tokens": max_new}
+        results[label] = {
+            "vllm_text": texts,
+            "hf_text": gen.generate_hf(hf_model, tokenizer, prompts, max_new),
+            "vllm_ids": vllm_ids,
+            "hf_ids": hf_ids,
+            "accuracy": scored["accuracy"],
+            "total": scored["total"],
+            "well_formed": scored["well_formed"],
+        }
+    sent = [request.get("prompt_token_ids") if isinstance(request, dict) else request for request in engine.requests]
+    return {
+        "model_dir": model_dir,
+        "rows": len(rows),
+        "stop_token": stop,
+        "eos_token": tokenizer.eos_token_id,
+        "results": results,
+        "sent_prompt_ids": sent,
+        "training_prompt_ids": prompts,
+        "lora_requests": engine.lora_requests,
+        "sampling_stop_token_ids": [sorted(getattr(p, "stop_token_ids", None) or []) for p in engine.sampling],
+        "sampling_temperature": [getattr(p, "temperature", None) for p in engine.sampling],
+        "max_new_tokens": max_new,
+    }
 
 
 # ------------------------------------------------------------------------------------------------ server
@@ -316,21 +374,37 @@ def server(model_dir: str, out_dir: Path) -> dict:
     import subprocess
 
     from contract.environment import ENV_VLLM_HOST, ENV_VLLM_PORT
-    from profiles.load import load_profile
     from launcher.run.vllm_server import server_command
+    from profiles.load import load_profile
 
     port = free_port()
     os.environ[ENV_VLLM_HOST], os.environ[ENV_VLLM_PORT] = "127.0.0.1", str(port)
-    profile = load_profile(SERVER_PROFILE, [f"model={model_dir}", "max_seq_length=256", "max_prompt_length=128",
-                                            "max_completion_length=64", "gpu_memory_utilization=0.3"])
+    profile = load_profile(
+        SERVER_PROFILE,
+        [
+            f"model={model_dir}",
+            "max_seq_length=256",
+            "max_prompt_length=128",
+            "max_completion_length=64",
+            "gpu_memory_utilization=0.3",
+        ],
+    )
     project_command = server_command(profile, port, host="127.0.0.1")
     from trl.scripts.vllm_serve import build_command, make_parser
 
     script_args, extra = make_parser().parse_args_and_config(
-        args=project_command[project_command.index("vllm-serve") + 1:], return_remaining_strings=True)
+        args=project_command[project_command.index("vllm-serve") + 1 :], return_remaining_strings=True
+    )
     trl_command = build_command(script_args, extra)  # [python, -m, vllm.entrypoints.cli.main, serve, MODEL, ...]
-    serve = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", trl_command[4],
-             *trl_command[5:], "--enforce-eager"]
+    serve = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        trl_command[4],
+        *trl_command[5:],
+        "--enforce-eager",
+    ]
     from trainer.config import grpo_config_kwargs
 
     config = grpo_config_kwargs(profile, str(out_dir / "trainer"), device="cpu", bf16=False, use_vllm=True)
@@ -341,11 +415,14 @@ def server(model_dir: str, out_dir: Path) -> dict:
     try:
         from trl.generation.vllm_client import VLLMClient
 
-        client = VLLMClient(base_url=f"http://{config['vllm_server_host']}:{config['vllm_server_port']}",
-                            connection_timeout=SERVER_START_TIMEOUT_S)
+        client = VLLMClient(
+            base_url=f"http://{config['vllm_server_host']}:{config['vllm_server_port']}",
+            connection_timeout=SERVER_START_TIMEOUT_S,
+        )
         up_seconds = time.time() - started
-        generated = client.generate(["Ava has 7 apples and gets 5 more. How many apples now?"], n=2, max_tokens=8,
-                                    temperature=1.0)
+        generated = client.generate(
+            ["Ava has 7 apples and gets 5 more. How many apples now?"], n=2, max_tokens=8, temperature=1.0
+        )
         try:
             client.init_communicator(device="cpu")
             refusal = None
@@ -357,10 +434,16 @@ def server(model_dir: str, out_dir: Path) -> dict:
             process.wait(60)
         except subprocess.TimeoutExpired:
             process.kill()
-    return {"project_command": project_command[2:], "served_with": serve[2:], "config_mode": config["vllm_mode"],
-            "port": port, "up_seconds": round(up_seconds, 1),
-            "completion_ids": generated.get("completion_ids"), "prompt_ids": generated.get("prompt_ids"),
-            "weight_sync": refusal}
+    return {
+        "project_command": project_command[2:],
+        "served_with": serve[2:],
+        "config_mode": config["vllm_mode"],
+        "port": port,
+        "up_seconds": round(up_seconds, 1),
+        "completion_ids": generated.get("completion_ids"),
+        "prompt_ids": generated.get("prompt_ids"),
+        "weight_sync": refusal,
+    }
 
 
 def engine_server_command(project_command: list[str]) -> list[str]:
@@ -369,10 +452,18 @@ def engine_server_command(project_command: list[str]) -> list[str]:
     from trl.scripts.vllm_serve import build_command, make_parser
 
     script_args, extra = make_parser().parse_args_and_config(
-        args=project_command[project_command.index("vllm-serve") + 1:], return_remaining_strings=True)
+        args=project_command[project_command.index("vllm-serve") + 1 :], return_remaining_strings=True
+    )
     trl_command = build_command(script_args, extra)  # [python, -m, vllm.entrypoints.cli.main, serve, MODEL, ...]
-    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", trl_command[4],
-            *trl_command[5:], "--enforce-eager"]
+    return [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        trl_command[4],
+        *trl_command[5:],
+        "--enforce-eager",
+    ]
 
 
 def server_node(model_dir: str, out_dir: Path) -> dict:
@@ -387,23 +478,60 @@ def server_node(model_dir: str, out_dir: Path) -> dict:
     from profiles.load import load_profile
 
     main_port, server_port, group_port = free_port(), free_port(), free_port()
-    settings = [f"model={model_dir}", "num_gpus=2", "max_seq_length=256", "max_prompt_length=128",
-                "max_completion_length=64", "gpu_memory_utilization=0.3", "max_steps=1", "save_steps=1"]
+    settings = [
+        f"model={model_dir}",
+        "num_gpus=2",
+        "max_seq_length=256",
+        "max_prompt_length=128",
+        "max_completion_length=64",
+        "gpu_memory_utilization=0.3",
+        "max_steps=1",
+        "save_steps=1",
+    ]
     profile = load_profile(SERVER_PROFILE, settings)
     serve = engine_server_command(server_command(profile, server_port, host="127.0.0.1"))
     output = out_dir / "shared-output"
     base = {k: v for k, v in os.environ.items() if not k.startswith(("GRPO_", "SLURM_"))}
-    base.update(GRPO_RUN_ID="engine-job", GRPO_SERVER_NODE="127.0.0.1", GRPO_VLLM_PORT=str(server_port),
-                GRPO_VLLM_GROUP_PORT=str(group_port), GRPO_MAX_RESTARTS="0", GRPO_MACHINE_TIMEOUT="600",
-                GRPO_TRAIN_LEDGER=str(out_dir / "ledger.jsonl"), PYTHONUNBUFFERED="1")
-    machines = {"server": {**base, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
-                           "ENGINE_SERVER_COMMAND": json.dumps(serve)}}
+    base.update(
+        GRPO_RUN_ID="engine-job",
+        GRPO_SERVER_NODE="127.0.0.1",
+        GRPO_VLLM_PORT=str(server_port),
+        GRPO_VLLM_GROUP_PORT=str(group_port),
+        GRPO_MAX_RESTARTS="0",
+        GRPO_MACHINE_TIMEOUT="600",
+        GRPO_TRAIN_LEDGER=str(out_dir / "ledger.jsonl"),
+        PYTHONUNBUFFERED="1",
+    )
+    machines = {
+        "server": {
+            **base,
+            "VLLM_SERVER_DEV_MODE": "1",
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "ENGINE_SERVER_COMMAND": json.dumps(serve),
+        }
+    }
     for rank in (1, 0):
-        machines[f"machine-{rank}"] = {**base, "GRPO_NUM_MACHINES": "2", "GRPO_MACHINE_RANK": str(rank),
-                                       "GRPO_MAIN_ADDRESS": "127.0.0.1", "GRPO_MAIN_PORT": str(main_port),
-                                       "GRPO_RDZV_TIMEOUT": "600"}
-    train = ["train", "--profile", str(SERVER_PROFILE), *[x for s in settings for x in ("--set", s)],
-             "--gpu-memory", "24", "--gpus", "1", "--ignore-ledger", "--output-dir", str(output)]
+        machines[f"machine-{rank}"] = {
+            **base,
+            "GRPO_NUM_MACHINES": "2",
+            "GRPO_MACHINE_RANK": str(rank),
+            "GRPO_MAIN_ADDRESS": "127.0.0.1",
+            "GRPO_MAIN_PORT": str(main_port),
+            "GRPO_RDZV_TIMEOUT": "600",
+        }
+    train = [
+        "train",
+        "--profile",
+        str(SERVER_PROFILE),
+        *[x for s in settings for x in ("--set", s)],
+        "--gpu-memory",
+        "24",
+        "--gpus",
+        "1",
+        "--ignore-ledger",
+        "--output-dir",
+        str(output),
+    ]
     driver = [sys.executable, str(Path(__file__).resolve().parent / "machine.py")]
     started = time.time()
     procs = {}
@@ -429,9 +557,15 @@ def server_node(model_dir: str, out_dir: Path) -> dict:
             ranks += [json.loads(path.read_text()) for path in sorted(folder.glob("server-rank*.json"))]
             if (folder / "vllm-server.json").is_file():
                 state = json.loads((folder / "vllm-server.json").read_text())
-    return {"codes": codes, "seconds_to_end": round(time.time() - started, 1), "ports": [server_port, group_port],
-            "statuses": [r["status"] for r in records], "ranks": ranks, "server_state": state,
-            "served_with": serve[2:]}
+    return {
+        "codes": codes,
+        "seconds_to_end": round(time.time() - started, 1),
+        "ports": [server_port, group_port],
+        "statuses": [r["status"] for r in records],
+        "ranks": ranks,
+        "server_state": state,
+        "served_with": serve[2:],
+    }
 
 
 def main(argv: list[str]) -> int:

@@ -26,21 +26,33 @@ def main(argv: list[str]) -> int:
     config = grpo_config_kwargs(profile, str(attempt_dir), device="cpu", bf16=False, use_vllm=True)
     from trl.generation.vllm_client import VLLMClient
 
-    client = VLLMClient(base_url=f"http://{config['vllm_server_host']}:{config['vllm_server_port']}",
-                        group_port=config["vllm_group_port"], connection_timeout=config["vllm_server_timeout"])
-    generated = client.generate(["Ava has 7 apples and gets 5 more. How many apples now?"], n=2, max_tokens=8,
-                                temperature=1.0)
+    client = VLLMClient(
+        base_url=f"http://{config['vllm_server_host']}:{config['vllm_server_port']}",
+        group_port=config["vllm_group_port"],
+        connection_timeout=config["vllm_server_timeout"],
+    )
+    generated = client.generate(
+        ["Ava has 7 apples and gets 5 more. How many apples now?"], n=2, max_tokens=8, temperature=1.0
+    )
     refusal = None
     if rank == 0:  # the main process alone joins the weight-sync group, as TRL's trainer does
         try:
             client.init_communicator(device="cpu")
         except Exception as exc:
             refusal = f"{type(exc).__name__}: {exc}"
-    seen = {"rank": rank, "world_size": world, "machine": os.environ.get("GRPO_MACHINE_RANK"),
-            "group_rank": os.environ.get("GROUP_RANK"), "pid": os.getpid(), "host": socket.gethostname(),
-            "config_mode": config["vllm_mode"], "server": [config["vllm_server_host"], config["vllm_server_port"]],
-            "group_port": config["vllm_group_port"], "completion_ids": generated.get("completion_ids"),
-            "weight_sync": refusal}
+    seen = {
+        "rank": rank,
+        "world_size": world,
+        "machine": os.environ.get("GRPO_MACHINE_RANK"),
+        "group_rank": os.environ.get("GROUP_RANK"),
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "config_mode": config["vllm_mode"],
+        "server": [config["vllm_server_host"], config["vllm_server_port"]],
+        "group_port": config["vllm_group_port"],
+        "completion_ids": generated.get("completion_ids"),
+        "weight_sync": refusal,
+    }
     (attempt_dir / f"server-rank{rank}.json").write_text(json.dumps(seen, indent=1) + "\n", encoding="utf-8")
     Outcome(status=OK, steps=0, rank=rank, ranks=world).write(attempt_dir, rank)
     return 0

@@ -32,8 +32,12 @@ def test_the_engine_starts_with_the_models_weights(colocate):
     result = colocate.result
     # the fused projections and the embedding are among those compared (vLLM's own names)
     compared = set(result["compared"])
-    assert {"model.embed_tokens.weight", "model.layers.0.self_attn.qkv_proj.weight",
-            "model.layers.1.mlp.gate_up_proj.weight", "model.layers.1.mlp.down_proj.weight"} <= compared
+    assert {
+        "model.embed_tokens.weight",
+        "model.layers.0.self_attn.qkv_proj.weight",
+        "model.layers.1.mlp.gate_up_proj.weight",
+        "model.layers.1.mlp.down_proj.weight",
+    } <= compared
     assert result["engine_start_vs_initial"] <= HELD_TO
 
 
@@ -44,4 +48,5 @@ def test_the_engines_weights_follow_training(colocate):
     assert result["engine_end_vs_initial"] >= MOVED_AT_LEAST, "the engine still holds the initial weights"
     assert result["engine_end_vs_synced"] <= HELD_TO, (
         f"the engine's weights differ from the policy after step {result['synced_step']} by "
-        f"{result['engine_end_vs_synced']}")
+        f"{result['engine_end_vs_synced']}"
+    )

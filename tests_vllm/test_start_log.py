@@ -11,25 +11,56 @@ from launcher.memory.vllm_log import parse_vllm_memory
 
 # (file of vLLM 0.32, the statement as the source writes it, one line as the engine prints it, key, value)
 GPU_STATEMENTS = [
-    ("v1/worker/gpu_model_runner.py", '"Model loading took %s GiB memory and %.6f seconds"',
-     "Model loading took 2.31 GiB memory and 5.123456 seconds", "weights_gib", 2.31),
-    ("v1/worker/gpu_worker.py", '"Available KV cache memory: %s GiB"',
-     "Available KV cache memory: 10.45 GiB", "kv_cache_gib", 10.45),
-    ("v1/core/kv_cache_utils.py", '"%s KV cache size: %s tokens, "',
-     "GPU KV cache size: 97,856 tokens, Maximum concurrency for 1,024 tokens per request: 95.56x",
-     "kv_cache_tokens", 97856),
-    ("v1/worker/gpu_model_runner.py", '"Graph capturing finished in %.0f secs, took %.2f GiB"',
-     "Graph capturing finished in 12 secs, took 0.53 GiB", "cuda_graphs_gib", 0.53),
-    ("utils/mem_utils.py", 'f"torch peak memory increase: "',
-     "Total non KV cache memory: 3.63GiB; torch peak memory increase: 1.02GiB; weights memory: 2.31GiB.",
-     "activation_peak_gib", 1.02),
-    ("v1/worker/cpu_worker.py", 'f"Explicitly set ({format_gib(kv_cache_size)}/"',
-     "Explicitly set (1.0/11.59) GiB for KV cache on node 0.", "kv_cache_gib", 1.0),
+    (
+        "v1/worker/gpu_model_runner.py",
+        '"Model loading took %s GiB memory and %.6f seconds"',
+        "Model loading took 2.31 GiB memory and 5.123456 seconds",
+        "weights_gib",
+        2.31,
+    ),
+    (
+        "v1/worker/gpu_worker.py",
+        '"Available KV cache memory: %s GiB"',
+        "Available KV cache memory: 10.45 GiB",
+        "kv_cache_gib",
+        10.45,
+    ),
+    (
+        "v1/core/kv_cache_utils.py",
+        '"%s KV cache size: %s tokens, "',
+        "GPU KV cache size: 97,856 tokens, Maximum concurrency for 1,024 tokens per request: 95.56x",
+        "kv_cache_tokens",
+        97856,
+    ),
+    (
+        "v1/worker/gpu_model_runner.py",
+        '"Graph capturing finished in %.0f secs, took %.2f GiB"',
+        "Graph capturing finished in 12 secs, took 0.53 GiB",
+        "cuda_graphs_gib",
+        0.53,
+    ),
+    (
+        "utils/mem_utils.py",
+        'f"torch peak memory increase: "',
+        "Total non KV cache memory: 3.63GiB; torch peak memory increase: 1.02GiB; weights memory: 2.31GiB.",
+        "activation_peak_gib",
+        1.02,
+    ),
+    (
+        "v1/worker/cpu_worker.py",
+        'f"Explicitly set ({format_gib(kv_cache_size)}/"',
+        "Explicitly set (1.0/11.59) GiB for KV cache on node 0.",
+        "kv_cache_gib",
+        1.0,
+    ),
 ]
 
 
-@pytest.mark.parametrize("source, statement, line, key, value", GPU_STATEMENTS,
-                         ids=[row[3] + "-" + row[0].rpartition("/")[2] for row in GPU_STATEMENTS])
+@pytest.mark.parametrize(
+    "source, statement, line, key, value",
+    GPU_STATEMENTS,
+    ids=[row[3] + "-" + row[0].rpartition("/")[2] for row in GPU_STATEMENTS],
+)
 def test_the_engines_statements_are_still_the_ones_read(source, statement, line, key, value):
     import vllm
 

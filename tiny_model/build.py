@@ -102,8 +102,9 @@ def _build_tokenizer(texts: list[str], shape: TinyShape):
 
     core = Tokenizer(models.BPE())
     # One token per digit: numbers then share their pieces, which is what makes sums learnable.
-    core.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
-                                                  pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    core.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
     core.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=shape.vocab_size,
@@ -156,9 +157,16 @@ def _build_model(tokenizer, shape: TinyShape, seed: int):
 def build_key(dataset: str, seed: int, shape: TinyShape) -> str:
     from tiny_model import warm_start
 
-    spec = {"dataset": dataset, "seed": seed, "shape": asdict(shape), "version": BUILD_VERSION,
-            "warm_start": warm_start.settings() if dataset == "arithmetic" else None,
-            "rows": CORPUS_ROWS, "tags": XML_TAGS, "template": CHAT_TEMPLATE}
+    spec = {
+        "dataset": dataset,
+        "seed": seed,
+        "shape": asdict(shape),
+        "version": BUILD_VERSION,
+        "warm_start": warm_start.settings() if dataset == "arithmetic" else None,
+        "rows": CORPUS_ROWS,
+        "tags": XML_TAGS,
+        "template": CHAT_TEMPLATE,
+    }
     if dataset not in ("gsm8k", "arithmetic"):
         path = Path(dataset).expanduser()
         spec["file"] = [str(path.resolve()), path.stat().st_mtime_ns if path.exists() else 0]
@@ -222,10 +230,19 @@ def _warm_start(model, tokenizer, dataset: str, seed: int) -> dict | None:
         warm_probe = warm_start.measure_heldout(model, tokenizer, rows)
     finally:
         torch.set_num_threads(threads)
-    return {"steps": done["steps"], "stopped": done["stopped"], "checks": done["checks"],
-            "batch": warm_start.WARM_START_BATCH, "learning_rate": warm_start.WARM_START_LR, "seconds": seconds,
-            "held_out": len(rows), "random": random_probe, "warm_start": warm_probe,
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__}
+    return {
+        "steps": done["steps"],
+        "stopped": done["stopped"],
+        "checks": done["checks"],
+        "batch": warm_start.WARM_START_BATCH,
+        "learning_rate": warm_start.WARM_START_LR,
+        "seconds": seconds,
+        "held_out": len(rows),
+        "random": random_probe,
+        "warm_start": warm_probe,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "torch": torch.__version__,
+    }
 
 
 def read_warm_start(model_path) -> dict | None:
@@ -255,7 +272,14 @@ def build_record(model_path) -> dict | None:
         return None
     # the reading of the weights kept (at the step limit, an earlier check's)
     kept = [c for c in record.get("checks") or [] if c["step"] == record["steps"]]
-    return {"steps": record["steps"], "held_out": record["held_out"], "seconds": record["seconds"],
-            "random_accuracy": record["random"]["accuracy"], "warm_start_accuracy": record["warm_start"]["accuracy"],
-            "warm_start_well_formed": record["warm_start"].get("well_formed"), "stopped": record.get("stopped"),
-            "restated": kept[-1]["restated"] if kept else None, "cpu_capability": record.get("cpu_capability")}
+    return {
+        "steps": record["steps"],
+        "held_out": record["held_out"],
+        "seconds": record["seconds"],
+        "random_accuracy": record["random"]["accuracy"],
+        "warm_start_accuracy": record["warm_start"]["accuracy"],
+        "warm_start_well_formed": record["warm_start"].get("well_formed"),
+        "stopped": record.get("stopped"),
+        "restated": kept[-1]["restated"] if kept else None,
+        "cpu_capability": record.get("cpu_capability"),
+    }

@@ -29,10 +29,17 @@ TEXT_MODEL_TYPE = {"gemma3": "gemma3_text"}
 
 def config_kwargs(arch, vocab: int, max_positions: int) -> dict:
     """transformers config keywords for `arch` (profiles.catalog.Architecture)."""
-    return {"vocab_size": vocab, "hidden_size": arch.hidden, "intermediate_size": arch.intermediate,
-            "num_hidden_layers": arch.layers, "num_attention_heads": arch.heads,
-            "num_key_value_heads": arch.kv_heads, "head_dim": arch.head_dim,
-            "tie_word_embeddings": arch.tied_embeddings, "max_position_embeddings": max_positions}
+    return {
+        "vocab_size": vocab,
+        "hidden_size": arch.hidden,
+        "intermediate_size": arch.intermediate,
+        "num_hidden_layers": arch.layers,
+        "num_attention_heads": arch.heads,
+        "num_key_value_heads": arch.kv_heads,
+        "head_dim": arch.head_dim,
+        "tie_word_embeddings": arch.tied_embeddings,
+        "max_position_embeddings": max_positions,
+    }
 
 
 def model_type(arch) -> str:
@@ -40,13 +47,24 @@ def model_type(arch) -> str:
 
 
 def build_key(arch, dtype_name: str, max_positions: int) -> str:
-    spec = {"type": model_type(arch), "shape": config_kwargs(arch, arch.vocab, max_positions), "dtype": dtype_name,
-            "version": BUILD_VERSION}
+    spec = {
+        "type": model_type(arch),
+        "shape": config_kwargs(arch, arch.vocab, max_positions),
+        "dtype": dtype_name,
+        "version": BUILD_VERSION,
+    }
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def ensure_random_model(model: str, *, dataset: str = "arithmetic", seed: int = 0, max_positions: int = 4096,
-                        root: Path | None = None, device: str | None = None) -> Path:
+def ensure_random_model(
+    model: str,
+    *,
+    dataset: str = "arithmetic",
+    seed: int = 0,
+    max_positions: int = 4096,
+    root: Path | None = None,
+    device: str | None = None,
+) -> Path:
     """The folder of `model`'s architecture with random weights (built on first use, then reused)."""
     import torch
 
@@ -66,9 +84,20 @@ def ensure_random_model(model: str, *, dataset: str = "arithmetic", seed: int = 
     staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=root))
     try:
         _build(arch, staging, dataset=dataset, seed=seed, max_positions=max_positions, dtype=dtype, device=device)
-        (staging / RECORD_FILE).write_text(json.dumps({
-            "architecture": arch.name, "model_type": model_type(arch), "dtype": dtype_name,
-            "params": arch.params, "random_weights": True}, indent=2) + "\n", encoding="utf-8")
+        (staging / RECORD_FILE).write_text(
+            json.dumps(
+                {
+                    "architecture": arch.name,
+                    "model_type": model_type(arch),
+                    "dtype": dtype_name,
+                    "params": arch.params,
+                    "random_weights": True,
+                },
+                indent=2,
+            )
+            + "\n",
+            encoding="utf-8",
+        )
         try:
             staging.rename(target)
         except OSError:
@@ -87,8 +116,9 @@ def _build(arch, folder: Path, *, dataset: str, seed: int, max_positions: int, d
     from tiny_model.build import TinyShape, _build_tokenizer, _corpus, _pin_tokenizer_class
 
     tokenizer = _build_tokenizer(_corpus(dataset, seed), TinyShape())
-    config = AutoConfig.for_model(model_type(arch), **config_kwargs(arch, max(arch.vocab, len(tokenizer)),
-                                                                     max_positions))
+    config = AutoConfig.for_model(
+        model_type(arch), **config_kwargs(arch, max(arch.vocab, len(tokenizer)), max_positions)
+    )
     config.bos_token_id = None
     config.eos_token_id = tokenizer.eos_token_id
     config.pad_token_id = tokenizer.pad_token_id

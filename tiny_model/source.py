@@ -17,7 +17,7 @@ TINY = "tiny"
 
 @dataclass(frozen=True)
 class ModelSource:
-    path: str                  # what from_pretrained loads
+    path: str  # what from_pretrained loads
     built: dict | None = None  # the project's own build record (the tiny model's warm start), else None
 
 
@@ -28,8 +28,9 @@ def resolve_model(profile) -> ModelSource:
     if random_weights_requested():
         from tiny_model import random_weights
 
-        folder = random_weights.ensure_random_model(profile.model, dataset=profile.dataset, seed=profile.seed,
-                                                    max_positions=max(profile.max_seq_length, 2048))
+        folder = random_weights.ensure_random_model(
+            profile.model, dataset=profile.dataset, seed=profile.seed, max_positions=max(profile.max_seq_length, 2048)
+        )
         return ModelSource(str(folder))  # the probe's figures carry the mark (trainer.probe)
     if profile.model != TINY:
         return ModelSource(profile.model)

@@ -31,11 +31,11 @@ CHECK_ROWS = 100
 CHECK_SEED = "warm-start check"
 RESTATE_TARGET = 0.95
 ACCURACY_BAND = (0.4, 0.5)
-BAND_CHECKS = 2           # checks in a row inside the band
+BAND_CHECKS = 2  # checks in a row inside the band
 WARM_START_BATCH = 32
 WARM_START_LR = 2.0e-3
-WARM_START_THREADS = 1     # one thread: sums in one order on every machine, so the build is the same anywhere
-HELDOUT_ROWS = 200          # held-out problems measured at build time (random and warm-started)
+WARM_START_THREADS = 1  # one thread: sums in one order on every machine, so the build is the same anywhere
+HELDOUT_ROWS = 200  # held-out problems measured at build time (random and warm-started)
 HELDOUT_TOKENS = 48
 
 _ANNOTATION = re.compile(r"<<[^>]*>>")
@@ -57,8 +57,7 @@ def training_rows(seed: int, count: int) -> list[dict]:
     drawn = count
     while True:
         drawn += drawn // 8 + 16
-        rows = [row for row in arithmetic.generate(drawn, seed=f"warm-start {seed}")
-                if row["question"] not in held_out]
+        rows = [row for row in arithmetic.generate(drawn, seed=f"warm-start {seed}") if row["question"] not in held_out]
         if len(rows) >= count:
             return rows[:count]
 
@@ -70,8 +69,9 @@ def _examples(tokenizer, seed: int, count: int):
     rows = training_rows(seed, count)
     out = []
     for row in rows:
-        prompt = tokenizer.apply_chat_template(build_prompt(row["question"]), tokenize=False,
-                                               add_generation_prompt=True)
+        prompt = tokenizer.apply_chat_template(
+            build_prompt(row["question"]), tokenize=False, add_generation_prompt=True
+        )
         prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
         answer_ids = tokenizer(worked_completion(row) + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
         out.append((prompt_ids + answer_ids, [-100] * len(prompt_ids) + answer_ids))
@@ -86,19 +86,27 @@ def _batch(examples, pad_id: int):
     labels = torch.full((len(examples), width), -100, dtype=torch.long)
     mask = torch.zeros((len(examples), width), dtype=torch.long)
     for i, (row_ids, row_labels) in enumerate(examples):
-        ids[i, :len(row_ids)] = torch.tensor(row_ids)
-        labels[i, :len(row_labels)] = torch.tensor(row_labels)
-        mask[i, :len(row_ids)] = 1
+        ids[i, : len(row_ids)] = torch.tensor(row_ids)
+        labels[i, : len(row_labels)] = torch.tensor(row_labels)
+        mask[i, : len(row_ids)] = 1
     return ids, labels, mask
 
 
 def settings() -> dict:
     """Everything that decides the warm-started weights (part of the tiny model's build key)."""
-    return {"min_steps": WARM_START_MIN_STEPS, "max_steps": WARM_START_MAX_STEPS,
-            "check_every": WARM_START_CHECK_EVERY, "check_rows": CHECK_ROWS, "check_seed": CHECK_SEED,
-            "restate_target": RESTATE_TARGET, "accuracy_band": list(ACCURACY_BAND), "band_checks": BAND_CHECKS,
-            "batch": WARM_START_BATCH,
-            "learning_rate": WARM_START_LR, "threads": WARM_START_THREADS}
+    return {
+        "min_steps": WARM_START_MIN_STEPS,
+        "max_steps": WARM_START_MAX_STEPS,
+        "check_every": WARM_START_CHECK_EVERY,
+        "check_rows": CHECK_ROWS,
+        "check_seed": CHECK_SEED,
+        "restate_target": RESTATE_TARGET,
+        "accuracy_band": list(ACCURACY_BAND),
+        "band_checks": BAND_CHECKS,
+        "batch": WARM_START_BATCH,
+        "learning_rate": WARM_START_LR,
+        "threads": WARM_START_THREADS,
+    }
 
 
 def check_rows(count: int) -> list[dict]:
@@ -126,8 +134,8 @@ def restates(completion: str, row: dict) -> bool:
 
 def check(model, tokenizer, rows: list[dict]) -> dict:
     """The criterion's reading: the share of greedy answers that restate the numbers, and that are right."""
-    from rewards import is_correct
     from evaluation.generate import generate_hf, prompt_ids
+    from rewards import is_correct
 
     completions = generate_hf(model, tokenizer, prompt_ids(tokenizer, rows), HELDOUT_TOKENS, batch_size=50)
     restated = sum(restates(c, row) for c, row in zip(completions, rows))
@@ -184,16 +192,20 @@ def train_warm_start(model, tokenizer, seed: int, steps: int | None = None) -> d
 
 def measure_heldout(model, tokenizer, rows: list[dict]) -> dict:
     """Greedy held-out accuracy, the share of well-formed answers and a few samples with their rewards."""
-    from rewards import REWARDS
     from evaluation.generate import generate_hf, prompt_ids
     from evaluation.score import score
+    from rewards import REWARDS
 
     completions = generate_hf(model, tokenizer, prompt_ids(tokenizer, rows), HELDOUT_TOKENS, batch_size=50)
     golds = [row["answer"] for row in rows]
     result = score(completions, golds)
     well_formed = REWARDS["xml_soft"](completions, answer=golds)
     result["well_formed"] = round(sum(well_formed) / len(rows), 4) if rows else None
-    result["examples"] = [dict(example, rewards={name: fn([example["completion"]], answer=[example["answer"]])[0]
-                                                 for name, fn in REWARDS.items()})
-                          for example in result["examples"]]
+    result["examples"] = [
+        dict(
+            example,
+            rewards={name: fn([example["completion"]], answer=[example["answer"]])[0] for name, fn in REWARDS.items()},
+        )
+        for example in result["examples"]
+    ]
     return result

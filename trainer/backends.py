@@ -58,8 +58,10 @@ def import_unsloth():
         import unsloth  # noqa: F401  (patches transformers, TRL and PEFT)
     except Exception as exc:  # ImportError, or a broken dependency raising at import
         first = (str(exc).strip().splitlines() or [""])[0]
-        return None, (f"unsloth cannot be imported on this machine ({type(exc).__name__}: {first[:200]}): "
-                      "training through transformers + peft")
+        return None, (
+            f"unsloth cannot be imported on this machine ({type(exc).__name__}: {first[:200]}): "
+            "training through transformers + peft"
+        )
     return unsloth, ""
 
 
@@ -82,8 +84,10 @@ def open_backend(profile) -> Backend:
 
     cuda = profile.device == "cuda" and torch.cuda.is_available()
     if profile.device == "cuda" and not cuda:
-        raise RuntimeError(f"profile '{profile.name}' asks for device cuda, but torch sees no GPU "
-                           "(fix: use a cpu profile, or install the CUDA build of torch)")
+        raise RuntimeError(
+            f"profile '{profile.name}' asks for device cuda, but torch sees no GPU "
+            "(fix: use a cpu profile, or install the CUDA build of torch)"
+        )
     index = local_device_index()
     capability = torch.cuda.get_device_capability(index) if cuda else None
     if module is None:
@@ -180,7 +184,8 @@ def load_model(backend: Backend, profile, model_path: str):
         from unsloth import FastLanguageModel
 
         model, tokenizer = FastLanguageModel.from_pretrained(
-            **from_pretrained_kwargs(profile, model_path, dtype, fast_inference=fast))
+            **from_pretrained_kwargs(profile, model_path, dtype, fast_inference=fast)
+        )
         if profile.uses_lora:
             model = FastLanguageModel.get_peft_model(model, **get_peft_model_kwargs(profile))
     else:
@@ -216,16 +221,20 @@ def _load_with_transformers(profile, model_path: str, dtype, device: str):
     if profile.load_in_4bit:
         from transformers import BitsAndBytesConfig
 
-        quantization = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
-                                          bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=dtype)
+        quantization = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=dtype
+        )
     token = hf_token()
     model = AutoModelForCausalLM.from_pretrained(
-        model_path, dtype=dtype, trust_remote_code=profile.trust_remote_code, token=token,
+        model_path,
+        dtype=dtype,
+        trust_remote_code=profile.trust_remote_code,
+        token=token,
         quantization_config=quantization,
         # each process loads onto its own GPU (a 4-bit model cannot be moved after loading)
-        device_map=None if device == "cpu" else {"": local_device_index()})
-    tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=profile.trust_remote_code,
-                                              token=token)
+        device_map=None if device == "cpu" else {"": local_device_index()},
+    )
+    tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=profile.trust_remote_code, token=token)
     if not profile.uses_lora:
         for parameter in model.parameters():
             parameter.requires_grad_(True)
@@ -236,8 +245,14 @@ def _load_with_transformers(profile, model_path: str, dtype, device: str):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.enable_input_require_grads()
     torch.manual_seed(profile.seed)
-    config = LoraConfig(r=profile.lora_rank, lora_alpha=profile.lora_alpha, lora_dropout=profile.lora_dropout,
-                        target_modules=list(profile.target_modules), bias="none", task_type="CAUSAL_LM")
+    config = LoraConfig(
+        r=profile.lora_rank,
+        lora_alpha=profile.lora_alpha,
+        lora_dropout=profile.lora_dropout,
+        target_modules=list(profile.target_modules),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
     return get_peft_model(model, config), tokenizer
 
 
@@ -245,20 +260,30 @@ def _load_with_transformers(profile, model_path: str, dtype, device: str):
 # TRL 1.15 scores completions through a fused, chunked LM head whose kernel is Triton-only; without
 # Triton (or on CPU tensors) it is unusable. This routes non-GPU tensors to a chunked torch version.
 
-def _torch_chunked_log_probs(hidden, weight, bias, targets, temperature, chunk_size,
-                             final_logit_softcapping=None, logit_scale=1.0, outputs=("log_probs",)):
+
+def _torch_chunked_log_probs(
+    hidden,
+    weight,
+    bias,
+    targets,
+    temperature,
+    chunk_size,
+    final_logit_softcapping=None,
+    logit_scale=1.0,
+    outputs=("log_probs",),
+):
     import torch
 
     rows = max(1, min(1024, (1 << 24) // max(1, weight.shape[0])))  # keep each logits tile ~64 MB in fp32
     pieces = {"log_probs": [], "entropy": [], "log_sum_sq_probs": [], "mean_logits": [], "is_top1": []}
     for start in range(0, hidden.shape[0], rows):
-        logits = torch.nn.functional.linear(hidden[start:start + rows], weight, bias).float()
+        logits = torch.nn.functional.linear(hidden[start : start + rows], weight, bias).float()
         logits = logits * logit_scale
         if final_logit_softcapping is not None:
             logits = final_logit_softcapping * torch.tanh(logits / final_logit_softcapping)
         logits = logits / temperature
         log_softmax = torch.log_softmax(logits, dim=-1)
-        target = targets[start:start + rows].unsqueeze(-1)
+        target = targets[start : start + rows].unsqueeze(-1)
         pieces["log_probs"].append(log_softmax.gather(-1, target).squeeze(-1))
         if "entropy" in outputs:
             pieces["entropy"].append(-(log_softmax.exp() * log_softmax).sum(-1))

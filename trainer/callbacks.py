@@ -13,9 +13,6 @@ from transformers import TrainerCallback
 from contract.safe_write import append_line
 
 
-
-
-
 def _number(value):
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return None if (isinstance(value, float) and not math.isfinite(value)) else value
@@ -97,8 +94,6 @@ class TelemetryCallback(TrainerCallback):
         pass  # nothing held open: each row was appended whole
 
 
-
-
 class EvaluateDuringTraining(TrainerCallback):
     """Every `every` steps (trainer.config.eval_interval), score the test rows with the model as it is: the
     accuracy and the well-formed share go into that step's metrics.jsonl line (TelemetryCallback takes them).
@@ -136,13 +131,20 @@ class EvaluateDuringTraining(TrainerCallback):
             control.should_training_stop = True
             if result is None:
                 return control
-        point = {"step": step, "accuracy": result["accuracy"], "well_formed": result.get("well_formed"),
-                 "correct": result["correct"], "total": result["total"],
-                 "seconds": round(time.perf_counter() - started, 3)}
+        point = {
+            "step": step,
+            "accuracy": result["accuracy"],
+            "well_formed": result.get("well_formed"),
+            "correct": result["correct"],
+            "total": result["total"],
+            "seconds": round(time.perf_counter() - started, 3),
+        }
         self.points.append(point)
         if self.say is not None:
-            self.say(f"evaluation at step {step}: accuracy {point['accuracy']}, well-formed {point['well_formed']} "
-                     f"({point['correct']}/{point['total']}, {point['seconds']:.1f} s)")
+            self.say(
+                f"evaluation at step {step}: accuracy {point['accuracy']}, well-formed {point['well_formed']} "
+                f"({point['correct']}/{point['total']}, {point['seconds']:.1f} s)"
+            )
         return control
 
     def at(self, step: int) -> dict | None:

@@ -23,9 +23,20 @@ DDP_TIMEOUT_S = 3 * 3600
 #    they are given (rl.py, "The DAPO paper recommends ..."), so both are always given: the profile's values,
 #    and epsilon_high = epsilon when the profile leaves it empty, which is what TRL does with None.
 #  - top_k 0 (no top-k): vLLM 0.32 reads 0 as "off"; Unsloth rewrites 0 to -1 under vLLM, the same thing.
-PROFILE_LOSS_KEYS = ("loss_type", "epsilon", "epsilon_high", "delta", "importance_sampling_level", "scale_rewards",
-                     "mask_truncated_completions", "num_iterations", "beta", "top_k", "min_p",
-                     "repetition_penalty")
+PROFILE_LOSS_KEYS = (
+    "loss_type",
+    "epsilon",
+    "epsilon_high",
+    "delta",
+    "importance_sampling_level",
+    "scale_rewards",
+    "mask_truncated_completions",
+    "num_iterations",
+    "beta",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+)
 # The ones the project pins (TRL 1.15's effective defaults except where noted):
 #  - vllm_importance_sampling_correction: TRL True, Unsloth False (unsloth/models/rl.py). False: Unsloth's tested
 #    default, and with Unsloth's shared weights vLLM samples from the very weights being trained.
@@ -71,15 +82,20 @@ def eval_interval(profile) -> tuple[int, str]:
         return 0, "ZeRO-3 partitions the weights across the ranks: rank 0 cannot generate alone"
     if profile.eval_steps != "auto":
         every = int(profile.eval_steps)
-        return (every, f"every {every} steps (eval_steps)") if 0 < every < profile.max_steps else \
-            (0, "eval_steps is 0" if not every else f"eval_steps {every} >= max_steps {profile.max_steps}")
+        return (
+            (every, f"every {every} steps (eval_steps)")
+            if 0 < every < profile.max_steps
+            else (0, "eval_steps is 0" if not every else f"eval_steps {every} >= max_steps {profile.max_steps}")
+        )
     cost = profile.eval_samples / profile.effective_batch
     if profile.distributed and profile.fast_inference and profile.device == "cuda":
         cost *= GENERATE_VS_VLLM
     every = max(1, math.ceil(cost / EVAL_TIME_SHARE))
     if every >= profile.max_steps:
-        return 0, (f"auto: one evaluation costs ~{cost:.1f} steps; at a tenth of training time that is every "
-                   f"{every} steps, not shorter than the run ({profile.max_steps})")
+        return 0, (
+            f"auto: one evaluation costs ~{cost:.1f} steps; at a tenth of training time that is every "
+            f"{every} steps, not shorter than the run ({profile.max_steps})"
+        )
     return every, f"auto: every {every} steps (one evaluation costs ~{cost:.1f} steps, a tenth of the time)"
 
 

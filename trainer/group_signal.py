@@ -9,15 +9,15 @@ number of groups)."""
 
 from __future__ import annotations
 
-from evaluation.score import FULL_SCORE
-
 import functools
 import inspect
 import math
 
-NO_SIGNAL_SHARE = 0.8      # at or above this share of alike groups, the run is told it cannot learn
-NO_SIGNAL_WINDOW = 10      # steps averaged before the warning can fire
-FLAT_TOLERANCE = 1e-6      # rewards closer than this count as the same
+from evaluation.score import FULL_SCORE
+
+NO_SIGNAL_SHARE = 0.8  # at or above this share of alike groups, the run is told it cannot learn
+NO_SIGNAL_WINDOW = 10  # steps averaged before the warning can fire
+FLAT_TOLERANCE = 1e-6  # rewards closer than this count as the same
 
 
 class GroupSignal:
@@ -31,11 +31,11 @@ class GroupSignal:
         self.num_generations = int(num_generations)
         self.correctness = correctness if correctness in self.weights else None
         self._batches: list[dict] = []  # one {reward name: scores} per scoring call of TRL
-        self.complete = True           # False when a reward could not be wrapped (an async one)
+        self.complete = True  # False when a reward could not be wrapped (an async one)
 
     def wrap(self, name: str, fn):
         """`fn` as TRL calls it, recording its scores under `name` (async rewards are left as they are)."""
-        if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):
+        if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__ if callable(fn) else None):
             self.complete = False
             return fn
 
@@ -81,8 +81,9 @@ def _sample_std(values: list[float]) -> float:
     return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
-def group_figures(batches: list[dict], weights: dict, num_generations: int,
-                  correctness: str | None = None) -> dict | None:
+def group_figures(
+    batches: list[dict], weights: dict, num_generations: int, correctness: str | None = None
+) -> dict | None:
     """Per-group figures over `batches` ({reward name: scores}, completions in TRL's order: each prompt's
     `num_generations` completions next to each other):
 
@@ -110,15 +111,14 @@ def group_figures(batches: list[dict], weights: dict, num_generations: int,
         return None
     alike = spread = all_correct = all_wrong = 0
     for g in range(groups):
-        chunk = totals[g * num_generations:(g + 1) * num_generations]
+        chunk = totals[g * num_generations : (g + 1) * num_generations]
         alike += max(chunk) - min(chunk) <= FLAT_TOLERANCE
         spread += _sample_std(chunk)
         if correctness:
-            verdicts = correct[g * num_generations:(g + 1) * num_generations]
+            verdicts = correct[g * num_generations : (g + 1) * num_generations]
             all_correct += all(verdicts)
             all_wrong += not any(verdicts)
-    out = {"groups": groups, "groups_alike": round(alike / groups, 4),
-           "group_reward_spread": round(spread / groups, 4)}
+    out = {"groups": groups, "groups_alike": round(alike / groups, 4), "group_reward_spread": round(spread / groups, 4)}
     if correctness:
         out["groups_all_correct"] = round(all_correct / groups, 4)
         out["groups_all_wrong"] = round(all_wrong / groups, 4)
@@ -153,5 +153,4 @@ def no_signal_warning(rows: list[dict], window: int = NO_SIGNAL_WINDOW) -> str |
         what = f"all-correct or all-wrong ({right:.0%} all correct, {wrong:.0%} all wrong)"
     else:
         what = "given one reward for every completion"
-    return (f"{share:.0%} of groups are {what}: raise temperature or num_generations, or pick harder/easier "
-            f"data")
+    return f"{share:.0%} of groups are {what}: raise temperature or num_generations, or pick harder/easier data"

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import os
 
+from contract.attempt import INJECT_AT_PROBE as PROBE
 from contract.attempt import parse_inject
 from contract.environment import ENV_INJECT_OOM
-from contract.attempt import INJECT_AT_PROBE as PROBE
 
 GIB = float(1 << 30)
 MIB = float(1 << 20)
@@ -44,13 +44,15 @@ def oom_message(profile, vocab_size: int, total_gib: float | None = None, estima
     # A capacity OOM, not fragmentation: the allocator's idle cache is smaller than the shortfall.
     reserved_unallocated = min(in_use * 0.04, (asked - free) * 0.5)
     allocated = in_use * 0.9
-    return (f"CUDA out of memory. Tried to allocate {_size(asked)}. GPU 0 has a total capacity of "
-            f"{_size(total)} of which {_size(free)} is free. Including non-PyTorch memory, this process has "
-            f"{_size(in_use)} memory in use. Of the allocated memory {_size(allocated)} is allocated by "
-            f"PyTorch, and {_size(reserved_unallocated)} is reserved by PyTorch but unallocated. If reserved but "
-            "unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid "
-            "fragmentation.  See documentation for Memory Management  "
-            "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")
+    return (
+        f"CUDA out of memory. Tried to allocate {_size(asked)}. GPU 0 has a total capacity of "
+        f"{_size(total)} of which {_size(free)} is free. Including non-PyTorch memory, this process has "
+        f"{_size(in_use)} memory in use. Of the allocated memory {_size(allocated)} is allocated by "
+        f"PyTorch, and {_size(reserved_unallocated)} is reserved by PyTorch but unallocated. If reserved but "
+        "unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid "
+        "fragmentation.  See documentation for Memory Management  "
+        "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+    )
 
 
 def _get_per_token_logps_and_entropies(message: str):

@@ -20,7 +20,7 @@ class CardBaseline:
     which makes no CUDA context. Taken by the attempt before Unsloth is imported (its import creates the
     context); a baseline read later misses the context, and `before_context` says which it is."""
 
-    taken: "CardBaseline | None" = None
+    taken: CardBaseline | None = None
 
     def __init__(self, used_gib: float, before_context: bool):
         self.used_gib = used_gib
@@ -103,7 +103,7 @@ class MemoryMeter:
         self.peak_allocated_gib = 0.0
         self.peak_reserved_gib = 0.0
         self.peak_nvml_used_gib = 0.0
-        self.peak_process_gib = None   # the process's peak as the estimate counts it (None: NVML cannot say)
+        self.peak_process_gib = None  # the process's peak as the estimate counts it (None: NVML cannot say)
         self.peak_process_measure: str | None = None  # what peak_process_gib counts (process_gpu_used)
         self.peak_rss_gib = 0.0
         if device == "cuda":
@@ -116,7 +116,8 @@ class MemoryMeter:
                 # Unsloth's import made the context (trainer.backends); read now only where it was not
                 self._baseline = CardBaseline.taken or CardBaseline(
                     pynvml.nvmlDeviceGetMemoryInfo(self._nvml_handle).used / GIB,
-                    before_context=not cuda_context_exists())
+                    before_context=not cuda_context_exists(),
+                )
             except Exception:  # no NVML, or an entry it cannot resolve: torch's figures still come
                 self._nvml_handle = None
 
@@ -181,14 +182,18 @@ class MemoryMeter:
         return "process peak RSS"
 
     def summary(self) -> dict:
-        out = {"peak_gib": round(self.peak_gib, 4), "peak_rss_gib": round(self.peak_rss_gib, 4),
-               "measure": self.measure}
+        out = {
+            "peak_gib": round(self.peak_gib, 4),
+            "peak_rss_gib": round(self.peak_rss_gib, 4),
+            "measure": self.measure,
+        }
         if self.device == "cuda":
-            out.update(peak_allocated_gib=round(self.peak_allocated_gib, 4),
-                       peak_reserved_gib=round(self.peak_reserved_gib, 4),
-                       peak_nvml_used_gib=round(self.peak_nvml_used_gib, 4),
-                       peak_nvml_process_gib=None if self.peak_process_gib is None
-                       else round(self.peak_process_gib, 4))
+            out.update(
+                peak_allocated_gib=round(self.peak_allocated_gib, 4),
+                peak_reserved_gib=round(self.peak_reserved_gib, 4),
+                peak_nvml_used_gib=round(self.peak_nvml_used_gib, 4),
+                peak_nvml_process_gib=None if self.peak_process_gib is None else round(self.peak_process_gib, 4),
+            )
         return out
 
 

@@ -31,6 +31,7 @@ def probe_enabled(profile) -> bool:
 
 # ----------------------------------------------------------------------------------------------- batch
 
+
 def prompt_token_ids(prompt, tokenizer) -> list[int]:
     """The ids the trainer generates from: the chat template with the generation prompt when the tokenizer
     has one, else the message texts joined by blank lines."""
@@ -63,8 +64,10 @@ def completion_token_ids(tokenizer, batch: int, length: int, vocab_size: int, se
     early. Drawn from a generator of its own: the global random state is left alone."""
     import torch
 
-    special = sorted({int(i) for i in (getattr(tokenizer, "all_special_ids", None) or []) if i is not None}
-                     | {i for i in (tokenizer.eos_token_id, tokenizer.pad_token_id) if i is not None})
+    special = sorted(
+        {int(i) for i in (getattr(tokenizer, "all_special_ids", None) or []) if i is not None}
+        | {i for i in (tokenizer.eos_token_id, tokenizer.pad_token_id) if i is not None}
+    )
     generator = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, vocab_size, (batch, length), generator=generator)
     ordinary = next(i for i in range(vocab_size) if i not in set(special))
@@ -83,15 +86,20 @@ def synthetic_inputs(trainer, prompts: list[list[int]], completions, pad_id: int
     prompt_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     prompt_mask = torch.zeros((len(prompts), width), dtype=torch.long)
     for row, ids in enumerate(prompts):
-        prompt_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
-        prompt_mask[row, width - len(ids):] = 1
+        prompt_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+        prompt_mask[row, width - len(ids) :] = 1
     completion_mask = torch.ones_like(completions)
     advantages = torch.tensor([1.0 if row % 2 == 0 else -1.0 for row in range(len(prompts))])
     steps_per_generation = getattr(trainer.args, "steps_per_generation", 1) or 1
-    inputs = {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completions,
-              "completion_mask": completion_mask, "advantages": advantages,
-              # the generation batch's completion tokens, as TRL counts them for the dapo-style normalisers
-              "num_items_in_batch": torch.tensor(float(completion_mask.sum()) * steps_per_generation)}
+    inputs = {
+        "prompt_ids": prompt_ids,
+        "prompt_mask": prompt_mask,
+        "completion_ids": completions,
+        "completion_mask": completion_mask,
+        "advantages": advantages,
+        # the generation batch's completion tokens, as TRL counts them for the dapo-style normalisers
+        "num_items_in_batch": torch.tensor(float(completion_mask.sum()) * steps_per_generation),
+    }
     if getattr(trainer, "use_vllm", False) and getattr(trainer, "vllm_importance_sampling_correction", False):
         inputs["importance_sampling_ratio"] = torch.ones(completions.shape, dtype=torch.float32)
     if float(getattr(trainer, "beta", 0.0) or 0.0) != 0.0:
@@ -102,6 +110,7 @@ def synthetic_inputs(trainer, prompts: list[list[int]], completions, pad_id: int
 
 # ----------------------------------------------------------------------------------------------- state
 
+
 @contextmanager
 def restored_state(trainer):
     """Whatever happens inside, put back every random generator, the trainer's scalar counters and metric
@@ -109,8 +118,12 @@ def restored_state(trainer):
     import numpy
     import torch
 
-    rng = (random.getstate(), numpy.random.get_state(), torch.get_rng_state(),
-           torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None)
+    rng = (
+        random.getstate(),
+        numpy.random.get_state(),
+        torch.get_rng_state(),
+        torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None,
+    )
     scalars = {k: v for k, v in vars(trainer).items() if v is None or isinstance(v, (bool, int, float, str))}
     containers = {k: copy.deepcopy(getattr(trainer, k, _MISSING)) for k in _TRAINER_CONTAINERS}
     state = copy.deepcopy(trainer.state)
@@ -121,8 +134,11 @@ def restored_state(trainer):
     finally:
         model.zero_grad(set_to_none=True)
         model.train(was_training)
-        for key in [k for k, v in vars(trainer).items()
-                    if (v is None or isinstance(v, (bool, int, float, str))) and k not in scalars]:
+        for key in [
+            k
+            for k, v in vars(trainer).items()
+            if (v is None or isinstance(v, (bool, int, float, str))) and k not in scalars
+        ]:
             delattr(trainer, key)  # a counter the probe's step created (current_gradient_accumulation_steps)
         for key, value in {**scalars, **containers}.items():
             if value is _MISSING:
@@ -149,6 +165,7 @@ def throwaway_optimizer(trainer):
 
 
 # ----------------------------------------------------------------------------------------------- peak
+
 
 def _vm_hwm_gib() -> float | None:
     """The kernel's high-water mark of this process's resident memory (Linux), or None."""
@@ -214,9 +231,13 @@ class PeakMeter:
             torch.cuda.synchronize()
             allocated = torch.cuda.max_memory_allocated() / GIB
             reserved = torch.cuda.max_memory_reserved() / GIB
-            out = {"peak_gib": round(max(allocated, reserved), 4), "measure": MEASURE_TORCH,
-                   "peak_allocated_gib": round(allocated, 4), "peak_reserved_gib": round(reserved, 4),
-                   "held_before_gib": round(self.held_before or 0.0, 4)}
+            out = {
+                "peak_gib": round(max(allocated, reserved), 4),
+                "measure": MEASURE_TORCH,
+                "peak_allocated_gib": round(allocated, 4),
+                "peak_reserved_gib": round(reserved, 4),
+                "held_before_gib": round(self.held_before or 0.0, 4),
+            }
             used = self._nvml_used_gib()
             if used is not None:
                 out["nvml_used_gib"] = round(used, 4)
@@ -225,17 +246,24 @@ class PeakMeter:
                 # the estimate's terms: context and memory outside torch in, vLLM's sleeping KV cache out
                 out["nvml_process_gib"] = round(process, 4)
                 out["torch_peak_gib"] = out["peak_gib"]
-                out["peak_gib"] = round(gpu_process_peak_gib(max(allocated, reserved),
-                                                             torch.cuda.memory_reserved() / GIB, process), 4)
+                out["peak_gib"] = round(
+                    gpu_process_peak_gib(max(allocated, reserved), torch.cuda.memory_reserved() / GIB, process), 4
+                )
                 out["measure"] = self.memory.process_measure or MEASURE_GPU_PROCESS
             return out
         if self._poller is not None:
             self._stop.set()
             self._poller.join()
-            return {"peak_gib": round(self._polled, 4), "measure": "process RSS, sampled",
-                    "held_before_gib": round(self.held_before or 0.0, 4)}
-        return {"peak_gib": round(_vm_hwm_gib() or 0.0, 4), "measure": "process peak RSS",
-                "held_before_gib": round(self.held_before or 0.0, 4)}
+            return {
+                "peak_gib": round(self._polled, 4),
+                "measure": "process RSS, sampled",
+                "held_before_gib": round(self.held_before or 0.0, 4),
+            }
+        return {
+            "peak_gib": round(_vm_hwm_gib() or 0.0, 4),
+            "measure": "process peak RSS",
+            "held_before_gib": round(self.held_before or 0.0, 4),
+        }
 
     def _nvml_used_gib(self) -> float | None:
         handle = getattr(self.memory, "_nvml_handle", None)
@@ -251,12 +279,16 @@ class PeakMeter:
 
 # ----------------------------------------------------------------------------------------------- step
 
+
 def generation_engine(trainer):
     """The colocated vLLM engine of this trainer, or None: TRL 1.15 keeps it on `trainer.vllm_generation.llm`
     (Unsloth hands its own engine over to it), an Unsloth model carries it as `vllm_engine`."""
     generation = getattr(trainer, "vllm_generation", None)
-    return (getattr(generation, "llm", None) or getattr(trainer, "llm", None)
-            or getattr(getattr(trainer, "model", None), "vllm_engine", None))
+    return (
+        getattr(generation, "llm", None)
+        or getattr(trainer, "llm", None)
+        or getattr(getattr(trainer, "model", None), "vllm_engine", None)
+    )
 
 
 def engine_asleep(llm) -> bool | None:
@@ -373,9 +405,17 @@ def run_probe(trainer, rows: list[dict], tokenizer, profile, memory=None, estima
 
     # measured on random weights (--calibrate --random-weights): the ledger keeps the mark with the figures
     marked = {"random_weights": True} if random_weights_requested() else {}
-    return {**peaks, "seconds": round(seconds, 3), "cpu_seconds": round(cpu_seconds, 3),
-            "prompt_tokens": int(inputs_width(prompts)), "completion_tokens": int(profile.max_completion_length),
-            "batch": batch, "num_generations": generations, "generation_engine": engine, **marked}
+    return {
+        **peaks,
+        "seconds": round(seconds, 3),
+        "cpu_seconds": round(cpu_seconds, 3),
+        "prompt_tokens": int(inputs_width(prompts)),
+        "completion_tokens": int(profile.max_completion_length),
+        "batch": batch,
+        "num_generations": generations,
+        "generation_engine": engine,
+        **marked,
+    }
 
 
 def inputs_width(prompts: list[list[int]]) -> int:

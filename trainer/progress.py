@@ -32,12 +32,18 @@ class Progress:
         self._started = time.time()
         self._last_line = 0.0
         if sys.stdout.isatty():
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, \
-                TimeElapsedColumn, TimeRemainingColumn
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+            from rich.progress import Progress as RichProgress
 
-            self._bar = RichProgress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                     TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
-                                     TimeRemainingColumn(), transient=False)
+            self._bar = RichProgress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[info]}"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                transient=False,
+            )
             self._task = self._bar.add_task(name, total=total, info="")
             self._bar.start()
 
@@ -63,8 +69,11 @@ class Progress:
             self._last_line = now
             left = (now - self._started) / max(step, 1) * max((total or self.total) - step, 0)
             try:
-                print(f"[{self.name}] step {step}/{total}  {info}  ({row['step_time']:.2f} s/step, "
-                      f"~{_duration(left)} left)", flush=True)
+                print(
+                    f"[{self.name}] step {step}/{total}  {info}  ({row['step_time']:.2f} s/step, "
+                    f"~{_duration(left)} left)",
+                    flush=True,
+                )
             except OSError:  # whoever read our output has gone (a closed pipe): keep training, stop printing
                 self._printing = False
 

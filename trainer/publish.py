@@ -35,8 +35,10 @@ def push(profile, attempt_dir: Path, say, api=None) -> dict | None:
     result = {"repo": profile.hub_model_id, "folder": folder.name, "pushed": False, "error": None}
     if not token:
         result["error"] = "HF_TOKEN is not set"
-        say(f"note: not pushed to {profile.hub_model_id}: HF_TOKEN is not set (fix: export HF_TOKEN=<a write "
-            f"token>, then push {folder} yourself or train again)")
+        say(
+            f"note: not pushed to {profile.hub_model_id}: HF_TOKEN is not set (fix: export HF_TOKEN=<a write "
+            f"token>, then push {folder} yourself or train again)"
+        )
         return result
     try:
         if api is None:
@@ -44,8 +46,9 @@ def push(profile, attempt_dir: Path, say, api=None) -> dict | None:
 
             api = HfApi(token=token)
         api.create_repo(profile.hub_model_id, exist_ok=True, private=True)
-        api.upload_folder(repo_id=profile.hub_model_id, folder_path=str(folder),
-                          commit_message=f"grpo-train: {profile.name}")
+        api.upload_folder(
+            repo_id=profile.hub_model_id, folder_path=str(folder), commit_message=f"grpo-train: {profile.name}"
+        )
     except Exception as exc:  # the network, the rights, the name: the files stay on disk either way
         line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         result["error"] = _masked(f"{type(exc).__name__}: {line}", token)[:300]

@@ -17,7 +17,7 @@ def _rolling(values: list[float], span: int) -> list[float]:
     """Trailing mean over up to `span` steps, skipping missing (NaN) values."""
     out = []
     for i in range(len(values)):
-        window = [v for v in values[max(0, i - span + 1):i + 1] if v == v]
+        window = [v for v in values[max(0, i - span + 1) : i + 1] if v == v]
         out.append(sum(window) / len(window) if window else float("nan"))
     return out
 
@@ -32,11 +32,15 @@ def reward_figures(rows: list[dict], reward_names: list[str]) -> dict:
     than two windows compares its first and second halves (windows that overlap would show no change)."""
     window = max(1, min(WINDOW, len(rows) // 2))
     first, last = rows[:window], rows[-window:]
-    out = {"window": min(window, len(rows)),
-           "total": {"first": _mean(r["reward"] for r in first), "last": _mean(r["reward"] for r in last)}}
+    out = {
+        "window": min(window, len(rows)),
+        "total": {"first": _mean(r["reward"] for r in first), "last": _mean(r["reward"] for r in last)},
+    }
     for name in reward_names:
-        out[name] = {"first": _mean(r["rewards"].get(name) for r in first),
-                     "last": _mean(r["rewards"].get(name) for r in last)}
+        out[name] = {
+            "first": _mean(r["rewards"].get(name) for r in first),
+            "last": _mean(r["rewards"].get(name) for r in last),
+        }
     return out
 
 
@@ -55,36 +59,61 @@ def signal_figures(rows: list[dict]) -> dict | None:
     out = {"window": min(WINDOW, len(carried))}
     for key in SIGNAL_KEYS:
         if key in carried[-1]["group_signal"]:
-            out[key] = {"first": _mean(r["group_signal"].get(key) for r in first),
-                        "last": _mean(r["group_signal"].get(key) for r in last)}
+            out[key] = {
+                "first": _mean(r["group_signal"].get(key) for r in first),
+                "last": _mean(r["group_signal"].get(key) for r in last),
+            }
     out["warning"] = no_signal_warning(carried)
     return out
 
 
-def evaluation_figures(before: dict, points: list[dict], after: dict, final_step: int, every: int, why: str,
-                       seconds: float, train_seconds: float, attempt_dir: Path) -> dict:
+def evaluation_figures(
+    before: dict,
+    points: list[dict],
+    after: dict,
+    final_step: int,
+    every: int,
+    why: str,
+    seconds: float,
+    train_seconds: float,
+    attempt_dir: Path,
+) -> dict:
     """The held-out accuracy over the run: before training (step 0), every evaluation during it, and after it
     (the final step); the best of them (accuracy, then well-formed share, then the later step), with the
     checkpoint that holds it where there is one; and what evaluating during training cost."""
     curve = []
     if before.get("accuracy") is not None:
-        curve.append({"step": 0, "accuracy": before["accuracy"], "well_formed": before.get("well_formed"),
-                      "when": "before"})
-    curve += [{"step": p["step"], "accuracy": p["accuracy"], "well_formed": p.get("well_formed"), "when": "during"}
-              for p in points]
+        curve.append(
+            {"step": 0, "accuracy": before["accuracy"], "well_formed": before.get("well_formed"), "when": "before"}
+        )
+    curve += [
+        {"step": p["step"], "accuracy": p["accuracy"], "well_formed": p.get("well_formed"), "when": "during"}
+        for p in points
+    ]
     if after.get("accuracy") is not None:
-        curve.append({"step": final_step, "accuracy": after["accuracy"], "well_formed": after.get("well_formed"),
-                      "when": "after"})
+        curve.append(
+            {
+                "step": final_step,
+                "accuracy": after["accuracy"],
+                "well_formed": after.get("well_formed"),
+                "when": "after",
+            }
+        )
     best = None
     if curve:
         top = max(curve, key=lambda p: (p["accuracy"], p["well_formed"] or 0.0, p["step"]))
         holder = "adapter" if top["when"] == "after" else None
         if top["when"] == "during" and (attempt_dir / f"checkpoint-{top['step']}").is_dir():
             holder = f"checkpoint-{top['step']}"
-        best = {"step": top["step"], "accuracy": top["accuracy"], "well_formed": top["well_formed"],
-                "saved_in": holder}
-    return {"every": every, "why": why, "points": curve, "best": best, "seconds_during_training": round(seconds, 2),
-            "share_of_training_time": round(seconds / train_seconds, 3) if train_seconds > 0 else None}
+        best = {"step": top["step"], "accuracy": top["accuracy"], "well_formed": top["well_formed"], "saved_in": holder}
+    return {
+        "every": every,
+        "why": why,
+        "points": curve,
+        "best": best,
+        "seconds_during_training": round(seconds, 2),
+        "share_of_training_time": round(seconds / train_seconds, 3) if train_seconds > 0 else None,
+    }
 
 
 def scored_examples(examples: list[dict], weights: dict) -> list[dict]:
@@ -107,13 +136,15 @@ def scored_examples(examples: list[dict], weights: dict) -> list[dict]:
 def _memory_series(rows: list[dict], device: str):
     key = "peak_reserved_gib" if device == "cuda" else "rss_gib"
     label = "peak reserved (torch)" if device == "cuda" else "process RSS"
-    return [r["step"] for r in rows if key in r.get("memory", {})], \
-        [r["memory"][key] for r in rows if key in r.get("memory", {})], label
+    return (
+        [r["step"] for r in rows if key in r.get("memory", {})],
+        [r["memory"][key] for r in rows if key in r.get("memory", {})],
+        label,
+    )
 
 
 @contextmanager
-def _plot(plt, attempt_dir: Path, name: str, written: list[str], height: float, ylabel: str, title: str,
-          legend: str):
+def _plot(plt, attempt_dir: Path, name: str, written: list[str], height: float, ylabel: str, title: str, legend: str):
     """One 9-inch-wide plot: the caller draws on the axes; then labels, grid and legend, and the PNG is
     written (its name added to `written`) and the figure closed."""
     fig, ax = plt.subplots(figsize=(9, height), dpi=110)
@@ -133,8 +164,15 @@ def _plot(plt, attempt_dir: Path, name: str, written: list[str], height: float, 
     written.append(name)
 
 
-def write_plots(attempt_dir: Path, rows: list[dict], reward_names: list[str], device: str,
-                estimate_gib: float | None, title: str, curve: list[dict] | None = None) -> list[str]:
+def write_plots(
+    attempt_dir: Path,
+    rows: list[dict],
+    reward_names: list[str],
+    device: str,
+    estimate_gib: float | None,
+    title: str,
+    curve: list[dict] | None = None,
+) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -147,8 +185,16 @@ def write_plots(attempt_dir: Path, rows: list[dict], reward_names: list[str], de
 
     # Per-step rewards are noisy (a handful of completions each): draw the rolling mean bold, the raw total faint.
     span = max(1, min(SMOOTH, len(rows) // 5))
-    with _plot(plt, attempt_dir, "rewards.png", written, 5, f"mean reward per completion ({span}-step rolling mean)",
-               f"{title}: rewards", "upper left") as ax:
+    with _plot(
+        plt,
+        attempt_dir,
+        "rewards.png",
+        written,
+        5,
+        f"mean reward per completion ({span}-step rolling mean)",
+        f"{title}: rewards",
+        "upper left",
+    ) as ax:
         totals = [float("nan") if r["reward"] is None else r["reward"] for r in rows]
         ax.plot(steps, totals, color="0.6", linewidth=0.8, alpha=0.6, label="total, per step")
         for name in reward_names:
@@ -156,8 +202,16 @@ def write_plots(attempt_dir: Path, rows: list[dict], reward_names: list[str], de
             ax.plot(steps, _rolling(values, span), label=f"{name}", linewidth=1.4)
         ax.plot(steps, _rolling(totals, span), label="total (weighted)", color="black", linewidth=2.4)
 
-    with _plot(plt, attempt_dir, "completion_length.png", written, 4, "tokens", f"{title}: mean completion length",
-               "lower right") as ax:
+    with _plot(
+        plt,
+        attempt_dir,
+        "completion_length.png",
+        written,
+        4,
+        "tokens",
+        f"{title}: mean completion length",
+        "lower right",
+    ) as ax:
         lengths = [float("nan") if r["completion_length"] is None else r["completion_length"] for r in rows]
         ax.plot(steps, lengths, color="tab:blue", linewidth=0.8, alpha=0.5, label="per step")
         ax.plot(steps, _rolling(lengths, span), color="tab:blue", linewidth=2.0, label=f"{span}-step rolling mean")
@@ -168,15 +222,31 @@ def write_plots(attempt_dir: Path, rows: list[dict], reward_names: list[str], de
         _plot_signal(plt, attempt_dir, signal_rows, span, title, written)
 
     if curve and any(p["when"] == "during" for p in curve):
-        with _plot(plt, attempt_dir, "evaluation.png", written, 4, "share of test prompts",
-                   f"{title}: held-out evaluation", "lower right") as ax:
+        with _plot(
+            plt,
+            attempt_dir,
+            "evaluation.png",
+            written,
+            4,
+            "share of test prompts",
+            f"{title}: held-out evaluation",
+            "lower right",
+        ) as ax:
             steps_at = [p["step"] for p in curve]
-            ax.plot(steps_at, [p["accuracy"] for p in curve], marker="o", color="black", linewidth=2.0,
-                    label="accuracy")
+            ax.plot(
+                steps_at, [p["accuracy"] for p in curve], marker="o", color="black", linewidth=2.0, label="accuracy"
+            )
             formed = [(p["step"], p["well_formed"]) for p in curve if p["well_formed"] is not None]
             if formed:
-                ax.plot([s for s, _ in formed], [v for _, v in formed], marker="s", color="tab:blue",
-                        linewidth=1.3, linestyle="--", label="well-formed answers")
+                ax.plot(
+                    [s for s, _ in formed],
+                    [v for _, v in formed],
+                    marker="s",
+                    color="tab:blue",
+                    linewidth=1.3,
+                    linestyle="--",
+                    label="well-formed answers",
+                )
             ax.set_ylim(0, 1.02)
 
     mem_steps, mem_values, label = _memory_series(rows, device)
@@ -185,8 +255,9 @@ def write_plots(attempt_dir: Path, rows: list[dict], reward_names: list[str], de
         if device == "cuda":
             nvml = [(r["step"], r["memory"]["nvml_used_gib"]) for r in rows if "nvml_used_gib" in r["memory"]]
             if nvml:
-                ax.plot([s for s, _ in nvml], [v for _, v in nvml], label="used (NVML)", color="tab:purple",
-                        linewidth=1.2)
+                ax.plot(
+                    [s for s, _ in nvml], [v for _, v in nvml], label="used (NVML)", color="tab:purple", linewidth=1.2
+                )
         if estimate_gib is not None:
             ax.axhline(estimate_gib, color="tab:red", linestyle="--", label=f"estimate {estimate_gib:.2f} GiB")
         top = max([*mem_values, estimate_gib or 0.0, 0.01])
@@ -200,11 +271,20 @@ def _plot_signal(plt, attempt_dir: Path, rows: list[dict], span: int, title: str
     steps = [r["step"] for r in rows]
 
     def series(key):
-        return _rolling([float("nan") if r["group_signal"].get(key) is None else r["group_signal"][key]
-                         for r in rows], span)
+        return _rolling(
+            [float("nan") if r["group_signal"].get(key) is None else r["group_signal"][key] for r in rows], span
+        )
 
-    with _plot(plt, attempt_dir, "group_signal.png", written, 4.5, f"share of groups ({span}-step rolling mean)",
-               f"{title}: learning signal per step", "upper left") as ax:
+    with _plot(
+        plt,
+        attempt_dir,
+        "group_signal.png",
+        written,
+        4.5,
+        f"share of groups ({span}-step rolling mean)",
+        f"{title}: learning signal per step",
+        "upper left",
+    ) as ax:
         ax.plot(steps, series("groups_alike"), color="black", linewidth=2.2, label="one reward for the whole group")
         if "groups_all_correct" in rows[-1]["group_signal"]:
             ax.plot(steps, series("groups_all_correct"), color="tab:green", linewidth=1.3, label="all correct")
@@ -229,9 +309,11 @@ def _probe_line(probe: dict | None) -> str:
     """The worst-case probe before training: its shapes, peak and time."""
     if not probe:
         return "- worst-case probe: not run"
-    return (f"- worst-case probe: {probe['batch']} x ({probe['prompt_tokens']} prompt + "
-            f"{probe['completion_tokens']} completion) tokens, peak {_fmt(probe['peak_gib'], 2, ' GiB')} "
-            f"({probe['measure']}) in {_fmt(probe['seconds'], 1, ' s')}")
+    return (
+        f"- worst-case probe: {probe['batch']} x ({probe['prompt_tokens']} prompt + "
+        f"{probe['completion_tokens']} completion) tokens, peak {_fmt(probe['peak_gib'], 2, ' GiB')} "
+        f"({probe['measure']}) in {_fmt(probe['seconds'], 1, ' s')}"
+    )
 
 
 def _warm_start_lines(warm: dict | None, acc: dict) -> list[str]:
@@ -239,26 +321,39 @@ def _warm_start_lines(warm: dict | None, acc: dict) -> list[str]:
     if not warm:
         return []
     how = f"{warm['steps']} supervised steps in the tiny model's build"
-    restated = "" if warm.get("restated") is None else f" ({warm['restated']:.0%} of its answers restating the " \
-        "problem's numbers)"
+    restated = (
+        ""
+        if warm.get("restated") is None
+        else f" ({warm['restated']:.0%} of its answers restating the problem's numbers)"
+    )
     if warm.get("stopped") == "criterion":
         how += f", stopped on its criterion{restated}"
     elif warm.get("stopped") == "max_steps":
         how += f", the checked step nearest its criterion once it reached its step limit{restated}"
-    return [f"- held-out accuracy, random model -> warm start -> after GRPO: {_fmt(warm['random_accuracy'])} -> "
-            f"{_fmt(acc['before'])} -> {_fmt(acc['after'])} (the warm start is {how}; GRPO's own gain is "
-            f"{_fmt(None if acc['before'] is None or acc['after'] is None else acc['after'] - acc['before'])})"]
+    return [
+        f"- held-out accuracy, random model -> warm start -> after GRPO: {_fmt(warm['random_accuracy'])} -> "
+        f"{_fmt(acc['before'])} -> {_fmt(acc['after'])} (the warm start is {how}; GRPO's own gain is "
+        f"{_fmt(None if acc['before'] is None or acc['after'] is None else acc['after'] - acc['before'])})"
+    ]
 
 
 def _signal_lines(signal: dict | None) -> list[str]:
     """The learning signal's table (first and last steps) and the "cannot learn" line, if any."""
     if not signal:
         return []
-    names = {"groups_alike": "groups with one reward for all completions (no advantage)",
-             "group_reward_spread": "reward spread within a group (sd)",
-             "groups_all_correct": "groups all correct", "groups_all_wrong": "groups all wrong"}
-    lines = ["", "## Learning signal (mean of the first and the last steps)", "",
-             f"| per step | first {signal['window']} | last {signal['window']} |", "|---|---|---|"]
+    names = {
+        "groups_alike": "groups with one reward for all completions (no advantage)",
+        "group_reward_spread": "reward spread within a group (sd)",
+        "groups_all_correct": "groups all correct",
+        "groups_all_wrong": "groups all wrong",
+    }
+    lines = [
+        "",
+        "## Learning signal (mean of the first and the last steps)",
+        "",
+        f"| per step | first {signal['window']} | last {signal['window']} |",
+        "|---|---|---|",
+    ]
     for key, label in names.items():
         if key in signal:
             lines.append(f"| {label} | {_fmt(signal[key]['first'])} | {_fmt(signal[key]['last'])} |")
@@ -272,14 +367,22 @@ def _evaluation_lines(evaluation: dict | None) -> list[str]:
     if not evaluation or not evaluation["points"]:
         return []
     lines = ["", "## Held-out evaluation over the run", ""]
-    lines.append(f"During training: {'every ' + str(evaluation['every']) + ' steps' if evaluation['every'] else 'off'}"
-                 f" ({evaluation['why']})" + (f"; it took {_fmt(evaluation['seconds_during_training'], 1, ' s')}, "
-                                              f"{_fmt(evaluation['share_of_training_time'], 3)} of training time"
-                                              if evaluation["every"] else "") + ".")
+    lines.append(
+        f"During training: {'every ' + str(evaluation['every']) + ' steps' if evaluation['every'] else 'off'}"
+        f" ({evaluation['why']})"
+        + (
+            f"; it took {_fmt(evaluation['seconds_during_training'], 1, ' s')}, "
+            f"{_fmt(evaluation['share_of_training_time'], 3)} of training time"
+            if evaluation["every"]
+            else ""
+        )
+        + "."
+    )
     lines += ["", "| step | when | accuracy | well-formed |", "|---|---|---|---|"]
     for point in evaluation["points"]:
-        lines.append(f"| {point['step']} | {point['when']} | {_fmt(point['accuracy'])} | "
-                     f"{_fmt(point['well_formed'])} |")
+        lines.append(
+            f"| {point['step']} | {point['when']} | {_fmt(point['accuracy'])} | {_fmt(point['well_formed'])} |"
+        )
     best = evaluation.get("best")
     if best:
         kept = f", kept in `{best['saved_in']}`" if best.get("saved_in") else ", not saved (no checkpoint at that step)"
@@ -305,8 +408,12 @@ def write_report(attempt_dir: Path, summary: dict) -> None:
         + (f" (measured/estimate {mem['ratio']:.2f})" if mem.get("ratio") is not None else ""),
         _probe_line(summary.get("probe")),
         f"- accuracy on {acc['samples']} test problems: before {_fmt(acc['before'])}, after {_fmt(acc['after'])}"
-        + (f"; well-formed <reasoning>/<answer> answers {_fmt(acc['well_formed_before'])} -> "
-           f"{_fmt(acc['well_formed_after'])}" if acc.get("well_formed_after") is not None else ""),
+        + (
+            f"; well-formed <reasoning>/<answer> answers {_fmt(acc['well_formed_before'])} -> "
+            f"{_fmt(acc['well_formed_after'])}"
+            if acc.get("well_formed_after") is not None
+            else ""
+        ),
         *_warm_start_lines(summary.get("warm_start"), acc),
         "",
         "## Rewards (mean of the first and the last steps)",
@@ -323,18 +430,28 @@ def write_report(attempt_dir: Path, summary: dict) -> None:
     lines += ["", "## Plots", ""]
     for plot in summary.get("plots", []):
         lines.append(f"![{plot[:-4]}]({plot})")
-    lines += ["", "## Outputs", "",
-              "- `adapter/`: the trained LoRA adapter (or the full model at lora_rank 0) and the tokenizer, "
-              "Hugging Face format",
-              "- `metrics.jsonl`: one line per step (rewards, learning signal per group, loss, completion length, "
-              "memory)",
-              "- `checkpoint-N/`: trainer checkpoints, for `--resume`", ""]
+    lines += [
+        "",
+        "## Outputs",
+        "",
+        "- `adapter/`: the trained LoRA adapter (or the full model at lora_rank 0) and the tokenizer, "
+        "Hugging Face format",
+        "- `metrics.jsonl`: one line per step (rewards, learning signal per group, loss, completion length, memory)",
+        "- `checkpoint-N/`: trainer checkpoints, for `--resume`",
+        "",
+    ]
     for key, heading in (("examples_before", "before training"), ("examples_after", "after training")):
         examples = acc.get(key) or []
         if examples:
             lines += [f"## Sample answers {heading}", ""]
             for example in examples:
                 reward = f", reward {_fmt(example['reward'], 2)}" if "reward" in example else ""
-                lines += [f"expected `{example['answer']}`{reward}:", "", "```", example["completion"].strip(),
-                          "```", ""]
+                lines += [
+                    f"expected `{example['answer']}`{reward}:",
+                    "",
+                    "```",
+                    example["completion"].strip(),
+                    "```",
+                    "",
+                ]
     write_atomic(attempt_dir / "report.md", "\n".join(lines))

@@ -26,6 +26,7 @@ from contract.failure import write_problem
 from contract.safe_write import disk_error_text
 from trainer.state import AttemptState, say
 
+
 def _one_line(text: str) -> str:
     lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
     return (lines[0] if lines else "")[:500]
@@ -59,8 +60,10 @@ def classify(exc: BaseException, folder: Path | None = None, signalled: bool = F
             return INTERRUPTED, "stopped by a signal"
         raiser = getattr(exc, "grpo_reward", None)
         by = f"reward '{raiser}'" if raiser else "code the attempt ran (a reward or a library)"
-        return ERROR, (f"KeyboardInterrupt raised by {by} although no signal was sent; a reward must return "
-                       "its scores (or raise an ordinary exception)")
+        return ERROR, (
+            f"KeyboardInterrupt raised by {by} although no signal was sent; a reward must return "
+            "its scores (or raise an ordinary exception)"
+        )
     reward_failure = user_reward_error(exc)
     if reward_failure is not None:  # the user's code failed: never read as memory, whatever its text says
         return ERROR, _one_line(str(reward_failure))
@@ -111,8 +114,10 @@ def restart_point(attempt_dir, resume_from: str | None, environ=None) -> tuple[i
         return None, resume_from
     earlier = contract.merge_outcomes(Path(attempt_dir))
     if earlier is not None and earlier.status != NODE:
-        say(f"restart {count} of the attempt's processes: rank {earlier.rank}'s {earlier.status} stands "
-            f"({earlier.error or 'no error text'}); not training again")
+        say(
+            f"restart {count} of the attempt's processes: rank {earlier.rank}'s {earlier.status} stands "
+            f"({earlier.error or 'no error text'}); not training again"
+        )
         return EXIT_FOR_STATUS[earlier.status], resume_from
     newest = contract.latest_checkpoint(Path(attempt_dir))
     if newest is not None and contract.checkpoint_step(newest) > contract.checkpoint_step(resume_from):
@@ -121,8 +126,9 @@ def restart_point(attempt_dir, resume_from: str | None, environ=None) -> tuple[i
     return None, resume_from
 
 
-def run_attempt(profile, attempt_dir, resume_from=None, resolve_model=None, estimate_gib: float | None = None,
-                after_probe=None) -> int:
+def run_attempt(
+    profile, attempt_dir, resume_from=None, resolve_model=None, estimate_gib: float | None = None, after_probe=None
+) -> int:
     """Train one attempt of `profile` in `attempt_dir` (see the module docstring for the exit status).
 
     `resolve_model(profile)` gives (path to load, build record or None): the command that starts the attempt
@@ -141,12 +147,21 @@ def run_attempt(profile, attempt_dir, resume_from=None, resolve_model=None, esti
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # which disk, and how full
             reason = disk_error_text(exc, attempt_dir).split(": ", 1)[-1]
-        say(f"error: cannot write to the attempt folder {attempt_dir}: {reason} "
-            f"{write_fix(write_problem(exc, attempt_dir), attempt_dir)}", error=True)
+        say(
+            f"error: cannot write to the attempt folder {attempt_dir}: {reason} "
+            f"{write_fix(write_problem(exc, attempt_dir), attempt_dir)}",
+            error=True,
+        )
         return EXIT_FAILURE
 
-    state = AttemptState(profile, attempt_dir, str(resume_from) if resume_from else None, main=rank == 0,
-                         resolve_model=resolve_model, estimate_gib=estimate_gib)
+    state = AttemptState(
+        profile,
+        attempt_dir,
+        str(resume_from) if resume_from else None,
+        main=rank == 0,
+        resolve_model=resolve_model,
+        estimate_gib=estimate_gib,
+    )
     from trainer.signals import StopFlag
 
     stopper = StopFlag().install()
@@ -185,12 +200,17 @@ def end_within_grace(code: int, grace_s: float = EXIT_GRACE_S) -> None:
         import time
 
         time.sleep(grace_s)
-        stray = [t for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon
-                 and t is not threading.main_thread()]
+        stray = [
+            t
+            for t in threading.enumerate()
+            if t is not threading.current_thread() and not t.daemon and t is not threading.main_thread()
+        ]
         names = ", ".join(_thread_text(t) for t in stray) or "none left (the interpreter's own teardown hung)"
         try:
-            sys.stderr.write(f"note: the attempt's outcome is written, but the process has not exited {grace_s:g} s "
-                             f"later; threads still running: {names}; ending it (exit {code})\n")
+            sys.stderr.write(
+                f"note: the attempt's outcome is written, but the process has not exited {grace_s:g} s "
+                f"later; threads still running: {names}; ending it (exit {code})\n"
+            )
             sys.stderr.flush()
             sys.stdout.flush()
         except (OSError, ValueError):
@@ -210,6 +230,7 @@ def _thread_text(thread) -> str:
 def _interruptible(resolve, stopper):
     """`resolve` (which may build the project's offline model on first use: minutes) in the stop flag's
     "building" phase, where a signal stops at once instead of after the build."""
+
     def resolve_now(profile):
         if stopper.stopped:
             raise KeyboardInterrupt("stopped before the model was built")
@@ -219,6 +240,7 @@ def _interruptible(resolve, stopper):
             return resolve(profile)
         finally:
             stopper.phase = before
+
     return resolve_now
 
 
@@ -236,8 +258,14 @@ def saved_text(state: AttemptState) -> str:
     return f"nothing was saved (it stopped before a checkpoint){before}"
 
 
-def _record_failure(outcome: Outcome, exc: BaseException, profile_name: str, rank: int,
-                    attempt_dir: Path | None = None, signalled: bool = False) -> int:
+def _record_failure(
+    outcome: Outcome,
+    exc: BaseException,
+    profile_name: str,
+    rank: int,
+    attempt_dir: Path | None = None,
+    signalled: bool = False,
+) -> int:
     """Fill the outcome from the exception, say what happened, and return the exit status."""
     status, line = classify(exc, attempt_dir, signalled)
     code = EXIT_FOR_STATUS[status]
@@ -292,8 +320,11 @@ def _close_outcome(state: AttemptState, outcome: Outcome) -> bool:
     try:
         outcome.write(state.attempt_dir, outcome.rank)
     except OSError as exc:
-        say(f"error: the attempt ended {outcome.status}, but its {contract.outcome_name(outcome.rank)} is not "
-            f"written: {disk_error_text(exc, state.attempt_dir, len(outcome.to_json()))}", error=True)
+        say(
+            f"error: the attempt ended {outcome.status}, but its {contract.outcome_name(outcome.rank)} is not "
+            f"written: {disk_error_text(exc, state.attempt_dir, len(outcome.to_json()))}",
+            error=True,
+        )
         return False
     return True
 
@@ -301,15 +332,27 @@ def _close_outcome(state: AttemptState, outcome: Outcome) -> bool:
 def _train(state: AttemptState, signals, after_probe=None) -> str:
     """Load, evaluate, train, finish; the status. A signal between stages stops with what was saved."""
     from trainer.inject import parse_inject
-    from trainer.stages import (build_trainer, evaluate_rows, finish, join_ranks, load, load_trained_checkpoint,
-                                nothing_left_to_train, probe, train, wait_for_ranks)
+    from trainer.stages import (
+        build_trainer,
+        evaluate_rows,
+        finish,
+        join_ranks,
+        load,
+        load_trained_checkpoint,
+        nothing_left_to_train,
+        probe,
+        train,
+        wait_for_ranks,
+    )
 
     parse_inject(os.environ.get(ENV_INJECT_OOM))  # refuse a malformed value before anything loads
     if state.resume_from:
         problem = contract.checkpoint_problem(Path(state.resume_from))
         if problem:
-            raise UsageError(f"--resume-from {state.resume_from}: cannot resume from it: {problem} (fix: give an "
-                             "earlier checkpoint-N, or use --resume, which picks the newest whole one)")
+            raise UsageError(
+                f"--resume-from {state.resume_from}: cannot resume from it: {problem} (fix: give an "
+                "earlier checkpoint-N, or use --resume, which picks the newest whole one)"
+            )
         say(f"resuming from {Path(state.resume_from).name} (step {contract.checkpoint_step(state.resume_from)})")
     loaded = load(state)
     if signals.stopped:
@@ -343,4 +386,3 @@ def _train(state: AttemptState, signals, after_probe=None) -> str:
     signals.phase = "training"
     train_seconds = train(state, session)
     return finish(state, loaded, session, before, train_seconds, signals)
-

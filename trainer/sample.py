@@ -47,8 +47,9 @@ def load_trained(profile, adapter_dir: Path, base_path: str):
     if generation_path(profile, backend, model) == "unsloth-vllm":
         return backend, model, tokenizer, str(adapter_dir)  # vLLM takes the adapter as a LoRA request
     if profile.fast_inference and backend.name == "unsloth":
-        print("note: no vLLM engine was started (see Unsloth's lines above); answering with transformers",
-              file=sys.stderr)
+        print(
+            "note: no vLLM engine was started (see Unsloth's lines above); answering with transformers", file=sys.stderr
+        )
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
 
@@ -69,20 +70,28 @@ def rows_to_answer(profile, prompt: str | None, from_test: int | None) -> list[d
     if not rows:
         raise UsageError(f"--sample: dataset {profile.dataset} has no test rows (fix: --prompt TEXT)")
     if from_test is not None and from_test > len(rows):
-        print(f"note: --from-test {from_test}: the test split holds {len(rows)} rows; answering all of them",
-              file=sys.stderr)
+        print(
+            f"note: --from-test {from_test}: the test split holds {len(rows)} rows; answering all of them",
+            file=sys.stderr,
+        )
     return rows
 
 
-def score_answers(profile, rows: list[dict], completions: list[str], tokenizer, rewards: dict | None = None,
-                  correctness: str | None = "") -> list[Answer]:
+def score_answers(
+    profile,
+    rows: list[dict],
+    completions: list[str],
+    tokenizer,
+    rewards: dict | None = None,
+    correctness: str | None = "",
+) -> list[Answer]:
     """Each completion with every reward's score (None where a reward could not score it: a --prompt row
     has no gold and no other columns), the weighted total and the correctness verdict. `rewards` (name ->
     weight, default the profile's) and `correctness` (default the profile's; None: not judged) are what the
     caller lets run."""
-    from rewards import get_reward, get_reward_funcs
     from evaluation.generate import completion_token_ids
     from evaluation.score import FULL_SCORE, reward_inputs
+    from rewards import get_reward, get_reward_funcs
 
     rewards = profile.rewards if rewards is None else rewards
     correctness = profile.correctness if correctness == "" else correctness
@@ -93,8 +102,11 @@ def score_answers(profile, rows: list[dict], completions: list[str], tokenizer, 
         try:
             columns[fn.__name__] = list(fn(**inputs))
         except Exception as exc:
-            print(f"note: reward '{fn.__name__}' could not score these answers ({type(exc).__name__}: "
-                  f"{str(exc).splitlines()[0] if str(exc) else ''})", file=sys.stderr)
+            print(
+                f"note: reward '{fn.__name__}' could not score these answers ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else ''})",
+                file=sys.stderr,
+            )
             columns[fn.__name__] = [None] * len(rows)
     judged = correctness is not None
     try:
@@ -111,14 +123,24 @@ def score_answers(profile, rows: list[dict], completions: list[str], tokenizer, 
     return answers
 
 
-
-
-def answer(profile, adapter_dir: Path, base_path: str, rows: list[dict], rewards: dict | None = None,
-           correctness: str | None = "") -> list[Answer]:
+def answer(
+    profile,
+    adapter_dir: Path,
+    base_path: str,
+    rows: list[dict],
+    rewards: dict | None = None,
+    correctness: str | None = "",
+) -> list[Answer]:
     """The trained model's greedy answers to `rows`, scored (score_answers: which rewards run)."""
     backend, model, tokenizer, lora_path = load_trained(profile, adapter_dir, base_path)
     from evaluation.generate import generate
 
-    completions = generate(model, tokenizer, rows, max_new_tokens=profile.max_completion_length,
-                           use_vllm=lora_path is not None, lora_path=lora_path)
+    completions = generate(
+        model,
+        tokenizer,
+        rows,
+        max_new_tokens=profile.max_completion_length,
+        use_vllm=lora_path is not None,
+        lora_path=lora_path,
+    )
     return score_answers(profile, rows, completions, tokenizer, rewards, correctness)

@@ -19,8 +19,7 @@ class StopFlag:
         "probe": "stopping after the worst-case probe, before training starts",
         "training": "saving a checkpoint at the end of this step, then stopping",
         "evaluating": "stopping the evaluation during training, saving a checkpoint at this step, then stopping",
-        "finishing": "the adapter is saved; stopping without the final evaluation and report (--resume "
-                     "finishes them)",
+        "finishing": "the adapter is saved; stopping without the final evaluation and report (--resume finishes them)",
         "reporting": "finishing the report (seconds), then exiting",
     }
 
@@ -29,7 +28,7 @@ class StopFlag:
         self.phase = "loading"
         self._previous = {}
 
-    def install(self) -> "StopFlag":
+    def install(self) -> StopFlag:
         for signum in (signal.SIGINT, signal.SIGTERM):
             try:
                 self._previous[signum] = signal.signal(signum, self._handle)
@@ -71,6 +70,7 @@ class StopFlag:
 def exit_on_signal(code: int) -> None:
     """After the attempt's outcome is written, a signal has nothing left to save: end at once with `code`
     (130) instead of dying by the default SIGTERM (143) while the interpreter tears torch down."""
+
     def _exit(signum, frame):
         os._exit(code)
 

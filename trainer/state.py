@@ -13,8 +13,15 @@ from contract import attempt as contract
 class AttemptState:
     """What is known so far, so that a failure at any point still reports steps, peak and checkpoint."""
 
-    def __init__(self, profile, attempt_dir: Path, resume_from: str | None, main: bool = True,
-                 resolve_model=None, estimate_gib: float | None = None):
+    def __init__(
+        self,
+        profile,
+        attempt_dir: Path,
+        resume_from: str | None,
+        main: bool = True,
+        resolve_model=None,
+        estimate_gib: float | None = None,
+    ):
         self.profile = profile
         self.attempt_dir = attempt_dir
         self.resume_from = resume_from

@@ -11,8 +11,9 @@ from contract import attempt as contract
 from trainer.state import AttemptState
 
 
-def build_summary(state: AttemptState, backend, rows, reward_names, before, after, train_seconds,
-                  train_rows, dropped, status) -> dict:
+def build_summary(
+    state: AttemptState, backend, rows, reward_names, before, after, train_seconds, train_rows, dropped, status
+) -> dict:
     """summary.json: what ran where, for how long, with what memory against the estimate, and the result."""
     import torch
 
@@ -25,12 +26,20 @@ def build_summary(state: AttemptState, backend, rows, reward_names, before, afte
     estimate = state.estimate_gib
     if backend.device == "cuda":
         total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / (1 << 30)
-        device = {"name": backend.gpu_name, "total_gib": round(total, 2),
-                  "compute_capability": list(backend.compute_capability or ()), "bf16": backend.bf16}
+        device = {
+            "name": backend.gpu_name,
+            "total_gib": round(total, 2),
+            "compute_capability": list(backend.compute_capability or ()),
+            "bf16": backend.bf16,
+        }
         measure = memory.get("measure")
     else:
-        device = {"name": f"CPU ({platform.machine()}, {torch.get_num_threads()} threads)", "total_gib": None,
-                  "compute_capability": None, "bf16": False}
+        device = {
+            "name": f"CPU ({platform.machine()}, {torch.get_num_threads()} threads)",
+            "total_gib": None,
+            "compute_capability": None,
+            "bf16": False,
+        }
         measure = "process peak RSS"
     return {
         "status": status,
@@ -44,18 +53,28 @@ def build_summary(state: AttemptState, backend, rows, reward_names, before, afte
         "wall_seconds": round(time.time() - state.started, 2),
         "train_rows": train_rows,
         "dropped_prompts": dropped,
-        "memory": {**memory, "estimate_gib": estimate, "measure": measure,
-                   "ratio": round(peak / estimate, 3) if estimate else None},
+        "memory": {
+            **memory,
+            "estimate_gib": estimate,
+            "measure": measure,
+            "ratio": round(peak / estimate, 3) if estimate else None,
+        },
         # seconds per optimizer step, measured (steady state) beside the plan's prediction
         "speed": measured_step(rows, state.predicted_step_s),
         "rewards": reward_figures(rows, reward_names),
         "group_signal": signal_figures(rows),
-        "accuracy": {"correctness": profile.correctness, "samples": before["total"], "before": before["accuracy"],
-                     "after": after["accuracy"],
-                     "correct_before": before["correct"], "correct_after": after["correct"],
-                     "well_formed_before": before.get("well_formed"), "well_formed_after": after.get("well_formed"),
-                     "examples_before": scored_examples(before["examples"], profile.rewards),
-                     "examples_after": scored_examples(after["examples"], profile.rewards)},
+        "accuracy": {
+            "correctness": profile.correctness,
+            "samples": before["total"],
+            "before": before["accuracy"],
+            "after": after["accuracy"],
+            "correct_before": before["correct"],
+            "correct_after": after["correct"],
+            "well_formed_before": before.get("well_formed"),
+            "well_formed_after": after.get("well_formed"),
+            "examples_before": scored_examples(before["examples"], profile.rewards),
+            "examples_after": scored_examples(after["examples"], profile.rewards),
+        },
         "warm_start": state.model_built,
         "checkpoint": contract.relative_path(state.latest_checkpoint(), state.attempt_dir),
         "probe": state.probe,

@@ -38,13 +38,20 @@ def measured_step(rows: list[dict], predicted_s: float | None = None) -> dict | 
     if not times:
         return None
     steady = times[WARMUP_STEPS:] or times
-    lengths = [r["completion_length"] for r in rows[WARMUP_STEPS:] or rows
-               if isinstance(r.get("completion_length"), (int, float))]
+    lengths = [
+        r["completion_length"]
+        for r in rows[WARMUP_STEPS:] or rows
+        if isinstance(r.get("completion_length"), (int, float))
+    ]
     step = statistics.median(steady)
-    return {"step_s": round(step, 4), "steps_timed": len(steady), "first_step_s": round(times[0], 4),
-            "completion_mean": round(statistics.fmean(lengths), 1) if lengths else None,
-            "predicted_step_s": None if predicted_s is None else round(predicted_s, 4),
-            "ratio": round(step / predicted_s, 3) if predicted_s else None}
+    return {
+        "step_s": round(step, 4),
+        "steps_timed": len(steady),
+        "first_step_s": round(times[0], 4),
+        "completion_mean": round(statistics.fmean(lengths), 1) if lengths else None,
+        "predicted_step_s": None if predicted_s is None else round(predicted_s, 4),
+        "ratio": round(step / predicted_s, 3) if predicted_s else None,
+    }
 
 
 def time_generation_wave(generate: Callable[[], list[int]], repeats: int = 3, warmups: int = 1) -> dict:
@@ -63,9 +70,15 @@ def time_generation_wave(generate: Callable[[], list[int]], repeats: int = 3, wa
         tokens.append(lengths)
     wave = statistics.median(seconds)
     last = tokens[seconds.index(wave)] if wave in seconds else tokens[-1]
-    return {"seconds": round(wave, 4), "sequences": len(last), "tokens": int(sum(last)),
-            "longest": int(max(last, default=0)), "mean_completion": round(statistics.fmean(last), 1) if last else 0.0,
-            "tokens_per_s": round(sum(last) / wave, 1) if wave > 0 else None, "repeats": repeats}
+    return {
+        "seconds": round(wave, 4),
+        "sequences": len(last),
+        "tokens": int(sum(last)),
+        "longest": int(max(last, default=0)),
+        "mean_completion": round(statistics.fmean(last), 1) if last else 0.0,
+        "tokens_per_s": round(sum(last) / wave, 1) if wave > 0 else None,
+        "repeats": repeats,
+    }
 
 
 def time_training_step(step: Callable[[], object], repeats: int = 3, warmups: int = 1) -> dict:
@@ -80,8 +93,12 @@ def time_training_step(step: Callable[[], object], repeats: int = 3, warmups: in
         step()
         synchronize()
         seconds.append(time.perf_counter() - started)
-    return {"seconds": round(statistics.median(seconds), 4), "min_s": round(min(seconds), 4),
-            "max_s": round(max(seconds), 4), "repeats": repeats}
+    return {
+        "seconds": round(statistics.median(seconds), 4),
+        "min_s": round(min(seconds), 4),
+        "max_s": round(max(seconds), 4),
+        "repeats": repeats,
+    }
 
 
 def calibration(measured: dict, predicted: dict) -> dict:

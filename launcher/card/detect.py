@@ -15,7 +15,7 @@ import psutil
 from contract.attempt import BF16_MIN_CAPABILITY, bf16_capable
 from contract.errors import UsageError
 
-GIB = 1024 ** 3
+GIB = 1024**3
 
 # torch 2.13 and vLLM 0.32 are CUDA 13 builds, whose kernels start at Turing (compute capability 7.5)
 MIN_CAPABILITY = (7, 5)
@@ -67,12 +67,16 @@ def precision_text(gpu: GpuInfo | None) -> str:
     if gpu.compute_capability is None:
         return "bf16 assumed (capability unknown)"
     cc = ".".join(map(str, gpu.compute_capability))
-    return f"bf16 (compute capability {cc})" if bf16_supported(gpu) else \
-        f"fp16 (compute capability {cc} < {'.'.join(map(str, BF16_MIN_CAPABILITY))}: no bf16)"
+    return (
+        f"bf16 (compute capability {cc})"
+        if bf16_supported(gpu)
+        else f"fp16 (compute capability {cc} < {'.'.join(map(str, BF16_MIN_CAPABILITY))}: no bf16)"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
 # A named what-if card's compute capability
+
 
 def known_capability(name: str | None, memory_gib: float | None = None) -> tuple[int, int] | None:
     """The compute capability of a card known by name to the card table (launcher.card.facts: "Tesla T4" ->
@@ -89,12 +93,15 @@ def below_minimum(name: str, capability) -> str | None:
     if capability is None or tuple(capability) >= MIN_CAPABILITY:
         return None
     cc = ".".join(map(str, capability))
-    return (f"{name} has compute capability {cc}; the CUDA 13 builds of torch and vLLM need "
-            f"{'.'.join(map(str, MIN_CAPABILITY))} or newer (Turing)")
+    return (
+        f"{name} has compute capability {cc}; the CUDA 13 builds of torch and vLLM need "
+        f"{'.'.join(map(str, MIN_CAPABILITY))} or newer (Turing)"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
 # Host memory
+
 
 def host_memory_gib() -> tuple[float, float]:
     """(total, available) host RAM in GiB; (0, 0) where the system will not say."""
@@ -107,6 +114,7 @@ def host_memory_gib() -> tuple[float, float]:
 
 # ---------------------------------------------------------------------------------------------------
 # CUDA_VISIBLE_DEVICES
+
 
 def visible_selection(value: str | None) -> list[str] | None:
     """The entries of CUDA_VISIBLE_DEVICES, or None when it is unset (every device visible).
@@ -149,6 +157,7 @@ def _select(devices: list[dict], selection: list[str] | None) -> tuple[list[dict
 # ---------------------------------------------------------------------------------------------------
 # Reading the machine
 
+
 def _read_nvml(nvml) -> tuple[list[dict], str | None, str | None]:
     driver = cuda_driver = None
     try:
@@ -181,8 +190,15 @@ def _device(nvml, handle, index: int, capability=None) -> dict:
         uuid = _text(nvml.nvmlDeviceGetUUID(handle))
     except Exception:  # noqa: BLE001
         uuid = None
-    return {"nvml_index": index, "name": _text(nvml.nvmlDeviceGetName(handle)), "total": memory.total / GIB,
-            "free": memory.free / GIB, "used": memory.used / GIB, "capability": capability, "uuid": uuid}
+    return {
+        "nvml_index": index,
+        "name": _text(nvml.nvmlDeviceGetName(handle)),
+        "total": memory.total / GIB,
+        "free": memory.free / GIB,
+        "used": memory.used / GIB,
+        "capability": capability,
+        "uuid": uuid,
+    }
 
 
 def _mig_slices(nvml, handle, parent: dict) -> list[dict] | None:
@@ -210,8 +226,9 @@ def _mig_slices(nvml, handle, parent: dict) -> list[dict] | None:
     return slices
 
 
-def detect_machine(what_if_gib: float | None = None, what_if_name: str | None = None, nvml=None,
-          what_if_count: int | None = None) -> Machine:
+def detect_machine(
+    what_if_gib: float | None = None, what_if_name: str | None = None, nvml=None, what_if_count: int | None = None
+) -> Machine:
     """Read the machine. `what_if_gib` plans for a card of that size instead (free = total);
     `what_if_count` (--gpus N) plans for N such cards, or for the first N of the GPUs found. A what-if card
     named like a known one (`what_if_name`) gets its compute capability; any other: unknown, bf16 assumed."""
@@ -225,13 +242,25 @@ def detect_machine(what_if_gib: float | None = None, what_if_name: str | None = 
         refusal = below_minimum(name, capability)
         if refusal:  # as when NVML reports such a card: nothing of the GPU ladder can run on it
             return Machine([], f"GPU 0 (what-if): {refusal}: planning for the CPU ladder", host_total, host_free)
-        gpus = [GpuInfo(name=name, total_gib=float(what_if_gib), free_gib=float(what_if_gib), used_gib=0.0,
-                        compute_capability=capability, driver=None, cuda_driver=None, index=i, source="what-if")
-                for i in range(count)]
+        gpus = [
+            GpuInfo(
+                name=name,
+                total_gib=float(what_if_gib),
+                free_gib=float(what_if_gib),
+                used_gib=0.0,
+                compute_capability=capability,
+                driver=None,
+                cuda_driver=None,
+                index=i,
+                source="what-if",
+            )
+            for i in range(count)
+        ]
         cards = f"{count} x {name}" if count > 1 else name
         flags = "--gpu-memory" + (" --gpus" if what_if_count else "")
-        machine = Machine(gpus, f"planning for {cards} ({what_if_gib:g} GiB, all of it free): {flags}",
-                          host_total, host_free)
+        machine = Machine(
+            gpus, f"planning for {cards} ({what_if_gib:g} GiB, all of it free): {flags}", host_total, host_free
+        )
         if capability is not None:
             machine.notes.append(f"{name}: {precision_text(gpus[0])}, known by its name")
         return machine
@@ -240,11 +269,14 @@ def detect_machine(what_if_gib: float | None = None, what_if_name: str | None = 
         return machine
     if len(machine.gpus) < what_if_count:
         found = f"{len(machine.gpus)} GPU(s) visible" if machine.gpus else "no GPU found"
-        raise UsageError(f"--gpus {what_if_count}: {found} (fix: add --gpu-memory GIB to plan for "
-                         f"{what_if_count} cards of that size)")
+        raise UsageError(
+            f"--gpus {what_if_count}: {found} (fix: add --gpu-memory GIB to plan for "
+            f"{what_if_count} cards of that size)"
+        )
     if len(machine.gpus) > what_if_count:
-        machine.notes.append(f"--gpus {what_if_count}: planning for the first {what_if_count} of "
-                             f"{len(machine.gpus)} visible GPUs")
+        machine.notes.append(
+            f"--gpus {what_if_count}: planning for the first {what_if_count} of {len(machine.gpus)} visible GPUs"
+        )
         machine.gpus = machine.gpus[:what_if_count]
     return machine
 
@@ -285,19 +317,34 @@ def _read_driver(nvml, host_total: float, host_free: float) -> Machine:
     mixed = len({d["name"] for d in devices}) > 1
     order_note = None
     if order and order != CUDA_ORDER and mixed:
-        order_note = (f"CUDA_DEVICE_ORDER={order}: CUDA may number these mixed GPUs differently from NVML, so "
-                      f"GPU 0 may not be the card planned for (fix: CUDA_DEVICE_ORDER={CUDA_ORDER})")
+        order_note = (
+            f"CUDA_DEVICE_ORDER={order}: CUDA may number these mixed GPUs differently from NVML, so "
+            f"GPU 0 may not be the card planned for (fix: CUDA_DEVICE_ORDER={CUDA_ORDER})"
+        )
     first = visible[0]
     refusal = below_minimum(first["name"], first["capability"])
     if refusal:
         return cpu(f"GPU 0: {refusal}")
-    gpus = [GpuInfo(name=d["name"], total_gib=d["total"], free_gib=d["free"], used_gib=d["used"],
-                    compute_capability=d["capability"], driver=driver, cuda_driver=cuda_driver,
-                    index=cuda_index, source="nvml", uuid=d["uuid"])
-            for cuda_index, d in enumerate(visible)]
+    gpus = [
+        GpuInfo(
+            name=d["name"],
+            total_gib=d["total"],
+            free_gib=d["free"],
+            used_gib=d["used"],
+            compute_capability=d["capability"],
+            driver=driver,
+            cuda_driver=cuda_driver,
+            index=cuda_index,
+            source="nvml",
+            uuid=d["uuid"],
+        )
+        for cuda_index, d in enumerate(visible)
+    ]
     first = gpus[0]
-    message = (f"GPU 0: {first.name}, {first.free_gib:.1f} of {first.total_gib:.1f} GiB free, "
-               f"{precision_text(first)}, driver {driver or '?'} (CUDA {cuda_driver or '?'})")
+    message = (
+        f"GPU 0: {first.name}, {first.free_gib:.1f} of {first.total_gib:.1f} GiB free, "
+        f"{precision_text(first)}, driver {driver or '?'} (CUDA {cuda_driver or '?'})"
+    )
     notes = [n for n in (note, order_note) if n]
     if len(gpus) > 1:
         notes.append(f"{len(gpus)} GPUs visible; planning for GPU 0 (Unsloth trains on one device)")

@@ -16,13 +16,35 @@ import os
 import socket
 from dataclasses import dataclass
 
-from contract.attempt import (DEFAULT_MACHINE_TIMEOUT_S, DEFAULT_MAIN_PORT, DEFAULT_MAX_RESTARTS,
-                              DEFAULT_RDZV_TIMEOUT_S, DEFAULT_VLLM_GROUP_PORT, DEFAULT_VLLM_PORT)
-from contract.environment import (ENV_GPUS_PER_NODE, ENV_MACHINE_RANK, ENV_MACHINE_TIMEOUT, ENV_MAIN_ADDRESS,
-                                  ENV_MAIN_PORT, ENV_MAX_RESTARTS, ENV_NUM_MACHINES, ENV_RDZV_TIMEOUT,
-                                  ENV_RUN_ID, ENV_SERVER_NODE, ENV_VLLM_GROUP_PORT, ENV_VLLM_HOST, ENV_VLLM_PORT,
-                                  SLURM_GPUS_ON_NODE, SLURM_JOB_ID, SLURM_NODELIST, SLURM_NUM_NODES,
-                                  SLURM_NUM_TASKS, SLURM_PROCID)
+from contract.attempt import (
+    DEFAULT_MACHINE_TIMEOUT_S,
+    DEFAULT_MAIN_PORT,
+    DEFAULT_MAX_RESTARTS,
+    DEFAULT_RDZV_TIMEOUT_S,
+    DEFAULT_VLLM_GROUP_PORT,
+    DEFAULT_VLLM_PORT,
+)
+from contract.environment import (
+    ENV_GPUS_PER_NODE,
+    ENV_MACHINE_RANK,
+    ENV_MACHINE_TIMEOUT,
+    ENV_MAIN_ADDRESS,
+    ENV_MAIN_PORT,
+    ENV_MAX_RESTARTS,
+    ENV_NUM_MACHINES,
+    ENV_RDZV_TIMEOUT,
+    ENV_RUN_ID,
+    ENV_SERVER_NODE,
+    ENV_VLLM_GROUP_PORT,
+    ENV_VLLM_HOST,
+    ENV_VLLM_PORT,
+    SLURM_GPUS_ON_NODE,
+    SLURM_JOB_ID,
+    SLURM_NODELIST,
+    SLURM_NUM_NODES,
+    SLURM_NUM_TASKS,
+    SLURM_PROCID,
+)
 from contract.errors import UsageError
 
 
@@ -57,7 +79,7 @@ def _int_env(env: dict, name: str, default: int, low: int, high: int | None = No
 
 def _first_set(env: dict, names) -> tuple[str, str] | None:
     """(name, value) of the first of `names` set to something in `env`, else None."""
-    for name in ((names,) if isinstance(names, str) else names):
+    for name in (names,) if isinstance(names, str) else names:
         value = env.get(name, "").strip()
         if value:
             return name, value
@@ -76,8 +98,10 @@ def _agreed(env: dict, ours: str, theirs, what: str, low: int, high: int | None 
     if mine:
         value = _int_value(ours, mine, low, high)
         if slurm is not None and slurm_value != value:
-            raise UsageError(f"{ours}={value} but {slurm[0]}={slurm_value}: they disagree on {what} (fix: "
-                             f"unset {ours} inside the SLURM job, or make the two equal)")
+            raise UsageError(
+                f"{ours}={value} but {slurm[0]}={slurm_value}: they disagree on {what} (fix: "
+                f"unset {ours} inside the SLURM job, or make the two equal)"
+            )
         return value, ours
     if high is not None and slurm_value > high:
         raise UsageError(f"{slurm[0]}={slurm_value}: must be between {low} and {high}")
@@ -107,14 +131,15 @@ def topology(env: dict | None = None) -> Topology:
     machines = _agreed(env, ENV_NUM_MACHINES, SLURM_NUM_NODES, "how many machines train", 1)
     num_machines = machines[0] if machines else 1
     in_step = bool(env.get(SLURM_NUM_NODES, "").strip())  # SLURM_PROCID is a machine's rank only in an srun step
-    rank = _agreed(env, ENV_MACHINE_RANK, SLURM_PROCID if in_step else (), "this machine's rank", 0,
-                   num_machines - 1)
+    rank = _agreed(env, ENV_MACHINE_RANK, SLURM_PROCID if in_step else (), "this machine's rank", 0, num_machines - 1)
     if rank is not None and rank[1] == SLURM_PROCID:
         tasks, step_nodes = env.get(SLURM_NUM_TASKS, "").strip(), env.get(SLURM_NUM_NODES, "").strip()
         if tasks and tasks != step_nodes:
-            raise UsageError(f"{SLURM_NUM_TASKS}={tasks} tasks on {SLURM_NUM_NODES}={step_nodes} nodes: SLURM_PROCID "
-                             "is a machine's rank only with one task per node (fix: srun --ntasks-per-node=1, as "
-                             "slurm/grpo-train.sbatch does)")
+            raise UsageError(
+                f"{SLURM_NUM_TASKS}={tasks} tasks on {SLURM_NUM_NODES}={step_nodes} nodes: SLURM_PROCID "
+                "is a machine's rank only with one task per node (fix: srun --ntasks-per-node=1, as "
+                "slurm/grpo-train.sbatch does)"
+            )
     per_node = _agreed(env, ENV_GPUS_PER_NODE, SLURM_GPUS_ON_NODE, "the GPUs of each machine", 0)
     address = env.get(ENV_MAIN_ADDRESS, "").strip()
     if not address and num_machines > 1:
@@ -123,11 +148,14 @@ def topology(env: dict | None = None) -> Topology:
     port = _int_env(env, ENV_MAIN_PORT, 0, 0, 65535) or None
     if num_machines > 1:
         if not address:
-            raise UsageError(f"{ENV_NUM_MACHINES}={num_machines}: {ENV_MAIN_ADDRESS} must name machine 0 "
-                             "(an address every machine can reach)")
+            raise UsageError(
+                f"{ENV_NUM_MACHINES}={num_machines}: {ENV_MAIN_ADDRESS} must name machine 0 "
+                "(an address every machine can reach)"
+            )
         port = port or DEFAULT_MAIN_PORT  # every machine must agree on it: no free-port guess
-    return Topology(num_machines, rank[0] if rank else 0, address or "127.0.0.1", port,
-                    per_node[0] if per_node else None)
+    return Topology(
+        num_machines, rank[0] if rank else 0, address or "127.0.0.1", port, per_node[0] if per_node else None
+    )
 
 
 def run_name(env: dict | None = None) -> str | None:
@@ -138,8 +166,7 @@ def run_name(env: dict | None = None) -> str | None:
         return None
     name = found[1]
     if not all(c.isalnum() or c in "-_." for c in name) or name.startswith("."):
-        raise UsageError(f"{found[0]}={name!r}: a run's name is letters, digits, '-', '_' and '.' (it names a "
-                         "folder)")
+        raise UsageError(f"{found[0]}={name!r}: a run's name is letters, digits, '-', '_' and '.' (it names a folder)")
     return name
 
 
@@ -151,9 +178,9 @@ def server_node(env: dict | None = None) -> str | None:
 
 @dataclass(frozen=True)
 class VllmEndpoint:
-    host: str         # where trainers reach the server
-    port: int         # the server's HTTP port
-    group_port: int   # TRL's NCCL weight-sync group, hosted by the trainer holding rank 0
+    host: str  # where trainers reach the server
+    port: int  # the server's HTTP port
+    group_port: int  # TRL's NCCL weight-sync group, hosted by the trainer holding rank 0
 
     def to_env(self) -> dict:
         return {ENV_VLLM_HOST: self.host, ENV_VLLM_PORT: str(self.port), ENV_VLLM_GROUP_PORT: str(self.group_port)}
@@ -165,28 +192,35 @@ def vllm_endpoint(env: dict | None = None, topo: Topology | None = None) -> Vllm
     GRPO_VLLM_GROUP_PORT else TRL's 51216. Never a free port picked here: another machine would pick another."""
     env = os.environ if env is None else env
     topo = topo or topology(env)
-    host = env.get(ENV_VLLM_HOST, "").strip() or server_node(env) or \
-        (topo.main_address if topo.multi_node else "127.0.0.1")
+    host = (
+        env.get(ENV_VLLM_HOST, "").strip()
+        or server_node(env)
+        or (topo.main_address if topo.multi_node else "127.0.0.1")
+    )
     port = _int_env(env, ENV_VLLM_PORT, DEFAULT_VLLM_PORT, 1, 65535)
     group_port = _int_env(env, ENV_VLLM_GROUP_PORT, DEFAULT_VLLM_GROUP_PORT, 1, 65535)
     if group_port == port:
-        raise UsageError(f"{ENV_VLLM_GROUP_PORT}={group_port} is the vLLM server's port too (fix: two different "
-                         f"ports, e.g. {DEFAULT_VLLM_PORT} and {DEFAULT_VLLM_GROUP_PORT})")
+        raise UsageError(
+            f"{ENV_VLLM_GROUP_PORT}={group_port} is the vLLM server's port too (fix: two different "
+            f"ports, e.g. {DEFAULT_VLLM_PORT} and {DEFAULT_VLLM_GROUP_PORT})"
+        )
     return VllmEndpoint(host, port, group_port)
 
 
 @dataclass(frozen=True)
 class Elastic:
-    max_restarts: int      # torch elastic restarts of the worker group inside one attempt
-    rdzv_timeout_s: int    # the c10d rendezvous' wait for every machine
+    max_restarts: int  # torch elastic restarts of the worker group inside one attempt
+    rdzv_timeout_s: int  # the c10d rendezvous' wait for every machine
     machine_timeout_s: int  # a machine's wait for machine 0's decision (machine 0's for the others' answer)
 
 
 def elastic(env: dict | None = None) -> Elastic:
     env = os.environ if env is None else env
-    return Elastic(_int_env(env, ENV_MAX_RESTARTS, DEFAULT_MAX_RESTARTS, 0, 100),
-                   _int_env(env, ENV_RDZV_TIMEOUT, DEFAULT_RDZV_TIMEOUT_S, 1),
-                   _int_env(env, ENV_MACHINE_TIMEOUT, DEFAULT_MACHINE_TIMEOUT_S, 1))
+    return Elastic(
+        _int_env(env, ENV_MAX_RESTARTS, DEFAULT_MAX_RESTARTS, 0, 100),
+        _int_env(env, ENV_RDZV_TIMEOUT, DEFAULT_RDZV_TIMEOUT_S, 1),
+        _int_env(env, ENV_MACHINE_TIMEOUT, DEFAULT_MACHINE_TIMEOUT_S, 1),
+    )
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -200,8 +234,10 @@ def split_over_machines(num_gpus: int, machines: int, name: str = "the profile")
     UsageError for a split that does not come out even."""
     machines = max(1, machines)
     if num_gpus % machines:
-        raise UsageError(f"profile '{name}': num_gpus {num_gpus} cannot be split evenly over {machines} "
-                         f"machines (fix: a multiple of {machines}, or another number of machines)")
+        raise UsageError(
+            f"profile '{name}': num_gpus {num_gpus} cannot be split evenly over {machines} "
+            f"machines (fix: a multiple of {machines}, or another number of machines)"
+        )
     return num_gpus // machines
 
 
@@ -229,16 +265,19 @@ def gpu_assignment(profile, topo: Topology | None = None, env: dict | None = Non
     server = profile.vllm_server_gpus if serves_here else 0
     ids = visible_gpu_ids(env, train + server)
     if len(ids) < train + server:
-        raise UsageError(f"profile '{profile.name}' needs {train + server} GPUs on this machine "
-                         f"({train} training{f' + {server} vLLM server' if server else ''}), "
-                         f"CUDA_VISIBLE_DEVICES shows {len(ids)} (fix: show more GPUs, or lower num_gpus)")
-    return ids[:train], ids[train:train + server]
+        raise UsageError(
+            f"profile '{profile.name}' needs {train + server} GPUs on this machine "
+            f"({train} training{f' + {server} vLLM server' if server else ''}), "
+            f"CUDA_VISIBLE_DEVICES shows {len(ids)} (fix: show more GPUs, or lower num_gpus)"
+        )
+    return ids[:train], ids[train : train + server]
 
 
 @dataclass(frozen=True)
 class NodeLayout:
     """Which node does what for one profile: the training nodes first (node 0 hosts the rendezvous), then,
     when the vLLM server has a node of its own, that node."""
+
     training_nodes: int = 1
     server_node: bool = False
 
@@ -246,8 +285,10 @@ class NodeLayout:
         """One entry per node: its number, its role and its GPUs (the server's on machine 0 when it has no
         node of its own)."""
         if profile.device == "cpu":
-            return [{"node": node, "role": "training", "training_processes": profile.num_gpus // self.training_nodes}
-                    for node in range(self.training_nodes)]
+            return [
+                {"node": node, "role": "training", "training_processes": profile.num_gpus // self.training_nodes}
+                for node in range(self.training_nodes)
+            ]
         per_node = profile.num_gpus // max(1, self.training_nodes)
         shared_server = profile.vllm_server_gpus if profile.uses_vllm_server and not self.server_node else 0
         rows = []
@@ -272,12 +313,16 @@ class NodeLayout:
         each = " each" if len(training) > 1 else ""
         mode = f"ZeRO-{profile.zero_stage}" if profile.zero_stage else "DDP"
         verb = "train" if len(training) > 1 else "trains"
-        parts.append(f"{nodes}: {verb} on {training[0]['training_gpus']} GPU(s){each} ({profile.num_gpus} ranks, "
-                     f"{mode})" if profile.num_gpus > 1 else f"{nodes}: trains on 1 GPU")
+        parts.append(
+            f"{nodes}: {verb} on {training[0]['training_gpus']} GPU(s){each} ({profile.num_gpus} ranks, {mode})"
+            if profile.num_gpus > 1
+            else f"{nodes}: trains on 1 GPU"
+        )
         tp = f", TP {profile.vllm_tensor_parallel}" if profile.vllm_tensor_parallel > 1 else ""
         if training and training[0].get("server_gpus"):
-            parts.append(f"node 0 also: the vLLM server on {training[0]['server_gpus']} GPU(s) after its training "
-                         f"GPUs{tp}")
+            parts.append(
+                f"node 0 also: the vLLM server on {training[0]['server_gpus']} GPU(s) after its training GPUs{tp}"
+            )
         if self.server_node:
             parts.append(f"node {self.training_nodes}: the vLLM server on {profile.vllm_server_gpus} GPU(s){tp}")
         return "; ".join(parts)

@@ -15,13 +15,14 @@ from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
 
-from launcher.memory.ledger import record as ledger_record, store as ledger_store
-from launcher.run.attempts import read_result
-from launcher.run.child import ChildRunner, attempt_command, signals_forwarded
-from contract.failure import write_failure_text, write_problem
 from contract.attempt import OK, OOM, PROFILE_FILE, attempt_environment, parse_inject
 from contract.environment import ENV_ESTIMATE_GIB, ENV_INJECT_OOM, ENV_LEDGER, ENV_PROBE_ONLY, ENV_RANDOM_WEIGHTS
 from contract.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, UsageError
+from contract.failure import write_failure_text, write_problem
+from launcher.memory.ledger import record as ledger_record
+from launcher.memory.ledger import store as ledger_store
+from launcher.run.attempts import read_result
+from launcher.run.child import ChildRunner, attempt_command, signals_forwarded
 
 
 def rungs_to_measure(plan) -> list:
@@ -47,8 +48,7 @@ def _calibration_dir(output_dir: Path) -> Path:
     return folder
 
 
-def measure_rung(candidate, plan, folder: Path, number: int, runner: ChildRunner, say,
-               random_weights: bool = False):
+def measure_rung(candidate, plan, folder: Path, number: int, runner: ChildRunner, say, random_weights: bool = False):
     """One probe in its own process; the ledger entry it made (None when it measured nothing). With
     random_weights, the child builds the rung's architecture from the catalogue's facts with random weights
     instead of loading the model (its probe figures, and so the ledger entry, say so)."""
@@ -81,13 +81,21 @@ def measure_rung(candidate, plan, folder: Path, number: int, runner: ChildRunner
             ledger_store.append(entry)
             recorded = True
         except OSError as exc:  # a full disk: the figure is shown, and said to be lost
-            say(f"warning: cannot add to the ledger {ledger_store.ledger_path()}: {exc.strerror or exc}; this "
-                "probe's figure is not kept")
+            say(
+                f"warning: cannot add to the ledger {ledger_store.ledger_path()}: {exc.strerror or exc}; this "
+                "probe's figure is not kept"
+            )
     return result, entry, recorded
 
 
-def calibrate(plan, output_dir: Path, say, child_command: list[str] | None = None,
-              random_weights: bool = False, runner: ChildRunner | None = None) -> tuple[int, list[dict]]:
+def calibrate(
+    plan,
+    output_dir: Path,
+    say,
+    child_command: list[str] | None = None,
+    random_weights: bool = False,
+    runner: ChildRunner | None = None,
+) -> tuple[int, list[dict]]:
     """Probe the rungs (see the module docstring), telling progress through `say(text)`; (exit status, one
     row per probe: profile, estimate_gib, peak_gib, status, recorded, verdict). 0 when every probe ran (an OOM
     is a measurement too); 130 when a signal stopped it (forwarded to the probe running, which stops; what was
@@ -100,13 +108,17 @@ def calibrate(plan, output_dir: Path, say, child_command: list[str] | None = Non
 
     check_inject([c.profile for c in plan.candidates])
     if ledger_record.test_run_without_ledger():
-        raise UsageError(f"--calibrate with {ENV_INJECT_OOM} set measures nothing for this machine (an injected "
-                         f"OOM is no measurement) (fix: unset {ENV_INJECT_OOM}, or set {ENV_LEDGER}=FILE "
-                         "to calibrate into a ledger of its own)")
+        raise UsageError(
+            f"--calibrate with {ENV_INJECT_OOM} set measures nothing for this machine (an injected "
+            f"OOM is no measurement) (fix: unset {ENV_INJECT_OOM}, or set {ENV_LEDGER}=FILE "
+            "to calibrate into a ledger of its own)"
+        )
     ledger_store.check_writable()
     folder = _calibration_dir(output_dir)
-    say(f"calibrating {len(rungs)} rung(s): {', '.join(c.profile.name for c in rungs)} (folder: {folder})"
-        + ("; random weights from the catalogue's facts, nothing downloaded" if random_weights else ""))
+    say(
+        f"calibrating {len(rungs)} rung(s): {', '.join(c.profile.name for c in rungs)} (folder: {folder})"
+        + ("; random weights from the catalogue's facts, nothing downloaded" if random_weights else "")
+    )
     runner = runner or ChildRunner(child_command)
     rows: list[dict] = []
     code = EXIT_OK
@@ -143,8 +155,13 @@ def _write_summary(folder: Path, rows: list[dict], random_weights: bool, code: i
 
     from contract.safe_write import write_atomic
 
-    data = {"random_weights": random_weights, "exit_code": code, "ledger": str(ledger_store.ledger_path()),
-            "probes": rows, "recorded": sum(1 for row in rows if row["recorded"])}
+    data = {
+        "random_weights": random_weights,
+        "exit_code": code,
+        "ledger": str(ledger_store.ledger_path()),
+        "probes": rows,
+        "recorded": sum(1 for row in rows if row["recorded"]),
+    }
     try:
         write_atomic(folder / SUMMARY_FILE, json.dumps(data, indent=2) + "\n")
     except OSError:
@@ -154,12 +171,20 @@ def _write_summary(folder: Path, rows: list[dict], random_weights: bool, code: i
 def _row(cand, result, entry, recorded: bool) -> dict:
     peak = entry.peak_gib if entry is not None else None
     bound = entry.oom_lower_bound_gib if entry is not None else None
-    injected = result.status == OOM and bound is None and cand.profile.name in parse_inject(
-        os.environ.get(ENV_INJECT_OOM))
-    verdict = {OK: "probe ran", OOM: f"OOM: needs at least {bound:.2f} GiB" if bound else
-               "OOM (injected: not recorded)" if injected else "OOM"}.get(
-        result.status, f"{result.status}: {result.error or ''}"[:120])
+    injected = (
+        result.status == OOM and bound is None and cand.profile.name in parse_inject(os.environ.get(ENV_INJECT_OOM))
+    )
+    verdict = {
+        OK: "probe ran",
+        OOM: f"OOM: needs at least {bound:.2f} GiB" if bound else "OOM (injected: not recorded)" if injected else "OOM",
+    }.get(result.status, f"{result.status}: {result.error or ''}"[:120])
     if entry is not None and not recorded:
         verdict += " (not recorded: the ledger could not be written)"
-    return {"profile": cand.profile.name, "estimate_gib": cand.estimate.total_gib, "peak_gib": peak,
-            "status": result.status, "recorded": recorded, "verdict": verdict}
+    return {
+        "profile": cand.profile.name,
+        "estimate_gib": cand.estimate.total_gib,
+        "peak_gib": peak,
+        "status": result.status,
+        "recorded": recorded,
+        "verdict": verdict,
+    }

@@ -24,24 +24,58 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from profiles.catalog import Architecture, resolve
-from launcher.memory.trl_step import peak_overlap
-from launcher.memory.parts import unsloth_trains_in_float32
 from launcher.memory.parts import (  # noqa: F401 - re-exported: other modules import them from here
-    GIB, CUDA_CONTEXT_GIB, PYTHON_RUNTIME_GIB, NF4_BYTES, HALF_BYTES, FULL_BYTES, OPTIMIZER_BYTES,
-    UNSLOTH_LOGIT_BYTES, TRL_LOGIT_BYTES, VLLM_NON_TORCH_GIB, VLLM_PREFILL_TOKENS, VLLM_SAMPLER_SEQS,
-    VLLM_SAMPLER_BYTES, VLLM_GRAPH_BYTES, UNSLOTH_ENGINE_TIERS, unsloth_engine, unsloth_lora_rank,
-    STANDBY_UTILISATION, ZERO_BUCKET_ELEMENTS, ZERO3_PREFETCH_ELEMENTS, ZERO3_MAX_LIVE_ELEMENTS,
-    COLLECTIVE_BUFFERS_GIB, MASTER_BYTES, weights_bytes, activation_bytes_per_token_layer, logits_bytes,
-    standby_utilisation, unsloth_vllm_utilisation, STANDBY_HEADROOM, vllm_workspace_bytes, sequence_tokens,
-    model_states, training_pass, generate_kv_cache, cpu_process, vllm_sizes, zero_model_state_bytes, layer_params,
-    expert_dequant_bytes)
+    COLLECTIVE_BUFFERS_GIB,
+    CUDA_CONTEXT_GIB,
+    FULL_BYTES,
+    GIB,
+    HALF_BYTES,
+    MASTER_BYTES,
+    NF4_BYTES,
+    OPTIMIZER_BYTES,
+    PYTHON_RUNTIME_GIB,
+    STANDBY_HEADROOM,
+    STANDBY_UTILISATION,
+    TRL_LOGIT_BYTES,
+    UNSLOTH_ENGINE_TIERS,
+    UNSLOTH_LOGIT_BYTES,
+    VLLM_GRAPH_BYTES,
+    VLLM_NON_TORCH_GIB,
+    VLLM_PREFILL_TOKENS,
+    VLLM_SAMPLER_BYTES,
+    VLLM_SAMPLER_SEQS,
+    ZERO3_MAX_LIVE_ELEMENTS,
+    ZERO3_PREFETCH_ELEMENTS,
+    ZERO_BUCKET_ELEMENTS,
+    activation_bytes_per_token_layer,
+    cpu_process,
+    expert_dequant_bytes,
+    generate_kv_cache,
+    layer_params,
+    logits_bytes,
+    model_states,
+    sequence_tokens,
+    standby_utilisation,
+    training_pass,
+    unsloth_engine,
+    unsloth_lora_rank,
+    unsloth_trains_in_float32,
+    unsloth_vllm_utilisation,
+    vllm_sizes,
+    vllm_workspace_bytes,
+    weights_bytes,
+    zero_model_state_bytes,
+)
+from launcher.memory.trl_step import peak_overlap
+from profiles.catalog import Architecture, resolve
 
 
 def _experts_note(arch: Architecture) -> str:
-    return (f"mixture of experts: all {arch.experts} experts of {arch.moe_layers} block(s) resident "
-            f"({arch.computed_params / 1e9:.1f}B parameters), {arch.experts_per_token} per token "
-            f"({arch.active_params / 1e9:.1f}B active)")
+    return (
+        f"mixture of experts: all {arch.experts} experts of {arch.moe_layers} block(s) resident "
+        f"({arch.computed_params / 1e9:.1f}B parameters), {arch.experts_per_token} per token "
+        f"({arch.active_params / 1e9:.1f}B active)"
+    )
 
 
 @dataclass
@@ -52,28 +86,33 @@ class Estimate:
     # vLLM's reservation (GiB) and why it cannot start, when it cannot; None without vLLM
     vllm_share_gib: float | None = None
     vllm_problem: str | None = None
-    host_offload_gib: float = 0.0      # Unsloth's offloaded activation checkpoints, in host RAM
-    memory: str = "gpu"                # "gpu" or "host": where these GiB are needed
+    host_offload_gib: float = 0.0  # Unsloth's offloaded activation checkpoints, in host RAM
+    memory: str = "gpu"  # "gpu" or "host": where these GiB are needed
     backend: str = "unsloth"
     # Scale-out: the figures above are per training GPU (per process on a cpu profile)
     world_size: int = 1
     zero_stage: int = 0
     gpus_needed: int = 1
-    server: "Estimate | None" = None   # one GPU of the vLLM server (server mode)
+    server: Estimate | None = None  # one GPU of the vLLM server (server mode)
     # Unsloth's colocated engine as load_vllm sizes it: max_num_seqs, max_num_batched_tokens, kv_cache_gib,
     # kv_tokens, workspace_gib (None without vLLM or on an unknown card)
     vllm_engine: dict | None = None
 
     def to_json(self) -> dict:
-        out = {"total_gib": round(self.total_gib, 3),
-               "components": {k: round(v, 3) for k, v in self.components.items()},
-               "memory": self.memory, "backend": self.backend,
-               "vllm_share_gib": None if self.vllm_share_gib is None else round(self.vllm_share_gib, 3),
-               "vllm_problem": self.vllm_problem,
-               "host_offload_gib": round(self.host_offload_gib, 3),
-               "notes": list(self.notes),
-               "world_size": self.world_size, "zero_stage": self.zero_stage, "gpus_needed": self.gpus_needed,
-               "per": "process" if self.memory == "host" else "gpu"}
+        out = {
+            "total_gib": round(self.total_gib, 3),
+            "components": {k: round(v, 3) for k, v in self.components.items()},
+            "memory": self.memory,
+            "backend": self.backend,
+            "vllm_share_gib": None if self.vllm_share_gib is None else round(self.vllm_share_gib, 3),
+            "vllm_problem": self.vllm_problem,
+            "host_offload_gib": round(self.host_offload_gib, 3),
+            "notes": list(self.notes),
+            "world_size": self.world_size,
+            "zero_stage": self.zero_stage,
+            "gpus_needed": self.gpus_needed,
+            "per": "process" if self.memory == "host" else "gpu",
+        }
         if self.server is not None:
             out["server"] = self.server.to_json()
         if self.vllm_engine is not None:
@@ -81,16 +120,23 @@ class Estimate:
         return out
 
 
-def _in_gib(comp: dict[str, float], notes: list[str], vllm_share: float | None = None, host_offload: float = 0.0,
-            **fields) -> Estimate:
+def _in_gib(
+    comp: dict[str, float], notes: list[str], vllm_share: float | None = None, host_offload: float = 0.0, **fields
+) -> Estimate:
     """The Estimate of components counted in bytes: total and every figure in GiB."""
     total = sum(comp.values())
-    return Estimate(total_gib=total / GIB, components={k: v / GIB for k, v in comp.items()}, notes=notes,
-                    vllm_share_gib=None if vllm_share is None else vllm_share / GIB,
-                    host_offload_gib=host_offload / GIB, **fields)
+    return Estimate(
+        total_gib=total / GIB,
+        components={k: v / GIB for k, v in comp.items()},
+        notes=notes,
+        vllm_share_gib=None if vllm_share is None else vllm_share / GIB,
+        host_offload_gib=host_offload / GIB,
+        **fields,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
+
 
 def estimate(profile, arch: Architecture | None = None, gpu=None, backend: str | None = None) -> Estimate:
     """Peak memory of one attempt of `profile` on `gpu` (a launcher.card.detect.GpuInfo; None = card unknown)."""
@@ -115,10 +161,13 @@ def estimate(profile, arch: Architecture | None = None, gpu=None, backend: str |
         notes.append("beta > 0 without LoRA: a second copy of the model serves as reference")
     float32 = backend == "unsloth" and not cpu and unsloth_trains_in_float32(arch, gpu)
     if float32:
-        notes.append(f"Unsloth trains {arch.family} in float32 on this card (no bfloat16): activations, "
-                     "checkpoints and logits at 4 bytes")
-    training, host_offload = training_pass(profile, arch, FULL_BYTES if float32 else element, backend, notes,
-                                           offload=not cpu)
+        notes.append(
+            f"Unsloth trains {arch.family} in float32 on this card (no bfloat16): activations, "
+            "checkpoints and logits at 4 bytes"
+        )
+    training, host_offload = training_pass(
+        profile, arch, FULL_BYTES if float32 else element, backend, notes, offload=not cpu
+    )
     if float32:
         training["logits"] *= FULL_BYTES / HALF_BYTES  # Unsloth's two logit tensors, float32
     comp.update(training)
@@ -133,8 +182,9 @@ def estimate(profile, arch: Architecture | None = None, gpu=None, backend: str |
     else:
         comp["cuda_context"] = CUDA_CONTEXT_GIB * GIB
         if profile.fast_inference:
-            vllm_share, vllm_problem, share_note, engine = _vllm_share(profile, arch, weights, gpu,
-                                                                       generation_batch, seq)
+            vllm_share, vllm_problem, share_note, engine = _vllm_share(
+                profile, arch, weights, gpu, generation_batch, seq
+            )
             notes.append(share_note)
             # the share holds the (shared) weights; the rest is vLLM's KV cache, graphs and workspace
             comp["vllm_cache"] = max(vllm_share - weights, 0.0)
@@ -148,8 +198,15 @@ def estimate(profile, arch: Architecture | None = None, gpu=None, backend: str |
         else:
             comp["generate_kv_cache"] = generate_kv_cache(arch, generation_batch, seq, HALF_BYTES)
 
-    out = _in_gib(comp, notes, vllm_share=vllm_share, host_offload=host_offload, vllm_problem=vllm_problem,
-                  memory="host" if cpu else "gpu", backend=backend)
+    out = _in_gib(
+        comp,
+        notes,
+        vllm_share=vllm_share,
+        host_offload=host_offload,
+        vllm_problem=vllm_problem,
+        memory="host" if cpu else "gpu",
+        backend=backend,
+    )
     out.vllm_engine = engine
     return out
 
@@ -172,26 +229,39 @@ def _vllm_share(profile, arch: Architecture, weights: float, gpu, generation_bat
     workspace, kv_token, one_sequence = vllm_sizes(profile, arch, share_bytes=share)
     room = share - weights - workspace
     kv_tokens = max(int(room // kv_token), 0)
-    engine = {"max_num_seqs": seqs, "max_num_batched_tokens": tokens, "kv_cache_gib": round(max(room, 0) / GIB, 4),
-              "kv_tokens": kv_tokens, "workspace_gib": round(workspace / GIB, 4)}
-    note = (f"vLLM share {utilisation:g} x {gpu.total_gib:.1f} GiB = {share / GIB:.2f} GiB: weights "
-            f"{weights / GIB:.2f}, workspace {workspace / GIB:.2f} (max_num_seqs {seqs}, prefill {tokens} tokens), "
-            f"KV cache {max(room, 0) / GIB:.2f} GiB (~{kv_tokens} tokens)")
+    engine = {
+        "max_num_seqs": seqs,
+        "max_num_batched_tokens": tokens,
+        "kv_cache_gib": round(max(room, 0) / GIB, 4),
+        "kv_tokens": kv_tokens,
+        "workspace_gib": round(workspace / GIB, 4),
+    }
+    note = (
+        f"vLLM share {utilisation:g} x {gpu.total_gib:.1f} GiB = {share / GIB:.2f} GiB: weights "
+        f"{weights / GIB:.2f}, workspace {workspace / GIB:.2f} (max_num_seqs {seqs}, prefill {tokens} tokens), "
+        f"KV cache {max(room, 0) / GIB:.2f} GiB (~{kv_tokens} tokens)"
+    )
     problem = None
     if room < one_sequence:
         need = (weights + workspace + one_sequence) / (gpu.total_gib * GIB)
-        fix = (f"gpu_memory_utilization >= {need + 0.005:.2f} would" if need + 0.005 < 0.95 else
-               "no utilisation leaves room beside training on this card")
+        fix = (
+            f"gpu_memory_utilization >= {need + 0.005:.2f} would"
+            if need + 0.005 < 0.95
+            else "no utilisation leaves room beside training on this card"
+        )
         if profile.vllm_standby:
             fix = "under standby Unsloth sets the share itself; vllm_standby: false lets gpu_memory_utilization choose"
-        problem = (f"vLLM share too small: {utilisation:g} x {gpu.total_gib:.1f} GiB = {share / GIB:.2f} GiB < "
-                   f"weights {weights / GIB:.2f} + workspace {workspace / GIB:.2f} + KV cache of one "
-                   f"{profile.max_seq_length}-token sequence {one_sequence / GIB:.2f}; {fix}")
+        problem = (
+            f"vLLM share too small: {utilisation:g} x {gpu.total_gib:.1f} GiB = {share / GIB:.2f} GiB < "
+            f"weights {weights / GIB:.2f} + workspace {workspace / GIB:.2f} + KV cache of one "
+            f"{profile.max_seq_length}-token sequence {one_sequence / GIB:.2f}; {fix}"
+        )
     return share, problem, note, engine
 
 
 # ---------------------------------------------------------------------------------------------------
 # More than one GPU: accelerate (DDP or DeepSpeed ZeRO) with plain TRL + PEFT, one process per GPU
+
 
 def estimate_distributed(profile, arch: Architecture, gpu=None) -> Estimate:
     """Peak memory of ONE training GPU (one process on a cpu profile) of a data-parallel run, and, in
@@ -207,21 +277,26 @@ def estimate_distributed(profile, arch: Architecture, gpu=None) -> Estimate:
     rank_generation = profile.effective_batch  # each rank generates batch x accumulation completions
     unit = "process" if cpu else "GPU"
     if world > 1:
-        notes.append(f"data-parallel over {world} {unit}s"
-                     + (f", DeepSpeed ZeRO stage {stage}" if stage else ", plain DDP") +
-                     f": {rank_generation * world} completions per optimizer step ({rank_generation} per {unit})")
+        notes.append(
+            f"data-parallel over {world} {unit}s"
+            + (f", DeepSpeed ZeRO stage {stage}" if stage else ", plain DDP")
+            + f": {rank_generation * world} completions per optimizer step ({rank_generation} per {unit})"
+        )
     else:
         notes.append(f"one training {unit} (plain TRL + PEFT): {rank_generation} completions per optimizer step")
 
     # plain TRL: transformers' bitsandbytes integration leaves a mixture's fused experts in 16-bit
     weights = weights_bytes(arch, profile.load_in_4bit and not cpu, profile.device, experts_quantised=False)
     if arch.is_moe:
-        notes.append(_experts_note(arch) + ("; the experts stay 16-bit under plain TRL's 4-bit loading"
-                                            if profile.load_in_4bit and not cpu else ""))
+        notes.append(
+            _experts_note(arch)
+            + ("; the experts stay 16-bit under plain TRL's 4-bit loading" if profile.load_in_4bit and not cpu else "")
+        )
     comp: dict[str, float] = {"weights": weights / (world if stage == 3 else 1)}
     if stage == 3:
-        gathered = HALF_BYTES * (max(ZERO3_MAX_LIVE_ELEMENTS, layer_params(arch), arch.embedding_params)
-                                 + ZERO3_PREFETCH_ELEMENTS)
+        gathered = HALF_BYTES * (
+            max(ZERO3_MAX_LIVE_ELEMENTS, layer_params(arch), arch.embedding_params) + ZERO3_PREFETCH_ELEMENTS
+        )
         comp["zero3_gathered"] = min(gathered, weights - comp["weights"])
         notes.append("ZeRO-3: each GPU keeps 1/world of the weights and gathers the layers it runs")
     comp.update(model_states(profile, arch, comp["weights"], element, notes, world, stage, backend))
@@ -245,21 +320,33 @@ def estimate_distributed(profile, arch: Architecture, gpu=None) -> Estimate:
         if profile.uses_vllm_server:
             server = _server_estimate(profile, arch, vllm_weights, gpu)
             copies = profile.vllm_server_gpus // tp
-            notes.append(f"vLLM server on {profile.vllm_server_gpus} GPU(s) of its own "
-                         f"(tensor parallel {tp}, {copies} cop{'y' if copies == 1 else 'ies'}); the training GPUs "
-                         "hold no vLLM memory")
+            notes.append(
+                f"vLLM server on {profile.vllm_server_gpus} GPU(s) of its own "
+                f"(tensor parallel {tp}, {copies} cop{'y' if copies == 1 else 'ies'}); the training GPUs "
+                "hold no vLLM memory"
+            )
         elif profile.fast_inference:
             # TRL's colocated engine holds its own 16-bit copy (merged LoRA weights are pushed into it)
-            vllm_share, vllm_problem, share_note = _colocated_share(profile, arch, vllm_weights / tp, gpu,
-                                                                   rank_generation, seq, tp)
+            vllm_share, vllm_problem, share_note = _colocated_share(
+                profile, arch, vllm_weights / tp, gpu, rank_generation, seq, tp
+            )
             notes.append(share_note)
             comp["vllm"] = vllm_share
         else:
             comp["generate_kv_cache"] = generate_kv_cache(arch, rank_generation, seq, HALF_BYTES)
 
-    return _in_gib(comp, notes, vllm_share=vllm_share, vllm_problem=vllm_problem, memory="host" if cpu else "gpu",
-                   backend=backend, world_size=world, zero_stage=stage, gpus_needed=profile.gpus_needed,
-                   server=server)
+    return _in_gib(
+        comp,
+        notes,
+        vllm_share=vllm_share,
+        vllm_problem=vllm_problem,
+        memory="host" if cpu else "gpu",
+        backend=backend,
+        world_size=world,
+        zero_stage=stage,
+        gpus_needed=profile.gpus_needed,
+        server=server,
+    )
 
 
 def _tp_that_fits(weights: float, workspace: float, one_sequence: float, share: float, limit: int) -> int | None:
@@ -272,25 +359,28 @@ def _tp_that_fits(weights: float, workspace: float, one_sequence: float, share: 
     return None
 
 
-def _colocated_share(profile, arch: Architecture, weights_slice: float, gpu, generation_batch: int, seq: int,
-                     tp: int):
+def _colocated_share(profile, arch: Architecture, weights_slice: float, gpu, generation_batch: int, seq: int, tp: int):
     workspace, kv_token, one_sequence = vllm_sizes(profile, arch, tp)
     if gpu is None:
         share = weights_slice + workspace + generation_batch * seq * kv_token
         return share, None, "card unknown: colocated vLLM counted as its weights + workspace + one generation batch"
     share = profile.gpu_memory_utilization * gpu.total_gib * GIB
     room = share - weights_slice - workspace
-    note = (f"colocated vLLM in each training process: {profile.gpu_memory_utilization:g} x "
-            f"{gpu.total_gib:.1f} GiB = {share / GIB:.2f} GiB holding its own weights "
-            f"{weights_slice / GIB:.2f} (tensor parallel {tp}), workspace {workspace / GIB:.2f}, KV cache "
-            f"{max(room, 0) / GIB:.2f} GiB")
+    note = (
+        f"colocated vLLM in each training process: {profile.gpu_memory_utilization:g} x "
+        f"{gpu.total_gib:.1f} GiB = {share / GIB:.2f} GiB holding its own weights "
+        f"{weights_slice / GIB:.2f} (tensor parallel {tp}), workspace {workspace / GIB:.2f}, KV cache "
+        f"{max(room, 0) / GIB:.2f} GiB"
+    )
     problem = None
     if room < one_sequence:
-        problem = (f"colocated vLLM share too small: {profile.gpu_memory_utilization:g} x {gpu.total_gib:.1f} GiB "
-                   f"= {share / GIB:.2f} GiB < its weights {weights_slice / GIB:.2f} + workspace "
-                   f"{workspace / GIB:.2f} + KV cache of one {profile.max_seq_length}-token sequence "
-                   f"{one_sequence / GIB:.2f}; raise gpu_memory_utilization or vllm_tensor_parallel, or use "
-                   "vllm_mode: server")
+        problem = (
+            f"colocated vLLM share too small: {profile.gpu_memory_utilization:g} x {gpu.total_gib:.1f} GiB "
+            f"= {share / GIB:.2f} GiB < its weights {weights_slice / GIB:.2f} + workspace "
+            f"{workspace / GIB:.2f} + KV cache of one {profile.max_seq_length}-token sequence "
+            f"{one_sequence / GIB:.2f}; raise gpu_memory_utilization or vllm_tensor_parallel, or use "
+            "vllm_mode: server"
+        )
     return share, problem, note
 
 
@@ -302,26 +392,41 @@ def _server_estimate(profile, arch: Architecture, weights: float, gpu) -> Estima
     problem = None
     notes = []
     if gpu is None:
-        comp["kv_cache"] = profile.effective_batch * profile.num_gpus * \
-            sequence_tokens(profile) * kv_token
+        comp["kv_cache"] = profile.effective_batch * profile.num_gpus * sequence_tokens(profile) * kv_token
         share = sum(comp.values())
     else:
         share = profile.gpu_memory_utilization * gpu.total_gib * GIB
         comp["kv_cache"] = max(share - weights / tp - workspace, 0.0)
-        notes.append(f"vLLM server share {profile.gpu_memory_utilization:g} x {gpu.total_gib:.1f} GiB = "
-                     f"{share / GIB:.2f} GiB per server GPU: weights {weights / tp / GIB:.2f} (1/{tp}), "
-                     f"KV cache {comp['kv_cache'] / GIB:.2f} GiB (~{int(comp['kv_cache'] // kv_token)} tokens)")
+        notes.append(
+            f"vLLM server share {profile.gpu_memory_utilization:g} x {gpu.total_gib:.1f} GiB = "
+            f"{share / GIB:.2f} GiB per server GPU: weights {weights / tp / GIB:.2f} (1/{tp}), "
+            f"KV cache {comp['kv_cache'] / GIB:.2f} GiB (~{int(comp['kv_cache'] // kv_token)} tokens)"
+        )
         if share - weights / tp - workspace < one_sequence:
-            fit = _tp_that_fits(weights, workspace, profile.max_seq_length * kv_token * tp, share,
-                                profile.vllm_server_gpus)
-            fix = (f"vllm_tensor_parallel: {fit} would" if fit else
-                   "more server GPUs (vllm_server_gpus and vllm_tensor_parallel) would")
-            problem = (f"vLLM server GPU too small: {profile.gpu_memory_utilization:g} x {gpu.total_gib:.1f} GiB = "
-                       f"{share / GIB:.2f} GiB < weights {weights / tp / GIB:.2f} (1/{tp} of the model) + "
-                       f"workspace {workspace / GIB:.2f} + KV cache of one {profile.max_seq_length}-token "
-                       f"sequence {one_sequence / GIB:.2f}; {fix}")
+            fit = _tp_that_fits(
+                weights, workspace, profile.max_seq_length * kv_token * tp, share, profile.vllm_server_gpus
+            )
+            fix = (
+                f"vllm_tensor_parallel: {fit} would"
+                if fit
+                else "more server GPUs (vllm_server_gpus and vllm_tensor_parallel) would"
+            )
+            problem = (
+                f"vLLM server GPU too small: {profile.gpu_memory_utilization:g} x {gpu.total_gib:.1f} GiB = "
+                f"{share / GIB:.2f} GiB < weights {weights / tp / GIB:.2f} (1/{tp} of the model) + "
+                f"workspace {workspace / GIB:.2f} + KV cache of one {profile.max_seq_length}-token "
+                f"sequence {one_sequence / GIB:.2f}; {fix}"
+            )
     comp["cuda_context"] = CUDA_CONTEXT_GIB * GIB
     if tp > 1:
         comp["collective_buffers"] = COLLECTIVE_BUFFERS_GIB * GIB
-    return _in_gib(comp, notes, vllm_share=share, vllm_problem=problem, backend="vllm-server",
-                   world_size=profile.vllm_server_gpus, zero_stage=0, gpus_needed=profile.vllm_server_gpus)
+    return _in_gib(
+        comp,
+        notes,
+        vllm_share=share,
+        vllm_problem=problem,
+        backend="vllm-server",
+        world_size=profile.vllm_server_gpus,
+        zero_stage=0,
+        gpus_needed=profile.vllm_server_gpus,
+    )

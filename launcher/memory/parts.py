@@ -3,32 +3,35 @@ launcher.memory.estimate, which adds them up per profile (that module's docstrin
 
 from __future__ import annotations
 
-from profiles.catalog import Architecture
-from profiles.keys import VLLM_LORA_RANKS
 from launcher.memory.trl_step import optimizer_step_bytes
 from launcher.memory.trl_step import training_pass as trl_pass
+from profiles.catalog import Architecture
+from profiles.keys import VLLM_LORA_RANKS
 
-
-GIB = 1024 ** 3
+GIB = 1024**3
 
 # Fixed costs
-CUDA_CONTEXT_GIB = 0.75      # CUDA context + cuBLAS workspace + allocator slack (public range 0.5-1.0 GiB)
-PYTHON_RUNTIME_GIB = 0.6     # CPU: torch + transformers + TRL imported (about 600 MB RSS measured)
+CUDA_CONTEXT_GIB = 0.75  # CUDA context + cuBLAS workspace + allocator slack (public range 0.5-1.0 GiB)
+PYTHON_RUNTIME_GIB = 0.6  # CPU: torch + transformers + TRL imported (about 600 MB RSS measured)
 
 # Bytes per parameter
-NF4_BYTES = 0.5625           # bitsandbytes NF4: 4 bits + one 16-bit scale per 64 weights
+NF4_BYTES = 0.5625  # bitsandbytes NF4: 4 bits + one 16-bit scale per 64 weights
 HALF_BYTES = 2
 FULL_BYTES = 4
-OPTIMIZER_BYTES = {          # per trainable parameter
-    "adamw_torch": 8, "adamw_torch_fused": 8, "paged_adamw_32bit": 8,   # two fp32 moments
-    "adamw_8bit": 2, "adamw_bnb_8bit": 2, "paged_adamw_8bit": 2,        # two 8-bit moments (+ block scales)
-    "adafactor": 0.5,        # factored second moment only: rows + columns, far under 1 B/param; 0.5 is generous
-    "sgd": 0,                # plain SGD (TRL's default: no momentum) keeps no state
+OPTIMIZER_BYTES = {  # per trainable parameter
+    "adamw_torch": 8,
+    "adamw_torch_fused": 8,
+    "paged_adamw_32bit": 8,  # two fp32 moments
+    "adamw_8bit": 2,
+    "adamw_bnb_8bit": 2,
+    "paged_adamw_8bit": 2,  # two 8-bit moments (+ block scales)
+    "adafactor": 0.5,  # factored second moment only: rows + columns, far under 1 B/param; 0.5 is generous
+    "sgd": 0,  # plain SGD (TRL's default: no momentum) keeps no state
 }
 TORCH_OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "sgd")  # state in the parameters' dtype
 
 # Logits (bytes per element of completion x vocab)
-UNSLOTH_LOGIT_BYTES = 2 * HALF_BYTES     # two 16-bit tensors, one sequence at a time
+UNSLOTH_LOGIT_BYTES = 2 * HALF_BYTES  # two 16-bit tensors, one sequence at a time
 # Materialised logits (TRL before its fused head, and the CPU path's torch fallback): the fp32 log-softmax kept
 # for backward, then its gradient and the softmax in backward (a simulated step peaks at 12 B per logit)
 TRL_LOGIT_BYTES = 3 * FULL_BYTES
@@ -40,18 +43,28 @@ TRL_LOGIT_BYTES = 3 * FULL_BYTES
 # log-softmax, the sorted copy and its int64 indices for top-p/top-k: 36 bytes per sequence x vocabulary
 # entry) and the profiling forward of one chunk of prefill tokens; the CUDA graphs grow with the batch sizes
 # captured (up to max_num_seqs), the layers and the hidden size.
-VLLM_NON_TORCH_GIB = 0.1      # logged 0.03-0.09 GiB
-VLLM_SAMPLER_BYTES = 36       # per sequence x vocabulary entry
-VLLM_GRAPH_BYTES = 24         # per sequence x layer x hidden unit (logged graph pools: 15-47, median 25)
-VLLM_GRAPH_FLOOR_GIB = 0.15   # Unsloth's own graph reserve is never below this
+VLLM_NON_TORCH_GIB = 0.1  # logged 0.03-0.09 GiB
+VLLM_SAMPLER_BYTES = 36  # per sequence x vocabulary entry
+VLLM_GRAPH_BYTES = 24  # per sequence x layer x hidden unit (logged graph pools: 15-47, median 25)
+VLLM_GRAPH_FLOOR_GIB = 0.15  # Unsloth's own graph reserve is never below this
 # vLLM's own defaults (TRL's colocated engine and `trl vllm-serve`, which Unsloth's sizing does not reach)
 VLLM_PREFILL_TOKENS = 8192
 VLLM_SAMPLER_SEQS = 256
 # unsloth_zoo's load_vllm sizes the engine from the memory its KV cache will have (GiB, after the weights,
 # LoRA buffers and its graph reserve): (at most this much, max_num_batched_tokens, max_num_seqs). A test reads
 # this table back from the installed unsloth_zoo source.
-UNSLOTH_ENGINE_TIERS = ((2, 2048, 8), (4, 2048, 16), (8, 4096, 32), (12, 4096, 48), (16, 6144, 64),
-                        (24, 6144, 80), (40, 8192, 96), (48, 8192, 112), (80, 8192, 128), (float("inf"), 8192, 256))
+UNSLOTH_ENGINE_TIERS = (
+    (2, 2048, 8),
+    (4, 2048, 16),
+    (8, 4096, 32),
+    (12, 4096, 48),
+    (16, 6144, 64),
+    (24, 6144, 80),
+    (40, 8192, 96),
+    (48, 8192, 112),
+    (80, 8192, 128),
+    (float("inf"), 8192, 256),
+)
 # ... and reserves this for CUDA graphs before it: 172 graphs x hidden x layers x 4 bytes, within these bounds
 UNSLOTH_GRAPH_RESERVE = (172 * 4, 0.15, 1.0)
 # vLLM's packed size of a bitsandbytes 4-bit linear weight as unsloth_zoo counts it (2 bytes / (16/5))
@@ -62,10 +75,10 @@ STANDBY_HEADROOM = 0.95
 
 # Scale-out (accelerate + DeepSpeed). Bucket sizes are the ones launcher/run/distributed.py writes into the
 # DeepSpeed configuration, in elements; the estimate and the configuration must agree.
-ZERO_BUCKET_ELEMENTS = 50_000_000      # reduce_bucket_size and allgather_bucket_size (stages 1-2)
-ZERO3_PREFETCH_ELEMENTS = 50_000_000   # stage3_prefetch_bucket_size
+ZERO_BUCKET_ELEMENTS = 50_000_000  # reduce_bucket_size and allgather_bucket_size (stages 1-2)
+ZERO3_PREFETCH_ELEMENTS = 50_000_000  # stage3_prefetch_bucket_size
 ZERO3_MAX_LIVE_ELEMENTS = 100_000_000  # stage3_max_live_parameters: gathered parameters held at once
-COLLECTIVE_BUFFERS_GIB = 0.25          # NCCL's communicator buffers per GPU (a few MiB per channel and peer)
+COLLECTIVE_BUFFERS_GIB = 0.25  # NCCL's communicator buffers per GPU (a few MiB per channel and peer)
 # DeepSpeed's mixed precision (ZeRO paper): 16-bit parameters and gradients, and an fp32 master copy of the
 # trained parameters beside the optimizer's moments.
 MASTER_BYTES = FULL_BYTES
@@ -74,8 +87,10 @@ MASTER_BYTES = FULL_BYTES
 # ---------------------------------------------------------------------------------------------------
 # Pieces, each usable on its own (the tests check them against hand computations)
 
-def weights_bytes(arch: Architecture, load_in_4bit: bool, device: str = "cuda",
-                  experts_quantised: bool = True) -> float:
+
+def weights_bytes(
+    arch: Architecture, load_in_4bit: bool, device: str = "cuda", experts_quantised: bool = True
+) -> float:
     """The base model as loaded, every expert of a mixture of experts included. NF4 shrinks the blocks' linear
     layers; embeddings, an untied lm_head and the norms stay 16-bit. A mixture's routed experts are fused 3-D
     parameters, which transformers' bitsandbytes integration leaves in 16-bit (`experts_quantised` False:
@@ -92,8 +107,20 @@ def weights_bytes(arch: Architecture, load_in_4bit: bool, device: str = "cuda",
 # Model types Unsloth trains in float32 on a card without bfloat16 (unsloth_zoo.model_lists.FORCE_FLOAT32,
 # 2026.10.9): float16 overflows in them. Below compute capability 8.0 its loader then keeps the weights 16-bit
 # but turns mixed precision off, so activations, checkpoints and logits are float32.
-UNSLOTH_FORCE_FLOAT32 = ("gemma3,", "gemma3text", "gemma3n", "gemma4", "gemma4text", "glm4_moe", "glm4_moe_lite",
-                         "gpt_oss", "qwen3_5", "qwen3_moe", "embedding_gemma2", "embedding_gemma2_text")
+UNSLOTH_FORCE_FLOAT32 = (
+    "gemma3,",
+    "gemma3text",
+    "gemma3n",
+    "gemma4",
+    "gemma4text",
+    "glm4_moe",
+    "glm4_moe_lite",
+    "gpt_oss",
+    "qwen3_5",
+    "qwen3_moe",
+    "embedding_gemma2",
+    "embedding_gemma2_text",
+)
 
 
 def unsloth_trains_in_float32(arch: Architecture, gpu) -> bool:
@@ -117,8 +144,9 @@ def expert_dequant_bytes(arch: Architecture, load_in_4bit: bool) -> float:
     return arch.expert_params / arch.moe_layers * HALF_BYTES
 
 
-def activation_bytes_per_token_layer(arch: Architecture, element_bytes: int = HALF_BYTES,
-                                     backend: str = "unsloth") -> float:
+def activation_bytes_per_token_layer(
+    arch: Architecture, element_bytes: int = HALF_BYTES, backend: str = "unsloth"
+) -> float:
     """What one decoder block keeps for the backward pass per token (FlashAttention/SDPA: no s^2 scores).
 
     unsloth (fused RMSNorm, RoPE and SwiGLU kernels): both norms' input and output (4h), q and the attention
@@ -155,8 +183,7 @@ def unsloth_vllm_utilisation(requested: float, total_gib: float, free_gib: float
     return share * min(free_gib, total_gib) / total_gib
 
 
-def vllm_workspace_bytes(arch: Architecture, seqs: int = VLLM_SAMPLER_SEQS,
-                         tokens: int = VLLM_PREFILL_TOKENS) -> float:
+def vllm_workspace_bytes(arch: Architecture, seqs: int = VLLM_SAMPLER_SEQS, tokens: int = VLLM_PREFILL_TOKENS) -> float:
     """vLLM's memory besides weights and KV cache for an engine of `seqs` sequences at once and `tokens`
     prefill tokens per forward: non-torch memory, CUDA graphs, the profiling forward and the sampler."""
     prefill = tokens * HALF_BYTES * (arch.hidden + 2 * arch.ffn_width)
@@ -176,8 +203,10 @@ def unsloth_engine(profile, arch: Architecture, share_bytes: float, seqs: int | 
     taken off the share give the KV budget, whose tier sets both sizes (UNSLOTH_ENGINE_TIERS); an explicit
     vllm_max_num_seqs (or `seqs`, which takes precedence) replaces the tier's sequences."""
     if profile.load_in_4bit:
-        weights = arch.linear_params * UNSLOTH_NF4_BYTES + (arch.embedding_params + arch.lm_head_params
-                                                            + arch.norm_params) * HALF_BYTES
+        weights = (
+            arch.linear_params * UNSLOTH_NF4_BYTES
+            + (arch.embedding_params + arch.lm_head_params + arch.norm_params) * HALF_BYTES
+        )
     else:
         weights = arch.computed_params * HALF_BYTES
     rank = unsloth_lora_rank(max(profile.lora_rank, 1))
@@ -197,12 +226,21 @@ def unsloth_engine(profile, arch: Architecture, share_bytes: float, seqs: int | 
 # ---------------------------------------------------------------------------------------------------
 # Parts that the single-device and the data-parallel estimates count the same way (bytes)
 
+
 def sequence_tokens(profile) -> int:
     return profile.max_prompt_length + profile.max_completion_length
 
 
-def model_states(profile, arch: Architecture, weights: float, element: int, notes: list[str], world: int = 1,
-                 stage: int = 0, backend: str = "unsloth") -> dict[str, float]:
+def model_states(
+    profile,
+    arch: Architecture,
+    weights: float,
+    element: int,
+    notes: list[str],
+    world: int = 1,
+    stage: int = 0,
+    backend: str = "unsloth",
+) -> dict[str, float]:
     """What is trained (LoRA adapters or every parameter), its gradients and optimizer state, ZeRO's buckets,
     and the reference copy of `weights` (the weights one GPU holds) for full fine-tuning with beta > 0. One
     process is the ZeRO accounting at world size 1, stage 0, without DDP's bucket copy."""
@@ -241,22 +279,31 @@ def loss_setting_bytes(profile, notes: list[str]) -> dict[str, float]:
         notes.append(f"beta {profile.beta:g}: a forward pass of {how} per micro-batch for the KL term (time)")
     if profile.num_iterations > 1:
         comp["old_logprobs"] = profile.effective_batch * profile.max_completion_length * FULL_BYTES
-        notes.append(f"num_iterations {profile.num_iterations}: completions generated every "
-                     f"{profile.num_iterations} steps; the old policy's log-probs kept for them, one more forward "
-                     "pass per generation batch")
+        notes.append(
+            f"num_iterations {profile.num_iterations}: completions generated every "
+            f"{profile.num_iterations} steps; the old policy's log-probs kept for them, one more forward "
+            "pass per generation batch"
+        )
     return comp
 
 
-def training_pass(profile, arch: Architecture, element: int, backend: str, notes: list[str],
-                   offload: bool) -> tuple[dict[str, float], float]:
+def training_pass(
+    profile, arch: Architecture, element: int, backend: str, notes: list[str], offload: bool
+) -> tuple[dict[str, float], float]:
     """(activations, activation checkpoints and logits of one micro-batch, bytes offloaded to host RAM).
     `offload`: Unsloth's gradient_checkpointing "unsloth" moves the checkpoints to host RAM (on a GPU)."""
     if backend == "trl" and element == HALF_BYTES:
         targets = profile.target_modules if profile.uses_lora else None
         lora_params = arch.lora_params(profile.lora_rank, targets) if profile.uses_lora else 0
-        return trl_pass(arch, profile.per_device_train_batch_size, sequence_tokens(profile),
-                        profile.max_completion_length, targets, lora_params,
-                        profile.gradient_checkpointing != "false"), 0.0
+        return trl_pass(
+            arch,
+            profile.per_device_train_batch_size,
+            sequence_tokens(profile),
+            profile.max_completion_length,
+            targets,
+            lora_params,
+            profile.gradient_checkpointing != "false",
+        ), 0.0
     micro_tokens = profile.per_device_train_batch_size * sequence_tokens(profile)
     per_token_layer = activation_bytes_per_token_layer(arch, element, backend)
     hidden_state = micro_tokens * arch.hidden * element  # one layer's input: what a checkpoint keeps
@@ -274,8 +321,9 @@ def training_pass(profile, arch: Architecture, element: int, backend: str, notes
             notes.append(f"Unsloth offloads activation checkpoints ({checkpoints / GIB:.2f} GiB) to host RAM")
         else:
             comp["activation_checkpoints"] = checkpoints
-    comp["logits"] = logits_bytes(profile.per_device_train_batch_size, profile.max_completion_length,
-                                  arch.vocab, backend)
+    comp["logits"] = logits_bytes(
+        profile.per_device_train_batch_size, profile.max_completion_length, arch.vocab, backend
+    )
     return comp, host_offload
 
 
@@ -286,12 +334,15 @@ def generate_kv_cache(arch: Architecture, completions: int, seq: int, element: i
 
 def cpu_process(arch: Architecture, completions: int, seq: int) -> dict[str, float]:
     """What a cpu process holds besides the model and the training pass: generate's fp32 KV cache, the runtime."""
-    return {"generate_kv_cache": generate_kv_cache(arch, completions, seq, FULL_BYTES),
-            "runtime": PYTHON_RUNTIME_GIB * GIB}
+    return {
+        "generate_kv_cache": generate_kv_cache(arch, completions, seq, FULL_BYTES),
+        "runtime": PYTHON_RUNTIME_GIB * GIB,
+    }
 
 
-def vllm_sizes(profile, arch: Architecture, tp: int = 1, share_bytes: float | None = None,
-               seqs: int | None = None) -> tuple[float, float, float]:
+def vllm_sizes(
+    profile, arch: Architecture, tp: int = 1, share_bytes: float | None = None, seqs: int | None = None
+) -> tuple[float, float, float]:
     """(workspace, KV bytes of one token, KV bytes of one max_seq_length sequence) of one vLLM GPU holding
     1/tp of the model. With `share_bytes` (Unsloth's colocated engine on one GPU) the workspace is sized as
     unsloth_zoo sizes that engine; without, with vLLM's own defaults."""
@@ -304,8 +355,9 @@ def vllm_sizes(profile, arch: Architecture, tp: int = 1, share_bytes: float | No
     return workspace, kv_token, profile.max_seq_length * kv_token
 
 
-def zero_model_state_bytes(trainable: int, optim: str, world: int, stage: int, lora: bool,
-                           element: int = HALF_BYTES) -> dict[str, float]:
+def zero_model_state_bytes(
+    trainable: int, optim: str, world: int, stage: int, lora: bool, element: int = HALF_BYTES
+) -> dict[str, float]:
     """Per-GPU bytes of what is trained (Psi parameters), by the ZeRO paper's partitioning.
 
     stage 0 (DDP): as on one GPU (PEFT's fp32 adapters, or the full model in `element` bytes counted with
@@ -317,16 +369,20 @@ def zero_model_state_bytes(trainable: int, optim: str, world: int, stage: int, l
     optimizer = OPTIMIZER_BYTES[optim]
     if stage == 0:
         grad = FULL_BYTES if lora else element
-        return {"lora": trainable * FULL_BYTES if lora else 0.0,
-                "gradients": trainable * grad,
-                "gradient_buckets": trainable * grad,
-                "optimizer": trainable * optimizer}
+        return {
+            "lora": trainable * FULL_BYTES if lora else 0.0,
+            "gradients": trainable * grad,
+            "gradient_buckets": trainable * grad,
+            "optimizer": trainable * optimizer,
+        }
     params = trainable * HALF_BYTES
     grads = trainable * HALF_BYTES
     states = trainable * (MASTER_BYTES + optimizer)
-    return {"lora": (params / (world if stage >= 3 else 1)) if lora else 0.0,
-            "gradients": grads / (world if stage >= 2 else 1),
-            "optimizer": states / world}
+    return {
+        "lora": (params / (world if stage >= 3 else 1)) if lora else 0.0,
+        "gradients": grads / (world if stage >= 2 else 1),
+        "optimizer": states / world,
+    }
 
 
 def layer_params(arch: Architecture) -> int:

@@ -27,9 +27,9 @@ from profiles.catalog import Architecture
 
 HALF = 2
 FULL = 4
-HEAD_TOKENS = 4096           # trl.kernels.chunked_logprob.TOKEN_CHUNK_SIZE
-HEAD_VOCAB = 32768           # trl.trainer.utils._CHUNKED_LOGPROB_CHUNK_SIZE
-HEAD_STATS = 8               # fp32 per-token statistics of the online log-sum-exp (max, sums, target, ...)
+HEAD_TOKENS = 4096  # trl.kernels.chunked_logprob.TOKEN_CHUNK_SIZE
+HEAD_VOCAB = 32768  # trl.trainer.utils._CHUNKED_LOGPROB_CHUNK_SIZE
+HEAD_STATS = 8  # fp32 per-token statistics of the online log-sum-exp (max, sums, target, ...)
 QK_NORM_FAMILIES = ("gemma3", "qwen3")
 
 
@@ -46,9 +46,9 @@ def block_bytes_per_token(arch: Architecture, seq: int, lora_targets=None) -> fl
     """What one decoder block keeps for backward per token; `lora_targets` None = full fine-tuning."""
     h, q, i = arch.hidden, arch.q_dim, arch.ffn_width  # a token's experts, if any
     norms = _norm_widths(arch)
-    kept = FULL * sum(norms)                                  # each norm's fp32 input
-    kept += HALF * 4 * q + FULL * arch.heads + HALF * seq     # q, repeated k and v, output; lse; mask row
-    kept += HALF * 3 * i                                      # gate, up, act(gate)
+    kept = FULL * sum(norms)  # each norm's fp32 input
+    kept += HALF * 4 * q + FULL * arch.heads + HALF * seq  # q, repeated k and v, output; lse; mask row
+    kept += HALF * 3 * i  # gate, up, act(gate)
     if lora_targets is None:
         normalised = FULL if arch.family.startswith("gemma") else HALF  # Gemma scales in fp32
         kept += normalised * sum(norms) + HALF * (2 * h + i)
@@ -65,8 +65,9 @@ def outside_bytes_per_token(arch: Architecture, lora: bool, checkpointing: bool,
     return per_token + (seq if checkpointing else 0)
 
 
-def training_pass(arch: Architecture, batch: int, seq: int, completion: int, lora_targets, lora_params: int,
-                  checkpointing: bool) -> dict[str, float]:
+def training_pass(
+    arch: Architecture, batch: int, seq: int, completion: int, lora_targets, lora_params: int, checkpointing: bool
+) -> dict[str, float]:
     """activations (all blocks, or the recomputed one), activation_checkpoints and logits (the LM head)."""
     tokens = batch * seq
     lora = lora_targets is not None

@@ -33,18 +33,26 @@ import re
 _NUM = r"(\d+(?:\.\d+)?)"
 _SIGNED = r"(-?\d+(?:\.\d+)?)"  # the KV cache figure goes negative when the share leaves nothing for it
 _PATTERNS = {
-    "weights_gib": [re.compile(r"Model loading took " + _NUM + r" ?GiB"),
-                    re.compile(r"Loading model weights took " + _NUM + r" ?GB"),
-                    re.compile(r"model weights take " + _NUM + r" ?GiB")],
+    "weights_gib": [
+        re.compile(r"Model loading took " + _NUM + r" ?GiB"),
+        re.compile(r"Loading model weights took " + _NUM + r" ?GB"),
+        re.compile(r"model weights take " + _NUM + r" ?GiB"),
+    ],
     "non_kv_cache_gib": [re.compile(r"Total non KV cache memory: " + _NUM + r" ?GiB")],
-    "activation_peak_gib": [re.compile(r"torch peak memory increase: " + _NUM + r" ?GiB"),
-                            re.compile(r"PyTorch activation peak memory takes " + _NUM + r" ?GiB")],
+    "activation_peak_gib": [
+        re.compile(r"torch peak memory increase: " + _NUM + r" ?GiB"),
+        re.compile(r"PyTorch activation peak memory takes " + _NUM + r" ?GiB"),
+    ],
     "non_torch_gib": [re.compile(r"non_torch_memory takes " + _NUM + r" ?GiB")],
-    "kv_cache_gib": [re.compile(r"Available KV cache memory: " + _SIGNED + r" ?GiB"),
-                     re.compile(r"the rest of the memory reserved for KV Cache is " + _SIGNED + r" ?GiB"),
-                     re.compile(r"Explicitly set \(" + _NUM + r"/\d+(?:\.\d+)?\) ?GiB for KV cache")],
-    "cuda_graphs_gib": [re.compile(r"Graph capturing finished in \d+ secs?, took " + _NUM + r" ?GiB"),
-                        re.compile(r"CUDA graph pool memory: " + _NUM + r" ?GiB \(actual\)")],
+    "kv_cache_gib": [
+        re.compile(r"Available KV cache memory: " + _SIGNED + r" ?GiB"),
+        re.compile(r"the rest of the memory reserved for KV Cache is " + _SIGNED + r" ?GiB"),
+        re.compile(r"Explicitly set \(" + _NUM + r"/\d+(?:\.\d+)?\) ?GiB for KV cache"),
+    ],
+    "cuda_graphs_gib": [
+        re.compile(r"Graph capturing finished in \d+ secs?, took " + _NUM + r" ?GiB"),
+        re.compile(r"CUDA graph pool memory: " + _NUM + r" ?GiB \(actual\)"),
+    ],
 }
 _KV_TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
 # Unsloth's own start-up lines (printed, so at any log level): vLLM's share and the card's size

@@ -30,14 +30,27 @@ def fit_table(profiles, cards=COMMON_CARDS) -> list[dict]:
         raise UsageError("--fit-table: no cuda profiles in the ladder (fix: --profiles-dir with gpu-*.yaml)")
     rows = []
     for name, total, capability in cards:
-        gpu = GpuInfo(name=name, total_gib=total, free_gib=total, used_gib=0.0, compute_capability=capability,
-                      driver=None, cuda_driver=None, index=0, source="what-if")
+        gpu = GpuInfo(
+            name=name,
+            total_gib=total,
+            free_gib=total,
+            used_gib=0.0,
+            compute_capability=capability,
+            driver=None,
+            cuda_driver=None,
+            index=0,
+            source="what-if",
+        )
         plan = make_plan(cuda, Machine([gpu], f"{name}: what-if", 0.0, 0.0))
         chosen = next((c for c in plan.candidates if c.fits), None)
-        rows.append({
-            "card": name, "total_gib": total, "precision": "bf16" if bf16_capable(capability) else "fp16",
-            "chosen": chosen.profile.name if chosen else None,
-            "estimate_gib": round(chosen.estimate.total_gib, 2) if chosen else None,
-            "fallbacks": [c.profile.name for c in plan.candidates if c.fits and c is not chosen],
-        })
+        rows.append(
+            {
+                "card": name,
+                "total_gib": total,
+                "precision": "bf16" if bf16_capable(capability) else "fp16",
+                "chosen": chosen.profile.name if chosen else None,
+                "estimate_gib": round(chosen.estimate.total_gib, 2) if chosen else None,
+                "fallbacks": [c.profile.name for c in plan.candidates if c.fits and c is not chosen],
+            }
+        )
     return rows

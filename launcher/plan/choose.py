@@ -8,16 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from profiles.catalog import resolve, vllm_refuses
 from contract.errors import UsageError
-from launcher.memory.estimate import Estimate, estimate
 from launcher.card.detect import GpuInfo, Machine, bf16_supported, precision_text
-from launcher.memory.ledger.weigh import measured_for
-from launcher.plan.margins import (ESTIMATE_HEADROOM_TEXT, GPU_MARGIN_TEXT, HOST_MARGIN_TEXT, estimate_limit,
-                                   margin_for)
 from launcher.card.topology import NodeLayout, node_layout, split_over_machines, topology
+from launcher.memory.estimate import Estimate, estimate
+from launcher.memory.ledger.weigh import measured_for
+from launcher.plan.margins import ESTIMATE_HEADROOM_TEXT, GPU_MARGIN_TEXT, HOST_MARGIN_TEXT, estimate_limit, margin_for
 from launcher.plan.settings import settings_of
-
+from profiles.catalog import resolve, vllm_refuses
 
 # A profile not derived by the fit solver runs the prompts per step it was written with
 AS_WRITTEN = "as written"
@@ -27,6 +25,7 @@ def machine_count() -> int:
     """Machines of a multi-node run (GRPO_NUM_MACHINES, default 1); launcher.card.topology reads the rest."""
     return topology().num_machines
 
+
 @dataclass
 class Candidate:
     profile: object  # profiles.load.Profile
@@ -34,8 +33,8 @@ class Candidate:
     fits: bool
     reason: str
     measured: object = None  # launcher.memory.ledger.Measured: what this machine measured of this shape, or None
-    ledger_note: str = ""    # one line when the measurement turned the estimate's verdict (see _ledger_note)
-    speed: object = None     # launcher.plan.speed.StepTime: the predicted step (None on the CPU)
+    ledger_note: str = ""  # one line when the measurement turned the estimate's verdict (see _ledger_note)
+    speed: object = None  # launcher.plan.speed.StepTime: the predicted step (None on the CPU)
     limited_by: str = AS_WRITTEN  # what stopped its prompts per step (the fit solver's verdict), or AS_WRITTEN
     layout: NodeLayout | None = None  # several nodes: which node does what
 
@@ -61,14 +60,28 @@ class Plan:
     def gpu_json(self) -> dict:
         gpu = self.machine.primary
         if gpu is None:
-            return {"name": "CPU (no GPU)", "total_gib": round(self.machine.host_ram_gib, 2),
-                    "free_gib": round(self.machine.host_free_gib, 2), "source": "none", "device": "cpu",
-                    "message": self.machine.message}
-        return {"name": gpu.name, "total_gib": round(gpu.total_gib, 2), "free_gib": round(gpu.free_gib, 2),
-                "source": gpu.source, "device": "cuda", "index": gpu.index,
-                "compute_capability": ".".join(map(str, gpu.compute_capability)) if gpu.compute_capability
-                else None, "precision": precision_text(gpu), "driver": gpu.driver,
-                "cuda_driver": gpu.cuda_driver, "count": len(self.machine.gpus), "message": self.machine.message}
+            return {
+                "name": "CPU (no GPU)",
+                "total_gib": round(self.machine.host_ram_gib, 2),
+                "free_gib": round(self.machine.host_free_gib, 2),
+                "source": "none",
+                "device": "cpu",
+                "message": self.machine.message,
+            }
+        return {
+            "name": gpu.name,
+            "total_gib": round(gpu.total_gib, 2),
+            "free_gib": round(gpu.free_gib, 2),
+            "source": gpu.source,
+            "device": "cuda",
+            "index": gpu.index,
+            "compute_capability": ".".join(map(str, gpu.compute_capability)) if gpu.compute_capability else None,
+            "precision": precision_text(gpu),
+            "driver": gpu.driver,
+            "cuda_driver": gpu.cuda_driver,
+            "count": len(self.machine.gpus),
+            "message": self.machine.message,
+        }
 
     def to_json(self) -> dict:
         return {
@@ -76,17 +89,25 @@ class Plan:
             "margin_gib": round(self.margin_gib, 2),
             "margin": GPU_MARGIN_TEXT if self.machine.primary else HOST_MARGIN_TEXT,
             "candidates": [
-                {"profile": c.profile.name, "path": c.profile.source, "ladder": c.profile.ladder,
-                 "model": c.profile.model, "fits": c.fits, "reason": c.reason,
-                 "world_size": c.profile.num_gpus, "zero_stage": c.profile.zero_stage,
-                 "gpus": c.profile.gpus_needed, "vllm_mode": c.profile.vllm_mode if c.profile.fast_inference
-                 else None,
-                 "settings": settings_of(c.profile),
-                 "estimate": c.estimate.to_json() if c.estimate else None,
-                 "measured": c.measured.to_json() if c.measured else None,
-                 "speed": c.speed_json(),
-                 **({"nodes": _nodes_json(c)} if c.layout is not None else {})}
-                for c in self.candidates],
+                {
+                    "profile": c.profile.name,
+                    "path": c.profile.source,
+                    "ladder": c.profile.ladder,
+                    "model": c.profile.model,
+                    "fits": c.fits,
+                    "reason": c.reason,
+                    "world_size": c.profile.num_gpus,
+                    "zero_stage": c.profile.zero_stage,
+                    "gpus": c.profile.gpus_needed,
+                    "vllm_mode": c.profile.vllm_mode if c.profile.fast_inference else None,
+                    "settings": settings_of(c.profile),
+                    "estimate": c.estimate.to_json() if c.estimate else None,
+                    "measured": c.measured.to_json() if c.measured else None,
+                    "speed": c.speed_json(),
+                    **({"nodes": _nodes_json(c)} if c.layout is not None else {}),
+                }
+                for c in self.candidates
+            ],
             "chosen": self.chosen.name if self.chosen is not None else None,
             "notes": list(self.notes),
         }
@@ -108,6 +129,7 @@ def _nodes_json(candidate: Candidate) -> list[dict]:
 
 # ---------------------------------------------------------------------------------------------------
 
+
 def _need(est: Estimate, measured) -> tuple[float, str]:
     """The figure a candidate is judged by, and how to name it: this machine's measurement of the shape when
     the ledger has one (an OOM's lower bound counts), else the estimate."""
@@ -117,8 +139,15 @@ def _need(est: Estimate, measured) -> tuple[float, str]:
     return need, f" ({measured.text()}; est. {est.total_gib:.2f})"
 
 
-def _judge(profile, est: Estimate, gpu: GpuInfo | None, machine: Machine, margin: float,
-           measured=None, headroom_refuses: bool = True) -> tuple[bool, str]:
+def _judge(
+    profile,
+    est: Estimate,
+    gpu: GpuInfo | None,
+    machine: Machine,
+    margin: float,
+    measured=None,
+    headroom_refuses: bool = True,
+) -> tuple[bool, str]:
     """(fits, why). On a GPU a shape judged by the estimate alone keeps the estimate's headroom
     (margins.estimate_limit); `headroom_refuses` off (a profile the user named) only warns inside it."""
     need, source = _need(est, measured)
@@ -129,30 +158,39 @@ def _judge(profile, est: Estimate, gpu: GpuInfo | None, machine: Machine, margin
         each = f" ({processes} processes x {need / processes:.2f})" if processes > 1 else ""
         if need <= usable:
             return True, f"fits: {need:.2f}{each} of {usable:.2f} GiB usable RAM{source}"
-        return False, (f"too large: needs {need:.2f} GiB of RAM{each}, {usable:.2f} usable "
-                       f"({machine.host_free_gib:.2f} available - {margin:.2f} margin){source}")
+        return False, (
+            f"too large: needs {need:.2f} GiB of RAM{each}, {usable:.2f} usable "
+            f"({machine.host_free_gib:.2f} available - {margin:.2f} margin){source}"
+        )
     assert gpu is not None
     if est.vllm_problem:
         return False, est.vllm_problem
     if est.vllm_share_gib is not None and est.vllm_share_gib > gpu.free_gib:
-        return False, (f"vLLM asks {est.vllm_share_gib:.2f} GiB (gpu_memory_utilization x total) but only "
-                       f"{gpu.free_gib:.2f} GiB is free: lower gpu_memory_utilization or free the card")
+        return False, (
+            f"vLLM asks {est.vllm_share_gib:.2f} GiB (gpu_memory_utilization x total) but only "
+            f"{gpu.free_gib:.2f} GiB is free: lower gpu_memory_utilization or free the card"
+        )
     usable = gpu.free_gib - margin
     if need > usable:
-        return False, (f"too large: needs {need:.2f} GiB, {usable:.2f} usable "
-                       f"({gpu.free_gib:.2f} free - {margin:.2f} margin){source}")
+        return False, (
+            f"too large: needs {need:.2f} GiB, {usable:.2f} usable "
+            f"({gpu.free_gib:.2f} free - {margin:.2f} margin){source}"
+        )
     limit = usable if measured is not None and measured.need_gib is not None else estimate_limit(usable)
     if need <= limit:
         return True, f"fits: {need:.2f} of {usable:.2f} GiB usable{source}"
-    close = (f"needs {need:.2f} of {usable:.2f} GiB usable, past the {limit:.2f} an estimate alone may use "
-             f"({ESTIMATE_HEADROOM_TEXT.split(':')[0]})")
+    close = (
+        f"needs {need:.2f} of {usable:.2f} GiB usable, past the {limit:.2f} an estimate alone may use "
+        f"({ESTIMATE_HEADROOM_TEXT.split(':')[0]})"
+    )
     if not headroom_refuses:
         return True, f"fits, but close: {close}; it may run out of memory"
     return False, f"too close: {close}"
 
 
-def split_gpus(profile, machine: Machine, machines: int = 1,
-               server_node: bool = False) -> tuple[list[GpuInfo], list[GpuInfo]]:
+def split_gpus(
+    profile, machine: Machine, machines: int = 1, server_node: bool = False
+) -> tuple[list[GpuInfo], list[GpuInfo]]:
     """(training GPUs, vLLM server GPUs) of this machine: training first, the server's after them; with a
     server node of its own, the server's are that node's first GPUs (a node like this one).
     UsageError for a split over machines the launcher would refuse."""
@@ -160,7 +198,7 @@ def split_gpus(profile, machine: Machine, machines: int = 1,
     server = profile.vllm_server_gpus if profile.uses_vllm_server else 0
     if server_node:
         return machine.gpus[:train], machine.gpus[:server]
-    return machine.gpus[:train], machine.gpus[train:train + server]
+    return machine.gpus[:train], machine.gpus[train : train + server]
 
 
 def _judge_distributed(profile, est: Estimate, train_gpus, server_gpus, margin: float) -> tuple[bool, str]:
@@ -172,8 +210,9 @@ def _judge_distributed(profile, est: Estimate, train_gpus, server_gpus, margin: 
     if profile.num_gpus == 1:
         where = "training GPU"
     else:
-        where = f"per training GPU ({profile.num_gpus} x " + \
-            (f"ZeRO-{profile.zero_stage})" if profile.zero_stage else "DDP)")
+        where = f"per training GPU ({profile.num_gpus} x " + (
+            f"ZeRO-{profile.zero_stage})" if profile.zero_stage else "DDP)"
+        )
     if not fits:
         return False, f"{where}: {reason}"
     text = f"{where}: {reason}"
@@ -182,8 +221,10 @@ def _judge_distributed(profile, est: Estimate, train_gpus, server_gpus, margin: 
         tight = min(server_gpus, key=lambda g: g.free_gib)
         usable = tight.free_gib - margin_for(tight.total_gib)
         if server.total_gib > usable:
-            return False, (f"{text}; vLLM server GPU too small: needs {server.total_gib:.2f} GiB, "
-                           f"{usable:.2f} usable on {tight.name}")
+            return False, (
+                f"{text}; vLLM server GPU too small: needs {server.total_gib:.2f} GiB, "
+                f"{usable:.2f} usable on {tight.name}"
+            )
         text += f"; vLLM server: {server.total_gib:.2f} of {usable:.2f} GiB per GPU on {len(server_gpus)} GPU(s)"
     return True, text
 
@@ -224,13 +265,23 @@ def _distributed_candidate(profile, arch, machine: Machine, layout: NodeLayout, 
     if need > len(machine.gpus):
         # estimated as if every missing GPU were like the first one, so the table still says per GPU
         each = "each training node" if machines > 1 else "this machine"
-        return Candidate(profile, estimate(profile, arch, machine.primary), False,
-                         f"needs {need} GPUs on {each}, {len(machine.gpus)} visible "
-                         f"(plan for them with --gpus {need} --gpu-memory GIB)", layout=layout)
+        return Candidate(
+            profile,
+            estimate(profile, arch, machine.primary),
+            False,
+            f"needs {need} GPUs on {each}, {len(machine.gpus)} visible "
+            f"(plan for them with --gpus {need} --gpu-memory GIB)",
+            layout=layout,
+        )
     if own_server and profile.vllm_server_gpus > len(machine.gpus):
-        return Candidate(profile, estimate(profile, arch, machine.primary), False,
-                         f"its vLLM server needs {profile.vllm_server_gpus} GPUs on the server node, which has "
-                         f"{len(machine.gpus)} like the others", layout=layout)
+        return Candidate(
+            profile,
+            estimate(profile, arch, machine.primary),
+            False,
+            f"its vLLM server needs {profile.vllm_server_gpus} GPUs on the server node, which has "
+            f"{len(machine.gpus)} like the others",
+            layout=layout,
+        )
     train_gpus, server_gpus = split_gpus(profile, machine, machines, own_server)
     est = estimate(profile, arch, min(train_gpus, key=lambda g: g.free_gib))
     if est.server is not None:
@@ -238,15 +289,21 @@ def _distributed_candidate(profile, arch, machine: Machine, layout: NodeLayout, 
     fits, reason = _judge_distributed(profile, est, train_gpus, server_gpus, margin)
     if fits and profile.zero_stage and machine.gpus[0].source == "nvml" and not _deepspeed_installed():
         # a real run here would fail at launch; a what-if plan is about the card, not this install
-        fits, reason = False, (f"needs the deepspeed package for ZeRO stage {profile.zero_stage} "
-                               "(fix: pip install deepspeed -c constraints.txt); " + reason)
+        fits, reason = (
+            False,
+            (
+                f"needs the deepspeed package for ZeRO stage {profile.zero_stage} "
+                "(fix: pip install deepspeed -c constraints.txt); " + reason
+            ),
+        )
     if layout.training_nodes > 1 or layout.server_node:
         reason += f"; {layout.text(profile)}"
     return Candidate(profile, est, fits, reason, layout=layout)
 
 
-def _single_candidate(profile, arch, machine: Machine, margin: float, measurements,
-                      ledger_refuses: bool = True) -> Candidate:
+def _single_candidate(
+    profile, arch, machine: Machine, margin: float, measurements, ledger_refuses: bool = True
+) -> Candidate:
     """The verdict on a profile of one device: its estimate (or this machine's measurement) against the card,
     or against the host's RAM for a cpu profile. Where the measurement turns the estimate's verdict, the
     candidate says so in `ledger_note`; with `ledger_refuses` off (an explicit --profile) the ledger only
@@ -270,13 +327,19 @@ def _single_candidate(profile, arch, machine: Machine, margin: float, measuremen
 def _ledger_note(name: str, measured, fits: bool, ledger_refuses: bool) -> str:
     """One line: the verdict the ledger changed (or, for an explicit --profile, would have), and the way out."""
     if fits:
-        return (f"the ledger let {name} run ({measured.text()}) where the estimate would refuse it; "
-                "`--ignore-ledger` plans from the estimate alone")
+        return (
+            f"the ledger let {name} run ({measured.text()}) where the estimate would refuse it; "
+            "`--ignore-ledger` plans from the estimate alone"
+        )
     if not ledger_refuses:
-        return (f"warning: {name} may run out of memory: {measured.text()}; running it as asked "
-                f"(`python train.py --forget {name}` drops its records)")
-    return (f"the ledger refused {name}, which the estimate fits: {measured.text()}; "
-            f"`python train.py --forget {name}` drops its records, `--ignore-ledger` plans from the estimate alone")
+        return (
+            f"warning: {name} may run out of memory: {measured.text()}; running it as asked "
+            f"(`python train.py --forget {name}` drops its records)"
+        )
+    return (
+        f"the ledger refused {name}, which the estimate fits: {measured.text()}; "
+        f"`python train.py --forget {name}` drops its records, `--ignore-ledger` plans from the estimate alone"
+    )
 
 
 def without_refused_vllm(profile, arch, gpu: GpuInfo | None):
@@ -310,8 +373,15 @@ def _with_speed(candidate: Candidate, arch, gpu, limits: dict | None) -> Candida
     return candidate
 
 
-def make_plan(profiles, machine: Machine, margin_gib: float | None = None, measurements=None,
-              ledger_refuses: bool = True, limits: dict | None = None, nodes: int | None = None) -> Plan:
+def make_plan(
+    profiles,
+    machine: Machine,
+    margin_gib: float | None = None,
+    measurements=None,
+    ledger_refuses: bool = True,
+    limits: dict | None = None,
+    nodes: int | None = None,
+) -> Plan:
     """Judge the profiles for this machine in ladder order: cuda profiles on a GPU, cpu ones without.
     `measurements` (launcher.memory.ledger entries) replace the estimate of every single-device shape this machine
     has measured; multi-GPU profiles are judged by the estimate alone. `ledger_refuses=False` (a profile the
@@ -335,17 +405,24 @@ def make_plan(profiles, machine: Machine, margin_gib: float | None = None, measu
     if device == "cuda":
         # A multi-GPU profile can be chosen only where its GPUs are there (or asked for with --gpus N); it is
         # still listed, with what each of its GPUs would need. Single-GPU profiles stay candidates anywhere.
-        short = sum(1 for p in profiles if p.distributed
-                    and not _split_refusal(p, layouts[p.name].training_nodes)
-                    and local_gpus_needed(p, layouts[p.name].training_nodes, layouts[p.name].server_node)
-                    > len(machine.gpus))
+        short = sum(
+            1
+            for p in profiles
+            if p.distributed
+            and not _split_refusal(p, layouts[p.name].training_nodes)
+            and local_gpus_needed(p, layouts[p.name].training_nodes, layouts[p.name].server_node) > len(machine.gpus)
+        )
         if short:
-            notes.append(f"{short} profile(s) need more GPUs than the {len(machine.gpus)} visible: listed, not "
-                         "chosen (plan for more with --gpus N)")
+            notes.append(
+                f"{short} profile(s) need more GPUs than the {len(machine.gpus)} visible: listed, not "
+                "chosen (plan for more with --gpus N)"
+            )
         if nodes is not None and nodes > 1 and gpu is not None:
-            notes.append(f"planned for {nodes} nodes of {len(machine.gpus)} x {gpu.name} each: the training nodes "
-                         "first, a vLLM server on the last node of its own (server-mode profiles); each rung says "
-                         "which node does what")
+            notes.append(
+                f"planned for {nodes} nodes of {len(machine.gpus)} x {gpu.name} each: the training nodes "
+                "first, a vLLM server on the last node of its own (server-mode profiles); each rung says "
+                "which node does what"
+            )
         elif nodes is None and any(layout.server_node for layout in layouts.values()) and gpu is not None:
             notes.append(f"the vLLM server node's GPUs are taken to be like this machine's ({gpu.name})")
     if margin_gib is None:
@@ -358,9 +435,15 @@ def make_plan(profiles, machine: Machine, margin_gib: float | None = None, measu
     candidates: list[Candidate] = []
     for profile in profiles:
         if profile.device == "cuda" and gpu is None:
-            candidates.append(Candidate(profile, None, False,
-                                        "needs an NVIDIA GPU and none was found (plan for a card with "
-                                        "--gpu-memory GIB, or use a cpu profile)"))
+            candidates.append(
+                Candidate(
+                    profile,
+                    None,
+                    False,
+                    "needs an NVIDIA GPU and none was found (plan for a card with "
+                    "--gpu-memory GIB, or use a cpu profile)",
+                )
+            )
             continue
         if profile.model not in archs:
             archs[profile.model] = resolve(profile.model)
@@ -374,19 +457,24 @@ def make_plan(profiles, machine: Machine, margin_gib: float | None = None, measu
             # on several training machines a one-GPU profile is refused by the split (each machine must train)
             candidate = _distributed_candidate(profile, archs[profile.model], machine, layout, margin_gib)
         else:
-            candidate = _single_candidate(profile, archs[profile.model], machine, margin_gib, measurements,
-                                          ledger_refuses)
+            candidate = _single_candidate(
+                profile, archs[profile.model], machine, margin_gib, measurements, ledger_refuses
+            )
         if refusal:
             candidate.reason = _vllm_off_text(refusal) + candidate.reason
         candidates.append(_with_speed(candidate, archs[profile.model], gpu, limits))
     if any(c.reason.startswith("vLLM off") for c in candidates):
-        notes.append(f"{gpu.name}: no bfloat16, so vLLM is off for the models it refuses in float16 (Gemma 2/3, "
-                     "GLM-4); those rungs generate with transformers: slower, the KV cache in the training process")
+        notes.append(
+            f"{gpu.name}: no bfloat16, so vLLM is off for the models it refuses in float16 (Gemma 2/3, "
+            "GLM-4); those rungs generate with transformers: slower, the KV cache in the training process"
+        )
     notes.extend(c.ledger_note for c in candidates if c.ledger_note)
     chosen = next((c.profile for c in candidates if c.fits), None)
     if chosen is not None and chosen.fast_inference and chosen.vllm_standby and chosen.load_in_4bit:
         from launcher.plan.solve import STANDBY_FAILURES
 
-        notes.append(f"{chosen.name} runs vLLM standby with 4-bit weights, which the fit solver never chooses by "
-                     f"itself: {STANDBY_FAILURES}; vllm_standby: false avoids it")
+        notes.append(
+            f"{chosen.name} runs vLLM standby with 4-bit weights, which the fit solver never chooses by "
+            f"itself: {STANDBY_FAILURES}; vllm_standby: false avoids it"
+        )
     return Plan(machine, candidates, chosen, margin_gib, notes)

@@ -13,9 +13,20 @@ from profiles.catalog import catalogue_key, resolve
 
 def _intent(base, amb) -> tuple:
     """What makes two rungs' intents solve alike: the ambition, and the keys of the rung the solver keeps."""
-    return (amb.generations, amb.completion, amb.expected, amb.prompt, amb.rank, amb.sixteen_bit,
-            amb.prompts_per_step, amb.checkpointing if "gradient_checkpointing" in amb.pinned else None,
-            base.optim, tuple(base.target_modules), base.beta, base.fast_inference)
+    return (
+        amb.generations,
+        amb.completion,
+        amb.expected,
+        amb.prompt,
+        amb.rank,
+        amb.sixteen_bit,
+        amb.prompts_per_step,
+        amb.checkpointing if "gradient_checkpointing" in amb.pinned else None,
+        base.optim,
+        tuple(base.target_modules),
+        base.beta,
+        base.fast_inference,
+    )
 
 
 def best_fit(rungs, model: str, gpu: GpuInfo, *, pinned=(), machine=None, measurements=None) -> list[Fit]:
@@ -58,8 +69,9 @@ def _own_model(rung, load_profile) -> str | None:
         return None
 
 
-def derive_ladder(profiles, model: str, machine, *, pinned=(), measurements=None,
-                  limits: dict | None = None) -> tuple[list, list[str]]:
+def derive_ladder(
+    profiles, model: str, machine, *, pinned=(), measurements=None, limits: dict | None = None
+) -> tuple[list, list[str]]:
     """The ladder for a model of the user's (`--auto --set model=...`): a rung written for that model that fits
     as written (its GPUs there) is kept; every single-GPU rung's intent becomes an ambition the solver
     derives a configuration from, and with several GPUs the best of those intents is also spread over them
@@ -99,8 +111,10 @@ def derive_ladder(profiles, model: str, machine, *, pinned=(), measurements=None
         if result.profile is None:
             failed.append(result.reason)
             continue
-        for profile, key, limit in ((result.profile, result.key()[1], result.limited_by),
-                                    *((p, k, "fallback") for p, k in result.fallbacks)):
+        for profile, key, limit in (
+            (result.profile, result.key()[1], result.limited_by),
+            *((p, k, "fallback") for p, k in result.fallbacks),
+        ):
             same = chosen.get(profile.name)  # one name per shape: keep its most valuable batch and share
             if same is None or key > same[1]:
                 chosen[profile.name] = (profile, key)
@@ -119,26 +133,33 @@ def derive_ladder(profiles, model: str, machine, *, pinned=(), measurements=None
     if not chosen and failed and len(refused) == len(failed):
         # every derivation refused, none for memory: the shipped rungs as written (sized for other cards, an
         # 80 GB rung on a 16 GiB card) are no answer for this model; say why instead
-        raise UsageError(f"--set model={model}: the fit solver could derive no configuration for this card; "
-                         f"every rung's derivation was refused, the first: {refused[0]}")
+        raise UsageError(
+            f"--set model={model}: the fit solver could derive no configuration for this card; "
+            f"every rung's derivation was refused, the first: {refused[0]}"
+        )
     if not chosen:  # the rungs as the user set them, with their verdicts, and why nothing could be derived
         return profiles, [f"fit solver for {arch.name}: {failed[0]}"] if failed else []
     ordered = [p for p, _ in sorted(chosen.values(), key=lambda item: item[1], reverse=True)]
     derived = [p.replace(ladder=100 + i) for i, p in enumerate(ordered)]
-    notes = [f"fit solver: {len(derived)} configuration(s) of {arch.name} for this machine, most prompts per hour "
-             f"first (derived from the rungs' intents" + (f"; kept as written: {', '.join(kept)}" if kept else "") + ")"]
+    notes = [
+        f"fit solver: {len(derived)} configuration(s) of {arch.name} for this machine, most prompts per hour "
+        f"first (derived from the rungs' intents" + (f"; kept as written: {', '.join(kept)}" if kept else "") + ")"
+    ]
     if best_result is not None:
         notes.append(f"fit solver: {best_result.ambition.basis}")
         if best_result.given_up:
-            notes.append(f"fit solver: the ambition ({best_result.ambition.text()}) needs "
-                         f"{best_result.ambition_need_gib:.2f} GiB at one prompt a step, {best_result.usable_gib:.2f} "
-                         f"usable here (a card of {best_result.card_for_ambition_gib:.1f} GiB would hold it); given "
-                         "up: " + "; ".join(g.text() for g in best_result.given_up))
+            notes.append(
+                f"fit solver: the ambition ({best_result.ambition.text()}) needs "
+                f"{best_result.ambition_need_gib:.2f} GiB at one prompt a step, {best_result.usable_gib:.2f} "
+                f"usable here (a card of {best_result.card_for_ambition_gib:.1f} GiB would hold it); given "
+                "up: " + "; ".join(g.text() for g in best_result.given_up)
+            )
     return others + derived, notes
 
 
 # ---------------------------------------------------------------------------------------------------
 # More than one GPU (--gpus N)
+
 
 def topologies(gpus: int) -> list[dict]:
     """Every way to use up to `gpus` GPUs: data parallel over 1..N with vLLM colocated in each process, or
@@ -148,8 +169,14 @@ def topologies(gpus: int) -> list[dict]:
         tp = 1
         while tp <= servers:
             if servers % tp == 0:
-                out.append({"num_gpus": gpus - servers, "vllm_mode": "server", "vllm_server_gpus": servers,
-                            "vllm_tensor_parallel": tp})
+                out.append(
+                    {
+                        "num_gpus": gpus - servers,
+                        "vllm_mode": "server",
+                        "vllm_server_gpus": servers,
+                        "vllm_tensor_parallel": tp,
+                    }
+                )
             tp *= 2
     return out
 
@@ -184,8 +211,9 @@ def fit_gpus(rung, model: str, machine, *, pinned=(), measurements=None) -> Fit 
     found = []
     for topology in candidate_topologies(len(machine.gpus)):
         try:
-            found.append(fit(base, gpu, arch=arch, ambition=amb, machine=machine, measurements=measurements,
-                             topology=topology))
+            found.append(
+                fit(base, gpu, arch=arch, ambition=amb, machine=machine, measurements=measurements, topology=topology)
+            )
         except ProfileError:  # a pinned key this split cannot take (e.g. standby on accelerate)
             continue
     fitting = [f for f in found if f.profile is not None]
@@ -203,34 +231,45 @@ def check_pins(values: dict) -> None:
     from launcher.plan.solve import PROMPT_CHOICES
 
     if values.get("device") == "cpu":
-        raise ProfileError("--set", "device", "fit plans a configuration for a GPU; a CPU run takes the cpu-* "
-                           "profiles", "drop --set device=cpu, or run `python train.py --profile "
-                           "profiles/cpu-tiny-8gen.yaml`")
-    gens, batch, steps = (values.get(k) for k in ("num_generations", "per_device_train_batch_size",
-                                                   "gradient_accumulation_steps"))
+        raise ProfileError(
+            "--set",
+            "device",
+            "fit plans a configuration for a GPU; a CPU run takes the cpu-* profiles",
+            "drop --set device=cpu, or run `python train.py --profile profiles/cpu-tiny-8gen.yaml`",
+        )
+    gens, batch, steps = (
+        values.get(k) for k in ("num_generations", "per_device_train_batch_size", "gradient_accumulation_steps")
+    )
     if gens is None or (batch is None and steps is None):
         return
     world = values.get("num_gpus", 1)
     if batch is not None and steps is not None:
         possible = (batch * steps * world) % gens == 0
         if not possible:
-            raise ProfileError("--set", "per_device_train_batch_size",
-                               f"per_device_train_batch_size x num_gpus x gradient_accumulation_steps = {batch} x "
-                               f"{world} x {steps} = {batch * world * steps} is not divisible by num_generations "
-                               f"({gens}); GRPO needs whole groups of completions per step",
-                               f"make the product a multiple of {gens}")
+            raise ProfileError(
+                "--set",
+                "per_device_train_batch_size",
+                f"per_device_train_batch_size x num_gpus x gradient_accumulation_steps = {batch} x "
+                f"{world} x {steps} = {batch * world * steps} is not divisible by num_generations "
+                f"({gens}); GRPO needs whole groups of completions per step",
+                f"make the product a multiple of {gens}",
+            )
     elif batch is not None:
         possible = any((p * gens) % batch == 0 for p in PROMPT_CHOICES)
     else:
         possible = any((p * gens) % steps == 0 for p in PROMPT_CHOICES)
     if not possible:
-        pinned = " x ".join(f"{k} {values[k]}" for k in ("per_device_train_batch_size", "gradient_accumulation_steps")
-                            if k in values)
-        raise ProfileError("--set", "per_device_train_batch_size" if batch is not None else
-                           "gradient_accumulation_steps",
-                           f"{pinned} cannot hold whole groups of num_generations {gens} at any of "
-                           f"{', '.join(map(str, PROMPT_CHOICES))} prompts per step; GRPO needs whole groups of "
-                           "completions per step", f"pin a batch that {gens} divides, or leave it to the solver")
+        pinned = " x ".join(
+            f"{k} {values[k]}" for k in ("per_device_train_batch_size", "gradient_accumulation_steps") if k in values
+        )
+        raise ProfileError(
+            "--set",
+            "per_device_train_batch_size" if batch is not None else "gradient_accumulation_steps",
+            f"{pinned} cannot hold whole groups of num_generations {gens} at any of "
+            f"{', '.join(map(str, PROMPT_CHOICES))} prompts per step; GRPO needs whole groups of "
+            "completions per step",
+            f"pin a batch that {gens} divides, or leave it to the solver",
+        )
 
 
 def _pinned_topology(values: dict, machine) -> dict | None:
@@ -242,8 +281,10 @@ def _pinned_topology(values: dict, machine) -> dict | None:
     server = topology["vllm_server_gpus"] if topology["vllm_mode"] == "server" else 0
     needed = topology["num_gpus"] + server
     if needed > len(machine.gpus):
-        raise UsageError(f"--set {', '.join(f'{k}={values[k]}' for k in TOPOLOGY_KEYS if k in values)}: needs "
-                         f"{needed} GPUs, the plan has {len(machine.gpus)} (fix: --gpus {needed} to plan for them)")
+        raise UsageError(
+            f"--set {', '.join(f'{k}={values[k]}' for k in TOPOLOGY_KEYS if k in values)}: needs "
+            f"{needed} GPUs, the plan has {len(machine.gpus)} (fix: --gpus {needed} to plan for them)"
+        )
     return topology
 
 
@@ -254,8 +295,10 @@ def fit_for_machine(rungs, model: str, machine, *, pinned=(), measurements=None)
     tried. ProfileError / UsageError for pins no configuration can take."""
     gpu = machine.primary
     if gpu is None:
-        raise UsageError(f"fit needs a card to fit: {machine.message} (fix: --gpu-memory GIB with a supported "
-                         "--gpu-name, or run on a machine with a Turing or newer GPU)")
+        raise UsageError(
+            f"fit needs a card to fit: {machine.message} (fix: --gpu-memory GIB with a supported "
+            "--gpu-name, or run on a machine with a Turing or newer GPU)"
+        )
     values = dict(pinned) if isinstance(pinned, dict) else {}
     check_pins(values)
     topology = _pinned_topology(values, machine)
@@ -266,16 +309,29 @@ def fit_for_machine(rungs, model: str, machine, *, pinned=(), measurements=None)
             if rung.device != "cuda" or rung.gpus_needed != 1:
                 continue
             base = rung.model_copy(update={**values, "model": model})
-            found.append(fit(base, gpu, arch=arch, ambition=ambition_of(base, set(values), rung.name, arch),
-                             machine=machine, measurements=measurements, topology=topology))
+            found.append(
+                fit(
+                    base,
+                    gpu,
+                    arch=arch,
+                    ambition=ambition_of(base, set(values), rung.name, arch),
+                    machine=machine,
+                    measurements=measurements,
+                    topology=topology,
+                )
+            )
         if not found:
-            raise UsageError("--fit: no single-GPU cuda profile in the ladder to take an ambition from "
-                         "(fix: --profiles-dir with gpu-*.yaml)")
+            raise UsageError(
+                "--fit: no single-GPU cuda profile in the ladder to take an ambition from "
+                "(fix: --profiles-dir with gpu-*.yaml)"
+            )
         return max(found, key=Fit.key)
     results = best_fit(rungs, model, gpu, pinned=pinned, machine=machine, measurements=measurements)
     if not results:
-        raise UsageError("--fit: no single-GPU cuda profile in the ladder to take an ambition from "
-                         "(fix: --profiles-dir with gpu-*.yaml)")
+        raise UsageError(
+            "--fit: no single-GPU cuda profile in the ladder to take an ambition from "
+            "(fix: --profiles-dir with gpu-*.yaml)"
+        )
     best = results[0]
     if best.profile is not None and len(machine.gpus) > 1:  # --gpus N: data parallel and the vLLM server too
         rung = next(r for r in rungs if r.name == best.ambition.source)

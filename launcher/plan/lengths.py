@@ -19,26 +19,30 @@ from functools import lru_cache
 from profiles.catalog import Architecture, chars_per_token
 from tasks.lengths import SHIPPED, reference_lengths
 
-WORKED_SOLUTION_RATIO = 2.5   # a model's worked solution, in tokens, over the reference solution's
-FORMAT_TOKENS = 24            # the <reasoning> and <answer> tags around it and the answer line
-CAP_MARGIN = 1.25             # on the 99th percentile
+WORKED_SOLUTION_RATIO = 2.5  # a model's worked solution, in tokens, over the reference solution's
+FORMAT_TOKENS = 24  # the <reasoning> and <answer> tags around it and the answer line
+CAP_MARGIN = 1.25  # on the 99th percentile
 CAP_STEP = 128
-DEFAULT_CAP = 1024            # data without worked solutions: a stated default
+DEFAULT_CAP = 1024  # data without worked solutions: a stated default
 DEFAULT_EXPECTED_SHARE = 0.5  # ... and half of it expected
-TEMPLATE_TOKENS = 24          # a chat template's role markers around the system and user turns
-PROMPT_SHARE_UNKNOWN = 0.75   # prompts of data not read at plan time: this share of max_prompt_length
+TEMPLATE_TOKENS = 24  # a chat template's role markers around the system and user turns
+PROMPT_SHARE_UNKNOWN = 0.75  # prompts of data not read at plan time: this share of max_prompt_length
 
 
 @dataclass(frozen=True)
 class CompletionPlan:
-    cap: int                  # tokens: the completion cap the task needs (or the pinned one)
-    expected: int             # tokens a completion is expected to run on average
-    prompt_expected: int      # tokens a prompt is expected to take (its cap is max_prompt_length)
-    basis: str                # where the figures come from, in words
+    cap: int  # tokens: the completion cap the task needs (or the pinned one)
+    expected: int  # tokens a completion is expected to run on average
+    prompt_expected: int  # tokens a prompt is expected to take (its cap is max_prompt_length)
+    basis: str  # where the figures come from, in words
 
     def to_json(self) -> dict:
-        return {"cap": self.cap, "expected": self.expected, "prompt_expected": self.prompt_expected,
-                "basis": self.basis}
+        return {
+            "cap": self.cap,
+            "expected": self.expected,
+            "prompt_expected": self.prompt_expected,
+            "basis": self.basis,
+        }
 
 
 @lru_cache(maxsize=64)
@@ -56,15 +60,19 @@ def completion_plan(profile, arch: Architecture, pinned=()) -> CompletionPlan:
         need = CAP_MARGIN * (WORKED_SOLUTION_RATIO * ref.answer_p99_chars / rate + FORMAT_TOKENS)
         cap = max(CAP_STEP, math.ceil(need / CAP_STEP) * CAP_STEP)
         expected = WORKED_SOLUTION_RATIO * ref.answer_mean_chars / rate + FORMAT_TOKENS
-        basis = (f"{ref.task}: reference solutions of {ref.answer_mean_chars:.0f} characters on average, "
-                 f"{ref.answer_p99_chars:.0f} at the 99th percentile, at {rate:g} characters a token ({tokenizer} "
-                 f"tokenizer, an estimate), x{WORKED_SOLUTION_RATIO:g} for a worked solution")
+        basis = (
+            f"{ref.task}: reference solutions of {ref.answer_mean_chars:.0f} characters on average, "
+            f"{ref.answer_p99_chars:.0f} at the 99th percentile, at {rate:g} characters a token ({tokenizer} "
+            f"tokenizer, an estimate), x{WORKED_SOLUTION_RATIO:g} for a worked solution"
+        )
     else:
         cap = DEFAULT_CAP
         expected = DEFAULT_EXPECTED_SHARE * cap
-        basis = (f"{profile.dataset}: " + ("its answers are not worked solutions" if ref is not None else
-                                           "not readable at plan time") +
-                 f"; the default cap {DEFAULT_CAP} tokens, half of it expected")
+        basis = (
+            f"{profile.dataset}: "
+            + ("its answers are not worked solutions" if ref is not None else "not readable at plan time")
+            + f"; the default cap {DEFAULT_CAP} tokens, half of it expected"
+        )
     if "max_completion_length" in pinned:
         cap = profile.max_completion_length
         basis += f"; the cap pinned at {cap}"

@@ -9,8 +9,10 @@ from __future__ import annotations
 GPU_MARGIN_SHARE, GPU_MARGIN_MIN_GIB = 0.05, 0.5
 # Host RAM also serves the OS, the data loader and the page cache.
 HOST_MARGIN_SHARE, HOST_MARGIN_MIN_GIB = 0.10, 1.0
-GPU_MARGIN_TEXT = ("margin: 5% of the card (at least 0.5 GiB) stays free for allocator fragmentation, memory "
-                   "that creeps up over steps, and other processes")
+GPU_MARGIN_TEXT = (
+    "margin: 5% of the card (at least 0.5 GiB) stays free for allocator fragmentation, memory "
+    "that creeps up over steps, and other processes"
+)
 HOST_MARGIN_TEXT = "margin: 10% of RAM (at least 1 GiB) stays free for the OS, the data loader and other processes"
 
 
@@ -23,9 +25,11 @@ HOST_MARGIN_TEXT = "margin: 10% of RAM (at least 1 GiB) stays free for the OS, t
 # measurement against all of usable memory: it may be packed close.
 ESTIMATE_MAX_USE = 0.92
 ESTIMATE_HEADROOM_MIN_GIB = 0.5
-ESTIMATE_HEADROOM_TEXT = (f"an estimate alone uses at most {ESTIMATE_MAX_USE:.0%} of usable memory and leaves "
-                          f"{ESTIMATE_HEADROOM_MIN_GIB} GiB of it: headroom for the estimate's own error; a shape "
-                          "measured here (the ledger) may use all of it")
+ESTIMATE_HEADROOM_TEXT = (
+    f"an estimate alone uses at most {ESTIMATE_MAX_USE:.0%} of usable memory and leaves "
+    f"{ESTIMATE_HEADROOM_MIN_GIB} GiB of it: headroom for the estimate's own error; a shape "
+    "measured here (the ledger) may use all of it"
+)
 
 
 def estimate_limit(usable_gib: float) -> float:
@@ -37,6 +41,7 @@ def margin_for(total_gib: float, device: str = "cuda") -> float:
     if device == "cpu":
         return max(HOST_MARGIN_MIN_GIB, HOST_MARGIN_SHARE * total_gib)
     return max(GPU_MARGIN_MIN_GIB, GPU_MARGIN_SHARE * total_gib)
+
 
 # Kept free on top of an OOM's shortfall when the fallback shrinks: the failed allocation is rarely the step's
 # last one.

@@ -41,8 +41,7 @@ from launcher.plan.lengths import CompletionPlan, completion_plan
 from launcher.plan.margins import card_for, estimate_limit, margin_for
 from launcher.plan.speed import StepTime, predict
 from profiles.catalog import Architecture, catalogue_key, resolve, vllm_refuses
-from profiles.keys import safe_name
-from profiles.keys import VLLM_LORA_RANKS
+from profiles.keys import VLLM_LORA_RANKS, safe_name
 from profiles.schema import LEVER_KEYS, MEMORY_KEYS
 
 OBJECTIVE = "prompts per hour"
@@ -50,31 +49,49 @@ MIN_GENERATIONS = 4
 GENERATIONS_AMBITION = 8
 MAX_GENERATIONS = 16
 GENERATION_CHOICES = (8, 6, 4)
-LARGE_GROUP_COST = 0.10            # 16 generations when they cost at most this share of prompts per hour
-MIN_COMPLETION_LENGTH = 128        # below the task's cap only when nothing else fits: in steps of this
+LARGE_GROUP_COST = 0.10  # 16 generations when they cost at most this share of prompts per hour
+MIN_COMPLETION_LENGTH = 128  # below the task's cap only when nothing else fits: in steps of this
 COMPLETION_STEP = 128
 PROMPT_CHOICES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-MAX_PROMPTS_PER_STEP = PROMPT_CHOICES[-1]  # 512 completions a step at 8 generations: within the 256-1024 of published GRPO recipes
-MIN_GAIN = 0.03                    # more prompts per step while prompts per hour rises by this share or more
+MAX_PROMPTS_PER_STEP = PROMPT_CHOICES[
+    -1
+]  # 512 completions a step at 8 generations: within the 256-1024 of published GRPO recipes
+MIN_GAIN = 0.03  # more prompts per step while prompts per hour rises by this share or more
 MIN_LORA_RANK = 8
-CHECKPOINTING_ORDER = ("false", "true", "unsloth")   # each keeps less on the GPU than the one before
-SHARE_CAP = 0.95                   # vLLM beside training: never more of the card than this
+CHECKPOINTING_ORDER = ("false", "true", "unsloth")  # each keeps less on the GPU than the one before
+SHARE_CAP = 0.95  # vLLM beside training: never more of the card than this
 LEARNING_LEVERS = ("completion_length", "generations", "lora_rank", "16-bit")
 THROUGHPUT_LEVERS = ("prompts_per_step", "batch", "checkpointing", "standby", "vllm_share")
 # When memory is short, what goes first (throughput, at no cost to what is learned) to last (the experiment)
-GIVEN_UP_ORDER = ("vllm_share", "prompts_per_step", "batch", "checkpointing", "standby", "4-bit", "lora_rank",
-                  "generations", "completion_length", "generator")
+GIVEN_UP_ORDER = (
+    "vllm_share",
+    "prompts_per_step",
+    "batch",
+    "checkpointing",
+    "standby",
+    "4-bit",
+    "lora_rank",
+    "generations",
+    "completion_length",
+    "generator",
+)
 # The profile keys behind each lever: a key pinned with --set holds its lever where the profile has it.
 LEVER_GROUPS = {
     "vllm_share": ("gpu_memory_utilization", "vllm_max_num_seqs"),
     "prompts_per_step": ("per_device_train_batch_size", "gradient_accumulation_steps"),
     "batch": ("per_device_train_batch_size", "gradient_accumulation_steps"),
-    "checkpointing": ("gradient_checkpointing",), "standby": ("vllm_standby",), "4-bit": ("load_in_4bit",),
-    "lora_rank": ("lora_rank",), "completion_length": ("max_completion_length",),
-    "generations": ("num_generations",), "generator": ("fast_inference",),
+    "checkpointing": ("gradient_checkpointing",),
+    "standby": ("vllm_standby",),
+    "4-bit": ("load_in_4bit",),
+    "lora_rank": ("lora_rank",),
+    "completion_length": ("max_completion_length",),
+    "generations": ("num_generations",),
+    "generator": ("fast_inference",),
 }
-STANDBY_FAILURES = ("UNSLOTH_VLLM_STANDBY with 4-bit (bitsandbytes) weights runs out of memory at start on cards "
-                    "where the estimate fits it (unsloth #3542, #3771, open)")
+STANDBY_FAILURES = (
+    "UNSLOTH_VLLM_STANDBY with 4-bit (bitsandbytes) weights runs out of memory at start on cards "
+    "where the estimate fits it (unsloth #3542, #3771, open)"
+)
 # The pseudo-key a caller pins to hold the prompts per step (the OOM shrink keeps the effective batch)
 PROMPTS_PIN = "prompts_per_step"
 
@@ -89,8 +106,14 @@ def quality_key(profile, speed: StepTime | None = None, need: int | None = None)
     counts up to `need`, the cap the task needs: more buys nothing), then prompts per hour, then the larger
     group."""
     cap = min(profile.max_completion_length, need) if need else profile.max_completion_length
-    return (cap, min(profile.num_generations, GENERATIONS_AMBITION), profile.lora_rank, not profile.load_in_4bit,
-            round(objective(profile, speed), 6), profile.num_generations)
+    return (
+        cap,
+        min(profile.num_generations, GENERATIONS_AMBITION),
+        profile.lora_rank,
+        not profile.load_in_4bit,
+        round(objective(profile, speed), 6),
+        profile.num_generations,
+    )
 
 
 @dataclass(frozen=True)
@@ -98,23 +121,25 @@ class Ambition:
     """What a configuration would learn with given enough memory, and the keys the user pinned."""
 
     generations: int
-    prompts_per_step: int              # the least prompts per step (a pinned or held one: the only one)
-    completion: int                    # the cap the task needs, or the pinned cap
+    prompts_per_step: int  # the least prompts per step (a pinned or held one: the only one)
+    completion: int  # the cap the task needs, or the pinned cap
     prompt: int
     rank: int
     sixteen_bit: bool
     checkpointing: str
     batch: int
     standby: bool
-    source: str                        # the rung it comes from
+    source: str  # the rung it comes from
     pinned: frozenset = frozenset()
-    expected: int = 0                  # tokens a completion is expected to run (0: the task's)
-    basis: str = ""                    # where the cap and the expected length come from
+    expected: int = 0  # tokens a completion is expected to run (0: the task's)
+    basis: str = ""  # where the cap and the expected length come from
 
     def text(self) -> str:
         weights = "16-bit" if self.sixteen_bit else "4-bit"
-        return (f"{self.generations} generations of up to {self.completion} tokens, LoRA {self.rank}, {weights} "
-                f"(from {self.source})")
+        return (
+            f"{self.generations} generations of up to {self.completion} tokens, LoRA {self.rank}, {weights} "
+            f"(from {self.source})"
+        )
 
 
 def _pinned_prompts(profile, pinned: frozenset) -> int | None:
@@ -124,8 +149,13 @@ def _pinned_prompts(profile, pinned: frozenset) -> int | None:
     return None
 
 
-def ambition_of(profile, pinned=(), source: str | None = None, arch: Architecture | None = None,
-                lengths: CompletionPlan | None = None) -> Ambition:
+def ambition_of(
+    profile,
+    pinned=(),
+    source: str | None = None,
+    arch: Architecture | None = None,
+    lengths: CompletionPlan | None = None,
+) -> Ambition:
     """A profile's intent as an ambition: generations 8 (or pinned), the cap the task needs (or pinned), its
     LoRA rank, 16-bit weights unless load_in_4bit is pinned; the throughput levers are the solver's."""
     pinned = frozenset(pinned)
@@ -134,11 +164,21 @@ def ambition_of(profile, pinned=(), source: str | None = None, arch: Architectur
     generations = profile.num_generations if "num_generations" in pinned else GENERATIONS_AMBITION
     sixteen = True if "load_in_4bit" not in pinned else not profile.load_in_4bit
     prompts = _pinned_prompts(profile, pinned)
-    return Ambition(generations=generations, prompts_per_step=prompts or 1, completion=lengths.cap,
-                    prompt=profile.max_prompt_length, rank=profile.lora_rank,
-                    sixteen_bit=sixteen or profile.lora_rank == 0, checkpointing=profile.gradient_checkpointing,
-                    batch=profile.per_device_train_batch_size, standby=profile.vllm_standby,
-                    source=source or profile.name, pinned=pinned, expected=lengths.expected, basis=lengths.basis)
+    return Ambition(
+        generations=generations,
+        prompts_per_step=prompts or 1,
+        completion=lengths.cap,
+        prompt=profile.max_prompt_length,
+        rank=profile.lora_rank,
+        sixteen_bit=sixteen or profile.lora_rank == 0,
+        checkpointing=profile.gradient_checkpointing,
+        batch=profile.per_device_train_batch_size,
+        standby=profile.vllm_standby,
+        source=source or profile.name,
+        pinned=pinned,
+        expected=lengths.expected,
+        basis=lengths.basis,
+    )
 
 
 @dataclass
@@ -163,7 +203,7 @@ class Choice:
     profile: object
     speed: StepTime
     limited_by: str
-    smaller: "Choice | None" = None    # the same learning at its least throughput: a fallback that needs far less
+    smaller: Choice | None = None  # the same learning at its least throughput: a fallback that needs far less
 
     @property
     def prompts_per_hour(self) -> float:
@@ -175,25 +215,28 @@ class Fit:
     """The solver's answer for one ambition on one card."""
 
     ambition: Ambition
-    profile: object | None            # the derived profile (validated), None when nothing fits
+    profile: object | None  # the derived profile (validated), None when nothing fits
     estimate: Estimate | None
-    need_gib: float | None            # what it is judged by (measured or estimated)
+    need_gib: float | None  # what it is judged by (measured or estimated)
     usable_gib: float
-    reason: str                       # why nothing fits, or how it was judged
-    ambition_need_gib: float          # the learning ambition at its least throughput
-    card_for_ambition_gib: float      # the least card whose usable memory holds that
+    reason: str  # why nothing fits, or how it was judged
+    ambition_need_gib: float  # the learning ambition at its least throughput
+    card_for_ambition_gib: float  # the least card whose usable memory holds that
     given_up: list[GivenUp] = field(default_factory=list)
     measured: object = None
     speed: StepTime | None = None
     limited_by: str = ""
     pin_problem: str | None = None
-    fallbacks: list = field(default_factory=list)  # (validated profile, quality key): the same with fewer prompts    # nothing fits because of the pins: what the least configuration without them needs
+    fallbacks: list = field(
+        default_factory=list
+    )  # (validated profile, quality key): the same with fewer prompts    # nothing fits because of the pins: what the least configuration without them needs
 
     @property
     def at_ambition(self) -> bool:
         """True when nothing of the experiment (generations, length, rank, precision) was given up."""
         return self.profile is not None and not any(
-            g.lever in ("generations", "completion_length", "lora_rank", "4-bit") for g in self.given_up)
+            g.lever in ("generations", "completion_length", "lora_rank", "4-bit") for g in self.given_up
+        )
 
     @property
     def use(self) -> float | None:
@@ -201,8 +244,10 @@ class Fit:
         return None if self.need_gib is None else self.need_gib / self.usable_gib
 
     def key(self) -> tuple:
-        return (self.profile is not None,
-                quality_key(self.profile, self.speed, self.ambition.completion) if self.profile is not None else ())
+        return (
+            self.profile is not None,
+            quality_key(self.profile, self.speed, self.ambition.completion) if self.profile is not None else (),
+        )
 
 
 def live_gib(est: Estimate, not_live) -> float:
@@ -215,10 +260,12 @@ def usable_of(gpu: GpuInfo) -> float:
 
 
 def limit_text(limited_by: str) -> str:
-    return {"memory": "memory (the next prompts per step do not fit)",
-            "throughput": f"the card's throughput (more prompts per step add less than {MIN_GAIN:.0%} an hour)",
-            "cap": f"the prompts-per-step cap ({MAX_PROMPTS_PER_STEP}), the card still had room",
-            "pinned": "the pinned batch"}.get(limited_by, limited_by)
+    return {
+        "memory": "memory (the next prompts per step do not fit)",
+        "throughput": f"the card's throughput (more prompts per step add less than {MIN_GAIN:.0%} an hour)",
+        "cap": f"the prompts-per-step cap ({MAX_PROMPTS_PER_STEP}), the card still had room",
+        "pinned": "the pinned batch",
+    }.get(limited_by, limited_by)
 
 
 _KEY_FIELDS = tuple(dict.fromkeys(MEMORY_KEYS + LEVER_KEYS))
@@ -230,13 +277,23 @@ def _profile_key(p) -> tuple:
 
 # ---------------------------------------------------------------------------------------------------
 
+
 class Solver:
     """One model, one card, one budget (GiB the need must stay under), optionally this machine's ledger.
     `headroom`: a shape judged by the estimate alone keeps the estimate's headroom (off for the OOM shrink,
     whose budget already holds one)."""
 
-    def __init__(self, arch: Architecture, gpu: GpuInfo, budget_gib: float, machine=None, measurements=None,
-                 not_live=(), headroom: bool = True, lengths: CompletionPlan | None = None):
+    def __init__(
+        self,
+        arch: Architecture,
+        gpu: GpuInfo,
+        budget_gib: float,
+        machine=None,
+        measurements=None,
+        not_live=(),
+        headroom: bool = True,
+        lengths: CompletionPlan | None = None,
+    ):
         self.arch, self.gpu, self.budget = arch, gpu, budget_gib
         self.limit = estimate_limit(budget_gib) if headroom else budget_gib
         self.machine, self.measurements = machine, measurements
@@ -271,8 +328,9 @@ class Solver:
             return False
         if est.vllm_share_gib is not None and est.vllm_share_gib > self.gpu.free_gib:
             return False
-        if est.server is not None and (est.server.vllm_problem or est.server.total_gib > estimate_limit(
-                usable_of(self.gpu))):
+        if est.server is not None and (
+            est.server.vllm_problem or est.server.total_gib > estimate_limit(usable_of(self.gpu))
+        ):
             return False  # a vLLM server GPU holds its share and its own context
         measured_here = measured is not None and measured.need_gib is not None
         return need <= (self.budget if measured_here else self.limit)
@@ -334,8 +392,12 @@ class Solver:
             full = math.ceil(self._engine_bytes(p, wanted) / total * 100 - 1e-9) / 100
             if floor > self.share_cap:
                 return None
-            probe = p.model_copy(update={"gpu_memory_utilization": floor,
-                                         "vllm_max_num_seqs": p.vllm_max_num_seqs if own_seqs else group})
+            probe = p.model_copy(
+                update={
+                    "gpu_memory_utilization": floor,
+                    "vllm_max_num_seqs": p.vllm_max_num_seqs if own_seqs else group,
+                }
+            )
             need, est, _ = self.need(probe)
             # the need grows one for one with the share (it holds the weights, then vLLM's own memory)
             room = (self.limit - (need - floor * self.gpu.total_gib)) / self.gpu.total_gib
@@ -343,8 +405,9 @@ class Solver:
             share = floor if at == "floor" else max(floor, min(full, top))
         update = {"gpu_memory_utilization": share}
         if not own_seqs:
-            update["vllm_max_num_seqs"] = max(1, self._sequences_in(p, share * total, wanted)) \
-                if not p.distributed else 0
+            update["vllm_max_num_seqs"] = (
+                max(1, self._sequences_in(p, share * total, wanted)) if not p.distributed else 0
+            )
         q = p.model_copy(update=update)
         if self.fits(q):
             return q
@@ -373,14 +436,22 @@ class Solver:
             lengths = [amb.completion] if amb.completion <= most else []
         else:
             top = min(most, amb.completion)
-            lengths = [top] + [n for n in range((top - 1) // COMPLETION_STEP * COMPLETION_STEP,
-                                                MIN_COMPLETION_LENGTH - 1, -COMPLETION_STEP)
-                               if n >= MIN_COMPLETION_LENGTH] if top >= 1 else []
+            lengths = (
+                [top]
+                + [
+                    n
+                    for n in range(
+                        (top - 1) // COMPLETION_STEP * COMPLETION_STEP, MIN_COMPLETION_LENGTH - 1, -COMPLETION_STEP
+                    )
+                    if n >= MIN_COMPLETION_LENGTH
+                ]
+                if top >= 1
+                else []
+            )
         if "lora_rank" in pinned or amb.rank == 0:
             ranks = [amb.rank]
         else:
-            ranks = sorted({r for r in VLLM_LORA_RANKS if MIN_LORA_RANK <= r <= amb.rank} | {amb.rank},
-                           reverse=True)
+            ranks = sorted({r for r in VLLM_LORA_RANKS if MIN_LORA_RANK <= r <= amb.rank} | {amb.rank}, reverse=True)
         if amb.rank == 0 or "load_in_4bit" in pinned:
             four_bit = [not amb.sixteen_bit]
         else:
@@ -403,8 +474,15 @@ class Solver:
             standby = [False, True]
         fixed = amb.prompts_per_step if _pinned_prompts(base, pinned) is not None else None
         prompts = [fixed] if fixed is not None else [p for p in PROMPT_CHOICES if p >= amb.prompts_per_step]
-        return {"gens": gens, "lengths": lengths, "lora_rank": ranks, "load_in_4bit": four_bit,
-                "gradient_checkpointing": checkpointing, "vllm_standby": standby, "prompts": prompts}
+        return {
+            "gens": gens,
+            "lengths": lengths,
+            "lora_rank": ranks,
+            "load_in_4bit": four_bit,
+            "gradient_checkpointing": checkpointing,
+            "vllm_standby": standby,
+            "prompts": prompts,
+        }
 
     @staticmethod
     def standby_allowed(amb: Ambition, four_bit: bool, option: bool) -> bool:
@@ -424,12 +502,23 @@ class Solver:
         completions = prompts * gens
         rank = levers["lora_rank"]
         seq = base.max_seq_length if "max_seq_length" in amb.pinned else amb.prompt + length
-        expected = base.expected_completion_length if "expected_completion_length" in amb.pinned else \
-            min(amb.expected, length) if amb.expected else 0
-        update = {"num_generations": gens, "max_completion_length": length, "max_prompt_length": amb.prompt,
-                  "max_seq_length": seq, "per_device_train_batch_size": batch,
-                  "gradient_accumulation_steps": completions // batch, "expected_completion_length": expected,
-                  **levers}
+        expected = (
+            base.expected_completion_length
+            if "expected_completion_length" in amb.pinned
+            else min(amb.expected, length)
+            if amb.expected
+            else 0
+        )
+        update = {
+            "num_generations": gens,
+            "max_completion_length": length,
+            "max_prompt_length": amb.prompt,
+            "max_seq_length": seq,
+            "per_device_train_batch_size": batch,
+            "gradient_accumulation_steps": completions // batch,
+            "expected_completion_length": expected,
+            **levers,
+        }
         if rank and base.lora_rank and "lora_alpha" not in amb.pinned:
             update["lora_alpha"] = max(1, round(base.lora_alpha * rank / base.lora_rank))
         return base.model_copy(update=update)
@@ -448,8 +537,12 @@ class Solver:
         for standby in opts["vllm_standby"]:
             if not self.standby_allowed(amb, four_bit, standby):
                 continue
-            levers = {"lora_rank": rank, "load_in_4bit": four_bit,
-                      "gradient_checkpointing": opts["gradient_checkpointing"][-1], "vllm_standby": standby}
+            levers = {
+                "lora_rank": rank,
+                "load_in_4bit": four_bit,
+                "gradient_checkpointing": opts["gradient_checkpointing"][-1],
+                "vllm_standby": standby,
+            }
             p = self.shaped(base, amb, gens, length, levers, prompts, batches[-1])
             if self.with_share(p, amb.pinned, "floor") is not None:
                 return True
@@ -462,10 +555,12 @@ class Solver:
         for length in opts["lengths"]:
             for gens in opts["gens"]:
                 if self._least(base, amb, opts, gens, length, cheapest_rank, cheapest_bits):
-                    rank = next(r for r in opts["lora_rank"]
-                                if self._least(base, amb, opts, gens, length, r, cheapest_bits))
-                    four_bit = next(b for b in opts["load_in_4bit"]
-                                    if self._least(base, amb, opts, gens, length, rank, b))
+                    rank = next(
+                        r for r in opts["lora_rank"] if self._least(base, amb, opts, gens, length, r, cheapest_bits)
+                    )
+                    four_bit = next(
+                        b for b in opts["load_in_4bit"] if self._least(base, amb, opts, gens, length, rank, b)
+                    )
                     return length, gens, rank, four_bit
         return None
 
@@ -478,10 +573,14 @@ class Solver:
             for standby in opts["vllm_standby"]:
                 if not self.standby_allowed(amb, four_bit, standby):
                     continue
-                levers = {"lora_rank": rank, "load_in_4bit": four_bit, "gradient_checkpointing": checkpointing,
-                          "vllm_standby": standby}
+                levers = {
+                    "lora_rank": rank,
+                    "load_in_4bit": four_bit,
+                    "gradient_checkpointing": checkpointing,
+                    "vllm_standby": standby,
+                }
 
-                def placed(batch):
+                def placed(batch, levers=levers):
                     return self.with_share(self.shaped(base, amb, gens, length, levers, prompts, batch), amb.pinned)
 
                 # the largest batch that fits (memory grows with the batch: a binary search), and the next
@@ -515,8 +614,9 @@ class Solver:
             base = base.model_copy(update={"fast_inference": False, "vllm_standby": False, "vllm_max_num_seqs": 0})
         found = self._search(base, amb)
         if found is None and base.fast_inference and not base.uses_vllm_server and "fast_inference" not in amb.pinned:
-            found = self._search(base.model_copy(update={"fast_inference": False, "vllm_standby": False,
-                                                         "vllm_max_num_seqs": 0}), amb)
+            found = self._search(
+                base.model_copy(update={"fast_inference": False, "vllm_standby": False, "vllm_max_num_seqs": 0}), amb
+            )
         return found
 
     def solve(self, base, amb: Ambition):
@@ -526,8 +626,18 @@ class Solver:
 
     def _search(self, base, amb: Ambition) -> Choice | None:
         opts = self.options(base, amb)
-        if not all(opts[k] for k in ("gens", "lengths", "lora_rank", "load_in_4bit", "gradient_checkpointing",
-                                     "vllm_standby", "prompts")):
+        if not all(
+            opts[k]
+            for k in (
+                "gens",
+                "lengths",
+                "lora_rank",
+                "load_in_4bit",
+                "gradient_checkpointing",
+                "vllm_standby",
+                "prompts",
+            )
+        ):
             return None  # a pinned key the configuration cannot take (e.g. offloaded checkpoints on accelerate)
         learned = self.learning(base, amb, opts)
         if learned is None:
@@ -565,9 +675,12 @@ class Solver:
         length, gens, rank, four_bit = learned
         prompts = self.least_prompts(base, amb, opts, gens) or opts["prompts"][0]
         batches = self.batches(base, amb, prompts * gens)
-        levers = {"lora_rank": rank, "load_in_4bit": four_bit,
-                  "gradient_checkpointing": opts["gradient_checkpointing"][-1],
-                  "vllm_standby": opts["vllm_standby"][0] if "vllm_standby" in amb.pinned else False}
+        levers = {
+            "lora_rank": rank,
+            "load_in_4bit": four_bit,
+            "gradient_checkpointing": opts["gradient_checkpointing"][-1],
+            "vllm_standby": opts["vllm_standby"][0] if "vllm_standby" in amb.pinned else False,
+        }
         if not batches:
             return None
         p = self.with_share(self.shaped(base, amb, gens, length, levers, prompts, batches[-1]), amb.pinned, "floor")
@@ -582,9 +695,12 @@ class Solver:
         checkpointing = "true" if base.distributed else "unsloth"
         if "gradient_checkpointing" in amb.pinned:
             checkpointing = amb.checkpointing
-        levers = {"lora_rank": amb.rank, "load_in_4bit": not amb.sixteen_bit,
-                  "gradient_checkpointing": checkpointing,
-                  "vllm_standby": amb.standby and base.fast_inference and "vllm_standby" in amb.pinned}
+        levers = {
+            "lora_rank": amb.rank,
+            "load_in_4bit": not amb.sixteen_bit,
+            "gradient_checkpointing": checkpointing,
+            "vllm_standby": amb.standby and base.fast_inference and "vllm_standby" in amb.pinned,
+        }
         completions = amb.prompts_per_step * amb.generations
         batches = self.batches(base, amb, completions) or [1]
         p = self.shaped(base, amb, amb.generations, amb.completion, levers, amb.prompts_per_step, batches[-1])
@@ -596,15 +712,20 @@ class Solver:
             return p
         share = self._engine_bytes(p, p.num_generations) / (self.gpu.total_gib * GIB)
         seqs = p.vllm_max_num_seqs if "vllm_max_num_seqs" in pinned or p.distributed else p.num_generations
-        return p.model_copy(update={"gpu_memory_utilization": min(math.ceil(share * 100 - 1e-9) / 100, 0.99),
-                                    "vllm_max_num_seqs": seqs})
+        return p.model_copy(
+            update={"gpu_memory_utilization": min(math.ceil(share * 100 - 1e-9) / 100, 0.99), "vllm_max_num_seqs": seqs}
+        )
 
     def given_up(self, ambition_profile, chosen) -> list[GivenUp]:
         """Each learning lever's change from the ambition to the choice, with the GiB it saved, taken from the
         last given up (the experiment) to the first, each at the least throughput (one group in vLLM)."""
-        steps = (("generator", ("fast_inference",)), ("completion_length", ("max_completion_length", "max_seq_length")),
-                 ("generations", ("num_generations",)), ("lora_rank", ("lora_rank", "lora_alpha")),
-                 ("4-bit", ("load_in_4bit",)))
+        steps = (
+            ("generator", ("fast_inference",)),
+            ("completion_length", ("max_completion_length", "max_seq_length")),
+            ("generations", ("num_generations",)),
+            ("lora_rank", ("lora_rank", "lora_alpha")),
+            ("4-bit", ("load_in_4bit",)),
+        )
         current = ambition_profile
         before = estimate(current, self.arch, self.gpu).total_gib
         out: list[GivenUp] = []
@@ -614,8 +735,9 @@ class Solver:
             update = {k: getattr(chosen, k) for k in keys}
             if lever == "generations":  # the same prompts per step, in whole groups
                 prompts = max(1, current.effective_batch // current.num_generations)
-                update.update({"per_device_train_batch_size": 1,
-                               "gradient_accumulation_steps": prompts * chosen.num_generations})
+                update.update(
+                    {"per_device_train_batch_size": 1, "gradient_accumulation_steps": prompts * chosen.num_generations}
+                )
             if lever == "generator":
                 update.update({"vllm_standby": False, "vllm_max_num_seqs": 0})
             nxt = self.least_share(current.model_copy(update=update), frozenset())
@@ -645,9 +767,19 @@ def _lever_text(lever: str, p) -> str:
 SINGLE_GPU = {"num_gpus": 1, "vllm_mode": "colocate", "vllm_server_gpus": 1, "vllm_tensor_parallel": 1}
 
 
-def fit(base, gpu: GpuInfo, *, arch: Architecture | None = None, ambition: Ambition | None = None, pinned=(),
-        machine=None, measurements=None, budget_gib: float | None = None, name: str | None = None,
-        topology: dict | None = None) -> Fit:
+def fit(
+    base,
+    gpu: GpuInfo,
+    *,
+    arch: Architecture | None = None,
+    ambition: Ambition | None = None,
+    pinned=(),
+    machine=None,
+    measurements=None,
+    budget_gib: float | None = None,
+    name: str | None = None,
+    topology: dict | None = None,
+) -> Fit:
     """The configuration of `base`'s model with the most prompts per hour that fits `gpu` (free memory less the
     margin, or `budget_gib`), from `ambition` (default: `base`'s own intent), on one GPU or the `topology`
     given (num_gpus, vllm_mode, vllm_server_gpus, vllm_tensor_parallel; `gpu` is then each GPU's card)."""
@@ -660,11 +792,20 @@ def fit(base, gpu: GpuInfo, *, arch: Architecture | None = None, ambition: Ambit
     if solver.vllm_refused and base.fast_inference and "fast_inference" in amb.pinned:
         from contract.errors import ProfileError
 
-        raise ProfileError("--set", "fast_inference", f"pinned true, but {solver.vllm_refused}",
-                           "drop --set fast_inference=true: transformers generates on this card")
+        raise ProfileError(
+            "--set",
+            "fast_inference",
+            f"pinned true, but {solver.vllm_refused}",
+            "drop --set fast_inference=true: transformers generates on this card",
+        )
     if base.distributed:
-        base = base.model_copy(update={"vllm_standby": False, "vllm_max_num_seqs": 0,
-                                       "fast_inference": True if base.uses_vllm_server else base.fast_inference})
+        base = base.model_copy(
+            update={
+                "vllm_standby": False,
+                "vllm_max_num_seqs": 0,
+                "fast_inference": True if base.uses_vllm_server else base.fast_inference,
+            }
+        )
     top = solver.ambitious(base, amb)
     top_need = estimate(top, arch, gpu).total_gib
     found = solver.search(base, amb)
@@ -675,40 +816,73 @@ def fit(base, gpu: GpuInfo, *, arch: Architecture | None = None, ambition: Ambit
     given_up = solver.given_up(top, solver.least_share(chosen, amb.pinned))
     need, est, measured = solver.need(chosen)
     updates = {k: getattr(chosen, k) for k in LEVER_KEYS}
-    derived = base.replace(**updates, name=name or derived_name(arch, chosen),
-                           description=f"derived by the fit solver for {arch.name} on a {gpu.total_gib:g} GiB "
-                                       f"card from the intent of {amb.source}")
+    derived = base.replace(
+        **updates,
+        name=name or derived_name(arch, chosen),
+        description=f"derived by the fit solver for {arch.name} on a {gpu.total_gib:g} GiB "
+        f"card from the intent of {amb.source}",
+    )
     source = f" ({measured.text()}; est. {est.total_gib:.2f})" if measured is not None else ""
     fallbacks = []
-    if found.smaller is not None and name is None and \
-            _profile_key(found.smaller.profile) != _profile_key(chosen):
+    if found.smaller is not None and name is None and _profile_key(found.smaller.profile) != _profile_key(chosen):
         smaller = found.smaller.profile
-        fallbacks.append((base.replace(**{k: getattr(smaller, k) for k in LEVER_KEYS},
-                                       name=derived_name(arch, smaller), description=derived.description),
-                          quality_key(smaller, found.smaller.speed, amb.completion)))
-    return Fit(amb, derived, est, need, usable, f"fits: {need:.2f} of {usable:.2f} GiB usable{source}", top_need,
-               card_for(top_need), given_up, measured, found.speed, found.limited_by, fallbacks=fallbacks)
+        fallbacks.append(
+            (
+                base.replace(
+                    **{k: getattr(smaller, k) for k in LEVER_KEYS},
+                    name=derived_name(arch, smaller),
+                    description=derived.description,
+                ),
+                quality_key(smaller, found.smaller.speed, amb.completion),
+            )
+        )
+    return Fit(
+        amb,
+        derived,
+        est,
+        need,
+        usable,
+        f"fits: {need:.2f} of {usable:.2f} GiB usable{source}",
+        top_need,
+        card_for(top_need),
+        given_up,
+        measured,
+        found.speed,
+        found.limited_by,
+        fallbacks=fallbacks,
+    )
 
 
 def _nothing_fits(solver: Solver, base, amb: Ambition, usable: float) -> tuple[str, str | None]:
     """(why not even the least configuration fits: what it needs, its largest parts; and, when the pins are
     the cause, what the least configuration without them needs, else None)."""
-    least = replace(amb, generations=min(amb.generations, MIN_GENERATIONS) if "num_generations" not in amb.pinned
-                    else amb.generations, completion=min(amb.completion, MIN_COMPLETION_LENGTH)
-                    if "max_completion_length" not in amb.pinned else amb.completion)
+    least = replace(
+        amb,
+        generations=min(amb.generations, MIN_GENERATIONS) if "num_generations" not in amb.pinned else amb.generations,
+        completion=min(amb.completion, MIN_COMPLETION_LENGTH)
+        if "max_completion_length" not in amb.pinned
+        else amb.completion,
+    )
     opts = solver.options(base, amb)
     if solver.vllm_refused and base.fast_inference:
         base = base.model_copy(update={"fast_inference": False, "vllm_standby": False, "vllm_max_num_seqs": 0})
-    levers = {"lora_rank": (opts["lora_rank"] or [least.rank])[-1],
-              "load_in_4bit": (opts["load_in_4bit"] or [True])[-1],
-              "gradient_checkpointing": (opts["gradient_checkpointing"] or ["true"])[-1], "vllm_standby": False}
+    levers = {
+        "lora_rank": (opts["lora_rank"] or [least.rank])[-1],
+        "load_in_4bit": (opts["load_in_4bit"] or [True])[-1],
+        "gradient_checkpointing": (opts["gradient_checkpointing"] or ["true"])[-1],
+        "vllm_standby": False,
+    }
     prompts = solver.least_prompts(base, least, opts, least.generations) or (opts["prompts"] or [1])[0]
     batches = solver.batches(base, least, prompts * least.generations)
     if not batches:
-        return (f"nothing fits: {least.generations} generations x {prompts} prompt(s) per step cannot be cut into "
-                "the pinned batch", None)
-    p = solver.least_share(solver.shaped(base, least, least.generations, least.completion, levers, prompts,
-                                         batches[-1]), amb.pinned)
+        return (
+            f"nothing fits: {least.generations} generations x {prompts} prompt(s) per step cannot be cut into "
+            "the pinned batch",
+            None,
+        )
+    p = solver.least_share(
+        solver.shaped(base, least, least.generations, least.completion, levers, prompts, batches[-1]), amb.pinned
+    )
     est = estimate(p, solver.arch, solver.gpu)
     if p.fast_inference and "fast_inference" not in amb.pinned:  # the last resort, transformers generating
         hf = p.model_copy(update={"fast_inference": False, "vllm_standby": False, "vllm_max_num_seqs": 0})
@@ -716,19 +890,26 @@ def _nothing_fits(solver: Solver, base, amb: Ambition, usable: float) -> tuple[s
         if est.vllm_problem or hf_est.total_gib < est.total_gib:
             p, est = hf, hf_est
     parts = sorted(((v, k) for k, v in est.components.items() if v > 0), reverse=True)[:3]
-    what = (f"{least.generations} generations of {least.completion} tokens, LoRA {levers['lora_rank']}, "
-            f"{'4-bit' if levers['load_in_4bit'] else '16-bit'}, {prompts} prompt(s) a step, batch "
-            f"{batches[-1]}, " + ("vLLM holding one group" if p.fast_inference else "transformers generating"))
+    what = (
+        f"{least.generations} generations of {least.completion} tokens, LoRA {levers['lora_rank']}, "
+        f"{'4-bit' if levers['load_in_4bit'] else '16-bit'}, {prompts} prompt(s) a step, batch "
+        f"{batches[-1]}, " + ("vLLM holding one group" if p.fast_inference else "transformers generating")
+    )
     limit = solver.limit
     if est.vllm_problem:
         reason = f"nothing fits: even {what}: {est.vllm_problem}"
     elif est.total_gib <= limit:  # the least fits by itself: a pinned lever or the ledger refused the rest
-        reason = (f"nothing fits: even {what} is refused here (estimated {est.total_gib:.2f} GiB of {limit:.2f} an "
-                  "estimate may use); this machine's ledger or a pinned key rules out every larger step")
+        reason = (
+            f"nothing fits: even {what} is refused here (estimated {est.total_gib:.2f} GiB of {limit:.2f} an "
+            "estimate may use); this machine's ledger or a pinned key rules out every larger step"
+        )
     else:
-        reason = (f"nothing fits: even {what} needs {est.total_gib:.2f} GiB, {limit:.2f} of {usable:.2f} usable "
-                  "an estimate may use (largest: " + ", ".join(f"{k} {v:.2f}" for v, k in parts) +
-                  f"); a card of {card_for(est.total_gib / 0.92):.1f} GiB would hold it")
+        reason = (
+            f"nothing fits: even {what} needs {est.total_gib:.2f} GiB, {limit:.2f} of {usable:.2f} usable "
+            "an estimate may use (largest: "
+            + ", ".join(f"{k} {v:.2f}" for v, k in parts)
+            + f"); a card of {card_for(est.total_gib / 0.92):.1f} GiB would hold it"
+        )
     pins = sorted(amb.pinned - {PROMPTS_PIN, "model"})
     if not pins:
         return reason, None
@@ -747,5 +928,4 @@ def derived_name(arch: Architecture, p) -> str:
     generator = "" if p.fast_inference else "-hf"
     if p.distributed:
         generator += f"-{p.num_gpus}gpu" + (f"-server{p.vllm_server_gpus}" if p.uses_vllm_server else "")
-    return (f"fit-{model}-{p.num_generations}x{prompts}x{p.max_completion_length}-r{p.lora_rank}-{weights}"
-            f"{generator}")
+    return f"fit-{model}-{p.num_generations}x{prompts}x{p.max_completion_length}-r{p.lora_rank}-{weights}{generator}"

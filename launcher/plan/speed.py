@@ -38,17 +38,17 @@ from dataclasses import dataclass, field
 from launcher.card.facts import DEFAULT, CardFacts, card_facts
 
 # Share of a card's peak that each phase reaches
-BANDWIDTH_EFFICIENCY = 0.6        # decode and dequantisation: bulk copies reach ~0.9 of peak, a decode step's
+BANDWIDTH_EFFICIENCY = 0.6  # decode and dequantisation: bulk copies reach ~0.9 of peak, a decode step's
 #                                   many smaller reads less
-TRAIN_MATMUL_EFFICIENCY = 0.35    # training's GEMMs (LoRA on frozen weights, the GRPO loss, attention)
-PREFILL_MATMUL_EFFICIENCY = 0.5   # prefill's large GEMMs
+TRAIN_MATMUL_EFFICIENCY = 0.35  # training's GEMMs (LoRA on frozen weights, the GRPO loss, attention)
+PREFILL_MATMUL_EFFICIENCY = 0.5  # prefill's large GEMMs
 # Fixed costs
-VLLM_DECODE_STEP_S = 0.008        # one vLLM decode step beyond its reads: scheduling, sampling, detokenising
-KERNEL_LAUNCH_S = 0.0008          # one layer's kernels launched once, forward or backward, by eager PyTorch (no CUDA
+VLLM_DECODE_STEP_S = 0.008  # one vLLM decode step beyond its reads: scheduling, sampling, detokenising
+KERNEL_LAUNCH_S = 0.0008  # one layer's kernels launched once, forward or backward, by eager PyTorch (no CUDA
 #                                   graphs): some twenty kernels at ~10 us each, and Python's dispatch of each
-STEP_FIXED_S = 2.0                # per optimizer step: rewards, logging, the adapter handed to vLLM, Python
-STANDBY_SWITCH_S = 0.5            # per step under standby: the engine falls asleep and wakes (logged 0.1-0.35 s)
-HOST_LINK_GB_S = 12.0             # PCIe to host or between GPUs without NVLink (weights to a vLLM server)
+STEP_FIXED_S = 2.0  # per optimizer step: rewards, logging, the adapter handed to vLLM, Python
+STANDBY_SWITCH_S = 0.5  # per step under standby: the engine falls asleep and wakes (logged 0.1-0.35 s)
+HOST_LINK_GB_S = 12.0  # PCIe to host or between GPUs without NVLink (weights to a vLLM server)
 # Completion lengths vary: the longest of n is about mean x (1 + spread x sqrt(2 ln n)), at most the cap
 LENGTH_SPREAD = 0.5
 # Bytes moved per bitsandbytes 4-bit weight on every use by a batch: NF4 read, 16-bit written, 16-bit read
@@ -64,29 +64,29 @@ class StepShape:
     layers: int
     hidden: int
     vocab: int
-    linear_params: float         # every block's linear weights (all experts of a mixture)
+    linear_params: float  # every block's linear weights (all experts of a mixture)
     active_linear_params: float  # those one token runs through (a mixture's active experts)
-    lm_head_params: float        # vocab x hidden (tied or not, the output projection is read every step)
-    kv_bytes_per_token: float    # 16-bit keys and values over all layers
+    lm_head_params: float  # vocab x hidden (tied or not, the output projection is read every step)
+    kv_bytes_per_token: float  # 16-bit keys and values over all layers
     q_dim: int
-    weight_bits: int             # 16, 8 or 4 (bitsandbytes NF4)
+    weight_bits: int  # 16, 8 or 4 (bitsandbytes NF4)
     lora: bool
     trainable_params: float
     checkpointing: bool
-    generator: str               # "vllm" or "transformers"
-    prompts: int                 # prompts per optimizer step (over every training process)
+    generator: str  # "vllm" or "transformers"
+    prompts: int  # prompts per optimizer step (over every training process)
     generations: int
-    micro_batch: int             # completions per forward/backward
-    prompt_tokens: int           # expected prompt tokens
-    expected: int                # expected completion tokens
-    cap: int                     # completion cap
-    max_num_seqs: int = 256      # vLLM's sequences at once
+    micro_batch: int  # completions per forward/backward
+    prompt_tokens: int  # expected prompt tokens
+    expected: int  # expected completion tokens
+    cap: int  # completion cap
+    max_num_seqs: int = 256  # vLLM's sequences at once
     kv_tokens: int | None = None  # tokens vLLM's KV cache holds (None: not the limit)
-    extra_forwards: int = 0      # reference model (beta > 0), old policy (num_iterations > 1)
+    extra_forwards: int = 0  # reference model (beta > 0), old policy (num_iterations > 1)
     float32: bool = False
     standby: bool = False
-    own_vllm_weights: bool = False   # vLLM keeps a copy of its own (TRL's engine, a server): sent every step
-    world: int = 1                   # data-parallel training processes
+    own_vllm_weights: bool = False  # vLLM keeps a copy of its own (TRL's engine, a server): sent every step
+    world: int = 1  # data-parallel training processes
 
     @property
     def completions(self) -> int:
@@ -103,13 +103,13 @@ class StepTime:
     sync_s: float
     fixed_s: float
     prompts: int
-    waves: float                 # the step's completions over the sequences vLLM runs at once
+    waves: float  # the step's completions over the sequences vLLM runs at once
     sequences_at_once: int
-    generation_limit: str        # "bandwidth", "compute" or "engine" (the engine's own per-step cost)
+    generation_limit: str  # "bandwidth", "compute" or "engine" (the engine's own per-step cost)
     card: str
     card_known: bool
     notes: list[str] = field(default_factory=list)
-    measured_s: float | None = None   # this machine's measurement of the shape, when the ledger has one
+    measured_s: float | None = None  # this machine's measurement of the shape, when the ledger has one
 
     @property
     def prompts_per_hour(self) -> float:
@@ -123,13 +123,21 @@ class StepTime:
         return "training"
 
     def to_json(self, limited_by: str | None = None) -> dict:
-        return {"step_s": round(self.step_s, 3), "generation_s": round(self.generation_s, 3),
-                "training_s": round(self.training_s, 3), "prompts_per_hour": round(self.prompts_per_hour, 1),
-                "limited_by": limited_by or self.limited_by, "sync_s": round(self.sync_s, 3),
-                "fixed_s": round(self.fixed_s, 3), "waves": round(self.waves, 2),
-                "sequences_at_once": self.sequences_at_once, "card": self.card, "card_known": self.card_known,
-                "measured_step_s": None if self.measured_s is None else round(self.measured_s, 3),
-                "notes": list(self.notes)}
+        return {
+            "step_s": round(self.step_s, 3),
+            "generation_s": round(self.generation_s, 3),
+            "training_s": round(self.training_s, 3),
+            "prompts_per_hour": round(self.prompts_per_hour, 1),
+            "limited_by": limited_by or self.limited_by,
+            "sync_s": round(self.sync_s, 3),
+            "fixed_s": round(self.fixed_s, 3),
+            "waves": round(self.waves, 2),
+            "sequences_at_once": self.sequences_at_once,
+            "card": self.card,
+            "card_known": self.card_known,
+            "measured_step_s": None if self.measured_s is None else round(self.measured_s, 3),
+            "notes": list(self.notes),
+        }
 
 
 def longest_of(n: int, expected: float, cap: float) -> float:
@@ -142,8 +150,11 @@ def longest_of(n: int, expected: float, cap: float) -> float:
 def _speeds(card: CardFacts, float32: bool) -> tuple[float, float, float]:
     """(bytes/s for decode reads, FLOP/s for training, FLOP/s for prefill) of the card."""
     flops = card.tflops_16bit * 1e12 / (FLOAT32_SLOWDOWN if float32 else 1.0)
-    return card.bandwidth_gb_s * 1e9 * BANDWIDTH_EFFICIENCY, flops * TRAIN_MATMUL_EFFICIENCY, \
-        flops * PREFILL_MATMUL_EFFICIENCY
+    return (
+        card.bandwidth_gb_s * 1e9 * BANDWIDTH_EFFICIENCY,
+        flops * TRAIN_MATMUL_EFFICIENCY,
+        flops * PREFILL_MATMUL_EFFICIENCY,
+    )
 
 
 def _weight_read_bytes(s: StepShape, batched: bool) -> float:
@@ -159,8 +170,9 @@ def _weight_read_bytes(s: StepShape, batched: bool) -> float:
     return linear * per + s.lm_head_params * (4.0 if s.float32 else 2.0)
 
 
-def _decode_step(s: StepShape, sequences: float, context: float, bandwidth: float, flops: float,
-                 launch: float) -> tuple[float, str]:
+def _decode_step(
+    s: StepShape, sequences: float, context: float, bandwidth: float, flops: float, launch: float
+) -> tuple[float, str]:
     reads = _weight_read_bytes(s, sequences > 1) + sequences * context * s.kv_bytes_per_token
     compute = 2.0 * (s.active_linear_params + s.lm_head_params) * sequences
     read_s, compute_s = reads / bandwidth, compute / flops
@@ -185,13 +197,15 @@ def generation_time(s: StepShape, card: CardFacts) -> tuple[float, float, int, s
         steps = n * s.expected / at_once + (longest - s.expected)
         occupancy = n * s.expected / steps
         prefill = s.prompts * s.prompt_tokens * 2.0 * (s.active_linear_params + s.lm_head_params) / prefill_flops
-        per_step, limit = _decode_step(s, occupancy, s.prompt_tokens + s.expected / 2.0, bandwidth,
-                                       prefill_flops, VLLM_DECODE_STEP_S)
+        per_step, limit = _decode_step(
+            s, occupancy, s.prompt_tokens + s.expected / 2.0, bandwidth, prefill_flops, VLLM_DECODE_STEP_S
+        )
         return prefill + steps * per_step, n / at_once, at_once, limit
     # transformers: the whole generation batch at once, padded until the longest finishes
     prefill = n * s.prompt_tokens * 2.0 * (s.active_linear_params + s.lm_head_params) / prefill_flops
-    per_step, limit = _decode_step(s, n, s.prompt_tokens + longest / 2.0, bandwidth, prefill_flops,
-                                   KERNEL_LAUNCH_S * s.layers)
+    per_step, limit = _decode_step(
+        s, n, s.prompt_tokens + longest / 2.0, bandwidth, prefill_flops, KERNEL_LAUNCH_S * s.layers
+    )
     return prefill + longest * per_step, 1.0, n, limit
 
 
@@ -210,9 +224,9 @@ def training_time(s: StepShape, card: CardFacts) -> float:
     compute = forwards * per_forward / flops
     passes = 2.0 + (1.0 if s.checkpointing else 0.0) + s.extra_forwards  # weight reads: forward-like passes
     reads = passes * _weight_read_bytes(s, True) / bandwidth
-    launches = passes * s.layers * KERNEL_LAUNCH_S * 3.0   # LoRA and the fused kernels: several launches a layer
+    launches = passes * s.layers * KERNEL_LAUNCH_S * 3.0  # LoRA and the fused kernels: several launches a layer
     per_micro = max(compute, reads) + launches
-    optimizer = 16.0 * s.trainable_params / bandwidth      # fp32 parameter, gradient and two moments, read and written
+    optimizer = 16.0 * s.trainable_params / bandwidth  # fp32 parameter, gradient and two moments, read and written
     return micro_batches * per_micro + optimizer
 
 
@@ -221,8 +235,10 @@ def step_time(s: StepShape, card_name: str | None, memory_gib: float | None = No
     card = card_facts(card_name, memory_gib) or DEFAULT
     notes = []
     if not card.known:
-        notes.append(f"card {card_name or 'unnamed'} not in the card table: speed from the default "
-                     f"({card.bandwidth_gb_s:g} GB/s, {card.tflops_16bit:g} TFLOPS), so the times err long")
+        notes.append(
+            f"card {card_name or 'unnamed'} not in the card table: speed from the default "
+            f"({card.bandwidth_gb_s:g} GB/s, {card.tflops_16bit:g} TFLOPS), so the times err long"
+        )
     generation, waves, at_once, limit = generation_time(s, card)
     training = training_time(s, card)
     sync = 0.0
@@ -231,8 +247,9 @@ def step_time(s: StepShape, card_name: str | None, memory_gib: float | None = No
         sync = weights / (HOST_LINK_GB_S * 1e9)
     fixed = STEP_FIXED_S + (STANDBY_SWITCH_S if s.standby else 0.0)
     total = generation + training + sync + fixed
-    return StepTime(total, generation, training, sync, fixed, s.prompts, waves, at_once, limit, card.name,
-                    card.known, notes)
+    return StepTime(
+        total, generation, training, sync, fixed, s.prompts, waves, at_once, limit, card.name, card.known, notes
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -263,21 +280,38 @@ def shape_of(profile, arch, gpu, est=None, lengths=None) -> StepShape:
             max_seqs = profile.vllm_max_num_seqs
     capability = getattr(gpu, "compute_capability", None)
     float32 = arch.family in FORCE_FLOAT32_FAMILIES and capability is not None and not bf16_capable(capability)
-    trainable = arch.lora_params(profile.lora_rank, profile.target_modules) if profile.uses_lora \
-        else arch.computed_params
+    trainable = (
+        arch.lora_params(profile.lora_rank, profile.target_modules) if profile.uses_lora else arch.computed_params
+    )
     extra = (1 if profile.beta > 0 else 0) + (1 if getattr(profile, "num_iterations", 1) > 1 else 0)
     return StepShape(
-        layers=arch.layers, hidden=arch.hidden, vocab=arch.vocab, linear_params=float(arch.linear_params),
+        layers=arch.layers,
+        hidden=arch.hidden,
+        vocab=arch.vocab,
+        linear_params=float(arch.linear_params),
         active_linear_params=float(getattr(arch, "active_linear_params", arch.linear_params)),
-        lm_head_params=float(arch.vocab * arch.hidden), kv_bytes_per_token=arch.kv_bytes_per_token(2),
-        q_dim=arch.q_dim, weight_bits=4 if profile.load_in_4bit else 16, lora=profile.uses_lora,
-        trainable_params=float(trainable), checkpointing=profile.gradient_checkpointing != "false",
+        lm_head_params=float(arch.vocab * arch.hidden),
+        kv_bytes_per_token=arch.kv_bytes_per_token(2),
+        q_dim=arch.q_dim,
+        weight_bits=4 if profile.load_in_4bit else 16,
+        lora=profile.uses_lora,
+        trainable_params=float(trainable),
+        checkpointing=profile.gradient_checkpointing != "false",
         generator="vllm" if profile.fast_inference else "transformers",
-        prompts=max(1, profile.generation_batch // profile.num_generations), generations=profile.num_generations,
-        micro_batch=profile.per_device_train_batch_size, prompt_tokens=lengths.prompt_expected, expected=expected,
-        cap=profile.max_completion_length, max_num_seqs=max_seqs, kv_tokens=kv_tokens, extra_forwards=extra,
-        float32=float32, standby=profile.vllm_standby,
-        own_vllm_weights=profile.fast_inference and profile.distributed, world=profile.num_gpus)
+        prompts=max(1, profile.generation_batch // profile.num_generations),
+        generations=profile.num_generations,
+        micro_batch=profile.per_device_train_batch_size,
+        prompt_tokens=lengths.prompt_expected,
+        expected=expected,
+        cap=profile.max_completion_length,
+        max_num_seqs=max_seqs,
+        kv_tokens=kv_tokens,
+        extra_forwards=extra,
+        float32=float32,
+        standby=profile.vllm_standby,
+        own_vllm_weights=profile.fast_inference and profile.distributed,
+        world=profile.num_gpus,
+    )
 
 
 def predict(profile, arch, gpu, est=None, lengths=None, measured=None) -> StepTime:
@@ -290,6 +324,9 @@ def predict(profile, arch, gpu, est=None, lengths=None, measured=None) -> StepTi
         result.measured_s = seconds
         result.notes.append(f"measured {seconds:.2f} s per step on this machine (predicted {result.step_s:.2f})")
         scale = seconds / result.step_s if result.step_s > 0 else 1.0
-        result.step_s, result.generation_s, result.training_s = seconds, result.generation_s * scale, \
-            result.training_s * scale
+        result.step_s, result.generation_s, result.training_s = (
+            seconds,
+            result.generation_s * scale,
+            result.training_s * scale,
+        )
     return result

@@ -11,9 +11,22 @@ from typing import Any
 
 from contract import failure
 from contract import oom as oomlib
-from contract.attempt import (ATTEMPTS_FILE, ERROR, INTERRUPTED, NODE, OK, OOM, OUTCOME_FILE,
-                              REWARD_RUNNING_FILE, UNSUPPORTED, Outcome, checkpoint_step, latest_checkpoint, merge_outcomes,
-                              resolve_path)
+from contract.attempt import (
+    ATTEMPTS_FILE,
+    ERROR,
+    INTERRUPTED,
+    NODE,
+    OK,
+    OOM,
+    OUTCOME_FILE,
+    REWARD_RUNNING_FILE,
+    UNSUPPORTED,
+    Outcome,
+    checkpoint_step,
+    latest_checkpoint,
+    merge_outcomes,
+    resolve_path,
+)
 from contract.errors import EXIT_INTERRUPTED
 from contract.safe_write import append_line
 
@@ -48,8 +61,9 @@ def _read_outcome(outcome: Outcome) -> tuple[str, str | None, oomlib.OomReport |
     return status, outcome.error, report
 
 
-def _read_exit(returncode: int | None, text: str,
-               kernel_oom: bool | None = None) -> tuple[str, str | None, oomlib.OomReport | None]:
+def _read_exit(
+    returncode: int | None, text: str, kernel_oom: bool | None = None
+) -> tuple[str, str | None, oomlib.OomReport | None]:
     """(status, error, OOM report) of a child that died without an outcome: its exit status and output.
     A SIGKILL without an OOM text is the kernel's OOM killer only when `kernel_oom` (the kernel said so)."""
     killed = returncode in oomlib.SIGKILL_CODES
@@ -80,12 +94,20 @@ def _inside_reward(attempt_dir: Path, returncode: int | None) -> str | None:
         name, entry = str(running["reward"]), str(running["entry"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return (f"the attempt process ended (exit {returncode}) inside reward '{name}' ({entry}) without an outcome: "
-            "a reward must return its scores, never end the process (os._exit, a signal)")
+    return (
+        f"the attempt process ended (exit {returncode}) inside reward '{name}' ({entry}) without an outcome: "
+        "a reward must return its scores, never end the process (os._exit, a signal)"
+    )
 
 
-def read_result(attempt_dir: Path, returncode: int | None, tail_text: str, duration: float,
-                interrupted: bool, kernel_oom: bool | None = None) -> AttemptResult:
+def read_result(
+    attempt_dir: Path,
+    returncode: int | None,
+    tail_text: str,
+    duration: float,
+    interrupted: bool,
+    kernel_oom: bool | None = None,
+) -> AttemptResult:
     """The attempt's outcome: the ranks' outcome files merged (worst status first) when the child wrote
     any, else its exit status and output (`kernel_oom`: whether the kernel says it killed the child for
     memory, None when it cannot be asked). The checkpoint comes back as a path on this disk."""
@@ -106,15 +128,21 @@ def read_result(attempt_dir: Path, returncode: int | None, tail_text: str, durat
         found = latest_checkpoint(attempt_dir) or found
     checkpoint = str(found) if found else None
     steps = outcome.steps if outcome is not None else checkpoint_step(checkpoint)
-    return AttemptResult(status=status, steps=steps, checkpoint=checkpoint, exit_code=returncode, error=error,
-                         report=report, duration_s=round(duration, 2),
-                         peak_gib=outcome.peak_gib if outcome is not None else None,
-                         probe=outcome.probe if outcome is not None else None,
-                         timing=outcome.timing if outcome is not None and isinstance(outcome.timing, dict) else None)
+    return AttemptResult(
+        status=status,
+        steps=steps,
+        checkpoint=checkpoint,
+        exit_code=returncode,
+        error=error,
+        report=report,
+        duration_s=round(duration, 2),
+        peak_gib=outcome.peak_gib if outcome is not None else None,
+        probe=outcome.probe if outcome is not None else None,
+        timing=outcome.timing if outcome is not None and isinstance(outcome.timing, dict) else None,
+    )
 
 
-def server_failure_result(text: str, resume_from: str | None, duration: float,
-                          interrupted: bool) -> AttemptResult:
+def server_failure_result(text: str, resume_from: str | None, duration: float, interrupted: bool) -> AttemptResult:
     """The result of an attempt whose vLLM server did not come up (no training process ran): an OOM when the
     server's words say so (its share of the card), else an unsupported model or an error."""
     report = oomlib.read_oom(text)
@@ -128,8 +156,15 @@ def server_failure_result(text: str, resume_from: str | None, duration: float,
         status = ERROR
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     error = (lines[0] if lines else "the vLLM server did not start")[:500]
-    return AttemptResult(status=status, steps=checkpoint_step(resume_from), checkpoint=None, exit_code=None,
-                         error=error, report=report, duration_s=round(duration, 2))
+    return AttemptResult(
+        status=status,
+        steps=checkpoint_step(resume_from),
+        checkpoint=None,
+        exit_code=None,
+        error=error,
+        report=report,
+        duration_s=round(duration, 2),
+    )
 
 
 def report_from_dict(data: dict | None) -> oomlib.OomReport | None:
@@ -142,6 +177,7 @@ def report_from_dict(data: dict | None) -> oomlib.OomReport | None:
 
 # ---------------------------------------------------------------------------------------------------
 # attempts.jsonl
+
 
 @dataclass
 class AttemptRecord:
@@ -157,19 +193,19 @@ class AttemptRecord:
     attempt_dir: str | None = None
     resumed_from: str | None = None
     checkpoint: str | None = None
-    shrink: dict | None = None             # key -> [old, new] when this attempt shrank the last one
-    estimate_gib: float | None = None      # the plan's estimate, also given to the attempt
+    shrink: dict | None = None  # key -> [old, new] when this attempt shrank the last one
+    estimate_gib: float | None = None  # the plan's estimate, also given to the attempt
     peak_gib: float | None = None
-    probe: dict | None = None              # the worst-case probe's figures, when it ran
+    probe: dict | None = None  # the worst-case probe's figures, when it ran
     predicted_step_s: float | None = None  # the plan's seconds per optimizer step, also given to the attempt
-    step_s: float | None = None            # measured seconds per step (steady state: the first step left out)
-    timing: dict | None = None             # the measurement's details (trainer.timing.measured_step)
-    oom: dict | None = None                # OomReport.to_dict() for an OOM
+    step_s: float | None = None  # measured seconds per step (steady state: the first step left out)
+    timing: dict | None = None  # the measurement's details (trainer.timing.measured_step)
+    oom: dict | None = None  # OomReport.to_dict() for an OOM
     error: str | None = None
-    decided: str | None = None             # why this attempt was started
+    decided: str | None = None  # why this attempt was started
     env: dict = field(default_factory=dict)
     settings: dict = field(default_factory=dict)  # the profile as run
-    extra: dict = field(default_factory=dict)     # keys this version does not know, kept as they were
+    extra: dict = field(default_factory=dict)  # keys this version does not know, kept as they were
 
     @property
     def report(self) -> oomlib.OomReport | None:
@@ -181,7 +217,7 @@ class AttemptRecord:
         return {**data, **{k: v for k, v in extra.items() if k not in data}}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "AttemptRecord":
+    def from_dict(cls, data: dict[str, Any]) -> AttemptRecord:
         known = {f.name for f in fields(cls)} - {"extra"}
         values = {k: v for k, v in data.items() if k in known}
         values.setdefault("attempt", 0)

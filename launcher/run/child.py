@@ -14,9 +14,9 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from launcher.run import distributed
 from contract.attempt import LOG_FILE, OUTCOME_FILE
 from contract.errors import EXIT_INTERRUPTED
+from launcher.run import distributed
 
 _TAIL_BYTES = 256 * 1024  # the end of the output, read for an OOM when the child wrote no outcome
 # An attempt that has written its outcome ends itself within trainer.run.EXIT_GRACE_S (60 s); past this the
@@ -35,6 +35,7 @@ def parent_death_signal():
         return None
     try:
         import ctypes
+
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
@@ -45,8 +46,9 @@ def parent_death_signal():
     return set_signal
 
 
-def attempt_command(profile, attempt_dir: Path, resume_from: str | None, override: list[str] | None = None,
-                    env: dict | None = None) -> list[str]:
+def attempt_command(
+    profile, attempt_dir: Path, resume_from: str | None, override: list[str] | None = None, env: dict | None = None
+) -> list[str]:
     """The attempt's argv, writing its launch files first when the profile is distributed. `override`
     stands for `[python, train.py]` (the way tests run a fake child): the single-GPU command becomes
     `override + arguments`, and under accelerate the script and the interpreter are replaced, the launcher's
@@ -56,11 +58,11 @@ def attempt_command(profile, attempt_dir: Path, resume_from: str | None, overrid
     if not override:
         return argv
     script = argv.index(str(distributed.TRAIN_PY))
-    return [override[0], *argv[1:script], *override[1:], *argv[script + 1:]]
+    return [override[0], *argv[1:script], *override[1:], *argv[script + 1 :]]
 
 
 @contextmanager
-def signals_forwarded(runner: "ChildRunner"):
+def signals_forwarded(runner: ChildRunner):
     """SIGINT and SIGTERM go to `runner` while the block runs (each is forwarded to the attempt process, which
     saves and stops; the caller sees them in runner.signals), the previous handlers afterwards. Handlers can
     be set in the main thread only; elsewhere nothing changes."""
@@ -107,8 +109,7 @@ class ChildRunner:
                 os.write(2, f"\n{name} again: killing attempt (pid {proc.pid}) and its processes\n".encode())
                 os.killpg(proc.pid, signal.SIGKILL)
             else:
-                hint = "; press again to stop without waiting, a third time to kill" \
-                    if len(self.signals) == 1 else ""
+                hint = "; press again to stop without waiting, a third time to kill" if len(self.signals) == 1 else ""
                 os.write(2, f"\n{name}: asking the attempt (pid {proc.pid}) to save and stop{hint}\n".encode())
                 self.forwarded = len(self.signals)
                 os.kill(proc.pid, signum)
@@ -124,9 +125,15 @@ class ChildRunner:
             self.forwarded = len(self.signals)
             return EXIT_INTERRUPTED, ""
         with open(attempt_dir / self.log_name, "ab", buffering=0) as log:  # unbuffered: a full disk loses a chunk only
-            self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                                         stdin=subprocess.DEVNULL, start_new_session=True,
-                                         preexec_fn=parent_death_signal())
+            self.proc = subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=parent_death_signal(),
+            )
             self.last_pid = self.proc.pid
             if len(self.signals) > self.forwarded:  # one arrived as the process started: it is its to handle
                 self.forwarded = len(self.signals)
@@ -160,8 +167,11 @@ class ChildRunner:
             if (ended == 0 and waited >= OUTCOME_GRACE_S) or (ended == 1 and waited >= OUTCOME_GRACE_S + KILL_AFTER_S):
                 how = signal.SIGTERM if ended == 0 else signal.SIGKILL
                 try:
-                    os.write(2, f"\nthe attempt (pid {proc.pid}) wrote its outcome {waited:.0f} s ago and has not "
-                                f"exited: ending it ({how.name}); its outcome stands\n".encode())
+                    os.write(
+                        2,
+                        f"\nthe attempt (pid {proc.pid}) wrote its outcome {waited:.0f} s ago and has not "
+                        f"exited: ending it ({how.name}); its outcome stands\n".encode(),
+                    )
                     os.killpg(proc.pid, how)
                 except (ProcessLookupError, PermissionError, OSError):
                     pass
@@ -184,7 +194,7 @@ class ChildRunner:
                     log = None
             tail.extend(chunk)
             if len(tail) > _TAIL_BYTES:
-                del tail[:len(tail) - _TAIL_BYTES]
+                del tail[: len(tail) - _TAIL_BYTES]
             try:
                 self.echo.write(decoder.decode(chunk))
                 self.echo.flush()

@@ -22,9 +22,16 @@ import yaml
 
 from contract.attempt import PROFILE_FILE
 from contract.environment import ENV_NO_UNSLOTH, ENV_VLLM_STANDBY
+from launcher.card.topology import (
+    Topology,
+    elastic,
+    free_port,
+    gpu_assignment,
+    processes_per_machine,
+    topology,
+    vllm_endpoint,
+)
 from launcher.memory.estimate import ZERO3_MAX_LIVE_ELEMENTS, ZERO3_PREFETCH_ELEMENTS, ZERO_BUCKET_ELEMENTS
-from launcher.card.topology import (Topology, elastic, free_port, gpu_assignment, processes_per_machine, topology,
-                                    vllm_endpoint)
 
 TRAIN_PY = Path(__file__).resolve().parents[2] / "train.py"
 ACCELERATE_CONFIG = "accelerate.yaml"
@@ -43,28 +50,45 @@ def launch_file(name: str, machine_rank: int = 0) -> str:
 # ---------------------------------------------------------------------------------------------------
 # Configuration files
 
+
 def deepspeed_config(profile) -> dict:
     """DeepSpeed's JSON for the profile's ZeRO stage. "auto" values are filled by the HF Trainer from the
     GRPOConfig the trainer builds (batch, accumulation, clipping, precision), so they cannot disagree. The
     bucket sizes are the estimator's (launcher.memory.estimate), so the plan counts what DeepSpeed allocates."""
     stage = profile.zero_stage
-    zero: dict = {"stage": stage, "overlap_comm": False, "contiguous_gradients": True,
-                  "reduce_bucket_size": ZERO_BUCKET_ELEMENTS}
+    zero: dict = {
+        "stage": stage,
+        "overlap_comm": False,
+        "contiguous_gradients": True,
+        "reduce_bucket_size": ZERO_BUCKET_ELEMENTS,
+    }
     if stage in (1, 2):
         zero["allgather_bucket_size"] = ZERO_BUCKET_ELEMENTS
     if stage == 3:
-        zero.update({"stage3_prefetch_bucket_size": ZERO3_PREFETCH_ELEMENTS,
-                     "stage3_max_live_parameters": ZERO3_MAX_LIVE_ELEMENTS,
-                     "stage3_max_reuse_distance": ZERO3_MAX_LIVE_ELEMENTS,
-                     "stage3_gather_16bit_weights_on_model_save": True})
-    return {"train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto",
-            "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
-            "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"},
-            "zero_optimization": zero, "steps_per_print": 10 ** 9, "wall_clock_breakdown": False}
+        zero.update(
+            {
+                "stage3_prefetch_bucket_size": ZERO3_PREFETCH_ELEMENTS,
+                "stage3_max_live_parameters": ZERO3_MAX_LIVE_ELEMENTS,
+                "stage3_max_reuse_distance": ZERO3_MAX_LIVE_ELEMENTS,
+                "stage3_gather_16bit_weights_on_model_save": True,
+            }
+        )
+    return {
+        "train_micro_batch_size_per_gpu": "auto",
+        "train_batch_size": "auto",
+        "gradient_accumulation_steps": "auto",
+        "gradient_clipping": "auto",
+        "bf16": {"enabled": "auto"},
+        "fp16": {"enabled": "auto"},
+        "zero_optimization": zero,
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+    }
 
 
-def accelerate_config(profile, topo: Topology, port: int, train_gpu_ids: list[str],
-                      deepspeed_file: Path | None = None) -> dict:
+def accelerate_config(
+    profile, topo: Topology, port: int, train_gpu_ids: list[str], deepspeed_file: Path | None = None
+) -> dict:
     """accelerate's config file for one attempt (the keys `accelerate config` writes)."""
     cpu = profile.device == "cpu"
     if cpu or profile.zero_stage == 0:
@@ -103,14 +127,15 @@ def accelerate_config(profile, topo: Topology, port: int, train_gpu_ids: list[st
     if not cpu:
         config["gpu_ids"] = ",".join(train_gpu_ids) if train_gpu_ids else "all"
     if kind == "DEEPSPEED":
-        config["deepspeed_config"] = {"deepspeed_config_file": str(deepspeed_file),
-                                      "deepspeed_multinode_launcher": "standard",
-                                      "zero3_init_flag": profile.zero_stage == 3}
+        config["deepspeed_config"] = {
+            "deepspeed_config_file": str(deepspeed_file),
+            "deepspeed_multinode_launcher": "standard",
+            "zero3_init_flag": profile.zero_stage == 3,
+        }
     return config
 
 
-def write_launch_files(profile, attempt_dir: Path, topo: Topology | None = None,
-                       env: dict | None = None) -> Path:
+def write_launch_files(profile, attempt_dir: Path, topo: Topology | None = None, env: dict | None = None) -> Path:
     """Write DIR/accelerate.yaml (and DIR/deepspeed.json for ZeRO); returns the accelerate config's path.
     UsageError (before anything is written) when this machine cannot take its share of the profile."""
     topo = topo or topology(env)
@@ -136,15 +161,27 @@ def rendezvous_arguments(topo: Topology, env: dict | None = None) -> list[str]:
     if not topo.multi_node:
         return []
     settings = elastic(env)
-    return ["--max_restarts", str(settings.max_restarts),
-            "--rdzv_conf", f"join_timeout={settings.rdzv_timeout_s},is_host={int(topo.machine_rank == 0)}"]
+    return [
+        "--max_restarts",
+        str(settings.max_restarts),
+        "--rdzv_conf",
+        f"join_timeout={settings.rdzv_timeout_s},is_host={int(topo.machine_rank == 0)}",
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------
 # The attempt's command line and environment
 
-def attempt_argv(profile, attempt_dir, resume_from=None, python: str | None = None,
-                 launch_config: Path | None = None, topo: Topology | None = None, env: dict | None = None) -> list[str]:
+
+def attempt_argv(
+    profile,
+    attempt_dir,
+    resume_from=None,
+    python: str | None = None,
+    launch_config: Path | None = None,
+    topo: Topology | None = None,
+    env: dict | None = None,
+) -> list[str]:
     """The argv of one attempt (writes nothing). `attempt_dir/profile.yaml` must hold the profile.
 
     Single-GPU: [python, train.py, attempt, --profile, DIR/profile.yaml, --attempt-dir, DIR (, --resume-from CKPT)].
@@ -161,8 +198,15 @@ def attempt_argv(profile, attempt_dir, resume_from=None, python: str | None = No
     if launch_config is None:
         raise ValueError(f"profile '{profile.name}' is distributed: write_launch_files first and pass its path")
     topo = topo or topology(env)
-    return [python, "-m", "accelerate.commands.launch", "--config_file", str(launch_config),
-            *rendezvous_arguments(topo, env), *script]
+    return [
+        python,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(launch_config),
+        *rendezvous_arguments(topo, env),
+        *script,
+    ]
 
 
 def launch_env(profile, base: dict | None = None) -> dict:

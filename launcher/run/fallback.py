@@ -29,19 +29,19 @@ def estimate_profile(profile: Profile, machine) -> Any:
     """The estimator's Estimate for a (changed) profile on this machine, or None when it cannot tell."""
     try:
         from launcher.memory.estimate import estimate
+
         gpu = machine.primary if machine is not None and profile.device == "cuda" else None
         return estimate(profile, gpu=gpu)
     except Exception:  # an estimate guides the fallback; it never stops it
         return None
 
 
-
 @dataclass
 class Decision:
-    action: str                      # "shrink", "next", "stop"
-    text: str                        # what is done and why, in plain words
+    action: str  # "shrink", "next", "stop"
+    text: str  # what is done and why, in plain words
     profile: Profile | None = None
-    changes: dict = field(default_factory=dict)   # key -> [old, new] for a shrink
+    changes: dict = field(default_factory=dict)  # key -> [old, new] for a shrink
     skipped: list[str] = field(default_factory=list)
 
 
@@ -63,8 +63,14 @@ def shrink_batch(profile: Profile) -> tuple[Profile | None, dict, str]:
     verb = "halving" if factor == 2 else f"dividing by {factor}"
     shrunk = profile.replace(per_device_train_batch_size=new_b, gradient_accumulation_steps=new_ga)
     changes = {"per_device_train_batch_size": [b, new_b], "gradient_accumulation_steps": [ga, new_ga]}
-    return shrunk, changes, (f"{verb} per_device_train_batch_size {b} -> {new_b}, gradient_accumulation_steps "
-                             f"{ga} -> {new_ga}, effective batch kept at {shrunk.effective_batch}")
+    return (
+        shrunk,
+        changes,
+        (
+            f"{verb} per_device_train_batch_size {b} -> {new_b}, gradient_accumulation_steps "
+            f"{ga} -> {new_ga}, effective batch kept at {shrunk.effective_batch}"
+        ),
+    )
 
 
 def adjust_vllm_share(profile: Profile, report: oomlib.OomReport, machine) -> tuple[Profile | None, dict, str]:
@@ -74,8 +80,14 @@ def adjust_vllm_share(profile: Profile, report: oomlib.OomReport, machine) -> tu
         return None, {}, "the profile does not use vLLM"
     if profile.vllm_standby:
         # unsloth_zoo's load_vllm replaces gpu_memory_utilization with its own standby step, either way
-        return None, {}, ("under vLLM standby Unsloth sets vLLM's share itself: another gpu_memory_utilization "
-                          "would start the same engine")
+        return (
+            None,
+            {},
+            (
+                "under vLLM standby Unsloth sets vLLM's share itself: another gpu_memory_utilization "
+                "would start the same engine"
+            ),
+        )
     gpu = machine.primary if machine is not None else None
     total = report.total_gib or (gpu.total_gib if gpu is not None else None)
     if not total:
@@ -105,8 +117,7 @@ def adjust_vllm_share(profile: Profile, report: oomlib.OomReport, machine) -> tu
             return None, {}, f"at {new:.2f} the estimate says vLLM cannot start ({est.vllm_problem})"
         free = gpu.free_gib if gpu is not None else None
         if new > old and free is not None and est.total_gib > free:
-            return None, {}, (f"at {new:.2f} the estimate ({est.total_gib:.2f} GiB) exceeds the free "
-                              f"{free:.2f} GiB")
+            return None, {}, (f"at {new:.2f} the estimate ({est.total_gib:.2f} GiB) exceeds the free {free:.2f} GiB")
     verb = "lowering" if new < old else "raising"
     return shrunk, {"gpu_memory_utilization": [old, new]}, f"{verb} gpu_memory_utilization {old:g} -> {new:g}"
 
@@ -117,8 +128,11 @@ def shrink_optimizer(profile: Profile) -> tuple[Profile | None, dict, str]:
     if profile.device != "cuda":
         return None, {}, "8-bit optimizers need a GPU"
     shrunk = profile.replace(optim="adamw_8bit")
-    return shrunk, {"optim": [profile.optim, "adamw_8bit"]}, \
-        f"switching optim {profile.optim} -> adamw_8bit (optimizer state ~4x smaller)"
+    return (
+        shrunk,
+        {"optim": [profile.optim, "adamw_8bit"]},
+        f"switching optim {profile.optim} -> adamw_8bit (optimizer state ~4x smaller)",
+    )
 
 
 def shrink_for(profile: Profile, report: oomlib.OomReport, machine) -> tuple[Profile | None, dict, str]:
@@ -131,12 +145,19 @@ def shrink_for(profile: Profile, report: oomlib.OomReport, machine) -> tuple[Pro
     if site == oom_site.SITE_MODEL_LOAD:
         return None, {}, "the weights alone do not fit"
     if site == oom_site.SITE_GENERATION:
-        if profile.device == "cuda" and not profile.fast_inference and not profile.distributed \
-                and report.shortfall_gib is not None:
+        if (
+            profile.device == "cuda"
+            and not profile.fast_inference
+            and not profile.distributed
+            and report.shortfall_gib is not None
+        ):
             # transformers' generate holds the KV cache of the whole generation batch: shorter completions help
             return shrink_after_oom(profile, report, machine)
-        return None, {}, ("generation runs the whole generation batch at once: halving the per-device batch "
-                          "would not change it")
+        return (
+            None,
+            {},
+            ("generation runs the whole generation batch at once: halving the per-device batch would not change it"),
+        )
     if site == oom_site.SITE_OPTIMIZER:
         return shrink_optimizer(profile)
     # logits/log-probs, activations, backward, or a site the text does not name (GRPO's usual suspects): on a
@@ -160,16 +181,29 @@ def next_profile(plan, current: str, tried: set[str], ceiling: tuple[float, str]
             skipped.append(f"skipping {name}: {cand.reason or 'the estimate says it does not fit'}")
             continue
         if ceiling is not None and est is not None and est >= ceiling[0]:
-            skipped.append(f"skipping {name}: estimated {est:.2f} GiB, not below the {ceiling[0]:.2f} GiB of "
-                           f"{ceiling[1]}, which ran out of memory")
+            skipped.append(
+                f"skipping {name}: estimated {est:.2f} GiB, not below the {ceiling[0]:.2f} GiB of "
+                f"{ceiling[1]}, which ran out of memory"
+            )
             continue
-        return Decision("next", f"falling back to {name}" + (f" (estimated {est:.2f} GiB)" if est else ""),
-                        profile=cand.profile, skipped=skipped)
+        return Decision(
+            "next",
+            f"falling back to {name}" + (f" (estimated {est:.2f} GiB)" if est else ""),
+            profile=cand.profile,
+            skipped=skipped,
+        )
     return Decision("stop", "no profile left on the ladder", skipped=skipped)
 
 
-def decide(plan, profile: Profile, status: str, report: oomlib.OomReport | None, shrunk: set[str],
-           tried: set[str], ceiling: tuple[float, str] | None) -> Decision:
+def decide(
+    plan,
+    profile: Profile,
+    status: str,
+    report: oomlib.OomReport | None,
+    shrunk: set[str],
+    tried: set[str],
+    ceiling: tuple[float, str] | None,
+) -> Decision:
     """What to do after a failed attempt of `profile` (status oom or unsupported)."""
     prefix = ""
     if status == OOM and report is not None:
@@ -209,30 +243,51 @@ def shrink_after_oom(profile, report, machine) -> tuple[object | None, dict, str
     current = live_gib(estimate(profile, arch, gpu), not_live)
     saving = short + OOM_HEADROOM_GIB
     budget = current - saving
-    amb = Ambition(generations=profile.num_generations,
-                   prompts_per_step=max(1, profile.effective_batch // profile.num_generations),
-                   completion=profile.max_completion_length, prompt=profile.max_prompt_length,
-                   rank=profile.lora_rank, sixteen_bit=not profile.load_in_4bit,
-                   checkpointing=profile.gradient_checkpointing, batch=profile.per_device_train_batch_size,
-                   standby=profile.vllm_standby, source=profile.name,
-                   pinned=frozenset({"num_generations", PROMPTS_PIN, "max_prompt_length"}
-                                    | ({"load_in_4bit"} if profile.load_in_4bit else set())
-                                    | ({"fast_inference"} if not profile.fast_inference else set())),
-                   expected=profile.expected_completion_length)
+    amb = Ambition(
+        generations=profile.num_generations,
+        prompts_per_step=max(1, profile.effective_batch // profile.num_generations),
+        completion=profile.max_completion_length,
+        prompt=profile.max_prompt_length,
+        rank=profile.lora_rank,
+        sixteen_bit=not profile.load_in_4bit,
+        checkpointing=profile.gradient_checkpointing,
+        batch=profile.per_device_train_batch_size,
+        standby=profile.vllm_standby,
+        source=profile.name,
+        pinned=frozenset(
+            {"num_generations", PROMPTS_PIN, "max_prompt_length"}
+            | ({"load_in_4bit"} if profile.load_in_4bit else set())
+            | ({"fast_inference"} if not profile.fast_inference else set())
+        ),
+        expected=profile.expected_completion_length,
+    )
     # the budget already keeps the shortfall's headroom: no second one for the estimate's error
     solver = Solver(arch, gpu, budget, not_live=not_live, headroom=False)
     solver.share_cap = min(SHARE_CAP, profile.gpu_memory_utilization)  # never a larger share than the one that ran
     found = solver.solve(profile, amb)
     if found is None:
-        return None, {}, (f"no configuration of {profile.num_generations} generations x effective batch "
-                          f"{profile.effective_batch} is estimated {saving:.2f} GiB below this one's {current:.2f} "
-                          f"(the shortfall {short:.2f} + {OOM_HEADROOM_GIB} headroom)")
-    changes = {k: [getattr(profile, k), getattr(found, k)] for k in LEVER_KEYS
-               if getattr(profile, k) != getattr(found, k)}
+        return (
+            None,
+            {},
+            (
+                f"no configuration of {profile.num_generations} generations x effective batch "
+                f"{profile.effective_batch} is estimated {saving:.2f} GiB below this one's {current:.2f} "
+                f"(the shortfall {short:.2f} + {OOM_HEADROOM_GIB} headroom)"
+            ),
+        )
+    changes = {
+        k: [getattr(profile, k), getattr(found, k)] for k in LEVER_KEYS if getattr(profile, k) != getattr(found, k)
+    }
     shrunk = profile.replace(**{k: new for k, (_, new) in changes.items()})
     after = live_gib(estimate(shrunk, arch, gpu), not_live)
     moved = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changes.items())
     moment = " while generating" if not_live else ""
-    return shrunk, changes, (f"solver: {moved} (estimate{moment} {current:.2f} -> {after:.2f} GiB, at least the "
-                             f"shortfall {short:.2f} + {OOM_HEADROOM_GIB} GiB lower), effective batch kept at "
-                             f"{shrunk.effective_batch}")
+    return (
+        shrunk,
+        changes,
+        (
+            f"solver: {moved} (estimate{moment} {current:.2f} -> {after:.2f} GiB, at least the "
+            f"shortfall {short:.2f} + {OOM_HEADROOM_GIB} GiB lower), effective batch kept at "
+            f"{shrunk.effective_batch}"
+        ),
+    )

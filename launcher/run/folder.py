@@ -29,32 +29,36 @@ def check_output_dir(path: Path, must_exist: bool = False) -> None:
         raise UsageError(f"--output-dir {path}: {link} (fix: remove or repair the link, or give another folder)")
     for root in _PSEUDO_ROOTS:
         if absolute == root or root in absolute.parents:
-            raise UsageError(f"--output-dir {path}: lies under {root}, a kernel file system, not a disk "
-                             "(fix: choose a folder on a disk, e.g. --output-dir outputs)")
+            raise UsageError(
+                f"--output-dir {path}: lies under {root}, a kernel file system, not a disk "
+                "(fix: choose a folder on a disk, e.g. --output-dir outputs)"
+            )
     if path.exists() and not path.is_dir():
         raise UsageError(f"--output-dir {path}: is a file, not a folder (fix: give a folder's path)")
     existing = absolute
     while not existing.exists():
         existing = existing.parent
     if not existing.is_dir():
-        raise UsageError(f"--output-dir {path}: lies under {existing}, which is a file, not a folder "
-                         "(fix: give a folder's path)")
+        raise UsageError(
+            f"--output-dir {path}: lies under {existing}, which is a file, not a folder (fix: give a folder's path)"
+        )
     if must_exist and existing != absolute:
-        raise UsageError(f"--resume: --output-dir {path} does not exist (fix: give the folder that holds "
-                         "the run-* folder)")
+        raise UsageError(
+            f"--resume: --output-dir {path} does not exist (fix: give the folder that holds the run-* folder)"
+        )
     try:
         read_only = bool(os.statvfs(existing).f_flag & os.ST_RDONLY)
     except OSError:
         read_only = False
     if read_only:
-        raise UsageError(f"--output-dir {path}: {existing} is on a read-only mount (fix: choose a writable "
-                         "folder)")
+        raise UsageError(f"--output-dir {path}: {existing} is on a read-only mount (fix: choose a writable folder)")
     if not os.access(existing, os.W_OK | os.X_OK):
         from contract.failure import NO_PERMISSION, write_fix
 
         # its owner, and how to give it to this user (in the image: as `docker run` options)
-        raise UsageError(f"--output-dir {path}: cannot write to {existing}: no permission "
-                         f"{write_fix(NO_PERMISSION, existing)}")
+        raise UsageError(
+            f"--output-dir {path}: cannot write to {existing}: no permission {write_fix(NO_PERMISSION, existing)}"
+        )
 
 
 def new_run_dir(output_dir: Path) -> Path:
@@ -76,8 +80,10 @@ def latest_run_dir(output_dir: Path) -> Path:
         return pointed  # the run `latest` names: the newest started, or the one --resume RUN took up
     runs = sorted((p for p in output_dir.glob("run-*") if p.is_dir()), key=lambda p: (p.stat().st_mtime, p.name))
     if not runs:
-        raise UsageError(f"--resume: no run-* folder in {output_dir} (fix: start a run with --auto, or give "
-                         "the --output-dir that holds it)")
+        raise UsageError(
+            f"--resume: no run-* folder in {output_dir} (fix: start a run with --auto, or give "
+            "the --output-dir that holds it)"
+        )
     return runs[-1]
 
 
@@ -106,8 +112,9 @@ def _start_time(pid: int) -> float | None:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
         ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22, after the command name in parentheses
-        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                    if line.startswith("btime "))
+        boot = next(
+            float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime ")
+        )
         return boot + ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, StopIteration):
         return None
@@ -131,16 +138,18 @@ class RunLock:
         self.path = Path(run_dir) / LOCK_FILE
         self.held = False
 
-    def acquire(self) -> "RunLock":
+    def acquire(self) -> RunLock:
         for _try in range(3):
             try:
                 fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             except FileExistsError:
                 owner = self._owner()
                 if owner is not None and owner != os.getpid() and _holds(owner, self.path):
-                    raise UsageError(f"{self.path.parent}: this run is in use by process {owner} (its "
-                                     f"{LOCK_FILE}); a second supervisor would train over the first (fix: wait "
-                                     f"for it to end, or stop it: kill -INT {owner})") from None
+                    raise UsageError(
+                        f"{self.path.parent}: this run is in use by process {owner} (its "
+                        f"{LOCK_FILE}); a second supervisor would train over the first (fix: wait "
+                        f"for it to end, or stop it: kill -INT {owner})"
+                    ) from None
                 self.path.unlink(missing_ok=True)  # stale: its owner has died
                 continue
             try:
@@ -185,7 +194,7 @@ def set_aside(folder: Path) -> Path | None:
 # Stable paths: `latest` in the output folder, `final` in a run folder
 
 LATEST = "latest"  # OUTPUT_DIR/latest -> run-<stamp>, the run started (or taken up by --resume) last
-FINAL = "final"    # RUN_DIR/final -> attempt-NN-<profile>, the attempt that finished ok: the run's adapter
+FINAL = "final"  # RUN_DIR/final -> attempt-NN-<profile>, the attempt that finished ok: the run's adapter
 # errno values of a file system that cannot hold symbolic links (FAT, some network and FUSE mounts)
 _NO_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
 
@@ -264,6 +273,8 @@ def run_folder_of(given: Path) -> Path:
     if path.name.startswith("attempt-"):
         path = path.parent
     if not path.is_dir() or not path.name.startswith("run-"):
-        raise UsageError(f"--resume {given}: not a run folder (fix: give outputs/latest, a run-* folder, or "
-                         "--resume alone for the newest run in --output-dir)")
+        raise UsageError(
+            f"--resume {given}: not a run folder (fix: give outputs/latest, a run-* folder, or "
+            "--resume alone for the newest run in --output-dir)"
+        )
     return path

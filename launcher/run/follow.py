@@ -18,8 +18,8 @@ import threading
 from pathlib import Path
 
 from contract.attempt import PROFILE_FILE, resolve_path
-from contract.errors import EXIT_FAILURE, EXIT_INTERRUPTED, UsageError
 from contract.environment import ENV_RUN_ID
+from contract.errors import EXIT_FAILURE, EXIT_INTERRUPTED, UsageError
 from launcher.card.topology import elastic, run_name, topology
 from launcher.run import narrate
 from launcher.run.child import ChildRunner, attempt_command
@@ -30,8 +30,10 @@ from profiles.load import load_profile
 def _job_name() -> str:
     name = run_name()
     if name is None:
-        raise UsageError(f"a machine of a multi-machine run must find machine 0's run folder: set {ENV_RUN_ID} to "
-                         "the same name on every machine (inside SLURM, SLURM_JOB_ID serves)")
+        raise UsageError(
+            f"a machine of a multi-machine run must find machine 0's run folder: set {ENV_RUN_ID} to "
+            "the same name on every machine (inside SLURM, SLURM_JOB_ID serves)"
+        )
     return name
 
 
@@ -57,7 +59,7 @@ class _StopWhen:
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="machine 0 watch", daemon=True)
 
-    def start(self) -> "_StopWhen":
+    def start(self) -> _StopWhen:
         self._thread.start()
         return self
 
@@ -105,21 +107,26 @@ def follow_run(output_dir: Path, console=None, child_command: list[str] | None =
             attempt_dir = resolve_path(decision.attempt_dir, run_dir)
             profile = load_profile(attempt_dir / PROFILE_FILE)
             resume_from = resolve_path(decision.resume_from, run_dir)
-            say(f"{me}: attempt {decision.attempt} {profile.name}"
+            say(
+                f"{me}: attempt {decision.attempt} {profile.name}"
                 + (f" ({decision.text})" if decision.text else "")
                 + (f", from {decision.resume_from}" if decision.resume_from else "")
-                + f"; log {attempt_dir / runner.log_name}")
+                + f"; log {attempt_dir / runner.log_name}"
+            )
             env = attempt_env(profile, decision.estimate_gib)
-            argv = attempt_command(profile, attempt_dir, str(resume_from) if resume_from else None,
-                                   runner.override, env=env)
+            argv = attempt_command(
+                profile, attempt_dir, str(resume_from) if resume_from else None, runner.override, env=env
+            )
             watch = _StopWhen(follower.moved_on, runner).start()
             try:
                 returncode, _tail = runner.run_argv(argv, attempt_dir, env)
             finally:
                 watch.stop()
             said = " (machine 0 had moved on)" if watch.fired else ""
-            say(f"{me}: attempt {decision.attempt} ended here with exit {returncode}{said}; waiting for machine "
-                "0's decision")
+            say(
+                f"{me}: attempt {decision.attempt} ended here with exit {returncode}{said}; waiting for machine "
+                "0's decision"
+            )
     except MachineTimeout as exc:
         say(f"error: {exc}")
         return EXIT_FAILURE
@@ -137,8 +144,9 @@ def serve_run(output_dir: Path, console=None, server_command: list[str] | None =
 
     console = console or narrate.make_console()
     say = lambda text: console.print(text, markup=False, highlight=False, soft_wrap=True)  # noqa: E731
-    follower = Follower(Path(output_dir).absolute(), _job_name(), SERVER, elastic().machine_timeout_s,
-                        role="vllm-server")
+    follower = Follower(
+        Path(output_dir).absolute(), _job_name(), SERVER, elastic().machine_timeout_s, role="vllm-server"
+    )
 
     def interrupt(signum, frame):
         raise KeyboardInterrupt(signal.Signals(signum).name)
@@ -159,8 +167,9 @@ def serve_run(output_dir: Path, console=None, server_command: list[str] | None =
                 write_server_state(attempt_dir, STARTING)
                 say(f"server node: starting the vLLM server for attempt {decision.attempt} {profile.name}")
                 try:
-                    server = start_server(profile, attempt_dir, env=dict(os.environ), command=server_command,
-                                          own_node=True)
+                    server = start_server(
+                        profile, attempt_dir, env=dict(os.environ), command=server_command, own_node=True
+                    )
                     write_server_state(attempt_dir, READY, url=server.url if server else None)
                     say(f"server node: ready at {server.url}" if server else "server node: no server to start")
                 except (ServerError, UsageError) as exc:

@@ -22,8 +22,10 @@ def check_inject(profiles: list, environ=None) -> None:
     known = sorted({p.name for p in profiles})
     for name in targets:
         if name not in known:
-            raise UsageError(f"{ENV_INJECT_OOM}={raw!r}: no profile named {name!r} (known: {', '.join(known)}) "
-                             "(fix: NAME[@STEP|@probe][,...] with these names)")
+            raise UsageError(
+                f"{ENV_INJECT_OOM}={raw!r}: no profile named {name!r} (known: {', '.join(known)}) "
+                "(fix: NAME[@STEP|@probe][,...] with these names)"
+            )
 
 
 def check_run_inputs(profiles: list, plan, gpu_memory: float | None, resume: bool) -> None:
@@ -33,9 +35,11 @@ def check_run_inputs(profiles: list, plan, gpu_memory: float | None, resume: boo
 
         here = detect_machine()
         if not here.gpus:
-            raise UsageError(f"--gpu-memory {gpu_memory:g} without --dry-run: training runs on this machine, "
-                             f"and it has no GPU ({here.message}) (fix: add --dry-run to plan for that card, or "
-                             "drop --gpu-memory to train on what is here)")
+            raise UsageError(
+                f"--gpu-memory {gpu_memory:g} without --dry-run: training runs on this machine, "
+                f"and it has no GPU ({here.message}) (fix: add --dry-run to plan for that card, or "
+                "drop --gpu-memory to train on what is here)"
+            )
     check_inject(profiles)
     from profiles.rules import missing_tracker
 
@@ -48,9 +52,13 @@ def check_run_inputs(profiles: list, plan, gpu_memory: float | None, resume: boo
         return
     if plan.chosen.hub_model_id and not (os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")):
         # said now, not after hours of training (the push itself only notes it and keeps the files)
-        print(f"note: '{plan.chosen.name}' pushes to {plan.chosen.hub_model_id} when it ends, but HF_TOKEN is not "
-              "set: the result will stay on disk only (fix: export HF_TOKEN=<a write token> before the run, or "
-              "set hub_model_id to empty)", file=sys.stderr, flush=True)
+        print(
+            f"note: '{plan.chosen.name}' pushes to {plan.chosen.hub_model_id} when it ends, but HF_TOKEN is not "
+            "set: the result will stay on disk only (fix: export HF_TOKEN=<a write token> before the run, or "
+            "set hub_model_id to empty)",
+            file=sys.stderr,
+            flush=True,
+        )
     from tasks import check_data
 
     # the attempt reads the data again; for the built-in tasks and local files this is quick

@@ -41,8 +41,10 @@ HEARTBEAT_S = 5.0
 POLL_S = 0.5
 RUN, STOP = "run", "stop"
 
-SHARED_FIX = ("every machine must run with the same --output-dir on a file system they all share (the same "
-              f"path on each), and the same run name ({ENV_RUN_ID}, else SLURM_JOB_ID)")
+SHARED_FIX = (
+    "every machine must run with the same --output-dir on a file system they all share (the same "
+    f"path on each), and the same run name ({ENV_RUN_ID}, else SLURM_JOB_ID)"
+)
 
 
 def machine_name(rank: int) -> str:
@@ -67,20 +69,20 @@ class MachineTimeout(RuntimeError):
 
 @dataclass
 class Decision:
-    seq: int                       # 1, 2, ... within machine 0's session
-    action: str                    # RUN or STOP
+    seq: int  # 1, 2, ... within machine 0's session
+    action: str  # RUN or STOP
     session: str
-    machines: dict                 # machine name -> the token machine 0 heard from it
+    machines: dict  # machine name -> the token machine 0 heard from it
     attempt: int | None = None
     attempt_dir: str | None = None  # relative to the run folder
     profile: str | None = None
     resume_from: str | None = None  # relative to the run folder
-    text: str | None = None         # why (the fallback's words), as attempts.jsonl `decided` says it
+    text: str | None = None  # why (the fallback's words), as attempts.jsonl `decided` says it
     estimate_gib: float | None = None  # the plan's estimate, given to every machine's attempt
-    exit_code: int | None = None    # STOP: the exit status every machine ends with
+    exit_code: int | None = None  # STOP: the exit status every machine ends with
 
     @classmethod
-    def from_dict(cls, data: dict | None) -> "Decision | None":
+    def from_dict(cls, data: dict | None) -> Decision | None:
         if not data or data.get("action") not in (RUN, STOP):
             return None
         try:
@@ -93,8 +95,7 @@ class Coordinator:
     """Machine 0's side: names the run folder for the job, hears from every other machine, writes decisions,
     and beats a heartbeat while it runs."""
 
-    def __init__(self, output_dir: Path, run_dir: Path, name: str, others: list[str], timeout_s: float,
-                 say=print):
+    def __init__(self, output_dir: Path, run_dir: Path, name: str, others: list[str], timeout_s: float, say=print):
         self.output_dir, self.run_dir, self.name = Path(output_dir), Path(run_dir), name
         self.others = list(others)
         self.timeout_s = timeout_s
@@ -106,18 +107,22 @@ class Coordinator:
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
 
-    def open(self) -> "Coordinator":
+    def open(self) -> Coordinator:
         self.folder.mkdir(parents=True, exist_ok=True)
         self._write_beat(0)
-        write_atomic(job_file(self.output_dir, self.name),
-                     json.dumps({"run": self.run_dir.name, "session": self.session}) + "\n")
+        write_atomic(
+            job_file(self.output_dir, self.name), json.dumps({"run": self.run_dir.name, "session": self.session}) + "\n"
+        )
         self._beat = threading.Thread(target=self._beating, name="machine-0 heartbeat", daemon=True)
         self._beat.start()
         return self
 
     def _write_beat(self, beat: int) -> None:
-        write_atomic(self.folder / MAIN_FILE, json.dumps({"session": self.session, "beat": beat,
-                                                          "host": socket.gethostname(), "pid": os.getpid()}) + "\n")
+        write_atomic(
+            self.folder / MAIN_FILE,
+            json.dumps({"session": self.session, "beat": beat, "host": socket.gethostname(), "pid": os.getpid()})
+            + "\n",
+        )
 
     def _beating(self) -> None:
         beat = 0
@@ -134,8 +139,9 @@ class Coordinator:
         deadline = time.monotonic() + self.timeout_s
         waiting = [m for m in self.others if m not in self.heard]
         if waiting:
-            self.say(f"waiting for {', '.join(waiting)} to join the run in {self.folder} "
-                     f"(up to {self.timeout_s:.0f} s)")
+            self.say(
+                f"waiting for {', '.join(waiting)} to join the run in {self.folder} (up to {self.timeout_s:.0f} s)"
+            )
         while True:
             for machine in self.others:
                 answer = read_json(self.folder / f"{machine}.json") or {}
@@ -146,9 +152,11 @@ class Coordinator:
                 return dict(self.heard)
             if time.monotonic() > deadline:
                 where = ", ".join(str(self.folder / f"{m}.json") for m in missing)
-                raise MachineTimeout(f"machine 0: no word from {', '.join(missing)} within {self.timeout_s:.0f} s "
-                                     f"(waited for {where}): {SHARED_FIX}, and each machine started "
-                                     f"(fix, or raise {ENV_MACHINE_TIMEOUT})")
+                raise MachineTimeout(
+                    f"machine 0: no word from {', '.join(missing)} within {self.timeout_s:.0f} s "
+                    f"(waited for {where}): {SHARED_FIX}, and each machine started "
+                    f"(fix, or raise {ENV_MACHINE_TIMEOUT})"
+                )
             time.sleep(POLL_S)
 
     def _write(self, decision: Decision) -> Decision:
@@ -156,12 +164,30 @@ class Coordinator:
         append_line(self.folder / DECISIONS_LOG, json.dumps(asdict(decision)))
         return decision
 
-    def decide(self, attempt: int, attempt_dir: str, profile: str, resume_from: str | None,
-               text: str | None, estimate_gib: float | None = None) -> Decision:
+    def decide(
+        self,
+        attempt: int,
+        attempt_dir: str,
+        profile: str,
+        resume_from: str | None,
+        text: str | None,
+        estimate_gib: float | None = None,
+    ) -> Decision:
         self.seq += 1
-        return self._write(Decision(self.seq, RUN, self.session, dict(self.heard), attempt=attempt,
-                                    attempt_dir=attempt_dir, profile=profile, resume_from=resume_from, text=text,
-                                    estimate_gib=estimate_gib))
+        return self._write(
+            Decision(
+                self.seq,
+                RUN,
+                self.session,
+                dict(self.heard),
+                attempt=attempt,
+                attempt_dir=attempt_dir,
+                profile=profile,
+                resume_from=resume_from,
+                text=text,
+                estimate_gib=estimate_gib,
+            )
+        )
 
     def stop(self, exit_code: int, text: str) -> Decision:
         self.seq += 1
@@ -179,8 +205,8 @@ class Follower:
     decision that names it."""
 
     output_dir: Path
-    name: str            # the run's name (GRPO_RUN_ID / SLURM_JOB_ID)
-    machine: str         # machine-N, or SERVER
+    name: str  # the run's name (GRPO_RUN_ID / SLURM_JOB_ID)
+    machine: str  # machine-N, or SERVER
     timeout_s: float
     role: str = "training"
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
@@ -203,9 +229,11 @@ class Follower:
             if stopped():
                 raise KeyboardInterrupt("a signal")
             if time.monotonic() > deadline:
-                raise MachineTimeout(f"{self.machine}: machine 0 did not name the run within {self.timeout_s:.0f} s "
-                                     f"(waited for {pointer}): {SHARED_FIX}, and machine 0 started "
-                                     f"(fix, or raise {ENV_MACHINE_TIMEOUT})")
+                raise MachineTimeout(
+                    f"{self.machine}: machine 0 did not name the run within {self.timeout_s:.0f} s "
+                    f"(waited for {pointer}): {SHARED_FIX}, and machine 0 started "
+                    f"(fix, or raise {ENV_MACHINE_TIMEOUT})"
+                )
             time.sleep(POLL_S)
         return self.run_dir
 
@@ -219,9 +247,19 @@ class Follower:
             self.run_dir = Path(self.output_dir) / run
             self.session, self.seq = session, 0
             self.folder.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.folder / f"{self.machine}.json",
-                         json.dumps({"token": self.token, "answering": session, "role": self.role,
-                                     "host": socket.gethostname(), "pid": os.getpid()}) + "\n")
+            write_atomic(
+                self.folder / f"{self.machine}.json",
+                json.dumps(
+                    {
+                        "token": self.token,
+                        "answering": session,
+                        "role": self.role,
+                        "host": socket.gethostname(),
+                        "pid": os.getpid(),
+                    }
+                )
+                + "\n",
+            )
             self._alive_at = time.monotonic()
         return True
 
@@ -232,8 +270,12 @@ class Follower:
 
     def _newer(self) -> Decision | None:
         decision = Decision.from_dict(read_json(self.folder / DECISION_FILE))
-        if decision is not None and decision.session == self.session and decision.seq > self.seq \
-                and (decision.machines or {}).get(self.machine) == self.token:
+        if (
+            decision is not None
+            and decision.session == self.session
+            and decision.seq > self.seq
+            and (decision.machines or {}).get(self.machine) == self.token
+        ):
             return decision
         return None
 
@@ -256,7 +298,9 @@ class Follower:
             if stopped():
                 raise KeyboardInterrupt("a signal")
             if time.monotonic() - self._alive_at > self.timeout_s:
-                raise MachineTimeout(f"{self.machine}: no decision from machine 0 within {self.timeout_s:.0f} s of "
-                                     f"its last heartbeat (waited for {path}): machine 0 may be gone; "
-                                     f"{SHARED_FIX} (fix, or raise {ENV_MACHINE_TIMEOUT})")
+                raise MachineTimeout(
+                    f"{self.machine}: no decision from machine 0 within {self.timeout_s:.0f} s of "
+                    f"its last heartbeat (waited for {path}): machine 0 may be gone; "
+                    f"{SHARED_FIX} (fix, or raise {ENV_MACHINE_TIMEOUT})"
+                )
             time.sleep(POLL_S)

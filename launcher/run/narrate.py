@@ -7,9 +7,9 @@ import sys
 
 from rich.markup import escape
 
+from contract.attempt import ERROR, INTERRUPTED, OK, OOM, UNSUPPORTED, checkpoint_step
 from launcher.oom import explain as oom_explain
 from launcher.run.attempts import AttemptRecord, AttemptResult
-from contract.attempt import ERROR, INTERRUPTED, OK, OOM, UNSUPPORTED, checkpoint_step
 from launcher.run.fallback import estimate_of
 from profiles.schema import Profile
 
@@ -24,8 +24,10 @@ def make_console():
 
 
 def settings_text(profile: Profile) -> str:
-    text = (f"batch {profile.per_device_train_batch_size} x {profile.gradient_accumulation_steps}, "
-            f"{profile.num_generations} generations")
+    text = (
+        f"batch {profile.per_device_train_batch_size} x {profile.gradient_accumulation_steps}, "
+        f"{profile.num_generations} generations"
+    )
     if profile.fast_inference:
         text += f", vLLM {profile.gpu_memory_utilization:g}"
     return text
@@ -43,8 +45,7 @@ def print_plan_choice(console, plan) -> None:
         return
     cand = next((c for c in plan.candidates if c.profile.name == chosen.name), None)
     est = estimate_of(cand) if cand else None
-    more = [f"{c.profile.name} ({c.reason})" if c.reason else c.profile.name for c in plan.candidates
-            if not c.fits]
+    more = [f"{c.profile.name} ({c.reason})" if c.reason else c.profile.name for c in plan.candidates if not c.fits]
     line = f"plan: chose {chosen.name}"
     if est is not None:
         line += f", estimated {est:.2f} GiB"
@@ -55,8 +56,7 @@ def print_plan_choice(console, plan) -> None:
         console.print(f"plan: more ambitious or not fitting: {'; '.join(more)}", markup=False, soft_wrap=True)
 
 
-def print_start(console, number: int, profile: Profile, estimate_gib: float | None,
-                resume_from: str | None) -> None:
+def print_start(console, number: int, profile: Profile, estimate_gib: float | None, resume_from: str | None) -> None:
     text = f"attempt {number}: {profile.name} ({settings_text(profile)}"
     if estimate_gib is not None:
         text += f", estimated {estimate_gib:.2f} GiB"
@@ -107,13 +107,21 @@ def attempts_table(records: list[AttemptRecord]):
         table.add_column(col, overflow="fold")
     for r in records:
         s = r.settings if isinstance(r.settings, dict) else {}
-        batch = _cell(lambda: f"{s.get('per_device_train_batch_size')} x {s.get('gradient_accumulation_steps')}")
-        vllm = _cell(lambda: f"{s.get('gpu_memory_utilization'):g}" if s.get("fast_inference") else "-")
+        batch = _cell(lambda s=s: f"{s.get('per_device_train_batch_size')} x {s.get('gradient_accumulation_steps')}")
+        vllm = _cell(lambda s=s: f"{s.get('gpu_memory_utilization'):g}" if s.get("fast_inference") else "-")
         status = str(r.status)
         style = {OK: "green", INTERRUPTED: "magenta", ERROR: "red"}.get(status, "yellow")
-        table.add_row(escape(str(r.attempt)), escape(str(r.profile)), f"[{style}]{escape(status)}[/{style}]",
-                      escape(str(r.steps)), escape(batch), escape(vllm), escape(_cell(lambda: _memory_cell(r))),
-                      escape(_cell(lambda: f"{r.duration_s or 0:.0f}s")), escape(_cell(lambda: _change_cell(r))))
+        table.add_row(
+            escape(str(r.attempt)),
+            escape(str(r.profile)),
+            f"[{style}]{escape(status)}[/{style}]",
+            escape(str(r.steps)),
+            escape(batch),
+            escape(vllm),
+            escape(_cell(lambda r=r: _memory_cell(r))),
+            escape(_cell(lambda r=r: f"{r.duration_s or 0:.0f}s")),
+            escape(_cell(lambda r=r: _change_cell(r))),
+        )
     return table
 
 

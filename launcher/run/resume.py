@@ -10,15 +10,15 @@ from typing import Protocol
 from rich.markup import escape
 
 from contract.attempt import OK, OOM, PROFILE_FILE, UNSUPPORTED, checkpoint_step
-from profiles.schema import SHAPE_KEYS, shape_of
 from contract.errors import EXIT_OK, EXIT_OUT_OF_MEMORY, UsageError
 from profiles.load import Profile, load_profile
-
+from profiles.schema import SHAPE_KEYS, shape_of
 
 
 class Supervisor(Protocol):
     """What resuming asks of the run's supervisor (launcher.run.supervise.Supervisor), named here so that
     the supervisor may call this module without this module importing it back."""
+
     records: list
     attempt_shapes: list
     resume_floor: int
@@ -34,13 +34,11 @@ class Supervisor(Protocol):
 def resume_run(supervisor: Supervisor, run_dir: Path, overrides: list[str], console, fresh: bool = False) -> int:
     """Continue the latest run: re-run its last attempt's profile from its last checkpoint, or, when that
     attempt ran out of memory and the run stopped before deciding, take the decision it would have taken."""
-    attempt_dirs = sorted((p for p in run_dir.glob("attempt-*") if (p / PROFILE_FILE).is_file()),
-                          key=lambda p: p.name)
+    attempt_dirs = sorted((p for p in run_dir.glob("attempt-*") if (p / PROFILE_FILE).is_file()), key=lambda p: p.name)
     if not attempt_dirs:
         raise UsageError(f"--resume: {run_dir} holds no attempt (fix: start a new run with --auto)")
     last_dir = attempt_dirs[-1]
-    record = next((r for r in supervisor.records
-                   if r.attempt_dir and Path(r.attempt_dir).name == last_dir.name), None)
+    record = next((r for r in supervisor.records if r.attempt_dir and Path(r.attempt_dir).name == last_dir.name), None)
     console.print(f"resuming run {run_dir}", markup=False)
     if record is not None and record.status == OK and not fresh:
         console.print(f"{last_dir.name} already finished ok: nothing to resume")
@@ -70,18 +68,26 @@ def _check_shape(supervisor: Supervisor, as_run: Profile, profile: Profile, fres
     checkpoint = supervisor.resume_point(as_run)
     if fresh:
         supervisor.resume_floor = len(supervisor.attempt_shapes)
-        dropped = (f"{supervisor.in_run(checkpoint)} (step {checkpoint_step(checkpoint)}) is kept but not used"
-                   if checkpoint else "no checkpoint is used")
-        supervisor.console.print(f"[bold red]--fresh-attempt: starting over at step 1[/bold red] with "
-                                 f"{escape(profile.name)}; {escape(dropped)}")
+        dropped = (
+            f"{supervisor.in_run(checkpoint)} (step {checkpoint_step(checkpoint)}) is kept but not used"
+            if checkpoint
+            else "no checkpoint is used"
+        )
+        supervisor.console.print(
+            f"[bold red]--fresh-attempt: starting over at step 1[/bold red] with "
+            f"{escape(profile.name)}; {escape(dropped)}"
+        )
         return
     if checkpoint is None or shape_of(as_run) == shape_of(profile):
         return
     old, new = as_run.to_dict(), profile.to_dict()
-    differs = ", ".join(f"{key} {old.get(key)!r} -> {new.get(key)!r}" for key in SHAPE_KEYS
-                        if old.get(key) != new.get(key))
+    differs = ", ".join(
+        f"{key} {old.get(key)!r} -> {new.get(key)!r}" for key in SHAPE_KEYS if old.get(key) != new.get(key)
+    )
     step = checkpoint_step(checkpoint)
-    raise UsageError(f"--resume: {differs} changes the model/LoRA shape, so {supervisor.in_run(checkpoint)} "
-                     f"(step {step}) of {supervisor.run_dir} cannot be loaded; resuming would silently start "
-                     f"over at step 1 (fix: drop that --set to continue from step {step}, or add --fresh-attempt "
-                     "to start this run over with the new shape, or start a new run with --auto)")
+    raise UsageError(
+        f"--resume: {differs} changes the model/LoRA shape, so {supervisor.in_run(checkpoint)} "
+        f"(step {step}) of {supervisor.run_dir} cannot be loaded; resuming would silently start "
+        f"over at step 1 (fix: drop that --set to continue from step {step}, or add --fresh-attempt "
+        "to start this run over with the new shape, or start a new run with --auto)"
+    )

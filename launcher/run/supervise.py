@@ -44,33 +44,46 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from launcher.memory.ledger import record as ledger_record
-from launcher.run import narrate
 from contract import failure
 from contract import oom as oomlib
-from launcher.run.attempts import (AttemptRecord, AttemptResult, read_attempts, read_result,
-                               server_failure_result)
-from launcher.run.child import ChildRunner, attempt_command, signals_forwarded
-from contract.attempt import ERROR, INTERRUPTED, LOG_FILE, NODE, OK, OOM, PLAN_FILE, PROFILE_FILE, SERVER_LOG, attempt_environment, checkpoint_step, latest_checkpoint, relative_path, resolve_path
-from profiles.rules import remote_code_notice
-from profiles.schema import shape_of
+from contract.attempt import (
+    ERROR,
+    INTERRUPTED,
+    LOG_FILE,
+    NODE,
+    OK,
+    OOM,
+    PLAN_FILE,
+    PROFILE_FILE,
+    SERVER_LOG,
+    attempt_environment,
+    checkpoint_step,
+    latest_checkpoint,
+    relative_path,
+    resolve_path,
+)
 from contract.environment import ENV_ALLOC_CONF, ENV_ESTIMATE_GIB, ENV_INJECT_OOM, ENV_PREDICTED_STEP_S
-from launcher.run.distributed import launch_env
-from contract.errors import (EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUT_OF_MEMORY,
-                             UsageError)
+from contract.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUT_OF_MEMORY, UsageError
 from contract.failure import write_failure_text, write_problem
 from contract.safe_write import write_atomic
-from launcher.run.fallback import Decision, decide, estimate_of, estimate_profile
-from profiles.schema import Profile
-from launcher.run.resume import resume_run
-from launcher.run.folder import RunLock, latest_run_dir, new_run_dir, point_final, point_latest, set_aside
 from launcher.card.topology import elastic, run_name, server_node, topology
+from launcher.memory.ledger import record as ledger_record
 from launcher.run import machines as machineslib
+from launcher.run import narrate
+from launcher.run.attempts import AttemptRecord, AttemptResult, read_attempts, read_result, server_failure_result
+from launcher.run.child import ChildRunner, attempt_command, signals_forwarded
+from launcher.run.distributed import launch_env
+from launcher.run.fallback import Decision, decide, estimate_of, estimate_profile
+from launcher.run.folder import RunLock, latest_run_dir, new_run_dir, point_final, point_latest, set_aside
+from launcher.run.resume import resume_run
 from launcher.run.vllm_server import SERVER_STATE, ServerError, ServerWatch, start_server
+from profiles.rules import remote_code_notice
+from profiles.schema import Profile, shape_of
 
 
-def attempt_env(profile: Profile, estimate_gib: float | None, base: dict | None = None,
-                predicted_step_s: float | None = None) -> dict:
+def attempt_env(
+    profile: Profile, estimate_gib: float | None, base: dict | None = None, predicted_step_s: float | None = None
+) -> dict:
     """An attempt's environment, the same on every machine: the contract's, the plan's estimate and predicted
     seconds per step (the child reports them back beside what it measured), and a distributed attempt's
     settings with its vLLM server's address and ports."""
@@ -87,11 +100,20 @@ def attempt_env(profile: Profile, estimate_gib: float | None, base: dict | None 
 # ---------------------------------------------------------------------------------------------------
 # The supervisor
 
+
 class Supervisor:
     """One run folder's attempts: what was tried, shrunk and checkpointed, and the next attempt."""
 
-    def __init__(self, plan, run_dir: Path, console, runner: ChildRunner, overrides: list[str],
-                 server_command: list[str] | None = None, machines: machineslib.Coordinator | None = None):
+    def __init__(
+        self,
+        plan,
+        run_dir: Path,
+        console,
+        runner: ChildRunner,
+        overrides: list[str],
+        server_command: list[str] | None = None,
+        machines: machineslib.Coordinator | None = None,
+    ):
         self.plan = plan
         self.machines = machines  # several machines: where this supervisor's decisions go for the others
         self.server_command = server_command  # stands in for `trl vllm-serve` in tests
@@ -143,7 +165,7 @@ class Supervisor:
         """The newest checkpoint that can be resumed from, of an earlier attempt with the same model and LoRA
         shape. Newer ones that cannot (cut short, damaged) are named, with why, and set aside."""
         shape = shape_of(profile)
-        for earlier_shape, attempt_dir in reversed(self.attempt_shapes[self.resume_floor:]):
+        for earlier_shape, attempt_dir in reversed(self.attempt_shapes[self.resume_floor :]):
             if earlier_shape == shape and attempt_dir is not None and attempt_dir.is_dir():
                 found = self.valid_checkpoint(attempt_dir)
                 if found is not None:
@@ -160,9 +182,13 @@ class Supervisor:
             moved = set_aside(attempt_dir / name)
             kept = f"renamed to {moved.name}" if moved is not None else "left in place"
             instead = f"{self.in_run(found)} (step {checkpoint_step(found)})" if found else "an earlier attempt"
-            self.console.print(f"passing over {attempt_dir.name}/{name}: {reason}; {kept}; resuming from "
-                               f"{instead} instead", markup=False, highlight=False)
+            self.console.print(
+                f"passing over {attempt_dir.name}/{name}: {reason}; {kept}; resuming from {instead} instead",
+                markup=False,
+                highlight=False,
+            )
         return found
+
     def _estimate_for(self, profile: Profile) -> float | None:
         """The estimate the plan judged this profile by (a shrunk profile's is estimated afresh)."""
         for cand in self.plan.candidates:
@@ -183,8 +209,9 @@ class Supervisor:
             from launcher.plan.speed import predict
             from profiles.catalog import resolve
 
-            return float(predict(profile, resolve(profile.model), gpu, estimate_profile(profile, self.plan.machine))
-                         .step_s)
+            return float(
+                predict(profile, resolve(profile.model), gpu, estimate_profile(profile, self.plan.machine)).step_s
+            )
         except Exception:  # a prediction informs the record; it never stops a run
             return None
 
@@ -202,36 +229,53 @@ class Supervisor:
             self.runner.remote_code_said.add(profile.model)
             self.console.print(f"note: {notice}", markup=False, soft_wrap=True)
         if self.machines is not None:  # the other machines start the same attempt from here
-            self.machines.decide(number, self.in_run(attempt_dir), profile.name, self.in_run(resume_from),
-                                 decision_text, estimate_gib)
+            self.machines.decide(
+                number, self.in_run(attempt_dir), profile.name, self.in_run(resume_from), decision_text, estimate_gib
+            )
         narrate.print_start(self.console, number, profile, estimate_gib, self.in_run(resume_from))
         started = time.time()
         env = self._environment(profile, estimate_gib, predicted)
         result = self._run(profile, attempt_dir, str(resume_from) if resume_from else None, env, started)
         record = AttemptRecord(
-            attempt=number, profile=profile.name, status=result.status, steps=result.steps,
-            started=datetime.fromtimestamp(started).isoformat(timespec="seconds"), duration_s=result.duration_s,
-            exit_code=result.exit_code, attempt_dir=self.in_run(attempt_dir), resumed_from=self.in_run(resume_from),
-            checkpoint=self.in_run(result.checkpoint), shrink=changes or None, estimate_gib=estimate_gib,
-            peak_gib=result.peak_gib, probe=result.probe, predicted_step_s=predicted,
-            step_s=(result.timing or {}).get("step_s"), timing=result.timing,
+            attempt=number,
+            profile=profile.name,
+            status=result.status,
+            steps=result.steps,
+            started=datetime.fromtimestamp(started).isoformat(timespec="seconds"),
+            duration_s=result.duration_s,
+            exit_code=result.exit_code,
+            attempt_dir=self.in_run(attempt_dir),
+            resumed_from=self.in_run(resume_from),
+            checkpoint=self.in_run(result.checkpoint),
+            shrink=changes or None,
+            estimate_gib=estimate_gib,
+            peak_gib=result.peak_gib,
+            probe=result.probe,
+            predicted_step_s=predicted,
+            step_s=(result.timing or {}).get("step_s"),
+            timing=result.timing,
             oom=result.report.to_dict() if result.report else None,
             error=result.error,
-            decided=decision_text, settings=profile.to_dict(),
-            env={ENV_ALLOC_CONF: env.get(ENV_ALLOC_CONF), ENV_INJECT_OOM: env.get(ENV_INJECT_OOM)})
+            decided=decision_text,
+            settings=profile.to_dict(),
+            env={ENV_ALLOC_CONF: env.get(ENV_ALLOC_CONF), ENV_INJECT_OOM: env.get(ENV_INJECT_OOM)},
+        )
         self.records.append(record)
         self._remember(record)
         record.append_to(self.run_dir)
-        ledger_record.record_attempt(profile, self.plan, record, attempt_dir,
-                              warn=lambda text: self.console.print(text, markup=False))
+        ledger_record.record_attempt(
+            profile, self.plan, record, attempt_dir, warn=lambda text: self.console.print(text, markup=False)
+        )
         narrate.print_result(self.console, number, profile, result)
         return record
 
     def _has_checkpoints(self, profile: Profile) -> bool:
         """Whether an earlier attempt of this shape left checkpoint folders (damaged ones included)."""
         shape = shape_of(profile)
-        return any(earlier == shape and folder is not None and any(folder.glob("checkpoint-*"))
-                   for earlier, folder in self.attempt_shapes[self.resume_floor:])
+        return any(
+            earlier == shape and folder is not None and any(folder.glob("checkpoint-*"))
+            for earlier, folder in self.attempt_shapes[self.resume_floor :]
+        )
 
     def _open_attempt_dir(self, number: int, profile: Profile) -> Path:
         """DIR/attempt-NN-<profile>/ holding the profile as it runs (the child reads it from there)."""
@@ -244,8 +288,9 @@ class Supervisor:
     def _environment(profile: Profile, estimate_gib: float | None, predicted_step_s: float | None = None) -> dict:
         return attempt_env(profile, estimate_gib, predicted_step_s=predicted_step_s)
 
-    def _run(self, profile: Profile, attempt_dir: Path, resume_from: str | None, env: dict,
-             started: float) -> AttemptResult:
+    def _run(
+        self, profile: Profile, attempt_dir: Path, resume_from: str | None, env: dict, started: float
+    ) -> AttemptResult:
         """The attempt's vLLM server (server mode) and its process, to their end; what came of them."""
         argv = attempt_command(profile, attempt_dir, resume_from, self.runner.override, env=env)
         server = None
@@ -253,8 +298,7 @@ class Supervisor:
             try:
                 server = self._start_server(profile, attempt_dir, env)
             except ServerError as exc:
-                return server_failure_result(str(exc), resume_from, time.time() - started,
-                                             bool(self.runner.signals))
+                return server_failure_result(str(exc), resume_from, time.time() - started, bool(self.runner.signals))
             kills_before = failure.oom_kill_count()
             watch = None
             if profile.uses_vllm_server and profile.device == "cuda" and server_node(env) is not None:
@@ -267,28 +311,38 @@ class Supervisor:
                 if watch is not None:
                     watch.stop()
             if watch is not None and watch.failure:
-                return server_failure_result(watch.failure, resume_from, time.time() - started,
-                                             bool(self.runner.signals))
-            kernel_oom = failure.killed_by_kernel_oom(self.runner.last_pid, kills_before) \
-                if returncode in oomlib.SIGKILL_CODES else None
-            return read_result(attempt_dir, returncode, tail, time.time() - started, bool(self.runner.signals),
-                               kernel_oom=kernel_oom)
+                return server_failure_result(
+                    watch.failure, resume_from, time.time() - started, bool(self.runner.signals)
+                )
+            kernel_oom = (
+                failure.killed_by_kernel_oom(self.runner.last_pid, kills_before)
+                if returncode in oomlib.SIGKILL_CODES
+                else None
+            )
+            return read_result(
+                attempt_dir, returncode, tail, time.time() - started, bool(self.runner.signals), kernel_oom=kernel_oom
+            )
         finally:
             if server is not None:
                 server.stop()
 
     def _start_server(self, profile: Profile, attempt_dir: Path, env: dict):
         """The attempt's vLLM server, up and healthy (None without server mode); ServerError otherwise."""
-        if not profile.uses_vllm_server or profile.device != "cuda" or topology(env).machine_rank \
-                or server_node(env) is not None:
+        if (
+            not profile.uses_vllm_server
+            or profile.device != "cuda"
+            or topology(env).machine_rank
+            or server_node(env) is not None
+        ):
             return None  # only machine 0 of a run serves, unless the server has a node of its own
-        self.console.print(f"starting the vLLM server for {profile.name} "
-                           f"(log: {attempt_dir / SERVER_LOG})", markup=False)
+        self.console.print(
+            f"starting the vLLM server for {profile.name} (log: {attempt_dir / SERVER_LOG})", markup=False
+        )
         self.runner.waiting_for_server = True
         try:
             server = start_server(profile, attempt_dir, env=env, command=self.server_command)
         except KeyboardInterrupt as exc:  # start_server has stopped the server already
-            raise ServerError(f"stopped by {exc or 'a signal'} while the vLLM server was starting")
+            raise ServerError(f"stopped by {exc or 'a signal'} while the vLLM server was starting") from exc
         finally:
             self.runner.waiting_for_server = False
         if server is not None:
@@ -309,8 +363,9 @@ class Supervisor:
             for line in decision.skipped:
                 self.console.print(f"  {line}")
             failed = record.report.summary() if record.report else record.status
-            self.console.print(f"attempt {record.attempt}: {profile.name} {failed}: {decision.text}",
-                               highlight=False, markup=False)
+            self.console.print(
+                f"attempt {record.attempt}: {profile.name} {failed}: {decision.text}", highlight=False, markup=False
+            )
             if decision.action == "stop":
                 return EXIT_OUT_OF_MEMORY
             profile, changes, decision_text = decision.profile, decision.changes or None, decision.text
@@ -324,27 +379,37 @@ class Supervisor:
             return EXIT_OK
         if record.status == ERROR and record.exit_code == EXIT_BAD_INPUT:
             # bad input the planner could not see (the data, a setting only the trainer checks): same exit 2
-            self.console.print(f"[red]attempt {record.attempt} refused its input[/red]: {escape(str(record.error))}"
-                               "\n  not falling back: every profile would refuse it the same way")
+            self.console.print(
+                f"[red]attempt {record.attempt} refused its input[/red]: {escape(str(record.error))}"
+                "\n  not falling back: every profile would refuse it the same way"
+            )
             return EXIT_BAD_INPUT
         if record.status == NODE:
             where = f"{record.checkpoint} is kept" if record.checkpoint else "no checkpoint was saved yet"
-            self.console.print(f"attempt {record.attempt} lost a machine: {record.error}\n  not falling back: "
-                               f"this is no memory problem; {where}. Once every machine is up, continue with "
-                               "`python train.py train --resume` (the same command on every machine, as the "
-                               "job script runs it)", markup=False, highlight=False)
+            self.console.print(
+                f"attempt {record.attempt} lost a machine: {record.error}\n  not falling back: "
+                f"this is no memory problem; {where}. Once every machine is up, continue with "
+                "`python train.py train --resume` (the same command on every machine, as the "
+                "job script runs it)",
+                markup=False,
+                highlight=False,
+            )
             return EXIT_FAILURE
         if record.status == INTERRUPTED:
             where = record.checkpoint or "no checkpoint yet"
-            self.console.print(f"interrupted after {record.steps} steps ({where}); continue with "
-                               f"`python train.py --auto --resume --output-dir {self.run_dir.parent}`",
-                               markup=False)
+            self.console.print(
+                f"interrupted after {record.steps} steps ({where}); continue with "
+                f"`python train.py --auto --resume --output-dir {self.run_dir.parent}`",
+                markup=False,
+            )
             return EXIT_INTERRUPTED
         if record.status == ERROR:
-            self.console.print(f"[red]attempt {record.attempt} failed with an error that is not about "
-                               f"memory[/red]: {escape(str(record.error))}\n  see "
-                               f"{escape(str(attempt_dir / LOG_FILE))}; not falling back: another "
-                               "profile would most likely fail the same way")
+            self.console.print(
+                f"[red]attempt {record.attempt} failed with an error that is not about "
+                f"memory[/red]: {escape(str(record.error))}\n  see "
+                f"{escape(str(attempt_dir / LOG_FILE))}; not falling back: another "
+                "profile would most likely fail the same way"
+            )
             return EXIT_FAILURE
         return None
 
@@ -359,9 +424,17 @@ class Supervisor:
 # ---------------------------------------------------------------------------------------------------
 # Entry point
 
-def supervise(plan, output_dir: Path, overrides: list[str] | None = None, resume: bool = False,
-              child_command: list[str] | None = None, console=None,
-              server_command: list[str] | None = None, fresh_attempt: bool = False) -> int:
+
+def supervise(
+    plan,
+    output_dir: Path,
+    overrides: list[str] | None = None,
+    resume: bool = False,
+    child_command: list[str] | None = None,
+    console=None,
+    server_command: list[str] | None = None,
+    fresh_attempt: bool = False,
+) -> int:
     """Run the plan's chosen profile (or, with resume, continue the latest run); exit status per design.
 
     `child_command` (in place of `[python, train.py]`) and `server_command` (in place of `trl vllm-serve`)
@@ -389,8 +462,9 @@ def supervise(plan, output_dir: Path, overrides: list[str] | None = None, resume
     except OSError as exc:
         if not write_problem(exc):
             raise
-        console.print(f"error: {write_failure_text(exc, output_dir)}; nothing was started", markup=False,
-                      soft_wrap=True)
+        console.print(
+            f"error: {write_failure_text(exc, output_dir)}; nothing was started", markup=False, soft_wrap=True
+        )
         return EXIT_FAILURE
     problem = unwritable_cache(plan.chosen if not resume else None)
     if problem:
@@ -399,10 +473,17 @@ def supervise(plan, output_dir: Path, overrides: list[str] | None = None, resume
         return EXIT_FAILURE
     machines = None
     if others:
-        machines = machineslib.Coordinator(output_dir, run_dir, job, others, elastic().machine_timeout_s,
-                                           say=lambda text: console.print(text, markup=False, highlight=False))
-    supervisor = Supervisor(plan, run_dir, console, runner, overrides or [], server_command=server_command,
-                            machines=machines)
+        machines = machineslib.Coordinator(
+            output_dir,
+            run_dir,
+            job,
+            others,
+            elastic().machine_timeout_s,
+            say=lambda text: console.print(text, markup=False, highlight=False),
+        )
+    supervisor = Supervisor(
+        plan, run_dir, console, runner, overrides or [], server_command=server_command, machines=machines
+    )
     supervisor._say_problem(point_latest(output_dir, run_dir))  # OUTPUT_DIR/latest: this run
     code = EXIT_FAILURE  # what the other machines are told when this one fails unexpectedly
     try:
@@ -410,9 +491,12 @@ def supervise(plan, output_dir: Path, overrides: list[str] | None = None, resume
             try:
                 if machines is not None:
                     machines.open()
-                    console.print(f"machine 0 of {topo.num_machines} training machine(s)"
-                                  f"{' and a vLLM server node' if server_node() else ''}; run folder {run_dir}",
-                                  markup=False, highlight=False)
+                    console.print(
+                        f"machine 0 of {topo.num_machines} training machine(s)"
+                        f"{' and a vLLM server node' if server_node() else ''}; run folder {run_dir}",
+                        markup=False,
+                        highlight=False,
+                    )
                     machines.gather(stopped=lambda: bool(runner.signals))
                 if not resume and plan.chosen is None:
                     code = EXIT_OUT_OF_MEMORY
@@ -437,9 +521,11 @@ def supervise(plan, output_dir: Path, overrides: list[str] | None = None, resume
     if supervisor.records:
         console.print(narrate.attempts_table(supervisor.records))
     if code == EXIT_OUT_OF_MEMORY:
-        console.print("[red]every profile that could run here ran out of memory or could not load[/red]; "
-                      "the table above lists the attempts. Try a profile with a smaller model, shorter "
-                      "max_completion_length or fewer num_generations (--set KEY=VALUE).")
+        console.print(
+            "[red]every profile that could run here ran out of memory or could not load[/red]; "
+            "the table above lists the attempts. Try a profile with a smaller model, shorter "
+            "max_completion_length or fewer num_generations (--set KEY=VALUE)."
+        )
     return code
 
 
@@ -456,8 +542,9 @@ def cache_folders(profile=None) -> list[Path]:
     if profile is not None and model != "tiny" and not Path(model).expanduser().is_dir():
         hub = os.environ.get("HF_HUB_CACHE")
         if not hub:
-            home = os.environ.get("HF_HOME") or str(Path(os.environ.get("XDG_CACHE_HOME") or
-                                                         Path.home() / ".cache") / "huggingface")
+            home = os.environ.get("HF_HOME") or str(
+                Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "huggingface"
+            )
             hub = str(Path(home) / "hub")
         folders.append(Path(hub).expanduser())
     return folders
@@ -490,8 +577,10 @@ def _job_name(others: list[str]) -> str | None:
     if name is None:
         from contract.environment import ENV_RUN_ID
 
-        raise UsageError(f"several machines ({', '.join(others)} besides this one) must find the same run folder: "
-                         f"set {ENV_RUN_ID} to the same name on every machine (inside SLURM, SLURM_JOB_ID serves)")
+        raise UsageError(
+            f"several machines ({', '.join(others)} besides this one) must find the same run folder: "
+            f"set {ENV_RUN_ID} to the same name on every machine (inside SLURM, SLURM_JOB_ID serves)"
+        )
     return name
 
 
@@ -507,8 +596,13 @@ def _run_folder(output_dir: Path, job: str | None, resume: bool) -> Path:
     return latest_run_dir(output_dir)
 
 
-_STOP_TEXT = {EXIT_OK: "the run is done", EXIT_OUT_OF_MEMORY: "nothing left that fits",
-              EXIT_INTERRUPTED: "interrupted", EXIT_BAD_INPUT: "bad input", EXIT_FAILURE: "the run failed"}
+_STOP_TEXT = {
+    EXIT_OK: "the run is done",
+    EXIT_OUT_OF_MEMORY: "nothing left that fits",
+    EXIT_INTERRUPTED: "interrupted",
+    EXIT_BAD_INPUT: "bad input",
+    EXIT_FAILURE: "the run failed",
+}
 
 
 def _tell_machines_to_stop(machines: machineslib.Coordinator, code: int) -> None:
@@ -533,17 +627,22 @@ def _disk_failure(supervisor: Supervisor, exc: OSError) -> int:
             kept.append(f"checkpoint {supervisor.in_run(found)} (resume with --resume once there is space)")
             break
     if record is not None:
-        kept.append(f"attempt {record.attempt} ended {record.status} after {record.steps} steps "
-                    f"(its folder {record.attempt_dir})")
+        kept.append(
+            f"attempt {record.attempt} ended {record.status} after {record.steps} steps "
+            f"(its folder {record.attempt_dir})"
+        )
     text = write_failure_text(exc, supervisor.run_dir, needed)
-    supervisor.console.print(f"error: {text}; kept: {'; '.join(kept) or 'nothing new'}", markup=False,
-                             highlight=False, soft_wrap=True)  # one line, however long
+    supervisor.console.print(
+        f"error: {text}; kept: {'; '.join(kept) or 'nothing new'}", markup=False, highlight=False, soft_wrap=True
+    )  # one line, however long
     return EXIT_FAILURE
 
 
 def _print_nothing_fits(console, plan) -> None:
     narrate.print_plan_choice(console, plan)
-    console.print("[red]nothing fits[/red]: no profile on the ladder is estimated to fit this machine "
-                  "(see `python train.py --auto --dry-run` for the estimates)")
+    console.print(
+        "[red]nothing fits[/red]: no profile on the ladder is estimated to fit this machine "
+        "(see `python train.py --auto --dry-run` for the estimates)"
+    )
     for candidate in plan.candidates:
         console.print(f"  {candidate.profile.name}: {candidate.reason}", markup=False, highlight=False)

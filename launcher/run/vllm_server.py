@@ -14,12 +14,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from launcher.run.child import parent_death_signal
 from contract.attempt import SERVER_LOG, VLLM_SERVER_TIMEOUT_S
 from contract.environment import ENV_VLLM_PORT
-from launcher.card.topology import (free_port, gpu_assignment, server_node, topology, visible_gpu_ids,
-                                    vllm_endpoint)
-
+from launcher.card.topology import free_port, gpu_assignment, server_node, topology, visible_gpu_ids, vllm_endpoint
+from launcher.run.child import parent_death_signal
 
 # The server node's word on its server for one attempt, in the attempt folder: {"status": "starting" | "ready"
 # | "failed", "url", "error"}; machine 0 stops the attempt when it says failed
@@ -28,8 +26,9 @@ STARTING, READY, FAILED = "starting", "ready", "failed"
 
 
 def write_server_state(attempt_dir, status: str, url: str | None = None, error: str | None = None) -> None:
-    from contract.safe_write import write_atomic
     import json
+
+    from contract.safe_write import write_atomic
 
     write_atomic(Path(attempt_dir) / SERVER_STATE, json.dumps({"status": status, "url": url, "error": error}) + "\n")
 
@@ -47,7 +46,7 @@ class ServerWatch:
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="server watch", daemon=True)
 
-    def start(self) -> "ServerWatch":
+    def start(self) -> ServerWatch:
         self._thread.start()
         return self
 
@@ -89,29 +88,48 @@ def local_model(model: str, env: dict | None = None) -> str:
     from huggingface_hub import snapshot_download  # no torch: the launcher stays light
 
     token = env.get("HF_TOKEN") or env.get("HUGGING_FACE_HUB_TOKEN") or None
-    print(f"fetching {model} for the vLLM server (resumable; the server's start-up wait begins after it)",
-          file=sys.stderr, flush=True)
+    print(
+        f"fetching {model} for the vLLM server (resumable; the server's start-up wait begins after it)",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         return snapshot_download(repo_id=model, allow_patterns=SERVER_MODEL_FILES, token=token)
     except Exception as exc:  # network, authorisation, offline without a cached copy: one line for the log
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-        raise ServerError(f"cannot fetch {model} for the vLLM server: {first} (fix: set HF_TOKEN for a gated "
-                          "model, or give a local folder as `model`)") from exc
+        raise ServerError(
+            f"cannot fetch {model} for the vLLM server: {first} (fix: set HF_TOKEN for a gated "
+            "model, or give a local folder as `model`)"
+        ) from exc
 
 
-def server_command(profile, port: int, host: str = "0.0.0.0", python: str | None = None,
-                   model: str | None = None) -> list[str]:
+def server_command(
+    profile, port: int, host: str = "0.0.0.0", python: str | None = None, model: str | None = None
+) -> list[str]:
     """`trl vllm-serve` for the profile: data-parallel copies x tensor-parallel slices = vllm_server_gpus.
     `model`: a local folder holding the profile's model (vLLM takes any existing path as local)."""
     python = python or sys.executable
     tp = profile.vllm_tensor_parallel
-    command = [python, "-m", "trl.cli.main", "vllm-serve",
-               "--model", model or profile.model,
-               "--tensor_parallel_size", str(tp),
-               "--data_parallel_size", str(profile.vllm_server_gpus // tp),
-               "--host", host, "--port", str(port),
-               "--gpu_memory_utilization", str(profile.gpu_memory_utilization),
-               "--max_model_len", str(profile.max_seq_length)]
+    command = [
+        python,
+        "-m",
+        "trl.cli.main",
+        "vllm-serve",
+        "--model",
+        model or profile.model,
+        "--tensor_parallel_size",
+        str(tp),
+        "--data_parallel_size",
+        str(profile.vllm_server_gpus // tp),
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--gpu_memory_utilization",
+        str(profile.gpu_memory_utilization),
+        "--max_model_len",
+        str(profile.max_seq_length),
+    ]
     if profile.trust_remote_code:
         command.append("--trust_remote_code")
     return command
@@ -133,8 +151,16 @@ class VllmServer:
     """One `trl vllm-serve` process for an attempt: start, wait until /health answers, stop.
     `command` replaces the real server (tests run a small HTTP server)."""
 
-    def __init__(self, profile, attempt_dir, gpu_ids: list[str], port: int | None = None,
-                 host: str = "127.0.0.1", command: list[str] | None = None, env: dict | None = None):
+    def __init__(
+        self,
+        profile,
+        attempt_dir,
+        gpu_ids: list[str],
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        command: list[str] | None = None,
+        env: dict | None = None,
+    ):
         self.profile = profile
         self.attempt_dir = Path(attempt_dir)
         self.gpu_ids = list(gpu_ids)
@@ -149,7 +175,7 @@ class VllmServer:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def start(self) -> "VllmServer":
+    def start(self) -> VllmServer:
         env = dict(self.base_env)
         if self.gpu_ids:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpu_ids)
@@ -157,9 +183,15 @@ class VllmServer:
         self.attempt_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             # its own session, so that stop() reaches vLLM's worker processes too
-            self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=env, start_new_session=True,
-                                         preexec_fn=parent_death_signal())
+            self.proc = subprocess.Popen(
+                self.command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+                preexec_fn=parent_death_signal(),
+            )
         return self
 
     def healthy(self, timeout: float = 2.0) -> bool:
@@ -180,12 +212,16 @@ class VllmServer:
                 return time.monotonic() - started
             code = self.proc.poll()
             if code is not None:
-                raise ServerError(f"the vLLM server exited with status {code} before it answered "
-                                  f"{self.url}/health; end of {self.log_path}:\n{_log_tail(self.log_path)}")
+                raise ServerError(
+                    f"the vLLM server exited with status {code} before it answered "
+                    f"{self.url}/health; end of {self.log_path}:\n{_log_tail(self.log_path)}"
+                )
             if time.monotonic() - started > timeout:
                 self.stop()
-                raise ServerError(f"the vLLM server did not answer {self.url}/health within {timeout:.0f} s; "
-                                  f"end of {self.log_path}:\n{_log_tail(self.log_path)}")
+                raise ServerError(
+                    f"the vLLM server did not answer {self.url}/health within {timeout:.0f} s; "
+                    f"end of {self.log_path}:\n{_log_tail(self.log_path)}"
+                )
             time.sleep(interval)
 
     def stop(self, grace: float = 30.0) -> int | None:
@@ -230,15 +266,23 @@ def server_gpu_ids(profile, env: dict | None = None, own_node: bool = False) -> 
     if len(ids) < profile.vllm_server_gpus:
         from contract.errors import UsageError
 
-        raise UsageError(f"profile '{profile.name}' serves on {profile.vllm_server_gpus} GPUs; this node shows "
-                         f"{len(ids)} (CUDA_VISIBLE_DEVICES) (fix: give the server node more GPUs, or lower "
-                         "vllm_server_gpus)")
-    return ids[:profile.vllm_server_gpus]
+        raise UsageError(
+            f"profile '{profile.name}' serves on {profile.vllm_server_gpus} GPUs; this node shows "
+            f"{len(ids)} (CUDA_VISIBLE_DEVICES) (fix: give the server node more GPUs, or lower "
+            "vllm_server_gpus)"
+        )
+    return ids[: profile.vllm_server_gpus]
 
 
-def start_server(profile, attempt_dir, env: dict | None = None, timeout: float = VLLM_SERVER_TIMEOUT_S,
-                 command: list[str] | None = None, own_node: bool = False, log_name: str = SERVER_LOG,
-                 ) -> VllmServer | None:
+def start_server(
+    profile,
+    attempt_dir,
+    env: dict | None = None,
+    timeout: float = VLLM_SERVER_TIMEOUT_S,
+    command: list[str] | None = None,
+    own_node: bool = False,
+    log_name: str = SERVER_LOG,
+) -> VllmServer | None:
     """Start and health-check the attempt's vLLM server; None when the profile has none (or where it does not
     run: machines other than 0, or every training machine when it has a node of its own). `own_node`: this is
     that node (`train.py serve`). The caller stops it when the attempt ends, whatever its outcome."""
@@ -251,9 +295,11 @@ def start_server(profile, attempt_dir, env: dict | None = None, timeout: float =
     endpoint = vllm_endpoint(env, topology({}) if own_node else None)
     port = endpoint.port
     if port_taken(port):
-        raise ServerError(f"port {port} is already in use on this machine, so the vLLM server cannot listen "
-                          f"there (fix: stop what holds it, or set {ENV_VLLM_PORT} to a free port, the same on "
-                          "every machine)")
+        raise ServerError(
+            f"port {port} is already in use on this machine, so the vLLM server cannot listen "
+            f"there (fix: stop what holds it, or set {ENV_VLLM_PORT} to a free port, the same on "
+            "every machine)"
+        )
     if command is None:
         command = server_command(profile, port, model=local_model(profile.model, env))
     server = VllmServer(profile, attempt_dir, server_ids, port=port, command=command, env=env)

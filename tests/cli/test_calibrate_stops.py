@@ -23,11 +23,19 @@ HARNESS = [sys.executable, str(REPO / "tests" / "support" / "calibrate_harness.p
 
 def start(tmp_path: Path, behaviour: dict, ledger: Path | None = None) -> tuple[subprocess.Popen, Path]:
     out = tmp_path / "out"
-    env = dict(os.environ, FAKE_CHILD_PLAN=json.dumps(behaviour),
-               GRPO_TRAIN_LEDGER=str(ledger or tmp_path / "ledger.jsonl"))
+    env = dict(
+        os.environ, FAKE_CHILD_PLAN=json.dumps(behaviour), GRPO_TRAIN_LEDGER=str(ledger or tmp_path / "ledger.jsonl")
+    )
     env.pop("GRPO_INJECT_OOM", None)
-    proc = subprocess.Popen([*HARNESS, str(out)], cwd=REPO, env=env, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [*HARNESS, str(out)],
+        cwd=REPO,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     return proc, out
 
 
@@ -58,11 +66,14 @@ def test_a_signal_to_the_process_group_stops_it_keeping_what_was_measured(tmp_pa
     result = summary(out)
     assert result["exit_code"] == 130 and result["recorded"] == 1
     assert [(row["profile"], row["status"], row["recorded"]) for row in result["probes"]] == [
-        ("a", "ok", True), ("b", "interrupted", False)]
+        ("a", "ok", True),
+        ("b", "interrupted", False),
+    ]
     (folder,) = out.glob("calibrate-*")
     assert json.loads((folder / "probe-02-b" / "signals.json").read_text())[0] == int(signals[0])  # forwarded
     assert [(e["profile"], e["status"], e["peak_gib"]) for e in ledger_lines(tmp_path / "ledger.jsonl")] == [
-        ("a", "probe-ok", 0.42)]
+        ("a", "probe-ok", 0.42)
+    ]
 
 
 def test_every_probe_failing_is_exit_1_and_nothing_is_said_recorded(tmp_path):
@@ -105,8 +116,15 @@ def test_a_disk_that_fills_during_the_calibration_costs_the_figure_said_so(tmp_p
 
 def test_an_append_cut_short_by_a_full_disk_leaves_no_torn_line(tmp_path, small_disk):
     path = small_disk / "ledger.jsonl"
-    entry = ledger_store.Entry(profile="p", fingerprint="f" * 16, machine={"device": "cpu", "name": "cpu"},
-                               status="ok", peak_gib=1.0, settings={"padding": "x" * 3000}, date="2025-01-01T00:00:00")
+    entry = ledger_store.Entry(
+        profile="p",
+        fingerprint="f" * 16,
+        machine={"device": "cpu", "name": "cpu"},
+        status="ok",
+        peak_gib=1.0,
+        settings={"padding": "x" * 3000},
+        date="2025-01-01T00:00:00",
+    )
     ledger_store.append(entry, path)
     with open(small_disk / "filler", "wb", buffering=0) as handle:
         try:

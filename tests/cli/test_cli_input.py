@@ -18,8 +18,8 @@ import train
 from contract.errors import UsageError
 from launcher.card.detect import Machine, detect_machine
 from launcher.plan.choose import make_plan
-from profiles.load import load_profiles
 from launcher.run.inputs import check_run_inputs
+from profiles.load import load_profiles
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE = str(ROOT / "profiles" / "cpu-tiny-4gen.yaml")
@@ -34,10 +34,18 @@ def main(capsys, *argv: str) -> tuple[int, str]:
 # ---------------------------------------------------------------------------------------------------
 # Modes that contradict each other
 
-@pytest.mark.parametrize("argv", [
-    ["--auto", "--profile", PROFILE], ["--resume", "--profile", PROFILE], ["--explain-oom", "x.txt", "--auto"],
-    ["--fit-table", "--auto"], ["--fit-table", "--resume"], ["--explain-oom", "-", "--dry-run"],
-])
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--auto", "--profile", PROFILE],
+        ["--resume", "--profile", PROFILE],
+        ["--explain-oom", "x.txt", "--auto"],
+        ["--fit-table", "--auto"],
+        ["--fit-table", "--resume"],
+        ["--explain-oom", "-", "--dry-run"],
+    ],
+)
 def test_conflicting_modes_are_refused(capsys, tmp_path, argv):
     code, text = main(capsys, *argv, "--output-dir", str(tmp_path / "out"))
     assert code == 2
@@ -53,6 +61,7 @@ def test_fresh_attempt_needs_resume(capsys, tmp_path):
 
 # ---------------------------------------------------------------------------------------------------
 # --output-dir (bug 6)
+
 
 def test_output_dir_that_is_a_file(capsys, tmp_path):
     path = tmp_path / "a-file"
@@ -75,8 +84,9 @@ def test_output_dir_under_proc(capsys):
 def test_output_dir_on_a_read_only_mount(capsys, tmp_path):
     folder = tmp_path / "ro"
     folder.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(folder)], capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(folder)], capture_output=True, text=True
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a read-only tmpfs here ({done.stderr.strip() or done.returncode})")
     try:
@@ -93,6 +103,7 @@ def test_resume_into_a_missing_output_dir(capsys, tmp_path):
 
 # ---------------------------------------------------------------------------------------------------
 # What a run needs beyond its profiles
+
 
 def test_gpu_memory_for_a_run_on_a_machine_without_a_gpu(capsys, tmp_path):
     if detect_machine().gpus:
@@ -116,17 +127,19 @@ def test_inject_oom_names_are_checked_against_the_profiles(monkeypatch):
         check_run_inputs(profiles, plan, gpu_memory=None, resume=True)
 
 
-@pytest.mark.parametrize("content, says", [
-    ("", "no"),
-    ('{"question": "1+1?", "answer": "2"}\n{"question": "2+2?"\n', "line 2"),
-    ('{"question": "1+1?"}\n' * 10, "answer"),
-])
+@pytest.mark.parametrize(
+    "content, says",
+    [
+        ("", "no"),
+        ('{"question": "1+1?", "answer": "2"}\n{"question": "2+2?"\n', "line 2"),
+        ('{"question": "1+1?"}\n' * 10, "answer"),
+    ],
+)
 def test_bad_data_exits_2_before_a_run_folder_exists(capsys, tmp_path, monkeypatch, content, says):
     monkeypatch.delenv("GRPO_INJECT_OOM", raising=False)
     data = tmp_path / "data.jsonl"
     data.write_text(content)
-    code, text = main(capsys, "--profile", PROFILE, "--set", f"dataset={data}", "--output-dir",
-                      str(tmp_path / "out"))
+    code, text = main(capsys, "--profile", PROFILE, "--set", f"dataset={data}", "--output-dir", str(tmp_path / "out"))
     assert code == 2, text
     assert str(data) in text and says in text and "Traceback" not in text
     assert not list((tmp_path / "out").glob("run-*"))
@@ -135,12 +148,18 @@ def test_bad_data_exits_2_before_a_run_folder_exists(capsys, tmp_path, monkeypat
 # ---------------------------------------------------------------------------------------------------
 # Ctrl-C at start
 
+
 @pytest.mark.parametrize("after_s", [0.3, 1.0, 2.0])
 def test_ctrl_c_in_the_first_moments_exits_130_without_a_traceback(tmp_path, after_s):
     env = {k: v for k, v in os.environ.items() if k not in ("FAKE_CHILD_PLAN", "GRPO_INJECT_OOM")}
-    proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"), "--auto", "--output-dir", str(tmp_path / "o"),
-                             "--set", "max_steps=2"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), "--auto", "--output-dir", str(tmp_path / "o"), "--set", "max_steps=2"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     time.sleep(after_s)
     proc.send_signal(signal.SIGINT)
     try:
@@ -154,6 +173,7 @@ def test_ctrl_c_in_the_first_moments_exits_130_without_a_traceback(tmp_path, aft
 
 # ---------------------------------------------------------------------------------------------------
 # Huge prompts
+
 
 class CountingTokenizer:
     """A whitespace tokenizer that records how many characters it was given."""
@@ -171,8 +191,10 @@ class CountingTokenizer:
 def test_huge_prompts_are_dropped_by_characters_before_tokenizing():
     from tasks.prompts import build_prompt, filter_by_length
 
-    rows = [{"prompt": build_prompt("What is 2 + 2?"), "answer": "4"},
-            {"prompt": build_prompt("x" * 5_000_000), "answer": "1"}]  # one word, so it would pass by tokens
+    rows = [
+        {"prompt": build_prompt("What is 2 + 2?"), "answer": "4"},
+        {"prompt": build_prompt("x" * 5_000_000), "answer": "1"},
+    ]  # one word, so it would pass by tokens
     tokenizer = CountingTokenizer()
     kept, dropped = filter_by_length(rows, tokenizer, 64)
     assert [row["answer"] for row in kept] == ["4"] and dropped == 1
@@ -184,8 +206,11 @@ def test_set_is_checked_against_the_profiles_that_can_run_here(capsys):
     # GPU only the CPU profiles take it, the GPU ones load as written and are left out by the plan
     cpu_ladder = load_profiles(ROOT / "profiles", ["num_gpus=2"], device="cpu")
     assert {p.num_gpus for p in cpu_ladder if p.device == "cpu"} == {2}
-    assert all(p.num_gpus == load_profiles(ROOT / "profiles")[i].num_gpus
-               for i, p in enumerate(cpu_ladder) if p.device == "cuda")
+    assert all(
+        p.num_gpus == load_profiles(ROOT / "profiles")[i].num_gpus
+        for i, p in enumerate(cpu_ladder)
+        if p.device == "cuda"
+    )
     with pytest.raises(UsageError, match="gradient_checkpointing"):
         load_profiles(ROOT / "profiles", ["num_gpus=2"], device="cuda")
     if not detect_machine().gpus:

@@ -28,8 +28,10 @@ SPELLINGS = [
     ("--auto --dry-run --gpu-memory 24 --json", "plan --gpu-memory 24 --json"),
     ("--auto --dry-run --gpu-memory 15 --gpu-name T4 --json", "plan --gpu-memory 15 --gpu-name T4 --json"),
     ("--auto --dry-run --gpu-memory 80 --gpus 8 --json", "plan --gpu-memory 80 --gpus 8 --json"),
-    ("--dry-run --nodes 3 --gpus-per-node 8 --gpu-memory 80 --json",
-     "plan --nodes 3 --gpus-per-node 8 --gpu-memory 80 --json"),
+    (
+        "--dry-run --nodes 3 --gpus-per-node 8 --gpu-memory 80 --json",
+        "plan --nodes 3 --gpus-per-node 8 --gpu-memory 80 --json",
+    ),
     ("--auto --dry-run --ignore-ledger --json", "plan --ignore-ledger --json"),
     ("--auto --dry-run --set max_steps=2 --json", "plan --set max_steps=2 --json"),
     ("--auto --dry-run --profiles-dir profiles --json", "plan --profiles-dir profiles --json"),
@@ -38,10 +40,14 @@ SPELLINGS = [
     ("--resume --dry-run --json", "plan --resume --json"),  # old: --resume --dry-run plans the ladder
     ("--fit-table", "cards"),
     ("--fit-table --json", "cards --json"),
-    ("--fit --set model=Qwen/Qwen2.5-0.5B-Instruct --gpu-memory 24 --json",
-     "fit Qwen/Qwen2.5-0.5B-Instruct --gpu-memory 24 --json"),
-    ("--fit --set model=meta-llama/Llama-3.2-1B-Instruct --set lora_rank=32 --gpu-memory 16",
-     "fit meta-llama/Llama-3.2-1B-Instruct --set lora_rank=32 --gpu-memory 16"),
+    (
+        "--fit --set model=Qwen/Qwen2.5-0.5B-Instruct --gpu-memory 24 --json",
+        "fit Qwen/Qwen2.5-0.5B-Instruct --gpu-memory 24 --json",
+    ),
+    (
+        "--fit --set model=meta-llama/Llama-3.2-1B-Instruct --set lora_rank=32 --gpu-memory 16",
+        "fit meta-llama/Llama-3.2-1B-Instruct --set lora_rank=32 --gpu-memory 16",
+    ),
     ("--ledger", "ledger"),
     ("--ledger --json", "ledger --json"),
     ("--forget nothing-of-that-name", "ledger --forget nothing-of-that-name"),
@@ -55,8 +61,10 @@ SPELLINGS = [
     ("--sample {missing} --from-test 2", "sample {missing} --from-test 2"),
     ("--auto --output-dir {file}", "train --output-dir {file}"),
     (f"--profile {CPU} --output-dir {{file}}", f"train --profile {CPU} --output-dir {{file}}"),
-    (f"--profile {CPU} --set max_steps=2 --output-dir {{file}}",
-     f"train --profile {CPU} --set max_steps=2 --output-dir {{file}}"),
+    (
+        f"--profile {CPU} --set max_steps=2 --output-dir {{file}}",
+        f"train --profile {CPU} --set max_steps=2 --output-dir {{file}}",
+    ),
     ("--resume --output-dir {missing}", "train --resume --output-dir {missing}"),
     ("--resume --fresh-attempt --output-dir {missing}", "train --resume --fresh-attempt --output-dir {missing}"),
     ("--set max_steps=2 --output-dir {file}", "train --set max_steps=2 --output-dir {file}"),
@@ -66,8 +74,15 @@ SPELLINGS = [
 ]
 
 # Flags that ask for two commands: refused with exit 2, naming both (the old interface did one silently).
-TWO_COMMANDS = ["--ledger --calibrate", "--auto --ledger", "--ledger --fit-table", "--calibrate --explain-oom x.txt",
-                "--fit-table --auto", "--sample x --ledger", "--fit --set model=x --calibrate"]
+TWO_COMMANDS = [
+    "--ledger --calibrate",
+    "--auto --ledger",
+    "--ledger --fit-table",
+    "--calibrate --explain-oom x.txt",
+    "--fit-table --auto",
+    "--sample x --ledger",
+    "--fit --set model=x --calibrate",
+]
 
 
 @pytest.fixture

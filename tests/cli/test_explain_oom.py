@@ -6,7 +6,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 from contract import oom as oom
 from contract import oom_site as oom_site
 
@@ -19,12 +18,22 @@ def text(name: str) -> str:
 
 
 def test_train_py_explain_oom_from_stdin():
-    done = subprocess.run([sys.executable, str(ROOT / "train.py"), "--explain-oom", "-"],
-                          input=text("torch_logits_gib.txt"), capture_output=True, text=True, cwd=ROOT,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), "--explain-oom", "-"],
+        input=text("torch_logits_gib.txt"),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "shortfall 3.29 GiB (asked - free)" in done.stdout
-    missing = subprocess.run([sys.executable, str(ROOT / "train.py"), "--explain-oom", "no-such-file.txt"],
-                             capture_output=True, text=True, cwd=ROOT, timeout=120)
+    missing = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), "--explain-oom", "no-such-file.txt"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert missing.returncode == 2
     assert "no-such-file.txt: file not found" in missing.stderr

@@ -30,8 +30,10 @@ def test_a_4bit_base_is_merged_into_its_16bit_repository():
 def test_the_converter_is_found_where_it_is_put(tmp_path, monkeypatch):
     monkeypatch.setattr(export, "LLAMA_CPP_PLACES", ())
     (tmp_path / export.CONVERTER).write_text("# stand-in\n")
-    assert export.find_converter({ENV_LLAMA_CPP: str(tmp_path), "PATH": ""}) == (tmp_path / export.CONVERTER,
-                                                                                 f"${ENV_LLAMA_CPP}")
+    assert export.find_converter({ENV_LLAMA_CPP: str(tmp_path), "PATH": ""}) == (
+        tmp_path / export.CONVERTER,
+        f"${ENV_LLAMA_CPP}",
+    )
     missing, looked = export.find_converter({ENV_LLAMA_CPP: str(tmp_path / "nowhere"), "PATH": ""})
     assert missing is None and "nowhere" in looked
 
@@ -60,10 +62,29 @@ def trained(tmp_path_factory, tiny_cache):
     env = {**os.environ, "GRPO_TRAIN_CACHE": str(tiny_cache), "PYTHONUNBUFFERED": "1"}
     env.pop("GRPO_INJECT_OOM", None)
     attempt = tmp_path_factory.mktemp("export") / "attempt-01-cpu-tiny-4gen"
-    result = subprocess.run([sys.executable, str(REPO / "train.py"), "--profile", str(SMALL), "--attempt-dir",
-                             str(attempt), "--set", "max_steps=2", "--set", "save_steps=2", "--set", "eval_samples=0",
-                             "--set", "train_samples=32"], env=env, cwd=REPO, capture_output=True, text=True,
-                            timeout=900)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "train.py"),
+            "--profile",
+            str(SMALL),
+            "--attempt-dir",
+            str(attempt),
+            "--set",
+            "max_steps=2",
+            "--set",
+            "save_steps=2",
+            "--set",
+            "eval_samples=0",
+            "--set",
+            "train_samples=32",
+        ],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     (attempt / "profile.yaml").write_text(SMALL.read_text())  # as the supervisor leaves it
     return attempt, env
@@ -72,8 +93,14 @@ def trained(tmp_path_factory, tiny_cache):
 @pytest.mark.slow
 def test_the_merged_model_loads_in_transformers_and_answers_as_the_adapter_did(trained):
     attempt, env = trained
-    result = subprocess.run([sys.executable, str(REPO / "train.py"), "export", str(attempt), "--check", "6",
-                             "--json"], env=env, cwd=REPO, capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), "export", str(attempt), "--check", "6", "--json"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     record = json.loads((attempt / "export" / "export.json").read_text())
     merged = record["merged"]
@@ -96,9 +123,25 @@ def test_gguf_reads_back_with_the_gguf_package(trained, tmp_path):
         pytest.skip("llama.cpp's converter is not here (make llama-cpp puts it in .llama.cpp/)")
     attempt, env = trained
     out = tmp_path / "out"
-    result = subprocess.run([sys.executable, str(REPO / "train.py"), "export", str(attempt), "--out", str(out),
-                             "--gguf", "q8_0", "--gguf-pre-tokenizer", "default"], env=env, cwd=REPO,
-                            capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "train.py"),
+            "export",
+            str(attempt),
+            "--out",
+            str(out),
+            "--gguf",
+            "q8_0",
+            "--gguf-pre-tokenizer",
+            "default",
+        ],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     path = out / "cpu-tiny-4gen-Q8_0.gguf"
     reader = gguf.GGUFReader(str(path))

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from contract import oom as oom
 from launcher.card.detect import detect_machine
 from launcher.memory.estimate import estimate
-from contract import oom as oom
 from launcher.plan.derive import best_fit
 from launcher.plan.speed import predict
-from profiles.schema import profile_from_dict
 from profiles.catalog import resolve
 from profiles.load import load_profile, load_profiles
+from profiles.schema import profile_from_dict
 from support.cli import train_py
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,12 +43,16 @@ def _per_hour(profile, gib: float, name: str) -> float:
     return predict(profile, arch, m.primary, estimate(profile, arch, m.primary)).prompts_per_hour
 
 
-SUBSET_MODELS = ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-4B", "unsloth/Llama-3.1-8B-Instruct", "microsoft/phi-4",
-                 "Qwen/Qwen3-14B")
+SUBSET_MODELS = (
+    "Qwen/Qwen3-0.6B",
+    "Qwen/Qwen3-4B",
+    "unsloth/Llama-3.1-8B-Instruct",
+    "microsoft/phi-4",
+    "Qwen/Qwen3-14B",
+)
 
 
-SUBSET_CARDS = ((8.0, None), (12.0, None), (15.0, "Tesla T4"), (24.0, "NVIDIA GeForce RTX 4090"),
-                (80.0, "A100 80GB"))
+SUBSET_CARDS = ((8.0, None), (12.0, None), (15.0, "Tesla T4"), (24.0, "NVIDIA GeForce RTX 4090"), (80.0, "A100 80GB"))
 
 
 def test_fit_prints_a_profile_that_loads(tmp_path):
@@ -61,8 +65,7 @@ def test_fit_prints_a_profile_that_loads(tmp_path):
     path.write_text(done.stdout)
     profile = load_profile(path)
     assert profile.model == "Qwen/Qwen3-4B" and profile.name.startswith("fit-qwen3-4b-")
-    planned = train_py("--profile", str(path), "--dry-run", "--json", "--gpu-memory", "15", "--gpu-name",
-                       "Tesla T4")
+    planned = train_py("--profile", str(path), "--dry-run", "--json", "--gpu-memory", "15", "--gpu-name", "Tesla T4")
     plan = json.loads(planned.stdout)
     assert plan["chosen"] == profile.name and plan["candidates"][0]["fits"]
 
@@ -80,8 +83,17 @@ def test_fit_refusals_and_nothing_fits(tmp_path):
 
 
 def test_auto_with_a_model_plans_derived_configurations_with_settings(tmp_path):
-    done = train_py("--auto", "--dry-run", "--json", "--set", "model=microsoft/phi-4", "--gpu-memory", "15",
-                    "--gpu-name", "Tesla T4")
+    done = train_py(
+        "--auto",
+        "--dry-run",
+        "--json",
+        "--set",
+        "model=microsoft/phi-4",
+        "--gpu-memory",
+        "15",
+        "--gpu-name",
+        "Tesla T4",
+    )
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)
     assert plan["chosen"].startswith("fit-phi-4-")
@@ -94,11 +106,15 @@ def test_auto_with_a_model_plans_derived_configurations_with_settings(tmp_path):
 
 
 def test_auto_with_gpus_chooses_the_spread_configuration(tmp_path):
-    done = train_py("--auto", "--dry-run", "--json", "--set", "model=Qwen/Qwen3-8B", "--gpu-memory", "24",
-                    "--gpus", "2")
+    done = train_py(
+        "--auto", "--dry-run", "--json", "--set", "model=Qwen/Qwen3-8B", "--gpu-memory", "24", "--gpus", "2"
+    )
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)
     chosen = next(c for c in plan["candidates"] if c["profile"] == plan["chosen"])
     assert chosen["gpus"] == 2 and chosen["settings"]["model"] == "Qwen/Qwen3-8B"
-    assert chosen["settings"]["num_gpus"] + (chosen["settings"]["vllm_server_gpus"]
-                                             if chosen["settings"]["vllm_mode"] == "server" else 0) == 2
+    assert (
+        chosen["settings"]["num_gpus"]
+        + (chosen["settings"]["vllm_server_gpus"] if chosen["settings"]["vllm_mode"] == "server" else 0)
+        == 2
+    )

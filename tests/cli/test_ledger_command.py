@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from launcher.card.detect import GpuInfo, Machine
-from launcher.memory.ledger import record as ledger_record, store as ledger_store, weigh as ledger_weigh
 from contract.oom import read_oom
+from launcher.card.detect import GpuInfo, Machine
+from launcher.memory.ledger import record as ledger_record
+from launcher.memory.ledger import store as ledger_store
+from launcher.memory.ledger import weigh as ledger_weigh
 from launcher.plan.choose import make_plan
 from profiles.load import load_profile
 
@@ -22,8 +24,17 @@ L4 = "profiles/gpu-24gb-llama3.1-8b.yaml"
 
 
 def _card(free=22.0, total=22.5, name="NVIDIA L4"):
-    gpu = GpuInfo(name=name, total_gib=total, free_gib=free, used_gib=total - free, compute_capability=(8, 9),
-                  driver="580.1", cuda_driver="13.0", index=0, source="nvml")
+    gpu = GpuInfo(
+        name=name,
+        total_gib=total,
+        free_gib=free,
+        used_gib=total - free,
+        compute_capability=(8, 9),
+        driver="580.1",
+        cuda_driver="13.0",
+        index=0,
+        source="nvml",
+    )
     return Machine(gpus=[gpu], message="", host_ram_gib=64.0, host_free_gib=60.0)
 
 
@@ -32,9 +43,11 @@ def _cpu(ram=24.0):
 
 
 def _oom(held: float, asked: float = 2.0, total: float = 22.05, free: float = 0.5):
-    return read_oom(f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {asked:.2f} GiB. GPU 0 has a "
-                    f"total capacity of {total:.2f} GiB of which {free:.2f} GiB is free. Including non-PyTorch "
-                    f"memory, this process has {held:.2f} GiB memory in use.")
+    return read_oom(
+        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {asked:.2f} GiB. GPU 0 has a "
+        f"total capacity of {total:.2f} GiB of which {free:.2f} GiB is free. Including non-PyTorch "
+        f"memory, this process has {held:.2f} GiB memory in use."
+    )
 
 
 def _entry(profile, machine, days_ago: float = 0, **kwargs):
@@ -65,21 +78,25 @@ def _legacy_injected_line(profile, machine) -> dict:
 
 def _train(args, ledger_path: Path, **env):
     full = dict(os.environ, GRPO_TRAIN_LEDGER=str(ledger_path), **env)
-    return subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=REPO, env=full, text=True,
-                          capture_output=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, str(REPO / "train.py"), *args], cwd=REPO, env=full, text=True, capture_output=True, timeout=120
+    )
 
 
 def test_wrongly_typed_lines_never_stop_the_plan_nor_the_report(tmp_path):
     path = tmp_path / "ledger.jsonl"
     eight = load_profile("profiles/cpu-tiny-8gen.yaml")
     good = json.loads(ledger_record.make_entry(eight, _cpu(), status="ok", peak_gib=0.6).to_json())
-    path.write_text("\n".join(json.dumps({**good, **bad}) for bad in
-                              ({"peak_gib": "big"}, {"date": 5}, {"peak_gib": -1.0})) + "\n")
+    path.write_text(
+        "\n".join(json.dumps({**good, **bad}) for bad in ({"peak_gib": "big"}, {"date": 5}, {"peak_gib": -1.0})) + "\n"
+    )
     for args in (["--auto", "--dry-run", "--json"], ["--ledger"], ["--ledger", "--json"]):
         done = _train(args, path)
         assert done.returncode in (0, 3), (args, done.stderr)  # a plan: 0 or 3, never 1 with a traceback
-        assert "Traceback" not in done.stderr and done.stderr.count("skipped 3 damaged line(s)") + \
-            done.stdout.count("skipped 3 damaged line(s)") == 1, (args, done.stdout, done.stderr)
+        assert (
+            "Traceback" not in done.stderr
+            and done.stderr.count("skipped 3 damaged line(s)") + done.stdout.count("skipped 3 damaged line(s)") == 1
+        ), (args, done.stdout, done.stderr)
 
 
 def test_ledger_json_gives_each_record_its_effect(tmp_path):
@@ -105,7 +122,11 @@ def test_forget_on_the_command_line(tmp_path):
     missing = _train(["--forget", "nosuch"], path)
     assert missing.returncode == 2 and "it holds: cpu-tiny-8gen" in missing.stderr
     mixed = _train(["--forget", "cpu-tiny-8gen", "--auto"], path)
-    assert mixed.returncode == 2 and "--forget asks for `ledger` and --auto for `train`" in mixed.stderr and ledger_store.read(path)
+    assert (
+        mixed.returncode == 2
+        and "--forget asks for `ledger` and --auto for `train`" in mixed.stderr
+        and ledger_store.read(path)
+    )
     done = _train(["--forget", "cpu-tiny-8gen"], path)
     assert done.returncode == 0 and "forgot 1 record(s)" in done.stdout and ledger_store.read(path) == []
     gone = _train(["--forget", "all"], tmp_path / "never.jsonl")
@@ -135,7 +156,13 @@ def test_calibrate_refuses_a_ledger_it_cannot_write_before_any_probe(tmp_path):
 def test_calibrate_with_injection_and_no_ledger_of_its_own_is_refused(tmp_path):
     env = dict(os.environ, GRPO_INJECT_OOM="cpu-tiny-8gen", GRPO_TRAIN_CACHE=str(tmp_path / "cache"))
     env.pop("GRPO_TRAIN_LEDGER", None)
-    done = subprocess.run([sys.executable, str(REPO / "train.py"), "--calibrate", "--output-dir",
-                           str(tmp_path / "out")], cwd=REPO, env=env, text=True, capture_output=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), "--calibrate", "--output-dir", str(tmp_path / "out")],
+        cwd=REPO,
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and "an injected OOM is no measurement" in done.stderr
     assert not (tmp_path / "cache" / "ledger.jsonl").exists()

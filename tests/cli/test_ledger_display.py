@@ -23,10 +23,19 @@ from launcher.memory.ledger.weigh import ledger_report, shape_text
 
 REPO = Path(__file__).resolve().parents[2]
 CPU = Machine(gpus=[], message="test", host_ram_gib=24.0, host_free_gib=20.0)
-GOOD = {"profile": "p", "fingerprint": "0123456789abcdef", "machine": {"device": "cpu", "name": "cpu", "total_gib": 24},
-        "status": "ok", "estimate_gib": 1.0, "components": {}, "peak_gib": 0.9, "measure": "process RSS",
-        "settings": {"per_device_train_batch_size": 4, "num_generations": 4, "max_completion_length": 64,
-                     "lora_rank": 16}, "versions": {}, "date": "2026-01-01T10:00:00"}
+GOOD = {
+    "profile": "p",
+    "fingerprint": "0123456789abcdef",
+    "machine": {"device": "cpu", "name": "cpu", "total_gib": 24},
+    "status": "ok",
+    "estimate_gib": 1.0,
+    "components": {},
+    "peak_gib": 0.9,
+    "measure": "process RSS",
+    "settings": {"per_device_train_batch_size": 4, "num_generations": 4, "max_completion_length": 64, "lora_rank": 16},
+    "versions": {},
+    "date": "2026-01-01T10:00:00",
+}
 
 
 def ledger_with(tmp_path: Path, *records: dict) -> Path:
@@ -36,18 +45,27 @@ def ledger_with(tmp_path: Path, *records: dict) -> Path:
 
 
 def train_py(*args: str, ledger: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ, GRPO_TRAIN_LEDGER=str(ledger)))
+    return subprocess.run(
+        [sys.executable, str(REPO / "train.py"), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, GRPO_TRAIN_LEDGER=str(ledger)),
+    )
 
 
-@pytest.mark.parametrize("change, why", [
-    ({"measure": 5}, "measure is 5"),
-    ({"machine": {"device": "cpu", "name": ["a"], "total_gib": 24}}, "machine name is list"),
-    ({"machine": {"device": "cpu", "name": "cpu", "total_gib": [1]}}, "machine total_gib is list"),
-    ({"machine": {"device": "cpu", "name": "cpu", "total_gib": True}}, "machine total_gib is True"),
-    ({"profile": "x" * 300}, "profile is"),
-    ({"oom_kind": {"a": 1}}, "oom_kind is dict"),
-])
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        ({"measure": 5}, "measure is 5"),
+        ({"machine": {"device": "cpu", "name": ["a"], "total_gib": 24}}, "machine name is list"),
+        ({"machine": {"device": "cpu", "name": "cpu", "total_gib": [1]}}, "machine total_gib is list"),
+        ({"machine": {"device": "cpu", "name": "cpu", "total_gib": True}}, "machine total_gib is True"),
+        ({"profile": "x" * 300}, "profile is"),
+        ({"oom_kind": {"a": 1}}, "oom_kind is dict"),
+    ],
+)
 def test_a_display_field_of_the_wrong_type_is_a_skipped_line_in_both_listings(tmp_path, change, why):
     path = ledger_with(tmp_path, GOOD, {**GOOD, **change})
     for args in (["ledger"], ["ledger", "--json"]):
@@ -68,8 +86,12 @@ def test_names_holding_rich_markup_are_shown_as_written(tmp_path):
 
 
 def test_settings_of_the_wrong_type_show_as_unknown():
-    assert shape_text({"per_device_train_batch_size": "[/]", "num_generations": True, "max_completion_length": 64,
-                       "lora_rank": 0}) == "? / ? / 64 full"
+    assert (
+        shape_text(
+            {"per_device_train_batch_size": "[/]", "num_generations": True, "max_completion_length": 64, "lora_rank": 0}
+        )
+        == "? / ? / 64 full"
+    )
     assert shape_text({"lora_rank": [16]}) == "? / ? / ? r?"
 
 
@@ -104,8 +126,10 @@ def test_an_output_dir_that_is_a_link_loop_is_refused(tmp_path):
 
 def test_a_long_ledger_lists_the_newest_records_and_json_lists_all(tmp_path):
     def lines_for(count: int) -> tuple[int, str]:
-        records = [{**GOOD, "fingerprint": f"{i % 300:016x}", "date": f"2026-01-01T10:{i // 60 % 60:02d}:{i % 60:02d}"}
-                   for i in range(count)]
+        records = [
+            {**GOOD, "fingerprint": f"{i % 300:016x}", "date": f"2026-01-01T10:{i // 60 % 60:02d}:{i % 60:02d}"}
+            for i in range(count)
+        ]
         path = ledger_with(tmp_path, *records)
         out = io.StringIO()
         print_ledger(CPU, path, console=Console(file=out, width=300, highlight=False))
@@ -123,9 +147,18 @@ def test_a_resumed_runs_attempts_table_shows_damaged_records_without_a_traceback
     from launcher.run.attempts import AttemptRecord
     from launcher.run.narrate import attempts_table
 
-    record = AttemptRecord.from_dict({"attempt": "[b]", "profile": "[/bold]x", "status": "[/red]", "steps": [1],
-                                      "settings": {"gpu_memory_utilization": "x", "fast_inference": True},
-                                      "peak_gib": "big", "duration_s": "long", "shrink": {"a": 5}})
+    record = AttemptRecord.from_dict(
+        {
+            "attempt": "[b]",
+            "profile": "[/bold]x",
+            "status": "[/red]",
+            "steps": [1],
+            "settings": {"gpu_memory_utilization": "x", "fast_inference": True},
+            "peak_gib": "big",
+            "duration_s": "long",
+            "shrink": {"a": 5},
+        }
+    )
     out = io.StringIO()
     Console(file=out, width=300).print(attempts_table([record]))
     text = out.getvalue()

@@ -8,12 +8,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 from profiles.load import load_profile
 
 REPO = Path(__file__).resolve().parents[2]
-LLAMA_1B = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 32,
-            "num_hidden_layers": 16, "num_key_value_heads": 8, "vocab_size": 128256, "tie_word_embeddings": True}
+LLAMA_1B = {
+    "model_type": "llama",
+    "hidden_size": 2048,
+    "intermediate_size": 8192,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 16,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "tie_word_embeddings": True,
+}
 
 
 def model_folder(tmp_path: Path, name: str) -> Path:
@@ -25,8 +32,9 @@ def model_folder(tmp_path: Path, name: str) -> Path:
 
 def train_py(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, GRPO_TRAIN_LEDGER=str(tmp_path / "ledger.jsonl"), HF_HUB_OFFLINE="1")
-    return subprocess.run([sys.executable, str(REPO / "train.py"), *args], capture_output=True, text=True, cwd=REPO,
-                          env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(REPO / "train.py"), *args], capture_output=True, text=True, cwd=REPO, env=env, timeout=300
+    )
 
 
 def test_fit_of_a_folder_with_a_non_ascii_name_prints_a_profile_that_loads_back(tmp_path):

@@ -38,18 +38,31 @@ def _trl_accepts(monkeypatch, per_device, accumulation, processes, generations) 
     # GRPOConfig reads the number of processes from TrainingArguments.world_size (accelerate's state)
     monkeypatch.setattr(TrainingArguments, "world_size", property(lambda self: processes))
     try:
-        GRPOConfig(output_dir="unused", per_device_train_batch_size=per_device,
-                   gradient_accumulation_steps=accumulation, num_generations=generations, use_cpu=True,
-                   report_to="none")
+        GRPOConfig(
+            output_dir="unused",
+            per_device_train_batch_size=per_device,
+            gradient_accumulation_steps=accumulation,
+            num_generations=generations,
+            use_cpu=True,
+            report_to="none",
+        )
     except ValueError:
         return False
     return True
 
 
 def _ours_accepts(per_device, accumulation, processes, generations) -> bool:
-    data = valid(device="cpu", fast_inference=False, load_in_4bit=False, optim="adamw_torch",
-                 gradient_checkpointing="false", per_device_train_batch_size=per_device,
-                 gradient_accumulation_steps=accumulation, num_gpus=processes, num_generations=generations)
+    data = valid(
+        device="cpu",
+        fast_inference=False,
+        load_in_4bit=False,
+        optim="adamw_torch",
+        gradient_checkpointing="false",
+        per_device_train_batch_size=per_device,
+        gradient_accumulation_steps=accumulation,
+        num_gpus=processes,
+        num_generations=generations,
+    )
     try:
         profile_from_dict(data, "<grid>")
     except ProfileError as error:
@@ -58,13 +71,21 @@ def _ours_accepts(per_device, accumulation, processes, generations) -> bool:
     return True
 
 
-_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(),
-                     st.integers(min_value=10 ** 300, max_value=10 ** 500),
-                     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12))
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=10**300, max_value=10**500),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+)
 
 
-_VALUES = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=3) |
-                       st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=6)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=6,
+)
 
 
 def test_an_empty_profile_exits_2_naming_the_file(tmp_path):

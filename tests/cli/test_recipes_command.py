@@ -132,8 +132,13 @@ def check_json(capsys, *paths: Path, extra=()) -> tuple[int, dict]:
 def test_both_recipes_plan_on_cpu(tmp_path):
     for name, text in (("trl.yaml", TRL_CONFIG), ("open-r1.yaml", OPEN_R1_RECIPE)):
         path = write(tmp_path, name, text)
-        result = subprocess.run([sys.executable, str(REPO / "train.py"), "plan", "--profile", str(path), "--json"],
-                                cwd=REPO, capture_output=True, text=True, timeout=120)
+        result = subprocess.run(
+            [sys.executable, str(REPO / "train.py"), "plan", "--profile", str(path), "--json"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert result.returncode == 0, result.stderr[-2000:]
         plan = json.loads(result.stdout)
         assert plan["chosen"] == Path(name).stem
@@ -148,9 +153,26 @@ def test_both_recipes_train_on_cpu(tmp_path, tiny_cache, name, text):
     env = {**os.environ, "GRPO_TRAIN_CACHE": str(tiny_cache), "PYTHONUNBUFFERED": "1"}
     env.pop("GRPO_INJECT_OOM", None)
     out = tmp_path / "outputs"
-    result = subprocess.run([sys.executable, str(REPO / "train.py"), "train", "--profile", str(path), "--output-dir",
-                             str(out), "--set", "eval_samples=4", "--set", "train_samples=64"], cwd=REPO, env=env,
-                            capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "train.py"),
+            "train",
+            "--profile",
+            str(path),
+            "--output-dir",
+            str(out),
+            "--set",
+            "eval_samples=4",
+            "--set",
+            "train_samples=64",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     attempt = next(out.glob("run-*/attempt-01-*"))
     summary = json.loads((attempt / "summary.json").read_text())

@@ -35,9 +35,11 @@ def sent_attempt(tmp_path):
     (folder / "evil.py").write_text(
         f"from pathlib import Path\nPath({str(marker)!r}).write_text('ran')\n"
         "def score(completions, **kw):\n    return [0.25] * len(completions)\n"
-        "def judge(completions, **kw):\n    return [1.0] * len(completions)\n")
-    profile = load_profile(CPU, [f"rewards={{accuracy: 1.0, {folder / 'evil.py'}:score: 0.5}}",
-                                 f"correctness={folder / 'evil.py'}:judge"])
+        "def judge(completions, **kw):\n    return [1.0] * len(completions)\n"
+    )
+    profile = load_profile(
+        CPU, [f"rewards={{accuracy: 1.0, {folder / 'evil.py'}:score: 0.5}}", f"correctness={folder / 'evil.py'}:judge"]
+    )
     (folder / "profile.yaml").write_text(profile.to_yaml())
     return folder, marker
 
@@ -64,8 +66,7 @@ def test_the_folders_reward_code_is_left_out_and_sampling_still_scores(sent_atte
     sampling = profile_of(Target(folder, folder / "adapter"), [])
     assert [entry.rsplit(":", 1)[1] for entry in sampling.left_out] == ["score", "judge"]
     assert sampling.rewards == {"accuracy": 1.0} and not sampling.correctness_runs
-    answers = score_answers(sampling.profile, rows(), ["<answer>5</answer>"], tokenizer(), sampling.rewards,
-                            None)
+    answers = score_answers(sampling.profile, rows(), ["<answer>5</answer>"], tokenizer(), sampling.rewards, None)
     assert answers[0].scores == {"accuracy": 1.0} and answers[0].correct is None
     assert not marker.exists() and user_modules() == before
 
@@ -76,8 +77,9 @@ def test_run_rewards_imports_them(sent_attempt):
     folder, marker = sent_attempt
     sampling = profile_of(Target(folder, folder / "adapter"), [], run_rewards=True)
     assert sampling.left_out == [] and sampling.correctness_runs
-    answers = score_answers(sampling.profile, rows(), ["<answer>5</answer>"], tokenizer(), sampling.rewards,
-                            sampling.profile.correctness)
+    answers = score_answers(
+        sampling.profile, rows(), ["<answer>5</answer>"], tokenizer(), sampling.rewards, sampling.profile.correctness
+    )
     assert answers[0].scores["score"] == 0.25 and answers[0].correct is True
     assert marker.read_text() == "ran"
 
@@ -109,9 +111,14 @@ def test_trust_remote_code_from_the_folder_needs_the_users_own_set(tmp_path):
         profile_of(Target(folder, folder / "adapter"), [])
     assert profile_of(Target(folder, folder / "adapter"), ["trust_remote_code=true"]).profile.trust_remote_code
     assert not profile_of(Target(folder, folder / "adapter"), ["trust_remote_code=false"]).profile.trust_remote_code
-    done = subprocess.run([sys.executable, str(REPO / "train.py"), "sample", str(folder)], cwd=REPO,
-                          capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, GRPO_TRAIN_LEDGER=str(tmp_path / "ledger.jsonl")))
+    done = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), "sample", str(folder)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, GRPO_TRAIN_LEDGER=str(tmp_path / "ledger.jsonl")),
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr and "trust_remote_code" in done.stderr
 
 
@@ -122,28 +129,55 @@ def test_trust_remote_code_is_said_once_per_model_before_the_first_attempt(tmp_p
     from profiles.load import profile_from_dict
 
     assert remote_code_notice(load_profile(CPU)) is None
-    base = dict(device="cpu", model="tiny", fast_inference=False, load_in_4bit=False, optim="adamw_torch",
-                dataset="arithmetic", max_seq_length=256, max_prompt_length=128, max_steps=4, save_steps=2,
-                eval_samples=0, trust_remote_code=True, gradient_accumulation_steps=1)
-    rungs = [profile_from_dict(dict(base, name="a", ladder=1, num_generations=8, max_completion_length=128,
-                                    per_device_train_batch_size=8), "<test a>"),
-             profile_from_dict(dict(base, name="b", ladder=2, num_generations=4, max_completion_length=64,
-                                    per_device_train_batch_size=4), "<test b>")]
+    base = dict(
+        device="cpu",
+        model="tiny",
+        fast_inference=False,
+        load_in_4bit=False,
+        optim="adamw_torch",
+        dataset="arithmetic",
+        max_seq_length=256,
+        max_prompt_length=128,
+        max_steps=4,
+        save_steps=2,
+        eval_samples=0,
+        trust_remote_code=True,
+        gradient_accumulation_steps=1,
+    )
+    rungs = [
+        profile_from_dict(
+            dict(base, name="a", ladder=1, num_generations=8, max_completion_length=128, per_device_train_batch_size=8),
+            "<test a>",
+        ),
+        profile_from_dict(
+            dict(base, name="b", ladder=2, num_generations=4, max_completion_length=64, per_device_train_batch_size=4),
+            "<test b>",
+        ),
+    ]
     plan = make_plan(rungs, Machine(gpus=[], message="test machine: no GPU", host_ram_gib=24.0, host_free_gib=20.0))
     monkeypatch.setenv("FAKE_CHILD_PLAN", json.dumps({"a": {"do": "oom", "text": "torch_logits_gib.txt"}}))
     out = io.StringIO()
     fake_child = [sys.executable, str(REPO / "tests" / "support" / "fake_child.py")]
-    code = supervise(plan, output_dir=tmp_path / "out", child_command=fake_child,
-                     console=Console(file=out, width=200, highlight=False))
+    code = supervise(
+        plan,
+        output_dir=tmp_path / "out",
+        child_command=fake_child,
+        console=Console(file=out, width=200, highlight=False),
+    )
     assert code == 0
     text = out.getvalue()
     assert text.count("trust_remote_code is true") == 1
     assert text.index("trust_remote_code is true") < text.index("attempt 1")
 
 
-@pytest.mark.parametrize("text, shown", [
-    ("\n" * 48, "(nothing but whitespace: 48 characters)"), ("", "(empty)"),
-    ("7\n\n\n\n\n8", "7\n\n8"), ("a\x1b[2Jb", "a\\x1b[2Jb"),
-])
+@pytest.mark.parametrize(
+    "text, shown",
+    [
+        ("\n" * 48, "(nothing but whitespace: 48 characters)"),
+        ("", "(empty)"),
+        ("7\n\n\n\n\n8", "7\n\n8"),
+        ("a\x1b[2Jb", "a\\x1b[2Jb"),
+    ],
+)
 def test_an_answer_is_shown_without_screens_of_blank_lines_or_escape_codes(text, shown):
     assert _shown_text(text) == shown

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from commands.sample import Target, find_target, profile_of, sample
 from contract.errors import ProfileError, UsageError
 from profiles.load import load_profile
-from commands.sample import Target, find_target, profile_of, sample
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU = ROOT / "profiles" / "cpu-tiny-8gen.yaml"

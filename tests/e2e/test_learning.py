@@ -53,15 +53,27 @@ def test_report_shows_random_warm_start_and_after_with_scored_samples(tmp_path):
     assert before[0]["rewards"] == {"xml_soft": 1.0, "accuracy": 0.0} and before[0]["reward"] == 0.5
     assert after[0]["reward"] == 2.5
     summary = {
-        "status": "ok", "steps": 10, "max_steps": 10, "train_seconds": 1.0, "wall_seconds": 2.0,
+        "status": "ok",
+        "steps": 10,
+        "max_steps": 10,
+        "train_seconds": 1.0,
+        "wall_seconds": 2.0,
         "profile": {"name": "cpu-tiny-8gen", "model": "tiny", "dataset": "arithmetic"},
-        "device": {"name": "CPU"}, "backend": "transformers", "train_rows": 5, "dropped_prompts": 0,
+        "device": {"name": "CPU"},
+        "backend": "transformers",
+        "train_rows": 5,
+        "dropped_prompts": 0,
         "memory": {"peak_gib": 0.5, "estimate_gib": 0.6, "measure": "RSS", "ratio": 0.8},
         "rewards": {"window": 1, "total": {"first": 1.0, "last": 2.0}},
-        "accuracy": {"samples": 200, "before": 0.25, "after": 0.5, "examples_before": before,
-                     "examples_after": after},
-        "warm_start": {"steps": 200, "held_out": 200, "seconds": 30.0, "random_accuracy": 0.0,
-                       "warm_start_accuracy": 0.25, "warm_start_well_formed": 1.0},
+        "accuracy": {"samples": 200, "before": 0.25, "after": 0.5, "examples_before": before, "examples_after": after},
+        "warm_start": {
+            "steps": 200,
+            "held_out": 200,
+            "seconds": 30.0,
+            "random_accuracy": 0.0,
+            "warm_start_accuracy": 0.25,
+            "warm_start_well_formed": 1.0,
+        },
     }
     write_report(tmp_path, summary)
     report = (tmp_path / "report.md").read_text()
@@ -88,8 +100,9 @@ OTHER_SEED = 2  # not the profile's: where the former fixed warm start left GRPO
 
 @pytest.mark.slow
 @pytest.mark.parametrize("which", ["profile seed", "other seed"])
-def test_grpo_raises_held_out_accuracy_well_above_the_warm_start(which, tmp_path, tiny_cache, tiny_seed,
-                                                                 record_property):
+def test_grpo_raises_held_out_accuracy_well_above_the_warm_start(
+    which, tmp_path, tiny_cache, tiny_seed, record_property
+):
     """A shorter seeded run of the CPU default, at the profile's seed (its tiny model built once for the
     session) and at another seed (its own tiny model built inside the run): held-out accuracy (200 problems,
     greedy) after GRPO must beat the warm start by 10 points or more at each."""

@@ -21,8 +21,14 @@ def shared_cache(tiny_cache):
 
 
 def _run(args, env, timeout=600):
-    return subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=REPO, env=env, text=True,
-                          capture_output=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(REPO / "train.py"), *args],
+        cwd=REPO,
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=timeout,
+    )
 
 
 def _env(cache: Path, ledger: Path, **extra) -> dict:
@@ -54,8 +60,11 @@ def _legacy_injected_lines(machine) -> str:
 
     lines = []
     for name in ("cpu-tiny-8gen", "cpu-tiny-4gen"):
-        entry = json.loads(ledger_record.make_entry(load_profile(REPO / "profiles" / f"{name}.yaml"), machine,
-                                             status="oom", peak_gib=0.6).to_json())
+        entry = json.loads(
+            ledger_record.make_entry(
+                load_profile(REPO / "profiles" / f"{name}.yaml"), machine, status="oom", peak_gib=0.6
+            ).to_json()
+        )
         entry["oom_lower_bound_gib"] = round(machine.host_ram_gib * 0.98, 4)
         del entry["oom_kind"], entry["others_gib"]
         lines.append(json.dumps(entry) + "\n")
@@ -71,8 +80,10 @@ def test_the_poisoning_sequence_leaves_the_machine_training(tmp_path, shared_cac
     from profiles.load import load_profile
 
     default_ledger = shared_cache / "ledger.jsonl"
-    first = _run(["--auto", "--output-dir", str(tmp_path / "one"), *QUICK],
-                 _user_env(shared_cache, GRPO_INJECT_OOM="cpu-tiny-8gen,cpu-tiny-4gen"))
+    first = _run(
+        ["--auto", "--output-dir", str(tmp_path / "one"), *QUICK],
+        _user_env(shared_cache, GRPO_INJECT_OOM="cpu-tiny-8gen,cpu-tiny-4gen"),
+    )
     assert first.returncode == 3, first.stdout[-3000:] + first.stderr[-3000:]
     assert "GRPO_INJECT_OOM is set: this run adds nothing to the ledger" in first.stdout
     assert not default_ledger.exists() or not default_ledger.read_text().strip()
@@ -93,18 +104,23 @@ def test_the_poisoning_sequence_leaves_the_machine_training(tmp_path, shared_cac
 
     # a record that refuses the shape (a measured peak far above this machine's RAM)
     eight = load_profile(REPO / "profiles" / "cpu-tiny-8gen.yaml")
-    ledgerlib.append(ledgerlib.make_entry(eight, machine, status="ok", peak_gib=machine.host_ram_gib * 4),
-                     default_ledger)
+    ledgerlib.append(
+        ledgerlib.make_entry(eight, machine, status="ok", peak_gib=machine.host_ram_gib * 4), default_ledger
+    )
     refused = _run(["--auto", "--dry-run"], _user_env(shared_cache))
     assert refused.returncode == 0 and "chosen: cpu-tiny-4gen" in refused.stdout
     assert "the ledger refused cpu-tiny-8gen" in refused.stdout and "--forget cpu-tiny-8gen" in refused.stdout
     # the user's own profile of that shape, with a CSV lacking the answer column: its data is read (exit 2)
     (tmp_path / "mine.csv").write_text("problem,result\n" + "".join(f"{i} plus 1?,{i + 1}\n" for i in range(20)))
-    mine = eight.to_yaml().replace("name: cpu-tiny-8gen", "name: my-run").replace("dataset: arithmetic",
-                                                                                   "dataset: mine.csv")
+    mine = (
+        eight.to_yaml()
+        .replace("name: cpu-tiny-8gen", "name: my-run")
+        .replace("dataset: arithmetic", "dataset: mine.csv")
+    )
     (tmp_path / "my.yaml").write_text(mine, encoding="utf-8")
-    own = _run(["--profile", str(tmp_path / "my.yaml"), "--output-dir", str(tmp_path / "three")],
-               _user_env(shared_cache))
+    own = _run(
+        ["--profile", str(tmp_path / "my.yaml"), "--output-dir", str(tmp_path / "three")], _user_env(shared_cache)
+    )
     assert own.returncode == 2, own.stdout[-3000:] + own.stderr[-3000:]
     assert "columns: problem, result" in own.stderr
     warned = _run(["--profile", str(tmp_path / "my.yaml"), "--dry-run"], _user_env(shared_cache))

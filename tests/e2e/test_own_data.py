@@ -61,8 +61,9 @@ def env(tmp_path):
 
 
 def train(cwd: Path, env: dict, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(TRAIN), *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(TRAIN), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def own(*pairs: str) -> list[str]:
@@ -75,8 +76,15 @@ def own(*pairs: str) -> list[str]:
 
 def test_relative_paths_become_absolute_from_the_current_folder(project, monkeypatch):
     monkeypatch.chdir(project)
-    p = load_profile(CPU, ["dataset=mine.csv", "question_field=problem", "answer_field=result",
-                           "rewards={accuracy: 1.0, my_rewards.py:brevity: 0.5}"])
+    p = load_profile(
+        CPU,
+        [
+            "dataset=mine.csv",
+            "question_field=problem",
+            "answer_field=result",
+            "rewards={accuracy: 1.0, my_rewards.py:brevity: 0.5}",
+        ],
+    )
     assert p.dataset == str(project / "mine.csv")
     assert list(p.rewards) == ["accuracy", f"{project / 'my_rewards.py'}:brevity"]
     assert p.correctness == "accuracy" and p.train_split == "train" and p.test_split == "test"
@@ -98,21 +106,31 @@ def test_paths_in_a_profile_are_taken_from_its_folder_first(project, tmp_path, m
     assert load_profile(folder / "p.yaml").dataset == str(folder / "mine.csv")
 
 
-@pytest.mark.parametrize("changes, key, words", [
-    ({"rewards": {"nope.py:f": 1.0}}, "rewards", "reward file"),
-    ({"rewards": {"my_rewards.py:missing": 1.0}}, "rewards", "defines no 'missing' (functions there: brevity, broken)"),
-    ({"rewards": {"acuracy": 1.0}}, "rewards", "did you mean 'accuracy'"),
-    ({"rewards": {"accuracy": 1.0, "my_rewards.py:brevity": 1.0, "other.py:brevity": 1.0}}, "rewards",
-     "both be logged as rewards/brevity"),
-    ({"correctness": "my_rewards.py:nothing"}, "correctness", "defines no 'nothing'"),
-    ({"question_field": "problem"}, "question_field", "applies to your own data"),
-    ({"dataset": "mine.csv", "dataset_config": "main"}, "dataset_config", "applies to hub datasets"),
-    ({"dataset": "notes.txt"}, "dataset", "unknown file type '.txt'"),
-    ({"dataset": "no/such/file.csv"}, "dataset", "no such file or folder"),
-    ({"dataset": "mine.csv", "answer_pattern": "####"}, "answer_pattern", "no group"),
-    ({"dataset": "mine.csv", "answer_pattern": "(unclosed"}, "answer_pattern", "not a regular expression"),
-    ({"hub_model_id": "no slash"}, "hub_model_id", "org/name"),
-])
+@pytest.mark.parametrize(
+    "changes, key, words",
+    [
+        ({"rewards": {"nope.py:f": 1.0}}, "rewards", "reward file"),
+        (
+            {"rewards": {"my_rewards.py:missing": 1.0}},
+            "rewards",
+            "defines no 'missing' (functions there: brevity, broken)",
+        ),
+        ({"rewards": {"acuracy": 1.0}}, "rewards", "did you mean 'accuracy'"),
+        (
+            {"rewards": {"accuracy": 1.0, "my_rewards.py:brevity": 1.0, "other.py:brevity": 1.0}},
+            "rewards",
+            "both be logged as rewards/brevity",
+        ),
+        ({"correctness": "my_rewards.py:nothing"}, "correctness", "defines no 'nothing'"),
+        ({"question_field": "problem"}, "question_field", "applies to your own data"),
+        ({"dataset": "mine.csv", "dataset_config": "main"}, "dataset_config", "applies to hub datasets"),
+        ({"dataset": "notes.txt"}, "dataset", "unknown file type '.txt'"),
+        ({"dataset": "no/such/file.csv"}, "dataset", "no such file or folder"),
+        ({"dataset": "mine.csv", "answer_pattern": "####"}, "answer_pattern", "no group"),
+        ({"dataset": "mine.csv", "answer_pattern": "(unclosed"}, "answer_pattern", "not a regular expression"),
+        ({"hub_model_id": "no slash"}, "hub_model_id", "org/name"),
+    ],
+)
 def test_refusals_name_the_key(project, monkeypatch, changes, key, words):
     monkeypatch.chdir(project)
     (project / "notes.txt").write_text("hello", encoding="utf-8")
@@ -132,15 +150,18 @@ def test_math_reward_without_math_verify_is_refused_with_the_fix(monkeypatch):
 
 
 def test_dry_run_with_your_data_imports_nothing_heavy_and_runs_no_user_code(project):
-    (project / "loud.py").write_text(f"open({str(project / 'ran')!r}, 'w')\n"
-                                     "def score(completions, **kw):\n    return [0.0] * len(completions)\n")
-    code = ("import sys, io, contextlib\n"
-            f"sys.path.insert(0, {str(REPO)!r})\n"
-            "import train\n"
-            "with contextlib.redirect_stdout(io.StringIO()):\n"
-            "    code = train.main(['--auto', '--dry-run', '--set', 'dataset=mine.csv', '--set',\n"
-            "                       'question_field=problem', '--set', 'rewards={accuracy: 1, loud.py:score: 1}'])\n"
-            "print(code, sorted(m for m in ('torch', 'trl', 'transformers', 'datasets') if m in sys.modules))\n")
+    (project / "loud.py").write_text(
+        f"open({str(project / 'ran')!r}, 'w')\ndef score(completions, **kw):\n    return [0.0] * len(completions)\n"
+    )
+    code = (
+        "import sys, io, contextlib\n"
+        f"sys.path.insert(0, {str(REPO)!r})\n"
+        "import train\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    code = train.main(['--auto', '--dry-run', '--set', 'dataset=mine.csv', '--set',\n"
+        "                       'question_field=problem', '--set', 'rewards={accuracy: 1, loud.py:score: 1}'])\n"
+        "print(code, sorted(m for m in ('torch', 'trl', 'transformers', 'datasets') if m in sys.modules))\n"
+    )
     result = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True, timeout=120)
     assert result.stdout.strip() == "0 []", result.stderr[-2000:]
     assert not (project / "ran").exists()
@@ -150,15 +171,21 @@ def test_dry_run_with_your_data_imports_nothing_heavy_and_runs_no_user_code(proj
 # Bad data: exit 2 before any model loads, one message, no traceback
 
 
-@pytest.mark.parametrize("setup, sets, words", [
-    (None, ["dataset=mine.csv", "question_field=question"], "no column 'question' (columns: problem, result)"),
-    (None, ["dataset=mine.csv"], "no answer column: none of answer, solution, label (columns: problem, result)"),
-    ("broken.jsonl", ["dataset=broken.jsonl"], "broken.jsonl: cannot be read (line 2: "),
-    ("words.csv", ["dataset=words.csv"], "cannot be read from column 'answer' with answer_pattern"),
-    (None, ["dataset=someone/not-cached"], "not in the local Hugging Face cache"),
-    (None, ["dataset=mine.csv", "question_field=problem", "answer_field=result", "rewards={x.py:f: 1.0}"],
-     "reward file"),
-])
+@pytest.mark.parametrize(
+    "setup, sets, words",
+    [
+        (None, ["dataset=mine.csv", "question_field=question"], "no column 'question' (columns: problem, result)"),
+        (None, ["dataset=mine.csv"], "no answer column: none of answer, solution, label (columns: problem, result)"),
+        ("broken.jsonl", ["dataset=broken.jsonl"], "broken.jsonl: cannot be read (line 2: "),
+        ("words.csv", ["dataset=words.csv"], "cannot be read from column 'answer' with answer_pattern"),
+        (None, ["dataset=someone/not-cached"], "not in the local Hugging Face cache"),
+        (
+            None,
+            ["dataset=mine.csv", "question_field=problem", "answer_field=result", "rewards={x.py:f: 1.0}"],
+            "reward file",
+        ),
+    ],
+)
 def test_bad_data_is_refused_before_any_model_loads(project, env, setup, sets, words):
     if setup == "broken.jsonl":
         (project / setup).write_text('{"question": "a", "answer": "1"}\n{"question": "b", "answer": \n')
@@ -178,10 +205,12 @@ def test_bad_data_is_refused_before_any_model_loads(project, env, setup, sets, w
 def test_check_data_says_what_it_found(project):
     import tasks
 
-    (project / "some.csv").write_text("question,answer\n" + "".join(
-        f"q{i},#### {i}\n" if i % 25 else f"q{i},none\n" for i in range(50)))
-    p = profile_from_dict({"dataset": str(project / "some.csv"), "answer_pattern": "#### (.+)",
-                           "eval_samples": 0}, "<test>")
+    (project / "some.csv").write_text(
+        "question,answer\n" + "".join(f"q{i},#### {i}\n" if i % 25 else f"q{i},none\n" for i in range(50))
+    )
+    p = profile_from_dict(
+        {"dataset": str(project / "some.csv"), "answer_pattern": "#### (.+)", "eval_samples": 0}, "<test>"
+    )
     assert tasks.check_data(p) == "43 training rows, 0 test rows, 2 answers unreadable (dropped)"
 
 
@@ -190,23 +219,32 @@ def test_check_data_says_what_it_found(project):
 
 
 def test_evaluation_by_the_accuracy_reward_matches_the_old_rule():
-    from rewards import REWARDS, is_correct
     from evaluation.score import judge
+    from rewards import REWARDS, is_correct
 
-    completions = ["<answer>72</answer>", "<answer>$1,000.00</answer>", "72", "<answer>71</answer>",
-                   "<reasoning>8 x 9</reasoning><answer>8 x 9 = 72</answer>", "", "<answer>-3</answer>"]
+    completions = [
+        "<answer>72</answer>",
+        "<answer>$1,000.00</answer>",
+        "72",
+        "<answer>71</answer>",
+        "<reasoning>8 x 9</reasoning><answer>8 x 9 = 72</answer>",
+        "",
+        "<answer>-3</answer>",
+    ]
     golds = ["72", "1000", "72", "72", "72", "1", "-3"]
     rows = [{"prompt": [{"role": "user", "content": "q"}], "answer": g} for g in golds]
     assert judge(REWARDS["accuracy"], rows, completions) == [is_correct(c, g) for c, g in zip(completions, golds)]
 
 
 def test_evaluation_by_a_users_reward_sees_the_rows_columns(project):
-    from rewards import get_reward
     from evaluation.score import judge
+    from rewards import get_reward
 
-    (project / "judge.py").write_text("def same(completions, answer, level, **kw):\n"
-                                      "    return [1.0 if c[0]['content'] == f'{a}/{l}' else 0.5 "
-                                      "for c, a, l in zip(completions, answer, level)]\n")
+    (project / "judge.py").write_text(
+        "def same(completions, answer, level, **kw):\n"
+        "    return [1.0 if c[0]['content'] == f'{a}/{l}' else 0.5 "
+        "for c, a, l in zip(completions, answer, level)]\n"
+    )
     rows = [{"prompt": [{"role": "user", "content": "q"}], "answer": "4", "level": n} for n in (1, 2)]
     assert judge(get_reward(f"{project / 'judge.py'}:same"), rows, ["4/1", "4/1"]) == [True, False]
 
@@ -216,8 +254,11 @@ def test_a_reward_that_cannot_be_called_names_its_own_line(project):
     from rewards.user import UserRewardError
 
     reward = get_reward(f"{project / 'my_rewards.py'}:brevity")
-    with pytest.raises(UserRewardError, match=r"missing 1 required positional argument: 'answer' \(at .*"
-                                              r"my_rewards.py:1, calling brevity\)"):
+    with pytest.raises(
+        UserRewardError,
+        match=r"missing 1 required positional argument: 'answer' \(at .*"
+        r"my_rewards.py:1, calling brevity\)",
+    ):
         reward(prompts=["p"], completions=["c"])
 
 
@@ -289,9 +330,21 @@ def metrics(attempt_dir: Path) -> list[dict]:
 
 @pytest.mark.slow
 def test_csv_with_renamed_columns_and_a_reward_file_trains_then_samples(project, env):
-    result = train(project, env, "--profile", str(CPU), *own(
-        "dataset=mine.csv", "question_field=problem", "answer_field=result",
-        "rewards={accuracy: 1.0, my_rewards.py:brevity: 0.5}"), *QUICK, "--output-dir", "outputs")
+    result = train(
+        project,
+        env,
+        "--profile",
+        str(CPU),
+        *own(
+            "dataset=mine.csv",
+            "question_field=problem",
+            "answer_field=result",
+            "rewards={accuracy: 1.0, my_rewards.py:brevity: 0.5}",
+        ),
+        *QUICK,
+        "--output-dir",
+        "outputs",
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "data for 'cpu-tiny-8gen': 16 of 18 training rows (train_samples), 2 test rows" in result.stdout
     run_dir = next((project / "outputs").glob("run-*"))
@@ -301,8 +354,13 @@ def test_csv_with_renamed_columns_and_a_reward_file_trains_then_samples(project,
     summary = json.loads((attempt_dir / "summary.json").read_text())
     assert summary["accuracy"]["correctness"] == "accuracy" and summary["hub"] is None
 
-    sampled = subprocess.run([sys.executable, str(TRAIN), "--sample", str(run_dir), "--from-test", "2"], cwd="/",
-                             env=env, capture_output=True, timeout=300)  # bytes: a '\r' in the answer stays one
+    sampled = subprocess.run(
+        [sys.executable, str(TRAIN), "--sample", str(run_dir), "--from-test", "2"],
+        cwd="/",
+        env=env,
+        capture_output=True,
+        timeout=300,
+    )  # bytes: a '\r' in the answer stays one
     stdout = sampled.stdout.decode("utf-8", errors="replace")
     assert sampled.returncode == 0, sampled.stderr[-3000:]
     assert "rewards: accuracy " in stdout and "| brevity " in stdout
@@ -318,12 +376,21 @@ def test_parquet_folder_with_train_and_test_splits(tmp_path, env):
     folder = tmp_path / "data"
     folder.mkdir()
     for split, count in (("train", 24), ("test", 3)):
-        rows = [{"problem": f"{split} {i} + 1 = ?", "solution": f"so #### {i + 1}", "level": i % 3}
-                for i in range(count)]
+        rows = [
+            {"problem": f"{split} {i} + 1 = ?", "solution": f"so #### {i + 1}", "level": i % 3} for i in range(count)
+        ]
         datasets.Dataset.from_list(rows).to_parquet(str(folder / f"{split}.parquet"))
     attempt_dir = tmp_path / "attempt"
-    result = train(tmp_path, env, "--profile", str(CPU), "--attempt-dir", str(attempt_dir),
-                   *own(f"dataset={folder}", "answer_pattern=#### (.+)"), *QUICK)
+    result = train(
+        tmp_path,
+        env,
+        "--profile",
+        str(CPU),
+        "--attempt-dir",
+        str(attempt_dir),
+        *own(f"dataset={folder}", "answer_pattern=#### (.+)"),
+        *QUICK,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     summary = json.loads((attempt_dir / "summary.json").read_text())
     assert summary["train_rows"] == 16 and summary["accuracy"]["samples"] == 2
@@ -350,11 +417,30 @@ sys.exit(train.main(sys.argv[1:]))
 @pytest.mark.slow
 def test_hub_id_with_config_and_named_splits(tmp_path, env):
     attempt_dir = tmp_path / "attempt"
-    args = ["--profile", str(CPU), "--attempt-dir", str(attempt_dir), *QUICK, *own(
-        "dataset=someone/sums", "dataset_config=easy", "train_split=training", "test_split=validation",
-        "question_field=q", "answer_field=a", "rewards={accuracy: 1.0, xml_count: 1.0}")]
-    result = subprocess.run([sys.executable, "-c", HUB_RUN.format(repo=str(REPO)), *args], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=600)
+    args = [
+        "--profile",
+        str(CPU),
+        "--attempt-dir",
+        str(attempt_dir),
+        *QUICK,
+        *own(
+            "dataset=someone/sums",
+            "dataset_config=easy",
+            "train_split=training",
+            "test_split=validation",
+            "question_field=q",
+            "answer_field=a",
+            "rewards={accuracy: 1.0, xml_count: 1.0}",
+        ),
+    ]
+    result = subprocess.run(
+        [sys.executable, "-c", HUB_RUN.format(repo=str(REPO)), *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     summary = json.loads((attempt_dir / "summary.json").read_text())
     assert summary["train_rows"] == 16 and summary["accuracy"]["examples_after"][0]["answer"] == "101"
@@ -363,9 +449,21 @@ def test_hub_id_with_config_and_named_splits(tmp_path, env):
 @pytest.mark.slow
 def test_an_exception_in_a_users_reward_ends_the_attempt_as_error(project, env):
     attempt_dir = project / "attempt"
-    result = train(project, env, "--profile", str(CPU), "--attempt-dir", str(attempt_dir), *QUICK, *own(
-        "dataset=mine.csv", "question_field=problem", "answer_field=result",
-        "rewards={accuracy: 1.0, my_rewards.py:broken: 1.0}"))
+    result = train(
+        project,
+        env,
+        "--profile",
+        str(CPU),
+        "--attempt-dir",
+        str(attempt_dir),
+        *QUICK,
+        *own(
+            "dataset=mine.csv",
+            "question_field=problem",
+            "answer_field=result",
+            "rewards={accuracy: 1.0, my_rewards.py:broken: 1.0}",
+        ),
+    )
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     outcome = json.loads((attempt_dir / "outcome.json").read_text())
     assert outcome["status"] == "error"

@@ -16,7 +16,7 @@ CPU = REPO / "profiles" / "cpu-tiny-4gen.yaml"
 
 # The correctness reward judges the evaluation before training (call 1) and after it (call 2): on its
 # second call it sends this process a SIGTERM, as a user's `docker stop` would during that evaluation.
-JUDGE = '''import os, signal
+JUDGE = """import os, signal
 from pathlib import Path
 from rewards.accuracy import accuracy
 
@@ -28,7 +28,7 @@ def judge(completions, answer, **kwargs):
     if calls == 2:
         os.kill(os.getpid(), signal.SIGTERM)
     return accuracy(completions=completions, answer=answer)
-'''
+"""
 
 
 @pytest.mark.slow
@@ -39,11 +39,23 @@ def test_sigterm_in_the_final_evaluation_stops_then_resume_finishes_without_a_st
     env = {k: v for k, v in os.environ.items() if k not in ("GRPO_INJECT_OOM", "GRPO_TRAIN_NO_UNSLOTH")}
     env.update(GRPO_TRAIN_CACHE=str(tiny_cache), PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO))
     out = tmp_path / "out"
-    sets = ["max_steps=2", "save_steps=2", "eval_samples=2", "train_samples=16", "probe=false",
-            f"correctness={tmp_path / 'judge.py'}:judge"]
+    sets = [
+        "max_steps=2",
+        "save_steps=2",
+        "eval_samples=2",
+        "train_samples=16",
+        "probe=false",
+        f"correctness={tmp_path / 'judge.py'}:judge",
+    ]
     args = [arg for pair in sets for arg in ("--set", pair)]
-    first = subprocess.run([sys.executable, str(REPO / "train.py"), "--profile", str(CPU), *args, "--output-dir",
-                            str(out)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    first = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), "--profile", str(CPU), *args, "--output-dir", str(out)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     text = first.stdout + first.stderr
     assert first.returncode == 130, text[-4000:]
     assert "SIGTERM received while finishing: the adapter is saved; stopping without the final evaluation" in text
@@ -53,8 +65,14 @@ def test_sigterm_in_the_final_evaluation_stops_then_resume_finishes_without_a_st
     assert outcome["status"] == "interrupted" and outcome["steps"] == 2, outcome
     assert not (attempt / "summary.json").exists()  # the report was left for --resume
 
-    second = subprocess.run([sys.executable, str(REPO / "train.py"), "--resume", "--output-dir", str(out)],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    second = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), "--resume", "--output-dir", str(out)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     text = second.stdout + second.stderr
     assert second.returncode == 0, text[-4000:]
     assert "already holds max_steps (2): nothing left to train" in text

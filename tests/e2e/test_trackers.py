@@ -19,15 +19,43 @@ def test_tensorboard_event_files_in_the_attempt_folder_read_back(tmp_path, tiny_
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    env = {**os.environ, "GRPO_TRAIN_CACHE": str(tiny_cache), "PYTHONUNBUFFERED": "1",
-           "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
+    env = {
+        **os.environ,
+        "GRPO_TRAIN_CACHE": str(tiny_cache),
+        "PYTHONUNBUFFERED": "1",
+        "WANDB_MODE": "offline",
+        "HF_HUB_OFFLINE": "1",
+    }
     env.pop("GRPO_INJECT_OOM", None)
     env.pop("TENSORBOARD_LOGGING_DIR", None)
     attempt_dir = tmp_path / "attempt-01-cpu-tiny-4gen"
-    result = subprocess.run([sys.executable, str(REPO / "train.py"), "--profile", str(SMALL), "--attempt-dir",
-                             str(attempt_dir), "--set", "report_to=tensorboard", "--set", "max_steps=4", "--set",
-                             "save_steps=4", "--set", "eval_steps=2", "--set", "eval_samples=4", "--set",
-                             "train_samples=64"], env=env, cwd=REPO, capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "train.py"),
+            "--profile",
+            str(SMALL),
+            "--attempt-dir",
+            str(attempt_dir),
+            "--set",
+            "report_to=tensorboard",
+            "--set",
+            "max_steps=4",
+            "--set",
+            "save_steps=4",
+            "--set",
+            "eval_steps=2",
+            "--set",
+            "eval_samples=4",
+            "--set",
+            "train_samples=64",
+        ],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     board = attempt_dir / "tensorboard"
     assert list(board.glob("events.out.tfevents.*")), list(attempt_dir.iterdir())

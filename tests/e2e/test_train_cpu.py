@@ -33,8 +33,14 @@ def train_env(tiny_cache):
 
 
 def attempt(attempt_dir: Path, env: dict, *extra: str, profile: Path = SMALL, timeout: int = 300):
-    return subprocess.run([sys.executable, str(TRAIN), "--profile", str(profile), "--attempt-dir", str(attempt_dir),
-                           *extra], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(TRAIN), "--profile", str(profile), "--attempt-dir", str(attempt_dir), *extra],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def outcome(attempt_dir: Path) -> dict:
@@ -64,12 +70,26 @@ def test_outcome_of_a_finished_attempt(quick_run):
     assert out["peak_gib"] > 0
     assert out["estimate_gib"] == SUPERVISOR_ESTIMATE_GIB
     assert (out["rank"], out["ranks"]) == (0, 1)
-    assert set(out) == {"status", "steps", "checkpoint", "error", "error_text", "traceback", "peak_gib",
-                        "peak_measure", "estimate_gib", "rank", "ranks", "probe", "timing"}
+    assert set(out) == {
+        "status",
+        "steps",
+        "checkpoint",
+        "error",
+        "error_text",
+        "traceback",
+        "peak_gib",
+        "peak_measure",
+        "estimate_gib",
+        "rank",
+        "ranks",
+        "probe",
+        "timing",
+    }
 
 
 def test_runs_reuse_the_session_tiny_model(quick_run, tiny_cache, tiny_seed):
     from test_learning import OTHER_SEED
+
     from tiny_model.build import build_key, tiny_shape
 
     def folder(seed: int) -> str:
@@ -87,10 +107,21 @@ def test_runs_reuse_the_session_tiny_model(quick_run, tiny_cache, tiny_seed):
 
 def test_every_output_is_written(quick_run):
     attempt_dir, _ = quick_run
-    for name in ("adapter/adapter_config.json", "adapter/adapter_model.safetensors", "adapter/tokenizer.json",
-                 "adapter/tokenizer_config.json", "checkpoint-2/trainer_state.json",
-                 "checkpoint-4/trainer_state.json", "checkpoint-4/optimizer.pt", "summary.json", "report.md",
-                 "rewards.png", "completion_length.png", "memory.png", "metrics.jsonl"):
+    for name in (
+        "adapter/adapter_config.json",
+        "adapter/adapter_model.safetensors",
+        "adapter/tokenizer.json",
+        "adapter/tokenizer_config.json",
+        "checkpoint-2/trainer_state.json",
+        "checkpoint-4/trainer_state.json",
+        "checkpoint-4/optimizer.pt",
+        "summary.json",
+        "report.md",
+        "rewards.png",
+        "completion_length.png",
+        "memory.png",
+        "metrics.jsonl",
+    ):
         assert (attempt_dir / name).is_file(), name
     adapter = json.loads((attempt_dir / "adapter" / "adapter_config.json").read_text())
     assert adapter["r"] == 16 and adapter["lora_alpha"] == 32
@@ -144,8 +175,17 @@ def test_summary_and_report(quick_run):
 def test_resume_continues_the_global_step(quick_run, tmp_path, train_env):
     first_dir, _ = quick_run
     attempt_dir = tmp_path / "attempt-02"
-    result = attempt(attempt_dir, train_env, *QUICK, "--set", "max_steps=5", "--set", "eval_samples=0",
-                     "--resume-from", str(first_dir / "checkpoint-2"))
+    result = attempt(
+        attempt_dir,
+        train_env,
+        *QUICK,
+        "--set",
+        "max_steps=5",
+        "--set",
+        "eval_samples=0",
+        "--resume-from",
+        str(first_dir / "checkpoint-2"),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert [r["step"] for r in metrics(attempt_dir)] == [3, 4, 5]
     assert outcome(attempt_dir)["steps"] == 5
@@ -172,10 +212,27 @@ def test_injected_oom(tmp_path, train_env):
 
 def test_sigterm_saves_and_exits_130(tmp_path, train_env):
     attempt_dir = tmp_path / "attempt-signal"
-    process = subprocess.Popen([sys.executable, str(TRAIN), "--profile", str(SMALL), "--attempt-dir",
-                                str(attempt_dir), "--set", "max_steps=500", "--set", "save_steps=500",
-                                "--set", "eval_samples=0"], env=train_env, cwd=REPO,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            str(TRAIN),
+            "--profile",
+            str(SMALL),
+            "--attempt-dir",
+            str(attempt_dir),
+            "--set",
+            "max_steps=500",
+            "--set",
+            "save_steps=500",
+            "--set",
+            "eval_samples=0",
+        ],
+        env=train_env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.time() + 120
         while time.time() < deadline:
@@ -239,8 +296,14 @@ def test_cpu_default_learns(tmp_path, train_env):
     env = dict(train_env, CUDA_VISIBLE_DEVICES="")
     started = time.time()
     # about a minute on an idle 2-core machine; one busy with other tests can take ten times longer
-    result = subprocess.run([sys.executable, str(TRAIN), "--auto", "--output-dir", str(tmp_path / "outputs")],
-                            env=env, cwd=REPO, capture_output=True, text=True, timeout=1200)
+    result = subprocess.run(
+        [sys.executable, str(TRAIN), "--auto", "--output-dir", str(tmp_path / "outputs")],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     wall = time.time() - started
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     attempts = sorted((tmp_path / "outputs").glob("run-*/attempt-*"))
@@ -250,10 +313,18 @@ def test_cpu_default_learns(tmp_path, train_env):
     first = sum(r["rewards"]["accuracy"] for r in rows[:20]) / 20
     last = sum(r["rewards"]["accuracy"] for r in rows[-20:]) / 20
     well_formed = sum(r["rewards"]["xml_soft"] for r in rows[-20:]) / 20
-    print(f"CPU default: {len(rows)} steps, accuracy reward first 20 {first:.3f}, last 20 {last:.3f}, "
-          f"well-formed {well_formed:.3f}, wall {wall:.1f} s")
+    print(
+        f"CPU default: {len(rows)} steps, accuracy reward first 20 {first:.3f}, last 20 {last:.3f}, "
+        f"well-formed {well_formed:.3f}, wall {wall:.1f} s"
+    )
     assert last > first + 0.05  # the warm start already writes the format: the sums are what GRPO learns
     assert well_formed >= 0.9
-    for name in ("adapter/adapter_model.safetensors", "summary.json", "report.md", "rewards.png",
-                 "completion_length.png", "memory.png"):
+    for name in (
+        "adapter/adapter_model.safetensors",
+        "summary.json",
+        "report.md",
+        "rewards.png",
+        "completion_length.png",
+        "memory.png",
+    ):
         assert (attempt_dir / name).is_file(), name

@@ -32,8 +32,16 @@ def pair_profiles(folder: Path) -> Path:
     folder.mkdir()
     for source, name, ladder, batch in (("cpu-tiny-8gen", "pair-8gen", 1, 8), ("cpu-tiny-4gen", "pair-4gen", 2, 4)):
         data = yaml.safe_load((REPO / "profiles" / f"{source}.yaml").read_text())
-        data.update(name=name, ladder=ladder, num_gpus=2, per_device_train_batch_size=batch, max_steps=3,
-                    save_steps=1, eval_samples=0, train_samples=32)
+        data.update(
+            name=name,
+            ladder=ladder,
+            num_gpus=2,
+            per_device_train_batch_size=batch,
+            max_steps=3,
+            save_steps=1,
+            eval_samples=0,
+            train_samples=32,
+        )
         (folder / f"{name}.yaml").write_text(yaml.safe_dump(data))
     return folder
 
@@ -41,19 +49,42 @@ def pair_profiles(folder: Path) -> Path:
 def srun_task(tmp_path: Path, rank: int, port: int, **extra) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GRPO_", "SLURM_", "FAKE_"))}
     env.pop("CUDA_VISIBLE_DEVICES", None)
-    env.update({"SLURM_JOB_ID": "4242", "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NUM_TASKS": "2",
-                "SLURM_PROCID": str(rank), "SLURM_STEP_NODELIST": "127.0.0.1",
-                "GRPO_MAIN_PORT": str(port), "GRPO_RDZV_TIMEOUT": str(RDZV_S),
-                "GRPO_TRAIN_LEDGER": str(tmp_path / "ledger.jsonl"), "PYTHONUNBUFFERED": "1"})
+    env.update(
+        {
+            "SLURM_JOB_ID": "4242",
+            "SLURM_STEP_NUM_NODES": "2",
+            "SLURM_STEP_NUM_TASKS": "2",
+            "SLURM_PROCID": str(rank),
+            "SLURM_STEP_NODELIST": "127.0.0.1",
+            "GRPO_MAIN_PORT": str(port),
+            "GRPO_RDZV_TIMEOUT": str(RDZV_S),
+            "GRPO_TRAIN_LEDGER": str(tmp_path / "ledger.jsonl"),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     env.update(extra)
     return env
 
 
 def machine(tmp_path: Path, rank: int, port: int, *args: str, log: str, **extra) -> subprocess.Popen:
-    argv = [sys.executable, str(REPO / "train.py"), "train", "--profiles-dir", str(tmp_path / "profiles"),
-            "--output-dir", str(tmp_path / "out"), *args]
-    return subprocess.Popen(argv, cwd=REPO, env=srun_task(tmp_path, rank, port, **extra),
-                            stdout=open(tmp_path / log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    argv = [
+        sys.executable,
+        str(REPO / "train.py"),
+        "train",
+        "--profiles-dir",
+        str(tmp_path / "profiles"),
+        "--output-dir",
+        str(tmp_path / "out"),
+        *args,
+    ]
+    return subprocess.Popen(
+        argv,
+        cwd=REPO,
+        env=srun_task(tmp_path, rank, port, **extra),
+        stdout=open(tmp_path / log, "w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def wait_all(procs: list[subprocess.Popen]) -> list[int]:
@@ -101,15 +132,29 @@ def test_the_job_script_trains_two_machines_with_ddp_and_both_take_the_same_fall
     profiles = pair_profiles(tmp_path / "profiles")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GRPO_", "SLURM_", "FAKE_"))}
     env.pop("CUDA_VISIBLE_DEVICES", None)
-    env.update({"PATH": f"{SHIM}{os.pathsep}{env['PATH']}", "SLURM_JOB_ID": "4242",
-                "SLURM_JOB_NODELIST": "127.0.0.1,localhost", "SERVER_NODE": "0", "PYTHON": sys.executable,
-                "GRPO_MAIN_PORT": str(free_port()), "GRPO_RDZV_TIMEOUT": str(RDZV_S),
-                "GRPO_TRAIN_LEDGER": str(tmp_path / "ledger.jsonl"), "PYTHONUNBUFFERED": "1",
-                "FAKE_SRUN_TASK_ENV": json.dumps({"1": {"GRPO_INJECT_OOM": "pair-8gen@2"}})})  # machine 1 alone
+    env.update(
+        {
+            "PATH": f"{SHIM}{os.pathsep}{env['PATH']}",
+            "SLURM_JOB_ID": "4242",
+            "SLURM_JOB_NODELIST": "127.0.0.1,localhost",
+            "SERVER_NODE": "0",
+            "PYTHON": sys.executable,
+            "GRPO_MAIN_PORT": str(free_port()),
+            "GRPO_RDZV_TIMEOUT": str(RDZV_S),
+            "GRPO_TRAIN_LEDGER": str(tmp_path / "ledger.jsonl"),
+            "PYTHONUNBUFFERED": "1",
+            "FAKE_SRUN_TASK_ENV": json.dumps({"1": {"GRPO_INJECT_OOM": "pair-8gen@2"}}),
+        }
+    )  # machine 1 alone
     with open(tmp_path / "job.log", "w") as log:
-        job = subprocess.Popen(["bash", str(REPO / "slurm" / "grpo-train.sbatch"), str(profiles),
-                                str(tmp_path / "out")], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-                               start_new_session=True)
+        job = subprocess.Popen(
+            ["bash", str(REPO / "slurm" / "grpo-train.sbatch"), str(profiles), str(tmp_path / "out")],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         code = wait_all([job])[0]
     text = (tmp_path / "job.log").read_text()
     assert code == 0, text[-6000:]
@@ -120,7 +165,10 @@ def test_the_job_script_trains_two_machines_with_ddp_and_both_take_the_same_fall
     records = read_attempts(run)
     # the OOM of machine 1's rank is the attempt's; both machines shrink, then fall back, the same way
     assert [(r["profile"], r["status"], r["steps"]) for r in records] == [
-        ("pair-8gen", "oom", 1), ("pair-8gen", "oom", 1), ("pair-4gen", "ok", 3)]
+        ("pair-8gen", "oom", 1),
+        ("pair-8gen", "oom", 1),
+        ("pair-4gen", "ok", 3),
+    ]
     assert records[1]["shrink"] == {"per_device_train_batch_size": [8, 4], "gradient_accumulation_steps": [1, 2]}
     assert records[0]["oom"]["site"] == "logits/log-probs"
     assert records[2]["resumed_from"] == records[0]["checkpoint"]  # the global step went on
@@ -131,8 +179,10 @@ def test_the_job_script_trains_two_machines_with_ddp_and_both_take_the_same_fall
     ranks = [json.loads((last / name).read_text()) for name in ("outcome.json", "outcome-rank1.json")]
     assert [(o["status"], o["steps"], o["ranks"]) for o in ranks] == [("ok", 3, 2), ("ok", 3, 2)]
     configs = [yaml.safe_load((last / name).read_text()) for name in ("accelerate.yaml", "accelerate-machine1.yaml")]
-    assert [(c["machine_rank"], c["num_machines"], c["rdzv_backend"]) for c in configs] == [(0, 2, "c10d"),
-                                                                                          (1, 2, "c10d")]
+    assert [(c["machine_rank"], c["num_machines"], c["rdzv_backend"]) for c in configs] == [
+        (0, 2, "c10d"),
+        (1, 2, "c10d"),
+    ]
     assert [json.loads(line)["step"] for line in (last / "metrics.jsonl").read_text().splitlines()] == [2, 3]
     assert (last / "adapter" / "adapter_config.json").is_file()
     for record in records:

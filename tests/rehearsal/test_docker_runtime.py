@@ -24,8 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_docker import read_image  # noqa: E402
 
 SETPRIV = shutil.which("setpriv")
-pytestmark = pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0 or SETPRIV is None,
-                                reason="acting as other uids needs root and setpriv (util-linux)")
+pytestmark = pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0 or SETPRIV is None,
+    reason="acting as other uids needs root and setpriv (util-linux)",
+)
 IMAGE_UID = int(read_image().variables["APP_UID"])
 OTHER_UID, THIRD_UID = 1234, 2345
 IMAGE_PATHS = ("/home/app", "/app")
@@ -92,8 +94,9 @@ def python_for_any_uid() -> tuple[str, dict]:
         return sys.executable, {}
     system = Path(f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}")
     if not system.is_file():
-        pytest.skip(f"{sys.executable} lies where other uids cannot reach, and there is no {system}",
-                    allow_module_level=True)
+        pytest.skip(
+            f"{sys.executable} lies where other uids cannot reach, and there is no {system}", allow_module_level=True
+        )
     return str(system), {"PYTHONPATH": sysconfig.get_paths()["purelib"]}
 
 
@@ -106,8 +109,14 @@ def run_as(uid: int, argv: list[str], env: dict, timeout: int = 300) -> subproce
     then has no more rights than that uid."""
     if argv[0] == sys.executable:
         argv = [PYTHON, *argv[1:]]
-    return subprocess.run([SETPRIV, "--reuid", str(uid), "--regid", str(uid), "--clear-groups", *argv], cwd=REPO,
-                          env={**env, **PYTHON_ENV}, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [SETPRIV, "--reuid", str(uid), "--regid", str(uid), "--clear-groups", *argv],
+        cwd=REPO,
+        env={**env, **PYTHON_ENV},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 WRITES = r"""
@@ -157,7 +166,9 @@ def test_an_outputs_folder_the_user_did_not_make_is_named_with_its_owner_and_the
     done = run_as(OTHER_UID, [sys.executable, "train.py", "train", "--output-dir", str(outputs)], image_env(root))
     text = done.stdout + done.stderr
     assert done.returncode == 2, text[-3000:]  # refused as bad input, before anything loads
-    assert f"cannot write to {outputs}" in text and f"{outputs} is owned by uid {owner}, you are uid {OTHER_UID}" in text
+    assert (
+        f"cannot write to {outputs}" in text and f"{outputs} is owned by uid {owner}, you are uid {OTHER_UID}" in text
+    )
     assert "mkdir -p" in text and '--user "$(id -u):$(id -g)"' in text
     assert "free disk space" not in text and "Traceback" not in text
 
@@ -171,8 +182,19 @@ def test_a_hugging_face_cache_mount_the_user_cannot_write_is_named_before_any_do
     outputs = host_folder(base, "outputs", OTHER_UID)
     hf_home = host_folder(base, "huggingface", owner)
     env = dict(image_env(root), HF_HOME=str(hf_home))
-    done = run_as(OTHER_UID, [sys.executable, "train.py", "train", "--output-dir", str(outputs), "--set",
-                              "model=Qwen/Qwen2.5-0.5B-Instruct"], env)
+    done = run_as(
+        OTHER_UID,
+        [
+            sys.executable,
+            "train.py",
+            "train",
+            "--output-dir",
+            str(outputs),
+            "--set",
+            "model=Qwen/Qwen2.5-0.5B-Instruct",
+        ],
+        env,
+    )
     text = done.stdout + done.stderr
     assert done.returncode == 1, text[-3000:]
     assert f"cannot write to {hf_home / 'hub'}" in text and f"{hf_home} is owned by uid {owner}" in text
@@ -187,8 +209,22 @@ def test_two_runs_as_another_uid_share_the_ledger_on_the_volume(base):
     root = image_root(base)
     outputs = host_folder(base, "outputs", OTHER_UID)
     env = image_env(root)
-    done = run_as(OTHER_UID, [sys.executable, "train.py", "train", "--output-dir", str(outputs), "--set",
-                              "max_steps=2", "--set", "eval_samples=2"], env, timeout=1500)
+    done = run_as(
+        OTHER_UID,
+        [
+            sys.executable,
+            "train.py",
+            "train",
+            "--output-dir",
+            str(outputs),
+            "--set",
+            "max_steps=2",
+            "--set",
+            "eval_samples=2",
+        ],
+        env,
+        timeout=1500,
+    )
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     ledger = root / "home" / "app" / ".cache" / "grpo-train" / "ledger.jsonl"
     entries = [json.loads(line) for line in ledger.read_text().splitlines() if line.strip()]

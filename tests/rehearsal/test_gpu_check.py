@@ -27,13 +27,27 @@ def _env(tmp_path: Path) -> dict:
 
 
 def _kit(*args, env=None, timeout=60):
-    return subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), *map(str, args)], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), *map(str, args)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
-@pytest.mark.parametrize("option, value", [("--budget-s", "inf"), ("--budget-s", "1e308"), ("--budget-s", "nan"),
-                                           ("--budget-s", "-5"), ("--probe-timeout-s", "inf"),
-                                           ("--probe-timeout-s", "abc")])
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("--budget-s", "inf"),
+        ("--budget-s", "1e308"),
+        ("--budget-s", "nan"),
+        ("--budget-s", "-5"),
+        ("--probe-timeout-s", "inf"),
+        ("--probe-timeout-s", "abc"),
+    ],
+)
 def test_a_time_that_is_not_a_finite_number_of_seconds_is_refused_up_front(tmp_path, option, value):
     done = _kit(option, value, "--out-dir", tmp_path / "out")
     assert done.returncode == 2 and option in done.stderr and "Traceback" not in done.stderr
@@ -51,22 +65,38 @@ def test_a_folder_option_naming_a_file_is_refused_before_any_probe(tmp_path, opt
 
 
 def test_other_bad_options_are_refused_up_front(tmp_path):
-    for args, words in ((["--probe-timeout-s", "500", "--budget-s", "300"], "longer than --budget-s"),
-                        (["--models", "no-such-model"], "no catalogue architecture"),
-                        (["--work-dir", tmp_path / "same", "--out-dir", tmp_path / "same"], "is --out-dir too")):
+    for args, words in (
+        (["--probe-timeout-s", "500", "--budget-s", "300"], "longer than --budget-s"),
+        (["--models", "no-such-model"], "no catalogue architecture"),
+        (["--work-dir", tmp_path / "same", "--out-dir", tmp_path / "same"], "is --out-dir too"),
+    ):
         done = _kit(*args)
         assert done.returncode == 2 and words in done.stderr and "Traceback" not in done.stderr, done.stderr
     # through the CLI command too
-    done = subprocess.run([sys.executable, str(REPO / "train.py"), "gpu-check", "--budget-s", "inf"], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), "gpu-check", "--budget-s", "inf"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and "--budget-s" in done.stderr
 
 
 def _h100():
     from launcher.card.detect import GpuInfo, Machine
 
-    gpu = GpuInfo(name="NVIDIA H100 80GB HBM3", total_gib=79.2, free_gib=78.7, used_gib=0.5,
-                  compute_capability=(9, 0), driver="580", cuda_driver="13.0", index=0, source="what-if")
+    gpu = GpuInfo(
+        name="NVIDIA H100 80GB HBM3",
+        total_gib=79.2,
+        free_gib=78.7,
+        used_gib=0.5,
+        compute_capability=(9, 0),
+        driver="580",
+        cuda_driver="13.0",
+        index=0,
+        source="what-if",
+    )
     return Machine(gpus=[gpu], message="", host_ram_gib=128.0, host_free_gib=120.0)
 
 
@@ -134,8 +164,18 @@ def test_a_short_budget_ends_inside_it_with_the_table_written(tmp_path):
 
     out = tmp_path / "out"
     started = time.monotonic()
-    done = _kit("--budget-s", 60, "--probe-timeout-s", 40, "--out-dir", out, "--work-dir", tmp_path / "work",
-                env=_env(tmp_path), timeout=KIT_TIMEOUT_S)
+    done = _kit(
+        "--budget-s",
+        60,
+        "--probe-timeout-s",
+        40,
+        "--out-dir",
+        out,
+        "--work-dir",
+        tmp_path / "work",
+        env=_env(tmp_path),
+        timeout=KIT_TIMEOUT_S,
+    )
     elapsed = time.monotonic() - started
     assert elapsed < 60 + 15, (elapsed, done.stderr[-3000:])  # the budget, and the interpreter's own start
     report = json.loads((out / "cpu.json").read_text(encoding="utf-8"))
@@ -148,9 +188,21 @@ def test_a_short_budget_ends_inside_it_with_the_table_written(tmp_path):
 @pytest.mark.slow
 def test_the_kit_runs_end_to_end_on_the_cpu(tmp_path):
     out = tmp_path / "gpu"
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--out-dir", str(out),
-                           "--work-dir", str(tmp_path / "work")], cwd=REPO, env=_env(tmp_path),
-                          capture_output=True, text=True, timeout=KIT_TIMEOUT_S)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "gpu_check.py"),
+            "--out-dir",
+            str(out),
+            "--work-dir",
+            str(tmp_path / "work"),
+        ],
+        cwd=REPO,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=KIT_TIMEOUT_S,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     report = json.loads((out / "cpu.json").read_text(encoding="utf-8"))
     table = (out / "cpu.md").read_text(encoding="utf-8")
@@ -171,8 +223,14 @@ def test_the_kit_runs_end_to_end_on_the_cpu(tmp_path):
     assert [a["status"] for a in oom["attempts"]][0] == "oom" and oom["attempts"][-1]["status"] == "ok"
     assert "## Out of memory, read and fallen back from" in table
     # a second run continues the report: nothing measured again
-    again = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--out-dir", str(out)],
-                           cwd=REPO, env=_env(tmp_path), capture_output=True, text=True, timeout=KIT_TIMEOUT_S)
+    again = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--out-dir", str(out)],
+        cwd=REPO,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=KIT_TIMEOUT_S,
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     continued = json.loads((out / "cpu.json").read_text(encoding="utf-8"))
     assert len(continued["runs"]) == 2 and continued["probes"] == report["probes"]
@@ -181,9 +239,21 @@ def test_the_kit_runs_end_to_end_on_the_cpu(tmp_path):
 @pytest.mark.slow
 def test_calibrate_on_random_weights_feeds_the_ledger_marked(tmp_path):
     env = _env(tmp_path)
-    done = subprocess.run([sys.executable, str(REPO / "train.py"), "--calibrate", "--random-weights",
-                           "--output-dir", str(tmp_path / "out")], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=KIT_TIMEOUT_S)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "train.py"),
+            "--calibrate",
+            "--random-weights",
+            "--output-dir",
+            str(tmp_path / "out"),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=KIT_TIMEOUT_S,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     # what it did, from its structured record (the terminal's text wraps with the clone's path length)
     (folder,) = (tmp_path / "out").glob("calibrate-*")
@@ -197,9 +267,14 @@ def test_calibrate_on_random_weights_feeds_the_ledger_marked(tmp_path):
 
 
 def test_random_weights_only_with_calibrate(tmp_path):
-    done = subprocess.run([sys.executable, str(REPO / "train.py"), "--auto", "--random-weights",
-                           "--output-dir", str(tmp_path)], cwd=REPO, env=_env(tmp_path), capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), "--auto", "--random-weights", "--output-dir", str(tmp_path)],
+        cwd=REPO,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and "--random-weights only applies to --calibrate" in done.stderr
 
 
@@ -218,14 +293,12 @@ def test_a_catalogue_architecture_is_built_offline_from_its_facts(tmp_path):
     # the smallest real shape, cut to two layers' worth of checking: the folder loads as that architecture
     from transformers import AutoConfig
 
-    from tiny_model.random_weights import build_key, config_kwargs, model_type
-
     from profiles.catalog import resolve
+    from tiny_model.random_weights import build_key, config_kwargs, model_type
 
     arch = resolve("Qwen/Qwen3-0.6B")
     config = AutoConfig.for_model(model_type(arch), **config_kwargs(arch, arch.vocab, 4096))
-    assert (config.model_type, config.hidden_size, config.head_dim, config.vocab_size) == ("qwen3", 1024, 128,
-                                                                                         151936)
+    assert (config.model_type, config.hidden_size, config.head_dim, config.vocab_size) == ("qwen3", 1024, 128, 151936)
     assert build_key(arch, "bfloat16", 4096) != build_key(arch, "float32", 4096)
 
 
@@ -236,11 +309,14 @@ def test_a_probe_past_its_time_is_stopped_with_its_whole_process_group(tmp_path)
     import gpu_check
 
     # a child that starts a grandchild and ignores SIGINT: both must be gone within the grace period
-    script = ("import signal, subprocess, sys, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
-              "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); time.sleep(120)")
+    script = (
+        "import signal, subprocess, sys, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); time.sleep(120)"
+    )
     started = time.monotonic()
-    code, stopped = gpu_check.run_bounded([sys.executable, "-c", script], dict(os.environ), 2.0,
-                                          tmp_path / "log", gpu_check.Stopper())
+    code, stopped = gpu_check.run_bounded(
+        [sys.executable, "-c", script], dict(os.environ), 2.0, tmp_path / "log", gpu_check.Stopper()
+    )
     assert stopped and code is not None and time.monotonic() - started < 2.0 + 2 * gpu_check.STOP_GRACE_S + 5
 
 
@@ -250,9 +326,23 @@ def test_a_kit_stopped_by_a_signal_leaves_its_table(tmp_path):
     import time
 
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--out-dir", str(out),
-                             "--work-dir", str(tmp_path / "work"), "--budget-s", "900"], cwd=REPO,
-                            env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "gpu_check.py"),
+            "--out-dir",
+            str(out),
+            "--work-dir",
+            str(tmp_path / "work"),
+            "--budget-s",
+            "900",
+        ],
+        cwd=REPO,
+        env=_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     # the first table is written once the card and the libraries are known, before the first probe
     while not (out / "cpu.json").is_file() and proc.poll() is None:
         time.sleep(0.5)
@@ -260,5 +350,6 @@ def test_a_kit_stopped_by_a_signal_leaves_its_table(tmp_path):
     _, err = proc.communicate(timeout=KIT_TIMEOUT_S)
     assert proc.returncode == 130, err[-3000:]
     report = json.loads((out / "cpu.json").read_text(encoding="utf-8"))
-    assert report["probes"] and all(row["status"] in ("ok", "interrupted", "not run (stopped)", "not run (time budget)")
-                                    for row in report["probes"]), [row["status"] for row in report["probes"]]
+    assert report["probes"] and all(
+        row["status"] in ("ok", "interrupted", "not run (stopped)", "not run (time budget)") for row in report["probes"]
+    ), [row["status"] for row in report["probes"]]

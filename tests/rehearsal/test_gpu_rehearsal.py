@@ -28,7 +28,8 @@ from test_vllm_glue import SIDE  # noqa: E402  (the one place that finds the sid
 
 pytestmark = pytest.mark.skipif(
     not (SIDE / "vllm" / "__init__.py").is_file() or not (SIDE / "vllm_bnb_plugin" / "__init__.py").is_file(),
-    reason=f"no vLLM side folder with vllm-bnb-plugin at {SIDE} (run `make vllm-side`)")
+    reason=f"no vLLM side folder with vllm-bnb-plugin at {SIDE} (run `make vllm-side`)",
+)
 
 # Memory in use before Unsloth asks for free memory: the CUDA context and torch's workspace (GiB).
 CONTEXT_GIB = 0.5
@@ -59,8 +60,17 @@ def single_gpu_rungs() -> list[str]:
 
 def rehearse(profile: str, card: tuple, overrides: tuple[str, ...] = (), without: tuple[str, ...] = ()) -> dict:
     name, total, capability = card
-    argv = [sys.executable, str(REPO / "tests" / "support" / "gpu_rehearsal.py"), str(REPO / "profiles" / f"{profile}.yaml"),
-            str(total), ".".join(map(str, capability)), "--free-gib", str(total - CONTEXT_GIB), "--name", name]
+    argv = [
+        sys.executable,
+        str(REPO / "tests" / "support" / "gpu_rehearsal.py"),
+        str(REPO / "profiles" / f"{profile}.yaml"),
+        str(total),
+        ".".join(map(str, capability)),
+        "--free-gib",
+        str(total - CONTEXT_GIB),
+        "--name",
+        name,
+    ]
     for item in overrides:
         argv += ["--set", item]
     for module in without:
@@ -70,8 +80,9 @@ def rehearse(profile: str, card: tuple, overrides: tuple[str, ...] = (), without
     with tempfile.TemporaryDirectory() as scratch:  # Unsloth writes its compiled cache into the working folder
         done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=scratch, timeout=900)
     lines = [line for line in done.stdout.splitlines() if line.startswith('{"reached"')]
-    assert done.returncode == 0 and lines, f"rehearsal failed ({done.returncode}):\n{done.stdout[-3000:]}\n" \
-                                           f"{done.stderr[-3000:]}"
+    assert done.returncode == 0 and lines, (
+        f"rehearsal failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    )
     return json.loads(lines[-1])
 
 
@@ -80,8 +91,9 @@ def expected_engine(profile, card: tuple) -> dict:
     return {
         "quantization": "bitsandbytes" if profile.load_in_4bit else None,
         "dtype": "bfloat16" if capability >= (8, 0) else "float16",
-        "gpu_memory_utilization": unsloth_vllm_utilisation(profile.gpu_memory_utilization, total,
-                                                            total - CONTEXT_GIB, profile.vllm_standby),
+        "gpu_memory_utilization": unsloth_vllm_utilisation(
+            profile.gpu_memory_utilization, total, total - CONTEXT_GIB, profile.vllm_standby
+        ),
         "max_model_len": profile.max_seq_length,
         "max_lora_rank": vllm_lora_rank(profile.lora_rank),
         "enable_sleep_mode": profile.vllm_standby,
@@ -121,8 +133,11 @@ def test_without_the_bitsandbytes_plugin_a_4bit_rung_cannot_start_vllm():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("card", [("NVIDIA GeForce RTX 4090", 23.99, (8, 9)), ("NVIDIA A100-SXM4-40GB", 39.39, (8, 0))],
-                         ids=["24gb", "a100-40"])
+@pytest.mark.parametrize(
+    "card",
+    [("NVIDIA GeForce RTX 4090", 23.99, (8, 9)), ("NVIDIA A100-SXM4-40GB", 39.39, (8, 0))],
+    ids=["24gb", "a100-40"],
+)
 def test_standby_share_is_unsloths(card):
     # under UNSLOTH_VLLM_STANDBY, Unsloth replaces the profile's share with its own tier, both ways
     rung = "gpu-24gb-llama3.1-8b"

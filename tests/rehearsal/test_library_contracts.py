@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from profiles.load import VLLM_LORA_RANKS, load_profile, load_profiles, profile_from_dict
 from contract import attempt as contract
 from contract.environment import ENV_NO_UNSLOTH
+from profiles.load import VLLM_LORA_RANKS, load_profile, load_profiles, profile_from_dict
 from trainer import backends
 from trainer.config import grpo_config_kwargs
 
@@ -68,6 +68,7 @@ def cpu_profiles():
 # ------------------------------------------------------------------------------------------------
 # Reading Unsloth's GPU entry points from source: they cannot be imported without a GPU.
 
+
 def _unsloth_source(relative: str) -> Path:
     spec = importlib.util.find_spec("unsloth")
     if spec is None or not spec.submodule_search_locations:
@@ -110,6 +111,7 @@ def unknown_keywords(passed: dict, named: set[str], read_from_kwargs: set[str] =
 
 # ------------------------------------------------------------------------------------------------
 # GRPOConfig
+
 
 def test_grpo_config_keywords_are_fields_for_the_gpu_path(unsloth_first, gpu_profile):
     from trl import GRPOConfig
@@ -175,8 +177,11 @@ def test_grpo_config_keywords_for_a_vllm_server_profile(unsloth_first, monkeypat
     kwargs = grpo_config_kwargs(server, "out", device="cuda", bf16=True, use_vllm=True)
     assert set(kwargs) - fields == set()
     assert (kwargs["use_vllm"], kwargs["vllm_mode"]) == (True, "server")
-    assert (kwargs["vllm_server_host"], kwargs["vllm_server_port"], kwargs["vllm_server_timeout"]) == \
-        ("10.0.0.7", 8123, 900)
+    assert (kwargs["vllm_server_host"], kwargs["vllm_server_port"], kwargs["vllm_server_timeout"]) == (
+        "10.0.0.7",
+        8123,
+        900,
+    )
     assert kwargs["ddp_find_unused_parameters"] is False
     assert "vllm_tensor_parallel_size" not in kwargs  # the server's own flag (launcher.run.distributed)
     monkeypatch.delenv("GRPO_VLLM_HOST")
@@ -190,8 +195,17 @@ def test_grpo_config_keywords_for_a_colocated_multi_gpu_profile(unsloth_first):
     from trl import GRPOConfig
 
     fields = {f.name for f in dataclasses.fields(GRPOConfig)}
-    colocate = profile_from_dict(dict(GPU_PROFILE, vllm_standby=False, gradient_checkpointing="true", num_gpus=4,
-                                      vllm_mode="colocate", vllm_tensor_parallel=2), "<colocate contract>")
+    colocate = profile_from_dict(
+        dict(
+            GPU_PROFILE,
+            vllm_standby=False,
+            gradient_checkpointing="true",
+            num_gpus=4,
+            vllm_mode="colocate",
+            vllm_tensor_parallel=2,
+        ),
+        "<colocate contract>",
+    )
     assert colocate.distributed and not colocate.uses_vllm_server
     kwargs = grpo_config_kwargs(colocate, "out", device="cuda", bf16=True, use_vllm=True)
     assert set(kwargs) - fields == set()
@@ -219,6 +233,7 @@ def test_distributed_attempts_train_without_unsloth(unsloth_first, monkeypatch, 
 # ------------------------------------------------------------------------------------------------
 # FastLanguageModel.from_pretrained / get_peft_model
 
+
 def test_gpu_from_pretrained_keywords(gpu_profile):
     import torch
 
@@ -244,8 +259,7 @@ def test_gpu_get_peft_model_keywords(gpu_profile):
     kwargs = backends.get_peft_model_kwargs(gpu_profile)
     assert unknown_keywords(kwargs, named) == set()
     assert kwargs["r"] == 32 and kwargs["lora_alpha"] == 64
-    assert kwargs["target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                        "down_proj"]
+    assert kwargs["target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     assert kwargs["use_gradient_checkpointing"] == "unsloth"
 
 
@@ -287,8 +301,9 @@ def test_a_renamed_loader_keyword_is_caught(gpu_profile):
 def test_full_finetuning_at_rank_zero():
     import torch
 
-    profile = profile_from_dict({"name": "full", "device": "cuda", "load_in_4bit": False, "lora_rank": 0,
-                                 "fast_inference": False}, "<full>")
+    profile = profile_from_dict(
+        {"name": "full", "device": "cuda", "load_in_4bit": False, "lora_rank": 0, "fast_inference": False}, "<full>"
+    )
     kwargs = backends.from_pretrained_kwargs(profile, "m", torch.float16)
     assert kwargs["full_finetuning"] is True
     assert "max_lora_rank" not in kwargs
@@ -300,13 +315,15 @@ def test_vllm_lora_rank(rank, slot):
     assert slot in VLLM_LORA_RANKS
 
 
-@pytest.mark.parametrize("capability, dtype_name", [((8, 0), "bfloat16"), ((9, 0), "bfloat16"),
-                                                     ((7, 5), "float16"), ((6, 1), "float16")])
+@pytest.mark.parametrize(
+    "capability, dtype_name", [((8, 0), "bfloat16"), ((9, 0), "bfloat16"), ((7, 5), "float16"), ((6, 1), "float16")]
+)
 def test_dtype_follows_compute_capability(capability, dtype_name):
     import torch
 
-    backend = backends.Backend(name="unsloth", device="cuda", bf16=contract.bf16_capable(capability),
-                               compute_capability=capability)
+    backend = backends.Backend(
+        name="unsloth", device="cuda", bf16=contract.bf16_capable(capability), compute_capability=capability
+    )
     assert backends.model_dtype(backend) is getattr(torch, dtype_name)
     assert backends.model_dtype(backends.Backend(name="unsloth-cpu", device="cpu")) is torch.float32
 
@@ -319,8 +336,10 @@ def test_open_backend_sets_the_attempt_environment_before_anything_loads(unsloth
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     monkeypatch.delenv("UNSLOTH_VLLM_STANDBY", raising=False)
     monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
-    for profile, standby, alloc in [(gpu_profile, "1", None),
-                                    (gpu_profile.replace(vllm_standby=False), None, "expandable_segments:True")]:
+    for profile, standby, alloc in [
+        (gpu_profile, "1", None),
+        (gpu_profile.replace(vllm_standby=False), None, "expandable_segments:True"),
+    ]:
         with pytest.raises(RuntimeError, match="torch sees no GPU"):
             backends.open_backend(profile)
         assert os.environ.get("UNSLOTH_VLLM_STANDBY") == standby  # standby manages the allocator itself
@@ -341,6 +360,7 @@ def test_token_comes_from_the_environment_only(monkeypatch, gpu_profile):
 
 # ------------------------------------------------------------------------------------------------
 # TRL's fused LM head: the names the CPU fallback replaces must still be there.
+
 
 def test_trl_fused_head_hook_exists(unsloth_first):
     from trl.trainer import utils as trl_utils

@@ -15,7 +15,6 @@ def test_fast_generate_alone_is_not_an_engine():
     assert not engine_started(SimpleNamespace(vllm_engine=None))
 
 
-
 def test_the_loaded_model_decides_the_generation_path():
     from profiles.load import load_profile
     from trainer.backends import Backend, generation_path
@@ -29,8 +28,12 @@ def test_the_loaded_model_decides_the_generation_path():
     assert generation_path(single, unsloth, SimpleNamespace(vllm_engine=object())) == "unsloth-vllm"
     server = load_profile(repo / "profiles" / "multi-2x24gb-llama3.1-8b.yaml")
     assert generation_path(server, Backend("transformers", "cuda"), SimpleNamespace()) == "trl-vllm-server"
-    assert generation_path(server.replace(num_gpus=2, vllm_mode="colocate"),
-                           Backend("transformers", "cuda"), SimpleNamespace()) == "trl-vllm-colocate"
+    assert (
+        generation_path(
+            server.replace(num_gpus=2, vllm_mode="colocate"), Backend("transformers", "cuda"), SimpleNamespace()
+        )
+        == "trl-vllm-colocate"
+    )
 
 
 def test_sample_answers_through_vllm_only_when_an_engine_started(tmp_path, monkeypatch):

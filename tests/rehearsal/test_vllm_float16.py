@@ -20,23 +20,34 @@ from rich.console import Console
 
 from contract import failure
 from contract import oom as oom
-from profiles.catalog import CATALOGUE, VLLM_FLOAT16_REFUSED, resolve, vllm_refuses
-from launcher.card.detect import known_capability, detect_machine
+from launcher.card.detect import detect_machine, known_capability
 from launcher.plan.choose import make_plan
-from profiles.load import load_profile
 from launcher.run.supervise import supervise
+from profiles.catalog import CATALOGUE, VLLM_FLOAT16_REFUSED, resolve, vllm_refuses
+from profiles.load import load_profile
 
 REPO = Path(__file__).resolve().parents[2]
 GEMMA = REPO / "profiles" / "gpu-16gb-gemma3-1b.yaml"
 FAKE_CHILD = [sys.executable, str(REPO / "tests" / "support" / "fake_child.py")]
 
 
-@pytest.mark.parametrize("name, capability", [
-    ("Tesla T4", (7, 5)), ("Tesla V100-SXM2-16GB", (7, 0)), ("NVIDIA L4", (8, 9)), ("NVIDIA A10G", (8, 6)),
-    ("NVIDIA A100-SXM4-80GB", (8, 0)), ("NVIDIA H100 80GB HBM3", (9, 0)), ("NVIDIA GeForce RTX 3090", (8, 6)),
-    ("RTX 4090", (8, 9)), ("NVIDIA L40S", (8, 9)), ("NVIDIA RTX 6000 Ada Generation", (8, 9)),
-    ("my lab card", None), (None, None),
-])
+@pytest.mark.parametrize(
+    "name, capability",
+    [
+        ("Tesla T4", (7, 5)),
+        ("Tesla V100-SXM2-16GB", (7, 0)),
+        ("NVIDIA L4", (8, 9)),
+        ("NVIDIA A10G", (8, 6)),
+        ("NVIDIA A100-SXM4-80GB", (8, 0)),
+        ("NVIDIA H100 80GB HBM3", (9, 0)),
+        ("NVIDIA GeForce RTX 3090", (8, 6)),
+        ("RTX 4090", (8, 9)),
+        ("NVIDIA L40S", (8, 9)),
+        ("NVIDIA RTX 6000 Ada Generation", (8, 9)),
+        ("my lab card", None),
+        (None, None),
+    ],
+)
 def test_a_named_what_if_card_gets_its_compute_capability(name, capability):
     assert known_capability(name) == capability
     machine = detect_machine(what_if_gib=16, what_if_name=name)
@@ -83,8 +94,9 @@ def test_an_l4_keeps_vllm_for_gemma3():
 
 
 def test_a_vllm_server_for_a_refused_model_is_not_planned_below_8_0():
-    server = load_profile(GEMMA).replace(vllm_mode="server", vllm_server_gpus=1, vllm_standby=False,
-                                         gradient_checkpointing="true")
+    server = load_profile(GEMMA).replace(
+        vllm_mode="server", vllm_server_gpus=1, vllm_standby=False, gradient_checkpointing="true"
+    )
     plan = make_plan([server], detect_machine(what_if_gib=15, what_if_name="Tesla T4", what_if_count=2))
     assert not plan.candidates[0].fits and "refuses float16" in plan.candidates[0].reason
 
@@ -93,8 +105,13 @@ def test_the_attempt_runs_the_profile_the_plan_chose(tmp_path, monkeypatch):
     # the supervisor writes the profile each attempt runs; on a T4 that is Gemma with fast_inference off
     plan, cand = gemma_candidate("Tesla T4", 15)
     monkeypatch.setenv("FAKE_CHILD_PLAN", json.dumps({cand.profile.name: {"do": "ok"}}))
-    code = supervise(plan, output_dir=tmp_path / "out", overrides=[], child_command=FAKE_CHILD,
-                     console=Console(file=io.StringIO(), width=200))
+    code = supervise(
+        plan,
+        output_dir=tmp_path / "out",
+        overrides=[],
+        child_command=FAKE_CHILD,
+        console=Console(file=io.StringIO(), width=200),
+    )
     assert code == 0
     written = next((tmp_path / "out").glob("run-*/attempt-01-*/profile.yaml"))
     assert yaml.safe_load(written.read_text())["fast_inference"] is False
@@ -102,8 +119,13 @@ def test_the_attempt_runs_the_profile_the_plan_chose(tmp_path, monkeypatch):
 
 def test_the_dry_run_shows_the_gemma_rung_without_vllm_on_a_t4_and_with_it_on_an_l4():
     def gemma(*card: str) -> dict:
-        done = subprocess.run([sys.executable, "train.py", "--auto", "--dry-run", "--json", "--ignore-ledger",
-                               *card], cwd=REPO, capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "train.py", "--auto", "--dry-run", "--json", "--ignore-ledger", *card],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         out = json.loads(done.stdout)
         return out, next(c for c in out["candidates"] if c["profile"] == "gpu-16gb-gemma3-1b")

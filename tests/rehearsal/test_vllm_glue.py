@@ -40,7 +40,8 @@ SIDE = side_folder()
 
 pytestmark = pytest.mark.skipif(
     not (SIDE / "vllm" / "__init__.py").is_file(),
-    reason=f"no vLLM side folder at {SIDE} (run `make vllm-side`, or point GRPO_VLLM_SIDE or PYTHONPATH at one)")
+    reason=f"no vLLM side folder at {SIDE} (run `make vllm-side`, or point GRPO_VLLM_SIDE or PYTHONPATH at one)",
+)
 
 
 def probe(code: str, timeout: float = 300.0) -> dict:
@@ -49,11 +50,13 @@ def probe(code: str, timeout: float = 300.0) -> dict:
     env["PYTHONPATH"] = os.pathsep.join([str(SIDE), str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     with tempfile.TemporaryDirectory() as scratch:  # Unsloth writes its compiled cache into the working folder
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                              timeout=timeout, cwd=scratch)
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout, cwd=scratch
+        )
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    assert done.returncode == 0 and lines, f"probe failed ({done.returncode}):\n{done.stdout[-3000:]}\n" \
-                                           f"{done.stderr[-3000:]}"
+    assert done.returncode == 0 and lines, (
+        f"probe failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    )
     return json.loads(lines[-1])
 
 
@@ -98,8 +101,11 @@ def dict_keys_assigned(path: Path, variable: str, inside: str) -> set[str]:
                         keys |= {k.arg for k in value.keywords if k.arg}
                     elif isinstance(value, ast.Dict):
                         keys |= {k.value for k in value.keys if isinstance(k, ast.Constant)}
-                if isinstance(target, ast.Subscript) and getattr(target.value, "id", "") == variable \
-                        and isinstance(target.slice, ast.Constant):
+                if (
+                    isinstance(target, ast.Subscript)
+                    and getattr(target.value, "id", "") == variable
+                    and isinstance(target.slice, ast.Constant)
+                ):
                     keys.add(target.slice.value)
     return keys
 
@@ -162,8 +168,14 @@ def test_the_image_builds_import_check_passes():
     # what `docker build` runs after installing the lock (scripts/check_imports.py)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(SIDE), str(REPO)])
-    done = subprocess.run([sys.executable, str(REPO / "scripts" / "check_imports.py")], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "check_imports.py")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert done.stdout.count("ok: ") == 3
 
@@ -195,10 +207,24 @@ def test_trl_sampling_and_engine_keywords_are_vllms(vllm_facts):
 # What the project relies on Unsloth to hand vLLM. Unsloth drops every key EngineArgs does not name, printing
 # "not supported in vLLM. Skipping." (unsloth_zoo.vllm_utils.load_vllm): standby, the LoRA rank or the memory
 # share would then be lost without an error.
-UNSLOTH_ENGINE_KEYS_NEEDED = {"model", "gpu_memory_utilization", "max_model_len", "dtype", "quantization",
-                              "load_format", "enable_lora", "max_lora_rank", "max_loras", "enable_sleep_mode",
-                              "max_num_seqs", "max_num_batched_tokens", "logprobs_mode", "seed",
-                              "enable_prefix_caching", "enforce_eager"}
+UNSLOTH_ENGINE_KEYS_NEEDED = {
+    "model",
+    "gpu_memory_utilization",
+    "max_model_len",
+    "dtype",
+    "quantization",
+    "load_format",
+    "enable_lora",
+    "max_lora_rank",
+    "max_loras",
+    "enable_sleep_mode",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "logprobs_mode",
+    "seed",
+    "enable_prefix_caching",
+    "enforce_eager",
+}
 
 
 def test_unsloth_engine_arguments_reach_vllm(vllm_facts):
@@ -210,8 +236,8 @@ def test_unsloth_engine_arguments_reach_vllm(vllm_facts):
 
 
 def test_unsloth_forwards_our_vllm_keywords():
-    from trainer.backends import from_pretrained_kwargs
     from profiles.load import load_profile
+    from trainer.backends import from_pretrained_kwargs
 
     profile = load_profile(REPO / "profiles" / "gpu-16gb-gemma3-1b.yaml")
     ours = from_pretrained_kwargs(profile, profile.model, None, fast_inference=True)
@@ -235,8 +261,8 @@ def test_our_lora_ranks_are_vllms(vllm_facts):
 
 
 def test_float16_refusals_are_vllms_and_read_as_unsupported(vllm_facts):
-    from profiles.catalog import VLLM_FLOAT16_REFUSED
     from contract.failure import read_unsupported
+    from profiles.catalog import VLLM_FLOAT16_REFUSED
 
     assert set(VLLM_FLOAT16_REFUSED) == set(vllm_facts["float16_refused"])
     message = vllm_facts["float16_refusal"]
@@ -250,13 +276,14 @@ def test_our_server_command_parses_as_trl_vllm_serve():
 
     profile = load_profile(REPO / "profiles" / "multi-4x80gb-qwen2.5-14b.yaml")
     argv = server_command(profile, 8123)
-    flags = argv[argv.index("vllm-serve") + 1:]
-    facts = probe(r"""
+    flags = argv[argv.index("vllm-serve") + 1 :]
+    script = r"""
 import json, sys
 from trl.scripts.vllm_serve import build_command, make_parser
-args, extra = make_parser().parse_args_and_config(args=%r, return_remaining_strings=True)
+args, extra = make_parser().parse_args_and_config(args=FLAGS, return_remaining_strings=True)
 print(json.dumps({"command": build_command(args, extra), "extra": extra}))
-""" % (flags,))
+"""
+    facts = probe(script.replace("FLAGS", repr(flags)))
     assert facts["extra"] == []
     command = facts["command"]
     assert command[command.index("serve") + 1] == profile.model

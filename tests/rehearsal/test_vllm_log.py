@@ -26,14 +26,23 @@ INFO 03-02 10:01:40 model_runner.py:1562] Graph capturing finished in 25 secs, t
 
 def test_v1_lines():
     assert parse_vllm_memory(V1_LOG) == {
-        "weights_gib": 2.31, "non_kv_cache_gib": 3.63, "activation_peak_gib": 1.02, "kv_cache_gib": 10.45,
-        "kv_cache_tokens": 97856, "cuda_graphs_gib": 0.53}
+        "weights_gib": 2.31,
+        "non_kv_cache_gib": 3.63,
+        "activation_peak_gib": 1.02,
+        "kv_cache_gib": 10.45,
+        "kv_cache_tokens": 97856,
+        "cuda_graphs_gib": 0.53,
+    }
 
 
 def test_v0_lines():
     assert parse_vllm_memory(V0_LOG) == {
-        "weights_gib": 2.3124, "activation_peak_gib": 1.05, "non_torch_gib": 0.12, "kv_cache_gib": 5.37,
-        "cuda_graphs_gib": 0.61}
+        "weights_gib": 2.3124,
+        "activation_peak_gib": 1.05,
+        "non_torch_gib": 0.12,
+        "kv_cache_gib": 5.37,
+        "cuda_graphs_gib": 0.61,
+    }
 
 
 def test_the_last_statement_wins_and_nothing_means_none():
@@ -55,11 +64,18 @@ def test_the_pinned_release_still_prints_these_lines():
     if spec is None or spec.origin is None:
         pytest.skip("vLLM's code is not importable here (make vllm-side puts it beside the environment)")
     root = Path(spec.origin).parent / "v1"
-    sources = "".join(p.read_text(errors="replace") for p in root.rglob("*.py")) + \
-        (Path(spec.origin).parent / "utils" / "mem_utils.py").read_text()
-    for fragment in ("Model loading took %s GiB memory", "Available KV cache memory: %s GiB",
-                     "Graph capturing finished in %.0f secs, took %.2f GiB", "torch peak memory increase: ",
-                     "Total non KV cache memory: ", "KV cache size: %s tokens"):
+    sources = (
+        "".join(p.read_text(errors="replace") for p in root.rglob("*.py"))
+        + (Path(spec.origin).parent / "utils" / "mem_utils.py").read_text()
+    )
+    for fragment in (
+        "Model loading took %s GiB memory",
+        "Available KV cache memory: %s GiB",
+        "Graph capturing finished in %.0f secs, took %.2f GiB",
+        "torch peak memory increase: ",
+        "Total non KV cache memory: ",
+        "KV cache size: %s tokens",
+    ):
         assert fragment in sources, fragment
 
 
@@ -71,9 +87,11 @@ def test_a_negative_kv_cache_figure_is_read_with_its_sign():
 
 def test_at_the_default_level_vllms_non_kv_memory_comes_from_unsloths_lines():
     # vLLM 0.32 says "Total non KV cache memory" only at debug level; Unsloth prints its share and the card
-    log = ("Unsloth: vLLM loading unsloth/Llama-3.2-3B-Instruct-unsloth-bnb-4bit with actual GPU utilization = 57.5%\n"
-           "Unsloth: Your GPU has CUDA compute capability 8.6 with VRAM = 24.0 GB.\n"
-           + "\n".join(line for line in V1_LOG.splitlines() if " DEBUG " not in line))
+    log = (
+        "Unsloth: vLLM loading unsloth/Llama-3.2-3B-Instruct-unsloth-bnb-4bit with actual GPU utilization = 57.5%\n"
+        "Unsloth: Your GPU has CUDA compute capability 8.6 with VRAM = 24.0 GB.\n"
+        + "\n".join(line for line in V1_LOG.splitlines() if " DEBUG " not in line)
+    )
     figures = parse_vllm_memory(log)
     assert figures["vllm_share_gib"] == 13.8
     assert figures["non_kv_cache_gib"] == round(13.8 - 10.45, 3)

@@ -15,16 +15,33 @@ from launcher.plan.choose import make_plan  # noqa: E402
 from profiles.load import profile_from_dict  # noqa: E402
 
 FAKE_CHILD = [sys.executable, str(Path(__file__).resolve().parents[2] / "tests" / "support" / "fake_child.py")]
-BASE = dict(device="cpu", model="tiny", fast_inference=False, load_in_4bit=False, optim="adamw_torch",
-            dataset="arithmetic", max_seq_length=256, max_prompt_length=128, max_steps=4, save_steps=2,
-            eval_samples=0, gradient_accumulation_steps=1)
+BASE = dict(
+    device="cpu",
+    model="tiny",
+    fast_inference=False,
+    load_in_4bit=False,
+    optim="adamw_torch",
+    dataset="arithmetic",
+    max_seq_length=256,
+    max_prompt_length=128,
+    max_steps=4,
+    save_steps=2,
+    eval_samples=0,
+    gradient_accumulation_steps=1,
+)
 
 
 def rungs():
-    return [profile_from_dict(dict(BASE, name="a", ladder=1, num_generations=8, max_completion_length=128,
-                                   per_device_train_batch_size=8), "<harness a>"),
-            profile_from_dict(dict(BASE, name="b", ladder=2, num_generations=4, max_completion_length=64,
-                                   per_device_train_batch_size=4), "<harness b>")]
+    return [
+        profile_from_dict(
+            dict(BASE, name="a", ladder=1, num_generations=8, max_completion_length=128, per_device_train_batch_size=8),
+            "<harness a>",
+        ),
+        profile_from_dict(
+            dict(BASE, name="b", ladder=2, num_generations=4, max_completion_length=64, per_device_train_batch_size=4),
+            "<harness b>",
+        ),
+    ]
 
 
 def main() -> int:

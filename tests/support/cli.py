@@ -13,11 +13,13 @@ REPO = Path(__file__).resolve().parents[2]
 TRAIN_PY = REPO / "train.py"
 
 
-def train_py(*args: str, env: dict | None = None, cwd: Path | str = REPO, timeout: float = 120,
-             **extra_env: str) -> subprocess.CompletedProcess:
+def train_py(
+    *args: str, env: dict | None = None, cwd: Path | str = REPO, timeout: float = 120, **extra_env: str
+) -> subprocess.CompletedProcess:
     """Run `python train.py ARGS`; its CompletedProcess (text). `env` replaces the environment, `extra_env`
     adds to it."""
     environ = dict(os.environ if env is None else env, COLUMNS="400", **extra_env)
     environ.pop("GRPO_NUM_MACHINES", None)
-    return subprocess.run([sys.executable, str(TRAIN_PY), *args], capture_output=True, text=True, cwd=cwd,
-                          env=environ, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(TRAIN_PY), *args], capture_output=True, text=True, cwd=cwd, env=environ, timeout=timeout
+    )

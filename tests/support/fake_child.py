@@ -82,9 +82,16 @@ def train(attempt_dir: Path, start: int, stop: int, save_steps: int, checkpoint:
 
 
 def outcome(attempt_dir: Path, status: str, steps: int, checkpoint: str | None, text: str | None = None) -> None:
-    data = {"status": status, "steps": steps, "checkpoint": relative_path(checkpoint, attempt_dir),
-            "error": text.strip().splitlines()[-1] if text else None, "error_text": text,
-            "traceback": text, "peak_gib": 0.5, "estimate_gib": None}
+    data = {
+        "status": status,
+        "steps": steps,
+        "checkpoint": relative_path(checkpoint, attempt_dir),
+        "error": text.strip().splitlines()[-1] if text else None,
+        "error_text": text,
+        "traceback": text,
+        "peak_gib": 0.5,
+        "estimate_gib": None,
+    }
     if os.environ.get("GRPO_PROBE_ONLY") == "1" and status == "ok":  # a calibration's probe measured this
         data["probe"] = {"peak_gib": 0.42, "measure": "process RSS"}
     (attempt_dir / ranked("outcome.json")).write_text(json.dumps(data))
@@ -95,18 +102,27 @@ def main() -> int:
     attempt_dir = Path(arg("--attempt-dir"))
     resume_from = arg("--resume-from")
     start = int(Path(resume_from).name.rsplit("-", 1)[-1]) if resume_from else 0
-    (attempt_dir / ranked("call.json")).write_text(json.dumps({
-        "argv": sys.argv[1:], "pgid": os.getpgid(0), "pid": os.getpid(),
-        "RANK": os.environ.get("RANK"), "WORLD_SIZE": os.environ.get("WORLD_SIZE"),
-        "GRPO_TRAIN_NO_UNSLOTH": os.environ.get("GRPO_TRAIN_NO_UNSLOTH"),
-        "GRPO_VLLM_PORT": os.environ.get("GRPO_VLLM_PORT"), "server_health": server_status(),
-        "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
-        "UNSLOTH_VLLM_STANDBY": os.environ.get("UNSLOTH_VLLM_STANDBY"),
-        "GRPO_INJECT_OOM": os.environ.get("GRPO_INJECT_OOM"),
-        "GRPO_ATTEMPT_ESTIMATE_GIB": os.environ.get("GRPO_ATTEMPT_ESTIMATE_GIB"),
-        "per_device_train_batch_size": profile["per_device_train_batch_size"],
-        "gradient_accumulation_steps": profile["gradient_accumulation_steps"],
-        "gpu_memory_utilization": profile["gpu_memory_utilization"]}))
+    (attempt_dir / ranked("call.json")).write_text(
+        json.dumps(
+            {
+                "argv": sys.argv[1:],
+                "pgid": os.getpgid(0),
+                "pid": os.getpid(),
+                "RANK": os.environ.get("RANK"),
+                "WORLD_SIZE": os.environ.get("WORLD_SIZE"),
+                "GRPO_TRAIN_NO_UNSLOTH": os.environ.get("GRPO_TRAIN_NO_UNSLOTH"),
+                "GRPO_VLLM_PORT": os.environ.get("GRPO_VLLM_PORT"),
+                "server_health": server_status(),
+                "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
+                "UNSLOTH_VLLM_STANDBY": os.environ.get("UNSLOTH_VLLM_STANDBY"),
+                "GRPO_INJECT_OOM": os.environ.get("GRPO_INJECT_OOM"),
+                "GRPO_ATTEMPT_ESTIMATE_GIB": os.environ.get("GRPO_ATTEMPT_ESTIMATE_GIB"),
+                "per_device_train_batch_size": profile["per_device_train_batch_size"],
+                "gradient_accumulation_steps": profile["gradient_accumulation_steps"],
+                "gpu_memory_utilization": profile["gpu_memory_utilization"],
+            }
+        )
+    )
     plan = json.loads(os.environ.get("FAKE_CHILD_PLAN", "{}")).get(profile["name"], {"do": "ok"})
     what = plan.get("do", "ok")
     text = (DATA / plan["text"]).read_text() if plan.get("text") else None
@@ -132,7 +148,7 @@ def main() -> int:
         if what == "linger":  # as a reward that leaves a non-daemon thread: the interpreter waits on it forever
             import threading
 
-            threading.Thread(target=time.sleep, args=(10 ** 6,), name="left-by-a-reward").start()
+            threading.Thread(target=time.sleep, args=(10**6,), name="left-by-a-reward").start()
         return 0
     at = max(plan.get("at_step", start), start)
     checkpoint = train(attempt_dir, start, at, save_steps, resume_from)
@@ -147,15 +163,22 @@ def main() -> int:
         outcome(attempt_dir, "unsupported", at, checkpoint, text)
         return 1
     if what == "error":
-        outcome(attempt_dir, "error", at, checkpoint,
-                text or "Traceback (most recent call last):\nKeyError: 'question'")
+        outcome(
+            attempt_dir, "error", at, checkpoint, text or "Traceback (most recent call last):\nKeyError: 'question'"
+        )
         return 1
     if what == "peer_lost":  # what a rank reports when another machine's rank went away (gloo's words)
-        outcome(attempt_dir, "node", at, checkpoint, "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/"
-                "pair.cc:537] Read error [127.0.0.1]:8884: Connection reset by peer")
+        outcome(
+            attempt_dir,
+            "node",
+            at,
+            checkpoint,
+            "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/"
+            "pair.cc:537] Read error [127.0.0.1]:8884: Connection reset by peer",
+        )
         return 1
     if what == "usage":  # bad input only the attempt can see (its data): exit 2, as the trainer does
-        outcome(attempt_dir, "error", at, checkpoint, "dataset data.jsonl: line 3 has no \"question\"")
+        outcome(attempt_dir, "error", at, checkpoint, 'dataset data.jsonl: line 3 has no "question"')
         return 2
     if what == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)

@@ -30,7 +30,7 @@ def fake_server() -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    from commands import parser_for, options
+    from commands import options, parser_for
     from contract.errors import UsageError
     from launcher.card.topology import topology
     from launcher.run.follow import follow_run, serve_run
@@ -44,8 +44,14 @@ def main(argv: list[str]) -> int:
         if topology().machine_rank > 0:
             return follow_run(Path(args.output_dir), child_command=FAKE_CHILD)
         plan, _profiles = options.plan_of(args)
-        return supervise(plan, Path(args.output_dir), overrides=args.overrides, resume=args.resume,
-                         child_command=FAKE_CHILD, server_command=fake_server())
+        return supervise(
+            plan,
+            Path(args.output_dir),
+            overrides=args.overrides,
+            resume=args.resume,
+            child_command=FAKE_CHILD,
+            server_command=fake_server(),
+        )
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

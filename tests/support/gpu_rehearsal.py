@@ -40,7 +40,7 @@ import types
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-GIB = 1024 ** 3
+GIB = 1024**3
 
 
 class ReachedTheGpu(BaseException):
@@ -55,6 +55,7 @@ class ReachedTheGpu(BaseException):
 # ---------------------------------------------------------------------------------------------------
 # Compiled modules
 
+
 class _CompiledStandIn(types.ModuleType):
     """A compiled extension that was not loaded: any use of it says so (none is expected before the stop)."""
 
@@ -64,6 +65,7 @@ class _CompiledStandIn(types.ModuleType):
 
         def call(*args, **kwargs):
             raise RuntimeError(f"{self.__name__}.{name} is compiled GPU code, stood in for by the rehearsal")
+
         return call
 
 
@@ -98,8 +100,18 @@ class _OpsStandIn:
         raise AttributeError(f"torch.ops.{self._name}.{name}: compiled GPU code, not loaded by the rehearsal")
 
 
-VLLM_OP_NAMESPACES = ("_C", "_moe_C", "_C_cache_ops", "_C_custom_ar", "_rocm_C", "_vllm_fa2_C", "_vllm_fa3_C",
-                      "_flashmla_C", "_flashmla_extension_C", "_qutlass_C")
+VLLM_OP_NAMESPACES = (
+    "_C",
+    "_moe_C",
+    "_C_cache_ops",
+    "_C_custom_ar",
+    "_rocm_C",
+    "_vllm_fa2_C",
+    "_vllm_fa3_C",
+    "_flashmla_C",
+    "_flashmla_extension_C",
+    "_qutlass_C",
+)
 
 
 def compiled_modules(package: str) -> set[str]:
@@ -169,6 +181,7 @@ class _Absent(importlib.abc.MetaPathFinder):
 # ---------------------------------------------------------------------------------------------------
 # The card
 
+
 class Card:
     def __init__(self, total_gib: float, capability: tuple[int, int], free_gib: float, name: str):
         self.total = int(total_gib * GIB)
@@ -208,13 +221,22 @@ class _StreamStandIn(_EventStandIn):
 
 def stand_in_for_the_card(card: Card) -> None:
     """torch.cuda's and NVML's device queries answer as `card` would."""
-    import torch
     import pynvml
+    import torch
 
     properties = types.SimpleNamespace(
-        name=card.name, total_memory=card.total, major=card.capability[0], minor=card.capability[1],
-        multi_processor_count=108, uuid="GPU-00000000-0000-0000-0000-000000000000", L2_cache_size=40 * 2 ** 20,
-        warp_size=32, gcnArchName="", is_integrated=False, max_threads_per_multi_processor=2048)
+        name=card.name,
+        total_memory=card.total,
+        major=card.capability[0],
+        minor=card.capability[1],
+        multi_processor_count=108,
+        uuid="GPU-00000000-0000-0000-0000-000000000000",
+        L2_cache_size=40 * 2**20,
+        warp_size=32,
+        gcnArchName="",
+        is_integrated=False,
+        max_threads_per_multi_processor=2048,
+    )
     cuda = torch.cuda
     cuda.is_available = lambda: True
     cuda.is_initialized = lambda: True
@@ -245,17 +267,22 @@ def stand_in_for_the_card(card: Card) -> None:
         def unpinned(*args, _make=make, **kwargs):
             kwargs.pop("pin_memory", None)
             return _make(*args, **kwargs)
+
         setattr(torch, name, unpinned)
     torch.Tensor.pin_memory = lambda self, *a, **k: self
 
     memory = types.SimpleNamespace(total=card.total, free=card.free, used=card.total - card.free)
     answers = {
-        "nvmlInit": lambda *a: None, "nvmlShutdown": lambda *a: None,
-        "nvmlDeviceGetCount": lambda: 1, "nvmlDeviceGetHandleByIndex": lambda index: ("card", index),
+        "nvmlInit": lambda *a: None,
+        "nvmlShutdown": lambda *a: None,
+        "nvmlDeviceGetCount": lambda: 1,
+        "nvmlDeviceGetHandleByIndex": lambda index: ("card", index),
         "nvmlDeviceGetCudaComputeCapability": lambda handle: card.capability,
-        "nvmlDeviceGetName": lambda handle: card.name, "nvmlDeviceGetMemoryInfo": lambda handle: memory,
+        "nvmlDeviceGetName": lambda handle: card.name,
+        "nvmlDeviceGetMemoryInfo": lambda handle: memory,
         "nvmlDeviceGetUUID": lambda handle: properties.uuid,
-        "nvmlSystemGetDriverVersion": lambda: "580.95.05", "nvmlSystemGetCudaDriverVersion": lambda: 13000,
+        "nvmlSystemGetDriverVersion": lambda: "580.95.05",
+        "nvmlSystemGetCudaDriverVersion": lambda: 13000,
         "nvmlDeviceGetP2PStatus": lambda *a: 0,
     }
     import vllm.third_party.pynvml as vllm_pynvml  # vLLM reads its own copy of the NVML bindings
@@ -281,50 +308,96 @@ def stop_where_vllm_would_allocate() -> None:
 # ---------------------------------------------------------------------------------------------------
 # The hub, offline
 
+
 def config_json(arch, quantized: bool) -> dict:
     """The config.json of a catalogued architecture, as its hub repository has it (the keys vLLM and Unsloth
     read before any weight is loaded)."""
-    architectures = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
-                     "gemma3_text": "Gemma3ForCausalLM", "mistral": "MistralForCausalLM"}
+    architectures = {
+        "llama": "LlamaForCausalLM",
+        "qwen2": "Qwen2ForCausalLM",
+        "qwen3": "Qwen3ForCausalLM",
+        "gemma3_text": "Gemma3ForCausalLM",
+        "mistral": "MistralForCausalLM",
+    }
     config = {
-        "architectures": [architectures[arch.family]], "model_type": arch.family,
-        "hidden_size": arch.hidden, "num_hidden_layers": arch.layers, "num_attention_heads": arch.heads,
-        "num_key_value_heads": arch.kv_heads, "head_dim": arch.head_dim, "intermediate_size": arch.intermediate,
-        "vocab_size": arch.vocab, "tie_word_embeddings": arch.tied_embeddings, "torch_dtype": "bfloat16",
-        "max_position_embeddings": 32768, "rms_norm_eps": 1e-6, "hidden_act": "silu",
-        "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "rope_theta": 1000000.0,
+        "architectures": [architectures[arch.family]],
+        "model_type": arch.family,
+        "hidden_size": arch.hidden,
+        "num_hidden_layers": arch.layers,
+        "num_attention_heads": arch.heads,
+        "num_key_value_heads": arch.kv_heads,
+        "head_dim": arch.head_dim,
+        "intermediate_size": arch.intermediate,
+        "vocab_size": arch.vocab,
+        "tie_word_embeddings": arch.tied_embeddings,
+        "torch_dtype": "bfloat16",
+        "max_position_embeddings": 32768,
+        "rms_norm_eps": 1e-6,
+        "hidden_act": "silu",
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+        "rope_theta": 1000000.0,
     }
     if arch.family == "llama":
-        config.update(max_position_embeddings=131072, rope_theta=500000.0, rms_norm_eps=1e-5,
-                      rope_scaling={"rope_type": "llama3", "factor": 32.0 if arch.layers == 28 else 8.0,
-                                    "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                                    "original_max_position_embeddings": 8192})
+        config.update(
+            max_position_embeddings=131072,
+            rope_theta=500000.0,
+            rms_norm_eps=1e-5,
+            rope_scaling={
+                "rope_type": "llama3",
+                "factor": 32.0 if arch.layers == 28 else 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192,
+            },
+        )
     if arch.family == "gemma3_text":
-        config.update(hidden_act="gelu_pytorch_tanh", hidden_activation="gelu_pytorch_tanh",
-                      query_pre_attn_scalar=256, sliding_window=512, rope_local_base_freq=10000.0,
-                      final_logit_softcapping=None, attn_logit_softcapping=None, sliding_window_pattern=6)
+        config.update(
+            hidden_act="gelu_pytorch_tanh",
+            hidden_activation="gelu_pytorch_tanh",
+            query_pre_attn_scalar=256,
+            sliding_window=512,
+            rope_local_base_freq=10000.0,
+            final_logit_softcapping=None,
+            attn_logit_softcapping=None,
+            sliding_window_pattern=6,
+        )
     if quantized:
         config["quantization_config"] = {
-            "quant_method": "bitsandbytes", "load_in_4bit": True, "load_in_8bit": False,
-            "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": True,
-            "bnb_4bit_compute_dtype": "bfloat16", "bnb_4bit_quant_storage": "uint8",
-            "llm_int8_skip_modules": ["lm_head"]}
+            "quant_method": "bitsandbytes",
+            "load_in_4bit": True,
+            "load_in_8bit": False,
+            "bnb_4bit_quant_type": "nf4",
+            "bnb_4bit_use_double_quant": True,
+            "bnb_4bit_compute_dtype": "bfloat16",
+            "bnb_4bit_quant_storage": "uint8",
+            "llm_int8_skip_modules": ["lm_head"],
+        }
     return config
 
 
 def tokenizer_files(folder: Path, vocab: int) -> None:
     """A small byte-level tokenizer: vLLM builds one at engine start; its size is not the model's business."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.add_special_tokens(["<pad>", "<s>", "</s>"])
     tokenizer.save(str(folder / "tokenizer.json"))
-    (folder / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
-        "pad_token": "<pad>", "model_max_length": 131072,
-        "chat_template": "{% for m in messages %}{{ m['content'] }}{% endfor %}"}))
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "pad_token": "<pad>",
+                "model_max_length": 131072,
+                "chat_template": "{% for m in messages %}{{ m['content'] }}{% endfor %}",
+            }
+        )
+    )
 
 
 def offline_hub(root: Path, repos: dict[str, dict]) -> None:
@@ -342,6 +415,7 @@ def offline_hub(root: Path, repos: dict[str, dict]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------
+
 
 def engine_facts(vllm_config) -> dict:
     model = vllm_config.model_config
@@ -365,8 +439,8 @@ def rehearse(profile_path: str, card: Card, overrides: list[str], without: set[s
     sys.path.insert(0, str(REPO))
     if without:
         sys.meta_path.insert(0, _Absent(set(without)))
-    from profiles.load import load_profile
     from profiles.catalog import resolve
+    from profiles.load import load_profile
 
     profile = load_profile(Path(profile_path), overrides)
     arch = resolve(profile.model)
@@ -379,11 +453,17 @@ def rehearse(profile_path: str, card: Card, overrides: list[str], without: set[s
         repos[profile.model + "-unsloth-bnb-4bit"] = config_json(arch, quantized=True)
         repos[profile.model + "-bnb-4bit"] = config_json(arch, quantized=True)
     offline_hub(hub, repos)
-    os.environ.update(HF_HOME=str(hub), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-                      VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_LOGGING_LEVEL="WARNING",
-                      UNSLOTH_DISABLE_STATISTICS="1")
+    os.environ.update(
+        HF_HOME=str(hub),
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        VLLM_ENABLE_V1_MULTIPROCESSING="0",
+        VLLM_LOGGING_LEVEL="WARNING",
+        UNSLOTH_DISABLE_STATISTICS="1",
+    )
 
     from contract.attempt import apply_attempt_environment
+
     apply_attempt_environment(profile)  # standby and the allocator, before Unsloth is imported
 
     stand_in_for_the_card(card)
@@ -391,26 +471,33 @@ def rehearse(profile_path: str, card: Card, overrides: list[str], without: set[s
     names = compiled_modules("vllm") | {"vllm._C", "vllm._moe_C", "vllm._rocm_C"}
     sys.meta_path.insert(0, _CompiledFinder(names))
     import torch
+
     for namespace in VLLM_OP_NAMESPACES:
         setattr(torch.ops, namespace, _OpsStandIn(namespace))
     stand_in_for_the_cuda_runtime()
 
-    from contract.attempt import bf16_capable
-    from trainer.backends import Backend, from_pretrained_kwargs, model_dtype
     import unsloth  # noqa: F401
     from unsloth import FastLanguageModel
 
+    from contract.attempt import bf16_capable
+    from trainer.backends import Backend, from_pretrained_kwargs, model_dtype
+
     stop_where_vllm_would_allocate()
-    backend = Backend(name="unsloth", device="cuda", unsloth=unsloth, bf16=bf16_capable(card.capability),
-                      compute_capability=card.capability, gpu_name=card.name)
+    backend = Backend(
+        name="unsloth",
+        device="cuda",
+        unsloth=unsloth,
+        bf16=bf16_capable(card.capability),
+        compute_capability=card.capability,
+        gpu_name=card.name,
+    )
     kwargs = from_pretrained_kwargs(profile, profile.model, model_dtype(backend), fast_inference=True)
     try:
         FastLanguageModel.from_pretrained(**kwargs)
     except ReachedTheGpu as reached:
         return {"reached": True, "engine": engine_facts(reached.vllm_config)}
     except Exception as exc:  # noqa: BLE001 - what stopped the load is the finding
-        return {"reached": False, "error": f"{type(exc).__name__}: {exc}",
-                "traceback": traceback.format_exc()[-4000:]}
+        return {"reached": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]}
     return {"reached": False, "error": "from_pretrained returned without starting vLLM"}
 
 
@@ -426,8 +513,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     capability = tuple(int(x) for x in args.capability.split("."))
     free = args.free_gib if args.free_gib is not None else args.total_gib
-    result = rehearse(args.profile, Card(args.total_gib, capability, free, args.name), args.overrides,
-                      set(args.without))
+    result = rehearse(
+        args.profile, Card(args.total_gib, capability, free, args.name), args.overrides, set(args.without)
+    )
     print(json.dumps(result), flush=True)
     return 0
 

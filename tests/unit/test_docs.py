@@ -37,8 +37,9 @@ def test_every_command_shown_is_one_the_tool_has(page):
     from commands.legacy import TABLE
 
     # a command as a user types it: in a code span or block (a line or a backtick starts it), or after `docker run`
-    shown = re.compile(r"(?:^\s*|`|\$ |docker run [^`\n]*?)(?:python train\.py|grpo-train)\s+([a-z][\w-]*|--?[\w-]+)",
-                       re.MULTILINE)
+    shown = re.compile(
+        r"(?:^\s*|`|\$ |docker run [^`\n]*?)(?:python train\.py|grpo-train)\s+([a-z][\w-]*|--?[\w-]+)", re.MULTILINE
+    )
     for match in shown.finditer(page.read_text(encoding="utf-8")):
         word = match.group(1)
         if word.startswith("-"):
@@ -50,8 +51,9 @@ def test_every_command_shown_is_one_the_tool_has(page):
 def test_the_profile_keys_page_is_generated_from_the_schema():
     from profiles.help import keys_markdown
 
-    assert (DOCS / "profile-keys.md").read_text(encoding="utf-8") == keys_markdown(), \
+    assert (DOCS / "profile-keys.md").read_text(encoding="utf-8") == keys_markdown(), (
         "regenerate it: python train.py profiles keys --markdown > docs/profile-keys.md"
+    )
 
 
 def test_the_interfaces_page_lists_every_variable_and_old_flag():
@@ -70,8 +72,17 @@ def test_every_grpo_variable_in_the_code_is_in_the_table():
 
     declared = {v.name for v in VARIABLES}
     found = set()
-    for package in ("commands", "contract", "evaluation", "launcher", "profiles", "rewards", "tasks", "tiny_model",
-                    "trainer"):
+    for package in (
+        "commands",
+        "contract",
+        "evaluation",
+        "launcher",
+        "profiles",
+        "rewards",
+        "tasks",
+        "tiny_model",
+        "trainer",
+    ):
         for path in (REPO / package).rglob("*.py"):
             found |= set(re.findall(r"[\"'](GRPO_[A-Z_]+)[\"']", path.read_text(encoding="utf-8")))
     assert found <= declared, f"GRPO_ variables missing from contract/environment.py: {sorted(found - declared)}"

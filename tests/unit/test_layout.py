@@ -16,8 +16,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = sorted(p.parent.name for p in ROOT.glob("*/__init__.py") if p.parent.name not in ("tests",))
-EVERYTHING = {"commands", "contract", "evaluation", "launcher", "profiles", "rewards", "tasks", "tiny_model",
-              "trainer", "train"}
+EVERYTHING = {
+    "commands",
+    "contract",
+    "evaluation",
+    "launcher",
+    "profiles",
+    "rewards",
+    "tasks",
+    "tiny_model",
+    "trainer",
+    "train",
+}
 
 # package -> the project packages it may import (besides itself); anything else is against the layout
 ALLOWED = {
@@ -139,7 +149,9 @@ def test_every_package_says_what_question_it_answers():
             continue
         if init.relative_to(ROOT).parts[0] not in PACKAGES:
             continue
-        assert ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))), f"{init.relative_to(ROOT)} has no docstring"
+        assert ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))), (
+            f"{init.relative_to(ROOT)} has no docstring"
+        )
 
 
 def test_every_package_has_its_place_in_the_layout():

@@ -12,8 +12,16 @@ from pathlib import Path
 
 from contract.attempt import MEASURE_GPU_CARD, MEASURE_GPU_PROCESS, MEASURE_TORCH, parse_inject
 from contract.environment import ENV_INJECT_OOM, ENV_LEDGER
-from launcher.memory.ledger.store import (Entry, append, fingerprint, ledger_path, library_versions,
-                                          machine_identity, memory_settings, warn_or_print)
+from launcher.memory.ledger.store import (
+    Entry,
+    append,
+    fingerprint,
+    ledger_path,
+    library_versions,
+    machine_identity,
+    memory_settings,
+    warn_or_print,
+)
 from launcher.memory.parts import CUDA_CONTEXT_GIB
 
 
@@ -43,26 +51,49 @@ def others_at_oom(report) -> float | None:
 
 
 def _seconds(value) -> float | None:
-    return round(float(value), 4) if isinstance(value, (int, float)) and not isinstance(value, bool) and \
-        math.isfinite(value) and value > 0 else None
+    return (
+        round(float(value), 4)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+        else None
+    )
 
 
-def make_entry(profile, machine, *, status: str, estimate=None, peak_gib: float | None = None,
-               probe: dict | None = None, oom_report=None, vllm: dict | None = None,
-               measure: str | None = None, timing: dict | None = None) -> Entry:
+def make_entry(
+    profile,
+    machine,
+    *,
+    status: str,
+    estimate=None,
+    peak_gib: float | None = None,
+    probe: dict | None = None,
+    oom_report=None,
+    vllm: dict | None = None,
+    measure: str | None = None,
+    timing: dict | None = None,
+) -> Entry:
     bound = oom_lower_bound(oom_report)
     timing = timing if isinstance(timing, dict) else {}
-    return Entry(measure=measure, step_s=_seconds(timing.get("step_s")),
-        predicted_step_s=_seconds(timing.get("predicted_step_s")), completion_mean=_seconds(timing.get("completion_mean")),
-        profile=profile.name, fingerprint=fingerprint(profile),
-        machine=machine_identity(machine, profile.device), status=status,
+    return Entry(
+        measure=measure,
+        step_s=_seconds(timing.get("step_s")),
+        predicted_step_s=_seconds(timing.get("predicted_step_s")),
+        completion_mean=_seconds(timing.get("completion_mean")),
+        profile=profile.name,
+        fingerprint=fingerprint(profile),
+        machine=machine_identity(machine, profile.device),
+        status=status,
         estimate_gib=round(float(estimate.total_gib), 4) if estimate is not None else None,
         components={k: round(float(v), 4) for k, v in (estimate.components.items() if estimate else ())},
-        peak_gib=round(float(peak_gib), 4) if peak_gib is not None else None, probe=probe,
-        oom_lower_bound_gib=bound, oom_kind=getattr(oom_report, "kind", None),
-        others_gib=others_at_oom(oom_report) if bound is not None else None, vllm=vllm,
-        settings=memory_settings(profile), versions=library_versions(),
-        date=datetime.now().isoformat(timespec="seconds"))
+        peak_gib=round(float(peak_gib), 4) if peak_gib is not None else None,
+        probe=probe,
+        oom_lower_bound_gib=bound,
+        oom_kind=getattr(oom_report, "kind", None),
+        others_gib=others_at_oom(oom_report) if bound is not None else None,
+        vllm=vllm,
+        settings=memory_settings(profile),
+        versions=library_versions(),
+        date=datetime.now().isoformat(timespec="seconds"),
+    )
 
 
 # Told once a process: the run injects OOMs and no ledger was named for it.
@@ -106,25 +137,41 @@ def entry_of_attempt(profile, plan, record, attempt_dir: Path, warn=None, enviro
     if test_run_without_ledger(environ):
         if not _told_test_run:
             _told_test_run = True
-            warn_or_print(warn, f"{ENV_INJECT_OOM} is set: this run adds nothing to the ledger {ledger_path()} "
-                        f"(set {ENV_LEDGER}=FILE to record it into a ledger of its own)")
+            warn_or_print(
+                warn,
+                f"{ENV_INJECT_OOM} is set: this run adds nothing to the ledger {ledger_path()} "
+                f"(set {ENV_LEDGER}=FILE to record it into a ledger of its own)",
+            )
         return None
     injected = record.status == "oom" and _injected_here(profile.name, environ)
     oom = record.report if record.status == "oom" and not injected else None
     outcome = _read_json(Path(attempt_dir) / "outcome.json") or {}
     probe = outcome.get("probe") if isinstance(outcome.get("probe"), dict) else None
-    measured = [planning_peak(profile.device, peak, measure) for peak, measure in (
-        (record.peak_gib if record.status == "ok" else None, outcome.get("peak_measure")),
-        (probe.get("peak_gib") if probe else None, probe.get("measure") if probe else None))
-        if isinstance(peak, (int, float)) and not isinstance(peak, bool) and math.isfinite(peak) and peak > 0]
+    measured = [
+        planning_peak(profile.device, peak, measure)
+        for peak, measure in (
+            (record.peak_gib if record.status == "ok" else None, outcome.get("peak_measure")),
+            (probe.get("peak_gib") if probe else None, probe.get("measure") if probe else None),
+        )
+        if isinstance(peak, (int, float)) and not isinstance(peak, bool) and math.isfinite(peak) and peak > 0
+    ]
     if oom_lower_bound(oom) is None and not measured:
         return None
     peak, measure = max(measured) if measured else (None, None)
     # a step time counts from an attempt that trained (not a probe alone) and was not injected an OOM
     timing = getattr(record, "timing", None) if record.status in ("ok", "interrupted") and not injected else None
-    entry = make_entry(profile, plan.machine, status=record.status, estimate=_plan_estimate(plan, profile),
-                       peak_gib=peak, probe=probe, oom_report=oom, vllm=_vllm_figures(Path(attempt_dir)),
-                       measure=measure, timing=timing)
+    entry = make_entry(
+        profile,
+        plan.machine,
+        status=record.status,
+        estimate=_plan_estimate(plan, profile),
+        peak_gib=peak,
+        probe=probe,
+        oom_report=oom,
+        vllm=_vllm_figures(Path(attempt_dir)),
+        measure=measure,
+        timing=timing,
+    )
     if entry.peak_gib is not None and (record.status not in ("ok", "oom") or injected):
         entry.status = "probe-ok"  # the probe got through even though the run did not finish
     return entry

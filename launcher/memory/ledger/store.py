@@ -48,8 +48,7 @@ def machine_identity(machine, device: str) -> dict:
     """What makes two runs comparable: the card (name, memory to the GiB) or the CPU with its RAM."""
     gpu = getattr(machine, "primary", None)
     if device == "cuda" and gpu is not None:
-        return {"device": "cuda", "name": gpu.name, "total_gib": round(float(gpu.total_gib)),
-                "driver": gpu.driver}
+        return {"device": "cuda", "name": gpu.name, "total_gib": round(float(gpu.total_gib)), "driver": gpu.driver}
     return {"device": "cpu", "name": "cpu", "total_gib": round(float(getattr(machine, "host_ram_gib", 0.0)))}
 
 
@@ -78,6 +77,8 @@ MAX_NAME_CHARS = 256
 def _short(value: Any) -> str:
     text = repr(value) if isinstance(value, (str, int, float, bool, type(None))) else type(value).__name__
     return text if len(text) <= 60 else text[:57] + "..."
+
+
 # What `--forget` takes besides a profile name or a fingerprint: every record.
 FORGET_ALL = "all"
 FIGURE_FIELDS = ("estimate_gib", "peak_gib", "oom_lower_bound_gib", "others_gib")
@@ -91,19 +92,19 @@ class Entry:
     profile: str
     fingerprint: str
     machine: dict
-    status: str                                   # the attempt's status, or "probe-ok" / "probe-oom"
+    status: str  # the attempt's status, or "probe-ok" / "probe-oom"
     estimate_gib: float | None = None
     components: dict = field(default_factory=dict)
-    peak_gib: float | None = None                 # measured peak of the attempt (or of its probe), as planned with
-    measure: str | None = None                    # what was measured (see planning_peak); None: before it was said
+    peak_gib: float | None = None  # measured peak of the attempt (or of its probe), as planned with
+    measure: str | None = None  # what was measured (see planning_peak); None: before it was said
     probe: dict | None = None
-    oom_lower_bound_gib: float | None = None      # held + asked, from an OOM's figures
-    oom_kind: str | None = None                   # what ran out (contract.oom KIND_*), for an OOM
-    others_gib: float | None = None               # what other processes held of the device at the OOM
-    vllm: dict | None = None                      # vLLM's own start-up breakdown, when it printed one
-    step_s: float | None = None                   # measured seconds per optimizer step (steady state)
-    predicted_step_s: float | None = None         # what the plan predicted for it
-    completion_mean: float | None = None          # the mean completion length the measured steps generated
+    oom_lower_bound_gib: float | None = None  # held + asked, from an OOM's figures
+    oom_kind: str | None = None  # what ran out (contract.oom KIND_*), for an OOM
+    others_gib: float | None = None  # what other processes held of the device at the OOM
+    vllm: dict | None = None  # vLLM's own start-up breakdown, when it printed one
+    step_s: float | None = None  # measured seconds per optimizer step (steady state)
+    predicted_step_s: float | None = None  # what the plan predicted for it
+    completion_mean: float | None = None  # the mean completion length the measured steps generated
     settings: dict = field(default_factory=dict)
     versions: dict = field(default_factory=dict)
     date: str = ""
@@ -124,7 +125,7 @@ class Entry:
         return json.dumps(asdict(self), sort_keys=True) + "\n"
 
     @classmethod
-    def from_dict(cls, data: Any) -> "Entry":
+    def from_dict(cls, data: Any) -> Entry:
         """An entry from one parsed line; ValueError saying which field is wrong when it is not a sound one."""
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
@@ -152,21 +153,35 @@ class Entry:
         name, total = machine.get("name"), machine.get("total_gib")
         if name is not None and (not isinstance(name, str) or len(name) > MAX_NAME_CHARS):
             raise ValueError(f"machine name is {_short(name)}, not a name")
-        if total is not None and (isinstance(total, bool) or not isinstance(total, (int, float))
-                                  or not math.isfinite(total) or not 0 <= total <= MAX_FIGURE_GIB):
+        if total is not None and (
+            isinstance(total, bool)
+            or not isinstance(total, (int, float))
+            or not math.isfinite(total)
+            or not 0 <= total <= MAX_FIGURE_GIB
+        ):
             raise ValueError(f"machine total_gib is {_short(total)}, not a number of GiB")
         for name in FIGURE_FIELDS:
             value = getattr(self, name)
             if value is None:
                 continue
             lowest_ok = 0.0 if name == "others_gib" else None
-            if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-                    or value > MAX_FIGURE_GIB or (value < 0 if lowest_ok is not None else value <= 0)):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or value > MAX_FIGURE_GIB
+                or (value < 0 if lowest_ok is not None else value <= 0)
+            ):
                 raise ValueError(f"{name} is {value!r}, not a positive number of GiB")
         for name in TIME_FIELDS:
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not math.isfinite(value) or value <= 0 or value > MAX_STEP_S):
+            if value is not None and (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or value <= 0
+                or value > MAX_STEP_S
+            ):
                 raise ValueError(f"{name} is {value!r}, not a positive number")
         for name in ("components", "settings", "versions"):
             if not isinstance(getattr(self, name), dict):
@@ -247,8 +262,10 @@ def check_writable(path: Path | None = None) -> Path:
     path = Path(path) if path is not None else ledger_path()
     link = dangling_link(path)
     if link:
-        raise UsageError(f"cannot write the ledger {path}: {link} (fix: remove or repair the link, or set "
-                         f"{ENV_LEDGER}=FILE to a ledger you can write)")
+        raise UsageError(
+            f"cannot write the ledger {path}: {link} (fix: remove or repair the link, or set "
+            f"{ENV_LEDGER}=FILE to a ledger you can write)"
+        )
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
@@ -265,8 +282,10 @@ def check_writable(path: Path | None = None) -> Path:
             probe.unlink(missing_ok=True)
     except OSError as exc:
         fix = "free some space on that disk" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "make it writable"
-        raise UsageError(f"cannot write the ledger {path}: {exc.strerror or exc} (fix: {fix}, or set "
-                         f"{ENV_LEDGER}=FILE to a ledger you can write)") from None
+        raise UsageError(
+            f"cannot write the ledger {path}: {exc.strerror or exc} (fix: {fix}, or set "
+            f"{ENV_LEDGER}=FILE to a ledger you can write)"
+        ) from None
     return path
 
 
@@ -299,8 +318,11 @@ def read_lines(path: Path, warn) -> tuple[list[Entry], list[tuple[int, str]]]:
             bad.append((number, why))
     if bad:
         shown = "; ".join(f"line {n}: {why}" for n, why in bad[:3])
-        warn_or_print(warn, f"warning: {path}: skipped {len(bad)} damaged line(s) ({shown}{'; ...' if len(bad) > 3 else ''})"
-                    f" (fix: `python train.py --forget all` starts the ledger afresh)")
+        warn_or_print(
+            warn,
+            f"warning: {path}: skipped {len(bad)} damaged line(s) ({shown}{'; ...' if len(bad) > 3 else ''})"
+            f" (fix: `python train.py --forget all` starts the ledger afresh)",
+        )
     return entries, bad
 
 
@@ -329,8 +351,10 @@ def forget(target: str, path: Path | None = None) -> int:
     given = Path(path) if path is not None else ledger_path()
     link = dangling_link(given)
     if link:
-        raise UsageError(f"--forget: the ledger {given} cannot be read: {link} (fix: remove or repair the link, or "
-                         f"set {ENV_LEDGER}=FILE)")
+        raise UsageError(
+            f"--forget: the ledger {given} cannot be read: {link} (fix: remove or repair the link, or "
+            f"set {ENV_LEDGER}=FILE)"
+        )
     path = given.resolve()  # a link's file, not the link, is rewritten
     target = target.strip()
     if not target:
@@ -353,12 +377,16 @@ def forget(target: str, path: Path | None = None) -> int:
                 else:
                     kept.append(line)
             if not removed:
-                raise UsageError(f"--forget {target}: no record of that profile or fingerprint in {path} (it holds: "
-                                 f"{', '.join(sorted(names)) or 'no record'}; `all` forgets every record)")
+                raise UsageError(
+                    f"--forget {target}: no record of that profile or fingerprint in {path} (it holds: "
+                    f"{', '.join(sorted(names)) or 'no record'}; `all` forgets every record)"
+                )
             from contract.safe_write import write_atomic
 
             write_atomic(path, "".join(kept))
     except OSError as exc:
-        raise UsageError(f"--forget {target}: cannot rewrite the ledger {path}: {exc.strerror or exc} (fix: make "
-                         "it and its folder writable)") from None
+        raise UsageError(
+            f"--forget {target}: cannot rewrite the ledger {path}: {exc.strerror or exc} (fix: make "
+            "it and its folder writable)"
+        ) from None
     return removed

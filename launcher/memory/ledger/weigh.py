@@ -9,8 +9,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from contract.environment import ENV_LEDGER
-from launcher.memory.ledger.store import (Entry, fingerprint, ledger_path, machine_identity, read_lines,
-                                          same_machine)
+from launcher.memory.ledger.store import Entry, fingerprint, ledger_path, machine_identity, read_lines, same_machine
 
 # A record older than this no longer counts: drivers, libraries and what else runs on the machine change.
 MAX_AGE_DAYS = 30
@@ -23,8 +22,11 @@ def _day(entry: Entry) -> str:
 def injected_record(entry: Entry) -> bool:
     """A CUDA OOM's bound on a CPU attempt: no CPU run raises one, so an older version wrote an injected OOM
     (GRPO_INJECT_OOM) here as if it were measured."""
-    return entry.machine.get("device") == "cpu" and entry.oom_lower_bound_gib is not None and \
-        entry.oom_kind in (None, "cuda", "cublas", "vllm")
+    return (
+        entry.machine.get("device") == "cpu"
+        and entry.oom_lower_bound_gib is not None
+        and entry.oom_kind in (None, "cuda", "cublas", "vllm")
+    )
 
 
 @dataclass
@@ -42,8 +44,9 @@ def _weigh_group(group: list[Entry], now: datetime) -> tuple[dict[int, Effect], 
     oldest = now - timedelta(days=MAX_AGE_DAYS)
     for e in group:
         if injected_record(e):
-            effects[id(e)] = Effect(False, "not a measurement: a CUDA OOM on a CPU attempt was injected "
-                                           "(GRPO_INJECT_OOM)")
+            effects[id(e)] = Effect(
+                False, "not a measurement: a CUDA OOM on a CPU attempt was injected (GRPO_INJECT_OOM)"
+            )
         elif e.when < oldest:
             effects[id(e)] = Effect(False, f"aged out: older than {MAX_AGE_DAYS} days")
         elif e.when > now + timedelta(days=1):  # it would stay the newest, and never age
@@ -58,8 +61,11 @@ def _weigh_group(group: list[Entry], now: datetime) -> tuple[dict[int, Effect], 
     ooms = []
     for i, e in enumerate(live):
         if e.succeeded:
-            effects[id(e)] = Effect(True, f"counts: measured {e.peak_gib:.2f} GiB") if e is latest else \
-                Effect(False, f"superseded by the newer measurement of {_day(latest)}")
+            effects[id(e)] = (
+                Effect(True, f"counts: measured {e.peak_gib:.2f} GiB")
+                if e is latest
+                else Effect(False, f"superseded by the newer measurement of {_day(latest)}")
+            )
         elif successes and i < successes[-1]:
             effects[id(e)] = Effect(False, f"outweighed by the later success of {_day(latest)}")
         else:
@@ -67,8 +73,11 @@ def _weigh_group(group: list[Entry], now: datetime) -> tuple[dict[int, Effect], 
     worst = max(ooms, key=lambda e: e.oom_lower_bound_gib, default=None)
     for e in ooms:
         held = f"; others held {e.others_gib:.2f} GiB then" if e.others_gib else ""
-        effects[id(e)] = Effect(True, f"counts: an OOM needs at least {e.oom_lower_bound_gib:.2f} GiB{held}") \
-            if e is worst else Effect(False, f"a smaller bound than the OOM of {_day(worst)}")
+        effects[id(e)] = (
+            Effect(True, f"counts: an OOM needs at least {e.oom_lower_bound_gib:.2f} GiB{held}")
+            if e is worst
+            else Effect(False, f"a smaller bound than the OOM of {_day(worst)}")
+        )
     return effects, latest, [worst] if worst is not None else []
 
 
@@ -76,15 +85,15 @@ def _weigh_group(group: list[Entry], now: datetime) -> tuple[dict[int, Effect], 
 class Measured:
     """What the ledger knows of one shape on this machine, weighed."""
 
-    peak_gib: float | None        # the newest peak measured by a run or probe that got through
-    runs: int                     # entries of this shape on this machine
-    last: str                     # date of the latest
+    peak_gib: float | None  # the newest peak measured by a run or probe that got through
+    runs: int  # entries of this shape on this machine
+    last: str  # date of the latest
     oom_lower_bound_gib: float | None  # the bound of an OOM later than that success, if any
     peak_date: str = ""
     oom_date: str = ""
-    others_gib: float | None = None    # what others held of the device at that OOM
-    not_counted: int = 0               # records outweighed, superseded, aged out or injected
-    step_s: float | None = None        # the newest measured seconds per step of the shape here
+    others_gib: float | None = None  # what others held of the device at that OOM
+    not_counted: int = 0  # records outweighed, superseded, aged out or injected
+    step_s: float | None = None  # the newest measured seconds per step of the shape here
     predicted_step_s: float | None = None
 
     @property
@@ -94,19 +103,28 @@ class Measured:
         return max(figures) if figures else None
 
     def to_json(self) -> dict:
-        return {"peak_gib": self.peak_gib, "runs": self.runs, "last": self.last,
-                "oom_lower_bound_gib": self.oom_lower_bound_gib, "need_gib": self.need_gib,
-                "peak_date": self.peak_date or None, "oom_date": self.oom_date or None,
-                "others_gib": self.others_gib, "not_counted": self.not_counted, "step_s": self.step_s,
-                "predicted_step_s": self.predicted_step_s}
+        return {
+            "peak_gib": self.peak_gib,
+            "runs": self.runs,
+            "last": self.last,
+            "oom_lower_bound_gib": self.oom_lower_bound_gib,
+            "need_gib": self.need_gib,
+            "peak_date": self.peak_date or None,
+            "oom_date": self.oom_date or None,
+            "others_gib": self.others_gib,
+            "not_counted": self.not_counted,
+            "step_s": self.step_s,
+            "predicted_step_s": self.predicted_step_s,
+        }
 
     def text(self) -> str:
         held = f", others then holding {self.others_gib:.2f} GiB" if self.others_gib else ""
         if self.peak_gib is not None:
             text = f"measured {self.peak_gib:.2f} GiB on this machine, {self.peak_date[:10]}"
             if self.oom_lower_bound_gib is not None and self.oom_lower_bound_gib > self.peak_gib:
-                text += (f"; an OOM on {self.oom_date[:10]} showed it needs at least "
-                         f"{self.oom_lower_bound_gib:.2f}{held}")
+                text += (
+                    f"; an OOM on {self.oom_date[:10]} showed it needs at least {self.oom_lower_bound_gib:.2f}{held}"
+                )
             return text
         return f"ran out of memory here needing at least {self.oom_lower_bound_gib:.2f} GiB, {self.oom_date[:10]}{held}"
 
@@ -125,13 +143,18 @@ def measured_for(entries: list[Entry], profile, machine, now: datetime | None = 
     # the newest counted record with a step time (a success: a run that trained)
     timed = [e for e in mine if e.step_s is not None and effects[id(e)].counts]
     newest_time = max(timed, key=lambda e: e.when) if timed else None
-    return Measured(step_s=newest_time.step_s if newest_time else None,
-                    predicted_step_s=newest_time.predicted_step_s if newest_time else None,
-                    peak_gib=latest.peak_gib if latest else None, runs=len(mine), last=max(e.date for e in mine),
-                    oom_lower_bound_gib=oom.oom_lower_bound_gib if oom else None,
-                    peak_date=latest.date if latest else "", oom_date=oom.date if oom else "",
-                    others_gib=oom.others_gib if oom else None,
-                    not_counted=sum(1 for e in mine if not effects[id(e)].counts))
+    return Measured(
+        step_s=newest_time.step_s if newest_time else None,
+        predicted_step_s=newest_time.predicted_step_s if newest_time else None,
+        peak_gib=latest.peak_gib if latest else None,
+        runs=len(mine),
+        last=max(e.date for e in mine),
+        oom_lower_bound_gib=oom.oom_lower_bound_gib if oom else None,
+        peak_date=latest.date if latest else "",
+        oom_date=oom.date if oom else "",
+        others_gib=oom.others_gib if oom else None,
+        not_counted=sum(1 for e in mine if not effects[id(e)].counts),
+    )
 
 
 def record_effects(entries: list[Entry], machine, now: datetime | None = None) -> list[Effect]:
@@ -141,8 +164,9 @@ def record_effects(entries: list[Entry], machine, now: datetime | None = None) -
     here.append(machine_identity(machine, "cpu"))
     groups: dict[tuple, list[Entry]] = {}
     for e in entries:
-        groups.setdefault((e.machine.get("device"), e.machine.get("name"), e.machine.get("total_gib"),
-                           e.fingerprint), []).append(e)
+        groups.setdefault(
+            (e.machine.get("device"), e.machine.get("name"), e.machine.get("total_gib"), e.fingerprint), []
+        ).append(e)
     effects: dict[int, Effect] = {}
     for group in groups.values():
         if any(same_machine(group[0].machine, ident) for ident in here):
@@ -156,6 +180,7 @@ def record_effects(entries: list[Entry], machine, now: datetime | None = None) -
 def shape_text(settings: dict) -> str:
     """The keys that tell two shapes of one profile apart at a glance: per-device batch / generations /
     completion tokens, and the LoRA rank."""
+
     def get(key):  # a whole number, or '?' for anything a damaged line holds there
         value = settings.get(key)
         return value if isinstance(value, int) and not isinstance(value, bool) else "?"
@@ -180,21 +205,34 @@ def accuracy_rows(entries: list[Entry], effects: list[Effect] | None = None) -> 
         estimates = [e.estimate_gib for e in group_entries if e.estimate_gib is not None]
         est = estimates[-1] if estimates else None
         peak = peaks[-1] if peaks else None
-        rows.append({
-            "machine": f"{name} ({total} GiB)" if device == "cuda" else f"CPU ({total} GiB RAM)",
-            "profile": group_entries[-1].profile, "fingerprint": key,
-            "shape": shape_text(group_entries[-1].settings), "runs": len(group),
-            "counted": len(counted), "estimate_gib": est, "peak_gib": peak,
-            "measure": next((e.measure for e in reversed(group_entries) if e.succeeded and e.measure), None),
-            "ratio": round(peak / est, 3) if peak and est else None,
-            "oom_lower_bound_gib": max(bounds) if bounds else None,
-            "step_s": next((e.step_s for e in sorted(counted, key=lambda e: e.when, reverse=True)
-                            if e.step_s is not None), None),
-            "predicted_step_s": next((e.predicted_step_s for e in sorted(counted, key=lambda e: e.when,
-                                                                            reverse=True)
-                                      if e.step_s is not None), None),
-            "last": max(e.date for e in group_entries),
-        })
+        rows.append(
+            {
+                "machine": f"{name} ({total} GiB)" if device == "cuda" else f"CPU ({total} GiB RAM)",
+                "profile": group_entries[-1].profile,
+                "fingerprint": key,
+                "shape": shape_text(group_entries[-1].settings),
+                "runs": len(group),
+                "counted": len(counted),
+                "estimate_gib": est,
+                "peak_gib": peak,
+                "measure": next((e.measure for e in reversed(group_entries) if e.succeeded and e.measure), None),
+                "ratio": round(peak / est, 3) if peak and est else None,
+                "oom_lower_bound_gib": max(bounds) if bounds else None,
+                "step_s": next(
+                    (e.step_s for e in sorted(counted, key=lambda e: e.when, reverse=True) if e.step_s is not None),
+                    None,
+                ),
+                "predicted_step_s": next(
+                    (
+                        e.predicted_step_s
+                        for e in sorted(counted, key=lambda e: e.when, reverse=True)
+                        if e.step_s is not None
+                    ),
+                    None,
+                ),
+                "last": max(e.date for e in group_entries),
+            }
+        )
     return rows
 
 
@@ -207,19 +245,36 @@ def ledger_report(machine, path: Path | None = None, warn=None, now: datetime | 
 
     link = dangling_link(path)
     if link:
-        raise UsageError(f"the ledger {path} cannot be read: {link} (fix: remove or repair the link, or set "
-                         f"{ENV_LEDGER}=FILE)")
+        raise UsageError(
+            f"the ledger {path} cannot be read: {link} (fix: remove or repair the link, or set {ENV_LEDGER}=FILE)"
+        )
     entries, bad = read_lines(path, warn)
     effects = record_effects(entries, machine, now)
     here = [machine_identity(machine, "cuda")] if getattr(machine, "primary", None) is not None else []
     here.append(machine_identity(machine, "cpu"))
     records = []
     for e, effect in zip(entries, effects):
-        records.append({"date": e.date, "profile": e.profile, "fingerprint": e.fingerprint,
-                        "shape": shape_text(e.settings), "machine": e.machine, "status": e.status,
-                        "peak_gib": e.peak_gib, "oom_lower_bound_gib": e.oom_lower_bound_gib,
-                        "others_gib": e.others_gib, "estimate_gib": e.estimate_gib,
-                        "counts": effect.counts, "effect": effect.text})
-    return {"path": str(path), "this_machine": here, "max_age_days": MAX_AGE_DAYS,
-            "shapes": accuracy_rows(entries, effects), "records": records,
-            "skipped_lines": [{"line": n, "why": why} for n, why in bad]}
+        records.append(
+            {
+                "date": e.date,
+                "profile": e.profile,
+                "fingerprint": e.fingerprint,
+                "shape": shape_text(e.settings),
+                "machine": e.machine,
+                "status": e.status,
+                "peak_gib": e.peak_gib,
+                "oom_lower_bound_gib": e.oom_lower_bound_gib,
+                "others_gib": e.others_gib,
+                "estimate_gib": e.estimate_gib,
+                "counts": effect.counts,
+                "effect": effect.text,
+            }
+        )
+    return {
+        "path": str(path),
+        "this_machine": here,
+        "max_age_days": MAX_AGE_DAYS,
+        "shapes": accuracy_rows(entries, effects),
+        "records": records,
+        "skipped_lines": [{"line": n, "why": why} for n, why in bad],
+    }

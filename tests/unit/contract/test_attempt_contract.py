@@ -16,8 +16,10 @@ from contract.environment import ENV_ESTIMATE_GIB
 def make_checkpoint(attempt_dir, step: int, complete: bool = True):
     folder = attempt_dir / f"checkpoint-{step}"
     folder.mkdir(parents=True)
-    save_file({"lora_A": np.ones((16, 8), dtype=np.float32), "lora_B": np.zeros((8, 16), dtype=np.float32)},
-              str(folder / "adapter_model.safetensors"))
+    save_file(
+        {"lora_A": np.ones((16, 8), dtype=np.float32), "lora_B": np.zeros((8, 16), dtype=np.float32)},
+        str(folder / "adapter_model.safetensors"),
+    )
     (folder / "adapter_config.json").write_text(json.dumps({"r": 8}))
     (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
     (folder / "optimizer.pt").write_bytes(os.urandom(2048))
@@ -33,13 +35,16 @@ def test_newest_complete_checkpoint_is_chosen(tmp_path):
     assert contract.checkpoint_problem(tmp_path / "checkpoint-15") is None
 
 
-@pytest.mark.parametrize("damage, expected", [
-    (lambda f: os.truncate(f / "adapter_model.safetensors", 100), "adapter_model.safetensors is 100 bytes"),
-    (lambda f: os.truncate(f / "trainer_state.json", 0), "trainer_state.json is 0 bytes"),
-    (lambda f: (f / "optimizer.pt").unlink(), "optimizer.pt is missing"),
-    (lambda f: (f / contract.COMPLETE_MARKER).unlink(), "the save was cut short"),
-    (lambda f: (f / contract.COMPLETE_MARKER).write_text("{not json"), "is damaged"),
-])
+@pytest.mark.parametrize(
+    "damage, expected",
+    [
+        (lambda f: os.truncate(f / "adapter_model.safetensors", 100), "adapter_model.safetensors is 100 bytes"),
+        (lambda f: os.truncate(f / "trainer_state.json", 0), "trainer_state.json is 0 bytes"),
+        (lambda f: (f / "optimizer.pt").unlink(), "optimizer.pt is missing"),
+        (lambda f: (f / contract.COMPLETE_MARKER).unlink(), "the save was cut short"),
+        (lambda f: (f / contract.COMPLETE_MARKER).write_text("{not json"), "is damaged"),
+    ],
+)
 def test_damaged_newest_checkpoint_falls_back_to_the_previous(tmp_path, damage, expected):
     make_checkpoint(tmp_path, 5)
     damage(make_checkpoint(tmp_path, 10))
@@ -51,7 +56,7 @@ def test_damaged_newest_checkpoint_falls_back_to_the_previous(tmp_path, damage, 
 def test_a_header_that_does_not_read_is_caught_even_with_the_marker(tmp_path):
     folder = make_checkpoint(tmp_path, 3)
     data = bytearray((folder / "adapter_model.safetensors").read_bytes())
-    data[0:8] = (10 ** 9).to_bytes(8, "little")  # a header length past the end of the file
+    data[0:8] = (10**9).to_bytes(8, "little")  # a header length past the end of the file
     (folder / "adapter_model.safetensors").write_bytes(bytes(data))
     contract.mark_checkpoint_complete(folder)  # sizes match: only the header check can tell
     assert "header" in contract.checkpoint_problem(folder)
@@ -97,8 +102,9 @@ def test_shape_of_reads_profiles_and_settings_alike():
     assert shape_of(profile) != shape_of(profile.replace(lora_rank=profile.lora_rank * 2))
 
 
-@pytest.mark.parametrize("capability, expected", [((7, 5), False), ((8, 0), True), ((9, 0), True), (None, True),
-                                                  ([8, 6], True)])
+@pytest.mark.parametrize(
+    "capability, expected", [((7, 5), False), ((8, 0), True), ((9, 0), True), (None, True), ([8, 6], True)]
+)
 def test_bf16_rule(capability, expected):
     assert contract.bf16_capable(capability) is expected
 

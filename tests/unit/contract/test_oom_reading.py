@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from commands.explain_oom import explain_file
 from contract import failure
 from contract import oom as oom
 from contract import oom_site as oom_site
-from contract.oom import read_oom
 from contract.failure import classify_failure, read_unsupported
+from contract.oom import read_oom
 from contract.oom_site import parse_frames
-from commands.explain_oom import explain_file
 from launcher.oom.explain import explain
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -76,49 +76,65 @@ def test_pre_2_1_pytorch_wording():
     assert r.site == oom_site.SITE_UNKNOWN
 
 
-@pytest.mark.parametrize("name, site", [
-    ("torch_logits_gib.txt", oom_site.SITE_LOGITS),
-    ("torch_backward_mib.txt", oom_site.SITE_BACKWARD),
-    ("torch_generation_mib.txt", oom_site.SITE_GENERATION),
-    ("torch_optimizer.txt", oom_site.SITE_OPTIMIZER),
-    ("torch_model_load.txt", oom_site.SITE_MODEL_LOAD),
-    ("vllm_free_memory.txt", oom_site.SITE_VLLM_START),
-    ("vllm_cache_blocks.txt", oom_site.SITE_VLLM_START),
-    ("vllm_kv_cache.txt", oom_site.SITE_VLLM_START),
-    ("cublas_alloc.txt", oom_site.SITE_FORWARD),
-    ("host_cpu_alloc.txt", oom_site.SITE_HOST),
-])
+@pytest.mark.parametrize(
+    "name, site",
+    [
+        ("torch_logits_gib.txt", oom_site.SITE_LOGITS),
+        ("torch_backward_mib.txt", oom_site.SITE_BACKWARD),
+        ("torch_generation_mib.txt", oom_site.SITE_GENERATION),
+        ("torch_optimizer.txt", oom_site.SITE_OPTIMIZER),
+        ("torch_model_load.txt", oom_site.SITE_MODEL_LOAD),
+        ("vllm_free_memory.txt", oom_site.SITE_VLLM_START),
+        ("vllm_cache_blocks.txt", oom_site.SITE_VLLM_START),
+        ("vllm_kv_cache.txt", oom_site.SITE_VLLM_START),
+        ("cublas_alloc.txt", oom_site.SITE_FORWARD),
+        ("host_cpu_alloc.txt", oom_site.SITE_HOST),
+    ],
+)
 def test_site_of_each_real_text(name, site):
     assert read_oom(text(name)).site == site
 
 
 def test_site_from_frames_innermost_phase_wins():
     # log-probs computed inside the generation step are logits, not generation
-    frames = [("trl/trainer/grpo_trainer.py", "_generate_and_score_completions", ""),
-              ("trl/trainer/grpo_trainer.py", "_get_per_token_logps_and_entropies", ""),
-              ("torch/nn/functional.py", "linear", "")]
+    frames = [
+        ("trl/trainer/grpo_trainer.py", "_generate_and_score_completions", ""),
+        ("trl/trainer/grpo_trainer.py", "_get_per_token_logps_and_entropies", ""),
+        ("torch/nn/functional.py", "linear", ""),
+    ]
     assert oom_site.classify_site(frames) == oom_site.SITE_LOGITS
     # a forward through the decoder layers inside the log-prob pass is activations, the LM head is logits
-    frames_fwd = frames[:2] + [("transformers/models/qwen2/modeling_qwen2.py", "forward",
-                                "attn_output = self.o_proj(attn_output)")]
+    frames_fwd = frames[:2] + [
+        ("transformers/models/qwen2/modeling_qwen2.py", "forward", "attn_output = self.o_proj(attn_output)")
+    ]
     assert oom_site.classify_site(frames_fwd) == oom_site.SITE_FORWARD
-    frames_head = frames[:2] + [("transformers/models/qwen2/modeling_qwen2.py", "forward",
-                                 "logits = self.lm_head(hidden_states[:, slice_indices, :])")]
+    frames_head = frames[:2] + [
+        (
+            "transformers/models/qwen2/modeling_qwen2.py",
+            "forward",
+            "logits = self.lm_head(hidden_states[:, slice_indices, :])",
+        )
+    ]
     assert oom_site.classify_site(frames_head) == oom_site.SITE_LOGITS
     assert oom_site.classify_site([]) == oom_site.SITE_UNKNOWN
 
 
 def test_vllm_start_frames_beat_its_dummy_generation():
-    frames = [("unsloth_zoo/vllm_utils.py", "load_vllm", "llm = LLM(**engine_args)"),
-              ("vllm/v1/worker/gpu_model_runner.py", "profile_run", ""),
-              ("vllm/v1/worker/gpu_model_runner.py", "execute_model", "")]
+    frames = [
+        ("unsloth_zoo/vllm_utils.py", "load_vllm", "llm = LLM(**engine_args)"),
+        ("vllm/v1/worker/gpu_model_runner.py", "profile_run", ""),
+        ("vllm/v1/worker/gpu_model_runner.py", "execute_model", ""),
+    ]
     assert oom_site.classify_site(frames) == oom_site.SITE_VLLM_START
 
 
 def test_frames_read_through_vllm_log_prefixes():
     frames = parse_frames(text("vllm_free_memory.txt"))
-    assert frames[-1] == ("/usr/local/lib/python3.11/dist-packages/vllm/v1/worker/gpu_worker.py", "init_device",
-                          "raise ValueError(")
+    assert frames[-1] == (
+        "/usr/local/lib/python3.11/dist-packages/vllm/v1/worker/gpu_worker.py",
+        "init_device",
+        "raise ValueError(",
+    )
     assert len(frames) == 6
 
 
@@ -143,14 +159,18 @@ def test_vllm_no_cache_blocks_reads_its_memory_profile():
     assert r.vllm_problem == oom.VLLM_SHARE_TOO_SMALL
     assert (r.total_gib, r.utilization) == (14.74, 0.25)
     assert r.free_gib == 0.0  # "the rest of the memory reserved for KV Cache is -0.08GiB"
-    assert r.message == ("ValueError: No available memory for the cache blocks. Try increasing "
-                         "`gpu_memory_utilization` when initializing the engine.")
+    assert r.message == (
+        "ValueError: No available memory for the cache blocks. Try increasing "
+        "`gpu_memory_utilization` when initializing the engine."
+    )
 
 
 def test_vllm_old_kv_token_message():
-    msg = ("ValueError: The model's max seq len (29000) is larger than the maximum number of tokens that can "
-           "be stored in KV cache (23648). Try increasing `gpu_memory_utilization` or decreasing "
-           "`max_model_len` when initializing the engine.")
+    msg = (
+        "ValueError: The model's max seq len (29000) is larger than the maximum number of tokens that can "
+        "be stored in KV cache (23648). Try increasing `gpu_memory_utilization` or decreasing "
+        "`max_model_len` when initializing the engine."
+    )
     r = read_oom(msg)
     assert (r.kind, r.max_model_len, r.kv_tokens) == (oom.KIND_VLLM, 29000, 23648)
 
@@ -173,7 +193,8 @@ def test_sigkill_is_host_ram_not_gpu():
 def test_unsupported_and_plain_errors_are_not_oom():
     assert read_oom(text("vllm_unsupported.txt")) is None
     assert read_unsupported(text("vllm_unsupported.txt")).startswith(
-        "ValueError: Model architectures ['MambaByteForCausalLM'] are not supported")
+        "ValueError: Model architectures ['MambaByteForCausalLM'] are not supported"
+    )
     assert classify_failure(text("vllm_unsupported.txt")) == "unsupported"
     assert classify_failure(text("not_oom.txt")) == "error"
     assert classify_failure(text("torch_logits_gib.txt")) == "oom"
@@ -185,7 +206,9 @@ def test_exception_objects():
         pass
 
     assert failure.is_oom_exception(OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 MiB"))
-    assert failure.is_oom_exception(RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"))
+    assert failure.is_oom_exception(
+        RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`")
+    )
     assert failure.is_oom_exception(MemoryError())
     assert not failure.is_oom_exception(KeyError("question"))
 
@@ -206,8 +229,10 @@ def test_explain_logits_diagnosis_text():
     assert "  shortfall 3.29 GiB (asked - free)" in lines
     assert "  in use    19.29 GiB by this process" in lines
     assert any(line.startswith("Consumer: the logits") for line in lines)
-    assert any(line.startswith("Fix: halve per_device_train_batch_size and double gradient_accumulation_steps")
-               for line in lines)
+    assert any(
+        line.startswith("Fix: halve per_device_train_batch_size and double gradient_accumulation_steps")
+        for line in lines
+    )
     assert any(line.startswith("Trade: more micro-steps") for line in lines)
 
 
@@ -254,16 +279,25 @@ def test_explain_file_exit_codes(tmp_path, capsys, monkeypatch):
     assert "KV cache needed     1.00 GiB for one sequence of 8192 tokens" in capsys.readouterr().out
 
 
-
-
 def test_injected_message_reads_like_a_real_one():
-    from trainer.inject import oom_message
     from profiles.load import profile_from_dict
+    from trainer.inject import oom_message
 
-    profile = profile_from_dict({"name": "cpu-x", "device": "cpu", "fast_inference": False, "load_in_4bit": False,
-                                 "optim": "adamw_torch", "per_device_train_batch_size": 4,
-                                 "max_prompt_length": 128, "max_completion_length": 128,
-                                 "max_seq_length": 256, "dataset": "arithmetic"}, "<test>")
+    profile = profile_from_dict(
+        {
+            "name": "cpu-x",
+            "device": "cpu",
+            "fast_inference": False,
+            "load_in_4bit": False,
+            "optim": "adamw_torch",
+            "per_device_train_batch_size": 4,
+            "max_prompt_length": 128,
+            "max_completion_length": 128,
+            "max_seq_length": 256,
+            "dataset": "arithmetic",
+        },
+        "<test>",
+    )
     r = read_oom(oom_message(profile, vocab_size=151936, total_gib=24.0))
     assert r.kind == oom.KIND_CUDA
     assert r.asked_gib == pytest.approx(4 * 256 * 151936 * 4 / 2**30, abs=0.01)
@@ -272,6 +306,7 @@ def test_injected_message_reads_like_a_real_one():
 
 # The spellings of an out-of-memory failure that the pinned vLLM 0.32 and unsloth_zoo raise besides PyTorch's,
 # each in its upstream wording (vLLM's strings as its sources and its cumem_allocator library format them).
+
 
 def test_standby_wake_up_out_of_memory_is_an_oom():
     # vLLM's cumem allocator ("CUDA Error: %s at %s:%d", the driver's error string) re-maps the sleeping KV cache
@@ -295,32 +330,48 @@ def test_unsloths_standby_start_failure_is_vllm_not_host_ram():
     r = read_oom(text("unsloth_standby_start.txt"))
     assert r.kind == oom.KIND_VLLM and r.site == oom_site.SITE_VLLM_START
     assert r.vllm_problem == oom.VLLM_SHARE_TOO_LARGE
-    only_unsloth = "MemoryError: Unsloth: Your GPU ran out of memory loading vLLM with standby mode enabled.\n" \
-                   "Your GPU has 22.0 GB VRAM with gpu_memory_utilization=0.784.\n"
+    only_unsloth = (
+        "MemoryError: Unsloth: Your GPU ran out of memory loading vLLM with standby mode enabled.\n"
+        "Your GPU has 22.0 GB VRAM with gpu_memory_utilization=0.784.\n"
+    )
     r = read_oom(only_unsloth)
     assert (r.kind, r.total_gib, r.utilization) == (oom.KIND_VLLM, 22.0, 0.784)
 
 
 def test_vllm_032_start_up_refusals_in_their_own_words():
-    free = ("ValueError: Free memory on device cuda:0 (5.21/23.55 GiB) on startup is less than desired GPU memory "
-            "utilization (0.7, 16.49 GiB). Decrease GPU memory utilization or reduce GPU memory used by other "
-            "processes.")
+    free = (
+        "ValueError: Free memory on device cuda:0 (5.21/23.55 GiB) on startup is less than desired GPU memory "
+        "utilization (0.7, 16.49 GiB). Decrease GPU memory utilization or reduce GPU memory used by other "
+        "processes."
+    )
     r = read_oom(free)
-    assert (r.kind, r.vllm_problem, r.free_gib, r.total_gib, r.utilization, r.asked_gib) == \
-        (oom.KIND_VLLM, oom.VLLM_SHARE_TOO_LARGE, 5.21, 23.55, 0.7, 16.49)
-    kv = ("ValueError: To serve at least one request with the model's max seq len (1792), (0.22 GiB KV cache is "
-          "needed, which is larger than the available KV cache memory (0.1 GiB). Based on the available memory, "
-          "the estimated maximum model length is 816. Try increasing `gpu_memory_utilization` (which also "
-          "controls CPU memory on the CPU backend) or decreasing `max_model_len` when initializing the engine. "
-          "See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.")
+    assert (r.kind, r.vllm_problem, r.free_gib, r.total_gib, r.utilization, r.asked_gib) == (
+        oom.KIND_VLLM,
+        oom.VLLM_SHARE_TOO_LARGE,
+        5.21,
+        23.55,
+        0.7,
+        16.49,
+    )
+    kv = (
+        "ValueError: To serve at least one request with the model's max seq len (1792), (0.22 GiB KV cache is "
+        "needed, which is larger than the available KV cache memory (0.1 GiB). Based on the available memory, "
+        "the estimated maximum model length is 816. Try increasing `gpu_memory_utilization` (which also "
+        "controls CPU memory on the CPU backend) or decreasing `max_model_len` when initializing the engine. "
+        "See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
+    )
     r = read_oom(kv)
     assert (r.vllm_problem, r.max_model_len, r.asked_gib, r.free_gib) == (oom.VLLM_SHARE_TOO_SMALL, 1792, 0.22, 0.1)
-    blocks = ("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
-              "initializing the engine (this flag also controls CPU memory reservation on the CPU backend, "
-              "despite its name). See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more "
-              "details.")
+    blocks = (
+        "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+        "initializing the engine (this flag also controls CPU memory reservation on the CPU backend, "
+        "despite its name). See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more "
+        "details."
+    )
     assert read_oom(blocks).vllm_problem == oom.VLLM_SHARE_TOO_SMALL
-    sampler = ("RuntimeError: CUDA out of memory occurred when warming up sampler with 256 dummy requests. Please "
-               "try lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine.")
+    sampler = (
+        "RuntimeError: CUDA out of memory occurred when warming up sampler with 256 dummy requests. Please "
+        "try lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine."
+    )
     r = read_oom(sampler)
     assert (r.kind, r.site, r.vllm_problem) == (oom.KIND_VLLM, oom_site.SITE_VLLM_START, oom.VLLM_SHARE_TOO_LARGE)

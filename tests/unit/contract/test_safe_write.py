@@ -85,10 +85,28 @@ def test_write_atomic_keeps_the_old_file_when_the_disk_is_full(small_disk):
 def test_e2e_full_disk_ends_with_one_line_and_nothing_poisoned(small_disk, tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("FAKE_CHILD_PLAN", "GRPO_INJECT_OOM")}
     env["GRPO_TRAIN_CACHE"] = str(tmp_path / "cache")  # the tiny model is built off the small disk
-    done = subprocess.run([sys.executable, str(ROOT / "train.py"), "--auto", "--set", "max_steps=4", "--set",
-                           "save_steps=2", "--set", "eval_samples=0", "--set", "train_samples=16",
-                           "--output-dir", str(small_disk)], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "train.py"),
+            "--auto",
+            "--set",
+            "max_steps=4",
+            "--set",
+            "save_steps=2",
+            "--set",
+            "eval_samples=0",
+            "--set",
+            "train_samples=16",
+            "--output-dir",
+            str(small_disk),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     output = done.stdout + done.stderr
     assert done.returncode == 1, output[-4000:]
     assert "Traceback" not in output, output[-4000:]

@@ -29,15 +29,18 @@ end_within_grace(3, grace_s=0.5)
 
 
 def test_a_thread_left_running_does_not_hold_the_attempts_exit():
-    done = subprocess.run([sys.executable, "-c", LINGERING.format(repo=str(REPO))], capture_output=True, text=True,
-                          timeout=300)  # a safety net: without the watchdog this never ends
+    done = subprocess.run(
+        [sys.executable, "-c", LINGERING.format(repo=str(REPO))], capture_output=True, text=True, timeout=300
+    )  # a safety net: without the watchdog this never ends
     assert done.returncode == 3
     assert "threads still running: 'left-by-a-reward' (time.sleep)" in done.stderr
 
 
 def test_a_process_without_stray_threads_exits_as_usual():
-    code = ("import sys; sys.path.insert(0, %r)\nfrom trainer.run import end_within_grace\n"
-            "end_within_grace(0, grace_s=600)\nsys.exit(4)" % str(REPO))
+    code = (
+        f"import sys; sys.path.insert(0, {str(REPO)!r})\nfrom trainer.run import end_within_grace\n"
+        "end_within_grace(0, grace_s=600)\nsys.exit(4)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 4 and "note:" not in done.stderr  # the watchdog (a daemon) held nothing up
 
@@ -54,14 +57,30 @@ def test_the_supervisor_ends_an_attempt_that_lingers_after_its_outcome(tmp_path,
     monkeypatch.setattr(child, "KILL_AFTER_S", 0.5)
     monkeypatch.setattr(child, "OUTCOME_POLL_S", 0.1)
     monkeypatch.setenv("FAKE_CHILD_PLAN", json.dumps({"a": {"do": "linger"}}))
-    profile = profile_from_dict(dict(device="cpu", model="tiny", fast_inference=False, load_in_4bit=False,
-                                     optim="adamw_torch", dataset="arithmetic", max_seq_length=256,
-                                     max_prompt_length=128, max_steps=4, save_steps=2, eval_samples=0, name="a",
-                                     num_generations=4, max_completion_length=64, per_device_train_batch_size=4),
-                                "<test a>")
+    profile = profile_from_dict(
+        dict(
+            device="cpu",
+            model="tiny",
+            fast_inference=False,
+            load_in_4bit=False,
+            optim="adamw_torch",
+            dataset="arithmetic",
+            max_seq_length=256,
+            max_prompt_length=128,
+            max_steps=4,
+            save_steps=2,
+            eval_samples=0,
+            name="a",
+            num_generations=4,
+            max_completion_length=64,
+            per_device_train_batch_size=4,
+        ),
+        "<test a>",
+    )
     plan = make_plan([profile], Machine(gpus=[], message="test", host_ram_gib=24.0, host_free_gib=20.0))
-    code = supervise(plan, output_dir=tmp_path / "out", child_command=FAKE_CHILD,
-                     console=Console(file=io.StringIO(), width=200))
+    code = supervise(
+        plan, output_dir=tmp_path / "out", child_command=FAKE_CHILD, console=Console(file=io.StringIO(), width=200)
+    )
     assert code == 0
     (run_dir,) = (tmp_path / "out").glob("run-*")
     (record,) = read_attempts(run_dir)
@@ -111,8 +130,12 @@ def test_a_signal_during_the_first_use_build_stops_it_at_once(tmp_path):
     import time
 
     ready = tmp_path / "building"
-    proc = subprocess.Popen([sys.executable, "-c", BUILDING.format(repo=str(REPO), ready=str(ready))],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", BUILDING.format(repo=str(REPO), ready=str(ready))],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     while not ready.exists():  # bounded by progress: the process must still be on its way there
         assert proc.poll() is None, proc.stderr.read()
         time.sleep(0.05)

@@ -16,11 +16,11 @@ import pytest
 import yaml
 
 from contract import attempt as contract
-from launcher.run import distributed as dist
-from launcher.card import topology as topo
-from launcher.run import vllm_server as vs
 from contract.errors import UsageError
+from launcher.card import topology as topo
 from launcher.memory.estimate import ZERO3_MAX_LIVE_ELEMENTS, ZERO3_PREFETCH_ELEMENTS, ZERO_BUCKET_ELEMENTS
+from launcher.run import distributed as dist
+from launcher.run import vllm_server as vs
 from profiles.load import load_profile
 
 REPO = Path(__file__).resolve().parents[3]
@@ -40,6 +40,7 @@ def write_profile(p, attempt_dir: Path) -> None:
 # ---------------------------------------------------------------------------------------------------
 # Topology and GPU assignment
 
+
 def test_topology_defaults_to_one_machine():
     assert topo.topology({}) == topo.Topology(1, 0, "127.0.0.1", None)
 
@@ -49,12 +50,17 @@ def test_topology_of_a_multi_node_run():
     assert topo.topology(env) == topo.Topology(4, 3, "10.1.2.3", 29500)
 
 
-@pytest.mark.parametrize("env, words", [
-    ({"GRPO_NUM_MACHINES": "2"}, "GRPO_MAIN_ADDRESS must name machine 0"),
-    ({"GRPO_NUM_MACHINES": "2", "GRPO_MACHINE_RANK": "2", "GRPO_MAIN_ADDRESS": "h"},
-     "GRPO_MACHINE_RANK=2: must be between 0 and 1"),
-    ({"GRPO_NUM_MACHINES": "two"}, "GRPO_NUM_MACHINES='two': expected a whole number"),
-])
+@pytest.mark.parametrize(
+    "env, words",
+    [
+        ({"GRPO_NUM_MACHINES": "2"}, "GRPO_MAIN_ADDRESS must name machine 0"),
+        (
+            {"GRPO_NUM_MACHINES": "2", "GRPO_MACHINE_RANK": "2", "GRPO_MAIN_ADDRESS": "h"},
+            "GRPO_MACHINE_RANK=2: must be between 0 and 1",
+        ),
+        ({"GRPO_NUM_MACHINES": "two"}, "GRPO_NUM_MACHINES='two': expected a whole number"),
+    ],
+)
 def test_bad_topology_is_refused(env, words):
     with pytest.raises(UsageError, match=words):
         topo.topology(env)
@@ -80,6 +86,7 @@ def test_on_two_machines_each_trains_half_and_only_machine_0_serves():
 
 # ---------------------------------------------------------------------------------------------------
 # Configuration files
+
 
 @pytest.mark.parametrize("stage", [1, 2, 3])
 def test_deepspeed_config_uses_the_estimators_buckets(stage):
@@ -118,8 +125,12 @@ def test_launch_files_for_zero2(tmp_path):
 
 def test_launch_files_for_ddp_and_multi_node(tmp_path):
     p = profile("multi-4x80gb-qwen2.5-14b")
-    env = {"GRPO_NUM_MACHINES": "3", "GRPO_MACHINE_RANK": "1", "GRPO_MAIN_ADDRESS": "10.0.0.1",
-           "GRPO_MAIN_PORT": "29611"}
+    env = {
+        "GRPO_NUM_MACHINES": "3",
+        "GRPO_MACHINE_RANK": "1",
+        "GRPO_MAIN_ADDRESS": "10.0.0.1",
+        "GRPO_MAIN_PORT": "29611",
+    }
     config = yaml.safe_load(dist.write_launch_files(p, tmp_path, env=env).read_text())
     assert config["distributed_type"] == "MULTI_GPU"
     assert (config["num_processes"], config["num_machines"], config["machine_rank"]) == (3, 3, 1)
@@ -134,9 +145,11 @@ def test_launch_files_for_ddp_and_multi_node(tmp_path):
 def test_accelerate_reads_the_generated_files(tmp_path):
     from accelerate.commands.config.config_args import load_config_from_file
 
-    for name, overrides, kind in (("multi-8x80gb-qwen2.5-14b", ("zero_stage=2", "optim=adamw_torch"), "DEEPSPEED"),
-                                  ("multi-4x80gb-qwen2.5-14b", (), "MULTI_GPU"),
-                                  ("cpu-tiny-4gen", ("num_gpus=2",), "MULTI_GPU")):
+    for name, overrides, kind in (
+        ("multi-8x80gb-qwen2.5-14b", ("zero_stage=2", "optim=adamw_torch"), "DEEPSPEED"),
+        ("multi-4x80gb-qwen2.5-14b", (), "MULTI_GPU"),
+        ("cpu-tiny-4gen", ("num_gpus=2",), "MULTI_GPU"),
+    ):
         folder = tmp_path / name
         config = load_config_from_file(str(dist.write_launch_files(profile(name, *overrides), folder, env={})))
         assert str(config.distributed_type).endswith(kind)
@@ -146,11 +159,21 @@ def test_accelerate_reads_the_generated_files(tmp_path):
 # ---------------------------------------------------------------------------------------------------
 # The attempt's command and environment
 
+
 def test_single_gpu_command_is_the_plain_script(tmp_path):
     p = profile("gpu-24gb-llama3.1-8b")
     argv = dist.attempt_argv(p, tmp_path, "ckpt/checkpoint-50", python="py")
-    assert argv == ["py", TRAIN_PY, "attempt", "--profile", str(tmp_path / "profile.yaml"), "--attempt-dir", str(tmp_path),
-                    "--resume-from", "ckpt/checkpoint-50"]
+    assert argv == [
+        "py",
+        TRAIN_PY,
+        "attempt",
+        "--profile",
+        str(tmp_path / "profile.yaml"),
+        "--attempt-dir",
+        str(tmp_path),
+        "--resume-from",
+        "ckpt/checkpoint-50",
+    ]
     assert not (tmp_path / "accelerate.yaml").exists()
     assert dist.launch_env(p, {"A": "1"}) == {"A": "1"}
 
@@ -162,8 +185,19 @@ def test_distributed_command_goes_through_accelerate(tmp_path):
     assert not (tmp_path / "unwritten").exists()
     config = dist.write_launch_files(p, tmp_path, env={})
     argv = dist.attempt_argv(p, tmp_path, python="py", launch_config=config)
-    assert argv == ["py", "-m", "accelerate.commands.launch", "--config_file", str(tmp_path / "accelerate.yaml"),
-                    TRAIN_PY, "attempt", "--profile", str(tmp_path / "profile.yaml"), "--attempt-dir", str(tmp_path)]
+    assert argv == [
+        "py",
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(tmp_path / "accelerate.yaml"),
+        TRAIN_PY,
+        "attempt",
+        "--profile",
+        str(tmp_path / "profile.yaml"),
+        "--attempt-dir",
+        str(tmp_path),
+    ]
     env = dist.launch_env(p, {"UNSLOTH_VLLM_STANDBY": "1", "GRPO_VLLM_PORT": "8123"})
     assert env["GRPO_TRAIN_NO_UNSLOTH"] == "1" and "UNSLOTH_VLLM_STANDBY" not in env
     assert (env["GRPO_VLLM_HOST"], env["GRPO_VLLM_PORT"], env["GRPO_VLLM_GROUP_PORT"]) == ("127.0.0.1", "8123", "51216")
@@ -178,9 +212,15 @@ def test_server_command_matches_trl_vllm_serve():
     argv = vs.server_command(p, 8011, python="py")
     assert argv[:4] == ["py", "-m", "trl.cli.main", "vllm-serve"]
     options = dict(zip(argv[4::2], argv[5::2]))
-    assert options == {"--model": "unsloth/Qwen2.5-14B-Instruct", "--tensor_parallel_size": "2",
-                       "--data_parallel_size": "1", "--host": "0.0.0.0", "--port": "8011",
-                       "--gpu_memory_utilization": "0.9", "--max_model_len": "2304"}
+    assert options == {
+        "--model": "unsloth/Qwen2.5-14B-Instruct",
+        "--tensor_parallel_size": "2",
+        "--data_parallel_size": "1",
+        "--host": "0.0.0.0",
+        "--port": "8011",
+        "--gpu_memory_utilization": "0.9",
+        "--max_model_len": "2304",
+    }
     fields = set(ScriptArguments.__dataclass_fields__)
     assert {o[2:] for o in options} <= fields
 
@@ -216,8 +256,11 @@ def test_server_that_exits_is_a_clear_error(tmp_path):
     command = [sys.executable, "-c", "import sys; print('CUDA out of memory while loading'); sys.exit(7)"]
     server = vs.VllmServer(profile("multi-2x24gb-llama3.1-8b"), tmp_path, ["1"], command=command)
     server.start()
-    with pytest.raises(vs.ServerError, match=r"exited with status 7 before it answered .*\n"
-                                               r"CUDA out of memory while loading"):
+    with pytest.raises(
+        vs.ServerError,
+        match=r"exited with status 7 before it answered .*\n"
+        r"CUDA out of memory while loading",
+    ):
         server.wait_healthy(timeout=30, interval=0.1)
 
 
@@ -246,14 +289,24 @@ def test_start_server_uses_the_server_gpus_and_port(tmp_path):
 # ---------------------------------------------------------------------------------------------------
 # Several ranks, one outcome
 
+
 def outcome(status, steps=5, peak=1.0, error=None, checkpoint=None):
-    return {"status": status, "steps": steps, "checkpoint": checkpoint, "error": error, "error_text": error,
-            "traceback": None, "peak_gib": peak, "estimate_gib": 2.0}
+    return {
+        "status": status,
+        "steps": steps,
+        "checkpoint": checkpoint,
+        "error": error,
+        "error_text": error,
+        "traceback": None,
+        "peak_gib": peak,
+        "estimate_gib": 2.0,
+    }
 
 
 def test_an_oom_in_any_rank_is_the_attempts_oom(tmp_path):
-    (tmp_path / "outcome.json").write_text(json.dumps(outcome("interrupted", 7, 10.0, "stopped by a signal",
-                                                              "d/checkpoint-5")))
+    (tmp_path / "outcome.json").write_text(
+        json.dumps(outcome("interrupted", 7, 10.0, "stopped by a signal", "d/checkpoint-5"))
+    )
     (tmp_path / "outcome-rank1.json").write_text(json.dumps(outcome("ok", 7, 11.0)))
     (tmp_path / "outcome-rank2.json").write_text(json.dumps(outcome("oom", 6, 12.5, "CUDA out of memory.")))
     merged = contract.merge_outcomes(tmp_path)
@@ -312,8 +365,7 @@ RECORDER = textwrap.dedent("""
 @pytest.mark.slow
 def test_two_process_data_parallel_grpo_on_cpu(tmp_path):
     attempt = tmp_path / "attempt-01-cpu-tiny-4gen"
-    p = profile("cpu-tiny-4gen", "num_gpus=2", "max_steps=3", "save_steps=3", "eval_samples=0",
-                "train_samples=64")
+    p = profile("cpu-tiny-4gen", "num_gpus=2", "max_steps=3", "save_steps=3", "eval_samples=0", "train_samples=64")
     assert p.distributed
     write_profile(p, attempt)
     argv = dist.attempt_argv(p, attempt, launch_config=dist.write_launch_files(p, attempt, env={}))
@@ -366,7 +418,8 @@ def test_children_get_sigterm_when_the_supervisor_is_killed():
         "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'],\n"
         "                         preexec_fn=parent_death_signal(), start_new_session=True)\n"
         "print(child.pid, flush=True)\n"
-        "time.sleep(120)\n")
+        "time.sleep(120)\n"
+    )
     parent = subprocess.Popen([sys.executable, "-c", parent_code], cwd=REPO, stdout=subprocess.PIPE, text=True)
     child_pid = int(parent.stdout.readline())
     os.kill(parent.pid, signal.SIGKILL)

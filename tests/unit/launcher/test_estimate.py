@@ -16,11 +16,19 @@ Tolerances, and why:
 
 import pytest
 
-from profiles.catalog import resolve
-from launcher.memory.estimate import (CUDA_CONTEXT_GIB, GIB, NF4_BYTES, PYTHON_RUNTIME_GIB, estimate,
-                               standby_utilisation, vllm_workspace_bytes, STANDBY_UTILISATION,
-                               STANDBY_HEADROOM)
 from launcher.card.detect import GpuInfo
+from launcher.memory.estimate import (
+    CUDA_CONTEXT_GIB,
+    GIB,
+    NF4_BYTES,
+    PYTHON_RUNTIME_GIB,
+    STANDBY_HEADROOM,
+    STANDBY_UTILISATION,
+    estimate,
+    standby_utilisation,
+    vllm_workspace_bytes,
+)
+from profiles.catalog import resolve
 from profiles.load import profile_from_dict
 
 
@@ -40,6 +48,7 @@ LLAMA8 = resolve("meta-llama/Llama-3.1-8B-Instruct")
 # ---------------------------------------------------------------------------------------------------
 # Hand computations
 
+
 def test_weights_4bit_keep_embeddings_16bit():
     est = estimate(make(model="unsloth/gemma-3-1b-it", load_in_4bit=True), gpu=card(16))
     linear = 26 * (1152 * 1024 + 2 * 1152 * 256 + 1024 * 1152 + 3 * 1152 * 6912)
@@ -52,15 +61,26 @@ def test_weights_16bit_and_an_untied_lm_head():
     assert est.components["weights"] == pytest.approx(2 * LLAMA8.computed_params / GIB, rel=1e-9)
     four = estimate(make(model="unsloth/Llama-3.1-8B-Instruct"), gpu=card(80)).components["weights"]
     # embeddings and lm_head (2 x 128256 x 4096) stay 16-bit in 4-bit loading
-    assert four == pytest.approx((LLAMA8.linear_params * NF4_BYTES + (2 * 128256 * 4096 + LLAMA8.norm_params) * 2)
-                                 / GIB, rel=1e-9)
+    assert four == pytest.approx(
+        (LLAMA8.linear_params * NF4_BYTES + (2 * 128256 * 4096 + LLAMA8.norm_params) * 2) / GIB, rel=1e-9
+    )
 
 
 def test_components_add_up_to_the_total():
     est = estimate(make(model="unsloth/Llama-3.2-3B-Instruct"), gpu=card(16))
     assert est.total_gib == pytest.approx(sum(est.components.values()), rel=1e-12)
-    assert set(est.components) == {"weights", "lora", "gradients", "optimizer", "reference", "activations",
-                                   "activation_checkpoints", "logits", "cuda_context", "vllm_cache"}
+    assert set(est.components) == {
+        "weights",
+        "lora",
+        "gradients",
+        "optimizer",
+        "reference",
+        "activations",
+        "activation_checkpoints",
+        "logits",
+        "cuda_context",
+        "vllm_cache",
+    }
 
 
 def test_lora_gradients_and_optimizer_by_kind():
@@ -68,7 +88,7 @@ def test_lora_gradients_and_optimizer_by_kind():
     trainable = resolve("meta-llama/Llama-3.2-3B-Instruct").lora_params(16, make(**base).target_modules)
     for optim, per_param in (("adamw_torch", 8), ("adamw_8bit", 2), ("paged_adamw_8bit", 2), ("sgd", 0)):
         c = estimate(make(**base, optim=optim), gpu=card(24)).components
-        assert c["lora"] == pytest.approx(4 * trainable / GIB)       # fp32 adapters
+        assert c["lora"] == pytest.approx(4 * trainable / GIB)  # fp32 adapters
         assert c["gradients"] == pytest.approx(4 * trainable / GIB)
         assert c["optimizer"] == pytest.approx(per_param * trainable / GIB)
 
@@ -87,8 +107,15 @@ def test_reference_copy_only_for_full_finetuning_with_beta():
 
 
 def test_activations_with_and_without_checkpointing():
-    keys = dict(model="unsloth/Llama-3.2-3B-Instruct", per_device_train_batch_size=4, gradient_accumulation_steps=1,
-                num_generations=4, max_prompt_length=256, max_completion_length=768, max_seq_length=1024)
+    keys = dict(
+        model="unsloth/Llama-3.2-3B-Instruct",
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=1,
+        num_generations=4,
+        max_prompt_length=256,
+        max_completion_length=768,
+        max_seq_length=1024,
+    )
     tokens = 4 * 1024
     h, q, kv, i, layers = 3072, 3072, 1024, 8192, 28
     per_layer_token = 2 * (4 * h + 2 * q + 2 * kv + 3 * i)  # Unsloth's fused kernels
@@ -137,9 +164,16 @@ def test_standby_uses_unsloths_tier_and_lends_the_kv_cache():
 
 
 def test_without_vllm_the_generate_kv_cache_is_counted():
-    keys = dict(model="unsloth/Llama-3.1-8B-Instruct", fast_inference=False, per_device_train_batch_size=2,
-                gradient_accumulation_steps=4, num_generations=8, max_prompt_length=256,
-                max_completion_length=768, max_seq_length=1024)
+    keys = dict(
+        model="unsloth/Llama-3.1-8B-Instruct",
+        fast_inference=False,
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=4,
+        num_generations=8,
+        max_prompt_length=256,
+        max_completion_length=768,
+        max_seq_length=1024,
+    )
     est = estimate(make(**keys), gpu=card(24))
     assert "vllm_cache" not in est.components and est.vllm_share_gib is None
     assert est.components["generate_kv_cache"] == pytest.approx(8 * 1024 * 128 * 1024 / GIB)  # 1 GiB
@@ -166,10 +200,18 @@ def test_card_unknown_counts_the_least_vllm_share():
 # ---------------------------------------------------------------------------------------------------
 # Public figures (memory.md)
 
+
 def unsloth_20k(**extra):
-    keys = dict(model="unsloth/Llama-3.1-8B-Instruct", num_generations=8, per_device_train_batch_size=8,
-                gradient_accumulation_steps=1, max_prompt_length=8, max_completion_length=20480,
-                max_seq_length=20488, gradient_checkpointing="true")
+    keys = dict(
+        model="unsloth/Llama-3.1-8B-Instruct",
+        num_generations=8,
+        per_device_train_batch_size=8,
+        gradient_accumulation_steps=1,
+        max_prompt_length=8,
+        max_completion_length=20480,
+        max_seq_length=20488,
+        gradient_checkpointing="true",
+    )
     keys.update(extra)
     return make(**keys)
 
@@ -179,6 +221,7 @@ def test_unsloth_8b_20k_logits_9_8_gib():
     assert est.components["logits"] == pytest.approx(9.8, rel=0.01)
     # the TRL it compared with materialised all 8 generations: its "78.3" is two 16-bit tensors of that batch
     from launcher.memory.estimate import logits_bytes
+
     materialised = logits_bytes(8, 20480, LLAMA8.vocab, "trl") / GIB
     assert materialised * 4 / 12 == pytest.approx(78.3, rel=0.01)
     # TRL 1.15's chunked head never holds them: one 4096 x 32768 tile, the scored hidden states and their
@@ -207,14 +250,26 @@ def test_trl_3678_logits_310_mb_and_log_prob_peak_902_mb():
     fp32_logits = 2 * 256 * vocab * 4
     assert fp32_logits / 1e6 == pytest.approx(310, rel=0.01)
     from launcher.memory.estimate import logits_bytes
+
     assert logits_bytes(2, 256, vocab, "trl") / 1e6 == pytest.approx(902, rel=0.15)
     assert tiny_qwen.vocab == 151936  # the catalogue's Qwen has padding rows; the test model does not
 
 
-OXEN = dict(load_in_4bit=False, fast_inference=False, lora_rank=16, lora_alpha=64, num_generations=4,
-            per_device_train_batch_size=4, gradient_accumulation_steps=4, max_prompt_length=256,
-            max_completion_length=786, max_seq_length=1042, optim="adamw_torch", gradient_checkpointing="false",
-            beta=0.04)
+OXEN = dict(
+    load_in_4bit=False,
+    fast_inference=False,
+    lora_rank=16,
+    lora_alpha=64,
+    num_generations=4,
+    per_device_train_batch_size=4,
+    gradient_accumulation_steps=4,
+    max_prompt_length=256,
+    max_completion_length=786,
+    max_seq_length=1042,
+    optim="adamw_torch",
+    gradient_checkpointing="false",
+    beta=0.04,
+)
 
 
 def oxen(model, **extra):
@@ -223,17 +278,21 @@ def oxen(model, **extra):
     profile = make(model=model, **{**OXEN, **extra})
     est = estimate(profile, gpu=card(80), backend="trl")
     from launcher.memory.estimate import logits_bytes
+
     materialised = logits_bytes(4, profile.max_completion_length, resolve(model).vocab, "trl") / GIB
     return est.total_gib - est.components["logits"] + materialised
 
 
-@pytest.mark.parametrize("models, published_gb", [
-    (["Qwen/Qwen2.5-0.5B-Instruct"], 13),
-    (["meta-llama/Llama-3.2-1B-Instruct"], 16),
-    # the "3B" label is one of two checkpoints (unpublished which): one of them must match
-    (["meta-llama/Llama-3.2-3B-Instruct", "Qwen/Qwen2.5-3B-Instruct"], 32),
-    (["meta-llama/Llama-3.1-8B-Instruct"], 58),
-])
+@pytest.mark.parametrize(
+    "models, published_gb",
+    [
+        (["Qwen/Qwen2.5-0.5B-Instruct"], 13),
+        (["meta-llama/Llama-3.2-1B-Instruct"], 16),
+        # the "3B" label is one of two checkpoints (unpublished which): one of them must match
+        (["meta-llama/Llama-3.2-3B-Instruct", "Qwen/Qwen2.5-3B-Instruct"], 32),
+        (["meta-llama/Llama-3.1-8B-Instruct"], 58),
+    ],
+)
 def test_oxen_lora_column(models, published_gb):
     published = published_gb * 1e9 / GIB
     estimates = {m: oxen(m) for m in models}
@@ -244,13 +303,16 @@ def test_oxen_lora_14b_is_not_underestimated():
     assert oxen("Qwen/Qwen2.5-14B-Instruct") >= 69e9 / GIB
 
 
-@pytest.mark.parametrize("extra, model, ran_out", [
-    (dict(optim="adamw_torch"), "meta-llama/Llama-3.1-8B-Instruct", True),
-    (dict(optim="adamw_8bit"), "meta-llama/Llama-3.1-8B-Instruct", True),
-    (dict(optim="adamw_8bit", gradient_checkpointing="true"), "meta-llama/Llama-3.1-8B-Instruct", False),
-    (dict(optim="adamw_8bit", gradient_checkpointing="true"), "Qwen/Qwen2.5-14B-Instruct", True),
-    (dict(optim="adamw_torch"), "Qwen/Qwen2.5-3B-Instruct", False),
-])
+@pytest.mark.parametrize(
+    "extra, model, ran_out",
+    [
+        (dict(optim="adamw_torch"), "meta-llama/Llama-3.1-8B-Instruct", True),
+        (dict(optim="adamw_8bit"), "meta-llama/Llama-3.1-8B-Instruct", True),
+        (dict(optim="adamw_8bit", gradient_checkpointing="true"), "meta-llama/Llama-3.1-8B-Instruct", False),
+        (dict(optim="adamw_8bit", gradient_checkpointing="true"), "Qwen/Qwen2.5-14B-Instruct", True),
+        (dict(optim="adamw_torch"), "Qwen/Qwen2.5-3B-Instruct", False),
+    ],
+)
 def test_oxen_full_finetune_oom_verdicts_at_80_gb(extra, model, ran_out):
     # The full fine-tuning columns are held only for OOM or not: their AdamW -> 8-bit savings (9, 12, 6 GB
     # at 0.5B, 1B, 3B) shrink with size where the physics (2 bytes per parameter for bf16 moments) grows
@@ -265,37 +327,59 @@ def test_oxen_full_finetune_oom_verdicts_at_80_gb(extra, model, ran_out):
 # The trl path (plain TRL 1.15 + PEFT) by hand; tests/unit/launcher/test_estimator_simulation.py holds it against a
 # simulated step
 
+
 def test_trl_path_by_hand_lora_llama_1b():
-    keys = dict(model="meta-llama/Llama-3.2-1B-Instruct", load_in_4bit=False, fast_inference=False, lora_rank=16,
-                per_device_train_batch_size=2, gradient_accumulation_steps=1, num_generations=2,
-                max_prompt_length=256, max_completion_length=768, max_seq_length=1024, optim="adamw_torch")
-    h, q, i, heads, layers, vocab, s = 2048, 2048, 8192, 32, 16, 128256, 1024
+    keys = dict(
+        model="meta-llama/Llama-3.2-1B-Instruct",
+        load_in_4bit=False,
+        fast_inference=False,
+        lora_rank=16,
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=1,
+        num_generations=2,
+        max_prompt_length=256,
+        max_completion_length=768,
+        max_seq_length=1024,
+        optim="adamw_torch",
+    )
+    h, q, i, heads, layers, s = 2048, 2048, 8192, 32, 16, 1024
     tokens = 2 * s
     lora = 16 * layers * ((h + q) * 2 + (h + 512) * 2 + (h + i) * 2 + (i + h))
-    block = (4 * 2 * h                       # fp32 input of the two RMSNorms
-             + 2 * 4 * q + 4 * heads + 2 * s  # rotated q, k and v repeated to 32 heads, output; lse; mask row
-             + 2 * 3 * i                      # gate, up, silu(gate)
-             + 2 * (5 * h + q + i))           # PEFT's 16-bit copy of each adapted layer's input
+    block = (
+        4 * 2 * h  # fp32 input of the two RMSNorms
+        + 2 * 4 * q
+        + 4 * heads
+        + 2 * s  # rotated q, k and v repeated to 32 heads, output; lse; mask row
+        + 2 * 3 * i  # gate, up, silu(gate)
+        + 2 * (5 * h + q + i)
+    )  # PEFT's 16-bit copy of each adapted layer's input
     head = 4096 * 32768 * 2 if 2 * 768 > 4096 else 2 * 768 * 32768 * 2
-    head += 2 * 768 * (h * 8 + 32)            # scored hidden states, their fp32 gradient and its 16-bit cast
+    head += 2 * 768 * (h * 8 + 32)  # scored hidden states, their fp32 gradient and its 16-bit cast
     off = estimate(make(**keys, gradient_checkpointing="false"), gpu=card(80), backend="trl").components
     assert off["activations"] == pytest.approx((layers * tokens * block + tokens * 2 * h + 2 * lora) / GIB)
     assert off["logits"] == pytest.approx(head / GIB)
     assert off["optimizer_step"] == pytest.approx(4 * lora / GIB)  # foreach AdamW: one fp32 moment's size
-    assert off["peak_overlap"] == pytest.approx(-4 * lora / GIB)   # ... once the pass is over
+    assert off["peak_overlap"] == pytest.approx(-4 * lora / GIB)  # ... once the pass is over
     on = estimate(make(**keys, gradient_checkpointing="true"), gpu=card(80), backend="trl").components
     assert on["activation_checkpoints"] == pytest.approx(
-        (layers * tokens * 2 * h + tokens * (6 * h + s) + 2 * lora) / GIB)
+        (layers * tokens * 2 * h + tokens * (6 * h + s) + 2 * lora) / GIB
+    )
     assert on["activations"] == pytest.approx(tokens * (block + 8 * i + 2 * h) / GIB)
     assert on["peak_overlap"] == pytest.approx(-(head + 4 * lora) / GIB)  # head and recompute take turns
 
 
 def test_trl_full_finetuning_keeps_bf16_moments_and_peaks_at_the_step():
-    keys = dict(model="Qwen/Qwen2.5-0.5B-Instruct", load_in_4bit=False, fast_inference=False, lora_rank=0,
-                optim="adamw_torch", gradient_checkpointing="true")
+    keys = dict(
+        model="Qwen/Qwen2.5-0.5B-Instruct",
+        load_in_4bit=False,
+        fast_inference=False,
+        lora_rank=0,
+        optim="adamw_torch",
+        gradient_checkpointing="true",
+    )
     params = resolve("Qwen/Qwen2.5-0.5B-Instruct").computed_params
     c = estimate(make(**keys), gpu=card(80), backend="trl").components
-    assert c["optimizer"] == pytest.approx(4 * params / GIB)       # two bf16 moments
+    assert c["optimizer"] == pytest.approx(4 * params / GIB)  # two bf16 moments
     assert c["optimizer_step"] == pytest.approx(2 * params / GIB)  # foreach: one bf16 moment's size
     training = c["weights"] + c["gradients"] + c["optimizer"] + c["optimizer_step"]
     rest = sum(v for k, v in c.items() if k not in ("cuda_context", "generate_kv_cache"))
@@ -336,8 +420,17 @@ def test_standby_tiers_are_unsloths_own():
     assert list(STANDBY_UTILISATION) == steps and STANDBY_HEADROOM == factor
 
 
-@pytest.mark.parametrize("total, share", [(39.39, 0.9 * 0.95), (23.99, 0.825 * 0.95), (47.5, 0.925 * 0.95),
-                                          (14.57, 0.8 * 0.95), (79.19, 0.925 * 0.95), (7.66, 0.75 * 0.95)])
+@pytest.mark.parametrize(
+    "total, share",
+    [
+        (39.39, 0.9 * 0.95),
+        (23.99, 0.825 * 0.95),
+        (47.5, 0.925 * 0.95),
+        (14.57, 0.8 * 0.95),
+        (79.19, 0.925 * 0.95),
+        (7.66, 0.75 * 0.95),
+    ],
+)
 def test_standby_share_is_unsloths_step_of_free_memory(total, share):
     # A100-40, 24 GB, 48 GB, T4, H100, 8 GB: Unsloth's step, taken of the memory free when vLLM starts
     assert standby_utilisation(total) == pytest.approx(share)
@@ -359,8 +452,17 @@ def test_gemma3_below_compute_capability_8_is_planned_in_float32_as_unsloth_trai
     from profiles.load import load_profile
 
     def with_capability(capability):
-        return GpuInfo(name="card", total_gib=14.7, free_gib=14.5, used_gib=0.2, compute_capability=capability,
-                       driver=None, cuda_driver=None, index=0, source="what-if")
+        return GpuInfo(
+            name="card",
+            total_gib=14.7,
+            free_gib=14.5,
+            used_gib=0.2,
+            compute_capability=capability,
+            driver=None,
+            cuda_driver=None,
+            index=0,
+            source="what-if",
+        )
 
     t4, l4 = with_capability((7, 5)), with_capability((8, 9))
     repo = Path(__file__).resolve().parents[3]

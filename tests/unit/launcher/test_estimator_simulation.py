@@ -44,10 +44,10 @@ SUBSET = [
     ("Qwen/Qwen2.5-0.5B-Instruct", 16, True, 256, 768),
     ("Qwen/Qwen2.5-0.5B-Instruct", 0, False, 256, 768),
     ("Qwen/Qwen2.5-0.5B-Instruct", 0, True, 256, 768),
-    ("Qwen/Qwen2.5-0.5B-Instruct", 16, False, 512, 1536),   # the mask row grows with the length
+    ("Qwen/Qwen2.5-0.5B-Instruct", 16, False, 512, 1536),  # the mask row grows with the length
     ("meta-llama/Llama-3.2-1B-Instruct", 16, True, 256, 768),
-    ("google/gemma-3-1b-it", 16, False, 256, 768),           # four norms per block, q and k norms
-    ("google/gemma-3-1b-it", 0, True, 256, 768),             # a tied embedding's gradient
+    ("google/gemma-3-1b-it", 16, False, 256, 768),  # four norms per block, q and k norms
+    ("google/gemma-3-1b-it", 0, True, 256, 768),  # a tied embedding's gradient
 ]
 TOLERANCE = 0.10
 
@@ -56,16 +56,22 @@ TOLERANCE = 0.10
 def simulated():
     configs = [[model, rank, gc, BATCH, prompt, completion] for model, rank, gc, prompt, completion in SUBSET]
     start = time.perf_counter()
-    result = subprocess.run([sys.executable, "-m", "benchmarks.step_simulation", json.dumps(configs)],
-                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.step_simulation", json.dumps(configs)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     parts = json.loads(result.stdout.strip().splitlines()[-1])
     print(f"simulated {len(SUBSET)} steps in {time.perf_counter() - start:.1f} s")
     return dict(zip(SUBSET, parts))
 
 
-@pytest.mark.parametrize("config", SUBSET, ids=lambda c: f"{c[0].split('/')[-1]}-{'lora' if c[1] else 'full'}"
-                                                          f"-gc{'on' if c[2] else 'off'}")
+@pytest.mark.parametrize(
+    "config", SUBSET, ids=lambda c: f"{c[0].split('/')[-1]}-{'lora' if c[1] else 'full'}-gc{'on' if c[2] else 'off'}"
+)
 def test_every_component_and_the_total_within_10_percent(simulated, config):
     model, rank, gc, prompt, completion = config
     est = estimated(model, rank, gc, prompt, completion)

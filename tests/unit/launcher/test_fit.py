@@ -12,21 +12,21 @@ import json
 import time
 from pathlib import Path
 
-from launcher.card.detect import detect_machine
-from launcher.memory.ledger import record as ledger_record, store as ledger_store
-from launcher.memory.estimate import estimate
 from contract import oom as oom
+from launcher.card.detect import detect_machine
+from launcher.memory.estimate import estimate
+from launcher.memory.ledger import record as ledger_record
+from launcher.memory.ledger import store as ledger_store
 from launcher.plan.choose import make_plan
 from launcher.plan.derive import best_fit, derive_ladder, fit_gpus, topologies
 from launcher.plan.lengths import completion_plan
 from launcher.plan.margins import ESTIMATE_MAX_USE
-from launcher.plan.solve import (GENERATIONS_AMBITION, MIN_COMPLETION_LENGTH, MIN_GENERATIONS, Solver, fit,
-                                 usable_of)
+from launcher.plan.solve import GENERATIONS_AMBITION, MIN_COMPLETION_LENGTH, MIN_GENERATIONS, Solver, fit, usable_of
 from launcher.plan.speed import predict
-from profiles.schema import profile_from_dict
 from launcher.run.fallback import shrink_after_oom
 from profiles.catalog import resolve
 from profiles.load import load_profile, load_profiles
+from profiles.schema import profile_from_dict
 
 ROOT = Path(__file__).resolve().parents[3]
 PROFILES = ROOT / "profiles"
@@ -48,6 +48,7 @@ def best(model: str, gib: float, name: str | None = None, overrides=(), **kw):
 
 # ---------------------------------------------------------------------------------------------------
 # The objective and the order of the levers
+
 
 def test_choice_fits_keeps_whole_groups_and_the_floors():
     for model, gib in (("Qwen/Qwen3-4B", 15.0), ("unsloth/Llama-3.1-8B-Instruct", 12.0), ("microsoft/phi-4", 16.0)):
@@ -124,6 +125,7 @@ def test_a_measured_shape_is_judged_by_its_measurement():
 # ---------------------------------------------------------------------------------------------------
 # Unsloth's published free-T4 notebooks (15 GiB): the solver learns at least as much per hour
 
+
 def notebook(settings: dict):
     return profile_from_dict({"dataset": "gsm8k", **settings}, "<notebook>")
 
@@ -142,10 +144,21 @@ def test_t4_llama_3_1_8b_at_least_unsloths_notebook():
     p = result.profile
     assert p.load_in_4bit and p.fast_inference
     assert p.lora_rank >= 32 and p.num_generations >= 6 and p.max_completion_length >= 2 * 174
-    theirs = notebook(dict(model="unsloth/Llama-3.1-8B-Instruct", load_in_4bit=True, max_seq_length=1024,
-                           max_prompt_length=256, max_completion_length=768, lora_rank=32, lora_alpha=32,
-                           gpu_memory_utilization=0.6, num_generations=6, per_device_train_batch_size=6,
-                           gradient_accumulation_steps=1))
+    theirs = notebook(
+        dict(
+            model="unsloth/Llama-3.1-8B-Instruct",
+            load_in_4bit=True,
+            max_seq_length=1024,
+            max_prompt_length=256,
+            max_completion_length=768,
+            lora_rank=32,
+            lora_alpha=32,
+            gpu_memory_utilization=0.6,
+            num_generations=6,
+            per_device_train_batch_size=6,
+            gradient_accumulation_steps=1,
+        )
+    )
     assert result.speed.prompts_per_hour >= _per_hour(theirs, 15.0, "Tesla T4")
 
 
@@ -154,29 +167,44 @@ def test_t4_phi_4_fits_as_unsloths_notebook_ran_it_and_the_solver_does_at_least_
     (issue 30: it was refused), and the solver's choice keeps its rank and group and predicts at least its
     prompts per hour at the same cap (the notebook's 200 tokens cut nearly every answer: its completions ran
     195.5 tokens on average; the solver keeps the cap GSM8K's solutions need)."""
-    theirs = notebook(dict(model="microsoft/phi-4", load_in_4bit=True, max_seq_length=512, max_prompt_length=256,
-                           max_completion_length=200, lora_rank=16, lora_alpha=16,
-                           target_modules=["gate_proj", "up_proj", "down_proj"], gpu_memory_utilization=0.7,
-                           num_generations=6, per_device_train_batch_size=6, gradient_accumulation_steps=1,
-                           optim="paged_adamw_8bit"))
+    theirs = notebook(
+        dict(
+            model="microsoft/phi-4",
+            load_in_4bit=True,
+            max_seq_length=512,
+            max_prompt_length=256,
+            max_completion_length=200,
+            lora_rank=16,
+            lora_alpha=16,
+            target_modules=["gate_proj", "up_proj", "down_proj"],
+            gpu_memory_utilization=0.7,
+            num_generations=6,
+            per_device_train_batch_size=6,
+            gradient_accumulation_steps=1,
+            optim="paged_adamw_8bit",
+        )
+    )
     plan = make_plan([theirs], machine(15.0, "Tesla T4"))
     assert plan.chosen is not None, plan.candidates[0].reason
     result = best("microsoft/phi-4", 15.0, "Tesla T4")
     p = result.profile
     assert p.load_in_4bit and p.fast_inference and p.lora_rank >= 16 and p.num_generations >= 6
     assert p.max_completion_length >= 200
-    uncut = theirs.replace(max_completion_length=p.max_completion_length,
-                           max_seq_length=256 + p.max_completion_length)
+    uncut = theirs.replace(max_completion_length=p.max_completion_length, max_seq_length=256 + p.max_completion_length)
     assert result.speed.prompts_per_hour >= _per_hour(uncut, 15.0, "Tesla T4")
 
 
 # ---------------------------------------------------------------------------------------------------
 # The grid, on a subset (benchmarks/fit_grid.py runs all 17 models x 8 cards)
 
-SUBSET_MODELS = ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-4B", "unsloth/Llama-3.1-8B-Instruct", "microsoft/phi-4",
-                 "Qwen/Qwen3-14B")
-SUBSET_CARDS = ((8.0, None), (12.0, None), (15.0, "Tesla T4"), (24.0, "NVIDIA GeForce RTX 4090"),
-                (80.0, "A100 80GB"))
+SUBSET_MODELS = (
+    "Qwen/Qwen3-0.6B",
+    "Qwen/Qwen3-4B",
+    "unsloth/Llama-3.1-8B-Instruct",
+    "microsoft/phi-4",
+    "Qwen/Qwen3-14B",
+)
+SUBSET_CARDS = ((8.0, None), (12.0, None), (15.0, "Tesla T4"), (24.0, "NVIDIA GeForce RTX 4090"), (80.0, "A100 80GB"))
 
 
 def test_grid_subset_keeps_the_planners_promises():
@@ -223,21 +251,16 @@ def test_planning_a_model_stays_instant():
 # The command line
 
 
-
-
-
-
-
 def test_a_rung_for_its_own_model_is_kept_as_written():
     m = machine(24.0)
-    ladder, notes = derive_ladder(rungs(["model=unsloth/Llama-3.1-8B-Instruct"]), "unsloth/Llama-3.1-8B-Instruct",
-                                  m)
+    ladder, notes = derive_ladder(rungs(["model=unsloth/Llama-3.1-8B-Instruct"]), "unsloth/Llama-3.1-8B-Instruct", m)
     assert "gpu-24gb-llama3.1-8b" in [p.name for p in ladder]
     assert "kept as written: gpu-24gb-llama3.1-8b" in notes[0]
 
 
 # ---------------------------------------------------------------------------------------------------
 # After an OOM
+
 
 def test_oom_shrink_saves_the_shortfall_and_keeps_the_effective_batch():
     m = machine(24.0)
@@ -263,13 +286,12 @@ def test_oom_shrink_says_why_when_nothing_saves_enough():
 # ---------------------------------------------------------------------------------------------------
 # More than one GPU
 
+
 def test_topologies_cover_data_parallel_and_server_splits():
-    found = {(t["num_gpus"], t["vllm_mode"], t["vllm_server_gpus"], t["vllm_tensor_parallel"])
-             for t in topologies(4)}
+    found = {(t["num_gpus"], t["vllm_mode"], t["vllm_server_gpus"], t["vllm_tensor_parallel"]) for t in topologies(4)}
     assert (4, "colocate", 1, 1) in found and (1, "colocate", 1, 1) in found
     assert {(3, "server", 1, 1), (2, "server", 2, 1), (2, "server", 2, 2), (1, "server", 3, 1)} <= found
-    assert all(t["num_gpus"] + (t["vllm_server_gpus"] if t["vllm_mode"] == "server" else 0) <= 4
-               for t in topologies(4))
+    assert all(t["num_gpus"] + (t["vllm_server_gpus"] if t["vllm_mode"] == "server" else 0) <= 4 for t in topologies(4))
 
 
 def test_several_gpus_search_spreads_the_run_and_each_gpu_fits():
@@ -284,16 +306,25 @@ def test_several_gpus_search_spreads_the_run_and_each_gpu_fits():
     assert fit_gpus(rung, "unsloth/Llama-3.1-8B-Instruct", machine(24.0)) is None  # one GPU: nothing to spread
 
 
-
-
 def test_a_local_model_folder_is_fitted_from_its_config(tmp_path):
     """A model the catalogue does not know: its config.json gives the shape (Qwen3-4B's, here)."""
     folder = tmp_path / "my-model"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({
-        "model_type": "qwen3", "hidden_size": 2560, "num_hidden_layers": 36, "num_attention_heads": 32,
-        "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 9728, "vocab_size": 151936,
-        "tie_word_embeddings": True}))
+    (folder / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "qwen3",
+                "hidden_size": 2560,
+                "num_hidden_layers": 36,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "head_dim": 128,
+                "intermediate_size": 9728,
+                "vocab_size": 151936,
+                "tie_word_embeddings": True,
+            }
+        )
+    )
     mine = best(str(folder), 15.0, "Tesla T4")
     known = best("Qwen/Qwen3-4B", 15.0, "Tesla T4")
     assert mine.profile.model == str(folder) and mine.profile.name.startswith("fit-my-model-")

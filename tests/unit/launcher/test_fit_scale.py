@@ -22,13 +22,13 @@ def rung():
 
 def shape(found):
     p = found.profile if found is not None else None
-    return None if p is None else (p.num_gpus, p.vllm_mode, p.vllm_server_gpus, p.vllm_tensor_parallel,
-                                   quality_key(p))
+    return None if p is None else (p.num_gpus, p.vllm_mode, p.vllm_server_gpus, p.vllm_tensor_parallel, quality_key(p))
 
 
 # colocated data parallel wins; a vLLM server wins (tp 2, tp 4); one GPU wins over two
-@pytest.mark.parametrize("model, gib", [("Qwen/Qwen2.5-7B-Instruct", 24), ("Qwen/Qwen2.5-14B-Instruct", 16),
-                                        ("microsoft/phi-4", 12)])
+@pytest.mark.parametrize(
+    "model, gib", [("Qwen/Qwen2.5-7B-Instruct", 24), ("Qwen/Qwen2.5-14B-Instruct", 16), ("microsoft/phi-4", 12)]
+)
 @pytest.mark.parametrize("gpus", [2, 3, 5, 8])
 def test_the_pruned_search_finds_what_the_whole_search_finds(rung, monkeypatch, model, gib, gpus):
     machine = detect_machine(what_if_gib=gib, what_if_count=gpus)

@@ -7,17 +7,28 @@ import multiprocessing
 
 import pytest
 
-from launcher.memory.ledger import record as ledger_record, store as ledger_store, weigh as ledger_weigh
-from launcher.card.detect import GpuInfo, Machine
 from contract.oom import read_oom
+from launcher.card.detect import GpuInfo, Machine
+from launcher.memory.ledger import record as ledger_record
+from launcher.memory.ledger import store as ledger_store
+from launcher.memory.ledger import weigh as ledger_weigh
 from profiles.load import load_profile
 
 PROFILES = "profiles"
 
 
 def _card(name="NVIDIA L4", total=22.5, free=22.0):
-    gpu = GpuInfo(name=name, total_gib=total, free_gib=free, used_gib=total - free, compute_capability=(8, 9),
-                  driver="580.1", cuda_driver="13.0", index=0, source="nvml")
+    gpu = GpuInfo(
+        name=name,
+        total_gib=total,
+        free_gib=free,
+        used_gib=total - free,
+        compute_capability=(8, 9),
+        driver="580.1",
+        cuda_driver="13.0",
+        index=0,
+        source="nvml",
+    )
     return Machine(gpus=[gpu], message="", host_ram_gib=64.0, host_free_gib=60.0)
 
 
@@ -36,9 +47,12 @@ def cpu_profile():
 
 
 def test_fingerprint_follows_memory_keys_only(gpu_profile):
-    assert ledger_store.fingerprint(gpu_profile) == ledger_store.fingerprint(gpu_profile.replace(learning_rate=1e-4, seed=7))
+    assert ledger_store.fingerprint(gpu_profile) == ledger_store.fingerprint(
+        gpu_profile.replace(learning_rate=1e-4, seed=7)
+    )
     assert ledger_store.fingerprint(gpu_profile) != ledger_store.fingerprint(
-        gpu_profile.replace(max_completion_length=gpu_profile.max_completion_length // 2))
+        gpu_profile.replace(max_completion_length=gpu_profile.max_completion_length // 2)
+    )
     # the order of target_modules does not change the shape
     reordered = gpu_profile.replace(target_modules=list(reversed(gpu_profile.target_modules)))
     assert ledger_store.fingerprint(gpu_profile) == ledger_store.fingerprint(reordered)
@@ -52,15 +66,19 @@ def test_success_is_a_measurement_on_the_same_machine_only(tmp_path, gpu_profile
     assert found is not None and found.peak_gib == 17.25 and found.runs == 1 and found.need_gib == 17.25
     assert ledger_weigh.measured_for(entries, gpu_profile, _card(name="NVIDIA A10G")) is None
     assert ledger_weigh.measured_for(entries, gpu_profile, _card(total=40.0)) is None
-    halved = gpu_profile.replace(per_device_train_batch_size=gpu_profile.per_device_train_batch_size // 2,
-                                 gradient_accumulation_steps=gpu_profile.gradient_accumulation_steps * 2)
+    halved = gpu_profile.replace(
+        per_device_train_batch_size=gpu_profile.per_device_train_batch_size // 2,
+        gradient_accumulation_steps=gpu_profile.gradient_accumulation_steps * 2,
+    )
     assert ledger_weigh.measured_for(entries, halved, _card()) is None
 
 
 def test_oom_gives_a_lower_bound(tmp_path, gpu_profile):
-    text = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
-            "of 22.05 GiB of which 1.10 GiB is free. Including non-PyTorch memory, this process has 20.90 GiB "
-            "memory in use.")
+    text = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+        "of 22.05 GiB of which 1.10 GiB is free. Including non-PyTorch memory, this process has 20.90 GiB "
+        "memory in use."
+    )
     report = read_oom(text)
     assert ledger_record.oom_lower_bound(report) == pytest.approx(22.90)
     path = tmp_path / "ledger.jsonl"
@@ -77,8 +95,8 @@ def test_damaged_lines_are_skipped_with_one_warning(tmp_path, cpu_profile):
     path = tmp_path / "ledger.jsonl"
     ledger_store.append(ledger_record.make_entry(cpu_profile, _cpu(), status="ok", peak_gib=0.6), path)
     with open(path, "a", encoding="utf-8") as handle:
-        handle.write('{"profile": "cut sho\n')       # a crash mid-write
-        handle.write("[1, 2, 3]\n")                    # valid JSON, not an entry
+        handle.write('{"profile": "cut sho\n')  # a crash mid-write
+        handle.write("[1, 2, 3]\n")  # valid JSON, not an entry
         handle.write("\x00\x00garbage\n")
     ledger_store.append(ledger_record.make_entry(cpu_profile, _cpu(), status="ok", peak_gib=0.7), path)
     warnings = []
@@ -117,7 +135,9 @@ def test_accuracy_rows_compare_estimate_and_peak(tmp_path, cpu_profile):
     path = tmp_path / "ledger.jsonl"
     est = estimate(cpu_profile)
     for peak in (0.5, 0.55):
-        ledger_store.append(ledger_record.make_entry(cpu_profile, _cpu(), status="ok", estimate=est, peak_gib=peak), path)
+        ledger_store.append(
+            ledger_record.make_entry(cpu_profile, _cpu(), status="ok", estimate=est, peak_gib=peak), path
+        )
     (row,) = ledger_weigh.accuracy_rows(ledger_store.read(path))
     assert row["runs"] == 2 and row["peak_gib"] == 0.55
     assert row["estimate_gib"] == pytest.approx(est.total_gib, abs=1e-4)
@@ -135,10 +155,18 @@ def test_missing_ledger_is_empty(tmp_path, monkeypatch):
 def test_ledger_report_tells_two_shapes_of_one_profile_apart():
     from launcher.memory.ledger.weigh import shape_text
 
-    assert shape_text({"per_device_train_batch_size": 8, "num_generations": 8, "max_completion_length": 48,
-                       "lora_rank": 16}) == "8 / 8 / 48 r16"
-    assert shape_text({"per_device_train_batch_size": 4, "num_generations": 8, "max_completion_length": 48,
-                       "lora_rank": 0}) == "4 / 8 / 48 full"
+    assert (
+        shape_text(
+            {"per_device_train_batch_size": 8, "num_generations": 8, "max_completion_length": 48, "lora_rank": 16}
+        )
+        == "8 / 8 / 48 r16"
+    )
+    assert (
+        shape_text(
+            {"per_device_train_batch_size": 4, "num_generations": 8, "max_completion_length": 48, "lora_rank": 0}
+        )
+        == "4 / 8 / 48 full"
+    )
     assert shape_text({}) == "? / ? / ? full"
 
 
@@ -148,22 +176,24 @@ def _line(profile, where, **fields) -> str:
     return json.dumps(data) + "\n"
 
 
-@pytest.mark.parametrize("fields, why", [
-    ({"peak_gib": "big"}, "peak_gib is 'big'"),
-    ({"date": 5}, "date is 5"),
-    ({"date": "yesterday"}, "date is 'yesterday'"),
-    ({"peak_gib": -0.5}, "peak_gib is -0.5"),
-    ({"peak_gib": float("nan")}, "peak_gib is nan"),
-    ({"oom_lower_bound_gib": float("inf")}, "oom_lower_bound_gib is inf"),
-    ({"peak_gib": True}, "peak_gib is True"),
-    ({"machine": "cpu"}, "machine is 'cpu'"),
-    ({"fingerprint": None}, "fingerprint is None"),
-    ({"settings": [1]}, "settings is [1]"),
-])
+@pytest.mark.parametrize(
+    "fields, why",
+    [
+        ({"peak_gib": "big"}, "peak_gib is 'big'"),
+        ({"date": 5}, "date is 5"),
+        ({"date": "yesterday"}, "date is 'yesterday'"),
+        ({"peak_gib": -0.5}, "peak_gib is -0.5"),
+        ({"peak_gib": float("nan")}, "peak_gib is nan"),
+        ({"oom_lower_bound_gib": float("inf")}, "oom_lower_bound_gib is inf"),
+        ({"peak_gib": True}, "peak_gib is True"),
+        ({"machine": "cpu"}, "machine is 'cpu'"),
+        ({"fingerprint": None}, "fingerprint is None"),
+        ({"settings": [1]}, "settings is [1]"),
+    ],
+)
 def test_a_wrongly_typed_line_is_skipped_with_one_warning(tmp_path, cpu_profile, fields, why):
     path = tmp_path / "ledger.jsonl"
-    path.write_text(_line(cpu_profile, _cpu(), **fields) + _line(cpu_profile, _cpu(), peak_gib=0.7),
-                    encoding="utf-8")
+    path.write_text(_line(cpu_profile, _cpu(), **fields) + _line(cpu_profile, _cpu(), peak_gib=0.7), encoding="utf-8")
     warnings = []
     entries = ledger_store.read(path, warn=warnings.append)
     assert [e.peak_gib for e in entries] == [0.7]
@@ -201,7 +231,9 @@ def _append_while_forgetting(args):
 
     profile = load("profiles/cpu-tiny-4gen.yaml")
     for i in range(count):
-        ledger_store.append(ledger_record.make_entry(profile, _cpu(), status="ok", peak_gib=1 + worker + i / 1000), path)
+        ledger_store.append(
+            ledger_record.make_entry(profile, _cpu(), status="ok", peak_gib=1 + worker + i / 1000), path
+        )
 
 
 def test_appends_while_forget_rewrites_the_file_lose_nothing(tmp_path, cpu_profile):
@@ -231,8 +263,9 @@ def test_a_ledger_that_cannot_be_written_is_named_with_the_fix(tmp_path):
     assert ledger_store.check_writable(tmp_path / "new" / "ledger.jsonl").exists()
 
 
-@pytest.mark.skipif(hasattr(__import__("os"), "geteuid") and __import__("os").geteuid() == 0,
-                    reason="root writes read-only files")
+@pytest.mark.skipif(
+    hasattr(__import__("os"), "geteuid") and __import__("os").geteuid() == 0, reason="root writes read-only files"
+)
 def test_a_read_only_ledger_is_read_but_not_written(tmp_path, cpu_profile):
     from contract.errors import UsageError
 
@@ -247,6 +280,7 @@ def test_a_read_only_ledger_is_read_but_not_written(tmp_path, cpu_profile):
 # ---------------------------------------------------------------------------------------------------
 # What an attempt writes
 
+
 def _attempt(tmp_path, probe_peak=None):
     from types import SimpleNamespace
 
@@ -258,9 +292,11 @@ def _attempt(tmp_path, probe_peak=None):
     return folder, plan
 
 
-_OOM_TEXT = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
-             "of 22.05 GiB of which 1.10 GiB is free. Including non-PyTorch memory, this process has 12.90 GiB "
-             "memory in use.")
+_OOM_TEXT = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+    "of 22.05 GiB of which 1.10 GiB is free. Including non-PyTorch memory, this process has 12.90 GiB "
+    "memory in use."
+)
 
 
 def _oom_record(text=_OOM_TEXT):
@@ -276,8 +312,10 @@ def test_a_test_run_writes_no_ledger_unless_one_is_named(tmp_path, monkeypatch, 
     monkeypatch.setattr(ledger_record, "_told_test_run", False)
     environ = {"GRPO_INJECT_OOM": "someone-else"}
     warnings = []
-    assert ledger_record.record_attempt(gpu_profile, plan, _oom_record(), folder, warn=warnings.append,
-                                 environ=environ) is None
+    assert (
+        ledger_record.record_attempt(gpu_profile, plan, _oom_record(), folder, warn=warnings.append, environ=environ)
+        is None
+    )
     assert not (tmp_path / "cache" / "ledger.jsonl").exists()
     assert len(warnings) == 1 and "GRPO_INJECT_OOM is set: this run adds nothing to the ledger" in warnings[0]
 

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from launcher.card.detect import GpuInfo, Machine
-from launcher.memory.ledger import record as ledger_record, store as ledger_store, weigh as ledger_weigh
 from contract.oom import read_oom
+from launcher.card.detect import GpuInfo, Machine
+from launcher.memory.ledger import record as ledger_record
+from launcher.memory.ledger import store as ledger_store
+from launcher.memory.ledger import weigh as ledger_weigh
 from launcher.plan.choose import make_plan
 from profiles.load import load_profile
 
@@ -23,8 +25,17 @@ L4 = "profiles/gpu-24gb-llama3.1-8b.yaml"
 
 
 def _card(free=22.0, total=22.5, name="NVIDIA L4"):
-    gpu = GpuInfo(name=name, total_gib=total, free_gib=free, used_gib=total - free, compute_capability=(8, 9),
-                  driver="580.1", cuda_driver="13.0", index=0, source="nvml")
+    gpu = GpuInfo(
+        name=name,
+        total_gib=total,
+        free_gib=free,
+        used_gib=total - free,
+        compute_capability=(8, 9),
+        driver="580.1",
+        cuda_driver="13.0",
+        index=0,
+        source="nvml",
+    )
     return Machine(gpus=[gpu], message="", host_ram_gib=64.0, host_free_gib=60.0)
 
 
@@ -33,9 +44,11 @@ def _cpu(ram=24.0):
 
 
 def _oom(held: float, asked: float = 2.0, total: float = 22.05, free: float = 0.5):
-    return read_oom(f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {asked:.2f} GiB. GPU 0 has a "
-                    f"total capacity of {total:.2f} GiB of which {free:.2f} GiB is free. Including non-PyTorch "
-                    f"memory, this process has {held:.2f} GiB memory in use.")
+    return read_oom(
+        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {asked:.2f} GiB. GPU 0 has a "
+        f"total capacity of {total:.2f} GiB of which {free:.2f} GiB is free. Including non-PyTorch "
+        f"memory, this process has {held:.2f} GiB memory in use."
+    )
 
 
 def _entry(profile, machine, days_ago: float = 0, **kwargs):
@@ -159,22 +172,12 @@ def test_records_of_another_machine_have_no_effect_here(l4):
 # ---------------------------------------------------------------------------------------------------
 # The command line (planning only: instant, no torch)
 
+
 def _train(args, ledger_path: Path, **env):
     full = dict(os.environ, GRPO_TRAIN_LEDGER=str(ledger_path), **env)
-    return subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=REPO, env=full, text=True,
-                          capture_output=True, timeout=120)
-
-
-
-
-
-
-
-
-
-
-
-
+    return subprocess.run(
+        [sys.executable, str(REPO / "train.py"), *args], cwd=REPO, env=full, text=True, capture_output=True, timeout=120
+    )
 
 
 def test_a_calibration_counts_over_an_earlier_injected_oom(tmp_path):

@@ -40,16 +40,31 @@ def profile(name, *overrides):
 
 def srun_env(rank: int, nodes: int = 2, **extra) -> dict:
     """What `srun --nodes=N --ntasks-per-node=1` gives one task."""
-    return {"SLURM_JOB_ID": "81234", "SLURM_STEP_NUM_NODES": str(nodes), "SLURM_STEP_NUM_TASKS": str(nodes),
-            "SLURM_PROCID": str(rank), "SLURM_STEP_NODELIST": "gpu[07-08,12]", "SLURM_GPUS_ON_NODE": "8",
-            **extra}
+    return {
+        "SLURM_JOB_ID": "81234",
+        "SLURM_STEP_NUM_NODES": str(nodes),
+        "SLURM_STEP_NUM_TASKS": str(nodes),
+        "SLURM_PROCID": str(rank),
+        "SLURM_STEP_NODELIST": "gpu[07-08,12]",
+        "SLURM_GPUS_ON_NODE": "8",
+        **extra,
+    }
 
 
 # ---------------------------------------------------------------------------------------------------
 # Where a machine stands
 
-@pytest.mark.parametrize("nodelist, first", [("gpu[07-08,12]", "gpu07"), ("a1,a2", "a1"), ("solo", "solo"),
-                                             ("rack[2-3]-n[01-04],x9", "rack2-n01"), ("10.0.0.5", "10.0.0.5")])
+
+@pytest.mark.parametrize(
+    "nodelist, first",
+    [
+        ("gpu[07-08,12]", "gpu07"),
+        ("a1,a2", "a1"),
+        ("solo", "solo"),
+        ("rack[2-3]-n[01-04],x9", "rack2-n01"),
+        ("10.0.0.5", "10.0.0.5"),
+    ],
+)
 def test_the_first_host_of_a_slurm_node_list(nodelist, first):
     assert topo.first_host(nodelist) == first
 
@@ -60,15 +75,27 @@ def test_slurm_alone_says_where_a_machine_stands():
 
 
 def test_grpo_variables_win_for_the_address_and_the_run_name():
-    env = srun_env(1, GRPO_MAIN_ADDRESS="10.0.0.7", GRPO_MAIN_PORT="29611", GRPO_RUN_ID="run-a",
-                   GRPO_NUM_MACHINES="2", GRPO_MACHINE_RANK="1", GRPO_GPUS_PER_NODE="8")
+    env = srun_env(
+        1,
+        GRPO_MAIN_ADDRESS="10.0.0.7",
+        GRPO_MAIN_PORT="29611",
+        GRPO_RUN_ID="run-a",
+        GRPO_NUM_MACHINES="2",
+        GRPO_MACHINE_RANK="1",
+        GRPO_GPUS_PER_NODE="8",
+    )
     assert topo.topology(env) == topo.Topology(2, 1, "10.0.0.7", 29611, 8)
     assert topo.run_name(env) == "run-a"
 
 
-@pytest.mark.parametrize("ours, theirs", [("GRPO_NUM_MACHINES=3", "SLURM_STEP_NUM_NODES=2"),
-                                          ("GRPO_MACHINE_RANK=0", "SLURM_PROCID=1"),
-                                          ("GRPO_GPUS_PER_NODE=4", "SLURM_GPUS_ON_NODE=8")])
+@pytest.mark.parametrize(
+    "ours, theirs",
+    [
+        ("GRPO_NUM_MACHINES=3", "SLURM_STEP_NUM_NODES=2"),
+        ("GRPO_MACHINE_RANK=0", "SLURM_PROCID=1"),
+        ("GRPO_GPUS_PER_NODE=4", "SLURM_GPUS_ON_NODE=8"),
+    ],
+)
 def test_a_contradiction_exits_2_naming_both(ours, theirs, monkeypatch, capsys, tmp_path):
     name, value = ours.split("=")
     for key, val in {**srun_env(1), name: value}.items():
@@ -92,6 +119,7 @@ def test_slurm_counts_machines_only_inside_an_srun_step_of_one_task_per_node():
 # ---------------------------------------------------------------------------------------------------
 # The vLLM server: one address and two ports, the same on every machine
 
+
 def trainers_are_told(rank: int, **extra) -> tuple:
     from launcher.run.supervise import attempt_env
 
@@ -102,12 +130,18 @@ def trainers_are_told(rank: int, **extra) -> tuple:
 
 def test_every_machine_tells_its_trainers_the_same_server():
     # the issue's case: GRPO_VLLM_PORT=8123 on both machines reached trainers as two different free ports
-    assert trainers_are_told(0, GRPO_VLLM_PORT="8123") == trainers_are_told(1, GRPO_VLLM_PORT="8123") \
+    assert (
+        trainers_are_told(0, GRPO_VLLM_PORT="8123")
+        == trainers_are_told(1, GRPO_VLLM_PORT="8123")
         == ("10.0.0.1", "8123", "51216")
+    )
     assert trainers_are_told(0) == trainers_are_told(1) == ("10.0.0.1", "8000", "51216")  # TRL's defaults
     on_its_node = trainers_are_told(1, GRPO_SERVER_NODE="gpu12", GRPO_VLLM_GROUP_PORT="51300")
-    assert on_its_node == trainers_are_told(0, GRPO_SERVER_NODE="gpu12", GRPO_VLLM_GROUP_PORT="51300") \
+    assert (
+        on_its_node
+        == trainers_are_told(0, GRPO_SERVER_NODE="gpu12", GRPO_VLLM_GROUP_PORT="51300")
         == ("gpu12", "8000", "51300")
+    )
 
 
 def test_the_trainers_config_carries_the_ports(monkeypatch):
@@ -117,8 +151,7 @@ def test_the_trainers_config_carries_the_ports(monkeypatch):
     monkeypatch.setenv("GRPO_VLLM_PORT", "8123")
     monkeypatch.setenv("GRPO_VLLM_GROUP_PORT", "51300")
     kwargs = grpo_config_kwargs(profile("multi-4x80gb-qwen2.5-14b"), "out", device="cuda", bf16=True, use_vllm=True)
-    assert (kwargs["vllm_server_host"], kwargs["vllm_server_port"], kwargs["vllm_group_port"]) == \
-        ("gpu12", 8123, 51300)
+    assert (kwargs["vllm_server_host"], kwargs["vllm_server_port"], kwargs["vllm_group_port"]) == ("gpu12", 8123, 51300)
 
 
 def test_one_port_for_both_is_refused():
@@ -150,10 +183,16 @@ def test_a_taken_port_stops_the_server_with_the_variable_to_change(tmp_path):
 # ---------------------------------------------------------------------------------------------------
 # The rendezvous: c10d on several machines, with bounded restarts and a join timeout
 
+
 def test_several_machines_meet_at_c10d_with_bounded_restarts(tmp_path):
     p = profile("cpu-tiny-4gen", "num_gpus=2")
-    env = {"GRPO_NUM_MACHINES": "2", "GRPO_MACHINE_RANK": "1", "GRPO_MAIN_ADDRESS": "127.0.0.1",
-           "GRPO_MAIN_PORT": "29611", "GRPO_RDZV_TIMEOUT": "45"}
+    env = {
+        "GRPO_NUM_MACHINES": "2",
+        "GRPO_MACHINE_RANK": "1",
+        "GRPO_MAIN_ADDRESS": "127.0.0.1",
+        "GRPO_MAIN_PORT": "29611",
+        "GRPO_RDZV_TIMEOUT": "45",
+    }
     config_file = dist.write_launch_files(p, tmp_path, env=env)
     assert config_file.name == "accelerate-machine1.yaml"
     config = yaml.safe_load(config_file.read_text())
@@ -161,8 +200,9 @@ def test_several_machines_meet_at_c10d_with_bounded_restarts(tmp_path):
     argv = dist.attempt_argv(p, tmp_path, launch_config=config_file, python="py", env=env)
     assert argv[argv.index("--max_restarts") + 1] == "1"
     assert argv[argv.index("--rdzv_conf") + 1] == "join_timeout=45,is_host=0"
-    one = dist.attempt_argv(p, tmp_path, launch_config=dist.write_launch_files(p, tmp_path / "one", env={}),
-                            python="py", env={})
+    one = dist.attempt_argv(
+        p, tmp_path, launch_config=dist.write_launch_files(p, tmp_path / "one", env={}), python="py", env={}
+    )
     assert "--max_restarts" not in one  # one machine: a static rendezvous on a free port, as before
     assert yaml.safe_load((tmp_path / "one" / "accelerate.yaml").read_text())["rdzv_backend"] == "static"
 
@@ -170,15 +210,25 @@ def test_several_machines_meet_at_c10d_with_bounded_restarts(tmp_path):
 # ---------------------------------------------------------------------------------------------------
 # A lost machine: its own status, never an OOM
 
-GLOO_PEER = ("RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error "
-             "[127.0.0.1]:8884: Connection reset by peer. This is typically caused by a remote worker hanging")
-RDZV_TIMEOUT = ("torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError: The node 'x' has timed out "
-                "while waiting for the rendezvous")
+GLOO_PEER = (
+    "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error "
+    "[127.0.0.1]:8884: Connection reset by peer. This is typically caused by a remote worker hanging"
+)
+RDZV_TIMEOUT = (
+    "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError: The node 'x' has timed out "
+    "while waiting for the rendezvous"
+)
 
 
-@pytest.mark.parametrize("text", [GLOO_PEER, RDZV_TIMEOUT, "RuntimeError: ncclRemoteError: remote process "
-                                  "exited or there was a network error", "1 of 2 ranks did not check in within 30 s "
-                                  "(GRPO_RDZV_TIMEOUT): a machine of the run is lost"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        GLOO_PEER,
+        RDZV_TIMEOUT,
+        "RuntimeError: ncclRemoteError: remote process exited or there was a network error",
+        "1 of 2 ranks did not check in within 30 s (GRPO_RDZV_TIMEOUT): a machine of the run is lost",
+    ],
+)
 def test_a_lost_machine_is_read_as_a_node_failure(text):
     assert failure.classify_failure(text) == failure.NODE == contract.NODE
     assert failure.read_oom(text) is None
@@ -221,6 +271,7 @@ def test_a_restart_inside_an_attempt_keeps_a_failure_no_restart_mends(tmp_path):
 # ---------------------------------------------------------------------------------------------------
 # Machine 0 decides; the others follow
 
+
 def coordinator(tmp_path, others, timeout=5.0):
     run_dir = tmp_path / "run-x"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -245,8 +296,12 @@ def test_a_follower_takes_only_the_decisions_that_name_it(tmp_path):
     fresh.decide(2, "attempt-02-b", "b", "attempt-01-a/checkpoint-5", "falling back to b", 3.5)
     waiting.join(timeout=10)
     decision = taken[0]
-    assert (decision.attempt, decision.profile, decision.resume_from, decision.estimate_gib) == \
-        (2, "b", "attempt-01-a/checkpoint-5", 3.5)
+    assert (decision.attempt, decision.profile, decision.resume_from, decision.estimate_gib) == (
+        2,
+        "b",
+        "attempt-01-a/checkpoint-5",
+        3.5,
+    )
     fresh.stop(3, "nothing left that fits")
     assert (follower.next_decision().action, follower.seq) == ("stop", 2)
     fresh.close()
@@ -282,8 +337,9 @@ def test_a_follower_stops_when_machine_0_stops_beating(tmp_path, monkeypatch):
     joined.join()
     main0.close()  # machine 0 gone: no more heartbeats, no decision
     started = time.monotonic()
-    with pytest.raises(machineslib.MachineTimeout, match="no decision from machine 0 within 1 s of its last "
-                                                         "heartbeat .*decision.json"):
+    with pytest.raises(
+        machineslib.MachineTimeout, match="no decision from machine 0 within 1 s of its last heartbeat .*decision.json"
+    ):
         follower.next_decision()
     assert time.monotonic() - started < 10
 
@@ -291,13 +347,23 @@ def test_a_follower_stops_when_machine_0_stops_beating(tmp_path, monkeypatch):
 def test_several_machines_need_a_common_run_name(monkeypatch, tmp_path, capsys):
     for key, value in {"GRPO_NUM_MACHINES": "2", "GRPO_MACHINE_RANK": "0", "GRPO_MAIN_ADDRESS": "h"}.items():
         monkeypatch.setenv(key, value)
-    code = main(["train", "--profile", str(PROFILES / "cpu-tiny-4gen.yaml"), "--set", "num_gpus=2",
-                 "--output-dir", str(tmp_path / "out")])
+    code = main(
+        [
+            "train",
+            "--profile",
+            str(PROFILES / "cpu-tiny-4gen.yaml"),
+            "--set",
+            "num_gpus=2",
+            "--output-dir",
+            str(tmp_path / "out"),
+        ]
+    )
     assert code == 2 and "set GRPO_RUN_ID to the same name on every machine" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------------------
 # plan --nodes N --gpus-per-node G
+
 
 def plan_json(capsys, *argv) -> dict:
     code = main(["plan", "--ignore-ledger", "--json", *argv])
@@ -308,37 +374,105 @@ def plan_json(capsys, *argv) -> dict:
 
 def test_plan_for_nodes_says_which_node_does_what(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
-    plan = plan_json(capsys, "--nodes", "3", "--gpus-per-node", "8", "--gpu-memory", "80",
-                     "--profile", str(PROFILES / "multi-8x80gb-qwen2.5-14b.yaml"), "--set", "num_gpus=16")
+    plan = plan_json(
+        capsys,
+        "--nodes",
+        "3",
+        "--gpus-per-node",
+        "8",
+        "--gpu-memory",
+        "80",
+        "--profile",
+        str(PROFILES / "multi-8x80gb-qwen2.5-14b.yaml"),
+        "--set",
+        "num_gpus=16",
+    )
     nodes = plan["candidates"][0]["nodes"]
     assert [(n["node"], n["role"], n.get("training_gpus"), n.get("server_gpus")) for n in nodes] == [
-        (0, "training", 8, None), (1, "training", 8, None), (2, "vLLM server", None, 2)]
+        (0, "training", 8, None),
+        (1, "training", 8, None),
+        (2, "vLLM server", None, 2),
+    ]
     training, server = nodes[0]["training_gib_per_gpu"], nodes[2]["server_gib_per_gpu"]
     assert 0 < training < 80 * 0.95 and 0 < server < 80 * 0.95
     estimate = plan["candidates"][0]["estimate"]
     assert training == round(estimate["total_gib"], 2)
     assert plan["chosen"] == "multi-8x80gb-qwen2.5-14b"
     # the same card on one node: the server takes GPUs after the training ones, on the node that trains
-    one = plan_json(capsys, "--nodes", "1", "--gpus-per-node", "8", "--gpu-memory", "80",
-                    "--profile", str(PROFILES / "multi-8x80gb-qwen2.5-14b.yaml"))
-    assert one["candidates"][0].get("nodes") in (None, [{"node": 0, "role": "training + vLLM server",
-                                                         "training_gpus": 6, "server_gpus": 2,
-                                                         "training_gib_per_gpu": training,
-                                                         "server_gib_per_gpu": server}])
-    code = main(["plan", "--ignore-ledger", "--nodes", "3", "--gpus-per-node", "8", "--gpu-memory", "80",
-                 "--profile", str(PROFILES / "multi-8x80gb-qwen2.5-14b.yaml"), "--set", "num_gpus=16"])
+    one = plan_json(
+        capsys,
+        "--nodes",
+        "1",
+        "--gpus-per-node",
+        "8",
+        "--gpu-memory",
+        "80",
+        "--profile",
+        str(PROFILES / "multi-8x80gb-qwen2.5-14b.yaml"),
+    )
+    assert one["candidates"][0].get("nodes") in (
+        None,
+        [
+            {
+                "node": 0,
+                "role": "training + vLLM server",
+                "training_gpus": 6,
+                "server_gpus": 2,
+                "training_gib_per_gpu": training,
+                "server_gib_per_gpu": server,
+            }
+        ],
+    )
+    code = main(
+        [
+            "plan",
+            "--ignore-ledger",
+            "--nodes",
+            "3",
+            "--gpus-per-node",
+            "8",
+            "--gpu-memory",
+            "80",
+            "--profile",
+            str(PROFILES / "multi-8x80gb-qwen2.5-14b.yaml"),
+            "--set",
+            "num_gpus=16",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0 and "node 2: serves vLLM on 2 GPU(s)" in out and "node 0: trains on 8 GPU(s)" in out
 
 
 def test_plan_for_nodes_refuses_a_split_the_launcher_would_refuse(capsys):
-    plan = plan_json(capsys, "--nodes", "4", "--gpus-per-node", "8", "--gpu-memory", "80",
-                     "--profile", str(PROFILES / "multi-8x80gb-qwen2.5-14b.yaml"))
+    plan = plan_json(
+        capsys,
+        "--nodes",
+        "4",
+        "--gpus-per-node",
+        "8",
+        "--gpu-memory",
+        "80",
+        "--profile",
+        str(PROFILES / "multi-8x80gb-qwen2.5-14b.yaml"),
+    )
     # 3 training nodes (the fourth serves) cannot split 6 training GPUs... they can: 2 each
     assert plan["candidates"][0]["fits"]
     assert [n["training_gpus"] for n in plan["candidates"][0]["nodes"][:3]] == [2, 2, 2]
-    code = main(["plan", "--ignore-ledger", "--json", "--nodes", "5", "--gpus-per-node", "8", "--gpu-memory", "80",
-                 "--profile", str(PROFILES / "multi-8x80gb-qwen2.5-14b.yaml")])
+    code = main(
+        [
+            "plan",
+            "--ignore-ledger",
+            "--json",
+            "--nodes",
+            "5",
+            "--gpus-per-node",
+            "8",
+            "--gpu-memory",
+            "80",
+            "--profile",
+            str(PROFILES / "multi-8x80gb-qwen2.5-14b.yaml"),
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert code == 3 and "cannot be split evenly over 4 machines" in out["candidates"][0]["reason"]
 
@@ -346,8 +480,13 @@ def test_plan_for_nodes_refuses_a_split_the_launcher_would_refuse(capsys):
 def test_the_old_spelling_plans_for_nodes_too(capsys):
     from commands.legacy import translate
 
-    assert translate(["--dry-run", "--nodes", "2", "--gpus-per-node", "4"]) == \
-        ["plan", "--nodes", "2", "--gpus-per-node", "4"]
+    assert translate(["--dry-run", "--nodes", "2", "--gpus-per-node", "4"]) == [
+        "plan",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "4",
+    ]
     assert main(["--auto", "--nodes", "2"]) == 2
     assert "--nodes only applies to --dry-run (the `plan` command)" in capsys.readouterr().err
 
@@ -359,10 +498,19 @@ def test_every_grpo_variable_is_a_row_of_the_contracts_table():
 
     declared = {name for v in VARIABLES for name in v.name.split(" / ")}
     used = set()
-    for path in [*REPO.glob("*.py"), *REPO.glob("[!.]*/**/*.py"), REPO / "slurm" / "grpo-train.sbatch",
-                 REPO / "docs" / "scale-out.md"]:
+    for path in [
+        *REPO.glob("*.py"),
+        *REPO.glob("[!.]*/**/*.py"),
+        REPO / "slurm" / "grpo-train.sbatch",
+        REPO / "docs" / "scale-out.md",
+    ]:
         if ".venv" in path.parts or path.parts[len(REPO.parts)] in ("tests", "tests_vllm"):
             continue
         used |= set(re.findall(r"\bGRPO_[A-Z][A-Z_]*[A-Z]\b", path.read_text(encoding="utf-8")))
     assert used - declared == set()
-    assert {"GRPO_RUN_ID", "GRPO_SERVER_NODE", "GRPO_VLLM_GROUP_PORT", "GRPO_RDZV_TIMEOUT"} <= used  # it read the source
+    assert {
+        "GRPO_RUN_ID",
+        "GRPO_SERVER_NODE",
+        "GRPO_VLLM_GROUP_PORT",
+        "GRPO_RDZV_TIMEOUT",
+    } <= used  # it read the source

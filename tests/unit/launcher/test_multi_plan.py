@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from profiles.catalog import resolve
 from contract.errors import ProfileError, UsageError
-from launcher.memory.estimate import GIB, estimate, zero_model_state_bytes
 from launcher.card.detect import GpuInfo, Machine, detect_machine
-from launcher.plan.choose import make_plan
+from launcher.memory.estimate import GIB, estimate, zero_model_state_bytes
 from launcher.plan.cards import fit_table
+from launcher.plan.choose import make_plan
+from profiles.catalog import resolve
 from profiles.load import load_profile, load_profiles, profile_from_dict
 from support.cli import train_py as run_cli
 
@@ -22,14 +22,17 @@ MULTI = sorted(PROFILES.glob("multi-*.yaml"))
 
 
 def cards(total, count, free=None):
-    gpus = [GpuInfo(f"card {i}", total, total if free is None else free, 0.0, None, None, None, i, "what-if")
-            for i in range(count)]
+    gpus = [
+        GpuInfo(f"card {i}", total, total if free is None else free, 0.0, None, None, None, i, "what-if")
+        for i in range(count)
+    ]
     return Machine(gpus, f"{count} x {total} GiB", 64.0, 60.0)
 
 
 # ---------------------------------------------------------------------------------------------------
 # ZeRO: the paper's own example (Rajbhandari et al. 2019, figure 1): a 7.5B-parameter model, mixed-precision
 # Adam (K = 12: fp32 master weights + two fp32 moments), 64 GPUs: 120 GB, 31.4 GB, 16.6 GB, 1.9 GB per GPU.
+
 
 @pytest.mark.parametrize("stage, gigabytes", [(1, 31.4), (2, 16.6), (3, 1.9)])
 def test_zero_stages_reproduce_the_papers_example(stage, gigabytes):
@@ -53,6 +56,7 @@ def test_zero_stage_divides_exactly_what_the_paper_says():
 # ---------------------------------------------------------------------------------------------------
 # The shipped tiers against hand computations
 
+
 def test_2x24_plan_by_hand():
     """Llama-3.1-8B, 16-bit, LoRA 32, training on one 24 GiB card, vLLM server on the other."""
     result = run_cli("--auto", "--dry-run", "--json", "--gpu-memory", "24", "--gpus", "2")
@@ -74,7 +78,7 @@ def test_2x24_plan_by_hand():
     lora = 32 * 32 * ((4096 + 4096) * 2 + (4096 + 1024) * 2 + (4096 + 14336) * 2 + (14336 + 4096))
     assert lora == 83_886_080
     seq = 256 + 1024
-    tokens = 2 * seq                                           # per-device batch x sequence
+    tokens = 2 * seq  # per-device batch x sequence
     # per token, one block keeps: two fp32 norm inputs; q, repeated k and v, the attention output (16-bit);
     # an fp32 log-sum-exp per head; a 16-bit mask row; gate, up, act(gate); PEFT's copy of each adapted
     # layer's input (six of width 4096, down_proj's 14336). The recompute adds fp32 input casts and the
@@ -85,14 +89,16 @@ def test_2x24_plan_by_hand():
     # its 16-bit cast) and 8 fp32 statistics per token
     head = 2 * 2048 * 32768 + 2048 * 4096 * 8 + 2048 * 4 * 8
     by_hand = {
-        "weights": params * 2,                                 # 16-bit, counted once (no vLLM on this GPU)
-        "lora": lora * 4, "gradients": lora * 4,               # PEFT's fp32 adapters and their gradients
-        "optimizer": lora * 2,                                 # adamw_8bit: two 8-bit moments
+        "weights": params * 2,  # 16-bit, counted once (no vLLM on this GPU)
+        "lora": lora * 4,
+        "gradients": lora * 4,  # PEFT's fp32 adapters and their gradients
+        "optimizer": lora * 2,  # adamw_8bit: two 8-bit moments
         "activations": tokens * (block_kept + recompute_extra),  # the one block the backward recomputes
         "activation_checkpoints": tokens * (6 * 4096 + seq) + 2 * lora + 32 * tokens * 4096 * 2,
-        "logits": head,                                        # TRL 1.15's chunked LM head
-        "peak_overlap": -head,                                 # the head and the recompute run one after the other
-        "cuda_context": 0.75 * GIB, "collective_buffers": 0.25 * GIB,
+        "logits": head,  # TRL 1.15's chunked LM head
+        "peak_overlap": -head,  # the head and the recompute run one after the other
+        "cuda_context": 0.75 * GIB,
+        "collective_buffers": 0.25 * GIB,
     }
     for key, value in by_hand.items():
         assert comp[key] == pytest.approx(value / GIB, abs=1e-3), key
@@ -138,15 +144,16 @@ def test_8x80_plan_by_hand():
     tokens = 4 * seq
     block_kept = 4 * 2 * 5120 + 2 * 4 * 5120 + 4 * 40 + 2 * seq + 2 * 3 * 13824 + 2 * (6 * 5120 + 13824)
     by_hand = {
-        "weights": params * 2,                        # DDP keeps every parameter on every GPU
-        "lora": 4 * psi,                              # PEFT's adapters in fp32 ...
-        "gradients": 4 * psi,                         # ... their fp32 gradients ...
-        "gradient_buckets": 4 * psi,                  # ... and DDP's flat bucket copy of them
-        "optimizer": 2 * psi,                         # two 8-bit Adam moments
+        "weights": params * 2,  # DDP keeps every parameter on every GPU
+        "lora": 4 * psi,  # PEFT's adapters in fp32 ...
+        "gradients": 4 * psi,  # ... their fp32 gradients ...
+        "gradient_buckets": 4 * psi,  # ... and DDP's flat bucket copy of them
+        "optimizer": 2 * psi,  # two 8-bit Adam moments
         "activations": tokens * (block_kept + 8 * 13824 + 2 * 5120),  # the recomputed block, as above
         "activation_checkpoints": tokens * (6 * 5120 + seq) + 2 * psi + 48 * tokens * 5120 * 2,
         "logits": 2 * 4096 * 32768 + 8192 * 5120 * 8 + 8192 * 4 * 8,  # chunked head over 4 x 2048 tokens
-        "cuda_context": 0.75 * GIB, "collective_buffers": 0.25 * GIB,
+        "cuda_context": 0.75 * GIB,
+        "collective_buffers": 0.25 * GIB,
     }
     by_hand["peak_overlap"] = -by_hand["logits"]  # the head and the recompute run one after the other
     for key, value in by_hand.items():
@@ -177,9 +184,20 @@ def test_zero3_divides_the_weights_too():
 
 def test_full_fine_tuning_under_zero3_on_8_gpus():
     """Qwen2.5-7B full fine-tuning: 16 bytes per parameter of model states, divided by 8 under ZeRO-3."""
-    p = profile_from_dict(dict(model="Qwen/Qwen2.5-7B-Instruct", load_in_4bit=False, lora_rank=0,
-                               num_gpus=8, zero_stage=3, fast_inference=False, optim="adamw_torch",
-                               gradient_checkpointing="true", dataset="arithmetic"), "<test>")
+    p = profile_from_dict(
+        dict(
+            model="Qwen/Qwen2.5-7B-Instruct",
+            load_in_4bit=False,
+            lora_rank=0,
+            num_gpus=8,
+            zero_stage=3,
+            fast_inference=False,
+            optim="adamw_torch",
+            gradient_checkpointing="true",
+            dataset="arithmetic",
+        ),
+        "<test>",
+    )
     arch = resolve(p.model)
     comp = estimate(p, arch, cards(80, 8).gpus[0]).components
     n = arch.computed_params
@@ -192,6 +210,7 @@ def test_full_fine_tuning_under_zero3_on_8_gpus():
 # ---------------------------------------------------------------------------------------------------
 # Candidates by GPU count
 
+
 def test_one_gpu_lists_multi_gpu_profiles_but_never_chooses_them():
     plan = make_plan(load_profiles(PROFILES), cards(80, 1))
     multi = [c for c in plan.candidates if c.profile.name.startswith("multi-")]
@@ -199,11 +218,14 @@ def test_one_gpu_lists_multi_gpu_profiles_but_never_chooses_them():
     for cand in multi:
         need = cand.profile.gpus_needed
         assert not cand.fits
-        assert cand.reason == f"needs {need} GPUs on this machine, 1 visible (plan for them with --gpus {need} " \
-                              "--gpu-memory GIB)"
+        assert (
+            cand.reason == f"needs {need} GPUs on this machine, 1 visible (plan for them with --gpus {need} "
+            "--gpu-memory GIB)"
+        )
         assert cand.estimate.components["weights"] > 0  # still says what each GPU would need
-    assert "3 profile(s) need more GPUs than the 1 visible: listed, not chosen (plan for more with --gpus N)" \
-        in plan.notes
+    assert (
+        "3 profile(s) need more GPUs than the 1 visible: listed, not chosen (plan for more with --gpus N)" in plan.notes
+    )
     assert plan.chosen.name == "gpu-80gb-qwen2.5-14b"
 
 
@@ -227,13 +249,15 @@ def test_a_busy_gpu_decides_for_all_training_gpus():
 def test_one_profile_ladder_without_its_gpus_says_how_many():
     plan = make_plan([load_profile(PROFILES / "multi-8x80gb-qwen2.5-14b.yaml")], cards(80, 2))
     assert plan.chosen is None
-    assert plan.candidates[0].reason == ("needs 8 GPUs on this machine, 2 visible "
-                                         "(plan for them with --gpus 8 --gpu-memory GIB)")
+    assert plan.candidates[0].reason == (
+        "needs 8 GPUs on this machine, 2 visible (plan for them with --gpus 8 --gpu-memory GIB)"
+    )
 
 
 def test_server_too_small_names_the_tensor_parallel_that_fits():
     p = load_profile(PROFILES / "multi-2x24gb-llama3.1-8b.yaml").replace(
-        model="unsloth/Qwen2.5-14B-Instruct", vllm_server_gpus=2)
+        model="unsloth/Qwen2.5-14B-Instruct", vllm_server_gpus=2
+    )
     plan = make_plan([p], cards(24, 3))
     cand = plan.candidates[0]
     assert not cand.fits
@@ -245,9 +269,17 @@ def test_server_too_small_names_the_tensor_parallel_that_fits():
 
 
 def test_colocated_vllm_holds_its_own_copy_on_every_gpu():
-    p = profile_from_dict(dict(model="unsloth/Llama-3.2-3B-Instruct", load_in_4bit=False, num_gpus=2,
-                               gpu_memory_utilization=0.3, gradient_checkpointing="true",
-                               dataset="arithmetic"), "<test>")
+    p = profile_from_dict(
+        dict(
+            model="unsloth/Llama-3.2-3B-Instruct",
+            load_in_4bit=False,
+            num_gpus=2,
+            gpu_memory_utilization=0.3,
+            gradient_checkpointing="true",
+            dataset="arithmetic",
+        ),
+        "<test>",
+    )
     est = estimate(p, gpu=cards(40, 2).gpus[0])
     assert est.components["vllm"] == pytest.approx(0.3 * 40, abs=1e-9)
     assert est.vllm_share_gib == pytest.approx(12.0)
@@ -264,8 +296,10 @@ def test_cpu_processes_each_need_their_ram():
     assert two.estimate.world_size == 2 and 0.5 < each < 1.0
     assert one.fits and one.reason == f"fits: {one.estimate.total_gib:.2f} of 1.00 GiB usable RAM"
     assert not two.fits
-    assert two.reason == (f"too large: needs {2 * each:.2f} GiB of RAM (2 processes x {each:.2f}), 1.00 usable "
-                          "(2.00 available - 1.00 margin)")
+    assert two.reason == (
+        f"too large: needs {2 * each:.2f} GiB of RAM (2 processes x {each:.2f}), 1.00 usable "
+        "(2.00 available - 1.00 margin)"
+    )
 
 
 def test_fit_table_stays_single_gpu():
@@ -299,14 +333,19 @@ def test_machine_count_changes_gpus_needed_per_machine(monkeypatch):
 # ---------------------------------------------------------------------------------------------------
 # The shipped multi-GPU profiles and the new keys
 
+
 @pytest.mark.parametrize("path", MULTI, ids=lambda p: p.stem)
 def test_multi_profile_header_matches_the_estimator(path):
     import re
 
     text = path.read_text()
-    match = re.search(r"^# Estimator's peak: ([\d.]+) GiB per training GPU, ([\d.]+) GiB on the vLLM server GPU, "
-                      r"on (\d+) GiB cards \(`python train.py --profile profiles/[^ ]+ --dry-run --gpu-memory \d+ "
-                      r"--gpus (\d+)`\)", text, re.M)
+    match = re.search(
+        r"^# Estimator's peak: ([\d.]+) GiB per training GPU, ([\d.]+) GiB on the vLLM server GPU, "
+        r"on (\d+) GiB cards \(`python train.py --profile profiles/[^ ]+ --dry-run --gpu-memory \d+ "
+        r"--gpus (\d+)`\)",
+        text,
+        re.M,
+    )
     assert match, "header lacks the estimator's peak"
     train, server, card, count = float(match[1]), float(match[2]), float(match[3]), int(match[4])
     p = load_profile(path)
@@ -319,21 +358,33 @@ def test_multi_profile_header_matches_the_estimator(path):
     assert re.search(r"^# First lever on OOM: .+", text, re.M)
 
 
-@pytest.mark.parametrize("keys, key, words", [
-    (dict(zero_stage=2), "zero_stage", "num_gpus is 1: there is nothing to shard over"),
-    (dict(device="cpu", fast_inference=False, load_in_4bit=False, optim="adamw_torch", num_gpus=2, zero_stage=1),
-     "zero_stage", "DeepSpeed ZeRO needs GPUs"),
-    (dict(vllm_mode="server", fast_inference=False), "vllm_mode", "fast_inference: false"),
-    (dict(num_gpus=2, vllm_standby=True), "vllm_standby", "Unsloth trains on one GPU"),
-    (dict(num_gpus=2), "gradient_checkpointing", "needs the single-GPU Unsloth path"),
-    (dict(vllm_mode="server", vllm_server_gpus=3, vllm_tensor_parallel=2, gradient_checkpointing="true"),
-     "vllm_tensor_parallel", "vllm_server_gpus (3) is not a multiple of vllm_tensor_parallel (2)"),
-    (dict(num_gpus=3, vllm_tensor_parallel=2, gradient_checkpointing="true"), "vllm_tensor_parallel",
-     "num_gpus (3) is not a multiple"),
-    (dict(vllm_tensor_parallel=2), "vllm_tensor_parallel", "num_gpus (1) is not a multiple"),
-    (dict(zero_stage=4, num_gpus=2), "zero_stage", "4 must be <= 3"),
-    (dict(vllm_mode="remote"), "vllm_mode", "'remote' is not one of colocate, server"),
-])
+@pytest.mark.parametrize(
+    "keys, key, words",
+    [
+        (dict(zero_stage=2), "zero_stage", "num_gpus is 1: there is nothing to shard over"),
+        (
+            dict(device="cpu", fast_inference=False, load_in_4bit=False, optim="adamw_torch", num_gpus=2, zero_stage=1),
+            "zero_stage",
+            "DeepSpeed ZeRO needs GPUs",
+        ),
+        (dict(vllm_mode="server", fast_inference=False), "vllm_mode", "fast_inference: false"),
+        (dict(num_gpus=2, vllm_standby=True), "vllm_standby", "Unsloth trains on one GPU"),
+        (dict(num_gpus=2), "gradient_checkpointing", "needs the single-GPU Unsloth path"),
+        (
+            dict(vllm_mode="server", vllm_server_gpus=3, vllm_tensor_parallel=2, gradient_checkpointing="true"),
+            "vllm_tensor_parallel",
+            "vllm_server_gpus (3) is not a multiple of vllm_tensor_parallel (2)",
+        ),
+        (
+            dict(num_gpus=3, vllm_tensor_parallel=2, gradient_checkpointing="true"),
+            "vllm_tensor_parallel",
+            "num_gpus (3) is not a multiple",
+        ),
+        (dict(vllm_tensor_parallel=2), "vllm_tensor_parallel", "num_gpus (1) is not a multiple"),
+        (dict(zero_stage=4, num_gpus=2), "zero_stage", "4 must be <= 3"),
+        (dict(vllm_mode="remote"), "vllm_mode", "'remote' is not one of colocate, server"),
+    ],
+)
 def test_scale_out_rules_name_their_key(keys, key, words):
     data = {"dataset": "arithmetic", **keys}
     with pytest.raises(ProfileError) as info:
@@ -358,8 +409,10 @@ def test_zero_profile_on_real_gpus_needs_deepspeed_installed(monkeypatch):
     real = [GpuInfo(f"NVIDIA H100 {i}", 80.0, 80.0, 0.0, (9, 0), "580.65", "13.0", i, "nvml") for i in range(8)]
     machine = Machine(real, "8 x H100", 64.0, 60.0)
     # the shipped 8x80 tier trains with DDP; its ZeRO-2 variant stands for any profile that asks for ZeRO
-    profiles = [p.replace(zero_stage=2, optim="adamw_torch") if p.name == "multi-8x80gb-qwen2.5-14b" else p
-                for p in load_profiles(PROFILES)]
+    profiles = [
+        p.replace(zero_stage=2, optim="adamw_torch") if p.name == "multi-8x80gb-qwen2.5-14b" else p
+        for p in load_profiles(PROFILES)
+    ]
 
     monkeypatch.setattr(plan_module, "_deepspeed_installed", lambda: False)
     plan = make_plan(profiles, machine)
@@ -376,18 +429,28 @@ def test_zero_profile_on_real_gpus_needs_deepspeed_installed(monkeypatch):
 # Planner and launcher agree on how a profile's GPUs split over machines: a profile the planner marks as
 # fitting must be one the launcher starts.
 
+
 def _grid_profile(num_gpus: int, server: bool):
-    return profile_from_dict(dict(name=f"grid-{num_gpus}-{'server' if server else 'colocate'}",
-                                  model="Qwen/Qwen2.5-0.5B-Instruct", load_in_4bit=False, num_gpus=num_gpus,
-                                  fast_inference=True, vllm_mode="server" if server else "colocate",
-                                  gpu_memory_utilization=0.3, gradient_checkpointing="true",
-                                  dataset="arithmetic"), "<test>")
+    return profile_from_dict(
+        dict(
+            name=f"grid-{num_gpus}-{'server' if server else 'colocate'}",
+            model="Qwen/Qwen2.5-0.5B-Instruct",
+            load_in_4bit=False,
+            num_gpus=num_gpus,
+            fast_inference=True,
+            vllm_mode="server" if server else "colocate",
+            gpu_memory_utilization=0.3,
+            gradient_checkpointing="true",
+            dataset="arithmetic",
+        ),
+        "<test>",
+    )
 
 
 def test_planner_never_marks_as_fitting_a_split_the_launcher_refuses(tmp_path, monkeypatch):
-    from launcher.run import distributed as dist
-    from launcher.plan.choose import local_gpus_needed
     from launcher.card.topology import gpu_assignment
+    from launcher.plan.choose import local_gpus_needed
+    from launcher.run import distributed as dist
 
     disagreements, fitting = [], 0
     for machines in range(1, 5):

@@ -7,19 +7,19 @@ from pathlib import Path
 
 import pytest
 
+from commands.plan import print_plan
 from contract.errors import EXIT_OUT_OF_MEMORY
 from launcher.card.detect import GpuInfo, Machine, detect_machine
+from launcher.plan.cards import COMMON_CARDS, fit_table
 from launcher.plan.choose import make_plan
 from launcher.plan.margins import margin_for
-from commands.plan import print_plan
-from launcher.plan.cards import COMMON_CARDS, fit_table
 from profiles.load import load_profile, load_profiles, profile_from_dict
-from support.fake_nvml import FakeNvml
 from support.cli import train_py as run_cli
+from support.fake_nvml import FakeNvml
 
 REPO = Path(__file__).resolve().parents[3]
 PROFILES = REPO / "profiles"
-GIB = 1024 ** 3
+GIB = 1024**3
 
 
 def what_if(total, free=None):
@@ -32,9 +32,21 @@ def cpu_machine(ram=24.0, free=20.0):
 
 
 def cpu_profile(name, ladder):
-    return profile_from_dict({"name": name, "ladder": ladder, "model": "tiny", "device": "cpu",
-                              "load_in_4bit": False, "fast_inference": False, "optim": "adamw_torch",
-                              "dataset": "arithmetic", "max_steps": 2, "save_steps": 1}, f"<{name}>")
+    return profile_from_dict(
+        {
+            "name": name,
+            "ladder": ladder,
+            "model": "tiny",
+            "device": "cpu",
+            "load_in_4bit": False,
+            "fast_inference": False,
+            "optim": "adamw_torch",
+            "dataset": "arithmetic",
+            "max_steps": 2,
+            "save_steps": 1,
+        },
+        f"<{name}>",
+    )
 
 
 def gpu_ladder():
@@ -90,8 +102,9 @@ def test_vllm_share_must_fit_in_free_memory():
     profile = load_profile(PROFILES / "gpu-16gb-gemma3-1b.yaml")  # 0.5 x total
     plan = make_plan([profile], what_if(16, free=7.5))
     assert not plan.candidates[0].fits
-    assert plan.candidates[0].reason.startswith("vLLM asks 8.00 GiB (gpu_memory_utilization x total) but only "
-                                                "7.50 GiB is free")
+    assert plan.candidates[0].reason.startswith(
+        "vLLM asks 8.00 GiB (gpu_memory_utilization x total) but only 7.50 GiB is free"
+    )
 
 
 def test_nothing_fits_exits_3(capsys):
@@ -119,12 +132,17 @@ def test_cuda_profile_without_a_gpu_does_not_fit():
 
 
 def test_fake_nvml_machine_is_planned_on_its_free_memory():
-    used_card = {"name": "NVIDIA GeForce RTX 4090", "uuid": "GPU-1", "total": 24 * GIB, "free": 20 * GIB,
-                 "cc": (8, 9)}
+    used_card = {"name": "NVIDIA GeForce RTX 4090", "uuid": "GPU-1", "total": 24 * GIB, "free": 20 * GIB, "cc": (8, 9)}
     plan = make_plan(gpu_ladder(), detect_machine(nvml=FakeNvml([used_card])))
     out = plan.to_json()
-    assert out["gpu"] == {**out["gpu"], "name": "NVIDIA GeForce RTX 4090", "total_gib": 24.0, "free_gib": 20.0,
-                          "source": "nvml", "compute_capability": "8.9"}
+    assert out["gpu"] == {
+        **out["gpu"],
+        "name": "NVIDIA GeForce RTX 4090",
+        "total_gib": 24.0,
+        "free_gib": 20.0,
+        "source": "nvml",
+        "compute_capability": "8.9",
+    }
     # 4 GiB already in use: the 24 GB profile (19.6 GiB) no longer fits in 20 - 1.2 GiB, and the 16 and 12 GB
     # ones (17.9 and 17.5 GiB) fit only past the 92% of usable memory an estimate alone may use (headroom for
     # the estimate's own error, issue 30): the plan goes on to the next rung, whose estimate leaves that room
@@ -137,12 +155,17 @@ def test_fake_nvml_machine_is_planned_on_its_free_memory():
 # ---------------------------------------------------------------------------------------------------
 # The command line
 
+
 def test_dry_run_json_is_the_design_object():
     result = run_cli("--auto", "--dry-run", "--json", "--gpu-memory", "16", "--gpu-name", "RTX 4080")
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert {k: out["gpu"][k] for k in ("name", "total_gib", "free_gib", "source")} == {
-        "name": "RTX 4080", "total_gib": 16.0, "free_gib": 16.0, "source": "what-if"}
+        "name": "RTX 4080",
+        "total_gib": 16.0,
+        "free_gib": 16.0,
+        "source": "what-if",
+    }
     ladder = [c["ladder"] for c in out["candidates"]]
     assert ladder == sorted(ladder)
     for cand in out["candidates"]:
@@ -187,9 +210,9 @@ def test_dry_run_imports_no_heavy_library_and_is_quick():
         "    code = train.main(['--auto', '--dry-run'])\n"
         "heavy = sorted(m for m in ('torch', 'unsloth', 'trl', 'transformers', 'vllm', 'datasets')\n"
         "               if m in sys.modules)\n"
-        "print(code, ','.join(heavy))\n")
-    result = subprocess.run([sys.executable, "-c", probe_code], capture_output=True, text=True, cwd=REPO,
-                            timeout=60)
+        "print(code, ','.join(heavy))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe_code], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert result.returncode == 0, result.stderr
     code, _, heavy = result.stdout.strip().partition(" ")
     assert code == "0"
@@ -206,8 +229,8 @@ def test_console_script_plans_like_train_py():
         pytest.skip("the project is not installed in this environment (pip install -e .)")
     args = ["--auto", "--dry-run", "--json", "--gpu-memory", "24"]
     from_script = subprocess.run([script, *args], capture_output=True, text=True, timeout=60)
-    from_file = subprocess.run([sys.executable, str(REPO / "train.py"), *args], capture_output=True, text=True,
-                               cwd=REPO, timeout=60)
+    from_file = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), *args], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
     assert from_script.returncode == from_file.returncode == 0, from_script.stderr
-    assert json.loads(from_script.stdout)["chosen"] == json.loads(from_file.stdout)["chosen"] \
-        == "gpu-24gb-llama3.1-8b"
+    assert json.loads(from_script.stdout)["chosen"] == json.loads(from_file.stdout)["chosen"] == "gpu-24gb-llama3.1-8b"

@@ -55,12 +55,23 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 # ---------------------------------------------------------------------------------------------------
 # The objective and the order of the levers, in code and in the docs
 
+
 def test_the_objective_and_the_order_of_the_levers_are_stated():
     assert solve.OBJECTIVE == "prompts per hour"
     assert solve.LEARNING_LEVERS == ("completion_length", "generations", "lora_rank", "16-bit")
     assert solve.THROUGHPUT_LEVERS == ("prompts_per_step", "batch", "checkpointing", "standby", "vllm_share")
-    assert solve.GIVEN_UP_ORDER == ("vllm_share", "prompts_per_step", "batch", "checkpointing", "standby", "4-bit",
-                                    "lora_rank", "generations", "completion_length", "generator")
+    assert solve.GIVEN_UP_ORDER == (
+        "vllm_share",
+        "prompts_per_step",
+        "batch",
+        "checkpointing",
+        "standby",
+        "4-bit",
+        "lora_rank",
+        "generations",
+        "completion_length",
+        "generator",
+    )
     assert (solve.GENERATIONS_AMBITION, solve.MIN_GENERATIONS, solve.MAX_GENERATIONS) == (8, 4, 16)
     docs = (ROOT / "docs" / "planning.md").read_text(encoding="utf-8")
     for lever in solve.GIVEN_UP_ORDER:
@@ -80,13 +91,24 @@ def test_quality_orders_learning_before_prompts_per_hour():
 # ---------------------------------------------------------------------------------------------------
 # The card table
 
+
 def test_every_card_the_project_names_is_in_the_table_with_its_sources():
     from benchmarks.fit_grid import CARDS as GRID
 
     records = yaml.safe_load((ROOT / "benchmarks" / "published_step_times.yaml").read_text(encoding="utf-8"))
     names = {name for _, name in GRID} | {r["card"] for r in records if r.get("card")}
-    names |= {"Tesla T4", "Tesla V100-SXM2-16GB", "NVIDIA L4", "NVIDIA A10G", "NVIDIA A100-SXM4-80GB",
-              "NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 3090", "RTX 4090", "NVIDIA L40S", "NVIDIA H200"}
+    names |= {
+        "Tesla T4",
+        "Tesla V100-SXM2-16GB",
+        "NVIDIA L4",
+        "NVIDIA A10G",
+        "NVIDIA A100-SXM4-80GB",
+        "NVIDIA H100 80GB HBM3",
+        "NVIDIA GeForce RTX 3090",
+        "RTX 4090",
+        "NVIDIA L40S",
+        "NVIDIA H200",
+    }
     for name in names:
         assert card_facts(name) is not None, name
     for card in CARDS:
@@ -116,19 +138,30 @@ def test_an_unknown_card_takes_the_stated_default_and_the_plan_says_so(capsys):
 # ---------------------------------------------------------------------------------------------------
 # plan --json and fit show the predicted step
 
+
 def test_plan_json_candidates_carry_their_speed(capsys):
-    code, out, _ = run(capsys, "plan", "--gpu-memory", "24", "--gpu-name", "NVIDIA GeForce RTX 4090", "--set",
-                       "model=Qwen/Qwen3-4B", "--json")
+    code, out, _ = run(
+        capsys,
+        "plan",
+        "--gpu-memory",
+        "24",
+        "--gpu-name",
+        "NVIDIA GeForce RTX 4090",
+        "--set",
+        "model=Qwen/Qwen3-4B",
+        "--json",
+    )
     plan = json.loads(out)
     assert code == 0 and plan["chosen"].startswith("fit-qwen3-4b-")
     for cand in plan["candidates"]:
         speed = cand["speed"]
         assert {"step_s", "generation_s", "training_s", "prompts_per_hour", "limited_by"} <= set(speed)
-        assert speed["step_s"] == pytest.approx(speed["generation_s"] + speed["training_s"] + speed["sync_s"]
-                                                + speed["fixed_s"], abs=0.01)
+        assert speed["step_s"] == pytest.approx(
+            speed["generation_s"] + speed["training_s"] + speed["sync_s"] + speed["fixed_s"], abs=0.01
+        )
         assert speed["prompts_per_hour"] == pytest.approx(
-            3600 * cand["settings"]["effective_batch"] / cand["settings"]["num_generations"] / speed["step_s"],
-            rel=0.01)
+            3600 * cand["settings"]["effective_batch"] / cand["settings"]["num_generations"] / speed["step_s"], rel=0.01
+        )
     chosen = next(c for c in plan["candidates"] if c["profile"] == plan["chosen"])
     assert chosen["speed"]["limited_by"] in ("memory", "throughput", "cap")
 
@@ -145,11 +178,15 @@ def test_fit_json_gives_the_objective_and_what_limits_it(capsys):
 # ---------------------------------------------------------------------------------------------------
 # The task's completion cap and expected length
 
+
 def test_shipped_task_figures_are_the_data_s_own():
     rows = arithmetic.generate(5000, seed=0)
     again = measure("arithmetic", [r["question"] for r in rows], [r["answer_text"] for r in rows], "")
-    assert (round(again.question_mean_chars, 1), round(again.answer_mean_chars, 1), again.answer_p99_chars) == \
-        (ARITHMETIC.question_mean_chars, ARITHMETIC.answer_mean_chars, ARITHMETIC.answer_p99_chars)
+    assert (round(again.question_mean_chars, 1), round(again.answer_mean_chars, 1), again.answer_p99_chars) == (
+        ARITHMETIC.question_mean_chars,
+        ARITHMETIC.answer_mean_chars,
+        ARITHMETIC.answer_p99_chars,
+    )
     if not (GSM8K_DIR / "train.jsonl").is_file():
         pytest.skip("GSM8K data not found at ../shared/data/gsm8k next to the repository")
     data = [json.loads(line) for line in (GSM8K_DIR / "train.jsonl").read_text(encoding="utf-8").splitlines()]
@@ -175,8 +212,9 @@ def test_the_cap_follows_the_task_and_the_tokenizer_and_a_pin_wins():
 
 def test_users_data_with_worked_solutions_is_measured_else_a_default(tmp_path):
     worked = tmp_path / "worked.jsonl"
-    worked.write_text("\n".join(json.dumps({"question": "q" * 50, "answer": "step " * 60 + "#### 3"})
-                                for _ in range(20)))
+    worked.write_text(
+        "\n".join(json.dumps({"question": "q" * 50, "answer": "step " * 60 + "#### 3"}) for _ in range(20))
+    )
     short = tmp_path / "short.jsonl"
     short.write_text("\n".join(json.dumps({"question": "q", "answer": "3"}) for _ in range(20)))
     arch = resolve("Qwen/Qwen3-4B")
@@ -192,6 +230,7 @@ def test_users_data_with_worked_solutions_is_measured_else_a_default(tmp_path):
 # ---------------------------------------------------------------------------------------------------
 # vLLM's engine as unsloth_zoo sizes it
 
+
 def _unsloth_source() -> str:
     spec = importlib.util.find_spec("unsloth_zoo")
     return Path(list(spec.submodule_search_locations)[0], "vllm_utils.py").read_text(encoding="utf-8")
@@ -201,14 +240,20 @@ def test_engine_tiers_are_unsloth_zoos_own():
     source = _unsloth_source()
     load_vllm = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.name == "load_vllm")
     text = ast.unparse(load_vllm)
-    found = re.findall(r"memory_left_for_kv_cache_gb (<=|>) (\d+):\s*\(?max_num_batched_tokens, approx_max_num_seqs\)?"
-                       r" = \(?(\d+), (\d+)\)?", text)
+    found = re.findall(
+        r"memory_left_for_kv_cache_gb (<=|>) (\d+):\s*\(?max_num_batched_tokens, approx_max_num_seqs\)?"
+        r" = \(?(\d+), (\d+)\)?",
+        text,
+    )
     assert found, "unsloth_zoo's engine tiers were not found in load_vllm"
     tiers = [(float("inf") if sign == ">" else float(gib), int(tokens), int(seqs)) for sign, gib, tokens, seqs in found]
     assert tiers == list(UNSLOTH_ENGINE_TIERS)
     # and the graph reserve taken off the share before the tiers
-    estimate_fn = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef)
-                       and n.name == "approximate_vllm_memory_usage")
+    estimate_fn = next(
+        n
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, ast.FunctionDef) and n.name == "approximate_vllm_memory_usage"
+    )
     body = ast.unparse(estimate_fn)
     graphs = int(re.search(r"num_cuda_graphs = (\d+)", body).group(1))
     per_graph = int(re.search(r"per_graph_estimate = hd \* n_layers \* (\d+)", body).group(1))
@@ -220,8 +265,10 @@ def test_engine_tiers_are_unsloth_zoos_own():
 def test_the_engine_gets_the_sequences_the_plan_sized():
     """The solver sets max_num_seqs so that a step's completions generate in as few waves as the share allows,
     and the estimate sizes vLLM's workspace for exactly that engine."""
-    result = solve.fit(load_profile(PROFILES / "gpu-24gb-llama3.1-8b.yaml").model_copy(
-        update={"model": "Qwen/Qwen2.5-1.5B-Instruct"}), machine(40, "A100 40GB").primary)
+    result = solve.fit(
+        load_profile(PROFILES / "gpu-24gb-llama3.1-8b.yaml").model_copy(update={"model": "Qwen/Qwen2.5-1.5B-Instruct"}),
+        machine(40, "A100 40GB").primary,
+    )
     p = result.profile
     assert p.vllm_max_num_seqs >= p.num_generations
     assert result.estimate.vllm_engine["max_num_seqs"] == p.vllm_max_num_seqs
@@ -232,17 +279,20 @@ def test_the_engine_gets_the_sequences_the_plan_sized():
 
 
 def test_unsloth_passes_max_num_seqs_to_its_engine():
-    loader = (Path(list(importlib.util.find_spec("unsloth").submodule_search_locations)[0]) / "models" /
-              "loader.py").read_text(encoding="utf-8")
+    loader = (
+        Path(list(importlib.util.find_spec("unsloth").submodule_search_locations)[0]) / "models" / "loader.py"
+    ).read_text(encoding="utf-8")
     passed = re.search(r"_VLLM_ENGINE_KWARGS = \(([^)]*)\)", loader).group(1)
     assert '"max_num_seqs"' in passed
-    load_vllm = next(n for n in ast.walk(ast.parse(_unsloth_source())) if isinstance(n, ast.FunctionDef)
-                     and n.name == "load_vllm")
+    load_vllm = next(
+        n for n in ast.walk(ast.parse(_unsloth_source())) if isinstance(n, ast.FunctionDef) and n.name == "load_vllm"
+    )
     assert "max_num_seqs" in [a.arg for a in load_vllm.args.args + load_vllm.args.kwonlyargs]
 
 
 # ---------------------------------------------------------------------------------------------------
 # Memory: published figures, the margins, standby
+
 
 def test_published_notebooks_phi4_fits_and_qwen3_is_within_its_bracket():
     from benchmarks.published_memory import QWEN3_TOLERANCE, T4_TORCH_TOTAL_GIB, t4_runs, workspace_rows
@@ -278,18 +328,25 @@ def test_an_estimate_alone_keeps_headroom_a_measurement_may_pack_close():
 
 
 def test_standby_is_never_chosen_with_4bit_and_a_pinned_one_says_why(capsys):
-    for model, gib, name in (("Qwen/Qwen3-8B", 16.0, "NVIDIA GeForce RTX 4060 Ti"), ("microsoft/phi-4", 15.0, "Tesla T4"),
-                             ("Qwen/Qwen3-4B", 24.0, "NVIDIA GeForce RTX 4090")):
-        p = solve.fit(load_profile(PROFILES / "gpu-24gb-llama3.1-8b.yaml").model_copy(update={"model": model}),
-                      machine(gib, name).primary).profile
+    for model, gib, name in (
+        ("Qwen/Qwen3-8B", 16.0, "NVIDIA GeForce RTX 4060 Ti"),
+        ("microsoft/phi-4", 15.0, "Tesla T4"),
+        ("Qwen/Qwen3-4B", 24.0, "NVIDIA GeForce RTX 4090"),
+    ):
+        p = solve.fit(
+            load_profile(PROFILES / "gpu-24gb-llama3.1-8b.yaml").model_copy(update={"model": model}),
+            machine(gib, name).primary,
+        ).profile
         assert not (p.vllm_standby and p.load_in_4bit), (model, gib)
-    code, out, _ = run(capsys, "fit", "Qwen/Qwen3-4B", "--gpu-memory", "24", "--set", "vllm_standby=true", "--set",
-                       "load_in_4bit=true")
+    code, out, _ = run(
+        capsys, "fit", "Qwen/Qwen3-4B", "--gpu-memory", "24", "--set", "vllm_standby=true", "--set", "load_in_4bit=true"
+    )
     assert code == 0 and "unsloth #3542" in out
 
 
 # ---------------------------------------------------------------------------------------------------
 # The step-time model against published runs
+
 
 def test_step_time_model_holds_its_measured_error_on_published_runs():
     from benchmarks.published_step_times import DATA, clean, predicted
@@ -305,8 +362,8 @@ def test_step_time_model_holds_its_measured_error_on_published_runs():
         if clean(record):
             clean_ratios.append(max(ratio, 1 / ratio))
     factors = sorted(max(r, 1 / r) for r in ratios.values())
-    assert factors[len(factors) // 2] <= 1.6          # all records: the median factor off (docs/planning.md)
-    assert sorted(clean_ratios)[len(clean_ratios) // 2] <= 1.3   # the clean ones
+    assert factors[len(factors) // 2] <= 1.6  # all records: the median factor off (docs/planning.md)
+    assert sorted(clean_ratios)[len(clean_ratios) // 2] <= 1.3  # the clean ones
     # the cleanest card-to-card pair: the same 4-bit run on a T4 and an A100 80GB, measured 4.83x apart
     pair = ratios["unsloth-openenv-gpt-oss-20b-2048-t4"] / ratios["unsloth-openenv-gpt-oss-20b-2048-a100-80"]
     assert 0.6 <= pair <= 1.4
@@ -325,15 +382,19 @@ def test_a_longer_completion_and_a_slower_card_take_longer():
 # ---------------------------------------------------------------------------------------------------
 # Measured seconds per step beside the prediction: the attempt, summary, attempts.jsonl, the ledger
 
+
 def test_measured_step_leaves_out_the_first_and_sets_the_prediction_beside_it():
-    rows = [{"step_time": 30.0, "completion_length": 300}] + \
-        [{"step_time": t, "completion_length": 200} for t in (10.0, 12.0, 11.0)]
+    rows = [{"step_time": 30.0, "completion_length": 300}] + [
+        {"step_time": t, "completion_length": 200} for t in (10.0, 12.0, 11.0)
+    ]
     timing = measured_step(rows, predicted_s=10.0)
     assert timing["step_s"] == 11.0 and timing["first_step_s"] == 30.0 and timing["steps_timed"] == 3
     assert timing["completion_mean"] == 200 and timing["ratio"] == 1.1
     assert measured_step([]) is None
-    assert calibration({"generation_s": 6.0, "step_s": 12.0}, {"generation_s": 4.0, "step_s": 10.0}) == \
-        {"generation_s": 1.5, "step_s": 1.2}
+    assert calibration({"generation_s": 6.0, "step_s": 12.0}, {"generation_s": 4.0, "step_s": 10.0}) == {
+        "generation_s": 1.5,
+        "step_s": 1.2,
+    }
 
 
 def test_the_timers_gpu_check_calls_time_a_wave_and_a_step_without_a_gpu():
@@ -356,8 +417,13 @@ def test_outcome_and_attempt_record_carry_the_measured_step():
 def test_the_ledger_keeps_a_shapes_step_time_and_the_next_plan_uses_it():
     m = machine(24.0, "NVIDIA GeForce RTX 4090")
     profile = load_profile(PROFILES / "gpu-24gb-llama3.1-8b.yaml")
-    entry = ledger_record.make_entry(profile, m, status="ok", peak_gib=18.0,
-                                     timing={"step_s": 42.5, "predicted_step_s": 30.0, "completion_mean": 180.0})
+    entry = ledger_record.make_entry(
+        profile,
+        m,
+        status="ok",
+        peak_gib=18.0,
+        timing={"step_s": 42.5, "predicted_step_s": 30.0, "completion_mean": 180.0},
+    )
     assert (entry.step_s, entry.predicted_step_s, entry.completion_mean) == (42.5, 30.0, 180.0)
     again = Entry.from_dict(json.loads(entry.to_json()))
     measured = measured_for([again], profile, m)
@@ -372,13 +438,31 @@ def test_the_ledger_keeps_a_shapes_step_time_and_the_next_plan_uses_it():
 # fit's pinned values (issue 34, items 2 and 7)
 
 PINS = [
-    ["gradient_checkpointing=false"], ["num_generations=6"], ["lora_rank=16"], ["load_in_4bit=true"],
-    ["max_completion_length=512"], ["max_seq_length=1000"], ["per_device_train_batch_size=2"],
-    ["gpu_memory_utilization=0.5"], ["vllm_standby=true"], ["fast_inference=false"], ["max_prompt_length=200"],
-    ["expected_completion_length=150"], ["vllm_max_num_seqs=12"], ["lora_alpha=8"], ["beta=0.04"],
-    ["optim=adamw_torch"], ["gradient_accumulation_steps=4"],
-    ["num_generations=4", "lora_rank=8", "gradient_checkpointing=true", "max_completion_length=384",
-     "load_in_4bit=false", "per_device_train_batch_size=4"],
+    ["gradient_checkpointing=false"],
+    ["num_generations=6"],
+    ["lora_rank=16"],
+    ["load_in_4bit=true"],
+    ["max_completion_length=512"],
+    ["max_seq_length=1000"],
+    ["per_device_train_batch_size=2"],
+    ["gpu_memory_utilization=0.5"],
+    ["vllm_standby=true"],
+    ["fast_inference=false"],
+    ["max_prompt_length=200"],
+    ["expected_completion_length=150"],
+    ["vllm_max_num_seqs=12"],
+    ["lora_alpha=8"],
+    ["beta=0.04"],
+    ["optim=adamw_torch"],
+    ["gradient_accumulation_steps=4"],
+    [
+        "num_generations=4",
+        "lora_rank=8",
+        "gradient_checkpointing=true",
+        "max_completion_length=384",
+        "load_in_4bit=false",
+        "per_device_train_batch_size=4",
+    ],
 ]
 
 
@@ -395,8 +479,10 @@ def test_a_profile_printed_by_fit_loads_back_with_exactly_its_figures(capsys, tm
     profile = load_profile(path)
     for pin in pins:  # a pinned key is never moved
         key, _, value = pin.partition("=")
-        assert getattr(profile, key) == profile_from_dict({**profile.to_dict(), key: yaml.safe_load(value)},
-                                                           "<pin>").model_dump()[key], pin
+        assert (
+            getattr(profile, key)
+            == profile_from_dict({**profile.to_dict(), key: yaml.safe_load(value)}, "<pin>").model_dump()[key]
+        ), pin
     code, out, err = run(capsys, "plan", "--profile", str(path), *card, "--json")
     plan = json.loads(out)
     cand = plan["candidates"][0]
@@ -406,26 +492,53 @@ def test_a_profile_printed_by_fit_loads_back_with_exactly_its_figures(capsys, tm
     assert cand["speed"]["step_s"] == pytest.approx(float(predicted), abs=0.051)
 
 
-@pytest.mark.parametrize("pin, words", [
-    ("num_generations=4.5", "expected a whole number"), ("max_completion_length='512'", "expected a whole number"),
-    ("load_in_4bit=maybe", "expected true or false"), ("device=cpu", "fit plans a configuration for a GPU"),
-    ("num_gpus=2", "needs 2 GPUs, the plan has 1"), ("vllm_mode=bogus", "is not one of"),
-    ("gradient_checkpointing=sometimes", "is not one of"),
-])
+@pytest.mark.parametrize(
+    "pin, words",
+    [
+        ("num_generations=4.5", "expected a whole number"),
+        ("max_completion_length='512'", "expected a whole number"),
+        ("load_in_4bit=maybe", "expected true or false"),
+        ("device=cpu", "fit plans a configuration for a GPU"),
+        ("num_gpus=2", "needs 2 GPUs, the plan has 1"),
+        ("vllm_mode=bogus", "is not one of"),
+        ("gradient_checkpointing=sometimes", "is not one of"),
+    ],
+)
 def test_fit_refuses_a_pin_it_cannot_take_with_exit_2(capsys, pin, words):
     code, out, err = run(capsys, "fit", "Qwen/Qwen3-4B", "--gpu-memory", "24", "--set", pin)
     assert code == 2 and words in err and "Traceback" not in err, err
 
 
 def test_fit_on_pinned_batches_that_cannot_divide_exits_2_like_train(capsys):
-    code, _, err = run(capsys, "fit", "Qwen/Qwen3-4B", "--gpu-memory", "16", "--set", "num_generations=3", "--set",
-                       "per_device_train_batch_size=4", "--set", "gradient_accumulation_steps=1")
+    code, _, err = run(
+        capsys,
+        "fit",
+        "Qwen/Qwen3-4B",
+        "--gpu-memory",
+        "16",
+        "--set",
+        "num_generations=3",
+        "--set",
+        "per_device_train_batch_size=4",
+        "--set",
+        "gradient_accumulation_steps=1",
+    )
     assert code == 2 and "whole groups" in err
     code, _, err = run(capsys, "fit", "Qwen/Qwen3-4B", "--gpu-memory", "16", "--set", "num_generations=4096")
     assert code == 2 and "num_generations" in err and "without them a configuration does" in err
     # batches that can hold whole groups at some prompts per step: a correct result, every group whole
-    code, out, err = run(capsys, "fit", "Qwen/Qwen3-4B", "--gpu-memory", "16", "--set", "num_generations=3", "--set",
-                         "per_device_train_batch_size=4", "--json")
+    code, out, err = run(
+        capsys,
+        "fit",
+        "Qwen/Qwen3-4B",
+        "--gpu-memory",
+        "16",
+        "--set",
+        "num_generations=3",
+        "--set",
+        "per_device_train_batch_size=4",
+        "--json",
+    )
     p = json.loads(out)["profile"]
     assert code == 0, err
     assert p["num_generations"] == 3 and p["per_device_train_batch_size"] == 4
@@ -433,8 +546,9 @@ def test_fit_on_pinned_batches_that_cannot_divide_exits_2_like_train(capsys):
 
 
 def test_a_pinned_split_is_the_one_fitted(capsys):
-    code, out, err = run(capsys, "fit", "Qwen/Qwen3-4B", "--gpu-memory", "24", "--gpus", "2", "--set",
-                         "vllm_mode=server", "--json")
+    code, out, err = run(
+        capsys, "fit", "Qwen/Qwen3-4B", "--gpu-memory", "24", "--gpus", "2", "--set", "vllm_mode=server", "--json"
+    )
     assert code == 0, err
     p = json.loads(out)["profile"]
     assert p["vllm_mode"] == "server" and p["num_gpus"] == 1 and p["vllm_server_gpus"] == 1

@@ -46,11 +46,28 @@ def test_every_rank_joins_before_rank_0_evaluates(tmp_path):
     port = str(free_port())
     ranks = []
     for rank in range(2):
-        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
-               "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "OUT": str(tmp_path),
-               "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""}
-        ranks.append(subprocess.Popen([sys.executable, "-c", RANK_CODE], cwd=REPO, env=env, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "LOCAL_WORLD_SIZE": "2",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": port,
+            "OUT": str(tmp_path),
+            "PYTHONPATH": str(REPO),
+            "CUDA_VISIBLE_DEVICES": "",
+        }
+        ranks.append(
+            subprocess.Popen(
+                [sys.executable, "-c", RANK_CODE],
+                cwd=REPO,
+                env=env,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+        )
     results = []
     for proc in ranks:
         out, err = proc.communicate(timeout=300)

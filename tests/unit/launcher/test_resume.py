@@ -22,26 +22,41 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from launcher.run.attempts import read_attempts
 from contract.attempt import COMPLETE_MARKER, checkpoint_problem, checkpoint_step, latest_checkpoint
 from contract.errors import UsageError
 from launcher.card.detect import Machine
 from launcher.plan.choose import make_plan
-from profiles.load import profile_from_dict
+from launcher.run.attempts import read_attempts
 from launcher.run.supervise import supervise
+from profiles.load import profile_from_dict
 
 ROOT = Path(__file__).resolve().parents[3]
 FAKE_CHILD = [sys.executable, str(Path(__file__).resolve().parents[3] / "tests" / "support" / "fake_child.py")]
 CPU_MACHINE = Machine(gpus=[], message="test machine: no GPU", host_ram_gib=24.0, host_free_gib=20.0)
-BASE = dict(device="cpu", model="tiny", fast_inference=False, load_in_4bit=False, optim="adamw_torch",
-            dataset="arithmetic", max_seq_length=256, max_prompt_length=128, max_steps=8, save_steps=2,
-            eval_samples=0, num_generations=4, max_completion_length=64, per_device_train_batch_size=4,
-            gradient_accumulation_steps=1)
+BASE = dict(
+    device="cpu",
+    model="tiny",
+    fast_inference=False,
+    load_in_4bit=False,
+    optim="adamw_torch",
+    dataset="arithmetic",
+    max_seq_length=256,
+    max_prompt_length=128,
+    max_steps=8,
+    save_steps=2,
+    eval_samples=0,
+    num_generations=4,
+    max_completion_length=64,
+    per_device_train_batch_size=4,
+    gradient_accumulation_steps=1,
+)
 
 
 def plan_of(*names: str):
-    profiles = [profile_from_dict(dict(BASE, name=name, ladder=i + 1), f"<test {name}>")
-                for i, name in enumerate(names or ("a",))]
+    profiles = [
+        profile_from_dict(dict(BASE, name=name, ladder=i + 1), f"<test {name}>")
+        for i, name in enumerate(names or ("a",))
+    ]
     return make_plan(profiles, CPU_MACHINE)
 
 
@@ -49,9 +64,15 @@ def run(out: Path, monkeypatch, behaviour: dict, resume=False, overrides=(), fre
     """Supervise with the fake child into `out`; (exit code, attempt records of the latest run, console)."""
     monkeypatch.setenv("FAKE_CHILD_PLAN", json.dumps(behaviour))
     text = io.StringIO()
-    code = supervise(plan or plan_of(), output_dir=out, overrides=list(overrides), resume=resume,
-                     child_command=FAKE_CHILD, console=Console(file=text, width=240, highlight=False),
-                     fresh_attempt=fresh)
+    code = supervise(
+        plan or plan_of(),
+        output_dir=out,
+        overrides=list(overrides),
+        resume=resume,
+        child_command=FAKE_CHILD,
+        console=Console(file=text, width=240, highlight=False),
+        fresh_attempt=fresh,
+    )
     runs = sorted(out.glob("run-*"))
     return code, (read_attempts(runs[-1]) if runs else []), text.getvalue()
 
@@ -69,6 +90,7 @@ def stopped_run(tmp_path, monkeypatch, at_step=5) -> Path:
 
 # ---------------------------------------------------------------------------------------------------
 # Bug 1: a changed shape, a moved folder
+
 
 def test_resume_with_a_changed_lora_shape_is_refused_saying_what_differs(tmp_path, monkeypatch):
     run_dir = stopped_run(tmp_path, monkeypatch)
@@ -120,8 +142,10 @@ def test_a_moved_run_folder_resumes_from_its_checkpoint(tmp_path, monkeypatch):
     run_dir = next((tmp_path / "moved").glob("run-*"))
     assert code == 0
     assert records[-1]["resumed_from"] == "attempt-01-a/checkpoint-4"
-    assert call_of(run_dir, records[-1])["argv"][-2:] == ["--resume-from",
-                                                          str(run_dir / "attempt-01-a" / "checkpoint-4")]
+    assert call_of(run_dir, records[-1])["argv"][-2:] == [
+        "--resume-from",
+        str(run_dir / "attempt-01-a" / "checkpoint-4"),
+    ]
     assert "resuming from attempt-01-a/checkpoint-4 (step 4)" in out
 
 
@@ -140,6 +164,7 @@ def test_a_moved_run_with_old_absolute_records_still_resumes(tmp_path, monkeypat
 # ---------------------------------------------------------------------------------------------------
 # Bug 2: a damaged checkpoint is passed over, named and set aside
 
+
 def test_a_damaged_newest_checkpoint_is_set_aside_and_the_one_before_resumed(tmp_path, monkeypatch):
     run_dir = stopped_run(tmp_path, monkeypatch)
     weights = run_dir / "attempt-01-a" / "checkpoint-4" / "adapter_model.safetensors"
@@ -147,8 +172,11 @@ def test_a_damaged_newest_checkpoint_is_set_aside_and_the_one_before_resumed(tmp
     code, records, out = run(tmp_path / "out", monkeypatch, {}, resume=True)
     assert code == 0
     assert records[-1]["resumed_from"] == "attempt-01-a/checkpoint-2"
-    assert ("passing over attempt-01-a/checkpoint-4: adapter_model.safetensors is 10 bytes" in out
-            and "renamed to checkpoint-4.damaged" in out and "resuming from attempt-01-a/checkpoint-2" in out)
+    assert (
+        "passing over attempt-01-a/checkpoint-4: adapter_model.safetensors is 10 bytes" in out
+        and "renamed to checkpoint-4.damaged" in out
+        and "resuming from attempt-01-a/checkpoint-2" in out
+    )
     assert (run_dir / "attempt-01-a" / "checkpoint-4.damaged" / "adapter_model.safetensors").is_file()
     assert not (run_dir / "attempt-01-a" / "checkpoint-4").exists()
 
@@ -164,6 +192,7 @@ def test_every_checkpoint_damaged_says_it_starts_at_step_1(tmp_path, monkeypatch
 
 # ---------------------------------------------------------------------------------------------------
 # One supervisor per run; the child's exit 2 passes through
+
 
 def test_a_second_resume_while_the_run_trains_is_refused(tmp_path, monkeypatch):
     run_dir = stopped_run(tmp_path, monkeypatch)
@@ -186,7 +215,7 @@ def test_a_child_that_refuses_its_input_makes_the_run_exit_2(tmp_path, monkeypat
     code, records, out = run(tmp_path / "out", monkeypatch, {"a": {"do": "usage"}}, plan=plan_of("a", "b"))
     assert code == 2
     assert [(r["profile"], r["status"], r["exit_code"]) for r in records] == [("a", "error", 2)]
-    assert "refused its input" in out and "has no \"question\"" in out
+    assert "refused its input" in out and 'has no "question"' in out
 
 
 def _whole_checkpoint(folder: Path) -> None:
@@ -217,9 +246,23 @@ def test_an_attempt_given_a_damaged_checkpoint_refuses_it_before_loading(tmp_pat
     _whole_checkpoint(damaged)
     os.truncate(damaged / "adapter_model.safetensors", 10)
     env = {k: v for k, v in os.environ.items() if k not in ("FAKE_CHILD_PLAN", "GRPO_INJECT_OOM")}
-    done = subprocess.run([sys.executable, str(ROOT / "train.py"), "--profile", str(ROOT / "profiles" /
-                           "cpu-tiny-4gen.yaml"), "--attempt-dir", str(tmp_path / "attempt"), "--resume-from",
-                           str(damaged)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "train.py"),
+            "--profile",
+            str(ROOT / "profiles" / "cpu-tiny-4gen.yaml"),
+            "--attempt-dir",
+            str(tmp_path / "attempt"),
+            "--resume-from",
+            str(damaged),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 2, done.stderr[-3000:]
     assert "adapter_model.safetensors is 10 bytes" in done.stderr and "Traceback" not in done.stderr
     assert json.loads((tmp_path / "attempt" / "outcome.json").read_text())["status"] == "error"
@@ -238,8 +281,14 @@ class _Run:
     the test."""
 
     def __init__(self, *args: str, env: dict):
-        self.proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args], cwd=ROOT, env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "train.py"), *args],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         self.lines: list[str] = []
         self.last = time.monotonic()
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -288,15 +337,19 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-def _kill_at_next_checkpoint(proc: _Run, run_parent: Path, after_s: float, seen: set,
-                             whole: bool) -> Path | None:
+def _kill_at_next_checkpoint(proc: _Run, run_parent: Path, after_s: float, seen: set, whole: bool) -> Path | None:
     """Wait for a checkpoint folder that was not there before (with `whole`: for its completeness marker
     too), then SIGKILL the attempt process `after_s` seconds later; the folder (None when the run ended
     first). Waits while the run makes progress (proc.stalled)."""
     while proc.poll() is None and not proc.stalled():
-        fresh = [p for p in run_parent.glob("run-*/attempt-*/checkpoint-*")
-                 if p not in seen and p.is_dir() and p.name.split("-")[-1].isdigit()
-                 and (not whole or (p / COMPLETE_MARKER).exists())]
+        fresh = [
+            p
+            for p in run_parent.glob("run-*/attempt-*/checkpoint-*")
+            if p not in seen
+            and p.is_dir()
+            and p.name.split("-")[-1].isdigit()
+            and (not whole or (p / COMPLETE_MARKER).exists())
+        ]
         if fresh:
             time.sleep(after_s)
             for pid in _children(proc.pid):
@@ -322,8 +375,18 @@ def test_fault_injection_sigkill_during_checkpoint_writes_never_loses_a_whole_ch
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if k not in ("FAKE_CHILD_PLAN", "GRPO_INJECT_OOM")}
     common = ["--profiles-dir", str(profiles), "--output-dir", str(out)]
-    first = ["--auto", *common, "--set", "max_steps=40", "--set", "save_steps=1", "--set", "eval_samples=0",
-             "--set", "train_samples=16"]
+    first = [
+        "--auto",
+        *common,
+        "--set",
+        "max_steps=40",
+        "--set",
+        "save_steps=1",
+        "--set",
+        "eval_samples=0",
+        "--set",
+        "train_samples=16",
+    ]
     seen: set = set()
     newest_step = 0
     # killed as a checkpoint folder appears and a moment later (the save cut short), as its completeness marker
@@ -341,11 +404,15 @@ def test_fault_injection_sigkill_during_checkpoint_writes_never_loses_a_whole_ch
         assert records[-1]["status"] == "error" and "killed by SIGKILL" in records[-1]["error"]
         if round_number:  # this resume started from the newest whole checkpoint of the run before it
             assert checkpoint_step(records[-1]["resumed_from"]) == newest_step, output[-3000:]
-            steps = [json.loads(line)["step"] for line in
-                     (run_dir / records[-1]["attempt_dir"] / "metrics.jsonl").read_text().splitlines()]
+            steps = [
+                json.loads(line)["step"]
+                for line in (run_dir / records[-1]["attempt_dir"] / "metrics.jsonl").read_text().splitlines()
+            ]
             assert not steps or min(steps) == newest_step + 1  # the global step went on, never back
-        print(f"kill {round_number} ({after_s} s after {'the marker' if whole else 'the folder'} of "
-              f"{killed.parent.name}/{killed.name}): resumed from {records[-1]['resumed_from']}")
+        print(
+            f"kill {round_number} ({after_s} s after {'the marker' if whole else 'the folder'} of "
+            f"{killed.parent.name}/{killed.name}): resumed from {records[-1]['resumed_from']}"
+        )
         seen |= set(out.glob("run-*/attempt-*/checkpoint-*"))
         newest = _newest_whole_checkpoint(run_dir)
         assert newest is None or checkpoint_problem(newest) is None

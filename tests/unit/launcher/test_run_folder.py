@@ -24,6 +24,7 @@ def test_runs_started_at_once_in_one_output_dir_get_their_own_folders(tmp_path):
 # ---------------------------------------------------------------------------------------------------
 # A stale run.lock whose pid now belongs to another process
 
+
 def test_a_lock_naming_a_process_that_is_not_a_supervisor_is_taken_over(tmp_path):
     import os
 

@@ -13,9 +13,9 @@ import train
 from contract.errors import UsageError
 from launcher.card.detect import Machine
 from launcher.plan.choose import make_plan
+from launcher.run.inputs import check_run_inputs
 from profiles.load import load_profile, load_profiles
 from profiles.rules import missing_tracker
-from launcher.run.inputs import check_run_inputs
 
 ROOT = Path(__file__).resolve().parents[3]
 CPU_DIR = ROOT / "profiles"
@@ -29,12 +29,15 @@ def cpu_plan(overrides):
 
 def without(monkeypatch, *modules):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name.split(".")[0] in modules else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name.split(".")[0] in modules else real(name, *a)
+    )
 
 
-@pytest.mark.parametrize("tracker, package", [("wandb", "wandb"), ("tensorboard", "tensorboard"),
-                                              ("mlflow", "mlflow"), ("comet_ml", "comet-ml")])
+@pytest.mark.parametrize(
+    "tracker, package",
+    [("wandb", "wandb"), ("tensorboard", "tensorboard"), ("mlflow", "mlflow"), ("comet_ml", "comet-ml")],
+)
 def test_a_tracker_without_its_package_is_refused_before_the_run(monkeypatch, tracker, package):
     without(monkeypatch, "wandb", "tensorboard", "tensorboardX", "mlflow", "comet_ml")
     profiles, plan = cpu_plan([f"report_to={tracker}"])
@@ -48,9 +51,11 @@ def test_a_tracker_without_its_package_is_refused_before_the_run(monkeypatch, tr
 
 def test_a_tracker_that_is_installed_passes(monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: object() if name == "tensorboardX" else
-                        (None if name == "tensorboard" else real(name, *a)))
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: object() if name == "tensorboardX" else (None if name == "tensorboard" else real(name, *a)),
+    )
     profile = load_profile(CPU_DIR / "cpu-tiny-8gen.yaml", ["report_to=tensorboard"])
     assert missing_tracker(profile) is None  # tensorboardX is enough, as transformers accepts it
     for tracker in ("none", "all"):

@@ -12,13 +12,13 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from test_supervise import CPU_MACHINE, FAKE_CHILD, ladder
 
 from commands.sample import find_target
 from launcher.plan.choose import make_plan
 from launcher.run import folder
 from launcher.run.folder import FINAL, LATEST, follow, latest_run_dir, point, run_folder_of, stable_target
 from launcher.run.supervise import supervise
-from test_supervise import CPU_MACHINE, FAKE_CHILD, ladder
 
 OOM_THEN_NEXT = {"a": {"do": "oom", "text": "torch_logits_gib.txt"}, "b": {"do": "ok"}}
 
@@ -29,8 +29,13 @@ def supervised(tmp_path, monkeypatch, behaviour: dict, resume: bool = False) -> 
     out = io.StringIO()
     plan = make_plan(ladder(), CPU_MACHINE)
     # "a" shrinks once and fails again, then falls back to "b"
-    code = supervise(plan, output_dir=tmp_path / "out", resume=resume, child_command=FAKE_CHILD,
-                     console=Console(file=out, width=200, highlight=False))
+    code = supervise(
+        plan,
+        output_dir=tmp_path / "out",
+        resume=resume,
+        child_command=FAKE_CHILD,
+        console=Console(file=out, width=200, highlight=False),
+    )
     return code, out.getvalue()
 
 
@@ -107,12 +112,27 @@ def test_train_resume_accepts_latest(tmp_path, monkeypatch, capsys):
     import subprocess
 
     supervised(tmp_path, monkeypatch, {"a": {"do": "ok"}})
-    result = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[3] / "train.py"), "train",
-                             "--resume", str(tmp_path / "out" / LATEST), "--profiles-dir", str(tmp_path / "none")],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).resolve().parents[3] / "train.py"),
+            "train",
+            "--resume",
+            str(tmp_path / "out" / LATEST),
+            "--profiles-dir",
+            str(tmp_path / "none"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     # the run is found through latest (its folder named in the error of the missing profiles folder, or
     # resumed); a path that is no run is refused by name
     assert "not a run folder" not in result.stderr
-    bad = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[3] / "train.py"), "train",
-                          "--resume", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve().parents[3] / "train.py"), "train", "--resume", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and "not a run folder" in bad.stderr

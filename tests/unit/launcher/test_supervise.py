@@ -25,17 +25,16 @@ from rich.console import Console
 
 from contract import failure
 from contract import oom as oom
+from contract.attempt import attempt_environment, estimate_from_env
+from contract.environment import ENV_ESTIMATE_GIB
 from contract.errors import UsageError
 from launcher.card.detect import GpuInfo, Machine
 from launcher.plan.choose import make_plan
-from profiles.load import load_profile, profile_from_dict
 from launcher.run.attempts import AttemptRecord, read_attempts, server_failure_result
 from launcher.run.child import attempt_command
-from contract.attempt import attempt_environment, estimate_from_env
-from contract.environment import ENV_ESTIMATE_GIB
-from launcher.run.fallback import (adjust_vllm_share, decide, next_profile, shrink_batch, shrink_for,
-                               shrink_optimizer)
+from launcher.run.fallback import adjust_vllm_share, decide, next_profile, shrink_batch, shrink_for, shrink_optimizer
 from launcher.run.supervise import supervise
+from profiles.load import load_profile, profile_from_dict
 
 ROOT = Path(__file__).resolve().parents[3]
 FAKE_CHILD = [sys.executable, str(Path(__file__).resolve().parents[3] / "tests" / "support" / "fake_child.py")]
@@ -44,28 +43,68 @@ CPU_MACHINE = Machine(gpus=[], message="test machine: no GPU", host_ram_gib=24.0
 
 
 def card(total: float, free: float | None = None) -> Machine:
-    gpu = GpuInfo(name=f"{total:g} GiB test card", total_gib=total, free_gib=total if free is None else free,
-                  used_gib=0.0, compute_capability=(8, 9), driver=None, cuda_driver=None, index=0, source="what-if")
+    gpu = GpuInfo(
+        name=f"{total:g} GiB test card",
+        total_gib=total,
+        free_gib=total if free is None else free,
+        used_gib=0.0,
+        compute_capability=(8, 9),
+        driver=None,
+        cuda_driver=None,
+        index=0,
+        source="what-if",
+    )
     return Machine(gpus=[gpu], message=f"test card: {total:g} GiB", host_ram_gib=64.0, host_free_gib=60.0)
 
 
-CPU_BASE = dict(device="cpu", model="tiny", fast_inference=False, load_in_4bit=False, optim="adamw_torch",
-                dataset="arithmetic", max_seq_length=256, max_prompt_length=128, max_steps=4, save_steps=2,
-                eval_samples=0)
+CPU_BASE = dict(
+    device="cpu",
+    model="tiny",
+    fast_inference=False,
+    load_in_4bit=False,
+    optim="adamw_torch",
+    dataset="arithmetic",
+    max_seq_length=256,
+    max_prompt_length=128,
+    max_steps=4,
+    save_steps=2,
+    eval_samples=0,
+)
 
 
-def cpu_profile(name: str, ladder: int, generations: int = 8, completion: int = 128, batch: int = 8,
-                accumulation: int = 1, **extra):
-    data = dict(CPU_BASE, name=name, ladder=ladder, num_generations=generations, max_completion_length=completion,
-                per_device_train_batch_size=batch, gradient_accumulation_steps=accumulation, **extra)
+def cpu_profile(
+    name: str, ladder: int, generations: int = 8, completion: int = 128, batch: int = 8, accumulation: int = 1, **extra
+):
+    data = dict(
+        CPU_BASE,
+        name=name,
+        ladder=ladder,
+        num_generations=generations,
+        max_completion_length=completion,
+        per_device_train_batch_size=batch,
+        gradient_accumulation_steps=accumulation,
+        **extra,
+    )
     return profile_from_dict(data, f"<test {name}>")
 
 
 def gpu_profile(name: str, ladder: int, model: str = "Qwen/Qwen3-4B", **extra):
-    data = dict(name=name, ladder=ladder, model=model, device="cuda", max_seq_length=2048, max_prompt_length=256,
-                max_completion_length=1024, num_generations=4, per_device_train_batch_size=4,
-                gradient_accumulation_steps=1, gpu_memory_utilization=0.5, dataset="arithmetic", max_steps=10,
-                save_steps=5)
+    data = dict(
+        name=name,
+        ladder=ladder,
+        model=model,
+        device="cuda",
+        max_seq_length=2048,
+        max_prompt_length=256,
+        max_completion_length=1024,
+        num_generations=4,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=1,
+        gpu_memory_utilization=0.5,
+        dataset="arithmetic",
+        max_steps=10,
+        save_steps=5,
+    )
     data.update(extra)
     return profile_from_dict(data, f"<test {name}>")
 
@@ -78,8 +117,14 @@ def run(plan, tmp_path, monkeypatch, behaviour: dict, resume: bool = False, over
     """Supervise with the fake child; returns (exit code, attempt records, console text)."""
     monkeypatch.setenv("FAKE_CHILD_PLAN", json.dumps(behaviour))
     out = io.StringIO()
-    code = supervise(plan, output_dir=tmp_path / "out", overrides=list(overrides), resume=resume,
-                     child_command=FAKE_CHILD, console=Console(file=out, width=200, highlight=False))
+    code = supervise(
+        plan,
+        output_dir=tmp_path / "out",
+        overrides=list(overrides),
+        resume=resume,
+        child_command=FAKE_CHILD,
+        console=Console(file=out, width=200, highlight=False),
+    )
     runs = sorted((tmp_path / "out").glob("run-*"))
     records = read_attempts(runs[-1]) if runs else []
     return code, records, out.getvalue()
@@ -101,14 +146,16 @@ def call_of(record: dict, tmp_path: Path) -> dict:
 # ---------------------------------------------------------------------------------------------------
 # Shrinks (pure)
 
+
 def test_shrink_halves_batch_and_keeps_effective_batch():
     p = cpu_profile("a", 1, batch=8, accumulation=1)
     new, changes, text = shrink_batch(p)
     assert (new.per_device_train_batch_size, new.gradient_accumulation_steps) == (4, 2)
     assert new.name == "a" and new.effective_batch == 8
     assert changes == {"per_device_train_batch_size": [8, 4], "gradient_accumulation_steps": [1, 2]}
-    assert text == ("halving per_device_train_batch_size 8 -> 4, gradient_accumulation_steps 1 -> 2, "
-                    "effective batch kept at 8")
+    assert text == (
+        "halving per_device_train_batch_size 8 -> 4, gradient_accumulation_steps 1 -> 2, effective batch kept at 8"
+    )
 
 
 def test_shrink_odd_batch_divides_by_its_smallest_factor():
@@ -176,27 +223,30 @@ def test_vllm_share_raised_when_kv_cache_too_small_and_the_card_has_room():
 
 
 def test_next_profile_skips_tried_unfit_and_those_estimated_above_a_failure():
-    profiles = [cpu_profile("a", 1), cpu_profile("a-twin", 2), cpu_profile("b", 3, generations=4, completion=64,
-                                                                             batch=4)]
+    profiles = [
+        cpu_profile("a", 1),
+        cpu_profile("a-twin", 2),
+        cpu_profile("b", 3, generations=4, completion=64, batch=4),
+    ]
     plan = make_plan(profiles, CPU_MACHINE)
     est_a = plan.candidates[0].estimate.total_gib
     d = next_profile(plan, "a", {"a"}, (est_a, "a"))
     assert d.action == "next" and d.profile.name == "b"
-    assert d.skipped == [f"skipping a-twin: estimated {est_a:.2f} GiB, not below the {est_a:.2f} GiB of a, "
-                         "which ran out of memory"]
+    assert d.skipped == [
+        f"skipping a-twin: estimated {est_a:.2f} GiB, not below the {est_a:.2f} GiB of a, which ran out of memory"
+    ]
     assert next_profile(plan, "b", {"a", "b"}, None).action == "stop"
 
 
 def test_decide_shrinks_once_per_profile_then_falls_back():
-    plan = make_plan([cpu_profile("a", 1), cpu_profile("b", 2, generations=4, completion=64, batch=4)],
-                     CPU_MACHINE)
+    plan = make_plan([cpu_profile("a", 1), cpu_profile("b", 2, generations=4, completion=64, batch=4)], CPU_MACHINE)
     a = plan.candidates[0].profile
     first = decide(plan, a, "oom", report("torch_logits_gib.txt"), set(), {"a"}, None)
     assert first.action == "shrink" and first.profile.per_device_train_batch_size == 4
     second = decide(plan, first.profile, "oom", report("torch_logits_gib.txt"), {"a"}, {"a"}, None)
     assert second.action == "next" and second.profile.name == "b"
-    assert second.text == "a was already shrunk once; falling back to b (estimated %.2f GiB)" % (
-        plan.candidates[1].estimate.total_gib)
+    fallback_gib = plan.candidates[1].estimate.total_gib
+    assert second.text == f"a was already shrunk once; falling back to b (estimated {fallback_gib:.2f} GiB)"
     unsupported = decide(plan, a, "unsupported", None, set(), {"a"}, None)
     assert unsupported.action == "next" and unsupported.text.startswith("the architecture cannot be loaded")
 
@@ -211,8 +261,7 @@ def test_attempt_environment_sets_expandable_segments_on_cuda_except_under_stand
     # a cpu attempt has no CUDA allocator to configure: a user's setting passes, nothing is added
     assert "PYTORCH_CUDA_ALLOC_CONF" not in attempt_environment(cpu_profile("a", 1), {})
     standby = gpu_profile("s", 1, vllm_standby=True)
-    env = attempt_environment(standby, {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
-                                        "GRPO_INJECT_OOM": "s"})
+    env = attempt_environment(standby, {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "GRPO_INJECT_OOM": "s"})
     assert "PYTORCH_CUDA_ALLOC_CONF" not in env
     assert env["UNSLOTH_VLLM_STANDBY"] == "1"
     assert env["GRPO_INJECT_OOM"] == "s"  # passes through unchanged
@@ -221,47 +270,66 @@ def test_attempt_environment_sets_expandable_segments_on_cuda_except_under_stand
 # ---------------------------------------------------------------------------------------------------
 # Runs with the fake child
 
+
 def ladder():
-    return [cpu_profile("a", 1), cpu_profile("b", 2, generations=4, completion=64, batch=4),
-            cpu_profile("c", 3, generations=2, completion=32, batch=2)]
+    return [
+        cpu_profile("a", 1),
+        cpu_profile("b", 2, generations=4, completion=64, batch=4),
+        cpu_profile("c", 3, generations=2, completion=32, batch=2),
+    ]
 
 
 def test_oom_then_shrink_then_ok(tmp_path, monkeypatch):
     monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
     monkeypatch.delenv("GRPO_INJECT_OOM", raising=False)
     plan = make_plan(ladder(), CPU_MACHINE)
-    code, records, out = run(plan, tmp_path, monkeypatch,
-                             {"a": {"do": "oom", "text": "torch_logits_gib.txt", "oom_if_batch_above": 4}})
+    code, records, out = run(
+        plan, tmp_path, monkeypatch, {"a": {"do": "oom", "text": "torch_logits_gib.txt", "oom_if_batch_above": 4}}
+    )
     assert code == 0
     assert [(r["profile"], r["status"]) for r in records] == [("a", "oom"), ("a", "ok")]
     assert records[0]["oom"]["site"] == "logits/log-probs"
     assert records[0]["oom"]["shortfall_gib"] == 3.29
     assert records[1]["shrink"] == {"per_device_train_batch_size": [8, 4], "gradient_accumulation_steps": [1, 2]}
     assert records[1]["settings"]["per_device_train_batch_size"] == 4
-    assert "attempt 1: a OOM in logits/log-probs (asked 6.01 GiB, 2.72 GiB free): halving " \
-           "per_device_train_batch_size 8 -> 4, gradient_accumulation_steps 1 -> 2, effective batch kept at 8" in out
+    assert (
+        "attempt 1: a OOM in logits/log-probs (asked 6.01 GiB, 2.72 GiB free): halving "
+        "per_device_train_batch_size 8 -> 4, gradient_accumulation_steps 1 -> 2, effective batch kept at 8" in out
+    )
     # the shrunk profile is written in the attempt's folder under the same name, and the child got it
     shrunk = yaml.safe_load((in_run(tmp_path, records[1]["attempt_dir"]) / "profile.yaml").read_text())
     assert (shrunk["name"], shrunk["per_device_train_batch_size"], shrunk["gradient_accumulation_steps"]) == ("a", 4, 2)
     call = call_of(records[1], tmp_path)
     attempt_dir = in_run(tmp_path, records[1]["attempt_dir"])
-    assert call["argv"][:5] == ["attempt", "--profile", str(attempt_dir / "profile.yaml"), "--attempt-dir", str(attempt_dir)]
+    assert call["argv"][:5] == [
+        "attempt",
+        "--profile",
+        str(attempt_dir / "profile.yaml"),
+        "--attempt-dir",
+        str(attempt_dir),
+    ]
     assert call["PYTORCH_CUDA_ALLOC_CONF"] is None  # a cpu attempt: no CUDA allocator settings added
     assert records[1]["env"] == {"PYTORCH_CUDA_ALLOC_CONF": None, "GRPO_INJECT_OOM": None}
     assert call["pgid"] != os.getpgid(0)  # its own process group: a terminal's Ctrl-C reaches the supervisor only
     # nothing deleted: both attempts' folders and the plan stay
     run_dir = run_folder(tmp_path)
     assert records[0]["attempt_dir"] == "attempt-01-a"  # relative: the run folder may be moved
-    assert sorted(p.name for p in run_dir.iterdir()) == ["attempt-01-a", "attempt-02-a", "attempts.jsonl", "final",
-                                                         "plan.json"]
+    assert sorted(p.name for p in run_dir.iterdir()) == [
+        "attempt-01-a",
+        "attempt-02-a",
+        "attempts.jsonl",
+        "final",
+        "plan.json",
+    ]
     assert json.loads((run_dir / "plan.json").read_text())["chosen"] == "a"
 
 
 def test_each_attempt_gets_the_estimate_its_record_holds(tmp_path, monkeypatch):
     monkeypatch.setenv(ENV_ESTIMATE_GIB, "99.5")  # a figure from elsewhere must not reach the child
     plan = make_plan(ladder(), CPU_MACHINE)
-    code, records, _out = run(plan, tmp_path, monkeypatch,
-                              {"a": {"do": "oom", "text": "torch_logits_gib.txt", "oom_if_batch_above": 4}})
+    code, records, _out = run(
+        plan, tmp_path, monkeypatch, {"a": {"do": "oom", "text": "torch_logits_gib.txt", "oom_if_batch_above": 4}}
+    )
     assert code == 0 and len(records) == 2
     assert records[0]["estimate_gib"] == plan.candidates[0].estimate.total_gib
     for record in records:
@@ -273,9 +341,30 @@ def test_each_attempt_gets_the_estimate_its_record_holds(tmp_path, monkeypatch):
 
 def test_attempt_record_keeps_every_key_of_attempts_jsonl():
     # issue 30 adds the plan's predicted seconds per step and the measured ones beside it
-    keys = ["attempt", "profile", "status", "steps", "started", "duration_s", "exit_code", "attempt_dir",
-            "resumed_from", "checkpoint", "shrink", "estimate_gib", "peak_gib", "probe", "predicted_step_s",
-            "step_s", "timing", "oom", "error", "decided", "env", "settings"]
+    keys = [
+        "attempt",
+        "profile",
+        "status",
+        "steps",
+        "started",
+        "duration_s",
+        "exit_code",
+        "attempt_dir",
+        "resumed_from",
+        "checkpoint",
+        "shrink",
+        "estimate_gib",
+        "peak_gib",
+        "probe",
+        "predicted_step_s",
+        "step_s",
+        "timing",
+        "oom",
+        "error",
+        "decided",
+        "env",
+        "settings",
+    ]
     record = AttemptRecord(attempt=1, profile="a", status="oom", oom=report("torch_logits_gib.txt").to_dict())
     assert list(record.to_dict()) == keys
     again = AttemptRecord.from_dict({**record.to_dict(), "future": {"peak_gib": 1.0}})
@@ -290,16 +379,24 @@ def test_oom_everywhere_exits_3_with_the_table(tmp_path, monkeypatch):
     assert code == 3
     # each profile once as planned and once shrunk
     assert [(r["profile"], r["status"], bool(r["shrink"])) for r in records] == [
-        ("a", "oom", False), ("a", "oom", True), ("b", "oom", False), ("b", "oom", True),
-        ("c", "oom", False), ("c", "oom", True)]
+        ("a", "oom", False),
+        ("a", "oom", True),
+        ("b", "oom", False),
+        ("b", "oom", True),
+        ("c", "oom", False),
+        ("c", "oom", True),
+    ]
     assert "no profile left on the ladder" in out
     assert "attempts" in out and "│ 6 │ c" in out  # the rich table's last row
     assert "every profile that could run here ran out of memory" in out
 
 
 def test_profile_estimated_above_a_failed_one_is_skipped(tmp_path, monkeypatch):
-    profiles = [cpu_profile("a", 1, batch=1, accumulation=8), cpu_profile("a-twin", 2, batch=1, accumulation=8),
-                cpu_profile("c", 3, generations=2, completion=32, batch=2)]
+    profiles = [
+        cpu_profile("a", 1, batch=1, accumulation=8),
+        cpu_profile("a-twin", 2, batch=1, accumulation=8),
+        cpu_profile("c", 3, generations=2, completion=32, batch=2),
+    ]
     plan = make_plan(profiles, CPU_MACHINE)
     code, records, out = run(plan, tmp_path, monkeypatch, {"a": {"do": "oom", "text": "torch_logits_gib.txt"}})
     assert code == 0
@@ -310,11 +407,14 @@ def test_profile_estimated_above_a_failed_one_is_skipped(tmp_path, monkeypatch):
 
 def test_next_attempt_resumes_from_the_failed_attempts_checkpoint(tmp_path, monkeypatch):
     # batch 1 cannot shrink, so the OOM at step 3 goes to b, which has the same model and LoRA shape
-    profiles = [cpu_profile("a", 1, batch=1, accumulation=8),
-                cpu_profile("b", 2, generations=4, completion=64, batch=1, accumulation=4)]
+    profiles = [
+        cpu_profile("a", 1, batch=1, accumulation=8),
+        cpu_profile("b", 2, generations=4, completion=64, batch=1, accumulation=4),
+    ]
     plan = make_plan(profiles, CPU_MACHINE)
-    code, records, out = run(plan, tmp_path, monkeypatch,
-                             {"a": {"do": "oom", "text": "torch_logits_gib.txt", "at_step": 3}})
+    code, records, out = run(
+        plan, tmp_path, monkeypatch, {"a": {"do": "oom", "text": "torch_logits_gib.txt", "at_step": 3}}
+    )
     assert code == 0
     first, second = records
     assert (first["status"], first["steps"]) == ("oom", 3)
@@ -327,11 +427,14 @@ def test_next_attempt_resumes_from_the_failed_attempts_checkpoint(tmp_path, monk
 
 
 def test_other_lora_shape_starts_fresh(tmp_path, monkeypatch):
-    profiles = [cpu_profile("a", 1, batch=1, accumulation=8),
-                cpu_profile("b", 2, generations=4, completion=64, batch=1, accumulation=4, lora_rank=8)]
+    profiles = [
+        cpu_profile("a", 1, batch=1, accumulation=8),
+        cpu_profile("b", 2, generations=4, completion=64, batch=1, accumulation=4, lora_rank=8),
+    ]
     plan = make_plan(profiles, CPU_MACHINE)
-    code, records, _ = run(plan, tmp_path, monkeypatch,
-                           {"a": {"do": "oom", "text": "torch_logits_gib.txt", "at_step": 3}})
+    code, records, _ = run(
+        plan, tmp_path, monkeypatch, {"a": {"do": "oom", "text": "torch_logits_gib.txt", "at_step": 3}}
+    )
     assert code == 0
     assert records[1]["resumed_from"] is None
     assert "--resume-from" not in call_of(records[1], tmp_path)["argv"]
@@ -339,8 +442,7 @@ def test_other_lora_shape_starts_fresh(tmp_path, monkeypatch):
 
 def test_unsupported_goes_to_the_next_profile_without_shrinking(tmp_path, monkeypatch):
     plan = make_plan(ladder(), CPU_MACHINE)
-    code, records, out = run(plan, tmp_path, monkeypatch,
-                             {"a": {"do": "unsupported", "text": "vllm_unsupported.txt"}})
+    code, records, out = run(plan, tmp_path, monkeypatch, {"a": {"do": "unsupported", "text": "vllm_unsupported.txt"}})
     assert code == 0
     assert [(r["profile"], r["status"]) for r in records] == [("a", "unsupported"), ("b", "ok")]
     assert records[0]["oom"] is None
@@ -390,8 +492,12 @@ def test_sigkill_with_no_word_from_the_kernel_says_cause_unknown(tmp_path, monke
 
 def test_oom_read_from_output_when_the_child_wrote_no_outcome(tmp_path, monkeypatch):
     plan = make_plan(ladder(), CPU_MACHINE)
-    code, records, _ = run(plan, tmp_path, monkeypatch,
-                           {"a": {"do": "oom_silent", "text": "torch_backward_mib.txt", "oom_if_batch_above": 4}})
+    code, records, _ = run(
+        plan,
+        tmp_path,
+        monkeypatch,
+        {"a": {"do": "oom_silent", "text": "torch_backward_mib.txt", "oom_if_batch_above": 4}},
+    )
     assert code == 0
     assert records[0]["status"] == "oom" and records[0]["oom"]["site"] == "backward"
     assert records[0]["oom"]["asked_gib"] == 0.375
@@ -467,8 +573,7 @@ def test_resume_continues_the_latest_run_from_its_checkpoint(tmp_path, monkeypat
 
 def test_resume_after_an_unrecorded_oom_takes_the_decision(tmp_path, monkeypatch):
     plan = make_plan(ladder(), CPU_MACHINE)
-    run(plan, tmp_path, monkeypatch, {"a": {"do": "oom", "text": "torch_logits_gib.txt"},
-                                      "b": {"do": "error"}})
+    run(plan, tmp_path, monkeypatch, {"a": {"do": "oom", "text": "torch_logits_gib.txt"}, "b": {"do": "error"}})
     # the run stopped at b's error; resume re-runs b (the last attempt) from the start
     code, records, out = run(plan, tmp_path, monkeypatch, {}, resume=True)
     assert code == 0
@@ -483,6 +588,7 @@ def test_resume_without_a_run_is_a_usage_error(tmp_path, monkeypatch):
 # ---------------------------------------------------------------------------------------------------
 # Several processes and the vLLM server (launcher.run.distributed): accelerate's command, a fake server
 
+
 def test_attempt_command_is_the_plain_script_on_one_gpu_and_accelerate_on_several(tmp_path, monkeypatch):
     monkeypatch.delenv("GRPO_NUM_MACHINES", raising=False)
     train = str(ROOT / "train.py")
@@ -494,12 +600,24 @@ def test_attempt_command_is_the_plain_script_on_one_gpu_and_accelerate_on_severa
 
     two = cpu_profile("two", 1, num_gpus=2, gradient_checkpointing="true")
     folder = tmp_path / "two"
-    args = ["attempt", "--profile", str(folder / "profile.yaml"), "--attempt-dir", str(folder), "--resume-from", "ck/checkpoint-2"]
+    args = [
+        "attempt",
+        "--profile",
+        str(folder / "profile.yaml"),
+        "--attempt-dir",
+        str(folder),
+        "--resume-from",
+        "ck/checkpoint-2",
+    ]
     launcher = ["-m", "accelerate.commands.launch", "--config_file", str(folder / "accelerate.yaml")]
     assert attempt_command(two, folder, "ck/checkpoint-2") == [sys.executable, *launcher, train, *args]
     # the test override replaces the interpreter and the script, accelerate's arguments stay
-    assert attempt_command(two, folder, "ck/checkpoint-2", FAKE_CHILD) == [FAKE_CHILD[0], *launcher, FAKE_CHILD[1],
-                                                                            *args]
+    assert attempt_command(two, folder, "ck/checkpoint-2", FAKE_CHILD) == [
+        FAKE_CHILD[0],
+        *launcher,
+        FAKE_CHILD[1],
+        *args,
+    ]
     assert yaml.safe_load((folder / "accelerate.yaml").read_text())["num_processes"] == 2
 
 
@@ -559,8 +677,13 @@ def run_with_server(tmp_path, monkeypatch, behaviour: dict, server_text: str | N
     elif server_text:
         command += ["--fail-with", str(DATA / server_text)]
     out = io.StringIO()
-    code = supervise(server_plan(), output_dir=tmp_path / "out", child_command=FAKE_CHILD, server_command=command,
-                     console=Console(file=out, width=200, highlight=False))
+    code = supervise(
+        server_plan(),
+        output_dir=tmp_path / "out",
+        child_command=FAKE_CHILD,
+        server_command=command,
+        console=Console(file=out, width=200, highlight=False),
+    )
     records = read_attempts(sorted((tmp_path / "out").glob("run-*"))[-1])
     started = [int(line) for line in pids.read_text().split()] if pids.exists() else []
     return code, records, out.getvalue(), started
@@ -582,7 +705,11 @@ def test_server_mode_starts_the_server_before_the_child_and_stops_it_after(tmp_p
     assert call["server_health"] == 200  # the server answered before the child started
     assert call["GRPO_TRAIN_NO_UNSLOTH"] == "1"
     # the child's command went through accelerate, its server port is the one the server listened on
-    assert call["argv"][:3] == ["attempt", "--profile", str(in_run(tmp_path, records[0]["attempt_dir"]) / "profile.yaml")]
+    assert call["argv"][:3] == [
+        "attempt",
+        "--profile",
+        str(in_run(tmp_path, records[0]["attempt_dir"]) / "profile.yaml"),
+    ]
     assert (in_run(tmp_path, records[0]["attempt_dir"]) / "accelerate.yaml").is_file()
     assert "serving" in (in_run(tmp_path, records[0]["attempt_dir"]) / "vllm-server.log").read_text()
     assert len(servers) == 1 and gone(servers[0])
@@ -643,8 +770,10 @@ def test_server_failure_result_reads_the_servers_words():
     assert (result.status, result.steps, result.checkpoint, result.duration_s) == ("oom", 6, None, 12.35)
     assert result.report.vllm_problem == oom.VLLM_SHARE_TOO_LARGE
     assert result.error == "the vLLM server exited with status 1 before it answered http://h:1/health; end of log:"
-    assert server_failure_result(text + (DATA / "vllm_unsupported.txt").read_text(), None, 1.0,
-                                 interrupted=False).status == "unsupported"
+    assert (
+        server_failure_result(text + (DATA / "vllm_unsupported.txt").read_text(), None, 1.0, interrupted=False).status
+        == "unsupported"
+    )
     assert server_failure_result(text + "ValueError: bad flag", None, 1.0, interrupted=False).status == "error"
     stopped = server_failure_result(oom_text, None, 1.0, interrupted=True)
     assert (stopped.status, stopped.report) == ("interrupted", None)
@@ -654,15 +783,20 @@ def test_server_failure_result_reads_the_servers_words():
 # End to end: the real trainer on CPU through train.py
 
 # Short runs: two steps, no evaluation, a small training set (each attempt is a fresh process: ~15 s on 2 cores)
-E2E_SETTINGS = ["--set", "max_steps=2", "--set", "save_steps=1", "--set", "eval_samples=0",
-                "--set", "train_samples=32"]
+E2E_SETTINGS = ["--set", "max_steps=2", "--set", "save_steps=1", "--set", "eval_samples=0", "--set", "train_samples=32"]
 
 
 def train_py(tmp_path: Path, *args: str, env_extra: dict | None = None, timeout: int = 600):
     env = dict(os.environ, **(env_extra or {}))
     env.pop("FAKE_CHILD_PLAN", None)
-    return subprocess.run([sys.executable, str(ROOT / "train.py"), "--auto", "--output-dir", str(tmp_path / "out"),
-                           *E2E_SETTINGS, *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), "--auto", "--output-dir", str(tmp_path / "out"), *E2E_SETTINGS, *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=timeout,
+    )
 
 
 def e2e_records(tmp_path: Path) -> list[dict]:
@@ -680,8 +814,10 @@ def test_e2e_injected_oom_falls_back_and_ends_ok(tmp_path):
     assert statuses == [("cpu-tiny-8gen", "oom"), ("cpu-tiny-8gen", "oom"), ("cpu-tiny-4gen", "ok")]
     assert records[0]["oom"]["site"] == "logits/log-probs"
     batch = load_profile(ROOT / "profiles" / "cpu-tiny-8gen.yaml").per_device_train_batch_size
-    assert records[1]["shrink"] == {"per_device_train_batch_size": [batch, batch // 2],
-                                    "gradient_accumulation_steps": [1, 2]}
+    assert records[1]["shrink"] == {
+        "per_device_train_batch_size": [batch, batch // 2],
+        "gradient_accumulation_steps": [1, 2],
+    }
     assert (in_run(tmp_path, records[2]["attempt_dir"]) / "adapter").is_dir()
     assert f"halving per_device_train_batch_size {batch} -> {batch // 2}" in done.stdout
 
@@ -711,10 +847,21 @@ def test_e2e_unsupported_architecture_goes_to_the_next_profile(tmp_path):
     # a test ladder whose first rung is a local model folder with an architecture nothing can load
     model_dir = tmp_path / "model-unknown"
     model_dir.mkdir()
-    (model_dir / "config.json").write_text(json.dumps({
-        "architectures": ["MambaByteForCausalLM"], "model_type": "mambabyte", "hidden_size": 64,
-        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 256,
-        "vocab_size": 512, "tie_word_embeddings": True}))
+    (model_dir / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["MambaByteForCausalLM"],
+                "model_type": "mambabyte",
+                "hidden_size": 64,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "intermediate_size": 256,
+                "vocab_size": 512,
+                "tie_word_embeddings": True,
+            }
+        )
+    )
     profiles = tmp_path / "profiles"
     profiles.mkdir()
     for src in ("cpu-tiny-4gen.yaml",):
@@ -725,7 +872,9 @@ def test_e2e_unsupported_architecture_goes_to_the_next_profile(tmp_path):
     done = train_py(tmp_path, "--profiles-dir", str(profiles))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert [(r["profile"], r["status"]) for r in e2e_records(tmp_path)] == [
-        ("cpu-unknown-arch", "unsupported"), ("cpu-tiny-4gen", "ok")]
+        ("cpu-unknown-arch", "unsupported"),
+        ("cpu-tiny-4gen", "ok"),
+    ]
 
 
 @pytest.mark.slow
@@ -737,8 +886,14 @@ def test_e2e_two_processes_through_the_supervisor(tmp_path):
     env = dict(os.environ)
     for name in ("FAKE_CHILD_PLAN", "GRPO_INJECT_OOM", "GRPO_NUM_MACHINES", "CUDA_VISIBLE_DEVICES"):
         env.pop(name, None)
-    done = subprocess.run([sys.executable, str(ROOT / "train.py"), "--profile", str(path), "--output-dir",
-                           str(tmp_path / "out")], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), "--profile", str(path), "--output-dir", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     records = e2e_records(tmp_path)
     assert [(r["profile"], r["status"], r["steps"]) for r in records] == [("cpu-tiny-pair", "ok", 2)]
@@ -752,10 +907,28 @@ def test_e2e_two_processes_through_the_supervisor(tmp_path):
 def test_e2e_sigterm_saves_and_exits_130(tmp_path):
     env = dict(os.environ)
     env.pop("FAKE_CHILD_PLAN", None)
-    proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"), "--auto", "--output-dir", str(tmp_path / "out"),
-                             "--set", "max_steps=200", "--set", "save_steps=100", "--set", "eval_samples=0",
-                             "--set", "train_samples=32"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "train.py"),
+            "--auto",
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--set",
+            "max_steps=200",
+            "--set",
+            "save_steps=100",
+            "--set",
+            "eval_samples=0",
+            "--set",
+            "train_samples=32",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
     lines = []
     for line in proc.stdout:  # wait until the trainer reports a finished step ("[NAME] step 1/200 ...")
         lines.append(line)

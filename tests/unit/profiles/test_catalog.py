@@ -4,19 +4,29 @@ import json
 
 import pytest
 
+from contract.errors import UsageError
 from profiles import catalog
 from profiles.catalog import CATALOGUE, TINY, resolve
-from contract.errors import UsageError
 
 # models.md's published parameter counts
 PUBLISHED = {
-    "google/gemma-3-1b-it": 1.00e9, "google/gemma-3-4b-it": 3.88e9,
-    "meta-llama/Llama-3.2-1B-Instruct": 1.24e9, "meta-llama/Llama-3.2-3B-Instruct": 3.21e9,
-    "meta-llama/Llama-3.1-8B-Instruct": 8.03e9, "Qwen/Qwen2.5-0.5B-Instruct": 0.49e9,
-    "Qwen/Qwen2.5-1.5B-Instruct": 1.54e9, "Qwen/Qwen2.5-3B-Instruct": 3.09e9, "Qwen/Qwen2.5-7B-Instruct": 7.62e9,
-    "Qwen/Qwen2.5-14B-Instruct": 14.7e9, "Qwen/Qwen3-0.6B": 0.60e9, "Qwen/Qwen3-1.7B": 1.72e9,
-    "Qwen/Qwen3-4B": 4.02e9, "Qwen/Qwen3-8B": 8.19e9, "Qwen/Qwen3-14B": 14.8e9,
-    "mistralai/Mistral-7B-Instruct-v0.3": 7.25e9, "microsoft/phi-4": 14.7e9,
+    "google/gemma-3-1b-it": 1.00e9,
+    "google/gemma-3-4b-it": 3.88e9,
+    "meta-llama/Llama-3.2-1B-Instruct": 1.24e9,
+    "meta-llama/Llama-3.2-3B-Instruct": 3.21e9,
+    "meta-llama/Llama-3.1-8B-Instruct": 8.03e9,
+    "Qwen/Qwen2.5-0.5B-Instruct": 0.49e9,
+    "Qwen/Qwen2.5-1.5B-Instruct": 1.54e9,
+    "Qwen/Qwen2.5-3B-Instruct": 3.09e9,
+    "Qwen/Qwen2.5-7B-Instruct": 7.62e9,
+    "Qwen/Qwen2.5-14B-Instruct": 14.7e9,
+    "Qwen/Qwen3-0.6B": 0.60e9,
+    "Qwen/Qwen3-1.7B": 1.72e9,
+    "Qwen/Qwen3-4B": 4.02e9,
+    "Qwen/Qwen3-8B": 8.19e9,
+    "Qwen/Qwen3-14B": 14.8e9,
+    "mistralai/Mistral-7B-Instruct-v0.3": 7.25e9,
+    "microsoft/phi-4": 14.7e9,
 }
 
 
@@ -43,19 +53,30 @@ def test_parameter_count_from_the_shape_matches_the_published_one(arch):
     assert arch.params == int(PUBLISHED[arch.name])
 
 
-@pytest.mark.parametrize("spelling", [
-    "unsloth/Llama-3.2-3B-Instruct",
-    "meta-llama/Llama-3.2-3B-Instruct",
-    "UNSLOTH/llama-3.2-3b-instruct",
-    "unsloth/Llama-3.2-3B-Instruct-bnb-4bit",
-    "unsloth/Llama-3.2-3B-Instruct-unsloth-bnb-4bit",
-    "Llama-3.2-3B-Instruct",
-])
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        "unsloth/Llama-3.2-3B-Instruct",
+        "meta-llama/Llama-3.2-3B-Instruct",
+        "UNSLOTH/llama-3.2-3b-instruct",
+        "unsloth/Llama-3.2-3B-Instruct-bnb-4bit",
+        "unsloth/Llama-3.2-3B-Instruct-unsloth-bnb-4bit",
+        "Llama-3.2-3B-Instruct",
+    ],
+)
 def test_hub_id_resolves_whatever_its_case_prefix_or_4bit_suffix(spelling):
     arch = resolve(spelling)
     assert arch.name == "meta-llama/Llama-3.2-3B-Instruct"
-    assert (arch.hidden, arch.layers, arch.heads, arch.kv_heads, arch.head_dim, arch.intermediate, arch.vocab,
-            arch.tied_embeddings) == (3072, 28, 24, 8, 128, 8192, 128256, True)
+    assert (
+        arch.hidden,
+        arch.layers,
+        arch.heads,
+        arch.kv_heads,
+        arch.head_dim,
+        arch.intermediate,
+        arch.vocab,
+        arch.tied_embeddings,
+    ) == (3072, 28, 24, 8, 128, 8192, 128256, True)
 
 
 def test_unsloth_meta_llama_spelling_is_llama_3_1_8b():
@@ -66,15 +87,31 @@ def test_unsloth_meta_llama_spelling_is_llama_3_1_8b():
 
 def test_gemma_3_1b_facts():
     arch = resolve("unsloth/gemma-3-1b-it")
-    assert (arch.hidden, arch.layers, arch.heads, arch.kv_heads, arch.head_dim, arch.intermediate, arch.vocab,
-            arch.tied_embeddings) == (1152, 26, 4, 1, 256, 6912, 262144, True)
+    assert (
+        arch.hidden,
+        arch.layers,
+        arch.heads,
+        arch.kv_heads,
+        arch.head_dim,
+        arch.intermediate,
+        arch.vocab,
+        arch.tied_embeddings,
+    ) == (1152, 26, 4, 1, 256, 6912, 262144, True)
     assert arch.q_dim == 1024 and arch.kv_dim == 256
 
 
 def test_tiny_is_the_offline_cpu_model():
     assert resolve("tiny") is TINY and resolve("TINY") is TINY
-    assert (TINY.hidden, TINY.layers, TINY.heads, TINY.kv_heads, TINY.head_dim, TINY.intermediate, TINY.vocab,
-            TINY.tied_embeddings) == (64, 2, 4, 2, 16, 256, 512, True)
+    assert (
+        TINY.hidden,
+        TINY.layers,
+        TINY.heads,
+        TINY.kv_heads,
+        TINY.head_dim,
+        TINY.intermediate,
+        TINY.vocab,
+        TINY.tied_embeddings,
+    ) == (64, 2, 4, 2, 16, 256, 512, True)
     # 512x64 embeddings + 2 x (64x64 + 2x64x32 + 64x64 + 3x64x256) + norms
     assert TINY.params == 512 * 64 + 2 * (4096 + 4096 + 4096 + 49152) + 2 * 2 * 64 + 64
 
@@ -85,15 +122,24 @@ def test_hand_computed_kv_cache_and_lora_sizes():
     llama3 = resolve("meta-llama/Llama-3.2-3B-Instruct")
     # r x (in + out) per matrix: q 3072+3072, k/v 3072+1024, o 3072+3072, gate/up 3072+8192, down 8192+3072
     per_layer = 16 * ((6144) + 2 * 4096 + 6144 + 2 * 11264 + 11264)
-    assert llama3.lora_params(16, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                   "down_proj"]) == 28 * per_layer
+    assert (
+        llama3.lora_params(16, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+        == 28 * per_layer
+    )
     assert llama3.lora_params(16, ["q_proj", "v_proj", "lm_head"]) == 28 * 16 * (6144 + 4096)
 
 
 def _config(**extra):
-    config = {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 8,
-              "num_key_value_heads": 2, "intermediate_size": 1024, "vocab_size": 1000,
-              "tie_word_embeddings": False}
+    config = {
+        "model_type": "llama",
+        "hidden_size": 256,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "intermediate_size": 1024,
+        "vocab_size": 1000,
+        "tie_word_embeddings": False,
+    }
     config.update(extra)
     return config
 
@@ -101,8 +147,17 @@ def _config(**extra):
 def test_local_folder_config_is_read(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(_config()))
     arch = resolve(str(tmp_path))
-    assert (arch.hidden, arch.layers, arch.heads, arch.kv_heads, arch.head_dim, arch.intermediate, arch.vocab,
-            arch.tied_embeddings, arch.family) == (256, 4, 8, 2, 32, 1024, 1000, False, "llama")
+    assert (
+        arch.hidden,
+        arch.layers,
+        arch.heads,
+        arch.kv_heads,
+        arch.head_dim,
+        arch.intermediate,
+        arch.vocab,
+        arch.tied_embeddings,
+        arch.family,
+    ) == (256, 4, 8, 2, 32, 1024, 1000, False, "llama")
     assert arch.params == arch.computed_params and arch.source.endswith("config.json")
 
 

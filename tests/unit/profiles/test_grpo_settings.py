@@ -19,9 +19,20 @@ MULTI = REPO / "profiles" / "multi-4x80gb-qwen2.5-14b.yaml"
 CPU = REPO / "profiles" / "cpu-tiny-4gen.yaml"
 
 # a non-default value of every settable key, as a user would write it
-CHANGED = {"loss_type": "grpo", "epsilon": 0.1, "epsilon_high": 0.28, "delta": 4.0,
-           "importance_sampling_level": "sequence", "scale_rewards": "batch", "mask_truncated_completions": True,
-           "num_iterations": 2, "beta": 0.04, "top_k": 50, "min_p": 0.05, "repetition_penalty": 1.1}
+CHANGED = {
+    "loss_type": "grpo",
+    "epsilon": 0.1,
+    "epsilon_high": 0.28,
+    "delta": 4.0,
+    "importance_sampling_level": "sequence",
+    "scale_rewards": "batch",
+    "mask_truncated_completions": True,
+    "num_iterations": 2,
+    "beta": 0.04,
+    "top_k": 50,
+    "min_p": 0.05,
+    "repetition_penalty": 1.1,
+}
 
 
 def overrides(values: dict) -> list[str]:
@@ -39,9 +50,19 @@ def test_every_settable_key_is_a_profile_key_and_none_is_pinned():
 def test_defaults_are_todays_values():
     kwargs = grpo_config_kwargs(load_profile(CPU), "out", device="cpu", bf16=False, use_vllm=False)
     assert {key: kwargs[key] for key in PROFILE_LOSS_KEYS} == {
-        "loss_type": "dapo", "epsilon": 0.2, "epsilon_high": 0.2, "delta": None, "importance_sampling_level": "token",
-        "scale_rewards": "group", "mask_truncated_completions": False, "num_iterations": 1, "beta": 0.0, "top_k": 0,
-        "min_p": None, "repetition_penalty": 1.0}
+        "loss_type": "dapo",
+        "epsilon": 0.2,
+        "epsilon_high": 0.2,
+        "delta": None,
+        "importance_sampling_level": "token",
+        "scale_rewards": "group",
+        "mask_truncated_completions": False,
+        "num_iterations": 1,
+        "beta": 0.0,
+        "top_k": 0,
+        "min_p": None,
+        "repetition_penalty": 1.0,
+    }
 
 
 def test_both_paths_get_the_profile_values_alike():
@@ -63,11 +84,19 @@ def test_the_installed_trl_keeps_them():
         assert getattr(built, key) == value, key
 
 
-@pytest.mark.parametrize("written, key, read", [
-    ("scale_rewards=true", "scale_rewards", "group"), ("scale_rewards=false", "scale_rewards", "none"),
-    ("scale_rewards=Batch", "scale_rewards", "batch"), ("top_k=-1", "top_k", 0), ("delta=", None, None),
-    ("eval_steps=auto", "eval_steps", "auto"), ("eval_steps=0", "eval_steps", 0), ("eval_steps=25", "eval_steps", 25),
-])
+@pytest.mark.parametrize(
+    "written, key, read",
+    [
+        ("scale_rewards=true", "scale_rewards", "group"),
+        ("scale_rewards=false", "scale_rewards", "none"),
+        ("scale_rewards=Batch", "scale_rewards", "batch"),
+        ("top_k=-1", "top_k", 0),
+        ("delta=", None, None),
+        ("eval_steps=auto", "eval_steps", "auto"),
+        ("eval_steps=0", "eval_steps", 0),
+        ("eval_steps=25", "eval_steps", 25),
+    ],
+)
 def test_spellings_read_as_trl_reads_them(written, key, read):
     if key is None:  # an empty value is refused on the command line, as for every key
         with pytest.raises(ProfileError):
@@ -83,24 +112,27 @@ def test_an_empty_optional_value_in_a_file_means_off(tmp_path):
     assert profile.delta is None and profile.min_p is None and profile.epsilon_high is None
 
 
-@pytest.mark.parametrize("given, key, words", [
-    (["loss_type=luspo"], "importance_sampling_level", "sequence-level loss"),
-    (["loss_type=vespo", "importance_sampling_level=sequence"], "importance_sampling_level", "per-token ratios"),
-    (["loss_type=cispo", "delta=4"], "delta", "ignore it"),
-    (["delta=1.1"], "delta", "must exceed 1 + epsilon"),
-    (["epsilon_high=0.1"], "epsilon_high", "below epsilon"),
-    (["loss_type=ppo"], "loss_type", "is not one of"),
-    (["importance_sampling_level=prompt"], "importance_sampling_level", "is not one of"),
-    (["scale_rewards=std"], "scale_rewards", "is not one of"),
-    (["epsilon=0"], "epsilon", "must be >"),
-    (["num_iterations=0"], "num_iterations", "must be >="),
-    (["top_k=-2"], "top_k", "must be >="),
-    (["min_p=1.5"], "min_p", "must be <="),
-    (["repetition_penalty=0"], "repetition_penalty", "must be >"),
-    (["mask_truncated_completions=maybe"], "mask_truncated_completions", "true or false"),
-    (["eval_steps=-1"], "eval_steps", "must be >= 0"),
-    (["eval_steps=often"], "eval_steps", "expected 'auto'"),
-])
+@pytest.mark.parametrize(
+    "given, key, words",
+    [
+        (["loss_type=luspo"], "importance_sampling_level", "sequence-level loss"),
+        (["loss_type=vespo", "importance_sampling_level=sequence"], "importance_sampling_level", "per-token ratios"),
+        (["loss_type=cispo", "delta=4"], "delta", "ignore it"),
+        (["delta=1.1"], "delta", "must exceed 1 + epsilon"),
+        (["epsilon_high=0.1"], "epsilon_high", "below epsilon"),
+        (["loss_type=ppo"], "loss_type", "is not one of"),
+        (["importance_sampling_level=prompt"], "importance_sampling_level", "is not one of"),
+        (["scale_rewards=std"], "scale_rewards", "is not one of"),
+        (["epsilon=0"], "epsilon", "must be >"),
+        (["num_iterations=0"], "num_iterations", "must be >="),
+        (["top_k=-2"], "top_k", "must be >="),
+        (["min_p=1.5"], "min_p", "must be <="),
+        (["repetition_penalty=0"], "repetition_penalty", "must be >"),
+        (["mask_truncated_completions=maybe"], "mask_truncated_completions", "true or false"),
+        (["eval_steps=-1"], "eval_steps", "must be >= 0"),
+        (["eval_steps=often"], "eval_steps", "expected 'auto'"),
+    ],
+)
 def test_refusals_name_the_key_and_the_fix(given, key, words):
     with pytest.raises(ProfileError) as caught:
         load_profile(CPU, given)
@@ -139,8 +171,17 @@ def test_their_cost_in_the_estimate():
 # ---------------------------------------------------------------------------------------------------
 # On CPU: a short run per loss type and per importance-sampling level reaches the trainer and trains
 
-RUNS = [("dapo", "token"), ("grpo", "token"), ("dr_grpo", "token"), ("bnpo", "token"), ("cispo", "token"),
-        ("sapo", "token"), ("vespo", "token"), ("luspo", "sequence"), ("grpo", "sequence")]
+RUNS = [
+    ("dapo", "token"),
+    ("grpo", "token"),
+    ("dr_grpo", "token"),
+    ("bnpo", "token"),
+    ("cispo", "token"),
+    ("sapo", "token"),
+    ("vespo", "token"),
+    ("luspo", "sequence"),
+    ("grpo", "sequence"),
+]
 
 
 @pytest.mark.slow
@@ -155,8 +196,15 @@ def test_each_loss_type_and_level_trains_on_cpu(tmp_path, tiny_cache, loss, leve
     env = {**os.environ, "GRPO_TRAIN_CACHE": str(tiny_cache), "PYTHONUNBUFFERED": "1"}
     env.pop("GRPO_INJECT_OOM", None)
     attempt = tmp_path / "attempt-01"
-    sets = [f"loss_type={loss}", f"importance_sampling_level={level}", "max_steps=2", "save_steps=2",
-            "eval_samples=0", "train_samples=32", "num_iterations=2" if loss == "grpo" else "beta=0.0"]
+    sets = [
+        f"loss_type={loss}",
+        f"importance_sampling_level={level}",
+        "max_steps=2",
+        "save_steps=2",
+        "eval_samples=0",
+        "train_samples=32",
+        "num_iterations=2" if loss == "grpo" else "beta=0.0",
+    ]
     argv = [sys.executable, str(REPO / "train.py"), "--profile", str(CPU), "--attempt-dir", str(attempt)]
     for item in sets:
         argv += ["--set", item]

@@ -38,6 +38,7 @@ def write(tmp_path, text, name="p.yaml"):
 # ---------------------------------------------------------------------------------------------------
 # Empty files
 
+
 @pytest.mark.parametrize("text", ["", "# only a comment\n# and another\n", "\n\n   \n"])
 def test_an_empty_profile_is_refused(tmp_path, text):
     path = write(tmp_path, text)
@@ -46,10 +47,9 @@ def test_an_empty_profile_is_refused(tmp_path, text):
     assert info.value.source == str(path) and "the file is empty" in info.value.reason
 
 
-
-
 # ---------------------------------------------------------------------------------------------------
 # GRPO's batch rule: the one the installed TRL applies, over every training process
+
 
 def _trl_accepts(monkeypatch, per_device, accumulation, processes, generations) -> bool:
     from transformers import TrainingArguments
@@ -58,18 +58,31 @@ def _trl_accepts(monkeypatch, per_device, accumulation, processes, generations) 
     # GRPOConfig reads the number of processes from TrainingArguments.world_size (accelerate's state)
     monkeypatch.setattr(TrainingArguments, "world_size", property(lambda self: processes))
     try:
-        GRPOConfig(output_dir="unused", per_device_train_batch_size=per_device,
-                   gradient_accumulation_steps=accumulation, num_generations=generations, use_cpu=True,
-                   report_to="none")
+        GRPOConfig(
+            output_dir="unused",
+            per_device_train_batch_size=per_device,
+            gradient_accumulation_steps=accumulation,
+            num_generations=generations,
+            use_cpu=True,
+            report_to="none",
+        )
     except ValueError:
         return False
     return True
 
 
 def _ours_accepts(per_device, accumulation, processes, generations) -> bool:
-    data = valid(device="cpu", fast_inference=False, load_in_4bit=False, optim="adamw_torch",
-                 gradient_checkpointing="false", per_device_train_batch_size=per_device,
-                 gradient_accumulation_steps=accumulation, num_gpus=processes, num_generations=generations)
+    data = valid(
+        device="cpu",
+        fast_inference=False,
+        load_in_4bit=False,
+        optim="adamw_torch",
+        gradient_checkpointing="false",
+        per_device_train_batch_size=per_device,
+        gradient_accumulation_steps=accumulation,
+        num_gpus=processes,
+        num_generations=generations,
+    )
     try:
         profile_from_dict(data, "<grid>")
     except ProfileError as error:
@@ -89,14 +102,23 @@ def test_batch_rule_agrees_with_trl_on_a_grid_of_shapes(monkeypatch):
 
 
 def test_two_gpus_of_two_completions_hold_a_group_of_four():
-    data = valid(device="cpu", fast_inference=False, load_in_4bit=False, optim="adamw_torch",
-                 gradient_checkpointing="false", per_device_train_batch_size=2, gradient_accumulation_steps=1,
-                 num_gpus=2, num_generations=4)
+    data = valid(
+        device="cpu",
+        fast_inference=False,
+        load_in_4bit=False,
+        optim="adamw_torch",
+        gradient_checkpointing="false",
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=1,
+        num_gpus=2,
+        num_generations=4,
+    )
     assert profile_from_dict(data, "<test>").generation_batch == 4
 
 
 # ---------------------------------------------------------------------------------------------------
 # YAML surprises
+
 
 def test_duplicate_keys_are_refused(tmp_path):
     path = write(tmp_path, "dataset: arithmetic\nlora_rank: 16\nlora_rank: 32\n")
@@ -138,6 +160,7 @@ def test_duplicate_target_modules_are_refused():
 # ---------------------------------------------------------------------------------------------------
 # Files that are not profiles
 
+
 def test_hidden_files_in_a_profiles_folder_are_skipped(tmp_path):
     write(tmp_path, "dataset: arithmetic\n", "real.yaml")
     write(tmp_path, "this: is an editor's lock file\n", ".#real.yaml")
@@ -151,12 +174,9 @@ def test_a_profile_over_one_megabyte_is_refused(tmp_path):
         load_profile(path)
 
 
-
-
-
-
 # ---------------------------------------------------------------------------------------------------
 # Values
+
 
 @pytest.mark.parametrize("name", ["../../x", "a/b", ".hidden", "x" * 65, "spa ce", "semi;colon", "ünï"])
 def test_unsafe_names_are_refused(name):
@@ -183,11 +203,11 @@ def test_an_unsafe_file_stem_makes_a_safe_name(tmp_path):
 
 @pytest.mark.parametrize("key", ["learning_rate", "weight_decay", "max_grad_norm"])
 def test_a_huge_number_in_a_float_key_is_a_profile_error(key):
-    assert refused(valid(**{key: 10 ** 400})).key == key
+    assert refused(valid(**{key: 10**400})).key == key
 
 
 def test_a_huge_reward_weight_is_a_profile_error():
-    assert refused(valid(rewards={"accuracy": 10 ** 400})).key == "rewards"
+    assert refused(valid(rewards={"accuracy": 10**400})).key == "rewards"
 
 
 def test_a_huge_number_in_a_file_is_a_profile_error(tmp_path):
@@ -197,8 +217,7 @@ def test_a_huge_number_in_a_file_is_a_profile_error(tmp_path):
     assert info.value.key == "learning_rate"
 
 
-@pytest.mark.parametrize("seed, ok", [(0, True), (2 ** 32 - 1, True), (2 ** 32, False), (-1, False),
-                                      (10 ** 30, False)])
+@pytest.mark.parametrize("seed, ok", [(0, True), (2**32 - 1, True), (2**32, False), (-1, False), (10**30, False)])
 def test_seed_is_a_32_bit_number(seed, ok):
     if ok:
         assert profile_from_dict(valid(seed=seed), "<test>").seed == seed
@@ -229,11 +248,18 @@ def test_report_to_choices_are_what_transformers_accepts():
     assert set(REPORT_TO) == set(INTEGRATION_TO_CALLBACK) | {"none", "all"}
 
 
-
-
-@pytest.mark.parametrize("key, value", [("load_in_4bit", 1), ("load_in_4bit", "yes"), ("load_in_4bit", "true"),
-                                        ("lora_rank", 2.5), ("lora_rank", True), ("lora_rank", "16"),
-                                        ("lora_dropout", True)])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("load_in_4bit", 1),
+        ("load_in_4bit", "yes"),
+        ("load_in_4bit", "true"),
+        ("lora_rank", 2.5),
+        ("lora_rank", True),
+        ("lora_rank", "16"),
+        ("lora_dropout", True),
+    ],
+)
 def test_types_are_strict(key, value):
     assert refused(valid(**{key: value})).key == key
 
@@ -261,11 +287,19 @@ def test_yes_in_an_override_is_not_read_as_true(tmp_path):
 # ---------------------------------------------------------------------------------------------------
 # Whatever a YAML file can hold, the answer is a profile or a ProfileError, never a crash
 
-_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(),
-                     st.integers(min_value=10 ** 300, max_value=10 ** 500),
-                     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12))
-_VALUES = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=3) |
-                       st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=6)
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=10**300, max_value=10**500),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=6,
+)
 
 
 @settings(max_examples=300, deadline=None)

@@ -19,16 +19,50 @@ REPO = Path(__file__).resolve().parents[3]
 # GRPOConfig fields (TRL 1.15) that change the loss, the advantages or the sampled completions. Written out
 # here, not taken from trainer.config, so a field dropped there fails this test.
 LOSS_FIELDS = (
-    "loss_type", "beta", "epsilon", "epsilon_high", "delta", "scale_rewards", "importance_sampling_level",
-    "mask_truncated_completions", "num_iterations", "temperature", "top_p", "top_k", "min_p",
-    "repetition_penalty", "vllm_importance_sampling_correction", "multi_objective_aggregation",
-    "top_entropy_quantile", "entropy_coef", "use_bias_correction_kl", "off_policy_mask_threshold",
-    "router_aux_loss_coef", "reward_weights", "num_generations", "max_completion_length", "learning_rate",
-    "max_grad_norm", "weight_decay", "adam_beta1", "adam_beta2", "cast_lm_head_to_fp32", "disable_dropout",
+    "loss_type",
+    "beta",
+    "epsilon",
+    "epsilon_high",
+    "delta",
+    "scale_rewards",
+    "importance_sampling_level",
+    "mask_truncated_completions",
+    "num_iterations",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "vllm_importance_sampling_correction",
+    "multi_objective_aggregation",
+    "top_entropy_quantile",
+    "entropy_coef",
+    "use_bias_correction_kl",
+    "off_policy_mask_threshold",
+    "router_aux_loss_coef",
+    "reward_weights",
+    "num_generations",
+    "max_completion_length",
+    "learning_rate",
+    "max_grad_norm",
+    "weight_decay",
+    "adam_beta1",
+    "adam_beta2",
+    "cast_lm_head_to_fp32",
+    "disable_dropout",
 )
 # the ones a profile sets: equal when the two profiles say the same
-FROM_PROFILE = {"beta", "temperature", "top_p", "reward_weights", "num_generations", "max_completion_length",
-                "learning_rate", "max_grad_norm", "weight_decay"}
+FROM_PROFILE = {
+    "beta",
+    "temperature",
+    "top_p",
+    "reward_weights",
+    "num_generations",
+    "max_completion_length",
+    "learning_rate",
+    "max_grad_norm",
+    "weight_decay",
+}
 
 
 def configurations():

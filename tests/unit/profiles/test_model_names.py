@@ -19,8 +19,16 @@ from profiles.keys import NAME_PATTERN, safe_name
 from profiles.load import load_profile, load_profiles
 
 REPO = Path(__file__).resolve().parents[3]
-LLAMA_1B = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 32,
-            "num_hidden_layers": 16, "num_key_value_heads": 8, "vocab_size": 128256, "tie_word_embeddings": True}
+LLAMA_1B = {
+    "model_type": "llama",
+    "hidden_size": 2048,
+    "intermediate_size": 8192,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 16,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "tie_word_embeddings": True,
+}
 
 
 def model_folder(tmp_path: Path, name: str) -> Path:
@@ -32,14 +40,22 @@ def model_folder(tmp_path: Path, name: str) -> Path:
 
 def train_py(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, GRPO_TRAIN_LEDGER=str(tmp_path / "ledger.jsonl"), HF_HUB_OFFLINE="1")
-    return subprocess.run([sys.executable, str(REPO / "train.py"), *args], capture_output=True, text=True, cwd=REPO,
-                          env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(REPO / "train.py"), *args], capture_output=True, text=True, cwd=REPO, env=env, timeout=300
+    )
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("modèle-été", "modele-ete"), ("Qwen2.5-7B-Instruct", "Qwen2.5-7B-Instruct"), ("my model (v2)", "my-model-v2"),
-    (".hidden", "hidden"), ("模型", "profile"), ("a" * 100, "a" * 64),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("modèle-été", "modele-ete"),
+        ("Qwen2.5-7B-Instruct", "Qwen2.5-7B-Instruct"),
+        ("my model (v2)", "my-model-v2"),
+        (".hidden", "hidden"),
+        ("模型", "profile"),
+        ("a" * 100, "a" * 64),
+    ],
+)
 def test_safe_name_keeps_the_alphabet_of_names(text, expected):
     import re
 
@@ -47,15 +63,12 @@ def test_safe_name_keeps_the_alphabet_of_names(text, expected):
     assert re.fullmatch(NAME_PATTERN, safe_name(text))
 
 
-
-
-
-
 def test_a_profile_file_with_a_non_ascii_name_and_no_name_key_loads(tmp_path):
     text = (REPO / "profiles" / "cpu-tiny-4gen.yaml").read_text(encoding="utf-8")
     path = tmp_path / "modèle 2.yaml"
-    path.write_text("\n".join(line for line in text.splitlines() if not line.startswith("name:")) + "\n",
-                    encoding="utf-8")
+    path.write_text(
+        "\n".join(line for line in text.splitlines() if not line.startswith("name:")) + "\n", encoding="utf-8"
+    )
     assert load_profile(path).name == "modele-2"
 
 

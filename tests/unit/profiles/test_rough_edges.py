@@ -19,11 +19,14 @@ def write(tmp_path, text):
     return path
 
 
-@pytest.mark.parametrize("line, key, fix", [
-    ("max_steps:\n", "max_steps", "remove the line to keep the default (250)"),
-    ("learning_rate: null\n", "learning_rate", "give a value"),
-    ("system_prompt:\n", "system_prompt", 'write system_prompt: "" for no system turn'),
-])
+@pytest.mark.parametrize(
+    "line, key, fix",
+    [
+        ("max_steps:\n", "max_steps", "remove the line to keep the default (250)"),
+        ("learning_rate: null\n", "learning_rate", "give a value"),
+        ("system_prompt:\n", "system_prompt", 'write system_prompt: "" for no system turn'),
+    ],
+)
 def test_an_empty_value_in_a_file_is_refused(tmp_path, line, key, fix):
     with pytest.raises(ProfileError) as info:
         load_profile(write(tmp_path, line))
@@ -36,8 +39,17 @@ def test_an_empty_text_key_whose_default_is_empty_means_none(tmp_path):
 
 def test_save_merged_on_a_cpu_profile_is_refused():
     with pytest.raises(ProfileError) as info:
-        profile_from_dict({"dataset": "arithmetic", "device": "cpu", "fast_inference": False, "load_in_4bit": False,
-                           "optim": "adamw_torch", "save_merged": True}, "<test>")
+        profile_from_dict(
+            {
+                "dataset": "arithmetic",
+                "device": "cpu",
+                "fast_inference": False,
+                "load_in_4bit": False,
+                "optim": "adamw_torch",
+                "save_merged": True,
+            },
+            "<test>",
+        )
     assert info.value.key == "save_merged" and "set save_merged: false" in str(info.value)
 
 
@@ -50,9 +62,16 @@ def _accepts(spec: dict, value) -> bool:
     return False
 
 
-@pytest.mark.parametrize("key, value", [("gradient_checkpointing", True), ("gradient_checkpointing", False),
-                                        ("gradient_checkpointing", "unsloth"),
-                                        ("target_modules", "q_proj, v_proj"), ("target_modules", ["q_proj"])])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("gradient_checkpointing", True),
+        ("gradient_checkpointing", False),
+        ("gradient_checkpointing", "unsloth"),
+        ("target_modules", "q_proj, v_proj"),
+        ("target_modules", ["q_proj"]),
+    ],
+)
 def test_schema_json_accepts_what_the_loader_accepts(key, value):
     props = json.loads(schema_json())["properties"]
     profile_from_dict({"dataset": "arithmetic", key: value}, "<test>")

@@ -16,13 +16,15 @@ SCHEMA_LINE = "# yaml-language-server: $schema=schema.json"
 
 def test_committed_schema_is_current():
     assert SCHEMA_PATH == REPO / "profiles" / "schema.json"
-    assert SCHEMA_PATH.read_text() == schema_json(), \
+    assert SCHEMA_PATH.read_text() == schema_json(), (
         "profiles/schema.json is stale: run `python -m profiles.help > profiles/schema.json`"
+    )
 
 
 def test_schema_module_prints_the_schema():
-    result = subprocess.run([sys.executable, "-m", "profiles.help"], cwd=REPO, capture_output=True, text=True,
-                            check=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "profiles.help"], cwd=REPO, capture_output=True, text=True, check=True, timeout=60
+    )
     assert result.stdout == schema_json()
 
 
@@ -31,7 +33,7 @@ def test_schema_lists_every_key_and_no_other():
     assert list(schema["properties"]) == list(KEYS)
     assert schema["additionalProperties"] is False
     assert "source" not in schema["properties"]
-    assert schema["properties"]["seed"]["maximum"] == 2 ** 32 - 1
+    assert schema["properties"]["seed"]["maximum"] == 2**32 - 1
     assert "wandb" in schema["properties"]["report_to"]["enum"]
 
 
@@ -50,8 +52,9 @@ def test_shipped_profiles_use_only_schema_keys_with_schema_types():
             if isinstance(value, str) and any(spec.get("type") == "number" for spec in specs):
                 float(value)  # YAML 1.1 text such as 5e-6; editors read YAML 1.2, where it is a number
                 continue
-            assert any(isinstance(value, types[spec["type"]]) and value in spec.get("enum", [value])
-                       for spec in specs), (path.name, key)
+            assert any(
+                isinstance(value, types[spec["type"]]) and value in spec.get("enum", [value]) for spec in specs
+            ), (path.name, key)
 
 
 def test_help_is_generated_from_the_schema():

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from contract.errors import ProfileError, UsageError
-from launcher.memory.estimate import estimate
 from launcher.card.detect import GpuInfo
+from launcher.memory.estimate import estimate
 from profiles.load import KEYS, Profile, load_profile, load_profiles, parse_overrides, profile_from_dict
 
 REPO = Path(__file__).resolve().parents[3]
@@ -31,23 +31,42 @@ def refused(data, source="<test>"):
 # ---------------------------------------------------------------------------------------------------
 # Every rule refused with its key
 
-@pytest.mark.parametrize("keys, key, words", [
-    (dict(per_device_train_batch_size=3, gradient_accumulation_steps=1, num_generations=4),
-     "per_device_train_batch_size", "is not divisible by num_generations (4)"),
-    (dict(max_prompt_length=512, max_completion_length=768, max_seq_length=1024), "max_seq_length",
-     "512 + 768 > max_seq_length (1024)"),
-    (dict(device="cpu", fast_inference=True, load_in_4bit=False, optim="adamw_torch"), "fast_inference",
-     "vLLM needs a GPU"),
-    (dict(device="cpu", fast_inference=False, load_in_4bit=True, optim="adamw_torch"), "load_in_4bit",
-     "need a GPU"),
-    (dict(device="cpu", fast_inference=False, load_in_4bit=False, optim="adamw_8bit"), "optim",
-     "adamw_8bit needs bitsandbytes"),
-    (dict(vllm_standby=True, fast_inference=False), "vllm_standby", "the vLLM engine, which is off"),
-    (dict(lora_rank=24), "lora_rank", "not 24"),
-    (dict(lora_rank=0, load_in_4bit=True), "lora_rank", "cannot update 4-bit weights"),
-    (dict(rewards={"acuracy": 1.0}), "rewards", "unknown reward 'acuracy'"),
-    (dict(dataset="no/such/file.jsonl"), "dataset", "no such file or folder, and not a hub id"),
-])
+
+@pytest.mark.parametrize(
+    "keys, key, words",
+    [
+        (
+            dict(per_device_train_batch_size=3, gradient_accumulation_steps=1, num_generations=4),
+            "per_device_train_batch_size",
+            "is not divisible by num_generations (4)",
+        ),
+        (
+            dict(max_prompt_length=512, max_completion_length=768, max_seq_length=1024),
+            "max_seq_length",
+            "512 + 768 > max_seq_length (1024)",
+        ),
+        (
+            dict(device="cpu", fast_inference=True, load_in_4bit=False, optim="adamw_torch"),
+            "fast_inference",
+            "vLLM needs a GPU",
+        ),
+        (
+            dict(device="cpu", fast_inference=False, load_in_4bit=True, optim="adamw_torch"),
+            "load_in_4bit",
+            "need a GPU",
+        ),
+        (
+            dict(device="cpu", fast_inference=False, load_in_4bit=False, optim="adamw_8bit"),
+            "optim",
+            "adamw_8bit needs bitsandbytes",
+        ),
+        (dict(vllm_standby=True, fast_inference=False), "vllm_standby", "the vLLM engine, which is off"),
+        (dict(lora_rank=24), "lora_rank", "not 24"),
+        (dict(lora_rank=0, load_in_4bit=True), "lora_rank", "cannot update 4-bit weights"),
+        (dict(rewards={"acuracy": 1.0}), "rewards", "unknown reward 'acuracy'"),
+        (dict(dataset="no/such/file.jsonl"), "dataset", "no such file or folder, and not a hub id"),
+    ],
+)
 def test_each_rule_is_refused_with_its_key(keys, key, words):
     error = refused(valid(**keys))
     assert error.key == key
@@ -55,21 +74,24 @@ def test_each_rule_is_refused_with_its_key(keys, key, words):
     assert f"<test>: key '{key}'" in str(error)
 
 
-@pytest.mark.parametrize("key, value, words", [
-    ("lora_rank", -1, "-1 must be >= 0"),
-    ("lora_rank", 1024, "1024 must be <= 512"),
-    ("num_generations", 1, "1 must be >= 2"),
-    ("gpu_memory_utilization", 1.0, "1.0 must be < 1.0"),
-    ("gpu_memory_utilization", 0, "0.0 must be > 0.0"),
-    ("temperature", "hot", "expected a number, got 'hot'"),
-    ("load_in_4bit", "yes", "expected true or false"),
-    ("max_steps", 2.5, "expected a whole number"),
-    ("optim", "adam", "'adam' is not one of"),
-    ("device", "tpu", "'tpu' is not one of cuda, cpu"),
-    ("target_modules", [], "expected a non-empty list of names"),
-    ("rewards", {"accuracy": "high"}, "weight of reward 'accuracy' must be a number"),
-    ("learning_rate", float("nan"), "expected a finite number"),
-])
+@pytest.mark.parametrize(
+    "key, value, words",
+    [
+        ("lora_rank", -1, "-1 must be >= 0"),
+        ("lora_rank", 1024, "1024 must be <= 512"),
+        ("num_generations", 1, "1 must be >= 2"),
+        ("gpu_memory_utilization", 1.0, "1.0 must be < 1.0"),
+        ("gpu_memory_utilization", 0, "0.0 must be > 0.0"),
+        ("temperature", "hot", "expected a number, got 'hot'"),
+        ("load_in_4bit", "yes", "expected true or false"),
+        ("max_steps", 2.5, "expected a whole number"),
+        ("optim", "adam", "'adam' is not one of"),
+        ("device", "tpu", "'tpu' is not one of cuda, cpu"),
+        ("target_modules", [], "expected a non-empty list of names"),
+        ("rewards", {"accuracy": "high"}, "weight of reward 'accuracy' must be a number"),
+        ("learning_rate", float("nan"), "expected a finite number"),
+    ],
+)
 def test_types_ranges_and_choices_are_refused_with_the_key(key, value, words):
     error = refused(valid(**{key: value}))
     assert error.key == key
@@ -86,8 +108,17 @@ def test_choice_typo_suggests_the_close_one():
 
 
 def test_values_are_coerced_where_yaml_is_loose():
-    p = profile_from_dict(valid(learning_rate="5e-6", gradient_checkpointing=True, target_modules="q_proj, v_proj",
-                                max_steps=10.0, save_steps=5, lora_dropout=None), "<test>")
+    p = profile_from_dict(
+        valid(
+            learning_rate="5e-6",
+            gradient_checkpointing=True,
+            target_modules="q_proj, v_proj",
+            max_steps=10.0,
+            save_steps=5,
+            lora_dropout=None,
+        ),
+        "<test>",
+    )
     assert p.learning_rate == 5e-6 and p.gradient_checkpointing == "true"
     assert p.target_modules == ["q_proj", "v_proj"] and p.max_steps == 10 and p.lora_dropout == 0.0
 
@@ -122,6 +153,7 @@ def test_missing_profile_file_is_a_usage_error(tmp_path):
 # ---------------------------------------------------------------------------------------------------
 # Overrides
 
+
 def test_overrides_apply_and_are_validated(tmp_path):
     path = tmp_path / "p.yaml"
     path.write_text("dataset: arithmetic\nlora_rank: 16\n")
@@ -151,6 +183,7 @@ def test_replace_is_validated():
 def test_yaml_round_trip():
     p = profile_from_dict(valid(lora_rank=32, rewards={"accuracy": 2.0}), "<test>")
     import yaml
+
     assert profile_from_dict(yaml.safe_load(p.to_yaml()), "<again>").to_dict() == p.to_dict()
 
 
@@ -168,6 +201,7 @@ def test_every_key_has_a_default_that_validates():
 
 # ---------------------------------------------------------------------------------------------------
 # The shipped ladder
+
 
 def test_every_shipped_profile_is_valid_and_named_after_its_file():
     profiles = load_profiles(PROFILES)
@@ -199,9 +233,15 @@ def test_ladder_puts_larger_models_first_then_more_generations_and_longer_comple
 
 def test_design_example_profile():
     p = load_profile(PROFILES / "gpu-16gb-gemma3-1b.yaml")
-    assert (p.model, p.load_in_4bit, p.lora_rank, p.fast_inference, p.gpu_memory_utilization,
-            p.per_device_train_batch_size, p.gradient_accumulation_steps) == (
-        "unsloth/gemma-3-1b-it", True, 16, True, 0.5, 2, 2)
+    assert (
+        p.model,
+        p.load_in_4bit,
+        p.lora_rank,
+        p.fast_inference,
+        p.gpu_memory_utilization,
+        p.per_device_train_batch_size,
+        p.gradient_accumulation_steps,
+    ) == ("unsloth/gemma-3-1b-it", True, 16, True, 0.5, 2, 2)
     text = (PROFILES / "gpu-16gb-gemma3-1b.yaml").read_text()
     assert "fast_inference=false" in text  # the Gemma-3 + vLLM caveat and its way out
 

@@ -32,6 +32,7 @@ def laughs(levels: int = 9, key: str = "target_modules") -> str:
 @pytest.fixture
 def no_construction(monkeypatch):
     """Fails the test if a refused document is built into Python values at all."""
+
     def refuse(*args, **kwargs):
         raise AssertionError("the document was built before it was refused")
 
@@ -75,8 +76,9 @@ def test_a_set_value_is_bounded_the_same_way(no_construction):
 def test_aliases_within_reason_still_load(tmp_path):
     text = (REPO / "profiles" / "cpu-tiny-4gen.yaml").read_text(encoding="utf-8")
     path = tmp_path / "anchors.yaml"
-    path.write_text(text.replace("description:", "description: &d") + "target_modules: &t [q_proj, v_proj]\n",
-                    encoding="utf-8")
+    path.write_text(
+        text.replace("description:", "description: &d") + "target_modules: &t [q_proj, v_proj]\n", encoding="utf-8"
+    )
     assert load_profile(path).target_modules == ["q_proj", "v_proj"]
 
 
@@ -89,16 +91,21 @@ def test_shown_costs_little_whatever_the_value():
     for _ in range(5000):
         nested = [nested]
     assert len(shown(nested)) <= 40  # no RecursionError
-    assert shown(10 ** 5000) == "a whole number of about 5001 digits"
+    assert shown(10**5000) == "a whole number of about 5001 digits"
 
 
 def test_the_command_line_refuses_them_with_exit_2_and_no_traceback(tmp_path):
     for name, text in (("laughs.yaml", laughs()), ("deep.yaml", "rewards: " + "{a: " * 2000 + "1" + "}" * 2000)):
         path = tmp_path / name
         path.write_text(text, encoding="utf-8")
-        done = subprocess.run([sys.executable, str(REPO / "train.py"), "plan", "--profile", str(path)], cwd=REPO,
-                              capture_output=True, text=True, timeout=300,
-                              env=dict(os.environ, GRPO_TRAIN_LEDGER=str(tmp_path / "ledger.jsonl")))
+        done = subprocess.run(
+            [sys.executable, str(REPO / "train.py"), "plan", "--profile", str(path)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=dict(os.environ, GRPO_TRAIN_LEDGER=str(tmp_path / "ledger.jsonl")),
+        )
         assert done.returncode == 2, done.stderr[-2000:]
         assert "Traceback" not in done.stderr and str(path) in done.stderr
 

@@ -13,13 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from contract.attempt import ERROR, REWARD_RUNNING_FILE
+from contract.attempt import ERROR, REWARD_RUNNING_FILE, Outcome
 from launcher.run.attempts import read_result
 from rewards import user
 from trainer.run import _record_failure, classify
-from contract.attempt import Outcome
 
-REWARDS = '''import math, sys, os
+REWARDS = """import math, sys, os
 
 def infinite(prompts, completions, **kw):
     return [math.inf] + [1.0] * (len(completions) - 1)
@@ -50,7 +49,7 @@ def leaves_hard(prompts, completions, **kw):
 
 def fine(prompts, completions, **kw):
     return [True, 0, 2.5]
-'''
+"""
 
 PROMPTS = [[{"role": "user", "content": f"What is {i} + 1?"}] for i in range(3)]
 COMPLETIONS = [[{"role": "assistant", "content": "<answer>1</answer>"}]] * 3
@@ -68,13 +67,16 @@ def call(reward_file, name):
     return reward(prompts=PROMPTS, completions=COMPLETIONS)
 
 
-@pytest.mark.parametrize("name, words", [
-    ("infinite", "returned inf for completion 0 (prompt 'What is 0 + 1?'); a score must be finite"),
-    ("not_a_number", "returned nan for completion 0 (prompt 'What is 0 + 1?'); a score must be finite"),
-    ("text", "returned the text '0.5' for completion 0 (prompt 'What is 0 + 1?'); a score is a number"),
-    ("objects", "returned object <object object at"),
-    ("nothing", "returned NoneType None, expected a list with one float (or None) per completion"),
-])
+@pytest.mark.parametrize(
+    "name, words",
+    [
+        ("infinite", "returned inf for completion 0 (prompt 'What is 0 + 1?'); a score must be finite"),
+        ("not_a_number", "returned nan for completion 0 (prompt 'What is 0 + 1?'); a score must be finite"),
+        ("text", "returned the text '0.5' for completion 0 (prompt 'What is 0 + 1?'); a score is a number"),
+        ("objects", "returned object <object object at"),
+        ("nothing", "returned NoneType None, expected a list with one float (or None) per completion"),
+    ],
+)
 def test_a_score_that_is_not_a_finite_number_is_refused_naming_reward_and_row(reward_file, name, words):
     with pytest.raises(user.UserRewardError) as info:
         call(reward_file, name)
@@ -120,11 +122,13 @@ def test_the_users_own_frames_replace_the_library_traceback(reward_file, tmp_pat
 def test_os_exit_in_a_reward_is_reported_as_the_rewards_doing(reward_file, tmp_path):
     attempt_dir = tmp_path / "attempt"
     attempt_dir.mkdir()
-    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[3])!r})\n"
-            "from pathlib import Path\nfrom rewards import user\n"
-            f"user.attach(Path({str(attempt_dir)!r}))\n"
-            f"reward = user.load(user.parse_spec({str(reward_file) + ':leaves_hard'!r}))\n"
-            "reward(prompts=['p'], completions=['c'])\n")
+    code = (
+        f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[3])!r})\n"
+        "from pathlib import Path\nfrom rewards import user\n"
+        f"user.attach(Path({str(attempt_dir)!r}))\n"
+        f"reward = user.load(user.parse_spec({str(reward_file) + ':leaves_hard'!r}))\n"
+        "reward(prompts=['p'], completions=['c'])\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 7
     assert json.loads((attempt_dir / REWARD_RUNNING_FILE).read_text())["reward"] == "leaves_hard"
@@ -144,21 +148,30 @@ def test_a_reward_that_returns_leaves_no_marker(reward_file, tmp_path):
     assert not (tmp_path / REWARD_RUNNING_FILE).exists()
 
 
-@pytest.mark.parametrize("source, words", [
-    ("import no_such_package_anywhere\ndef f(completions, **kw):\n    return [0.0]\n",
-     "could not be imported from {file}: ModuleNotFoundError: No module named 'no_such_package_anywhere' "
-     "(at {file}:1)"),
-    ("import sys\nsys.exit(2)\ndef f(completions, **kw):\n    return [0.0]\n",
-     "could not be imported from {file}: it called sys.exit(2) (at {file}:2)"),
-    ("x = 1 / 0\ndef f(completions, **kw):\n    return [0.0]\n",
-     "could not be imported from {file}: ZeroDivisionError: division by zero (at {file}:1)"),
-])
+@pytest.mark.parametrize(
+    "source, words",
+    [
+        (
+            "import no_such_package_anywhere\ndef f(completions, **kw):\n    return [0.0]\n",
+            "could not be imported from {file}: ModuleNotFoundError: No module named 'no_such_package_anywhere' "
+            "(at {file}:1)",
+        ),
+        (
+            "import sys\nsys.exit(2)\ndef f(completions, **kw):\n    return [0.0]\n",
+            "could not be imported from {file}: it called sys.exit(2) (at {file}:2)",
+        ),
+        (
+            "x = 1 / 0\ndef f(completions, **kw):\n    return [0.0]\n",
+            "could not be imported from {file}: ZeroDivisionError: division by zero (at {file}:1)",
+        ),
+    ],
+)
 def test_an_error_while_importing_the_reward_names_it_and_its_file(tmp_path, source, words):
     path = tmp_path / "loud.py"
     path.write_text(source)
     with pytest.raises(user.UserRewardError) as info:
         user.load(user.parse_spec(f"{path}:f"))
-    assert str(info.value) == f"reward 'f' " + words.format(file=path)
+    assert str(info.value) == "reward 'f' " + words.format(file=path)
     assert classify(info.value)[0] == ERROR
 
 
@@ -171,22 +184,27 @@ def package(tmp_path, monkeypatch):
     root = tmp_path / "site"
     (root / "mypkg").mkdir(parents=True)
     (root / "mypkg" / "__init__.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w')\n")
-    (root / "mypkg" / "scores.py").write_text("def exact(completions, **kw):\n    return [0.0] * len(completions)\n"
-                                              "try:\n    from fast import quick\nexcept ImportError:\n"
-                                              "    def quick(completions, **kw):\n        return []\n")
+    (root / "mypkg" / "scores.py").write_text(
+        "def exact(completions, **kw):\n    return [0.0] * len(completions)\n"
+        "try:\n    from fast import quick\nexcept ImportError:\n"
+        "    def quick(completions, **kw):\n        return []\n"
+    )
     monkeypatch.syspath_prepend(str(root))
     yield tmp_path
     for name in ("mypkg", "mypkg.scores"):
         sys.modules.pop(name, None)
 
 
-@pytest.mark.parametrize("entry, words", [
-    ("mypkg.nosuch:exact", "package 'mypkg' has no module 'nosuch' (modules there: scores)"),
-    ("mypkg.score:exact", "did you mean 'scores'?"),
-    ("mypkg.scores:nosuch", "module 'mypkg.scores' ("),
-    ("mypkg.scores:exat", "defines no 'exat' (functions there: exact) (fix: did you mean 'exact'?)"),
-    ("mypkg.scores.deeper:exact", "'mypkg.scores' is a module, not a package"),
-])
+@pytest.mark.parametrize(
+    "entry, words",
+    [
+        ("mypkg.nosuch:exact", "package 'mypkg' has no module 'nosuch' (modules there: scores)"),
+        ("mypkg.score:exact", "did you mean 'scores'?"),
+        ("mypkg.scores:nosuch", "module 'mypkg.scores' ("),
+        ("mypkg.scores:exat", "defines no 'exat' (functions there: exact) (fix: did you mean 'exact'?)"),
+        ("mypkg.scores.deeper:exact", "'mypkg.scores' is a module, not a package"),
+    ],
+)
 def test_a_misspelled_module_path_is_refused_at_load(package, entry, words):
     with pytest.raises(ValueError) as info:
         user.check_spec(user.parse_spec(entry))
@@ -201,8 +219,8 @@ def test_a_right_module_path_passes_without_running_it(package):
 
 
 def test_a_misspelled_module_path_exits_2_at_dry_run(package, tmp_path):
-    from profiles.load import load_profile
     from contract.errors import ProfileError
+    from profiles.load import load_profile
 
     cpu = Path(__file__).resolve().parents[3] / "profiles" / "cpu-tiny-8gen.yaml"
     with pytest.raises(ProfileError) as info:
@@ -212,7 +230,9 @@ def test_a_misspelled_module_path_exits_2_at_dry_run(package, tmp_path):
 
 def test_a_slow_reward_is_said_once(tmp_path, monkeypatch):
     path = tmp_path / "slow.py"
-    path.write_text("import time\ndef slow(completions, **kw):\n    time.sleep(0.05)\n    return [0.0] * len(completions)\n")
+    path.write_text(
+        "import time\ndef slow(completions, **kw):\n    time.sleep(0.05)\n    return [0.0] * len(completions)\n"
+    )
     monkeypatch.setattr(user, "SLOW_CALL_S", 0.01)
     said = []
     user.attach(None, said.append)

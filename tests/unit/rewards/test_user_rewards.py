@@ -9,7 +9,7 @@ import pytest
 from rewards import user
 from rewards.latex import math as math_reward
 
-REWARD_FILE = '''
+REWARD_FILE = """
 import re
 
 def brevity(prompts, completions, answer, **kwargs):
@@ -22,7 +22,7 @@ def wrong_length(prompts, completions, **kwargs):
     return [0.5]
 
 scorer = brevity
-'''
+"""
 
 
 @pytest.fixture
@@ -45,8 +45,9 @@ def test_spec_forms(tmp_path, reward_file):
 
 def test_check_reads_the_file_without_running_it(tmp_path, reward_file):
     touched = tmp_path / "touched"
-    (tmp_path / "side_effect.py").write_text(f"open({str(touched)!r}, 'w').write('x')\ndef f(completions, **kw):\n"
-                                            "    return [0.0] * len(completions)\n")
+    (tmp_path / "side_effect.py").write_text(
+        f"open({str(touched)!r}, 'w').write('x')\ndef f(completions, **kw):\n    return [0.0] * len(completions)\n"
+    )
     user.check_spec(user.parse_spec(str(tmp_path / "side_effect.py") + ":f"))
     assert not touched.exists()
     user.check_spec(user.parse_spec(f"{reward_file}:scorer"))  # an assigned name counts as defined
@@ -84,8 +85,9 @@ def test_module_reward(tmp_path, monkeypatch):
     package = tmp_path / "myproj"
     package.mkdir()
     (package / "__init__.py").write_text("")
-    (package / "scoring.py").write_text("def exact(completions, answer, **kw):\n"
-                                        "    return [float(c == a) for c, a in zip(completions, answer)]\n")
+    (package / "scoring.py").write_text(
+        "def exact(completions, answer, **kw):\n    return [float(c == a) for c, a in zip(completions, answer)]\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     reward = user.load(user.parse_spec("myproj.scoring:exact"))
     assert reward(prompts=["p", "p"], completions=["4", "5"], answer=["4", "4"]) == [1.0, 0.0]
@@ -93,20 +95,24 @@ def test_module_reward(tmp_path, monkeypatch):
     sys.modules.pop("myproj", None)
 
 
-@pytest.mark.parametrize("completion, gold, expected", [
-    ("<reasoning>r</reasoning><answer>\\frac{1}{2}</answer>", "1/2", 1.0),
-    ("so the result is \\boxed{0.5}", "\\frac12", 1.0),
-    ("<answer>\\sqrt{4}</answer>", "2", 1.0),
-    ("The answer is \\boxed{3}", "2", 0.0),
-    ("<answer>x = 2</answer>", "2", 1.0),
-    ("no answer at all", "2", 0.0),
-    ("", "2", 0.0),
-])
+@pytest.mark.parametrize(
+    "completion, gold, expected",
+    [
+        ("<reasoning>r</reasoning><answer>\\frac{1}{2}</answer>", "1/2", 1.0),
+        ("so the result is \\boxed{0.5}", "\\frac12", 1.0),
+        ("<answer>\\sqrt{4}</answer>", "2", 1.0),
+        ("The answer is \\boxed{3}", "2", 0.0),
+        ("<answer>x = 2</answer>", "2", 1.0),
+        ("no answer at all", "2", 0.0),
+        ("", "2", 0.0),
+    ],
+)
 def test_math_reward_exact_values(completion, gold, expected):
     assert math_reward(completions=[completion], answer=[gold]) == [expected]
 
 
 def test_math_reward_never_raises_on_odd_input():
-    assert math_reward(completions=[None, 3, [{"role": "assistant", "content": "\\boxed{1}"}]],
-                       answer=["1", "1", "1"]) == [0.0, 0.0, 1.0]
+    assert math_reward(
+        completions=[None, 3, [{"role": "assistant", "content": "\\boxed{1}"}]], answer=["1", "1", "1"]
+    ) == [0.0, 0.0, 1.0]
     assert math_reward(completions=["\\boxed{1}"], answer=[None]) == [0.0]

@@ -72,14 +72,20 @@ def test_question_field_equal_to_answer_field_is_refused():
     assert info.value.key == "answer_field" and "both question_field and answer_field" in str(info.value)
 
 
-@pytest.mark.parametrize("name, content, words", [
-    ("u16.csv", "question,answer\nq1,1\nq2,2\n".encode("utf-16"), "UTF-16 text"),
-    ("latin.csv", "question,answer\ncafé,1\nq2,2\n".encode("latin-1"),
-     "not UTF-8 text (byte 0xe9 on line 2: Latin-1 or Windows-1252?)"),
-    ("header.csv", b"question,answer\n", "it holds no rows (fix: add rows below the header line)"),
-    ("empty.jsonl", b"", "the file is empty"),
-    ("blank.jsonl", b"\n\n  \n", "the file is empty"),
-])
+@pytest.mark.parametrize(
+    "name, content, words",
+    [
+        ("u16.csv", "question,answer\nq1,1\nq2,2\n".encode("utf-16"), "UTF-16 text"),
+        (
+            "latin.csv",
+            "question,answer\ncafé,1\nq2,2\n".encode("latin-1"),
+            "not UTF-8 text (byte 0xe9 on line 2: Latin-1 or Windows-1252?)",
+        ),
+        ("header.csv", b"question,answer\n", "it holds no rows (fix: add rows below the header line)"),
+        ("empty.jsonl", b"", "the file is empty"),
+        ("blank.jsonl", b"\n\n  \n", "the file is empty"),
+    ],
+)
 def test_a_file_that_is_not_utf8_rows_says_why_and_how_to_fix_it(tmp_path, name, content, words):
     (tmp_path / name).write_bytes(content)
     with pytest.raises(UsageError) as info:
@@ -118,11 +124,13 @@ except Exception as exc:
 
 def test_a_hub_id_without_network_says_so_at_once(tmp_path):
     env = {"HF_HOME": str(tmp_path / "hf"), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-c", OFFLINE_HUB.format(repo=str(REPO))], capture_output=True,
-                          text=True, timeout=120, env=env)
+    done = subprocess.run(
+        [sys.executable, "-c", OFFLINE_HUB.format(repo=str(REPO))], capture_output=True, text=True, timeout=120, env=env
+    )
     seconds, _, text = done.stdout.strip().partition(" ")
-    assert "not in the local Hugging Face cache, and the hub cannot be reached from here (no network)" in text, \
+    assert "not in the local Hugging Face cache, and the hub cannot be reached from here (no network)" in text, (
         done.stdout + done.stderr[-2000:]
+    )
     assert "HF_DATASETS_OFFLINE=1" in text and "Retrying" not in done.stderr
     assert float(seconds) < 15  # no retries of the hub
 
@@ -135,8 +143,9 @@ def test_train_samples_of_a_large_file_maps_only_those_rows(tmp_path, monkeypatc
     path = csv_file(tmp_path / "large.csv", [i + 1 for i in range(5000)])
     mapped = []
     real = user_data.to_rows
-    monkeypatch.setattr(user_data, "to_rows", lambda records, *a, **k: mapped.append(len(records)) or
-                        real(records, *a, **k))
+    monkeypatch.setattr(
+        user_data, "to_rows", lambda records, *a, **k: mapped.append(len(records)) or real(records, *a, **k)
+    )
     found = tasks.check_data(own(path, train_samples=20, eval_samples=5))
     assert found == "20 of 4,500 training rows (train_samples), 5 test rows"
     assert sorted(mapped) == [5, 20]

@@ -11,8 +11,7 @@ import pytest
 
 from contract.errors import UsageError
 from profiles.load import load_profile
-from tasks import check_data, load_task
-from tasks import user_data
+from tasks import check_data, load_task, user_data
 
 REPO = Path(__file__).resolve().parents[3]
 CPU = REPO / "profiles" / "cpu-tiny-8gen.yaml"
@@ -37,8 +36,12 @@ def test_a_table_too_wide_is_refused_before_datasets_reads_it(tmp_path, monkeypa
 
     columns = ["question", "answer"] + [f"c{i}" for i in range(1998)]
     path = tmp_path / "wide.csv"
-    path.write_text(",".join(columns) + "\n" + "".join(
-        ",".join([f"What is {r} + 1?", str(r + 1)] + ["0"] * 1998) + "\n" for r in range(100)), encoding="utf-8")
+    path.write_text(
+        ",".join(columns)
+        + "\n"
+        + "".join(",".join([f"What is {r} + 1?", str(r + 1)] + ["0"] * 1998) + "\n" for r in range(100)),
+        encoding="utf-8",
+    )
 
     def never(*args, **kwargs):
         raise AssertionError("datasets was asked to read a 2,000-column table")
@@ -63,8 +66,10 @@ def test_the_column_count_is_read_from_each_format(tmp_path):
 
 def test_empty_questions_are_said_to_be_empty_questions(tmp_path):
     path = tmp_path / "q.csv"
-    path.write_text("question,answer\n" + "".join(
-        f"{'' if i % 4 == 0 else f'What is {i} + 1?'},{i + 1}\n" for i in range(20)), encoding="utf-8")
+    path.write_text(
+        "question,answer\n" + "".join(f"{'' if i % 4 == 0 else f'What is {i} + 1?'},{i + 1}\n" for i in range(20)),
+        encoding="utf-8",
+    )
     with pytest.raises(UsageError) as refused:
         check_data(profile_for(path))
     text = str(refused.value)
@@ -75,8 +80,10 @@ def test_empty_questions_are_said_to_be_empty_questions(tmp_path):
 
 def test_unreadable_answers_are_still_said_so_without_a_none_pattern(tmp_path):
     path = tmp_path / "a.csv"
-    path.write_text("question,answer\n" + "".join(
-        f"What is {i} + 1?,{'' if i % 4 == 0 else i + 1}\n" for i in range(20)), encoding="utf-8")
+    path.write_text(
+        "question,answer\n" + "".join(f"What is {i} + 1?,{'' if i % 4 == 0 else i + 1}\n" for i in range(20)),
+        encoding="utf-8",
+    )
     with pytest.raises(UsageError) as refused:
         check_data(profile_for(path))
     text = str(refused.value)
@@ -86,18 +93,23 @@ def test_unreadable_answers_are_still_said_so_without_a_none_pattern(tmp_path):
 
 def test_a_few_empty_questions_are_dropped_and_counted_apart(tmp_path):
     path = tmp_path / "few.csv"
-    path.write_text("question,answer\n" + "".join(
-        f"{'' if i == 3 else f'What is {i} + 1?'},{i + 1}\n" for i in range(40)), encoding="utf-8")
+    path.write_text(
+        "question,answer\n" + "".join(f"{'' if i == 3 else f'What is {i} + 1?'},{i + 1}\n" for i in range(40)),
+        encoding="utf-8",
+    )
     assert check_data(profile_for(path)).endswith("1 question empty (dropped)")
 
 
 def test_a_folder_with_splits_in_two_formats_is_read(tmp_path):
     folder = tmp_path / "mixed"
     folder.mkdir()
-    (folder / "train.jsonl").write_text("".join(json.dumps({"question": f"What is {i} + 1?", "answer": str(i + 1)})
-                                                + "\n" for i in range(30)), encoding="utf-8")
-    (folder / "test.csv").write_text("question,answer\n" + "".join(f"What is {i} + 2?,{i + 2}\n" for i in range(10)),
-                                     encoding="utf-8")
+    (folder / "train.jsonl").write_text(
+        "".join(json.dumps({"question": f"What is {i} + 1?", "answer": str(i + 1)}) + "\n" for i in range(30)),
+        encoding="utf-8",
+    )
+    (folder / "test.csv").write_text(
+        "question,answer\n" + "".join(f"What is {i} + 2?,{i + 2}\n" for i in range(10)), encoding="utf-8"
+    )
     profile = profile_for(folder)
     assert check_data(profile) == "30 training rows, 10 test rows"
     assert load_task(profile, "test", limit=1)[0]["answer"] == "2"

@@ -17,32 +17,36 @@ import pytest
 from contract.errors import UsageError
 from rewards import REWARDS
 from tasks import ARITHMETIC_TEST_SIZE, ARITHMETIC_TRAIN_SIZE, TASKS, describe, load_task, task_names
-from tasks.user_data import DataSpec
 from tasks.arithmetic import LEVELS, TEMPLATES, generate
 from tasks.gsm8k import extract_gold, load_gsm8k
 from tasks.prompts import SYSTEM_PROMPT, build_prompt, count_prompt_tokens, filter_by_length, to_prompt_rows
+from tasks.user_data import DataSpec
 
 REPO = Path(__file__).resolve().parents[3]
 
 
 def write_jsonl(path: Path, lines: list) -> Path:
-    path.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines),
-                    encoding="utf-8")
+    path.write_text(
+        "".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines), encoding="utf-8"
+    )
     return path
 
 
 # ---------------------------------------------------------------- GSM8K pieces
 
 
-@pytest.mark.parametrize("text, gold", [
-    ("Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n#### 72", "72"),
-    ("Total is $1,000.\n#### 1,000", "1000"),
-    ("#### -3", "-3"),
-    ("#### 0.5 ", "0.5"),
-    ("a #### 1\nb #### 2", "2"),                                       # the last marker counts
-    ("72", "72"),                                                       # a bare answer is the answer
-    ("1,250", "1250"),
-])
+@pytest.mark.parametrize(
+    "text, gold",
+    [
+        ("Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n#### 72", "72"),
+        ("Total is $1,000.\n#### 1,000", "1000"),
+        ("#### -3", "-3"),
+        ("#### 0.5 ", "0.5"),
+        ("a #### 1\nb #### 2", "2"),  # the last marker counts
+        ("72", "72"),  # a bare answer is the answer
+        ("1,250", "1250"),
+    ],
+)
 def test_extract_gold(text, gold):
     assert extract_gold(text) == gold
 
@@ -55,12 +59,15 @@ def test_extract_gold_refuses_empty_or_non_text(text):
 
 def test_prompt_asks_for_the_format_the_rewards_score():
     prompt = build_prompt("  How many apples?\n")
-    assert prompt == [{"role": "system", "content": SYSTEM_PROMPT},
-                      {"role": "user", "content": "How many apples?"}]
-    assert SYSTEM_PROMPT.index("<reasoning>") < SYSTEM_PROMPT.index("</reasoning>") < \
-        SYSTEM_PROMPT.index("<answer>") < SYSTEM_PROMPT.index("</answer>")
+    assert prompt == [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "How many apples?"}]
+    assert (
+        SYSTEM_PROMPT.index("<reasoning>")
+        < SYSTEM_PROMPT.index("</reasoning>")
+        < SYSTEM_PROMPT.index("<answer>")
+        < SYSTEM_PROMPT.index("</answer>")
+    )
     # The layout shown in the instructions is itself a strict completion.
-    shown = SYSTEM_PROMPT[SYSTEM_PROMPT.index("<reasoning>"):]
+    shown = SYSTEM_PROMPT[SYSTEM_PROMPT.index("<reasoning>") :]
     assert REWARDS["xml_strict"]([shown]) == [1.0]
 
 
@@ -73,10 +80,14 @@ def test_to_prompt_rows():
 
 
 def test_jsonl_rows_through_user_data(tmp_path):
-    path = write_jsonl(tmp_path / "data.jsonl", [
-        {"question": "Q1", "answer": "two steps\n#### 1,000"},
-        {"question": "Q2", "answer": "#### 7", "extra": 1},
-    ] * 10)
+    path = write_jsonl(
+        tmp_path / "data.jsonl",
+        [
+            {"question": "Q1", "answer": "two steps\n#### 1,000"},
+            {"question": "Q2", "answer": "#### 7", "extra": 1},
+        ]
+        * 10,
+    )
     spec = DataSpec(dataset=str(path), answer_pattern=r"#### (.+)")
     rows = load_task(spec, "train") + load_task(spec, "test")
     assert sorted({row["answer"] for row in rows}) == ["1000", "7"]
@@ -99,10 +110,13 @@ def test_train_file_finds_its_test_file_beside_it(tmp_path):
 
 
 def test_system_prompt_key_applies_to_every_task(tmp_path):
-    assert load_task(DataSpec(dataset="arithmetic", system_prompt=""), "test", limit=1)[0]["prompt"][0]["role"] \
-        == "user"
-    assert load_task(DataSpec(dataset="arithmetic", system_prompt="Be brief."), "test", limit=1)[0]["prompt"][0] \
-        == {"role": "system", "content": "Be brief."}
+    assert (
+        load_task(DataSpec(dataset="arithmetic", system_prompt=""), "test", limit=1)[0]["prompt"][0]["role"] == "user"
+    )
+    assert load_task(DataSpec(dataset="arithmetic", system_prompt="Be brief."), "test", limit=1)[0]["prompt"][0] == {
+        "role": "system",
+        "content": "Be brief.",
+    }
 
 
 def test_unknown_split():
@@ -142,8 +156,9 @@ def run_loader(split: str, hf_home: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
     env.pop("HF_DATASETS_CACHE", None)
     env.pop("HF_HUB_CACHE", None)
-    return subprocess.run([sys.executable, "-c", LOAD_SCRIPT, split], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", LOAD_SCRIPT, split], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_hub_loader_offline_without_cache_is_a_clear_usage_error(tmp_path):
@@ -167,8 +182,9 @@ def test_hub_loader_reads_the_hub_cache_offline(tmp_path):
     (repo_cache / "refs" / "main").write_text(revision)
     folder = repo_cache / "snapshots" / revision / "main"
     folder.mkdir(parents=True)
-    table = pa.table({"question": ["Q one?", "Q two?", "Q three?"],
-                      "answer": ["a\n#### 72", "b\n#### 1,000", "c\n#### -3"]})
+    table = pa.table(
+        {"question": ["Q one?", "Q two?", "Q three?"], "answer": ["a\n#### 72", "b\n#### 1,000", "c\n#### -3"]}
+    )
     pq.write_table(table, folder / "test-00000-of-00001.parquet")
 
     result = run_loader("test", tmp_path / "hf")
@@ -184,8 +200,10 @@ def test_hub_loader_reads_the_hub_cache_offline(tmp_path):
 
 
 def test_tasks_import_no_heavy_library():
-    code = ("import sys, tasks, tasks.gsm8k, tasks.arithmetic; "
-            "print(sorted(m for m in ('torch', 'transformers', 'trl', 'unsloth', 'datasets') if m in sys.modules))")
+    code = (
+        "import sys, tasks, tasks.gsm8k, tasks.arithmetic; "
+        "print(sorted(m for m in ('torch', 'transformers', 'trl', 'unsloth', 'datasets') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -204,6 +222,7 @@ def evaluate(expression: str) -> float:
         if isinstance(node, ast.Constant) and isinstance(node.value, int):
             return node.value
         raise AssertionError(f"unexpected expression {expression!r}")
+
     return walk(ast.parse(expression, mode="eval"))
 
 
@@ -246,10 +265,15 @@ def test_levels_set_the_number_of_steps_and_every_template_appears():
     assert len(first_words) >= len(TEMPLATES) - 2
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"n": -1}, "n must be a whole number"), ({"n": 2.5}, "n must be a whole number"),
-    ({"n": 1, "level": 4}, "level must be one of 0, 1, 2, 3"), ({"n": 1, "level": True}, "level must be"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"n": -1}, "n must be a whole number"),
+        ({"n": 2.5}, "n must be a whole number"),
+        ({"n": 1, "level": 4}, "level must be one of 0, 1, 2, 3"),
+        ({"n": 1, "level": True}, "level must be"),
+    ],
+)
 def test_generate_refuses_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         generate(**kwargs)
@@ -258,8 +282,11 @@ def test_generate_refuses_bad_arguments(kwargs, message):
 @pytest.mark.parametrize("level", [None, "mixed"])
 def test_generated_solutions_score_full_marks(level):
     rows = generate(300, seed=5, level=level)
-    texts = [f"<reasoning>\n{row['answer_text'].rpartition('####')[0].strip()}\n</reasoning>\n"
-             f"<answer>\n{row['answer']}\n</answer>" for row in rows]
+    texts = [
+        f"<reasoning>\n{row['answer_text'].rpartition('####')[0].strip()}\n</reasoning>\n"
+        f"<answer>\n{row['answer']}\n</answer>"
+        for row in rows
+    ]
     golds = [row["answer"] for row in rows]
     for name, fn in REWARDS.items():
         assert fn(texts, answer=golds) == [1.0] * len(rows), name
@@ -271,7 +298,7 @@ def test_generated_solutions_score_full_marks(level):
 def test_load_task_arithmetic_splits_are_fixed_and_disjoint():
     test = load_task("arithmetic", "test")
     assert len(test) == ARITHMETIC_TEST_SIZE
-    assert load_task("arithmetic", "test", seed=99) == test               # the held-out set ignores the seed
+    assert load_task("arithmetic", "test", seed=99) == test  # the held-out set ignores the seed
     assert load_task("arithmetic", "test", limit=20) == test[:20]
     held_out = {row["prompt"][1]["content"] for row in test}
     for seed in (0, 1, 2):
@@ -286,9 +313,14 @@ def test_load_task_arithmetic_splits_are_fixed_and_disjoint():
     assert row["prompt"][1]["role"] == "user"
 
 
-@pytest.mark.parametrize("dataset, message", [
-    ("no/such/file.jsonl", "no such file or folder"), ("", "unknown dataset ''"), (None, "unknown dataset None"),
-])
+@pytest.mark.parametrize(
+    "dataset, message",
+    [
+        ("no/such/file.jsonl", "no such file or folder"),
+        ("", "unknown dataset ''"),
+        (None, "unknown dataset None"),
+    ],
+)
 def test_load_task_refuses_bad_datasets(dataset, message):
     with pytest.raises(UsageError, match=message):
         load_task(dataset, "train")
@@ -298,14 +330,15 @@ def test_the_registry_names_and_describes_every_task():
     assert task_names() == ("gsm8k", "arithmetic")
     assert set(describe()) == set(TASKS)
     assert all(line and "\n" not in line for line in describe().values())
-    assert load_task("arithmetic", "train", limit=3, seed=1) == \
-        to_prompt_rows(TASKS["arithmetic"].load("train", 3, 1))
+    assert load_task("arithmetic", "train", limit=3, seed=1) == to_prompt_rows(TASKS["arithmetic"].load("train", 3, 1))
 
 
 def test_the_registry_imports_nothing_heavy():
     """The launcher checks a profile's dataset against task_names(): that must stay instant."""
-    code = ("import sys, tasks; tasks.task_names(); "
-            "print(sorted(m for m in ('torch', 'datasets', 'transformers', 'trl') if m in sys.modules))")
+    code = (
+        "import sys, tasks; tasks.task_names(); "
+        "print(sorted(m for m in ('torch', 'datasets', 'transformers', 'trl') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -333,14 +366,17 @@ def chat_tokenizer(word_tokenizer):
     from transformers import PreTrainedTokenizerFast
 
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=word_tokenizer, unk_token="[UNK]")
-    tokenizer.chat_template = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-                               "{% if add_generation_prompt %}assistant:{% endif %}")
+    tokenizer.chat_template = (
+        "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}assistant:{% endif %}"
+    )
     return tokenizer
 
 
 def rows_with_questions(word_counts: list[int]) -> list[dict]:
-    return to_prompt_rows([{"question": " ".join(["apples"] * n), "answer_text": "1", "answer": "1"}
-                           for n in word_counts])
+    return to_prompt_rows(
+        [{"question": " ".join(["apples"] * n), "answer_text": "1", "answer": "1"} for n in word_counts]
+    )
 
 
 SYSTEM_WORDS = len(SYSTEM_PROMPT.split())
@@ -358,11 +394,11 @@ def test_count_prompt_tokens_with_and_without_a_chat_template(word_tokenizer, ch
 
 def test_filter_by_length_keeps_rows_that_fit_and_counts_the_rest(chat_tokenizer, word_tokenizer):
     rows = rows_with_questions([1, 10, 3, 30, 7])
-    limit = SYSTEM_WORDS + 3 + 7                                          # with the chat template's 3 words
+    limit = SYSTEM_WORDS + 3 + 7  # with the chat template's 3 words
     kept, dropped = filter_by_length(rows, chat_tokenizer, limit)
     assert [len(row["prompt"][1]["content"].split()) for row in kept] == [1, 3, 7]
     assert dropped == 2
     kept, dropped = filter_by_length(rows, word_tokenizer, SYSTEM_WORDS + 10)
     assert ([len(row["prompt"][1]["content"].split()) for row in kept], dropped) == ([1, 10, 3, 7], 1)
     assert filter_by_length(rows, chat_tokenizer, 1) == ([], 5)
-    assert filter_by_length(rows, chat_tokenizer, 0) == (rows, 0)      # 0: no limit
+    assert filter_by_length(rows, chat_tokenizer, 0) == (rows, 0)  # 0: no limit

@@ -42,8 +42,9 @@ def test_parquet_folder_with_its_own_splits_and_extra_columns(tmp_path):
     folder = tmp_path / "data"
     folder.mkdir()
     for split, count in (("train", 12), ("test", 3)):
-        datasets.Dataset.from_list([{"problem": f"{split} {i}", "solution": f"so #### {i}", "level": i % 3}
-                                    for i in range(count)]).to_parquet(str(folder / f"{split}.parquet"))
+        datasets.Dataset.from_list(
+            [{"problem": f"{split} {i}", "solution": f"so #### {i}", "level": i % 3} for i in range(count)]
+        ).to_parquet(str(folder / f"{split}.parquet"))
     spec = DataSpec(dataset=str(folder), answer_pattern=r"#### (.+)")
     rows = _rows(spec)
     assert len(rows["train"]) == 12 and len(rows["test"]) == 3
@@ -55,8 +56,9 @@ def test_jsonl_folder_train_and_test_files(tmp_path):
     folder = tmp_path / "gsm-like"
     folder.mkdir()
     for split, count in (("train", 5), ("test", 2)):
-        (folder / f"{split}.jsonl").write_text("".join(json.dumps({"question": f"q{i}", "answer": f"{i}"}) + "\n"
-                                                       for i in range(count)))
+        (folder / f"{split}.jsonl").write_text(
+            "".join(json.dumps({"question": f"q{i}", "answer": f"{i}"}) + "\n" for i in range(count))
+        )
     rows = _rows(DataSpec(dataset=str(folder)))
     assert [len(rows["train"]), len(rows["test"])] == [5, 2]
 
@@ -111,8 +113,7 @@ def test_unreadable_answers_are_counted_then_refused(tmp_path):
         to_rows(records, spec, SYSTEM, "train")
 
 
-@pytest.mark.parametrize("pattern, message", [("(unclosed", "not a regular expression"),
-                                              ("####", "needs a group")])
+@pytest.mark.parametrize("pattern, message", [("(unclosed", "not a regular expression"), ("####", "needs a group")])
 def test_bad_answer_pattern(pattern, message):
     with pytest.raises(UsageError, match=message):
         user_data.gold_reader(DataSpec(dataset="x", answer_pattern=pattern))
@@ -146,10 +147,12 @@ def test_hub_id_goes_through_datasets_with_config_and_splits(monkeypatch):
 
     def fake_load_dataset(path, name=None, **kwargs):  # the network boundary: nothing else is faked
         calls.append((path, name))
-        return datasets.DatasetDict({
-            "training": datasets.Dataset.from_list([{"problem": f"p{i}", "answer": str(i)} for i in range(20)]),
-            "validation": datasets.Dataset.from_list([{"problem": "v", "answer": "7"}]),
-        })
+        return datasets.DatasetDict(
+            {
+                "training": datasets.Dataset.from_list([{"problem": f"p{i}", "answer": str(i)} for i in range(20)]),
+                "validation": datasets.Dataset.from_list([{"problem": "v", "answer": "7"}]),
+            }
+        )
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
     spec = DataSpec(dataset="org/name", dataset_config="cfg", train_split="training", test_split="validation")

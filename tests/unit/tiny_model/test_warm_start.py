@@ -60,8 +60,7 @@ def _short(monkeypatch, max_steps=8):
 def test_warm_start_stops_once_the_numbers_are_read_and_the_sums_still_weak(monkeypatch, tiny_parts):
     tokenizer, shape = tiny_parts
     _short(monkeypatch)
-    readings = [(0.5, 0.45), (0.99, 0.7), (0.97, 0.2), (0.96, 0.45), (0.9, 0.45), (0.96, 0.41), (0.99, 0.5),
-                (0.2, 0.2)]
+    readings = [(0.5, 0.45), (0.99, 0.7), (0.97, 0.2), (0.96, 0.45), (0.9, 0.45), (0.96, 0.41), (0.99, 0.5), (0.2, 0.2)]
     calls = _scripted(monkeypatch, readings)
     monkeypatch.setattr(warm_start, "WARM_START_MAX_STEPS", 10)
     done = warm_start.train_warm_start(tiny._build_model(tokenizer, shape, 0), tokenizer, seed=0)
@@ -111,8 +110,14 @@ def test_a_fixed_step_count_skips_the_criterion(monkeypatch, tiny_parts):
 def test_criterion_settings_are_part_of_the_cached_build(monkeypatch):
     shape = tiny.tiny_shape()
     key = tiny.build_key("arithmetic", 0, shape)
-    for name, value in (("RESTATE_TARGET", 0.9), ("ACCURACY_BAND", (0.3, 0.5)), ("BAND_CHECKS", 1),
-                        ("WARM_START_MIN_STEPS", 1), ("CHECK_ROWS", 7), ("WARM_START_THREADS", 2)):
+    for name, value in (
+        ("RESTATE_TARGET", 0.9),
+        ("ACCURACY_BAND", (0.3, 0.5)),
+        ("BAND_CHECKS", 1),
+        ("WARM_START_MIN_STEPS", 1),
+        ("CHECK_ROWS", 7),
+        ("WARM_START_THREADS", 2),
+    ):
         with monkeypatch.context() as patch:
             patch.setattr(warm_start, name, value)
             assert tiny.build_key("arithmetic", 0, shape) != key, name

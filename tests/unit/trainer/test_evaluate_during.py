@@ -33,16 +33,16 @@ def test_auto_is_off_where_no_interval_is_shorter_than_the_run():
     assert every == 0 and "not shorter than the run" in why
 
 
-@pytest.mark.parametrize("given, every", [(["eval_steps=5"], 5), (["eval_steps=0"], 0), (["eval_samples=0"], 0),
-                                          (["eval_steps=400"], 0)])
+@pytest.mark.parametrize(
+    "given, every", [(["eval_steps=5"], 5), (["eval_steps=0"], 0), (["eval_samples=0"], 0), (["eval_steps=400"], 0)]
+)
 def test_a_given_interval_is_kept(given, every):
     assert eval_interval(load_profile(SMALL, given))[0] == every
 
 
 def test_zero3_evaluates_only_before_and_after():
     profile = load_profile(REPO / "profiles" / "multi-4x80gb-qwen2.5-14b.yaml", ["zero_stage=3", "eval_steps=10"])
-    assert eval_interval(profile) == (0, "ZeRO-3 partitions the weights across the ranks: rank 0 cannot generate "
-                                         "alone")
+    assert eval_interval(profile) == (0, "ZeRO-3 partitions the weights across the ranks: rank 0 cannot generate alone")
 
 
 def test_the_best_step_and_where_it_is_kept(tmp_path):
@@ -54,8 +54,9 @@ def test_the_best_step_and_where_it_is_kept(tmp_path):
     assert [p["step"] for p in figures["points"]] == [0, 10, 20, 30]
     assert figures["best"] == {"step": 20, "accuracy": 0.6, "well_formed": 1.0, "saved_in": "checkpoint-20"}
     assert figures["share_of_training_time"] == 0.1
-    tie = evaluation_figures(before, [{"step": 10, "accuracy": 0.5, "well_formed": 1.0}], after, 30, 10, "", 1, 10,
-                             tmp_path)
+    tie = evaluation_figures(
+        before, [{"step": 10, "accuracy": 0.5, "well_formed": 1.0}], after, 30, 10, "", 1, 10, tmp_path
+    )
     assert tie["best"]["step"] == 30 and tie["best"]["saved_in"] == "adapter"  # a tie goes to the later step
 
 
@@ -72,10 +73,31 @@ def train_env(tiny_cache):
 @pytest.mark.slow
 def test_the_curve_of_a_cpu_run(tmp_path, train_env):
     attempt_dir = tmp_path / "attempt-01"
-    result = subprocess.run([sys.executable, str(REPO / "train.py"), "--profile", str(SMALL), "--attempt-dir",
-                             str(attempt_dir), "--set", "max_steps=6", "--set", "eval_steps=2", "--set",
-                             "eval_samples=8", "--set", "train_samples=64", "--set", "save_steps=2"],
-                            env=train_env, cwd=REPO, capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "train.py"),
+            "--profile",
+            str(SMALL),
+            "--attempt-dir",
+            str(attempt_dir),
+            "--set",
+            "max_steps=6",
+            "--set",
+            "eval_steps=2",
+            "--set",
+            "eval_samples=8",
+            "--set",
+            "train_samples=64",
+            "--set",
+            "save_steps=2",
+        ],
+        env=train_env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     rows = [json.loads(line) for line in (attempt_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]  # still one line a step
@@ -97,10 +119,31 @@ def test_the_curve_of_a_cpu_run(tmp_path, train_env):
 @pytest.mark.slow
 def test_a_signal_during_an_evaluation_stops_it_and_saves_the_step(tmp_path, train_env):
     attempt_dir = tmp_path / "attempt-sig"
-    process = subprocess.Popen([sys.executable, str(REPO / "train.py"), "--profile", str(SMALL), "--attempt-dir",
-                                str(attempt_dir), "--set", "max_steps=50", "--set", "save_steps=50", "--set",
-                                "eval_steps=2", "--set", "eval_samples=200", "--set", "train_samples=64"],
-                               env=train_env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            str(REPO / "train.py"),
+            "--profile",
+            str(SMALL),
+            "--attempt-dir",
+            str(attempt_dir),
+            "--set",
+            "max_steps=50",
+            "--set",
+            "save_steps=50",
+            "--set",
+            "eval_steps=2",
+            "--set",
+            "eval_samples=200",
+            "--set",
+            "train_samples=64",
+        ],
+        env=train_env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         for line in process.stdout:  # progress-bound: the line the evaluation prints as it starts
             if line.startswith("evaluating at step 2"):

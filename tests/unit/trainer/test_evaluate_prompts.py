@@ -10,8 +10,10 @@ import pytest
 
 from evaluation.generate import prompt_ids, stop_ids
 
-TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
-            "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
 
 
 @pytest.fixture()
@@ -19,12 +21,22 @@ def tokenizer_with_bos():
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {"<bos>": 0, "<eos>": 1, "<pad>": 2, "<end_of_turn>": 3, **{chr(c): 4 + i for i, c in
-                                                                          enumerate(range(32, 127))}}
+    vocab = {
+        "<bos>": 0,
+        "<eos>": 1,
+        "<pad>": 2,
+        "<end_of_turn>": 3,
+        **{chr(c): 4 + i for i, c in enumerate(range(32, 127))},
+    }
     core = Tokenizer(models.WordLevel(vocab, unk_token="?"))
     core.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<bos>", eos_token="<eos>",
-                                        pad_token="<pad>", additional_special_tokens=["<end_of_turn>"])
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        bos_token="<bos>",
+        eos_token="<eos>",
+        pad_token="<pad>",
+        additional_special_tokens=["<end_of_turn>"],
+    )
     tokenizer.add_bos_token = True  # as Gemma's and Llama's tokenizers: a text encode adds BOS again
     tokenizer.chat_template = TEMPLATE
     return tokenizer
@@ -55,16 +67,28 @@ def test_both_generation_paths_send_the_ids_training_sends(tokenizer_with_bos, m
     from evaluation.score import evaluate
 
     tok = tokenizer_with_bos
-    rows = [{"prompt": [{"role": "user", "content": "1+1?"}], "answer": "2"},
-            {"prompt": [{"role": "user", "content": "What is 12+30?"}], "answer": "42"}]
+    rows = [
+        {"prompt": [{"role": "user", "content": "1+1?"}], "answer": "2"},
+        {"prompt": [{"role": "user", "content": "What is 12+30?"}], "answer": "42"},
+    ]
     # what TRL's GRPOTrainer tokenises for training: the chat template's ids, once
-    training = [tok.apply_chat_template(r["prompt"], tokenize=True, add_generation_prompt=True,
-                                        return_dict=False) for r in rows]
+    training = [
+        tok.apply_chat_template(r["prompt"], tokenize=True, add_generation_prompt=True, return_dict=False) for r in rows
+    ]
 
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32,
-                                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-                                         pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id))
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(tok),
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            pad_token_id=tok.pad_token_id,
+            bos_token_id=tok.bos_token_id,
+        )
+    )
     model.generation_config = GenerationConfig(eos_token_id=[1, 3], pad_token_id=tok.pad_token_id)
     seen_hf = {}
     real_generate = model.generate

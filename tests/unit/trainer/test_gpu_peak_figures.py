@@ -18,7 +18,9 @@ import pytest
 
 from contract.attempt import MEASURE_GPU_CARD, MEASURE_GPU_CARD_NO_CONTEXT, MEASURE_GPU_PROCESS, MEASURE_TORCH
 from launcher.card.detect import GpuInfo, Machine
-from launcher.memory.ledger import record as ledger_record, store as ledger_store, weigh as ledger_weigh
+from launcher.memory.ledger import record as ledger_record
+from launcher.memory.ledger import store as ledger_store
+from launcher.memory.ledger import weigh as ledger_weigh
 from launcher.memory.parts import CUDA_CONTEXT_GIB
 from profiles.load import load_profile
 
@@ -41,10 +43,12 @@ def fake_nvml(monkeypatch, *, device_used: float, processes: dict[int, float]):
     module = types.ModuleType("pynvml")
     module.nvmlInit = lambda: None
     module.nvmlDeviceGetHandleByIndex = lambda index: "card"
-    module.nvmlDeviceGetMemoryInfo = lambda handle: SimpleNamespace(used=int(state.device_used * GIB),
-                                                                   total=24 * GIB, free=0)
+    module.nvmlDeviceGetMemoryInfo = lambda handle: SimpleNamespace(
+        used=int(state.device_used * GIB), total=24 * GIB, free=0
+    )
     module.nvmlDeviceGetComputeRunningProcesses = lambda handle: [
-        SimpleNamespace(pid=pid, usedGpuMemory=int(gib * GIB)) for pid, gib in state.processes.items()]
+        SimpleNamespace(pid=pid, usedGpuMemory=int(gib * GIB)) for pid, gib in state.processes.items()
+    ]
     monkeypatch.setitem(sys.modules, "pynvml", module)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     return state
@@ -192,13 +196,24 @@ def test_without_nvml_torchs_figure_is_kept_and_named(monkeypatch):
 
 
 def _card():
-    gpu = GpuInfo(name="NVIDIA L4", total_gib=22.0, free_gib=21.5, used_gib=0.5, compute_capability=(8, 9),
-                  driver="580.1", cuda_driver="13.0", index=0, source="nvml")
+    gpu = GpuInfo(
+        name="NVIDIA L4",
+        total_gib=22.0,
+        free_gib=21.5,
+        used_gib=0.5,
+        compute_capability=(8, 9),
+        driver="580.1",
+        cuda_driver="13.0",
+        index=0,
+        source="nvml",
+    )
     return Machine(gpus=[gpu], message="", host_ram_gib=64.0, host_free_gib=60.0)
 
 
-@pytest.mark.parametrize("measure, planned", [(MEASURE_TORCH, 15.0 + CUDA_CONTEXT_GIB), (None, 15.0 + CUDA_CONTEXT_GIB),
-                                              (MEASURE_GPU_PROCESS, 15.0)])
+@pytest.mark.parametrize(
+    "measure, planned",
+    [(MEASURE_TORCH, 15.0 + CUDA_CONTEXT_GIB), (None, 15.0 + CUDA_CONTEXT_GIB), (MEASURE_GPU_PROCESS, 15.0)],
+)
 def test_the_ledger_plans_with_the_figure_the_estimate_counts(tmp_path, monkeypatch, measure, planned):
     monkeypatch.setenv("GRPO_TRAIN_LEDGER", str(tmp_path / "ledger.jsonl"))
     profile = load_profile("profiles/gpu-24gb-llama3.1-8b.yaml")

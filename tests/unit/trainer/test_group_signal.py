@@ -79,9 +79,19 @@ def test_an_async_reward_is_left_unwrapped_and_the_figures_are_withheld():
 
 
 def _rows(shares, steps=None):
-    return [{"step": i + 1, "group_signal": {"groups": 8, "groups_alike": s, "group_reward_spread": 1 - s,
-                                             "groups_all_correct": s / 4, "groups_all_wrong": 3 * s / 4}}
-            for i, s in enumerate(shares[:steps] if steps else shares)]
+    return [
+        {
+            "step": i + 1,
+            "group_signal": {
+                "groups": 8,
+                "groups_alike": s,
+                "group_reward_spread": 1 - s,
+                "groups_all_correct": s / 4,
+                "groups_all_wrong": 3 * s / 4,
+            },
+        }
+        for i, s in enumerate(shares[:steps] if steps else shares)
+    ]
 
 
 def test_warning_names_the_share_and_the_remedy_only_when_most_groups_teach_nothing():
@@ -93,20 +103,31 @@ def test_warning_names_the_share_and_the_remedy_only_when_most_groups_teach_noth
 
 
 def test_report_shows_the_signal_table_the_warning_and_the_plot(tmp_path):
-    rows = [{**row, "reward": 1.0, "rewards": {"accuracy": 0.5}, "completion_length": 20.0,
-             "memory": {"rss_gib": 0.5}} for row in _rows([0.3] * 10 + [0.9] * 10)]
+    rows = [
+        {**row, "reward": 1.0, "rewards": {"accuracy": 0.5}, "completion_length": 20.0, "memory": {"rss_gib": 0.5}}
+        for row in _rows([0.3] * 10 + [0.9] * 10)
+    ]
     signal = signal_figures(rows)
     assert signal["groups_alike"] == {"first": 0.3, "last": 0.9}
     assert signal["warning"].startswith("90% of groups")
     plots = write_plots(tmp_path, rows, ["accuracy"], "cpu", None, "run")
     assert "group_signal.png" in plots and (tmp_path / "group_signal.png").stat().st_size > 1000
     summary = {
-        "status": "ok", "steps": 20, "max_steps": 20, "train_seconds": 1.0, "wall_seconds": 2.0,
-        "profile": {"name": "p", "model": "tiny", "dataset": "arithmetic"}, "device": {"name": "CPU"},
-        "backend": "transformers", "train_rows": 5, "dropped_prompts": 0,
+        "status": "ok",
+        "steps": 20,
+        "max_steps": 20,
+        "train_seconds": 1.0,
+        "wall_seconds": 2.0,
+        "profile": {"name": "p", "model": "tiny", "dataset": "arithmetic"},
+        "device": {"name": "CPU"},
+        "backend": "transformers",
+        "train_rows": 5,
+        "dropped_prompts": 0,
         "memory": {"peak_gib": 0.5, "estimate_gib": 0.6, "measure": "RSS", "ratio": 0.8},
         "rewards": {"window": 10, "total": {"first": 1.0, "last": 1.0}},
-        "accuracy": {"samples": 2, "before": 0.5, "after": 0.5}, "group_signal": signal, "plots": plots,
+        "accuracy": {"samples": 2, "before": 0.5, "after": 0.5},
+        "group_signal": signal,
+        "plots": plots,
     }
     write_report(tmp_path, summary)
     report = (tmp_path / "report.md").read_text()
@@ -121,8 +142,16 @@ def test_progress_line_shows_alike_groups_and_spread(capsys):
     from trainer.progress import Progress
 
     progress = Progress("p", 1, "cpu")
-    progress.update(1, 1, {"reward": 2.0, "step_time": 0.3, "memory": {"rss_gib": 0.5},
-                           "group_signal": {"groups_alike": 0.375, "group_reward_spread": 0.61}})
+    progress.update(
+        1,
+        1,
+        {
+            "reward": 2.0,
+            "step_time": 0.3,
+            "memory": {"rss_gib": 0.5},
+            "group_signal": {"groups_alike": 0.375, "group_reward_spread": 0.61},
+        },
+    )
     progress.warn("82% of groups are all-correct or all-wrong")
     out = capsys.readouterr().out
     assert "alike groups 38%  spread 0.61" in out

@@ -49,6 +49,7 @@ def _rows(count: int) -> list[dict]:
 
 # ------------------------------------------------------------------------------------------------ unit
 
+
 def test_inject_accepts_probe_as_the_step(monkeypatch):
     from trainer.inject import PROBE, injected_in_probe, make_injector, parse_inject
 
@@ -162,8 +163,10 @@ def test_an_engine_without_sleep_mode_or_no_engine_is_left_alone():
     from trainer.probe import rest_generation_engine
 
     llm, calls = _engine(sleep_mode=False, asleep=False)
-    assert rest_generation_engine(SimpleNamespace(vllm_generation=SimpleNamespace(llm=llm), model=None)) == \
-        "no sleep mode" and calls == []
+    assert (
+        rest_generation_engine(SimpleNamespace(vllm_generation=SimpleNamespace(llm=llm), model=None)) == "no sleep mode"
+        and calls == []
+    )
     assert rest_generation_engine(SimpleNamespace(model=object())) == "no engine"
 
 
@@ -181,10 +184,12 @@ def test_profile_key_probe_is_on_unless_turned_off():
 def test_an_oom_outside_the_probe_is_not_read_as_the_probe_s():
     from contract.oom import read_oom
 
-    trace = ('Traceback (most recent call last):\n  File "trainer/stages.py", line 190, in train\n'
-             '    session.trainer.train()\n'
-             'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity '
-             'of 23.56 GiB of which 1.00 GiB is free.')
+    trace = (
+        'Traceback (most recent call last):\n  File "trainer/stages.py", line 190, in train\n'
+        "    session.trainer.train()\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+        "of 23.56 GiB of which 1.00 GiB is free."
+    )
     report = read_oom(trace)
     assert report is not None and not report.in_probe and "probe" not in report.summary()
     assert read_oom(trace.replace("in train\n", "in run_probe\n")).in_probe
@@ -193,8 +198,14 @@ def test_an_oom_outside_the_probe_is_not_read_as_the_probe_s():
 def test_outcome_carries_the_probe(tmp_path):
     from contract.attempt import OOM, Outcome
 
-    figures = {"peak_gib": 1.5, "seconds": 2.0, "prompt_tokens": 100, "completion_tokens": 64, "batch": 4,
-               "measure": "torch peak reserved"}
+    figures = {
+        "peak_gib": 1.5,
+        "seconds": 2.0,
+        "prompt_tokens": 100,
+        "completion_tokens": 64,
+        "batch": 4,
+        "measure": "torch peak reserved",
+    }
     Outcome(status=OOM, probe=figures).write(tmp_path)
     assert Outcome.read(tmp_path / "outcome.json").probe == figures
     assert Outcome().probe is None
@@ -203,21 +214,45 @@ def test_outcome_carries_the_probe(tmp_path):
 def test_report_line_names_the_probe():
     from trainer.report import _probe_line
 
-    line = _probe_line({"peak_gib": 0.51, "seconds": 2.04, "prompt_tokens": 137, "completion_tokens": 32,
-                        "batch": 4, "measure": "process peak RSS"})
-    assert line == ("- worst-case probe: 4 x (137 prompt + 32 completion) tokens, peak 0.51 GiB "
-                    "(process peak RSS) in 2.0 s")
+    line = _probe_line(
+        {
+            "peak_gib": 0.51,
+            "seconds": 2.04,
+            "prompt_tokens": 137,
+            "completion_tokens": 32,
+            "batch": 4,
+            "measure": "process peak RSS",
+        }
+    )
+    assert line == (
+        "- worst-case probe: 4 x (137 prompt + 32 completion) tokens, peak 0.51 GiB (process peak RSS) in 2.0 s"
+    )
     assert _probe_line(None) == "- worst-case probe: not run"
 
 
 # ------------------------------------------------------------------------------------------------ runs
 
+
 def _attempt(attempt_dir: Path, env: dict, *overrides: str, resume_from: Path | None = None):
     sets = [arg for pair in overrides for arg in ("--set", pair)]
     resume = ["--resume-from", str(resume_from)] if resume_from else []
-    return subprocess.run([sys.executable, str(REPO / "train.py"), "--profile", str(SMALL), "--attempt-dir",
-                           str(attempt_dir), *sets, *resume], env=env, cwd=REPO, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "train.py"),
+            "--profile",
+            str(SMALL),
+            "--attempt-dir",
+            str(attempt_dir),
+            *sets,
+            *resume,
+        ],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
@@ -246,8 +281,13 @@ def test_probe_oom_ends_the_attempt_and_without_it_training_runs(backend, tmp_pa
     assert "worst-case probe: 4 x (" in (tmp_path / "plain" / "report.md").read_text()
 
     # a resumed attempt probes before its resumed training as well
-    resumed = _attempt(tmp_path / "resumed", dict(env, GRPO_INJECT_OOM="cpu-tiny-4gen@probe"), *QUICK,
-                       "max_steps=2", resume_from=tmp_path / "plain" / "checkpoint-1")
+    resumed = _attempt(
+        tmp_path / "resumed",
+        dict(env, GRPO_INJECT_OOM="cpu-tiny-4gen@probe"),
+        *QUICK,
+        "max_steps=2",
+        resume_from=tmp_path / "plain" / "checkpoint-1",
+    )
     assert resumed.returncode == EXIT_FOR_STATUS[OOM], resumed.stdout[-2000:] + resumed.stderr[-2000:]
     out = json.loads((tmp_path / "resumed" / "outcome.json").read_text())
     assert out["status"] == OOM and out["steps"] == 1 and "run_probe" in out["traceback"]
@@ -280,22 +320,33 @@ def test_probe_leaves_learning_unchanged(backend, tmp_path, cache_env):
 
     env = dict(cache_env, **BACKENDS[backend])
     sets = ["max_steps=3", "save_steps=3", "eval_samples=0", "train_samples=48", "lora_dropout=0.1"]
-    result = subprocess.run([sys.executable, "-c", _TWO_ATTEMPTS, str(tmp_path), str(SMALL), *sets], env=env,
-                            cwd=REPO, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-c", _TWO_ATTEMPTS, str(tmp_path), str(SMALL), *sets],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     outcomes = {run: json.loads((tmp_path / run / "outcome.json").read_text()) for run in ("with", "without")}
     assert outcomes["with"]["probe"] is not None and outcomes["without"]["probe"] is None
     assert outcomes["with"]["steps"] == outcomes["without"]["steps"] == 3
-    weights = {run: load_file(str(tmp_path / run / "adapter" / "adapter_model.safetensors"))
-               for run in ("with", "without")}
+    weights = {
+        run: load_file(str(tmp_path / run / "adapter" / "adapter_model.safetensors")) for run in ("with", "without")
+    }
     assert weights["with"].keys() == weights["without"].keys() and weights["with"]
     for name, tensor in weights["with"].items():
         assert torch.equal(tensor, weights["without"][name]), name
     # what was logged (rewards, loss, entropy, grad norm, ...) is the same too: the probe's own loss metrics
     # were taken back; only timings and memory differ
-    logged = {run: [{k: v for k, v in row.items() if k not in ("step_time", "time", "memory")} for row in
-                    map(json.loads, (tmp_path / run / "metrics.jsonl").read_text().splitlines())]
-              for run in ("with", "without")}
+    logged = {
+        run: [
+            {k: v for k, v in row.items() if k not in ("step_time", "time", "memory")}
+            for row in map(json.loads, (tmp_path / run / "metrics.jsonl").read_text().splitlines())
+        ]
+        for run in ("with", "without")
+    }
     assert len(logged["with"]) == 3 and logged["with"] == logged["without"]
 
 
@@ -309,13 +360,14 @@ def test_the_throwaway_paged_optimizer_state_is_released():
     from trainer.probe import release_paged_state
 
     manager = SimpleNamespace(paged_tensors=[])
-    kept = torch.zeros(4)            # the real optimizer's, registered earlier
+    kept = torch.zeros(4)  # the real optimizer's, registered earlier
     manager.paged_tensors.append(kept)
     param = torch.nn.Parameter(torch.zeros(4))
     state1, state2 = torch.zeros(4), torch.zeros(4)
     manager.paged_tensors += [state1, state2]
-    throwaway = SimpleNamespace(page_mng=manager, is_paged=True,
-                                state={param: {"state1": state1, "state2": state2, "step": 1}})
+    throwaway = SimpleNamespace(
+        page_mng=manager, is_paged=True, state={param: {"state1": state1, "state2": state2, "step": 1}}
+    )
     assert release_paged_state(throwaway) == 2
     assert manager.paged_tensors == [kept]
     # an optimizer that pages nothing is left alone

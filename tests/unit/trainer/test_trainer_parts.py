@@ -29,6 +29,7 @@ def _profile(**changes):
 # ------------------------------------------------------------------------------------------------
 # tiny model
 
+
 @pytest.fixture(scope="module")
 def tiny_dir(tiny_cache, tiny_seed):
     from tiny_model.build import ensure_tiny
@@ -40,9 +41,14 @@ def test_tiny_shape_is_the_catalogue_entry(tiny_dir):
     from profiles.catalog import TINY
 
     config = json.loads((tiny_dir / "config.json").read_text())
-    assert (config["hidden_size"], config["num_hidden_layers"], config["num_attention_heads"],
-            config["num_key_value_heads"], config["head_dim"], config["intermediate_size"]) == \
-        (TINY.hidden, TINY.layers, TINY.heads, TINY.kv_heads, TINY.head_dim, TINY.intermediate)
+    assert (
+        config["hidden_size"],
+        config["num_hidden_layers"],
+        config["num_attention_heads"],
+        config["num_key_value_heads"],
+        config["head_dim"],
+        config["intermediate_size"],
+    ) == (TINY.hidden, TINY.layers, TINY.heads, TINY.kv_heads, TINY.head_dim, TINY.intermediate)
     assert config["tie_word_embeddings"] is True
     # the BPE vocabulary (specials included) plus the four XML tags; BPE stops short of its size when the
     # task's text has no pair left to merge (504 at seed 3407), so the catalogue's figure is the ceiling
@@ -64,8 +70,11 @@ def test_tiny_tokenizer_keeps_its_ids_and_tags(tiny_dir):
     assert tokenizer.decode(ids, skip_special_tokens=True) == text
     config = json.loads((tiny_dir / "tokenizer_config.json").read_text())
     assert config["tokenizer_class"] == "PreTrainedTokenizerFast"
-    prompt = tokenizer.apply_chat_template([{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}],
-                                           tokenize=False, add_generation_prompt=True)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
     assert prompt == "<|system|>\nS<|end|>\n<|user|>\nQ<|end|>\n<|assistant|>\n"
     assert tokenizer.eos_token == "<|end|>"
     assert tokenizer.pad_token == "<|pad|>"
@@ -111,6 +120,7 @@ def test_cache_root_follows_the_environment(monkeypatch, tmp_path):
 # ------------------------------------------------------------------------------------------------
 # OOM injection
 
+
 def test_parse_inject():
     from trainer.inject import parse_inject
 
@@ -139,8 +149,14 @@ def _gib(value: str, unit: str) -> float:
 def test_oom_message_has_torch_wording_and_the_logits_size():
     from trainer.inject import oom_message
 
-    profile = _profile().replace(device="cuda", per_device_train_batch_size=4, max_prompt_length=256,
-                                 max_completion_length=768, max_seq_length=1024, fast_inference=False)
+    profile = _profile().replace(
+        device="cuda",
+        per_device_train_batch_size=4,
+        max_prompt_length=256,
+        max_completion_length=768,
+        max_seq_length=1024,
+        fast_inference=False,
+    )
     text = oom_message(profile, vocab_size=151936, estimate_gib=13.0)
     match = TORCH_OOM.match(text)
     assert match, text
@@ -154,9 +170,15 @@ def test_oom_message_is_read_by_the_supervisor():
     oom = pytest.importorskip("contract.oom")
     from trainer.inject import oom_message
 
-    profile = _profile().replace(device="cuda", per_device_train_batch_size=2, gradient_accumulation_steps=2,
-                                 max_prompt_length=256, max_completion_length=768, max_seq_length=1024,
-                                 fast_inference=False)
+    profile = _profile().replace(
+        device="cuda",
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=2,
+        max_prompt_length=256,
+        max_completion_length=768,
+        max_seq_length=1024,
+        fast_inference=False,
+    )
     report = oom.read_oom(oom_message(profile, vocab_size=128256, total_gib=24.0))
     assert report is not None
     # 2 sequences x 1024 tokens x 128256 vocab x 4 bytes
@@ -191,13 +213,14 @@ def test_injected_error_is_a_real_oom_from_the_logits_path(monkeypatch):
 # ------------------------------------------------------------------------------------------------
 # the estimate an attempt is judged by
 
+
 def test_an_attempt_reports_the_supervisors_estimate(tmp_path, monkeypatch):
     """The supervisor judged the attempt by an estimate made for the card; the attempt must report that
     figure (outcome.json, summary.json's ratio), not one it makes again without the card."""
+    from commands.attempt import attempt_estimate
     from contract.attempt import Outcome
     from contract.environment import ENV_ESTIMATE_GIB
     from contract.errors import EXIT_BAD_INPUT
-    from commands.attempt import attempt_estimate
     from trainer.run import run_attempt
 
     monkeypatch.setenv(ENV_ESTIMATE_GIB, "7.25")
@@ -215,9 +238,9 @@ def test_an_attempt_reports_the_supervisors_estimate(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("value", [None, "", "zero", "0", "-3", "nan", "inf"])
 def test_without_the_supervisors_estimate_the_estimator_is_asked(monkeypatch, value):
+    from commands.attempt import attempt_estimate
     from contract.environment import ENV_ESTIMATE_GIB
     from launcher.memory.estimate import estimate
-    from commands.attempt import attempt_estimate
 
     if value is None:
         monkeypatch.delenv(ENV_ESTIMATE_GIB, raising=False)
@@ -230,14 +253,18 @@ def test_without_the_supervisors_estimate_the_estimator_is_asked(monkeypatch, va
 # ------------------------------------------------------------------------------------------------
 # failure classification
 
-@pytest.mark.parametrize("exc, status", [
-    (RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB."), "oom"),
-    (ValueError("No available memory for the cache blocks. Try increasing `gpu_memory_utilization`."), "oom"),
-    (ValueError("Model architectures ['FancyForCausalLM'] are not supported for now."), "unsupported"),
-    (RuntimeError("vLLM: this model is not supported by the V1 engine"), "unsupported"),
-    (AttributeError("'Gemma3ForCausalLM' object has no attribute 'vllm_engine'"), "unsupported"),
-    (KeyError("answer"), "error"),
-])
+
+@pytest.mark.parametrize(
+    "exc, status",
+    [
+        (RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB."), "oom"),
+        (ValueError("No available memory for the cache blocks. Try increasing `gpu_memory_utilization`."), "oom"),
+        (ValueError("Model architectures ['FancyForCausalLM'] are not supported for now."), "unsupported"),
+        (RuntimeError("vLLM: this model is not supported by the V1 engine"), "unsupported"),
+        (AttributeError("'Gemma3ForCausalLM' object has no attribute 'vllm_engine'"), "unsupported"),
+        (KeyError("answer"), "error"),
+    ],
+)
 def test_classify(exc, status):
     from trainer.run import classify
 
@@ -252,12 +279,15 @@ def test_classify_real_oom_and_full_disk():
     assert classify(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB"))[0] == "oom"
     status, line = classify(OSError(errno.ENOSPC, "No space left on device", "/out/adapter"))
     assert status == "error"
-    assert line == ("cannot write the attempt's files to /out/adapter: No space left on device "
-                    "(fix: free disk space, or choose a writable --output-dir)")
+    assert line == (
+        "cannot write the attempt's files to /out/adapter: No space left on device "
+        "(fix: free disk space, or choose a writable --output-dir)"
+    )
 
 
 # ------------------------------------------------------------------------------------------------
 # TRL's fused log-prob head on CPU
+
 
 @pytest.mark.parametrize("softcap, scale, bias", [(None, 1.0, False), (30.0, 0.5, True)])
 def test_torch_log_probs_match_the_plain_computation(softcap, scale, bias):
@@ -300,19 +330,38 @@ def test_fallback_is_installed_in_trl():
 # ------------------------------------------------------------------------------------------------
 # evaluation scoring and the report
 
+
 def test_score_uses_the_answer_block():
     from evaluation.score import score
 
-    result = score(["<reasoning>\nx\n</reasoning>\n<answer>\n72\n</answer>", "<answer>$1,000</answer>",
-                    "72", "<answer>71</answer>"], ["72", "1000", "72", "72"])
+    result = score(
+        [
+            "<reasoning>\nx\n</reasoning>\n<answer>\n72\n</answer>",
+            "<answer>$1,000</answer>",
+            "72",
+            "<answer>71</answer>",
+        ],
+        ["72", "1000", "72", "72"],
+    )
     assert (result["correct"], result["total"], result["accuracy"]) == (2, 4, 0.5)
     assert len(result["examples"]) == 3
 
 
 def _rows(n):
-    return [{"step": i + 1, "rewards": {"xml_count": i / 100, "accuracy": 0.0}, "reward": i / 50,
-             "reward_std": 0.1, "completion_length": 30.0 + i, "loss": 0.0, "kl": None, "step_time": 0.1,
-             "memory": {"rss_gib": 0.5 + i / 1000}} for i in range(n)]
+    return [
+        {
+            "step": i + 1,
+            "rewards": {"xml_count": i / 100, "accuracy": 0.0},
+            "reward": i / 50,
+            "reward_std": 0.1,
+            "completion_length": 30.0 + i,
+            "loss": 0.0,
+            "kl": None,
+            "step_time": 0.1,
+            "memory": {"rss_gib": 0.5 + i / 1000},
+        }
+        for i in range(n)
+    ]
 
 
 def test_reward_figures():
@@ -334,12 +383,15 @@ def test_plots_are_written(tmp_path):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.parametrize("visible, local_rank, expected", [
-    (None, "0", ("index", 0)),
-    (None, "3", ("index", 3)),
-    ("2,5", "1", ("index", 5)),
-    ("GPU-aaaa,GPU-bbbb", "1", ("uuid", "GPU-bbbb")),
-])
+@pytest.mark.parametrize(
+    "visible, local_rank, expected",
+    [
+        (None, "0", ("index", 0)),
+        (None, "3", ("index", 3)),
+        ("2,5", "1", ("index", 5)),
+        ("GPU-aaaa,GPU-bbbb", "1", ("uuid", "GPU-bbbb")),
+    ],
+)
 def test_nvml_handle_follows_local_rank_and_visible_devices(monkeypatch, visible, local_rank, expected):
     from trainer.memory_meter import _nvml_handle_of_this_process
 
@@ -369,5 +421,7 @@ def test_progress_lines_off_a_terminal_name_step_reward_memory_and_time_left(cap
         progress.update(step, 400, row)
     lines = capsys.readouterr().out.splitlines()
     # step 1 always; step 2 is neither a twentieth of the run nor 30 s after the last line; step 3 is
-    assert lines == ["[p] step 1/400  reward 0.250  rss 0.50 GiB  (1.00 s/step, ~6 min left)",
-                     "[p] step 3/400  reward 0.250  rss 0.50 GiB  (1.00 s/step, ~88 min left)"]
+    assert lines == [
+        "[p] step 1/400  reward 0.250  rss 0.50 GiB  (1.00 s/step, ~6 min left)",
+        "[p] step 3/400  reward 0.250  rss 0.50 GiB  (1.00 s/step, ~88 min left)",
+    ]
