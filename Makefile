@@ -38,7 +38,7 @@ dry-run: venv
 
 # pytest exits 5 when it collected no test: that is a failure here, not a pass.
 test: venv
-	$(PY) -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
+	$(PY) -m pytest -q --durations=20; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
 
 # The inner loop: the unit tests of every package (no training run, no subprocess of train.py).
 test-unit: venv

@@ -69,7 +69,7 @@ def run(args) -> int:
     if args.check < 0:
         raise UsageError(f"--check {args.check}: give a number of questions >= 0")
     target = find_target(args.run_dir)
-    profile = profile_of(target, args.overrides)
+    profile = profile_of(target, args.overrides).profile  # exporting scores nothing: no reward code runs
     converter = None
     if args.gguf:  # before the heavy work: say plainly where it is not, and how to get it
         converter, where = find_converter()
@@ -87,6 +87,11 @@ def run(args) -> int:
 
     base = profile.model if not profile.uses_lora else base_model_path(profile, target.adapter_dir)
     say(f"exporting {target.adapter_dir} (profile '{profile.name}', base {base}) to {out}")
+    from profiles.rules import remote_code_notice
+
+    notice = remote_code_notice(profile)
+    if notice:
+        say(f"note: {notice}")
     record = {"adapter": str(target.adapter_dir), "attempt": str(target.attempt_dir), "profile": profile.name}
     record["merged"] = merge(profile, target.adapter_dir, base, out / "merged", args.dtype, say)
     merged = record["merged"]

@@ -39,6 +39,7 @@ TABLE: dict[str, OldFlag] = {
     "--sample": OldFlag("sample", POSITIONAL, True),
     "--prompt": OldFlag(None, "--prompt", True, only_with="sample"),
     "--from-test": OldFlag(None, "--from-test", True, only_with="sample"),
+    "--run-rewards": OldFlag(None, "--run-rewards", only_with="sample"),
     "--attempt-dir": OldFlag("attempt", "--attempt-dir", True),
     "--resume-from": OldFlag(None, "--resume-from", True, only_with="attempt"),
     # options several commands share

@@ -59,6 +59,7 @@ SPELLINGS = [
     ("--sample {missing}", "sample {missing}"),
     ("--sample {missing} --prompt hi", "sample {missing} --prompt hi"),
     ("--sample {missing} --from-test 2", "sample {missing} --from-test 2"),
+    ("--sample {missing} --run-rewards", "sample {missing} --run-rewards"),
     ("--auto --output-dir {file}", "train --output-dir {file}"),
     (f"--profile {CPU} --output-dir {{file}}", f"train --profile {CPU} --output-dir {{file}}"),
     (

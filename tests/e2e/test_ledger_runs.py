@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,9 +16,17 @@ REPO = Path(__file__).resolve().parents[2]
 QUICK = ["--set", "max_steps=2", "--set", "save_steps=2", "--set", "eval_samples=0", "--set", "train_samples=32"]
 
 
-@pytest.fixture(scope="module")
-def shared_cache(tiny_cache):
-    return tiny_cache  # the session's tiny model, built before any run's time limit starts
+@pytest.fixture
+def shared_cache(tiny_cache, tmp_path):
+    """A cache folder of this test's own holding the session's tiny models (built before any run's time limit
+    starts): the default ledger these runs write is the cache folder's, and the session's cache outlives the
+    test run, so a ledger left there would be the next run's starting point."""
+    own = tmp_path / "cache"
+    own.mkdir()
+    for model in tiny_cache.glob("tiny-*"):
+        if model.is_dir():
+            shutil.copytree(model, own / model.name)
+    return own
 
 
 def _run(args, env, timeout=600):
@@ -76,7 +85,7 @@ def test_the_poisoning_sequence_leaves_the_machine_training(tmp_path, shared_cac
     """The fallback test, a ledger an older version poisoned with its injected OOMs, and a record that refuses
     the user's shape: `--auto` still trains, and the user's own --profile reaches its data check (exit 2)."""
     from launcher.card.detect import detect_machine
-    from launcher.memory import ledger as ledgerlib
+    from launcher.memory.ledger import record, store
     from profiles.load import load_profile
 
     default_ledger = shared_cache / "ledger.jsonl"
@@ -104,9 +113,7 @@ def test_the_poisoning_sequence_leaves_the_machine_training(tmp_path, shared_cac
 
     # a record that refuses the shape (a measured peak far above this machine's RAM)
     eight = load_profile(REPO / "profiles" / "cpu-tiny-8gen.yaml")
-    ledgerlib.append(
-        ledgerlib.make_entry(eight, machine, status="ok", peak_gib=machine.host_ram_gib * 4), default_ledger
-    )
+    store.append(record.make_entry(eight, machine, status="ok", peak_gib=machine.host_ram_gib * 4), default_ledger)
     refused = _run(["--auto", "--dry-run"], _user_env(shared_cache))
     assert refused.returncode == 0 and "chosen: cpu-tiny-4gen" in refused.stdout
     assert "the ledger refused cpu-tiny-8gen" in refused.stdout and "--forget cpu-tiny-8gen" in refused.stdout

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from commands.sample import _shown_text
 from contract.errors import ProfileError
 from profiles.load import load_profile, profile_from_dict
 
@@ -355,7 +356,7 @@ def test_csv_with_renamed_columns_and_a_reward_file_trains_then_samples(project,
     assert summary["accuracy"]["correctness"] == "accuracy" and summary["hub"] is None
 
     sampled = subprocess.run(
-        [sys.executable, str(TRAIN), "--sample", str(run_dir), "--from-test", "2"],
+        [sys.executable, str(TRAIN), "--sample", str(run_dir), "--from-test", "2", "--run-rewards"],
         cwd="/",
         env=env,
         capture_output=True,
@@ -366,7 +367,7 @@ def test_csv_with_renamed_columns_and_a_reward_file_trains_then_samples(project,
     assert "rewards: accuracy " in stdout and "| brevity " in stdout
     # the same greedy answer as the evaluation after training: the trained adapter is what was loaded
     first = summary["accuracy"]["examples_after"][0]["completion"]
-    assert first and first.replace("\n", "\n            ")[:200] in stdout
+    assert first and _shown_text(first).replace("\n", "\n            ")[:200] in stdout
 
 
 @pytest.mark.slow

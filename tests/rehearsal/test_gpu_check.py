@@ -207,7 +207,8 @@ def test_the_kit_runs_end_to_end_on_the_cpu(tmp_path):
     report = json.loads((out / "cpu.json").read_text(encoding="utf-8"))
     table = (out / "cpu.md").read_text(encoding="utf-8")
     ran = [row for row in report["probes"] if row["status"] == "ok"]
-    assert {row["path"] for row in ran} == set(report["paths"]) and "trl+peft" in report["paths"]
+    assert ran == report["probes"]  # on the CPU every planned case runs: Unsloth's fallback and TRL + PEFT
+    assert {row["path"] for row in ran} == {"unsloth", "trl+peft"}
     for row in ran:
         assert row["architecture"] == "tiny" and row["probe"]["random_weights"] is True
         timed = row["timed"]  # one generation wave and one training step, timed after the probe
