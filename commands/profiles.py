@@ -141,6 +141,7 @@ def _check(args) -> int:
 
     from contract.errors import ProfileError
     from profiles.load import load_profile
+    from profiles.schema import LOSS_KEYS
 
     verdicts, code = [], EXIT_OK
     for name in args.files:
@@ -180,17 +181,6 @@ def _check(args) -> int:
 
 
 # The GRPO loss keys `check` states for each file (what the recipe will train with)
-LOSS_KEYS = (
-    "loss_type",
-    "beta",
-    "epsilon",
-    "epsilon_high",
-    "delta",
-    "importance_sampling_level",
-    "scale_rewards",
-    "mask_truncated_completions",
-    "num_iterations",
-)
 
 
 def _reading_text(reading: dict) -> str:

@@ -610,9 +610,16 @@ def keys_tagged(tag: str) -> tuple[str, ...]:
     return tuple(name for name in KEYS if tag in Profile.model_fields[name].json_schema_extra["tags"])
 
 
+def keys_in(section: str) -> tuple[str, ...]:
+    """The keys of one section of the schema (as `profiles keys` groups them), in the schema's order."""
+    return tuple(name for name in KEYS if Profile.model_fields[name].json_schema_extra["section"] == section)
+
+
 MEMORY_KEYS = keys_tagged(MEMORY)
 LEVER_KEYS = keys_tagged(LEVER)
 SHAPE_KEYS = keys_tagged(SHAPE)
+# The GRPO loss's settings: its own section, and the KL weight, which sits with the optimiser (it costs memory)
+LOSS_KEYS = (*keys_in("loss"), "beta")
 
 
 def shape_of(settings: Any) -> tuple:

@@ -8,6 +8,7 @@ import os
 
 from contract.attempt import DEFAULT_VLLM_GROUP_PORT, DEFAULT_VLLM_PORT, VLLM_SERVER_TIMEOUT_S
 from contract.environment import ENV_VLLM_GROUP_PORT, ENV_VLLM_HOST, ENV_VLLM_PORT
+from profiles.schema import LOSS_KEYS
 
 # Seconds a rank waits on the others; trainer.stages.join_ranks starts the process group with it
 DDP_TIMEOUT_S = 3 * 3600
@@ -23,20 +24,7 @@ DDP_TIMEOUT_S = 3 * 3600
 #    they are given (rl.py, "The DAPO paper recommends ..."), so both are always given: the profile's values,
 #    and epsilon_high = epsilon when the profile leaves it empty, which is what TRL does with None.
 #  - top_k 0 (no top-k): vLLM 0.32 reads 0 as "off"; Unsloth rewrites 0 to -1 under vLLM, the same thing.
-PROFILE_LOSS_KEYS = (
-    "loss_type",
-    "epsilon",
-    "epsilon_high",
-    "delta",
-    "importance_sampling_level",
-    "scale_rewards",
-    "mask_truncated_completions",
-    "num_iterations",
-    "beta",
-    "top_k",
-    "min_p",
-    "repetition_penalty",
-)
+PROFILE_LOSS_KEYS = (*LOSS_KEYS, "top_k", "min_p", "repetition_penalty")
 # The ones the project pins (TRL 1.15's effective defaults except where noted):
 #  - vllm_importance_sampling_correction: TRL True, Unsloth False (unsloth/models/rl.py). False: Unsloth's tested
 #    default, and with Unsloth's shared weights vLLM samples from the very weights being trained.

@@ -201,3 +201,39 @@ class ChildRunner:
             except (OSError, ValueError):
                 pass
         stream.close()
+
+
+class StopWhen:
+    """While an attempt's process runs: a thread that asks it to stop (SIGTERM to its process group) once
+    `reason()` returns a text, kept in `fired`. A reason that cannot be read now (OSError) is asked again at
+    the next interval."""
+
+    def __init__(self, reason, runner: ChildRunner, interval: float = 1.0, name: str = "attempt watch"):
+        self.reason, self.runner, self.interval = reason, runner, interval
+        self.fired: str | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name=name, daemon=True)
+
+    def start(self) -> StopWhen:
+        self._thread.start()
+        return self
+
+    def _watch(self) -> None:
+        while not self._done.wait(self.interval):
+            try:
+                why = self.reason()
+            except OSError:
+                continue
+            if why:
+                self.fired = why
+                proc = self.runner.proc
+                if proc is not None and proc.poll() is None:
+                    try:
+                        os.killpg(proc.pid, signal.SIGTERM)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+                return
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(timeout=self.interval + 1)

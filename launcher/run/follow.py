@@ -22,7 +22,7 @@ from contract.environment import ENV_RUN_ID
 from contract.errors import EXIT_FAILURE, EXIT_INTERRUPTED, UsageError
 from launcher.card.topology import elastic, run_name, topology
 from launcher.run import narrate
-from launcher.run.child import ChildRunner, attempt_command
+from launcher.run.child import ChildRunner, StopWhen, attempt_command
 from launcher.run.machines import SERVER, STOP, Follower, MachineTimeout, machine_name
 from profiles.load import load_profile
 
@@ -48,40 +48,6 @@ def _handle_signals(handler) -> dict:
 def _restore(previous: dict) -> None:
     for signum, handler in previous.items():
         signal.signal(signum, handler)
-
-
-class _StopWhen:
-    """While an attempt's process runs: ask it to stop (SIGTERM to its process group) once `moved_on()`."""
-
-    def __init__(self, moved_on, runner, interval: float = 1.0):
-        self.moved_on, self.runner, self.interval = moved_on, runner, interval
-        self.fired = False
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="machine 0 watch", daemon=True)
-
-    def start(self) -> _StopWhen:
-        self._thread.start()
-        return self
-
-    def _watch(self) -> None:
-        while not self._done.wait(self.interval):
-            try:
-                moved = self.moved_on()
-            except OSError:
-                continue
-            if moved:
-                self.fired = True
-                proc = self.runner.proc
-                if proc is not None and proc.poll() is None:
-                    try:
-                        os.killpg(proc.pid, signal.SIGTERM)
-                    except (ProcessLookupError, PermissionError):
-                        pass
-                return
-
-    def stop(self) -> None:
-        self._done.set()
-        self._thread.join(timeout=self.interval + 1)
 
 
 def follow_run(output_dir: Path, console=None, child_command: list[str] | None = None) -> int:
@@ -117,7 +83,9 @@ def follow_run(output_dir: Path, console=None, child_command: list[str] | None =
             argv = attempt_command(
                 profile, attempt_dir, str(resume_from) if resume_from else None, runner.override, env=env
             )
-            watch = _StopWhen(follower.moved_on, runner).start()
+            watch = StopWhen(
+                lambda: "machine 0 moved on" if follower.moved_on() else None, runner, name="machine 0 watch"
+            ).start()
             try:
                 returncode, _tail = runner.run_argv(argv, attempt_dir, env)
             finally:

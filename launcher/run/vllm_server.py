@@ -17,7 +17,7 @@ from pathlib import Path
 from contract.attempt import SERVER_LOG, VLLM_SERVER_TIMEOUT_S
 from contract.environment import ENV_VLLM_PORT
 from launcher.card.topology import free_port, gpu_assignment, server_node, topology, visible_gpu_ids, vllm_endpoint
-from launcher.run.child import parent_death_signal
+from launcher.run.child import StopWhen, parent_death_signal
 
 # The server node's word on its server for one attempt, in the attempt folder: {"status": "starting" | "ready"
 # | "failed", "url", "error"}; machine 0 stops the attempt when it says failed
@@ -33,44 +33,29 @@ def write_server_state(attempt_dir, status: str, url: str | None = None, error: 
     write_atomic(Path(attempt_dir) / SERVER_STATE, json.dumps({"status": status, "url": url, "error": error}) + "\n")
 
 
-class ServerWatch:
+class ServerWatch(StopWhen):
     """While an attempt trains against a server on its own node: reads that node's SERVER_STATE each second
-    and, when it says the server failed, keeps its words in `failure` and asks the attempt to stop (SIGTERM to
-    its process group), so that the trainers do not wait out TRL's connection timeout."""
+    and, when it says the server failed, keeps its words in `failure` and asks the attempt to stop, so that
+    the trainers do not wait out TRL's connection timeout."""
 
     def __init__(self, path, runner, interval: float = 1.0):
-        import threading
+        super().__init__(self._failed, runner, interval, name="server watch")
+        self.path = Path(path)
 
-        self.path, self.runner, self.interval = Path(path), runner, interval
-        self.failure: str | None = None
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="server watch", daemon=True)
+    @property
+    def failure(self) -> str | None:
+        return self.fired
 
-    def start(self) -> ServerWatch:
-        self._thread.start()
-        return self
-
-    def _watch(self) -> None:
+    def _failed(self) -> str | None:
         import json
 
-        while not self._done.wait(self.interval):
-            try:
-                state = json.loads(self.path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                continue
-            if isinstance(state, dict) and state.get("status") == FAILED:
-                self.failure = str(state.get("error") or "the vLLM server on its own node failed to start")
-                proc = self.runner.proc
-                if proc is not None and proc.poll() is None:
-                    try:
-                        os.killpg(proc.pid, signal.SIGTERM)
-                    except (ProcessLookupError, PermissionError):
-                        pass
-                return
-
-    def stop(self) -> None:
-        self._done.set()
-        self._thread.join(timeout=self.interval + 1)
+        try:
+            state = json.loads(self.path.read_text(encoding="utf-8"))
+        except ValueError:  # written as it is read: asked again
+            return None
+        if isinstance(state, dict) and state.get("status") == FAILED:
+            return str(state.get("error") or "the vLLM server on its own node failed to start")
+        return None
 
 
 # What vLLM reads from a model repository: configuration, weights, tokenizer and chat template.

@@ -6,53 +6,16 @@ import json
 from pathlib import Path
 
 from contract import oom as oom
-from launcher.card.detect import detect_machine
-from launcher.memory.estimate import estimate
-from launcher.plan.derive import best_fit
-from launcher.plan.speed import predict
-from profiles.catalog import resolve
-from profiles.load import load_profile, load_profiles
+from profiles.load import load_profile
 from profiles.schema import profile_from_dict
 from support.cli import train_py
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = ROOT / "profiles"
-DATA = Path(__file__).resolve().parents[2] / "tests" / "data" / "oom"
-
-
-def machine(gib: float, name: str | None = None):
-    return detect_machine(what_if_gib=gib, what_if_name=name)
-
-
-def rungs(overrides=()):
-    return load_profiles(PROFILES, list(overrides), device="cuda")
-
-
-def best(model: str, gib: float, name: str | None = None, overrides=(), **kw):
-    m = machine(gib, name)
-    return best_fit(rungs(overrides), model, m.primary, machine=m, **kw)[0]
 
 
 def notebook(settings: dict):
     return profile_from_dict({"dataset": "gsm8k", **settings}, "<notebook>")
-
-
-def _per_hour(profile, gib: float, name: str) -> float:
-    m = machine(gib, name)
-    arch = resolve(profile.model)
-    return predict(profile, arch, m.primary, estimate(profile, arch, m.primary)).prompts_per_hour
-
-
-SUBSET_MODELS = (
-    "Qwen/Qwen3-0.6B",
-    "Qwen/Qwen3-4B",
-    "unsloth/Llama-3.1-8B-Instruct",
-    "microsoft/phi-4",
-    "Qwen/Qwen3-14B",
-)
-
-
-SUBSET_CARDS = ((8.0, None), (12.0, None), (15.0, "Tesla T4"), (24.0, "NVIDIA GeForce RTX 4090"), (80.0, "A100 80GB"))
 
 
 def test_fit_prints_a_profile_that_loads(tmp_path):

@@ -11,43 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from contract.oom import read_oom
-from launcher.card.detect import GpuInfo, Machine
+from launcher.card.detect import Machine
 from launcher.memory.ledger import record as ledger_record
 from launcher.memory.ledger import store as ledger_store
 from launcher.memory.ledger import weigh as ledger_weigh
-from launcher.plan.choose import make_plan
 from profiles.load import load_profile
 
 REPO = Path(__file__).resolve().parents[2]
 L4 = "profiles/gpu-24gb-llama3.1-8b.yaml"
 
 
-def _card(free=22.0, total=22.5, name="NVIDIA L4"):
-    gpu = GpuInfo(
-        name=name,
-        total_gib=total,
-        free_gib=free,
-        used_gib=total - free,
-        compute_capability=(8, 9),
-        driver="580.1",
-        cuda_driver="13.0",
-        index=0,
-        source="nvml",
-    )
-    return Machine(gpus=[gpu], message="", host_ram_gib=64.0, host_free_gib=60.0)
-
-
 def _cpu(ram=24.0):
     return Machine(gpus=[], message="no GPU", host_ram_gib=ram, host_free_gib=ram - 2)
-
-
-def _oom(held: float, asked: float = 2.0, total: float = 22.05, free: float = 0.5):
-    return read_oom(
-        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {asked:.2f} GiB. GPU 0 has a "
-        f"total capacity of {total:.2f} GiB of which {free:.2f} GiB is free. Including non-PyTorch "
-        f"memory, this process has {held:.2f} GiB memory in use."
-    )
 
 
 def _entry(profile, machine, days_ago: float = 0, **kwargs):
@@ -59,21 +34,6 @@ def _entry(profile, machine, days_ago: float = 0, **kwargs):
 @pytest.fixture
 def l4():
     return load_profile(L4)
-
-
-def _verdict(entries, profile, machine, **plan_kwargs):
-    (cand,) = make_plan([profile], machine, measurements=entries, **plan_kwargs).candidates
-    return cand
-
-
-def _legacy_injected_line(profile, machine) -> dict:
-    """What an older version wrote for `GRPO_INJECT_OOM=cpu-tiny-8gen python train.py --auto` on a 24 GiB
-    machine: the injected CUDA message, sized to the host, taken as an OOM's lower bound."""
-    entry = json.loads(ledger_record.make_entry(profile, machine, status="oom").to_json())
-    entry.update(oom_lower_bound_gib=23.5393)
-    for key in ("oom_kind", "others_gib"):
-        entry.pop(key)
-    return entry
 
 
 def _train(args, ledger_path: Path, **env):

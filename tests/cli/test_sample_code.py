@@ -19,6 +19,7 @@ from commands.sample import Target, _shown_text, profile_of
 from contract.errors import ProfileError, UsageError
 from profiles.load import load_profile
 from profiles.rules import remote_code_notice
+from support.fake_runs import CPU_SETTINGS
 
 REPO = Path(__file__).resolve().parents[2]
 CPU = REPO / "profiles" / "cpu-tiny-8gen.yaml"
@@ -130,14 +131,7 @@ def test_trust_remote_code_is_said_once_per_model_before_the_first_attempt(tmp_p
 
     assert remote_code_notice(load_profile(CPU)) is None
     base = dict(
-        device="cpu",
-        model="tiny",
-        fast_inference=False,
-        load_in_4bit=False,
-        optim="adamw_torch",
-        dataset="arithmetic",
-        max_seq_length=256,
-        max_prompt_length=128,
+        **CPU_SETTINGS,
         max_steps=4,
         save_steps=2,
         eval_samples=0,

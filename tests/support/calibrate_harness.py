@@ -9,21 +9,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from fake_runs import CPU_SETTINGS, FAKE_CHILD  # noqa: E402
+
 from commands.calibrate import run_calibration  # noqa: E402
 from launcher.card.detect import Machine  # noqa: E402
 from launcher.plan.choose import make_plan  # noqa: E402
 from profiles.load import profile_from_dict  # noqa: E402
 
-FAKE_CHILD = [sys.executable, str(Path(__file__).resolve().parents[2] / "tests" / "support" / "fake_child.py")]
 BASE = dict(
-    device="cpu",
-    model="tiny",
-    fast_inference=False,
-    load_in_4bit=False,
-    optim="adamw_torch",
-    dataset="arithmetic",
-    max_seq_length=256,
-    max_prompt_length=128,
+    **CPU_SETTINGS,
     max_steps=4,
     save_steps=2,
     eval_samples=0,

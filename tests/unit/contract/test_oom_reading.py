@@ -22,7 +22,6 @@ from contract.oom import read_oom
 from contract.oom_site import parse_frames
 from launcher.oom.explain import explain
 
-ROOT = Path(__file__).resolve().parents[3]
 DATA = Path(__file__).resolve().parents[3] / "tests" / "data" / "oom"
 
 

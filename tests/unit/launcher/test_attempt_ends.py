@@ -14,9 +14,9 @@ from pathlib import Path
 from rich.console import Console
 
 from contract.errors import SecondSignal
+from support.fake_runs import CPU_SETTINGS, FAKE_CHILD
 
 REPO = Path(__file__).resolve().parents[3]
-FAKE_CHILD = [sys.executable, str(REPO / "tests" / "support" / "fake_child.py")]
 
 LINGERING = """
 import sys, threading, time
@@ -59,14 +59,7 @@ def test_the_supervisor_ends_an_attempt_that_lingers_after_its_outcome(tmp_path,
     monkeypatch.setenv("FAKE_CHILD_PLAN", json.dumps({"a": {"do": "linger"}}))
     profile = profile_from_dict(
         dict(
-            device="cpu",
-            model="tiny",
-            fast_inference=False,
-            load_in_4bit=False,
-            optim="adamw_torch",
-            dataset="arithmetic",
-            max_seq_length=256,
-            max_prompt_length=128,
+            **CPU_SETTINGS,
             max_steps=4,
             save_steps=2,
             eval_samples=0,

@@ -41,7 +41,6 @@ def make(**keys):
     return profile_from_dict(keys, "<test>")
 
 
-GEMMA = resolve("google/gemma-3-1b-it")
 LLAMA8 = resolve("meta-llama/Llama-3.1-8B-Instruct")
 
 

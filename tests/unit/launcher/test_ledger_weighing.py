@@ -4,11 +4,7 @@ that the plan says so with the way out. A record never makes a machine worse for
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from datetime import datetime, timedelta
-from pathlib import Path
 
 import pytest
 
@@ -20,7 +16,6 @@ from launcher.memory.ledger import weigh as ledger_weigh
 from launcher.plan.choose import make_plan
 from profiles.load import load_profile
 
-REPO = Path(__file__).resolve().parents[3]
 L4 = "profiles/gpu-24gb-llama3.1-8b.yaml"
 
 
@@ -171,13 +166,6 @@ def test_records_of_another_machine_have_no_effect_here(l4):
 
 # ---------------------------------------------------------------------------------------------------
 # The command line (planning only: instant, no torch)
-
-
-def _train(args, ledger_path: Path, **env):
-    full = dict(os.environ, GRPO_TRAIN_LEDGER=str(ledger_path), **env)
-    return subprocess.run(
-        [sys.executable, str(REPO / "train.py"), *args], cwd=REPO, env=full, text=True, capture_output=True, timeout=120
-    )
 
 
 def test_a_calibration_counts_over_an_earlier_injected_oom(tmp_path):

@@ -16,6 +16,7 @@ import yaml
 
 from launcher.card.topology import free_port
 from launcher.run.attempts import read_attempts
+from support.fake_runs import CPU_SETTINGS
 
 REPO = Path(__file__).resolve().parents[3]
 HERE = REPO / "tests"
@@ -66,14 +67,7 @@ def finish(procs: dict) -> dict:
 def pair_profiles(folder: Path) -> Path:
     folder.mkdir()
     base = dict(
-        device="cpu",
-        model="tiny",
-        fast_inference=False,
-        load_in_4bit=False,
-        optim="adamw_torch",
-        dataset="arithmetic",
-        max_seq_length=256,
-        max_prompt_length=128,
+        **CPU_SETTINGS,
         max_completion_length=32,
         max_steps=4,
         save_steps=2,

@@ -29,19 +29,12 @@ from launcher.plan.choose import make_plan
 from launcher.run.attempts import read_attempts
 from launcher.run.supervise import supervise
 from profiles.load import profile_from_dict
+from support.fake_runs import CPU_SETTINGS, FAKE_CHILD
 
 ROOT = Path(__file__).resolve().parents[3]
-FAKE_CHILD = [sys.executable, str(Path(__file__).resolve().parents[3] / "tests" / "support" / "fake_child.py")]
 CPU_MACHINE = Machine(gpus=[], message="test machine: no GPU", host_ram_gib=24.0, host_free_gib=20.0)
 BASE = dict(
-    device="cpu",
-    model="tiny",
-    fast_inference=False,
-    load_in_4bit=False,
-    optim="adamw_torch",
-    dataset="arithmetic",
-    max_seq_length=256,
-    max_prompt_length=128,
+    **CPU_SETTINGS,
     max_steps=8,
     save_steps=2,
     eval_samples=0,

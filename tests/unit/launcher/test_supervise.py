@@ -35,9 +35,9 @@ from launcher.run.child import attempt_command
 from launcher.run.fallback import adjust_vllm_share, decide, next_profile, shrink_batch, shrink_for, shrink_optimizer
 from launcher.run.supervise import supervise
 from profiles.load import load_profile, profile_from_dict
+from support.fake_runs import CPU_SETTINGS, FAKE_CHILD
 
 ROOT = Path(__file__).resolve().parents[3]
-FAKE_CHILD = [sys.executable, str(Path(__file__).resolve().parents[3] / "tests" / "support" / "fake_child.py")]
 DATA = Path(__file__).resolve().parents[3] / "tests" / "data" / "oom"
 CPU_MACHINE = Machine(gpus=[], message="test machine: no GPU", host_ram_gib=24.0, host_free_gib=20.0)
 
@@ -58,14 +58,7 @@ def card(total: float, free: float | None = None) -> Machine:
 
 
 CPU_BASE = dict(
-    device="cpu",
-    model="tiny",
-    fast_inference=False,
-    load_in_4bit=False,
-    optim="adamw_torch",
-    dataset="arithmetic",
-    max_seq_length=256,
-    max_prompt_length=128,
+    **CPU_SETTINGS,
     max_steps=4,
     save_steps=2,
     eval_samples=0,

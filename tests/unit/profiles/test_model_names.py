@@ -4,10 +4,6 @@ silent fall back to the shipped rungs sized for other cards."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,30 +15,6 @@ from profiles.keys import NAME_PATTERN, safe_name
 from profiles.load import load_profile, load_profiles
 
 REPO = Path(__file__).resolve().parents[3]
-LLAMA_1B = {
-    "model_type": "llama",
-    "hidden_size": 2048,
-    "intermediate_size": 8192,
-    "num_attention_heads": 32,
-    "num_hidden_layers": 16,
-    "num_key_value_heads": 8,
-    "vocab_size": 128256,
-    "tie_word_embeddings": True,
-}
-
-
-def model_folder(tmp_path: Path, name: str) -> Path:
-    folder = tmp_path / name
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(LLAMA_1B), encoding="utf-8")
-    return folder
-
-
-def train_py(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, GRPO_TRAIN_LEDGER=str(tmp_path / "ledger.jsonl"), HF_HUB_OFFLINE="1")
-    return subprocess.run(
-        [sys.executable, str(REPO / "train.py"), *args], capture_output=True, text=True, cwd=REPO, env=env, timeout=300
-    )
 
 
 @pytest.mark.parametrize(
