@@ -6,29 +6,19 @@ import json
 import os
 import subprocess
 import sys
-from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from launcher.card.detect import Machine
 from launcher.memory.ledger import record as ledger_record
 from launcher.memory.ledger import store as ledger_store
 from launcher.memory.ledger import weigh as ledger_weigh
 from profiles.load import load_profile
+from support.ledger_machines import cpu as _cpu
+from support.ledger_machines import dated_entry as _entry
 
 REPO = Path(__file__).resolve().parents[2]
 L4 = "profiles/gpu-24gb-llama3.1-8b.yaml"
-
-
-def _cpu(ram=24.0):
-    return Machine(gpus=[], message="no GPU", host_ram_gib=ram, host_free_gib=ram - 2)
-
-
-def _entry(profile, machine, days_ago: float = 0, **kwargs):
-    entry = ledger_record.make_entry(profile, machine, **kwargs)
-    entry.date = (datetime.now() - timedelta(days=days_ago)).isoformat(timespec="seconds")
-    return entry
 
 
 @pytest.fixture

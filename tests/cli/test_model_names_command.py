@@ -9,18 +9,9 @@ import sys
 from pathlib import Path
 
 from profiles.load import load_profile
+from support.model_configs import LLAMA_1B
 
 REPO = Path(__file__).resolve().parents[2]
-LLAMA_1B = {
-    "model_type": "llama",
-    "hidden_size": 2048,
-    "intermediate_size": 8192,
-    "num_attention_heads": 32,
-    "num_hidden_layers": 16,
-    "num_key_value_heads": 8,
-    "vocab_size": 128256,
-    "tie_word_embeddings": True,
-}
 
 
 def model_folder(tmp_path: Path, name: str) -> Path:

@@ -4,21 +4,9 @@ import os
 
 import pytest
 
-from contract.errors import EXIT_BAD_INPUT, ProfileError
-from profiles.load import profile_from_dict
+from contract.errors import EXIT_BAD_INPUT
 from support.cli import train_py as train
-
-
-def refused(data, source="<test>"):
-    with pytest.raises(ProfileError) as info:
-        profile_from_dict(data, source)
-    return info.value
-
-
-def write(tmp_path, text, name="p.yaml"):
-    path = tmp_path / name
-    path.write_text(text)
-    return path
+from support.profile_data import write
 
 
 def test_an_empty_profile_exits_2_naming_the_file(tmp_path):

@@ -8,32 +8,14 @@ import multiprocessing
 import pytest
 
 from contract.oom import read_oom
-from launcher.card.detect import GpuInfo, Machine
 from launcher.memory.ledger import record as ledger_record
 from launcher.memory.ledger import store as ledger_store
 from launcher.memory.ledger import weigh as ledger_weigh
 from profiles.load import load_profile
+from support.ledger_machines import card as _card
+from support.ledger_machines import cpu as _cpu
 
 PROFILES = "profiles"
-
-
-def _card(name="NVIDIA L4", total=22.5, free=22.0):
-    gpu = GpuInfo(
-        name=name,
-        total_gib=total,
-        free_gib=free,
-        used_gib=total - free,
-        compute_capability=(8, 9),
-        driver="580.1",
-        cuda_driver="13.0",
-        index=0,
-        source="nvml",
-    )
-    return Machine(gpus=[gpu], message="", host_ram_gib=64.0, host_free_gib=60.0)
-
-
-def _cpu(ram=24.0):
-    return Machine(gpus=[], message="no GPU", host_ram_gib=ram, host_free_gib=ram - 2)
 
 
 @pytest.fixture

@@ -9,33 +9,16 @@ from datetime import datetime, timedelta
 import pytest
 
 from contract.oom import read_oom
-from launcher.card.detect import GpuInfo, Machine
 from launcher.memory.ledger import record as ledger_record
 from launcher.memory.ledger import store as ledger_store
 from launcher.memory.ledger import weigh as ledger_weigh
 from launcher.plan.choose import make_plan
 from profiles.load import load_profile
+from support.ledger_machines import card as _card
+from support.ledger_machines import cpu as _cpu
+from support.ledger_machines import dated_entry as _entry
 
 L4 = "profiles/gpu-24gb-llama3.1-8b.yaml"
-
-
-def _card(free=22.0, total=22.5, name="NVIDIA L4"):
-    gpu = GpuInfo(
-        name=name,
-        total_gib=total,
-        free_gib=free,
-        used_gib=total - free,
-        compute_capability=(8, 9),
-        driver="580.1",
-        cuda_driver="13.0",
-        index=0,
-        source="nvml",
-    )
-    return Machine(gpus=[gpu], message="", host_ram_gib=64.0, host_free_gib=60.0)
-
-
-def _cpu(ram=24.0):
-    return Machine(gpus=[], message="no GPU", host_ram_gib=ram, host_free_gib=ram - 2)
 
 
 def _oom(held: float, asked: float = 2.0, total: float = 22.05, free: float = 0.5):
@@ -44,12 +27,6 @@ def _oom(held: float, asked: float = 2.0, total: float = 22.05, free: float = 0.
         f"total capacity of {total:.2f} GiB of which {free:.2f} GiB is free. Including non-PyTorch "
         f"memory, this process has {held:.2f} GiB memory in use."
     )
-
-
-def _entry(profile, machine, days_ago: float = 0, **kwargs):
-    entry = ledger_record.make_entry(profile, machine, **kwargs)
-    entry.date = (datetime.now() - timedelta(days=days_ago)).isoformat(timespec="seconds")
-    return entry
 
 
 @pytest.fixture

@@ -13,26 +13,9 @@ from hypothesis import strategies as st
 
 from contract.errors import ProfileError, UsageError
 from profiles.load import KEYS, load_profile, load_profiles, parse_overrides, profile_from_dict
+from support.profile_data import refused, valid, write
 
 REPO = Path(__file__).resolve().parents[3]
-
-
-def valid(**keys):
-    data = {"dataset": "arithmetic"}
-    data.update(keys)
-    return data
-
-
-def refused(data, source="<test>"):
-    with pytest.raises(ProfileError) as info:
-        profile_from_dict(data, source)
-    return info.value
-
-
-def write(tmp_path, text, name="p.yaml"):
-    path = tmp_path / name
-    path.write_text(text)
-    return path
 
 
 # ---------------------------------------------------------------------------------------------------

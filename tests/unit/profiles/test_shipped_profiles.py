@@ -9,23 +9,12 @@ from contract.errors import ProfileError, UsageError
 from launcher.card.detect import GpuInfo
 from launcher.memory.estimate import estimate
 from profiles.load import KEYS, Profile, load_profile, load_profiles, parse_overrides, profile_from_dict
+from support.profile_data import refused, valid
 
 REPO = Path(__file__).resolve().parents[3]
 PROFILES = REPO / "profiles"
 SHIPPED = sorted(PROFILES.glob("*.yaml"))
 GPU_SHIPPED = [p for p in SHIPPED if p.name.startswith("gpu-")]
-
-
-def valid(**keys):
-    data = {"dataset": "arithmetic"}
-    data.update(keys)
-    return data
-
-
-def refused(data, source="<test>"):
-    with pytest.raises(ProfileError) as info:
-        profile_from_dict(data, source)
-    return info.value
 
 
 # ---------------------------------------------------------------------------------------------------
