@@ -36,16 +36,18 @@ train: venv
 dry-run: venv
 	$(PY) train.py plan
 
+# The suite runs in one process per core (pytest-xdist; TEST_WORKERS=0 runs it in this process alone).
 # pytest exits 5 when it collected no test: that is a failure here, not a pass.
+TEST_WORKERS ?= auto
 test: venv
-	$(PY) -m pytest -q --durations=20; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --durations=20; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
 
 # The inner loop: the unit tests of every package (no training run, no subprocess of train.py).
 test-unit: venv
 	$(PY) -m pytest -q -m "not slow" tests/unit
 
 test-fast: venv
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow"
 
 # ruff's checks and its formatter's verdict (configured in pyproject.toml); CI fails on either.
 lint: venv

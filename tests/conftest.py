@@ -74,21 +74,26 @@ def tiny_cache(tiny_seed) -> Path:
     included, built here (or found from an earlier test run) so that no run pays for the build inside its own
     time limit. Built in a child process, as train.py builds it, so this process imports no torch/Unsloth for
     it. `READY_MARK` is touched when it is ready: a folder newer than the mark was built by a run."""
+    import fcntl
+
     root = TEST_MODEL_CACHE
     root.mkdir(parents=True, exist_ok=True)
     code = (
         "import sys; from tiny_model.build import ensure_tiny; print(ensure_tiny('arithmetic', seed=int(sys.argv[1])))"
     )
     env = {**os.environ, "GRPO_TRAIN_CACHE": str(root)}
-    result = subprocess.run(
-        [sys.executable, "-c", code, str(tiny_seed)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=TINY_BUILD_TIMEOUT_S,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert Path(result.stdout.strip().splitlines()[-1]).parent == root
-    (root / READY_MARK).touch()
+    # one build for all the suite's processes (pytest-xdist's workers): the others wait, then find it built
+    with open(root / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        result = subprocess.run(
+            [sys.executable, "-c", code, str(tiny_seed)],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=TINY_BUILD_TIMEOUT_S,
+        )
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        assert Path(result.stdout.strip().splitlines()[-1]).parent == root
+        (root / READY_MARK).touch()
     return root
