@@ -1,29 +1,156 @@
-"""`gpu-check`: the measurement kit for a card (benchmarks/gpu_check.py): every shipped rung's worst-case
-probe and a timed step on this GPU, its table written under benchmarks/gpu/. The options after `gpu-check` are
-the kit's own (`python train.py gpu-check --help`)."""
+"""`gpu-check`: measure this card against the estimate and the step-time model, within a time budget, with
+nothing to download. The shipped rungs' architectures (random weights from the catalogue's facts), each probed
+in a process of its own: Unsloth's path, then plain TRL + PEFT; memory read per component; a generation wave
+and a training step timed at two completion lengths, beside the prediction at that shape. The table,
+<card>.md and .json in --out-dir, is rewritten after every probe. Without a GPU: the tiny architecture on the
+CPU, and an injected out-of-memory read and fallen back from. docs/gpu.md gives the one call for a GPU
+machine without network."""
 
 from __future__ import annotations
 
-import subprocess
+import argparse
+import math
 import sys
+import tempfile
 from pathlib import Path
 
-SUMMARY = "measure this card: every rung's probe and a timed step, a table under benchmarks/gpu/"
-EXAMPLES = ("python train.py gpu-check --budget-s 540",)
-KIT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
-PASS_THROUGH = True  # everything after the command name goes to the kit as it is
+REPO = Path(__file__).resolve().parents[1]
+SUMMARY = "measure this card: memory by component and timed steps against the models, a table in --out-dir"
+EXAMPLES = (
+    "python train.py gpu-check --budget-s 540",
+    'python train.py gpu-check --out-dir "$OUT" --models Qwen2.5-0.5B',
+    "bash scripts/gpu-kit.sh OUT_DIR          (the one call on a GPU machine without network: docs/gpu.md)",
+)
+OUT_DIR = REPO / "benchmarks" / "gpu"
+LONGEST_S = 24 * 3600.0  # no option asks for more than a day
+
+
+def _seconds(low: float):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+        if not math.isfinite(value) or not low <= value <= LONGEST_S:
+            raise argparse.ArgumentTypeError(
+                f"{text} is outside {low:g} to {LONGEST_S:g} seconds (fix: give a finite number of seconds in "
+                "that range)"
+            )
+        return value
+
+    parse.__name__ = "seconds"
+    return parse
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("kit_args", nargs="*", metavar="KIT_OPTION", help="the kit's own options")
+    from measure.kit import BUDGET_S, PROBE_TIMEOUT_S
+
+    parser.add_argument(
+        "--budget-s",
+        type=_seconds(60.0),
+        default=BUDGET_S,
+        help="everything, the last table included, ends within this many seconds (default %(default)g)",
+    )
+    parser.add_argument(
+        "--probe-timeout-s",
+        type=_seconds(10.0),
+        default=PROBE_TIMEOUT_S,
+        help="stop one probe's process after this many seconds (default %(default)g)",
+    )
+    parser.add_argument(
+        "--out-dir", type=Path, default=OUT_DIR, help="where <card>.md and .json go (default benchmarks/gpu/)"
+    )
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        metavar="NAME",
+        help="catalogue architectures whose name contains one of these, each in 16-bit and 4-bit, instead of "
+        "the shipped rungs' four",
+    )
+    parser.add_argument(
+        "--work-dir", type=Path, help="keep the probes' folders here (default: a temporary folder, removed at the end)"
+    )
+    parser.add_argument(
+        "--fresh", action="store_true", help="start the table over instead of continuing this card's in --out-dir"
+    )
+    parser.add_argument("--probe-child", metavar="ATTEMPT_DIR", help=argparse.SUPPRESS)
+
+
+def writable_folder(option: str, path: Path) -> Path:
+    """`path` as a folder this process can write, created if missing; UsageError naming `option` otherwise."""
+    from contract.errors import UsageError
+    from contract.failure import write_fix, write_problem
+
+    path = path.expanduser()
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{option} {path}: this is a file, not a folder (fix: give a folder, or move the file)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
+            pass
+    except OSError as exc:
+        raise UsageError(
+            f"{option} {path}: cannot write there ({exc.strerror or exc}) {write_fix(write_problem(exc, path), path)}"
+        ) from None
+    return path.resolve()
+
+
+def check_options(args) -> None:
+    """Every option checked before anything heavy loads: UsageError (exit 2) naming the option and the fix."""
+    from contract.errors import UsageError
+
+    if args.probe_timeout_s > args.budget_s:
+        raise UsageError(
+            f"--probe-timeout-s {args.probe_timeout_s:g} is longer than --budget-s {args.budget_s:g} "
+            "(fix: give a probe timeout within the budget)"
+        )
+    if args.models:
+        from profiles.catalog import CATALOGUE, TINY
+
+        names = [a.name for a in (*CATALOGUE, TINY)]
+        unknown = [m for m in args.models if not any(m.lower() in n.lower() for n in names)]
+        if unknown:
+            raise UsageError(
+                f"--models {' '.join(unknown)}: no catalogue architecture has that in its name (fix: one of "
+                f"{', '.join(n.rpartition('/')[2] for n in names)})"
+            )
+    args.out_dir = writable_folder("--out-dir", args.out_dir)
+    if args.work_dir is not None:
+        args.work_dir = writable_folder("--work-dir", args.work_dir)
+        if args.work_dir == args.out_dir:
+            raise UsageError(
+                f"--work-dir {args.work_dir} is --out-dir too (fix: give the probes' folders a place of their own)"
+            )
+
+
+def run_probe_child(attempt_dir: str) -> int:
+    """The kit's child: one probe-only attempt of the profile in `attempt_dir`, measured after its probe."""
+    from commands.attempt import attempt_estimate, model_to_load
+    from contract.attempt import PROFILE_FILE
+    from measure.cases import GPU_TIMED_LENGTHS
+    from measure.child import probe_child
+    from profiles.load import load_profile
+
+    folder = Path(attempt_dir)
+    profile = load_profile(folder / PROFILE_FILE)
+    return probe_child(folder, profile, model_to_load, attempt_estimate(profile), GPU_TIMED_LENGTHS)
 
 
 def run(args) -> int:
-    from contract.errors import UsageError
+    if args.probe_child:
+        return run_probe_child(args.probe_child)
+    check_options(args)
+    from measure.kit import KitOptions, run_kit
 
-    if not KIT.is_file():
-        raise UsageError(
-            f"gpu-check: the kit {KIT} is not here (fix: run from a clone of grpo-train, or the "
-            "image, which carries benchmarks/gpu_check.py)"
+    code, _report = run_kit(
+        KitOptions(
+            out_dir=args.out_dir,
+            budget_s=args.budget_s,
+            probe_timeout_s=args.probe_timeout_s,
+            models=args.models,
+            work_dir=args.work_dir,
+            fresh=args.fresh,
+            probe_command=[sys.executable, str(REPO / "train.py"), "gpu-check", "--probe-child"],
         )
-    return subprocess.call([sys.executable, str(KIT), *args.kit_args])
+    )
+    return code

@@ -33,6 +33,7 @@ published runs is measured by benchmarks/published_step_times.py and stated in d
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from launcher.card.facts import DEFAULT, CardFacts, card_facts
@@ -49,12 +50,35 @@ KERNEL_LAUNCH_S = 0.0008  # one layer's kernels launched once, forward or backwa
 STEP_FIXED_S = 2.0  # per optimizer step: rewards, logging, the adapter handed to vLLM, Python
 STANDBY_SWITCH_S = 0.5  # per step under standby: the engine falls asleep and wakes (logged 0.1-0.35 s)
 HOST_LINK_GB_S = 12.0  # PCIe to host or between GPUs without NVLink (weights to a vLLM server)
+# The constants a measured card refits (measure.refit), by name
+FITTED_CONSTANTS = (
+    "BANDWIDTH_EFFICIENCY",
+    "TRAIN_MATMUL_EFFICIENCY",
+    "PREFILL_MATMUL_EFFICIENCY",
+    "KERNEL_LAUNCH_S",
+)
 # Completion lengths vary: the longest of n is about mean x (1 + spread x sqrt(2 ln n)), at most the cap
 LENGTH_SPREAD = 0.5
 # Bytes moved per bitsandbytes 4-bit weight on every use by a batch: NF4 read, 16-bit written, 16-bit read
 DEQUANT_BYTES = 0.5625 + 2 + 2
 # fp32 arithmetic (Unsloth's forced float32 for Gemma 3 below capability 8.0) against 16-bit tensor cores
 FLOAT32_SLOWDOWN = 8.0
+
+
+@contextmanager
+def constants_set(values: dict):
+    """Within the block, the step-time model computes with `values` ({name: value} of FITTED_CONSTANTS) in
+    place of its own; they are put back after."""
+    unknown = sorted(set(values) - set(FITTED_CONSTANTS))
+    if unknown:
+        raise KeyError(f"not a fitted constant of the step-time model: {', '.join(unknown)}")
+    module = globals()
+    saved = {name: module[name] for name in values}
+    module.update(values)
+    try:
+        yield
+    finally:
+        module.update(saved)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The GPU measurement kit (benchmarks/gpu_check.py) end to end on the CPU, against the tiny architecture,
+"""The GPU measurement kit (`train.py gpu-check`, measure/) end to end on the CPU, against the tiny architecture,
 so that it cannot rot between the runs on real cards; and `train.py --calibrate --random-weights`."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def _env(tmp_path: Path) -> dict:
 
 def _kit(*args, env=None, timeout=60):
     return subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), *map(str, args)],
+        [sys.executable, str(REPO / "train.py"), "gpu-check", *map(str, args)],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -100,62 +100,52 @@ def _h100():
     return Machine(gpus=[gpu], message="", host_ram_gib=128.0, host_free_gib=120.0)
 
 
-def test_unsloths_path_runs_first_architecture_by_architecture_smallest_first():
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import gpu_check
+def test_unsloths_path_runs_first_over_the_shipped_rungs_architectures_then_plain_trl():
+    from measure.cases import DEFAULT_GPU_CASES, plan_cases
 
-    cases = gpu_check.plan_cases(_h100(), unsloth=True, bitsandbytes=True, models=None)
-    archs = list(dict.fromkeys(c["architecture"] for c in cases))
-    params = [next(c["params"] for c in cases if c["architecture"] == a) for a in archs]
-    assert params == sorted(params) and len(archs) > 10
-    first = [(c["path"], c["precision"]) for c in cases if c["architecture"] == archs[0]]
-    assert first == [("unsloth", "16-bit"), ("unsloth", "4-bit"), ("trl+peft", "16-bit"), ("trl+peft", "4-bit")]
-    assert all(c["missing"] is None for c in cases) and {c["optim"] for c in cases} == {"adamw_8bit"}
+    cases = plan_cases(_h100(), unsloth=True, bitsandbytes=True, models=None)
+    order = [(c["path"], c["architecture"].rpartition("/")[2], c["precision"]) for c in cases]
+    shipped = [(name.rpartition("/")[2], precision) for name, precision in DEFAULT_GPU_CASES]
+    assert [(a, p) for path, a, p in order if path == "unsloth"] == shipped  # the spread of sizes first
+    assert [path for path, _, _ in order] == ["unsloth"] * 4 + ["trl+peft"] * 4
+    names = {a for _, a, _ in order}
+    # the shipped rungs' families: a 0.5B, a 3B, Llama-3.1-8B in 4-bit, Qwen2.5-14B in 16-bit
+    assert {"Qwen2.5-0.5B-Instruct", "Llama-3.2-3B-Instruct", "Llama-3.1-8B-Instruct", "Qwen2.5-14B-Instruct"} <= names
+    assert ("unsloth", "Llama-3.1-8B-Instruct", "4-bit") in order and ("unsloth", "Qwen2.5-14B-Instruct", "16-bit") in order
+    assert all(c["missing"] is None and c["fits"] for c in cases) and {c["optim"] for c in cases} == {"adamw_8bit"}
+    # every case keeps the overrides it was built from: the refit rebuilds the profile from them
+    assert all(f"model={c['architecture']}" in c["settings"] for c in cases)
+
+
+def test_models_picks_architectures_each_in_both_precisions():
+    from measure.cases import plan_cases
+
+    cases = plan_cases(_h100(), unsloth=True, bitsandbytes=True, models=["Qwen3-0.6B"])
+    assert [(c["path"], c["precision"]) for c in cases] == [
+        ("unsloth", "16-bit"),
+        ("unsloth", "4-bit"),
+        ("trl+peft", "16-bit"),
+        ("trl+peft", "4-bit"),
+    ]
 
 
 def test_without_bitsandbytes_unsloths_gpu_path_and_4bit_wait_and_the_rest_uses_a_plain_optimizer():
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import gpu_check
+    from measure.cases import plan_cases
 
-    cases = gpu_check.plan_cases(_h100(), unsloth=True, bitsandbytes=False, models=["Qwen3-0.6B"])
+    cases = plan_cases(_h100(), unsloth=True, bitsandbytes=False, models=["Qwen3-0.6B"])
     runnable = [(c["path"], c["precision"]) for c in cases if c["missing"] is None]
     assert runnable == [("trl+peft", "16-bit")]
     assert {c["missing"] for c in cases if c["missing"]} == {"not run (needs bitsandbytes)"}
     assert {c["optim"] for c in cases} == {"adamw_torch"}  # the 8-bit optimizers are bitsandbytes'
-    rung = gpu_check.oversized_rung(_h100().primary, bitsandbytes=False)
-    assert rung.optim == "adamw_torch" and not rung.load_in_4bit
 
 
 def test_the_random_weights_of_an_architecture_are_removed(tmp_path):
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import gpu_check
+    from measure.kit import remove_random_models
 
     (tmp_path / "random-qwen3-0.6b-abc" / "x").mkdir(parents=True)
     (tmp_path / "tiny-model").mkdir()
-    assert gpu_check.remove_random_models(tmp_path) == ["random-qwen3-0.6b-abc"]
+    assert remove_random_models(tmp_path) == ["random-qwen3-0.6b-abc"]
     assert [p.name for p in tmp_path.iterdir()] == ["tiny-model"]
-
-
-def test_the_carries_hold_exactly_what_the_gpu_machine_lacks_at_the_locks_versions():
-    sys.path.insert(0, str(REPO / "scripts"))
-    import fetch_gpu_kit
-
-    carries = fetch_gpu_kit.read_carries()
-    lock = {}
-    for line in (REPO / "requirements" / "gpu.lock").read_text().splitlines():
-        if "==" in line and not line.startswith("#"):
-            name, version = line.split()[0].split("==")
-            lock[fetch_gpu_kit.normalise(name)] = version
-    for pins in carries.values():
-        for name, version in pins:
-            assert lock.get(fetch_gpu_kit.normalise(name)) == version, name
-    names = {n: {fetch_gpu_kit.normalise(p) for p, _ in pins} for n, pins in carries.items()}
-    assert names[2] == {"bitsandbytes"} and {"unsloth", "unsloth-zoo", "trl", "datasets", "pydantic"} <= names[1]
-    # what the machine already has is never carried
-    assert not ({"torch", "transformers", "accelerate", "peft", "pyarrow", "pandas", "numpy", "rich"} & names[1])
-    mib = fetch_gpu_kit.MIB
-    rows = fetch_gpu_kit.plan_sizes({1: [35 * mib], 2: [41 * mib], 3: [62 * mib]}, repo_bytes=2 * mib)
-    assert [r["fits"] for r in rows] == [True, True, False]
 
 
 @pytest.mark.slow
@@ -191,7 +181,8 @@ def test_the_kit_runs_end_to_end_on_the_cpu(tmp_path):
     done = subprocess.run(
         [
             sys.executable,
-            str(REPO / "benchmarks" / "gpu_check.py"),
+            str(REPO / "train.py"),
+            "gpu-check",
             "--out-dir",
             str(out),
             "--work-dir",
@@ -225,7 +216,7 @@ def test_the_kit_runs_end_to_end_on_the_cpu(tmp_path):
     assert "## Out of memory, read and fallen back from" in table
     # a second run continues the report: nothing measured again
     again = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--out-dir", str(out)],
+        [sys.executable, str(REPO / "train.py"), "gpu-check", "--out-dir", str(out)],
         cwd=REPO,
         env=_env(tmp_path),
         capture_output=True,
@@ -306,8 +297,7 @@ def test_a_catalogue_architecture_is_built_offline_from_its_facts(tmp_path):
 def test_a_probe_past_its_time_is_stopped_with_its_whole_process_group(tmp_path):
     import time
 
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import gpu_check
+    from measure import kit
 
     # a child that starts a grandchild and ignores SIGINT: both must be gone within the grace period
     script = (
@@ -315,10 +305,8 @@ def test_a_probe_past_its_time_is_stopped_with_its_whole_process_group(tmp_path)
         "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); time.sleep(120)"
     )
     started = time.monotonic()
-    code, stopped = gpu_check.run_bounded(
-        [sys.executable, "-c", script], dict(os.environ), 2.0, tmp_path / "log", gpu_check.Stopper()
-    )
-    assert stopped and code is not None and time.monotonic() - started < 2.0 + 2 * gpu_check.STOP_GRACE_S + 5
+    code, stopped = kit.run_bounded([sys.executable, "-c", script], dict(os.environ), 2.0, tmp_path / "log", kit.Stopper())
+    assert stopped and code is not None and time.monotonic() - started < 2.0 + 2 * kit.STOP_GRACE_S + 5
 
 
 @pytest.mark.slow
@@ -330,7 +318,8 @@ def test_a_kit_stopped_by_a_signal_leaves_its_table(tmp_path):
     proc = subprocess.Popen(
         [
             sys.executable,
-            str(REPO / "benchmarks" / "gpu_check.py"),
+            str(REPO / "train.py"),
+            "gpu-check",
             "--out-dir",
             str(out),
             "--work-dir",
