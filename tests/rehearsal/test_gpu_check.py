@@ -111,7 +111,11 @@ def test_unsloths_path_runs_first_over_the_shipped_rungs_architectures_then_plai
     names = {a for _, a, _ in order}
     # the shipped rungs' families: a 0.5B, a 3B, Llama-3.1-8B in 4-bit, Qwen2.5-14B in 16-bit
     assert {"Qwen2.5-0.5B-Instruct", "Llama-3.2-3B-Instruct", "Llama-3.1-8B-Instruct", "Qwen2.5-14B-Instruct"} <= names
-    assert ("unsloth", "Llama-3.1-8B-Instruct", "4-bit") in order and ("unsloth", "Qwen2.5-14B-Instruct", "16-bit") in order
+    assert ("unsloth", "Llama-3.1-8B-Instruct", "4-bit") in order and (
+        "unsloth",
+        "Qwen2.5-14B-Instruct",
+        "16-bit",
+    ) in order
     assert all(c["missing"] is None and c["fits"] for c in cases) and {c["optim"] for c in cases} == {"adamw_8bit"}
     # every case keeps the overrides it was built from: the refit rebuilds the profile from them
     assert all(f"model={c['architecture']}" in c["settings"] for c in cases)
@@ -305,7 +309,9 @@ def test_a_probe_past_its_time_is_stopped_with_its_whole_process_group(tmp_path)
         "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); time.sleep(120)"
     )
     started = time.monotonic()
-    code, stopped = kit.run_bounded([sys.executable, "-c", script], dict(os.environ), 2.0, tmp_path / "log", kit.Stopper())
+    code, stopped = kit.run_bounded(
+        [sys.executable, "-c", script], dict(os.environ), 2.0, tmp_path / "log", kit.Stopper()
+    )
     assert stopped and code is not None and time.monotonic() - started < 2.0 + 2 * kit.STOP_GRACE_S + 5
 
 
