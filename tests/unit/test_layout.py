@@ -1,6 +1,7 @@
 """The layout's promises, read from the source: no import cycle anywhere, and dependencies point one way.
 
-    train.py -> commands -> launcher (planning, supervising; no torch)
+    train.py -> commands -> measure (the card's measurement kit) -> launcher, trainer
+             commands -> launcher (planning, supervising; no torch)
                          -> [child process] trainer (one attempt) -> evaluation -> rewards
                          -> tiny_model (the offline models)       -> evaluation
     launcher, trainer, tiny_model -> profiles (what a profile may say) -> tasks, rewards -> contract
@@ -21,6 +22,7 @@ EVERYTHING = {
     "contract",
     "evaluation",
     "launcher",
+    "measure",
     "profiles",
     "rewards",
     "tasks",
@@ -39,6 +41,7 @@ ALLOWED = {
     "tiny_model": {"contract", "tasks", "rewards", "profiles", "evaluation"},
     "trainer": {"contract", "tasks", "rewards", "profiles", "evaluation"},
     "launcher": {"contract", "tasks", "rewards", "profiles"},
+    "measure": {"contract", "tasks", "rewards", "profiles", "evaluation", "launcher", "trainer"},
     "commands": EVERYTHING - {"train", "commands"},
     "train": {"commands", "contract"},
 }
