@@ -84,8 +84,8 @@ COPY tasks/ tasks/
 COPY rewards/ rewards/
 COPY tiny_model/ tiny_model/
 COPY profiles/ profiles/
-# The card's measurement kit (README: measure your card in ten minutes)
-COPY benchmarks/gpu_check.py benchmarks/
+# The card's measurement kit (`gpu-check`; its table goes to outputs/gpu-check in the image)
+COPY measure/ measure/
 # Planning needs neither torch nor a GPU: a broken CLI or profile fails the build, not the first run.
 RUN python train.py --help >/dev/null
 

@@ -22,6 +22,17 @@ EXAMPLES = (
     "bash scripts/gpu-kit.sh OUT_DIR          (the one call on a GPU machine without network: docs/gpu.md)",
 )
 OUT_DIR = REPO / "benchmarks" / "gpu"
+IMAGE_OUT_DIR = REPO / "outputs" / "gpu-check"  # in the image: the folder users mount (docs/gpu.md)
+
+
+def default_out_dir() -> Path:
+    """benchmarks/gpu/ in a clone (the tables are committed there); outputs/gpu-check/ in the image, whose
+    project folders belong to root while outputs/ is the user's mount."""
+    import os
+
+    from contract.environment import ENV_IMAGE
+
+    return IMAGE_OUT_DIR if os.environ.get(ENV_IMAGE) else OUT_DIR
 LONGEST_S = 24 * 3600.0  # no option asks for more than a day
 
 
@@ -58,7 +69,9 @@ def add_arguments(parser) -> None:
         help="stop one probe's process after this many seconds (default %(default)g)",
     )
     parser.add_argument(
-        "--out-dir", type=Path, default=OUT_DIR, help="where <card>.md and .json go (default benchmarks/gpu/)"
+        "--out-dir",
+        type=Path,
+        help="where <card>.md and .json go (default benchmarks/gpu/ in a clone, outputs/gpu-check/ in the image)",
     )
     parser.add_argument(
         "--models",
@@ -114,7 +127,7 @@ def check_options(args) -> None:
                 f"--models {' '.join(unknown)}: no catalogue architecture has that in its name (fix: one of "
                 f"{', '.join(n.rpartition('/')[2] for n in names)})"
             )
-    args.out_dir = writable_folder("--out-dir", args.out_dir)
+    args.out_dir = writable_folder("--out-dir", args.out_dir or default_out_dir())
     if args.work_dir is not None:
         args.work_dir = writable_folder("--work-dir", args.work_dir)
         if args.work_dir == args.out_dir:
