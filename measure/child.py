@@ -109,12 +109,18 @@ def step_components(trainer, inputs, reader: MemoryReader) -> dict:
     optimizer's state and its step's peak. Learning is unchanged: the state is put back (trainer.probe)."""
     import torch
 
-    from trainer.probe import release_paged_state, restored_state, throwaway_optimizer
+    from trainer.probe import (
+        checkpointing_state,
+        release_paged_state,
+        restored_state,
+        throwaway_optimizer,
+        training_mode,
+    )
 
     model = trainer.model
     out: dict = {}
-    with restored_state(trainer):
-        model.train()
+    with restored_state(trainer), training_mode(trainer):
+        checkpointing = checkpointing_state(model)
         trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps
         optimizer = throwaway_optimizer(trainer)
         base = reader.allocated()
@@ -139,7 +145,7 @@ def step_components(trainer, inputs, reader: MemoryReader) -> dict:
         optimizer.zero_grad(set_to_none=True)
         release_paged_state(optimizer)
         del loss, optimizer
-    return {key: _r(value) for key, value in out.items()}
+    return {**{key: _r(value) for key, value in out.items()}, "checkpointing": checkpointing}
 
 
 def _left_padded(prompts: list[list[int]], pad: int, device):
@@ -156,8 +162,9 @@ def _left_padded(prompts: list[list[int]], pad: int, device):
 
 def timed_waves(trainer, loaded, lengths, reader: MemoryReader) -> list[dict]:
     """One generation wave (the generation batch TRL generates at once, every completion exactly `length`
-    tokens) per length, after an untimed short wave; each with its peak above what it started on (the KV cache
-    and decoding's own tensors)."""
+    tokens) per length, after an untimed short wave (decoding compiles nothing per length: an H100 gave the same
+    seconds a token at 64 and 320 tokens); each with its peak above what it started on (the KV cache and
+    decoding's own tensors)."""
     import torch
 
     from trainer.probe import longest_prompts
@@ -204,6 +211,7 @@ def timed_waves(trainer, loaded, lengths, reader: MemoryReader) -> list[dict]:
                     "completion_tokens": timed["longest"],
                     "seconds": timed["seconds"],
                     "tokens_per_s": timed["tokens_per_s"],
+                    "warmed_at_this_shape": False,
                     "peak_above_start_gib": _r(reader.peak() - base),
                 }
             )
@@ -214,8 +222,16 @@ def timed_waves(trainer, loaded, lengths, reader: MemoryReader) -> list[dict]:
 
 def timed_steps(trainer, loaded, lengths, reader: MemoryReader) -> list[dict]:
     """One training step (the trainer's own loss, backward and optimizer step, one micro-batch) per length,
-    after an untimed step at the longest; each with its peak above what it started on."""
-    from trainer.probe import completion_token_ids, longest_prompts, restored_state, synthetic_inputs, worst_case_step
+    each after an untimed step at the same length (the first step at a new shape compiles: 10-15 s of
+    Unsloth's kernels on an H100); each with its peak above what it started on."""
+    from trainer.probe import (
+        completion_token_ids,
+        longest_prompts,
+        restored_state,
+        synthetic_inputs,
+        training_mode,
+        worst_case_step,
+    )
     from trainer.timing import time_training_step
 
     profile, model, tokenizer = trainer.args, trainer.model, loaded.tokenizer
@@ -229,16 +245,16 @@ def timed_steps(trainer, loaded, lengths, reader: MemoryReader) -> list[dict]:
         inputs = synthetic_inputs(trainer, prompts, completion_token_ids(tokenizer, batch, length, vocab, seed=1), pad)
 
         def run() -> None:
-            with restored_state(trainer):  # what is learned is unchanged: the state is put back after each
-                model.train()
+            # what is learned is unchanged: the state is put back after each
+            with restored_state(trainer), training_mode(trainer):
                 worst_case_step(trainer, inputs)
 
         return run
 
-    step_at(max(lengths))()
     rows = []
     for length in lengths:
         run = step_at(length)
+        run()
         base = reader.allocated()
         reader.reset()
         timed = time_training_step(run, repeats=1, warmups=0)
@@ -249,6 +265,7 @@ def timed_steps(trainer, loaded, lengths, reader: MemoryReader) -> list[dict]:
                 "prompt_tokens": max(len(p) for p in prompts),
                 "completion_tokens": length,
                 "seconds": timed["seconds"],
+                "warmed_at_this_shape": True,
                 "peak_above_start_gib": _r(reader.peak() - base),
             }
         )
@@ -283,7 +300,8 @@ def measure_loaded(trainer, loaded, lengths) -> dict:
     except Exception as exc:  # noqa: BLE001 - reported; the timings still run
         components["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
     timed: dict = {
-        "timing": "trainer.timing: one untimed call first, then one timed call per length, device synchronised",
+        "timing": "trainer.timing, device synchronised: a wave timed once per length after one untimed short "
+        "wave; a step timed once per length, each after an untimed step at that length",
         "lengths": list(lengths),
     }
     for key, measure in (("generation", timed_waves), ("training", timed_steps)):

@@ -372,3 +372,58 @@ def test_the_throwaway_paged_optimizer_state_is_released():
     assert manager.paged_tensors == [kept]
     # an optimizer that pages nothing is left alone
     assert release_paged_state(SimpleNamespace(state={})) == 0
+
+
+class _UnslothLikeModel:
+    """Unsloth's mode switches as its trainer leaves them: the constructor ends in for_inference (checkpointing
+    off, the cache on), and only train() calls for_training with the mode recorded at load."""
+
+    def __init__(self):
+        import torch
+
+        self.layers = [torch.nn.Linear(2, 2) for _ in range(3)]
+        self._unsloth_gradient_checkpointing = "unsloth"
+        self.calls = []
+        self.for_inference()
+
+    def modules(self):
+        return self.layers
+
+    def for_training(self, use_gradient_checkpointing=None):
+        self.calls.append(("for_training", use_gradient_checkpointing))
+        self.training = True
+        for layer in self.layers:
+            layer.gradient_checkpointing = bool(use_gradient_checkpointing)
+
+    def for_inference(self):
+        self.calls.append(("for_inference", None))
+        self.training = False
+        for layer in self.layers:
+            layer.gradient_checkpointing = False
+
+
+def test_the_probe_steps_in_unsloths_training_mode_and_leaves_the_model_as_it_found_it():
+    from types import SimpleNamespace
+
+    from trainer.probe import checkpointing_state, training_mode
+
+    model = _UnslothLikeModel()
+    trainer = SimpleNamespace(model=model, args=SimpleNamespace(gradient_checkpointing=True))
+    assert checkpointing_state(model)["modules_checkpointing"] == 0  # as Unsloth's trainer leaves it
+    with training_mode(trainer):
+        inside = checkpointing_state(model)
+    assert inside == {"modules_checkpointing": 3, "modules_that_can": 3, "use_cache": None, "training": True}
+    assert model.calls == [("for_inference", None), ("for_training", "unsloth"), ("for_inference", None)]
+    assert checkpointing_state(model)["modules_checkpointing"] == 0 and not model.training
+
+
+def test_a_model_without_unsloths_switches_is_put_in_train_mode():
+    from types import SimpleNamespace
+
+    import torch
+
+    from trainer.probe import training_mode
+
+    model = torch.nn.Linear(2, 2).eval()
+    with training_mode(SimpleNamespace(model=model, args=SimpleNamespace())):
+        assert model.training
