@@ -33,6 +33,8 @@ def default_out_dir() -> Path:
     from contract.environment import ENV_IMAGE
 
     return IMAGE_OUT_DIR if os.environ.get(ENV_IMAGE) else OUT_DIR
+
+
 LONGEST_S = 24 * 3600.0  # no option asks for more than a day
 
 
