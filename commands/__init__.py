@@ -26,6 +26,7 @@ COMMANDS = {
     "export": "commands.export",
     "profiles": "commands.profiles",
     "gpu-check": "commands.gpu_check",
+    "refit": "commands.refit",
     "attempt": "commands.attempt",
 }
 PROG = "train.py"
@@ -58,7 +59,6 @@ def top_help() -> str:
         f"  python {PROG} train                         plan, then train; options alone also mean train",
         f"  python {PROG} plan --gpu-memory 24          what a 24 GiB card would run",
         f"  python {PROG} fit Qwen/Qwen2.5-7B-Instruct  the best profile of any model for this card",
-        f"  python {PROG} sample outputs/latest         answers of the model just trained",
         f"  python {PROG} export outputs/latest --gguf q8_0   merged 16-bit model and a GGUF file",
         "",
         "exit status: 0 done, 2 bad input, 3 nothing fits or every attempt ran out of memory, 130 stopped, 1 other",
@@ -106,13 +106,10 @@ def main(argv: list[str] | None = None) -> int:
 
             argv = translate(argv)
         name, rest = argv[0], argv[1:]
-        if getattr(module_of(name), "PASS_THROUGH", False):
-            args = argparse.Namespace(kit_args=rest)
-        else:
-            try:
-                args = parser_for(name).parse_args(rest)
-            except SystemExit as exc:  # argparse has printed its message (or the help)
-                return int(exc.code or 0)
+        try:
+            args = parser_for(name).parse_args(rest)
+        except SystemExit as exc:  # argparse has printed its message (or the help)
+            return int(exc.code or 0)
         return module_of(name).run(args)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -45,8 +45,11 @@ TRAIN_MATMUL_EFFICIENCY = 0.35  # training's GEMMs (LoRA on frozen weights, the 
 PREFILL_MATMUL_EFFICIENCY = 0.5  # prefill's large GEMMs
 # Fixed costs
 VLLM_DECODE_STEP_S = 0.008  # one vLLM decode step beyond its reads: scheduling, sampling, detokenising
-KERNEL_LAUNCH_S = 0.0008  # one layer's kernels launched once, forward or backward, by eager PyTorch (no CUDA
-#                                   graphs): some twenty kernels at ~10 us each, and Python's dispatch of each
+KERNEL_LAUNCH_S = 0.001  # one layer's kernels launched once, forward or backward, by eager PyTorch (no CUDA
+#                                   graphs): some twenty kernels and Python's dispatch of each. Refitted to
+#                                   Unsloth's generate on an H100 (benchmarks/gpu/nvidia-h100-80gb-hbm3.md:
+#                                   1.03 ms a layer; `train.py refit ... --path unsloth --constants
+#                                   KERNEL_LAUNCH_S`); plain transformers' generate there took 2.2 ms
 STEP_FIXED_S = 2.0  # per optimizer step: rewards, logging, the adapter handed to vLLM, Python
 STANDBY_SWITCH_S = 0.5  # per step under standby: the engine falls asleep and wakes (logged 0.1-0.35 s)
 HOST_LINK_GB_S = 12.0  # PCIe to host or between GPUs without NVLink (weights to a vLLM server)

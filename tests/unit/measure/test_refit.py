@@ -1,0 +1,72 @@
+"""`train.py refit`: the step-time model's constants refitted to a gpu-check table, with the errors before and
+after on the table and on the published step times; the memory terms held against what the card read. Run on
+the committed tables: the first card's (an H100) and the CPU rehearsal's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from support.cli import train_py
+
+REPO = Path(__file__).resolve().parents[3]
+H100 = REPO / "benchmarks" / "gpu" / "nvidia-h100-80gb-hbm3.json"
+CPU = REPO / "benchmarks" / "gpu" / "cpu.json"
+
+
+def _refit(*args: str) -> dict:
+    done = train_py("refit", *map(str, args), "--json", timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def _factor(result: dict, when: str, key: str = "all") -> float:
+    """The root-mean-square factor off: what the fit minimises."""
+    return result["table_errors"][when][key]["rms_factor"]
+
+
+def test_the_h100_table_refits_the_launch_cost_to_unsloths_generate():
+    result = _refit(H100, "--path", "unsloth", "--constants", "KERNEL_LAUNCH_S")
+    assert result["card_known"] and result["fitted"] == ["KERNEL_LAUNCH_S"]
+    launch = result["constants"]["KERNEL_LAUNCH_S"]
+    assert 0.0009 < launch["after"] < 0.0012  # about 1 ms a layer a decode step, measured
+    assert _factor(result, "after") <= _factor(result, "before")
+    # the other constants are kept as they are
+    assert all(
+        pair["before"] == pair["after"] for name, pair in result["constants"].items() if name != "KERNEL_LAUNCH_S"
+    )
+    # steps taken in Unsloth's inference mode (the probe before it switched to training mode) are not fitted
+    assert result["left_out"] and all(item["kind"] == "training" for item in result["left_out"])
+    assert {"all", "clean"} <= set(result["published_errors"]["after"])
+
+
+def test_every_constant_refits_and_the_memory_terms_come_by_component():
+    result = _refit(H100)
+    assert set(result["fitted"]) == set(result["constants"]) and result["entries"] > 10
+    assert _factor(result, "after") <= _factor(result, "before")
+    terms = {(t["path"], t["component"]): t for t in result["memory"]}
+    # the CUDA context and the weights were read as estimated; the step's terms are the ones that move
+    assert 0.9 < terms[("unsloth", "cuda_context")]["median_measured_over_estimate"] < 1.1
+    assert 0.85 < terms[("trl+peft", "weights")]["median_measured_over_estimate"] < 1.1
+    assert terms[("unsloth", "forward")]["note"]  # inference mode: not the training pass's own figure
+
+
+def test_the_cpu_rehearsal_table_refits_against_the_default_card_and_says_so():
+    result = _refit(CPU)
+    assert not result["card_known"] and result["notes"] and "do not adopt" in result["notes"][0]
+    assert _factor(result, "after") <= _factor(result, "before")
+
+
+def test_what_is_not_a_table_is_refused_with_the_fix(tmp_path):
+    not_json = tmp_path / "table.md"
+    not_json.write_text("# a table\n")
+    no_probes = tmp_path / "other.json"
+    no_probes.write_text(json.dumps({"card": "x"}))
+    for args, words in (
+        ([tmp_path / "missing.json"], "cannot be read"),
+        ([not_json], "give the .json"),
+        ([no_probes], "not a gpu-check table"),
+        ([H100, "--constants", "NOT_A_CONSTANT"], "not fitted constants"),
+    ):
+        done = train_py("refit", *map(str, args), timeout=120)
+        assert done.returncode == 2 and words in done.stderr and "Traceback" not in done.stderr, done.stderr

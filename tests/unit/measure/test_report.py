@@ -1,0 +1,106 @@
+"""The kit's table: predictions at exactly the shape timed, the memory read per component beside the
+estimator's matching terms, and the peak compared like for like."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def _h100():
+    from launcher.card.detect import GpuInfo
+
+    return GpuInfo(
+        name="NVIDIA H100 80GB HBM3",
+        total_gib=79.6,
+        free_gib=79.0,
+        used_gib=0.6,
+        compute_capability=(9, 0),
+        driver="580",
+        cuda_driver="13.0",
+        index=0,
+        source="what-if",
+    )
+
+
+@pytest.fixture(scope="module")
+def case():
+    from launcher.card.detect import Machine
+    from measure.cases import plan_cases
+
+    machine = Machine(gpus=[_h100()], message="", host_ram_gib=128.0, host_free_gib=120.0)
+    return plan_cases(machine, unsloth=True, bitsandbytes=True, models=None)[0]
+
+
+def test_a_timed_wave_is_predicted_at_its_own_length_not_the_tasks_expected_one(case):
+    from measure.cases import predict_timed
+
+    short = predict_timed(case["profile"], _h100(), "generation", 4, 63, 64)
+    long = predict_timed(case["profile"], _h100(), "generation", 4, 63, 320)
+    # decoding is per token: five times the tokens, about five times the seconds (the prefill is once)
+    assert 4.5 < long / short <= 5.0
+    step_short = predict_timed(case["profile"], _h100(), "training", 4, 63, 64)
+    step_long = predict_timed(case["profile"], _h100(), "training", 4, 63, 320)
+    assert 0 < step_short < step_long
+
+
+def test_constants_given_to_a_prediction_are_used_then_put_back(case):
+    from launcher.plan import speed
+    from measure.cases import predict_timed
+
+    before = speed.KERNEL_LAUNCH_S
+    slow = predict_timed(case["profile"], _h100(), "generation", 4, 63, 64, constants={"KERNEL_LAUNCH_S": 0.01})
+    assert slow > predict_timed(case["profile"], _h100(), "generation", 4, 63, 64)
+    assert speed.KERNEL_LAUNCH_S == before
+    with pytest.raises(KeyError):
+        with speed.constants_set({"STEP_FIXED_S": 1.0}):
+            pass
+
+
+def test_each_component_read_meets_its_estimated_terms_and_the_peak_is_like_for_like(case):
+    from measure.report import measured_row
+
+    timed = {
+        "generation": [
+            {"sequences": 4, "generations": 4, "prompt_tokens": 63, "completion_tokens": 320, "seconds": 9.2}
+        ],
+        "training": [{"sequences": 4, "generations": 4, "prompt_tokens": 63, "completion_tokens": 320, "seconds": 0.3}],
+    }
+    components = {
+        "cuda_context_gib": 0.75,
+        "weights_gib": 0.42,
+        "lora_gib": 0.033,
+        "forward_peak_gib": 0.5,
+        "gradients_gib": 0.04,
+        "optimizer_state_gib": 0.017,
+        "generation_peak_gib": 0.02,
+        "checkpointing": {"modules_checkpointing": 24},
+    }
+    probe = {
+        "peak_gib": 3.3,
+        "peak_allocated_gib": 2.4,
+        "peak_reserved_gib": 2.5,
+        "nvml_process_gib": 3.3,
+        "held_before_gib": 0.5,
+        "timed": timed,
+        "components": components,
+    }
+    outcome = {"status": "ok", "error": None, "backend": "unsloth", "seconds": 90, "timeout_s": 240, "log_tail": None}
+    row = measured_row(case, {**outcome, "probe": probe}, _h100())
+    by = {c["component"]: c for c in row["component_rows"]}
+    assert by["weights"]["estimate_terms"] == ["weights"] and by["weights"]["measured_gib"] == 0.42
+    assert {"activations", "logits"} <= set(by["forward"]["estimate_terms"])
+    assert by["cuda_context"]["measured_over_estimate"] == pytest.approx(1.0, abs=0.01)
+    # the wave's KV cache is estimated at the wave's own shape: 4 sequences of 63 + 320 tokens
+    from launcher.memory.parts import HALF_BYTES, generate_kv_cache
+    from profiles.catalog import resolve
+
+    kv = generate_kv_cache(resolve(case["architecture"]), 4, 383, HALF_BYTES) / float(1 << 30)
+    assert by["generation"]["estimate_gib"] == pytest.approx(kv, abs=1e-4)
+    # torch's peak (no context) against the estimate without it; NVML's (context in) against it with
+    peak = row["peak"]
+    assert peak["torch_peak_gib"] == 2.5 and row["measured_over_estimate"] == peak["torch_peak_over_estimate"]
+    assert peak["estimate_with_context_gib"] - peak["estimate_without_context_gib"] == pytest.approx(0.75, abs=1e-3)
+    wave = row["timed"]["generation"][0]
+    assert wave["predicted_s"] > 0 and wave["measured_over_predicted"] == pytest.approx(
+        9.2 / wave["predicted_s"], rel=1e-2
+    )
