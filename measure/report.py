@@ -132,6 +132,22 @@ def with_predictions(case: dict, timed: dict, gpu) -> dict:
             rows.append(entry)
         if rows:
             timed[kind] = rows
+    # the longest length's figures, as the table's summary columns give them, with the model's at that shape
+    waves, steps = timed.get("generation") or [], timed.get("training") or []
+    wave, step = (waves[-1] if waves else None), (steps[-1] if steps else None)
+    shape = wave or step
+    if shape:
+        timed["predicted"] = {
+            "sequences": shape["sequences"],
+            "prompt_tokens": shape["prompt_tokens"],
+            "completion_tokens": shape["completion_tokens"],
+            "generation_wave_s": wave and wave["predicted_s"],
+            "training_step_s": step and step["predicted_s"],
+        }
+        timed["measured_over_predicted"] = {
+            "generation_wave_s": wave and wave["measured_over_predicted"],
+            "training_step_s": step and step["measured_over_predicted"],
+        }
     return timed
 
 

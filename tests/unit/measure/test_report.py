@@ -104,3 +104,25 @@ def test_each_component_read_meets_its_estimated_terms_and_the_peak_is_like_for_
     assert wave["predicted_s"] > 0 and wave["measured_over_predicted"] == pytest.approx(
         9.2 / wave["predicted_s"], rel=1e-2
     )
+
+
+def test_the_timed_record_carries_the_prediction_at_the_longest_shape(case):
+    from measure.report import with_predictions
+
+    entry = {"sequences": 4, "generations": 4, "prompt_tokens": 63}
+    timed = with_predictions(
+        case,
+        {
+            "generation": [
+                {**entry, "completion_tokens": 64, "seconds": 1.9},
+                {**entry, "completion_tokens": 320, "seconds": 9.2},
+            ],
+            "training": [{**entry, "completion_tokens": 320, "seconds": 0.3}],
+        },
+        _h100(),
+    )
+    predicted = timed["predicted"]
+    assert (predicted["prompt_tokens"], predicted["completion_tokens"], predicted["sequences"]) == (63, 320, 4)
+    assert predicted["generation_wave_s"] == timed["generation"][-1]["predicted_s"] > 0
+    assert predicted["training_step_s"] == timed["training"][-1]["predicted_s"] > 0
+    assert timed["measured_over_predicted"]["generation_wave_s"] == timed["generation"][-1]["measured_over_predicted"]
