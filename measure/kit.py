@@ -61,6 +61,10 @@ class KitOptions:
     fresh: bool = False
     probe_command: list[str] = field(default_factory=list)  # argv that runs one probe child: + [attempt dir]
     say: object = None  # a callable taking one line of progress
+    # what the kit's own schedule is read from and acts through (tests put their own here)
+    clock: object = time.monotonic
+    probe: object = None  # run_probe's signature; None: run_probe
+    imports: dict | None = None  # {module: {imports, ...}} instead of import_check
 
 
 def remove_random_models(cache: Path) -> list[str]:
@@ -363,7 +367,8 @@ def run_kit(options: KitOptions) -> tuple[int, dict]:
     from launcher.card.detect import detect_machine
 
     say = options.say or (lambda line: print(line, file=sys.stderr, flush=True))
-    started = time.monotonic()
+    clock, probe = options.clock, options.probe or run_probe
+    started = clock()
     deadline = started + options.budget_s
     stopper = Stopper().install()
     machine = detect_machine()
@@ -371,7 +376,9 @@ def run_kit(options: KitOptions) -> tuple[int, dict]:
     card = gpu.name if gpu else "cpu"
     say(f"gpu-check: {gpu.name + f', {gpu.total_gib:.1f} GiB' if gpu else 'no GPU: the tiny architecture on the CPU'}")
     plain_env = dict(os.environ, **{ENV_NO_UNSLOTH: "1"}, **OFFLINE)
-    imports = import_check(("bitsandbytes", "unsloth"), plain_env, max(deadline - time.monotonic(), 1.0), stopper)
+    imports = options.imports or import_check(
+        ("bitsandbytes", "unsloth"), plain_env, max(deadline - clock(), 1.0), stopper
+    )
     for module, seen in imports.items():
         say(
             f"gpu-check: {module} "
@@ -423,7 +430,7 @@ def run_kit(options: KitOptions) -> tuple[int, dict]:
     this_run = report["runs"][-1]
 
     def save():
-        this_run["seconds"] = round(time.monotonic() - started, 1)
+        this_run["seconds"] = round(clock() - started, 1)
         report["date"] = datetime.now().isoformat(timespec="seconds")
         return tables.write_report(report, options.out_dir)
 
@@ -443,7 +450,7 @@ def run_kit(options: KitOptions) -> tuple[int, dict]:
             if rows[key]["status"] == tables.PENDING and case["path"] in failed_paths:
                 rows[key]["status"] = f"not run ({case['path']} failed first: {failed_paths[case['path']]})"[:300]
             if rows[key]["status"] == tables.PENDING:
-                left = deadline - time.monotonic() - FINISH_RESERVE_S
+                left = deadline - clock() - FINISH_RESERVE_S
                 if stopper.signal is not None or left < MIN_PROBE_S:
                     rows[key]["status"] = tables.NOT_RUN_TIME if stopper.signal is None else "not run (stopped)"
                 else:
@@ -452,7 +459,7 @@ def run_kit(options: KitOptions) -> tuple[int, dict]:
                         f"probe: {architecture} ({case['path']}, {case['precision']}), estimated "
                         f"{case['estimate'].total_gib:.2f} GiB, at most {timeout:.0f} s"
                     )
-                    outcome = run_probe(case, work, cache, timeout, stopper, options.probe_command, lengths)
+                    outcome = probe(case, work, cache, timeout, stopper, options.probe_command, lengths)
                     if stopper.signal is not None and outcome["status"] != "ok":
                         outcome["status"] = "interrupted"  # stopped with the kit: a later run measures it again
                     elif outcome["status"] == "timed out" and timeout < options.probe_timeout_s:
@@ -479,7 +486,7 @@ def run_kit(options: KitOptions) -> tuple[int, dict]:
                 if removed:
                     say(f"removed the random weights of {architecture} ({', '.join(removed)})")
         if gpu is None and report["oom_fallback"].get("status") == tables.PENDING and stopper.signal is None:
-            left = deadline - time.monotonic() - FINISH_RESERVE_S
+            left = deadline - clock() - FINISH_RESERVE_S
             if left < MIN_PROBE_S:
                 report["oom_fallback"] = {"status": "not run", "why": "the budget ran out first"}
             else:

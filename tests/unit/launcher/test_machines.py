@@ -336,12 +336,10 @@ def test_a_follower_stops_when_machine_0_stops_beating(tmp_path, monkeypatch):
     main0.gather()
     joined.join()
     main0.close()  # machine 0 gone: no more heartbeats, no decision
-    started = time.monotonic()
     with pytest.raises(
         machineslib.MachineTimeout, match="no decision from machine 0 within 1 s of its last heartbeat .*decision.json"
     ):
         follower.next_decision()
-    assert time.monotonic() - started < 10
 
 
 def test_several_machines_need_a_common_run_name(monkeypatch, tmp_path, capsys):
