@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from support.waiting import wait_until
+
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "train.py"
 SMALL = REPO / "profiles" / "cpu-tiny-4gen.yaml"
@@ -234,14 +236,13 @@ def test_sigterm_saves_and_exits_130(tmp_path, train_env):
         text=True,
     )
     try:
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            path = attempt_dir / "metrics.jsonl"
-            if path.is_file() and len(path.read_text().splitlines()) >= 3:
-                break
-            if process.poll() is not None:
-                break
-            time.sleep(0.2)
+        metrics = attempt_dir / "metrics.jsonl"
+        wait_until(
+            lambda: metrics.is_file() and len(metrics.read_text().splitlines()) >= 3,
+            watch=[attempt_dir],
+            process=process,
+            what="three logged steps",
+        )
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=120)
     finally:

@@ -241,10 +241,10 @@ def test_fourteen_b_on_eight_gib_cannot_fit_and_says_why():
 
 def test_planning_a_model_stays_instant():
     m = machine(24.0)
-    started = time.perf_counter()
+    started = time.process_time()  # this process's CPU seconds: what another process's load leaves alone
     ladder, _ = derive_ladder(rungs(["model=Qwen/Qwen3-8B"]), "Qwen/Qwen3-8B", m)
     make_plan(ladder, m)
-    assert time.perf_counter() - started < 0.5
+    assert time.process_time() - started < 0.5
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -36,6 +35,7 @@ from launcher.run.fallback import adjust_vllm_share, decide, next_profile, shrin
 from launcher.run.supervise import supervise
 from profiles.load import load_profile, profile_from_dict
 from support.fake_runs import CPU_SETTINGS, FAKE_CHILD
+from support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
 DATA = Path(__file__).resolve().parents[3] / "tests" / "data" / "oom"
@@ -519,12 +519,8 @@ def test_nothing_fits_exits_3_before_any_attempt(tmp_path, monkeypatch):
 
 def _send_when_ready(tmp_path: Path, signum: int) -> threading.Thread:
     def wait_and_signal():
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            if list((tmp_path / "out").glob("run-*/attempt-*/ready")):
-                os.kill(os.getpid(), signum)  # to the supervisor (this process), as a user would
-                return
-            time.sleep(0.05)
+        wait_until(lambda: bool(list((tmp_path / "out").glob("run-*/attempt-*/ready"))), watch=[tmp_path])
+        os.kill(os.getpid(), signum)  # to the supervisor (this process), as a user would
 
     thread = threading.Thread(target=wait_and_signal, daemon=True)
     thread.start()
@@ -738,12 +734,8 @@ def test_a_server_that_fails_otherwise_is_an_error(tmp_path, monkeypatch, server
 
 def test_a_signal_while_the_server_loads_stops_it_and_the_run(tmp_path, monkeypatch, server_pids):
     def signal_when_started():
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            if server_pids.exists() and server_pids.read_text().strip():
-                os.kill(os.getpid(), signal.SIGTERM)  # to the supervisor (this process), as a user would
-                return
-            time.sleep(0.05)
+        wait_until(lambda: server_pids.exists() and bool(server_pids.read_text().strip()), watch=[tmp_path])
+        os.kill(os.getpid(), signal.SIGTERM)  # to the supervisor (this process), as a user would
 
     thread = threading.Thread(target=signal_when_started, daemon=True)
     thread.start()

@@ -485,9 +485,10 @@ ODD_COMPLETIONS = [
 @pytest.mark.parametrize("name", NAMES)
 def test_odd_inputs_score_zero_quickly(name):
     fn = REWARDS[name]
-    start = time.perf_counter()
+    start = time.process_time()
     scores = fn(ODD_COMPLETIONS, answer=["1"] * len(ODD_COMPLETIONS))
-    assert time.perf_counter() - start < 2.0
+    # CPU seconds, not wall: a pattern that backtracks catastrophically on these takes hours, not 30 s
+    assert time.process_time() - start < 30.0
     assert len(scores) == len(ODD_COMPLETIONS)
     assert all(type(s) is float and 0.0 <= s <= 1.0 for s in scores)
     # Only the surrogate-holding answer "1" is a readable, well-formed number, and only it and the list of
