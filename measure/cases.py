@@ -11,6 +11,10 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from profiles.catalog import Architecture
 
 REPO = Path(__file__).resolve().parents[1]
 GPU_BASE = REPO / "profiles" / "gpu-16gb-gemma3-1b.yaml"
@@ -104,7 +108,7 @@ def kit_profile(settings: list[str], cuda: bool):
     return load_profile(GPU_BASE if cuda else CPU_BASE, list(settings))
 
 
-def _architectures(cuda: bool, models: list[str] | None) -> list[tuple[object, list[str]]]:
+def _architectures(cuda: bool, models: list[str] | None) -> list[tuple[Architecture, list[str]]]:
     """[(architecture, precisions)] in the order they run."""
     from profiles.catalog import CATALOGUE, TINY, resolve
 

@@ -19,9 +19,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from contract.attempt import PROFILE_FILE, attempt_environment
 from contract.environment import (
@@ -60,10 +62,10 @@ class KitOptions:
     work_dir: Path | None = None
     fresh: bool = False
     probe_command: list[str] = field(default_factory=list)  # argv that runs one probe child: + [attempt dir]
-    say: object = None  # a callable taking one line of progress
+    say: Callable[[str], None] | None = None  # one line of progress; None: to stderr
     # what the kit's own schedule is read from and acts through (tests put their own here)
-    clock: object = time.monotonic
-    probe: object = None  # run_probe's signature; None: run_probe
+    clock: Callable[[], float] = time.monotonic
+    probe: Callable[..., dict] | None = None  # run_probe's signature; None: run_probe
     imports: dict | None = None  # {module: {imports, ...}} instead of import_check
 
 
@@ -366,7 +368,7 @@ def run_kit(options: KitOptions) -> tuple[int, dict]:
     measured; 130: stopped by a signal."""
     from launcher.card.detect import detect_machine
 
-    say = options.say or (lambda line: print(line, file=sys.stderr, flush=True))
+    say: Callable[[str], None] = options.say or (lambda line: print(line, file=sys.stderr, flush=True))
     clock, probe = options.clock, options.probe or run_probe
     started = clock()
     deadline = started + options.budget_s
@@ -399,7 +401,7 @@ def run_kit(options: KitOptions) -> tuple[int, dict]:
         pending = case["missing"] or (tables.PENDING if case["fits"] else tables.NOT_RUN_FIT)
         rows[key] = kept.get(key) or tables.case_row(case, pending)
     previous_oom = (old or {}).get("oom_fallback") or {}
-    report = {
+    report: dict[str, Any] = {
         "report_version": tables.REPORT_VERSION,
         "card": card,
         "device": f"{gpu.name}, {gpu.total_gib:.1f} GiB" if gpu else "no GPU (tiny architecture on the CPU)",
