@@ -161,7 +161,7 @@ def plan_of(args):
     """(plan, profiles) for the options: the ladder (or --profile FILE) on the machine they name, from the
     ledger unless told not to; a --set model=X of the user's gets configurations derived for it."""
     from launcher.plan.choose import make_plan
-    from profiles.load import load_profile, load_profiles, parse_overrides
+    from profiles.load import load_profile, load_profiles, set_keys
 
     machine = machine_of(args)
     if getattr(args, "profile", None):
@@ -171,7 +171,7 @@ def plan_of(args):
     measurements = measurements_of(args)
     notes = []
     limits: dict = {}
-    overrides = parse_overrides(args.overrides)
+    overrides = set_keys(args.overrides)  # checked with each profile above
     if machine.gpus and not getattr(args, "profile", None) and "model" in overrides:
         # a model of the user's: derive its configurations from the rungs' intents instead of borrowing theirs
         from launcher.plan.derive import derive_ladder
