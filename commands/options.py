@@ -125,10 +125,18 @@ def add_ledger_choice(parser: argparse.ArgumentParser) -> None:
     )
 
 
+DEFAULT_OUTPUT_DIR = "outputs"
+
+
 def add_output_dir(parser: argparse.ArgumentParser) -> None:
+    # no argparse default: a command can tell a folder the user named from the default (output_dir_of)
     parser.add_argument(
-        "--output-dir", metavar="DIR", default="outputs", help="where run folders are written (default: %(default)s)"
+        "--output-dir", metavar="DIR", help=f"where run folders are written (default: {DEFAULT_OUTPUT_DIR})"
     )
+
+
+def output_dir_of(args) -> str:
+    return args.output_dir or DEFAULT_OUTPUT_DIR
 
 
 def machine_of(args):

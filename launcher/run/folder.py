@@ -10,6 +10,7 @@ import os
 from datetime import datetime
 from pathlib import Path
 
+from contract.attempt import ATTEMPTS_FILE, PLAN_FILE
 from contract.errors import UsageError
 from contract.safe_write import dangling_link, write_atomic
 
@@ -35,6 +36,13 @@ def check_output_dir(path: Path, must_exist: bool = False) -> None:
             )
     if path.exists() and not path.is_dir():
         raise UsageError(f"--output-dir {path}: is a file, not a folder (fix: give a folder's path)")
+    run = enclosing_run(path)
+    if run is not None:
+        # a run folder holds attempts; runs nested in it would be found by neither --resume nor `latest`
+        raise UsageError(
+            f"--output-dir {path}: is inside the run folder {run} (fix: give the folder that holds the runs, "
+            f"--output-dir {run.parent}, or `train --resume {run}` to continue that run)"
+        )
     existing = absolute
     while not existing.exists():
         existing = existing.parent
@@ -59,6 +67,26 @@ def check_output_dir(path: Path, must_exist: bool = False) -> None:
         raise UsageError(
             f"--output-dir {path}: cannot write to {existing}: no permission {write_fix(NO_PERMISSION, existing)}"
         )
+
+
+def is_run_folder(path: Path) -> bool:
+    """Whether `path` is a run folder: run-* holding what a supervisor writes first (its plan, its attempts or
+    its lock)."""
+    path = Path(path)
+    return (
+        path.name.startswith("run-")
+        and path.is_dir()
+        and any((path / name).exists() for name in (PLAN_FILE, ATTEMPTS_FILE, LOCK_FILE))
+    )
+
+
+def enclosing_run(path: Path) -> Path | None:
+    """The run folder `path` is, or lies in (`outputs/latest` and `RUN/final` followed), else None."""
+    resolved = Path(os.path.abspath(stable_target(Path(path))))
+    for candidate in (resolved, *resolved.parents):
+        if is_run_folder(candidate):
+            return candidate
+    return None
 
 
 def new_run_dir(output_dir: Path) -> Path:
