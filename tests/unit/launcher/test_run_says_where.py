@@ -17,7 +17,7 @@ from launcher.plan.choose import make_plan
 from launcher.run import supervise as supervise_module
 from launcher.run.attempts import read_attempts
 from launcher.run.inputs import check_run_inputs
-from profiles.load import load_profile, load_profiles
+from profiles.load import load_profiles
 from support.fake_runs import CPU_SETTINGS, FAKE_CHILD
 
 ROOT = Path(__file__).resolve().parents[3]
