@@ -87,15 +87,36 @@ def add_nodes(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def profile_file(text: str) -> str:
+    """--profile: a path, never empty (an unset shell variable would otherwise plan the whole ladder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "empty: give a profile YAML (e.g. --profile profiles/cpu-tiny-8gen.yaml), or leave --profile out "
+            "for the ladder"
+        )
+    return text
+
+
+def folder_path(text: str) -> str:
+    """A folder option (--profiles-dir, --output-dir): never empty, which would quietly mean this folder."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty: give a folder's path (`.` for this one)")
+    return text
+
+
 def add_profiles(parser: argparse.ArgumentParser, one_profile: bool = True) -> None:
     group = parser.add_argument_group("profiles")
     if one_profile:
         group.add_argument(
-            "--profile", metavar="FILE", help="this profile YAML instead of the ladder (with one shrink on OOM)"
+            "--profile",
+            metavar="FILE",
+            type=profile_file,
+            help="this profile YAML instead of the ladder (with one shrink on OOM)",
         )
     group.add_argument(
         "--profiles-dir",
         metavar="DIR",
+        type=folder_path,
         default=str(DEFAULT_PROFILES_DIR),
         help="folder of profile YAMLs that forms the ladder (default: the shipped profiles/)",
     )
@@ -131,7 +152,10 @@ DEFAULT_OUTPUT_DIR = "outputs"
 def add_output_dir(parser: argparse.ArgumentParser) -> None:
     # no argparse default: a command can tell a folder the user named from the default (output_dir_of)
     parser.add_argument(
-        "--output-dir", metavar="DIR", help=f"where run folders are written (default: {DEFAULT_OUTPUT_DIR})"
+        "--output-dir",
+        metavar="DIR",
+        type=folder_path,
+        help=f"where run folders are written (default: {DEFAULT_OUTPUT_DIR})",
     )
 
 
@@ -172,7 +196,7 @@ def plan_of(args):
     from profiles.load import load_profile, load_profiles, set_keys
 
     machine = machine_of(args)
-    if getattr(args, "profile", None):
+    if getattr(args, "profile", None) is not None:
         profiles = [load_profile(args.profile, args.overrides)]
     else:  # a --set is checked against the profiles that can run on this machine
         profiles = load_profiles(args.profiles_dir, args.overrides, device="cuda" if machine.gpus else "cpu")

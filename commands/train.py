@@ -59,7 +59,7 @@ def run(args) -> int:
             raise UsageError(
                 f"--resume {args.resume} continues a run of {resume_dir.parent}, and --output-dir names "
                 f"{args.output_dir}: a run stays in its folder (fix: drop --output-dir, or give "
-                f"--output-dir {resume_dir.parent})"
+                f"--output-dir {quoted(resume_dir.parent)})"
             )
         args.output_dir, args.resume = str(resume_dir.parent), True
     output_dir = Path(options.output_dir_of(args))
@@ -71,6 +71,14 @@ def run(args) -> int:
 
         return follow_run(output_dir)
     plan, profiles = options.plan_of(args)
+    if args.profile is not None and not plan.machine.gpus and profiles[0].device != "cpu":
+        # bad input, not "nothing fits": no card of any size is here to train it on
+        raise UsageError(
+            f"--profile {args.profile}: '{profiles[0].name}' trains on a GPU (device: {profiles[0].device}), and "
+            f"this machine has none ({plan.machine.message}) (fix: a cpu profile, e.g. --profile "
+            f"profiles/cpu-tiny-8gen.yaml, or `python train.py plan --profile {quoted(args.profile)} "
+            "--gpu-memory GIB` to see it on a card)"
+        )
     for profile in profiles:
         if profile.readings:  # a TRL / open-r1 configuration: say so once, and where the details are
             source = profile.source.removesuffix(" with --set")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from contract.errors import UsageError
+from contract.shell import command_line
 from launcher.card.detect import GpuInfo, Machine, bf16_supported, precision_text
 from launcher.card.topology import NodeLayout, node_layout, split_over_machines, topology
 from launcher.memory.estimate import Estimate, estimate
@@ -334,11 +335,12 @@ def _ledger_note(name: str, measured, fits: bool, ledger_refuses: bool) -> str:
     if not ledger_refuses:
         return (
             f"warning: {name} may run out of memory: {measured.text()}; running it as asked "
-            f"(`python train.py --forget {name}` drops its records)"
+            f"(`{command_line('python', 'train.py', 'ledger', '--forget', name)}` drops its records)"
         )
     return (
         f"the ledger refused {name}, which the estimate fits: {measured.text()}; "
-        f"`python train.py --forget {name}` drops its records, `--ignore-ledger` plans from the estimate alone"
+        f"`{command_line('python', 'train.py', 'ledger', '--forget', name)}` drops its records, `--ignore-ledger` "
+        "plans from the estimate alone"
     )
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from contract.attempt import ATTEMPTS_FILE, PLAN_FILE
 from contract.errors import UsageError
 from contract.safe_write import dangling_link, write_atomic
+from contract.shell import quoted
 
 LOCK_FILE = "run.lock"
 DAMAGED_SUFFIX = ".damaged"
@@ -41,7 +42,8 @@ def check_output_dir(path: Path, must_exist: bool = False) -> None:
         # a run folder holds attempts; runs nested in it would be found by neither --resume nor `latest`
         raise UsageError(
             f"--output-dir {path}: is inside the run folder {run} (fix: give the folder that holds the runs, "
-            f"--output-dir {run.parent}, or `train --resume {run}` to continue that run)"
+            f"--output-dir {quoted(run.parent)}, or `python train.py train --resume {quoted(run)}` to continue "
+            "that run)"
         )
     existing = absolute
     while not existing.exists():
