@@ -15,9 +15,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from contract.shell import quoted
-
 from contract.oom import line_of, read_oom
+from contract.shell import quoted
 
 OOM, UNSUPPORTED, ERROR, NODE = "oom", "unsupported", "error", "node"  # contract.attempt's statuses
 
