@@ -21,27 +21,29 @@ DAMAGED_SUFFIX = ".damaged"
 _PSEUDO_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
 
 
-def check_output_dir(path: Path, must_exist: bool = False) -> None:
+def check_output_dir(path: Path, must_exist: bool = False, option: str = "--output-dir") -> None:
     """Refuse an --output-dir that cannot hold run folders: a file, a path under a file, a kernel pseudo
-    file system, a read-only mount or a folder without write permission. UsageError names the path and why."""
+    file system, a read-only mount, a folder without write permission, or a run folder (or a folder in one).
+    UsageError names the path and why. `option`: another folder to write into (export --out), which may lie
+    in a run."""
     path = Path(path)
     absolute = Path(os.path.abspath(path))
     link = dangling_link(path)
     if link:
-        raise UsageError(f"--output-dir {path}: {link} (fix: remove or repair the link, or give another folder)")
+        raise UsageError(f"{option} {path}: {link} (fix: remove or repair the link, or give another folder)")
     for root in _PSEUDO_ROOTS:
         if absolute == root or root in absolute.parents:
             raise UsageError(
-                f"--output-dir {path}: lies under {root}, a kernel file system, not a disk "
+                f"{option} {path}: lies under {root}, a kernel file system, not a disk "
                 "(fix: choose a folder on a disk, e.g. --output-dir outputs)"
             )
     if path.exists() and not path.is_dir():
-        raise UsageError(f"--output-dir {path}: is a file, not a folder (fix: give a folder's path)")
-    run = enclosing_run(path)
+        raise UsageError(f"{option} {path}: is a file, not a folder (fix: give a folder's path)")
+    run = enclosing_run(path) if option == "--output-dir" else None
     if run is not None:
         # a run folder holds attempts; runs nested in it would be found by neither --resume nor `latest`
         raise UsageError(
-            f"--output-dir {path}: is inside the run folder {run} (fix: give the folder that holds the runs, "
+            f"{option} {path}: is inside the run folder {run} (fix: give the folder that holds the runs, "
             f"--output-dir {quoted(run.parent)}, or `python train.py train --resume {quoted(run)}` to continue "
             "that run)"
         )
@@ -50,24 +52,22 @@ def check_output_dir(path: Path, must_exist: bool = False) -> None:
         existing = existing.parent
     if not existing.is_dir():
         raise UsageError(
-            f"--output-dir {path}: lies under {existing}, which is a file, not a folder (fix: give a folder's path)"
+            f"{option} {path}: lies under {existing}, which is a file, not a folder (fix: give a folder's path)"
         )
     if must_exist and existing != absolute:
-        raise UsageError(
-            f"--resume: --output-dir {path} does not exist (fix: give the folder that holds the run-* folder)"
-        )
+        raise UsageError(f"--resume: {option} {path} does not exist (fix: give the folder that holds the run-* folder)")
     try:
         read_only = bool(os.statvfs(existing).f_flag & os.ST_RDONLY)
     except OSError:
         read_only = False
     if read_only:
-        raise UsageError(f"--output-dir {path}: {existing} is on a read-only mount (fix: choose a writable folder)")
+        raise UsageError(f"{option} {path}: {existing} is on a read-only mount (fix: choose a writable folder)")
     if not os.access(existing, os.W_OK | os.X_OK):
         from contract.failure import NO_PERMISSION, write_fix
 
         # its owner, and how to give it to this user (in the image: as `docker run` options)
         raise UsageError(
-            f"--output-dir {path}: cannot write to {existing}: no permission {write_fix(NO_PERMISSION, existing)}"
+            f"{option} {path}: cannot write to {existing}: no permission {write_fix(NO_PERMISSION, existing)}"
         )
 
 
@@ -195,6 +195,11 @@ class RunLock:
             return int(self.path.read_text(encoding="utf-8").split()[0])
         except (OSError, ValueError, IndexError):
             return None
+
+    def live_owner(self) -> int | None:
+        """The pid of the supervisor that holds this run now, else None (no lock, or a stale one)."""
+        owner = self._owner()
+        return owner if owner is not None and _holds(owner, self.path) else None
 
     def release(self) -> None:
         if self.held and self._owner() == os.getpid():
