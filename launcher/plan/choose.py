@@ -375,6 +375,28 @@ def _with_speed(candidate: Candidate, arch, gpu, limits: dict | None) -> Candida
     return candidate
 
 
+def past_positions(profile, arch) -> str | None:
+    """Why `profile` asks for longer sequences than the positions its model reads (config.json's
+    max_position_embeddings), with the fix; None when it stays within them or the model does not say."""
+    positions = arch.max_positions
+    if not positions:
+        return None
+    reads = f"the {positions} positions {profile.model} reads (max_position_embeddings)"
+    if profile.max_prompt_length >= positions:
+        return (
+            f"max_prompt_length {profile.max_prompt_length} leaves no room for a completion within {reads} "
+            f"(fix: --set max_prompt_length={positions // 2} --set max_completion_length={positions // 2} "
+            f"--set max_seq_length={positions})"
+        )
+    if profile.max_seq_length > positions:
+        room = positions - profile.max_prompt_length
+        return (
+            f"max_seq_length {profile.max_seq_length} is past {reads} (fix: --set max_seq_length={positions} "
+            f"--set max_completion_length={min(room, profile.max_completion_length)})"
+        )
+    return None
+
+
 def make_plan(
     profiles,
     machine: Machine,
@@ -449,6 +471,10 @@ def make_plan(
             continue
         if profile.model not in archs:
             archs[profile.model] = resolve(profile.model)
+        past = past_positions(profile, archs[profile.model])
+        if past:
+            candidates.append(Candidate(profile, None, False, past))
+            continue
         runnable, refusal = without_refused_vllm(profile, archs[profile.model], gpu)
         if runnable is None:
             candidates.append(Candidate(profile, None, False, f"{refusal}: its vLLM server cannot start here"))
