@@ -192,10 +192,19 @@ def measurements_of(args):
 def plan_of(args):
     """(plan, profiles) for the options: the ladder (or --profile FILE) on the machine they name, from the
     ledger unless told not to; a --set model=X of the user's gets configurations derived for it."""
+    from contract.errors import UsageError
+    from launcher.card.topology import topology
     from launcher.plan.choose import make_plan
     from profiles.load import load_profile, load_profiles, set_keys
 
+    topology()  # GRPO_* and SLURM's variables are checked on any machine, with or without a GPU
     machine = machine_of(args)
+    nodes = getattr(args, "nodes", None)
+    if nodes is not None and not machine.gpus:
+        raise UsageError(
+            f"--nodes {nodes} plans GPU nodes, and this machine has no GPU to take them after ({machine.message}) "
+            "(fix: add --gpu-memory GIB, the memory of one of the nodes' cards)"
+        )
     if getattr(args, "profile", None) is not None:
         profiles = [load_profile(args.profile, args.overrides)]
     else:  # a --set is checked against the profiles that can run on this machine
@@ -223,7 +232,7 @@ def plan_of(args):
         measurements=measurements,
         ledger_refuses=not getattr(args, "profile", None),
         limits=limits,
-        nodes=getattr(args, "nodes", None),
+        nodes=nodes,
     )
     plan.notes.extend(notes)
     return plan, profiles

@@ -66,11 +66,13 @@ def run(args) -> int:
     check_output_dir(output_dir, must_exist=args.resume)
     from launcher.card.topology import topology
 
+    plan, profiles = options.plan_of(args)  # on a follower too: its own command line is checked (exit 2)
+    named = profiles[0].name if args.profile is not None else None
     if topology().machine_rank > 0:  # machine 0 plans and decides for every machine; this one follows
         from launcher.run.follow import follow_run
+        from launcher.run.supervise import machine_command
 
-        return follow_run(output_dir)
-    plan, profiles = options.plan_of(args)
+        return follow_run(output_dir, command=machine_command(args.overrides, named))
     if args.profile is not None and not plan.machine.gpus and profiles[0].device != "cpu":
         # bad input, not "nothing fits": no card of any size is here to train it on
         raise UsageError(
@@ -91,7 +93,7 @@ def run(args) -> int:
     from launcher.run.inputs import check_run_inputs
 
     check_run_inputs(profiles, plan, gpu_memory=args.gpu_memory, resume=args.resume)
-    from launcher.run.supervise import supervise
+    from launcher.run.supervise import machine_command, supervise
 
     return supervise(
         plan,
@@ -101,5 +103,6 @@ def run(args) -> int:
         fresh_attempt=args.fresh_attempt,
         resume_dir=resume_dir,
         # with --resume, the job script's --profile FILE names the run's profile: checked against the run
-        named_profile=profiles[0].name if args.resume and args.profile else None,
+        named_profile=named if args.resume else None,
+        command=machine_command(args.overrides, named),
     )
