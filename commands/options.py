@@ -48,8 +48,8 @@ def add_card(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--gpu-name",
         metavar="NAME",
-        help="with --gpu-memory: the card's name as NVML reports it (e.g. 'Tesla T4'): its "
-        "compute capability and speed come from the card table",
+        help="the card's name as NVML reports it or as you write it (e.g. 'Tesla T4', rtx4090): its compute "
+        "capability, speed and (without --gpu-memory) memory come from the card table",
     )
     group.add_argument(
         "--gpus",
@@ -168,16 +168,28 @@ def machine_of(args):
     from contract.errors import UsageError
     from launcher.card.detect import detect_machine
 
-    if getattr(args, "gpu_name", None) and args.gpu_memory is None:
-        raise UsageError("--gpu-name needs --gpu-memory GIB (the card's memory)")
+    name, memory, from_table = getattr(args, "gpu_name", None), getattr(args, "gpu_memory", None), None
+    if name is not None and not name.strip():
+        raise UsageError("--gpu-name is empty (fix: the card's name, e.g. --gpu-name 'RTX 4090', or leave it out)")
+    if name is not None and memory is None:
+        from launcher.card.facts import card_facts
+
+        card = card_facts(name)
+        if card is None or card.memory_gib is None:
+            raise UsageError(
+                f"--gpu-name {name!r}: not in the card table, so its memory is not known (fix: add --gpu-memory "
+                "GIB, the card's memory)"
+            )
+        memory, from_table = card.memory_gib, card
     count, per_node = getattr(args, "gpus", None), getattr(args, "gpus_per_node", None)
     if count is not None and per_node is not None and count != per_node:
         raise UsageError(f"--gpus {count} and --gpus-per-node {per_node} disagree (fix: give one of them)")
-    return detect_machine(
-        what_if_gib=getattr(args, "gpu_memory", None),
-        what_if_name=getattr(args, "gpu_name", None),
-        what_if_count=per_node or count,
-    )
+    machine = detect_machine(what_if_gib=memory, what_if_name=name, what_if_count=per_node or count)
+    if from_table is not None:
+        machine.notes.append(
+            f"{from_table.name}: {memory:g} GiB, its memory in the card table (--gpu-memory to say otherwise)"
+        )
+    return machine
 
 
 def measurements_of(args):
