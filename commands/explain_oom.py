@@ -35,7 +35,10 @@ def explain_file(path_or_dash: str) -> int:
 
     try:
         if path_or_dash == "-":
-            data = sys.stdin.buffer.read(MAX_TEXT_BYTES + 1)
+            stream = getattr(sys.stdin, "buffer", None)  # a text stream stands in for stdin in tests
+            data = (
+                stream.read(MAX_TEXT_BYTES + 1) if stream is not None else sys.stdin.read(MAX_TEXT_BYTES + 1).encode()
+            )
             size = len(data)
             data = data[:MAX_TEXT_BYTES]
         else:

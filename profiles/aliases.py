@@ -260,8 +260,8 @@ class Reading:
 def _rewards(data: dict, source: str, context: dict) -> tuple[dict[str, float], list[str]]:
     """reward_funcs [+ reward_weights] as the project's rewards mapping, and a note for each reward named more
     than once (open-r1's `format` is the project's `xml_strict`): TRL adds weight x score for every entry, so
-    the entries of one reward are one reward with their weights summed. A --set of one of the two keys takes
-    the other from the file it changes (`context`)."""
+    the entries of one reward are one reward with their weights summed. A --set of reward_weights alone takes
+    reward_funcs from the file it changes (`context`); a --set of reward_funcs alone weighs each 1.0, as TRL."""
     funcs = data.get("reward_funcs", context.get("reward_funcs"))
     if isinstance(funcs, str):
         funcs = [funcs]
