@@ -65,6 +65,7 @@ def test_help_before_a_command_is_that_commands_help(argv, capsys):
     assert code == 0 and out.startswith("usage: train.py plan")
 
 
+@pytest.mark.slow  # starts train.py
 def test_a_reader_that_stops_early_ends_no_traceback(tmp_path):
     read_end, write_end = os.pipe()
     os.close(read_end)  # the reader is gone before the first line, as `| head -0`
