@@ -935,4 +935,4 @@ def test_e2e_sigterm_saves_and_exits_130(tmp_path):
     assert [r["status"] for r in records] == ["interrupted"]
     assert records[0]["steps"] >= 1
     assert (in_run(tmp_path, records[0]["attempt_dir"]) / "adapter").is_dir()
-    assert "--auto --resume" in output
+    assert "train --resume" in output
