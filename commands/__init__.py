@@ -81,6 +81,33 @@ def parser_for(name: str) -> argparse.ArgumentParser:
     return parser
 
 
+def command_first(argv: list[str]) -> list[str]:
+    """`--json plan` as `plan --json`: a command named after options (not as an option's value) moves to the
+    front; a command line without one is returned as it is (the old flags, commands.legacy)."""
+    from commands.legacy import TABLE
+
+    index = 0
+    while index < len(argv):
+        token = argv[index]
+        if token in COMMANDS:
+            return [token, *argv[:index], *argv[index + 1 :]]
+        flag, eq, _ = token.partition("=")
+        old = TABLE.get(flag)
+        index += 2 if old is not None and old.takes_value and not eq else 1
+    return argv
+
+
+def _drop_stdout() -> None:
+    """Send what is left for stdout to /dev/null, so that the flush at exit does not fail again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command line; its exit status."""
     from contract.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, UsageError
@@ -90,9 +117,14 @@ def main(argv: list[str] | None = None) -> int:
         if not argv:
             sys.stderr.write(top_help())
             raise UsageError("give a command (e.g. `python train.py train`)")
-        if argv[0] in ("-h", "--help", "help") and len(argv) == 1:
-            sys.stdout.write(top_help())
-            return 0
+        if argv[0] in ("-h", "--help", "help"):
+            if len(argv) == 1:
+                sys.stdout.write(top_help())
+                return 0
+            if argv[1] in COMMANDS:  # `help plan`, `-h plan`: that command's help
+                argv = [argv[1], "--help"]
+        if argv[0] not in COMMANDS and argv[0].startswith("-"):
+            argv = command_first(argv)
         if argv[0] not in COMMANDS:
             if not argv[0].startswith("-"):
                 from profiles.keys import suggest
@@ -110,7 +142,13 @@ def main(argv: list[str] | None = None) -> int:
             args = parser_for(name).parse_args(rest)
         except SystemExit as exc:  # argparse has printed its message (or the help)
             return int(exc.code or 0)
-        return module_of(name).run(args)
+        code = module_of(name).run(args)
+        sys.stdout.flush()  # here, where a reader that went away can be told from a failure
+        return code
+    except BrokenPipeError:
+        # the reader stopped early (`ledger --json | head -3`): what it read is what it wanted
+        _drop_stdout()
+        return 0
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

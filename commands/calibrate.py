@@ -44,11 +44,11 @@ def run(args) -> int:
     if not args.dry_run:
         from launcher.run.folder import check_output_dir
 
-        check_output_dir(Path(args.output_dir))
+        check_output_dir(Path(options.output_dir_of(args)))
     plan, _profiles = options.plan_of(args)
     if args.dry_run:
         return print_calibration_plan(plan, as_json=args.json)
-    return run_calibration(plan, output_dir=Path(args.output_dir), random_weights=args.random_weights)
+    return run_calibration(plan, output_dir=Path(options.output_dir_of(args)), random_weights=args.random_weights)
 
 
 def print_calibration_plan(plan, as_json: bool = False) -> int:

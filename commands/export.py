@@ -63,8 +63,34 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    import signal
+
+    from contract.errors import EXIT_INTERRUPTED
+
+    # SIGTERM (docker stop, a scheduler) stops the export as Ctrl-C does: said, exit 130, nothing half-written
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGTERM, stop)
+    try:
+        return _export(args)
+    except KeyboardInterrupt:
+        print(
+            "export interrupted: nothing is left half-written (merged/ is moved into place only whole)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def _export(args) -> int:
     from commands.sample import find_target, profile_of
-    from trainer.export import HOW_TO_GET, find_converter
+    from contract import attempt as contract
+    from contract.failure import write_failure_text, write_problem
+    from launcher.run.folder import check_output_dir
+    from trainer.export import HOW_TO_GET, find_converter, quantizer_for
 
     if args.check < 0:
         raise UsageError(f"--check {args.check}: give a number of questions >= 0")
@@ -78,12 +104,14 @@ def run(args) -> int:
                 f"--gguf: llama.cpp's convert_hf_to_gguf.py is not on this machine (looked in: "
                 f"{where}) (fix: {HOW_TO_GET}; or export without --gguf for the merged model)"
             )
+        quantizer_for(args.gguf, converter)  # llama-quantize, where the type needs it
     out = Path(args.out).expanduser() if args.out else target.attempt_dir / EXPORT_DIR
+    check_output_dir(out, option="--out" if args.out else "export into")  # before any model loads
     from tiny_model.source import base_model_path
     from trainer.export import ConversionError, compare_answers, merge, to_gguf, write_record
 
-    def say(text: str) -> None:
-        print(text, flush=True)
+    def say(text: str) -> None:  # with --json, stdout holds the record alone
+        print(text, file=sys.stderr if args.json else sys.stdout, flush=True)
 
     base = profile.model if not profile.uses_lora else base_model_path(profile, target.adapter_dir)
     say(f"exporting {target.adapter_dir} (profile '{profile.name}', base {base}) to {out}")
@@ -93,7 +121,21 @@ def run(args) -> int:
     if notice:
         say(f"note: {notice}")
     record = {"adapter": str(target.adapter_dir), "attempt": str(target.attempt_dir), "profile": profile.name}
-    record["merged"] = merge(profile, target.adapter_dir, base, out / "merged", args.dtype, say)
+    outcome = contract.Outcome.read(target.attempt_dir / contract.OUTCOME_FILE)
+    if outcome is not None:
+        record["attempt_status"] = {"status": outcome.status, "steps": outcome.steps}
+        if outcome.status != contract.OK:
+            say(
+                f"note: {target.attempt_dir.name} ended {outcome.status} after {outcome.steps} steps: this is "
+                "its adapter as saved then, not a finished run's"
+            )
+    try:
+        record["merged"] = merge(profile, target.adapter_dir, base, out / "merged", args.dtype, say)
+    except Exception as exc:  # the disk refused (safetensors' writer raises its own error type, not OSError)
+        if not write_problem(exc, out):
+            raise
+        print(f"error: {write_failure_text(exc, out)}; no merged/ was left half-written", file=sys.stderr)
+        return EXIT_FAILURE
     merged = record["merged"]
     say(
         f"merged: {merged['folder']} ({merged['dtype']}, {merged['parameters']:,} parameters, "
@@ -113,11 +155,21 @@ def run(args) -> int:
             write_record(out, record)  # the merged model stands; the record says so
             print(f"error: {exc}\n(the merged model is in {record['merged']['folder']})", file=sys.stderr)
             return EXIT_FAILURE
-        header = record["gguf"]["header"]
-        for note in record["gguf"]["notes"]:
+        gguf = record["gguf"]
+        for note in gguf["notes"]:
             say(note)
+        if gguf.get("read_back_error"):
+            write_record(out, record)
+            print(
+                f"error: {gguf['file']} was written but cannot be read back by the gguf package "
+                f"({gguf['read_back_error']}); do not use it (fix: update llama.cpp's converter and its "
+                "gguf-py, then export again)",
+                file=sys.stderr,
+            )
+            return EXIT_FAILURE
+        header = gguf["header"]
         say(
-            f"gguf: {record['gguf']['file']} ({record['gguf']['bytes'] / 2**20:.1f} MiB)"
+            f"gguf: {gguf['file']} ({gguf['bytes'] / 2**20:.1f} MiB)"
             + (
                 f"; read back: {header['architecture']}, {header['tensors']} tensors of "
                 f"{', '.join(header['tensor_types'])}"

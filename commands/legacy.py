@@ -64,6 +64,10 @@ CONTRADICTIONS = (("--auto", "--profile"), ("--resume", "--profile"))
 # (alone, or with --auto / --profile / --resume, it is `plan`).
 MODIFIES = {("--dry-run", "calibrate"): "--dry-run"}
 
+# The run's own flags, which the old interface took beside --dry-run and did not use: the plan of that run
+# is the plan (`--auto --dry-run --output-dir X`, `--resume --fresh-attempt --dry-run`). A plan writes nothing.
+NOT_USED_BY = {"plan": ("--resume", "--fresh-attempt", "--output-dir")}
+
 
 def _split(argv: list[str]) -> list[tuple[str, str | None]]:
     """The old command line as (flag, value) pairs, `--flag=value` and `--flag value` alike."""
@@ -138,6 +142,8 @@ def translate(argv: list[str]) -> list[str]:
     models = []
     for flag, value in pairs:
         old = TABLE[flag]
+        if flag in NOT_USED_BY.get(command, ()):
+            continue
         spelling = MODIFIES.get((flag, command), old.spelling)
         if command == "fit" and flag == "--set" and value is not None and value.partition("=")[0].strip() == "model":
             models.append(value.partition("=")[2].strip())  # `--fit --set model=X`: `fit X`

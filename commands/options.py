@@ -48,8 +48,8 @@ def add_card(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--gpu-name",
         metavar="NAME",
-        help="with --gpu-memory: the card's name as NVML reports it (e.g. 'Tesla T4'): its "
-        "compute capability and speed come from the card table",
+        help="the card's name as NVML reports it or as you write it (e.g. 'Tesla T4', rtx4090): its compute "
+        "capability, speed and (without --gpu-memory) memory come from the card table",
     )
     group.add_argument(
         "--gpus",
@@ -87,15 +87,36 @@ def add_nodes(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def profile_file(text: str) -> str:
+    """--profile: a path, never empty (an unset shell variable would otherwise plan the whole ladder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "empty: give a profile YAML (e.g. --profile profiles/cpu-tiny-8gen.yaml), or leave --profile out "
+            "for the ladder"
+        )
+    return text
+
+
+def folder_path(text: str) -> str:
+    """A folder option (--profiles-dir, --output-dir): never empty, which would quietly mean this folder."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty: give a folder's path (`.` for this one)")
+    return text
+
+
 def add_profiles(parser: argparse.ArgumentParser, one_profile: bool = True) -> None:
     group = parser.add_argument_group("profiles")
     if one_profile:
         group.add_argument(
-            "--profile", metavar="FILE", help="this profile YAML instead of the ladder (with one shrink on OOM)"
+            "--profile",
+            metavar="FILE",
+            type=profile_file,
+            help="this profile YAML instead of the ladder (with one shrink on OOM)",
         )
     group.add_argument(
         "--profiles-dir",
         metavar="DIR",
+        type=folder_path,
         default=str(DEFAULT_PROFILES_DIR),
         help="folder of profile YAMLs that forms the ladder (default: the shipped profiles/)",
     )
@@ -125,10 +146,21 @@ def add_ledger_choice(parser: argparse.ArgumentParser) -> None:
     )
 
 
+DEFAULT_OUTPUT_DIR = "outputs"
+
+
 def add_output_dir(parser: argparse.ArgumentParser) -> None:
+    # no argparse default: a command can tell a folder the user named from the default (output_dir_of)
     parser.add_argument(
-        "--output-dir", metavar="DIR", default="outputs", help="where run folders are written (default: %(default)s)"
+        "--output-dir",
+        metavar="DIR",
+        type=folder_path,
+        help=f"where run folders are written (default: {DEFAULT_OUTPUT_DIR})",
     )
+
+
+def output_dir_of(args) -> str:
+    return args.output_dir or DEFAULT_OUTPUT_DIR
 
 
 def machine_of(args):
@@ -136,16 +168,28 @@ def machine_of(args):
     from contract.errors import UsageError
     from launcher.card.detect import detect_machine
 
-    if getattr(args, "gpu_name", None) and args.gpu_memory is None:
-        raise UsageError("--gpu-name needs --gpu-memory GIB (the card's memory)")
+    name, memory, from_table = getattr(args, "gpu_name", None), getattr(args, "gpu_memory", None), None
+    if name is not None and not name.strip():
+        raise UsageError("--gpu-name is empty (fix: the card's name, e.g. --gpu-name 'RTX 4090', or leave it out)")
+    if name is not None and memory is None:
+        from launcher.card.facts import card_facts
+
+        card = card_facts(name)
+        if card is None or card.memory_gib is None:
+            raise UsageError(
+                f"--gpu-name {name!r}: not in the card table, so its memory is not known (fix: add --gpu-memory "
+                "GIB, the card's memory)"
+            )
+        memory, from_table = card.memory_gib, card
     count, per_node = getattr(args, "gpus", None), getattr(args, "gpus_per_node", None)
     if count is not None and per_node is not None and count != per_node:
         raise UsageError(f"--gpus {count} and --gpus-per-node {per_node} disagree (fix: give one of them)")
-    return detect_machine(
-        what_if_gib=getattr(args, "gpu_memory", None),
-        what_if_name=getattr(args, "gpu_name", None),
-        what_if_count=per_node or count,
-    )
+    machine = detect_machine(what_if_gib=memory, what_if_name=name, what_if_count=per_node or count)
+    if from_table is not None:
+        machine.notes.append(
+            f"{from_table.name}: {memory:g} GiB, its memory in the card table (--gpu-memory to say otherwise)"
+        )
+    return machine
 
 
 def measurements_of(args):
@@ -160,18 +204,27 @@ def measurements_of(args):
 def plan_of(args):
     """(plan, profiles) for the options: the ladder (or --profile FILE) on the machine they name, from the
     ledger unless told not to; a --set model=X of the user's gets configurations derived for it."""
+    from contract.errors import UsageError
+    from launcher.card.topology import topology
     from launcher.plan.choose import make_plan
-    from profiles.load import load_profile, load_profiles, parse_overrides
+    from profiles.load import load_profile, load_profiles, set_keys
 
+    topology()  # GRPO_* and SLURM's variables are checked on any machine, with or without a GPU
     machine = machine_of(args)
-    if getattr(args, "profile", None):
+    nodes = getattr(args, "nodes", None)
+    if nodes is not None and not machine.gpus:
+        raise UsageError(
+            f"--nodes {nodes} plans GPU nodes, and this machine has no GPU to take them after ({machine.message}) "
+            "(fix: add --gpu-memory GIB, the memory of one of the nodes' cards)"
+        )
+    if getattr(args, "profile", None) is not None:
         profiles = [load_profile(args.profile, args.overrides)]
     else:  # a --set is checked against the profiles that can run on this machine
         profiles = load_profiles(args.profiles_dir, args.overrides, device="cuda" if machine.gpus else "cpu")
     measurements = measurements_of(args)
     notes = []
     limits: dict = {}
-    overrides = parse_overrides(args.overrides)
+    overrides = set_keys(args.overrides)  # checked with each profile above
     if machine.gpus and not getattr(args, "profile", None) and "model" in overrides:
         # a model of the user's: derive its configurations from the rungs' intents instead of borrowing theirs
         from launcher.plan.derive import derive_ladder
@@ -191,7 +244,7 @@ def plan_of(args):
         measurements=measurements,
         ledger_refuses=not getattr(args, "profile", None),
         limits=limits,
-        nodes=getattr(args, "nodes", None),
+        nodes=nodes,
     )
     plan.notes.extend(notes)
     return plan, profiles

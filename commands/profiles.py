@@ -5,6 +5,8 @@ its type, default and range, `aliases` the table of TRL's and open-r1's names.""
 
 from __future__ import annotations
 
+import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -20,22 +22,30 @@ EXAMPLES = (
 )
 
 
-def add_arguments(parser) -> None:
+def _add_profiles_dir(parser, default) -> None:
     parser.add_argument(
         "--profiles-dir",
         metavar="DIR",
-        default=str(options.DEFAULT_PROFILES_DIR),
+        type=options.folder_path,
+        default=default,
         help="the folder of profiles to list, show and copy from (default: the shipped profiles/)",
     )
+
+
+def add_arguments(parser) -> None:
+    _add_profiles_dir(parser, str(options.DEFAULT_PROFILES_DIR))
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     listing = actions.add_parser("list", help="every profile of the folder, in ladder order")
     options.add_json(listing, "the profiles")
     show = actions.add_parser("show", help="one profile's YAML as written")
     show.add_argument("name", metavar="NAME", help="a profile's name (its file's stem) or a YAML path")
+    for action in (listing, show):  # before or after the action alike (`profiles list --profiles-dir X`)
+        _add_profiles_dir(action, argparse.SUPPRESS)
     copy = actions.add_parser("copy", help="copy a profile to edit it (a file path, or a folder to put it in)")
     copy.add_argument("name", metavar="NAME", help="a profile's name or a YAML path")
     copy.add_argument("dest", metavar="DEST", help="the new file, or an existing folder")
     copy.add_argument("--force", action="store_true", help="replace DEST if it exists")
+    _add_profiles_dir(copy, argparse.SUPPRESS)
     check = actions.add_parser("check", help="validate profile files as a run would (exit 2 at the first bad one)")
     check.add_argument("files", metavar="FILE", nargs="+")
     options.add_set(check)
@@ -123,15 +133,23 @@ def _copy(args) -> int:
     text = text.replace(
         "# yaml-language-server: $schema=schema.json", f"# yaml-language-server: $schema={schema.as_uri()}"
     )
+    if dest.stem != source.stem:
+        # the copy is a profile of its own: its source's name would clash with the source in one ladder
+        from profiles.keys import safe_name
+
+        text = re.sub(r"(?m)^name:.*$", f"name: {safe_name(dest.stem)}", text)
     try:
         dest.write_text(text, encoding="utf-8")
     except OSError as exc:
         from contract.failure import write_failure_text
 
         raise UsageError(f"profiles copy: {write_failure_text(exc, dest.parent)}") from None
+    from contract.shell import command_line
+
     print(
-        f"copied {source.name} to {dest}; edit it, then `python train.py profiles check {dest}` and "
-        f"`python train.py train --profile {dest}`"
+        f"copied {source.name} to {dest}; edit it, then "
+        f"`{command_line('python', 'train.py', 'profiles', 'check', dest)}` and "
+        f"`{command_line('python', 'train.py', 'train', '--profile', dest)}`"
     )
     return EXIT_OK
 

@@ -89,11 +89,32 @@ def find_target(given: str | Path) -> Target:
     candidates = [d for d in named if d.is_dir()] or sorted(path.glob("attempt-*"))
     finished = [d for d in candidates if _finished(d)]
     if not finished:
-        raise UsageError(
-            f"--sample {given}: no attempt there finished with an adapter (fix: train to the end, "
-            "or give an attempt's adapter/ folder)"
-        )
+        raise UsageError(f"--sample {given}: no attempt there finished with an adapter{_elsewhere(path)}")
     return Target(finished[-1], finished[-1] / contract.ADAPTER_DIR)
+
+
+def _elsewhere(run_dir: Path) -> str:
+    """Why a run folder has no result yet (a supervisor still trains it) and the newest run beside it that
+    has one, as the end of a refusal with its fix."""
+    from launcher.run.folder import RunLock
+
+    if not run_dir.name.startswith("run-"):
+        return " (fix: train to the end, or give an attempt's adapter/ folder)"
+    training = RunLock(run_dir).live_owner()
+    why = f" yet: it is still training (process {training})" if training is not None else ""
+    finished_runs = sorted(
+        (
+            run
+            for run in run_dir.parent.glob("run-*")
+            if run != run_dir and run.is_dir() and any(_finished(d) for d in run.glob("attempt-*"))
+        ),
+        key=lambda run: (run.stat().st_mtime, run.name),
+    )
+    if finished_runs:
+        from contract.shell import quoted
+
+        return f"{why} (fix: the newest finished run is {finished_runs[-1]}: give {quoted(finished_runs[-1])})"
+    return f"{why} (fix: train to the end, or give an attempt's adapter/ folder)"
 
 
 @dataclass

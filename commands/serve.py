@@ -20,5 +20,5 @@ def run(args) -> int:
     from launcher.run.folder import check_output_dir
     from launcher.run.follow import serve_run
 
-    check_output_dir(Path(args.output_dir))
-    return serve_run(Path(args.output_dir))
+    check_output_dir(Path(options.output_dir_of(args)))
+    return serve_run(Path(options.output_dir_of(args)))

@@ -1,6 +1,7 @@
 """`train` (the default command): plan for this machine's GPU (or CPU), then train the chosen profile in a
 child process per attempt, shrinking or falling back on out-of-memory, resuming from the last checkpoint.
-`--profile FILE` trains one profile instead of the ladder; `--resume` continues the latest run. On several
+`--profile FILE` trains one profile instead of the ladder; `--resume` continues the latest run (beside
+`--profile FILE`, as the job script resubmits it, that file must name the run's profile). On several
 machines every training machine runs the same command: machine 0 plans and decides, the others follow it
 (docs/scale-out.md)."""
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from commands import options
+from contract.shell import quoted
 
 SUMMARY = "plan for this machine and train, falling back on OOM (the default command)"
 EXAMPLES = (
@@ -46,47 +48,61 @@ def run(args) -> int:
     from contract.errors import UsageError
     from launcher.run.folder import check_output_dir
 
-    if args.resume and args.profile:
-        raise UsageError(
-            "--resume continues the latest run with its own profiles, and --profile names another; "
-            "give one of them (fix: `train --resume`, or `train --profile FILE` for a new run)"
-        )
     if args.fresh_attempt and not args.resume:
         raise UsageError("--fresh-attempt only applies to --resume (a new run starts at step 1 anyway)")
+    resume_dir = None
     if isinstance(args.resume, str):  # --resume RUN: that run, which becomes the output folder's latest
-        from launcher.run.folder import point_latest, run_folder_of
+        from launcher.run.folder import run_folder_of
 
-        run_dir = run_folder_of(Path(args.resume))
-        args.output_dir, args.resume = str(run_dir.parent), True
-        problem = point_latest(run_dir.parent, run_dir)
-        if problem:
-            raise UsageError(f"--resume: {problem}")
-    check_output_dir(Path(args.output_dir), must_exist=args.resume)
+        resume_dir = run_folder_of(Path(args.resume))
+        if args.output_dir is not None and Path(args.output_dir).absolute() != resume_dir.parent.absolute():
+            raise UsageError(
+                f"--resume {args.resume} continues a run of {resume_dir.parent}, and --output-dir names "
+                f"{args.output_dir}: a run stays in its folder (fix: drop --output-dir, or give "
+                f"--output-dir {quoted(resume_dir.parent)})"
+            )
+        args.output_dir, args.resume = str(resume_dir.parent), True
+    output_dir = Path(options.output_dir_of(args))
+    check_output_dir(output_dir, must_exist=args.resume)
     from launcher.card.topology import topology
 
+    plan, profiles = options.plan_of(args)  # on a follower too: its own command line is checked (exit 2)
+    named = profiles[0].name if args.profile is not None else None
     if topology().machine_rank > 0:  # machine 0 plans and decides for every machine; this one follows
         from launcher.run.follow import follow_run
+        from launcher.run.supervise import machine_command
 
-        return follow_run(Path(args.output_dir))
-    plan, profiles = options.plan_of(args)
+        return follow_run(output_dir, command=machine_command(args.overrides, named))
+    if args.profile is not None and not plan.machine.gpus and profiles[0].device != "cpu":
+        # bad input, not "nothing fits": no card of any size is here to train it on
+        raise UsageError(
+            f"--profile {args.profile}: '{profiles[0].name}' trains on a GPU (device: {profiles[0].device}), and "
+            f"this machine has none ({plan.machine.message}) (fix: a cpu profile, e.g. --profile "
+            f"profiles/cpu-tiny-8gen.yaml, or `python train.py plan --profile {quoted(args.profile)} "
+            "--gpu-memory GIB` to see it on a card)"
+        )
     for profile in profiles:
         if profile.readings:  # a TRL / open-r1 configuration: say so once, and where the details are
             source = profile.source.removesuffix(" with --set")
             print(
                 f"note: {source} is read as a TRL / open-r1 configuration ({len(profile.readings)} of its "
-                f"keys in their names; `python train.py profiles check {source}` says how each was "
+                f"keys in their names; `python train.py profiles check {quoted(source)}` says how each was "
                 "read)",
                 flush=True,
             )
     from launcher.run.inputs import check_run_inputs
 
     check_run_inputs(profiles, plan, gpu_memory=args.gpu_memory, resume=args.resume)
-    from launcher.run.supervise import supervise
+    from launcher.run.supervise import machine_command, supervise
 
     return supervise(
         plan,
-        output_dir=Path(args.output_dir),
+        output_dir=output_dir,
         overrides=args.overrides,
         resume=args.resume,
         fresh_attempt=args.fresh_attempt,
+        resume_dir=resume_dir,
+        # with --resume, the job script's --profile FILE names the run's profile: checked against the run
+        named_profile=named if args.resume else None,
+        command=machine_command(args.overrides, named),
     )

@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 
 from contract.oom import line_of, read_oom
+from contract.shell import quoted
 
 OOM, UNSUPPORTED, ERROR, NODE = "oom", "unsupported", "error", "node"  # contract.attempt's statuses
 
@@ -226,7 +227,7 @@ def write_fix(problem: str | None, folder: Path) -> str:
             )
         return (
             f"({_owner_text(folder)}) (fix: give that folder to this user, e.g. `sudo chown -R $(id -u):$(id -g) "
-            f"{folder}`, or, in Docker, run with `--user $(id -u):$(id -g)` and mount folders this user owns)"
+            f"{quoted(folder)}`, or, in Docker, run with `--user $(id -u):$(id -g)` and mount folders this user owns)"
         )
     if problem == READ_ONLY:
         return "(fix: choose a writable --output-dir)"

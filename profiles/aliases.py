@@ -189,12 +189,16 @@ ALIASES: dict[str, Alias] = {
         _one_of("steps"),
     ),
     "save_total_limit": _decided("every whole checkpoint is kept: a fallback or --resume may need any of them"),
+    # push_to_hub and num_train_epochs are read with the keys beside them (translate, below)
     "push_to_hub": _decided(
-        "the adapter is pushed at the end when hub_model_id is set and HF_TOKEN is in the environment"
+        "true: the adapter is pushed at the end to hub_model_id (needed) when HF_TOKEN is in the environment; "
+        "false: nothing is pushed, whatever hub_model_id says"
     ),
     "hub_strategy": _decided("pushed once, at the end"),
     "hub_private_repo": _decided("the repository is created as the hub's default for your account"),
-    "num_train_epochs": _decided("a run is max_steps optimizer steps"),
+    "num_train_epochs": _decided(
+        "a run is max_steps optimizer steps; beside max_steps it is not used, as in TRL (alone: refused)"
+    ),
     "per_device_eval_batch_size": _decided("evaluation batches its own generation"),
     "gradient_checkpointing_kwargs": _decided("non-reentrant checkpointing is used wherever it applies"),
     "data_seed": _decided("the data order follows seed"),
@@ -253,9 +257,12 @@ class Reading:
         return f"{self.key}: not used ({self.note})"
 
 
-def _rewards(data: dict, source: str) -> dict[str, float]:
-    """reward_funcs [+ reward_weights] as the project's rewards mapping."""
-    funcs = data.get("reward_funcs")
+def _rewards(data: dict, source: str, context: dict) -> tuple[dict[str, float], list[str]]:
+    """reward_funcs [+ reward_weights] as the project's rewards mapping, and a note for each reward named more
+    than once (open-r1's `format` is the project's `xml_strict`): TRL adds weight x score for every entry, so
+    the entries of one reward are one reward with their weights summed. A --set of reward_weights alone takes
+    reward_funcs from the file it changes (`context`); a --set of reward_funcs alone weighs each 1.0, as TRL."""
+    funcs = data.get("reward_funcs", context.get("reward_funcs"))
     if isinstance(funcs, str):
         funcs = [funcs]
     if not isinstance(funcs, list) or not funcs or not all(isinstance(f, str) for f in funcs):
@@ -266,6 +273,8 @@ def _rewards(data: dict, source: str) -> dict[str, float]:
             "write e.g. reward_funcs: [accuracy, format]",
         )
     weights = data.get("reward_weights")
+    if weights is None and "reward_funcs" not in data:
+        weights = context.get("reward_weights")
     if weights is None:
         weights = [1.0] * len(funcs)  # TRL weighs every reward 1.0 when none are given
     if not isinstance(weights, list) or len(weights) != len(funcs):
@@ -276,6 +285,7 @@ def _rewards(data: dict, source: str) -> dict[str, float]:
             "give as many weights as rewards",
         )
     out: dict[str, float] = {}
+    named: dict[str, list[str]] = {}  # the project's reward -> the entries that named it
     for name, weight in zip(funcs, weights):
         from rewards import REWARDS
 
@@ -288,13 +298,30 @@ def _rewards(data: dict, source: str) -> dict[str, float]:
                 f"{', '.join(REWARDS)}; open-r1's {', '.join(OPEN_R1_REWARDS)})",
                 "write your reward as path/to/file.py:function in reward_funcs",
             )
-        out[ours] = weight
-    return out
+        try:
+            if isinstance(weight, bool):
+                raise TypeError
+            weight = float(weight)
+        except (TypeError, ValueError):
+            raise ProfileError(
+                source, "reward_weights", f"{shown(weight)} is not a number", "give one number per reward"
+            ) from None
+        out[ours] = out.get(ours, 0.0) + weight
+        named.setdefault(ours, []).append(name)
+    notes = [
+        f"{' and '.join(entries)} are one reward here ({ours}): weights summed to {out[ours]:g}, as TRL adds them"
+        for ours, entries in named.items()
+        if len(entries) > 1
+    ]
+    return out, notes
 
 
-def translate(data: dict, source: str) -> tuple[dict, list[Reading]]:
+def translate(data: dict, source: str, context: dict | None = None) -> tuple[dict, list[Reading]]:
     """A mapping read from a file (or --set) in the project's key names, and how each foreign key was read.
-    ProfileError for a refused key or a setting given in both spellings."""
+    ProfileError for a refused key or a setting given in both spellings. `context`: for a --set, the file's
+    mapping as written, which a key that needs another (warmup_steps needs max_steps, reward_weights
+    reward_funcs) reads where the --set does not give it."""
+    context = context or {}
     out: dict[str, Any] = {}
     readings: list[Reading] = []
     given_as: dict[str, str] = {}  # the project's key -> the key of the file that set it
@@ -326,7 +353,7 @@ def translate(data: dict, source: str) -> tuple[dict, list[Reading]]:
         if alias.ours == "rewards":
             continue  # reward_funcs and reward_weights make one mapping, below
         try:
-            converted = alias.convert(value, data) if alias.convert else value
+            converted = alias.convert(value, {**context, **data}) if alias.convert else value
         except KeyProblem as problem:
             raise ProfileError(source, key, problem.reason, problem.fix) from None
         if converted is None:  # says nothing of its own (use_peft: true, eval_strategy: steps)
@@ -337,36 +364,80 @@ def translate(data: dict, source: str) -> tuple[dict, list[Reading]]:
         if key != alias.ours:
             readings.append(Reading(key, RENAMED, alias.ours, converted, alias.note))
     if "reward_funcs" in data or "reward_weights" in data:
-        if "rewards" in data:
-            other = "reward_funcs" if "reward_funcs" in data else "reward_weights"
-            raise ProfileError(
-                source,
-                other,
-                f"'rewards' and '{other}' say the same setting twice, in two spellings",
-                "keep one of them (the project's name is rewards)",
-            )
-        if "reward_funcs" not in data:
-            raise ProfileError(
-                source,
-                "reward_weights",
-                "reward_weights without reward_funcs",
-                "give reward_funcs too, or write rewards: {name: weight}",
-            )
-        out["rewards"] = _rewards(data, source)
-        readings.append(
-            Reading(
-                "reward_funcs",
-                RENAMED,
-                "rewards",
-                out["rewards"],
-                "open-r1's format / tag_count check the <reasoning>/<answer> layout here"
-                if set(data["reward_funcs"] or ()) & {"format", "tag_count"}
-                else "with reward_weights"
-                if "reward_weights" in data
-                else "weights 1.0, as TRL's",
-            )
-        )
+        _translate_rewards(data, source, context, out, readings)
+    _read_epochs(data, source, readings)
+    _read_push(data, source, context, out, readings)
     return out, readings
+
+
+def _translate_rewards(data: dict, source: str, context: dict, out: dict, readings: list[Reading]) -> None:
+    if "rewards" in data:
+        other = "reward_funcs" if "reward_funcs" in data else "reward_weights"
+        raise ProfileError(
+            source,
+            other,
+            f"'rewards' and '{other}' say the same setting twice, in two spellings",
+            "keep one of them (the project's name is rewards)",
+        )
+    if "reward_funcs" not in data and "reward_funcs" not in context:
+        raise ProfileError(
+            source,
+            "reward_weights",
+            "reward_weights without reward_funcs"
+            + (" (the file names its rewards as rewards: {name: weight})" if "rewards" in context else ""),
+            "give reward_funcs too, or write rewards: {name: weight}"
+            + (" (--set rewards={accuracy: 2.0, ...})" if source == "--set" else ""),
+        )
+    out["rewards"], merged = _rewards(data, source, context)
+    funcs = data.get("reward_funcs", context.get("reward_funcs")) or ()
+    if merged:
+        note = "; ".join(merged)
+    elif set([funcs] if isinstance(funcs, str) else funcs) & {"format", "tag_count"}:
+        note = "open-r1's format / tag_count check the <reasoning>/<answer> layout here"
+    elif "reward_weights" in data or "reward_weights" in context:
+        note = "with reward_weights"
+    else:
+        note = "weights 1.0, as TRL's"
+    readings.append(Reading("reward_funcs", RENAMED, "rewards", out["rewards"], note))
+
+
+def _read_epochs(data: dict, source: str, readings: list[Reading]) -> None:
+    """num_train_epochs beside max_steps is TRL's own reading (max_steps wins); alone it would silently train
+    the default number of steps, so it is refused. A --set of it alone is refused too: the file's max_steps
+    would win over what the --set says."""
+    if "num_train_epochs" not in data or "max_steps" in data:
+        return
+    raise ProfileError(
+        source,
+        "num_train_epochs",
+        f"{shown(data['num_train_epochs'])}: a run here is max_steps optimizer steps; without max_steps this "
+        "would train the default number of steps, not these epochs",
+        "write max_steps: N (N = epochs x training rows / prompts per step) and drop num_train_epochs",
+    )
+
+
+def _read_push(data: dict, source: str, context: dict, out: dict, readings: list[Reading]) -> None:
+    """push_to_hub: false is the user's "do not publish" and wins over hub_model_id; true needs hub_model_id
+    (TRL would make up a repository name from the output folder: here nothing would be pushed, silently)."""
+    if "push_to_hub" not in data:
+        return
+    push = data["push_to_hub"]
+    repo = data.get("hub_model_id", context.get("hub_model_id")) or ""
+    reading = next(r for r in readings if r.key == "push_to_hub")
+    if push is False:
+        out["hub_model_id"] = ""
+        reading.note = "false: nothing is pushed" + (f" (hub_model_id {repo} is not used)" if repo else "")
+    elif push is True:
+        if not repo:
+            raise ProfileError(
+                source,
+                "push_to_hub",
+                "true, but no hub_model_id names the repository to push to",
+                "write hub_model_id: org/name, or push_to_hub: false",
+            )
+        reading.note = f"true: the adapter is pushed to {repo} at the end when HF_TOKEN is set"
+    elif push is not None:
+        raise ProfileError(source, "push_to_hub", f"expected true or false, got {shown(push)}", None)
 
 
 def aliases_markdown() -> str:

@@ -39,6 +39,9 @@ class Architecture:
     expert_intermediate: int = 0  # FFN width of one routed expert
     shared_intermediate: int = 0  # FFN width of the shared expert(s) every token passes through (0: none)
     moe_layers: int = 0  # blocks that route through experts; the other blocks are dense
+    # The longest sequence the model's positions cover (config.json's max_position_embeddings); 0: not stated.
+    # Sliding-window layers attend a window of the sequence and bound nothing: only the positions count.
+    max_positions: int = 0
 
     @property
     def q_dim(self) -> int:
@@ -277,7 +280,10 @@ SIZE_LIMITS = {
     "experts_per_token": 1 << 14,
     "expert_intermediate": 1 << 20,
     "shared_experts": 1 << 10,
+    "positions": 1 << 26,
 }
+# Where configs say how many positions the model reads (transformers' names), first found wins.
+POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
 
 # Where mixture-of-experts configs say their facts (transformers' configuration classes), first found wins.
 EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
@@ -479,6 +485,8 @@ def from_config(config: dict, name: str, source: str) -> Architecture:
         }
         if "intermediate_size_mlp" in text:  # Llama 4: its dense blocks are wider than one expert
             intermediate = reader.size("intermediate_size_mlp", limit_key="intermediate_size")
+    positions_key, positions = reader.first(POSITION_KEYS)
+    max_positions = reader.size(positions_key, positions, "positions") if positions_key else 0
     arch = Architecture(
         name=name,
         params=0,
@@ -492,6 +500,7 @@ def from_config(config: dict, name: str, source: str) -> Architecture:
         tied_embeddings=tied,
         family=str(text.get("model_type") or config.get("model_type") or ""),
         source=source,
+        max_positions=max_positions,
         **moe,
     )
     return replace(arch, params=arch.computed_params)

@@ -27,6 +27,11 @@ VLLM_MODES = ("colocate", "server")
 LOSS_TYPES = ("dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo", "vespo")
 # The loss types whose clipped ratio `delta` caps from above (TRL's two-sided clipping branch).
 DELTA_LOSS_TYPES = ("dapo", "grpo", "dr_grpo", "bnpo", "luspo")
+# The loss types that read no epsilon_high (sapo weighs by temperatures, vespo by its gamma weights).
+NO_EPSILON_HIGH_LOSS_TYPES = ("sapo", "vespo")
+# CISPO's cap on the importance weight itself when none is given: ScaleRL's value, which TRL recommends (TRL's
+# own default would be epsilon, 0.2, which caps every weight below 1 and scales the whole loss down).
+CISPO_EPSILON_HIGH = 5.0
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 SCALE_REWARDS = ("group", "batch", "none")
 # eval_steps: "auto" picks an interval whose evaluations cost about a tenth of training time (or none)

@@ -29,6 +29,7 @@ __all__ = [
     "parse_overrides",
     "profile_from_dict",
     "read_profile_data",
+    "set_keys",
 ]
 
 # A profile is a few dozen lines; anything far larger is a wrong path, not a profile.
@@ -227,8 +228,10 @@ def _read_text(path: Path) -> str:
 # Files and overrides
 
 
-def parse_overrides(pairs: list[str] | tuple[str, ...]) -> dict[str, Any]:
-    """`--set KEY=VALUE` pairs into a dict; values are read as YAML (true, 2, 0.5, {accuracy: 2.0})."""
+def parse_overrides(pairs: list[str] | tuple[str, ...], context: dict | None = None) -> dict[str, Any]:
+    """`--set KEY=VALUE` pairs into a dict; values are read as YAML (true, 2, 0.5, {accuracy: 2.0}). `context`:
+    the mapping of the file they change, as written, for TRL's names that need another key (profiles.aliases).
+    A null is refused where it would mean the schema's default rather than the profile's value."""
     out: dict[str, Any] = {}
     for pair in pairs or ():
         if "=" not in pair:
@@ -255,28 +258,57 @@ def parse_overrides(pairs: list[str] | tuple[str, ...]) -> dict[str, Any]:
             out[key] = raw  # text that is not YAML stays text
         if out[key] is None and raw.strip() not in ("null", "Null", "NULL", "~"):
             out[key] = raw  # YAML reads text led by '#' (a regex such as '#### (.+)') as a comment: nothing
-    return translate(out, "--set")[0]  # TRL's and open-r1's names too (profiles.aliases)
+    _refuse_empty_values(out, "--set", null_fix="give a value, or leave the --set out to keep the profile's")
+    return translate(out, "--set", context)[0]  # TRL's and open-r1's names too (profiles.aliases)
 
 
-def _refuse_empty_values(data: dict, source: str) -> None:
-    """`max_steps:` with nothing after it reads as null, which would silently mean the default (250): refused,
-    except for text keys whose default is empty anyway (`hub_model_id:` means none)."""
-    for key, value in data.items():
-        if value is not None or str(key) not in Profile.model_fields:
+def set_keys(pairs: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """The project's keys a list of `--set KEY=VALUE` names, with their values as written (TRL's names read as
+    the key they rename; what needs the file's other keys to convert is not converted): what the planner asks
+    of the --set before any file is read."""
+    out: dict[str, Any] = {}
+    for pair in pairs or ():
+        key, _, raw = pair.partition("=")
+        key = key.strip()
+        alias = alias_of(key)
+        ours = key if alias is None else alias.ours
+        if ours is None:
             continue
-        default = Profile.model_fields[str(key)].get_default(call_default_factory=True)
+        try:
+            out[ours] = yaml.load(raw, Loader=_ProfileLoader)  # noqa: S506 - a SafeLoader subclass
+        except (YamlSurprise, yaml.YAMLError):
+            out[ours] = raw
+    return out
+
+
+def _refuse_empty_values(data: dict, source: str, null_fix: str | None = None) -> None:
+    """`max_steps:` with nothing after it reads as null, which would silently mean the default (250): refused,
+    except for text keys whose default is empty anyway (`hub_model_id:` means none) and keys whose default is
+    off (`min_p:`). TRL's names (`lora_r:`) are judged by the key they set."""
+    for key, value in data.items():
+        key = str(key)
+        alias = alias_of(key)
+        ours = key if alias is None or alias.kind != "renamed" else alias.ours
+        if value is not None or ours not in Profile.model_fields or ours in ("source", "readings"):
+            continue
+        default = Profile.model_fields[ours].get_default(call_default_factory=True)
         if default == "" or default is None:  # empty means none: `delta:` is off, as by default
             continue
+        if null_fix is not None:
+            raise ProfileError(
+                source, key, f"null would mean the schema's default ({default!r}), not the profile's value", null_fix
+            )
         fix = (
             'write system_prompt: "" for no system turn, or remove the line for the default'
             if key == "system_prompt"
             else f"give a value, or remove the line to keep the default ({default!r})"
         )
-        raise ProfileError(source, str(key), "empty value", fix)
+        raise ProfileError(source, key, "empty value", fix)
 
 
-def read_profile_data(path: str | Path, readings: list | None = None) -> dict:
-    """A profile file's mapping as written, checked as YAML (not yet against the schema)."""
+def read_profile_data(path: str | Path, readings: list | None = None, written: dict | None = None) -> dict:
+    """A profile file's mapping in the project's names, checked as YAML (not yet against the schema);
+    `written` receives the mapping as the file writes it (TRL's names kept), for a --set that needs it."""
     path = Path(path)
     data = read_yaml(_read_text(path), str(path))
     if data is None:  # no bytes, or only comments and blank lines
@@ -286,6 +318,8 @@ def read_profile_data(path: str | Path, readings: list | None = None) -> dict:
     if not isinstance(data, dict):
         raise ProfileError(str(path), None, "a profile must be a mapping of keys to values")
     _refuse_empty_values(data, str(path))  # before the names are read: a key left empty is never dropped unseen
+    if written is not None:
+        written.update(data)
     data, read = translate(data, str(path))  # TRL's and open-r1's key names (profiles.aliases)
     if readings is not None:  # how each key was read, for `profiles check` and the run's note
         readings.extend(read)
@@ -296,8 +330,9 @@ def load_profile(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) 
     """Read, validate and override one profile file. Errors name the file (or --set) and the key."""
     path = Path(path)
     readings: list = []
-    data = read_profile_data(path, readings)
-    changes = parse_overrides(overrides)
+    written: dict = {}
+    data = read_profile_data(path, readings, written)
+    changes = parse_overrides(overrides, written)
     try:
         profile = profile_from_dict(data, str(path))
     except ProfileError as exc:

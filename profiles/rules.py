@@ -8,7 +8,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from profiles.keys import DATASETS, DELTA_LOSS_TYPES, KeyProblem, shown, suggest
+from profiles.keys import (
+    CISPO_EPSILON_HIGH,
+    DATASETS,
+    DELTA_LOSS_TYPES,
+    NO_EPSILON_HIGH_LOSS_TYPES,
+    KeyProblem,
+    shown,
+    suggest,
+)
 
 _HUB_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -87,6 +95,22 @@ def check_loss_settings(p) -> None:
                 f"use delta above {1 + p.epsilon:g} (e.g. 4)",
                 "delta",
             )
+    if p.loss_type == "cispo":
+        if p.epsilon_high is None:
+            p.epsilon_high = CISPO_EPSILON_HIGH  # TRL would cap at epsilon (0.2): every weight below 1
+        elif p.epsilon_high < 1:
+            raise KeyProblem(
+                f"with cispo, epsilon_high ({p.epsilon_high:g}) caps the importance weight itself: below 1, "
+                "every weight is capped below 1 and the whole loss is scaled down",
+                f"use epsilon_high: {CISPO_EPSILON_HIGH:g} (TRL's recommendation for cispo), or leave it empty",
+                "epsilon_high",
+            )
+    if p.epsilon_high is not None and p.loss_type in NO_EPSILON_HIGH_LOSS_TYPES:
+        raise KeyProblem(
+            f"{p.loss_type} does not clip the ratio, and TRL would ignore epsilon_high ({p.epsilon_high:g})",
+            "remove epsilon_high",
+            "epsilon_high",
+        )
     if p.epsilon_high is not None and p.loss_type != "cispo" and p.epsilon_high < p.epsilon:
         raise KeyProblem(
             f"epsilon_high ({p.epsilon_high:g}) below epsilon ({p.epsilon:g}) clips increases harder than decreases",

@@ -115,6 +115,10 @@ def _scale_rewards(value: Any) -> Any:
     return value.lower() if isinstance(value, str) else value
 
 
+def _lower(value: Any) -> Any:
+    return value.strip().lower() if isinstance(value, str) else value  # `loss_type: GRPO` is grpo
+
+
 def _top_k(value: Any) -> Any:
     value = _whole_number(value)
     return 0 if value == -1 else value  # vLLM's spelling of "no top-k"; TRL and transformers say 0
@@ -256,7 +260,11 @@ class Profile(BaseModel):
         None, "drop tokens below min_p x the likeliest token's probability; empty = off", "generation", ge=0.0, le=1.0
     )
     repetition_penalty: Number = _key(
-        1.0, "above 1 penalises tokens already in the prompt or completion; 1 = off", "generation", gt=0.0, le=10.0
+        1.0,
+        "above 1 penalises tokens already in the prompt or completion; 1 = off; below 1 favours them (from 0.5)",
+        "generation",
+        ge=0.5,
+        le=10.0,
     )
     # --- batch ---
     per_device_train_batch_size: Whole = _key(
@@ -289,9 +297,10 @@ class Profile(BaseModel):
         "optimisation",
         tags=(MEMORY,),
         ge=0.0,
+        le=10.0,
     )
     # --- GRPO loss: TRL's GRPOConfig names, given alike to Unsloth's patched trainer and to plain TRL ---
-    loss_type: Literal[LOSS_TYPES] = _key(
+    loss_type: Annotated[Literal[LOSS_TYPES], BeforeValidator(_lower)] = _key(
         "dapo",
         "how token losses are aggregated: dapo (tokens of the whole batch), grpo (per sequence; with "
         "importance_sampling_level sequence: GSPO), dr_grpo (a constant), bnpo (tokens of the micro-batch), "
@@ -303,7 +312,8 @@ class Profile(BaseModel):
     )
     epsilon_high: Number | None = _key(
         None,
-        "upper clipping bound; empty = epsilon (DAPO's clip-higher uses 0.28; for cispo it caps the weight itself, ~5)",
+        "upper clipping bound; empty = epsilon (DAPO's clip-higher uses 0.28); for cispo the cap of the weight "
+        "itself, at least 1 (empty = 5, TRL's recommendation); not used by sapo and vespo",
         "loss",
         gt=0.0,
     )
@@ -313,7 +323,7 @@ class Profile(BaseModel):
         "loss",
         gt=1.0,
     )
-    importance_sampling_level: Literal[IMPORTANCE_SAMPLING_LEVELS] = _key(
+    importance_sampling_level: Annotated[Literal[IMPORTANCE_SAMPLING_LEVELS], BeforeValidator(_lower)] = _key(
         "token", "importance ratio per token, or one per sequence (GSPO; with loss_type grpo)", "loss"
     )
     scale_rewards: ScaleRewards = _key(
@@ -523,6 +533,17 @@ class Profile(BaseModel):
                 f"{self.max_completion_length} > max_seq_length ({self.max_seq_length})",
                 f"raise max_seq_length to {total} or shorten the others",
                 "max_seq_length",
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _evaluations_within_the_run(self) -> Profile:
+        if isinstance(self.eval_steps, int) and self.eval_steps >= self.max_steps and self.eval_samples:
+            raise KeyProblem(
+                f"eval_steps {self.eval_steps} >= max_steps ({self.max_steps}): no evaluation would run during "
+                "training (the one after it always runs)",
+                f"use eval_steps below {self.max_steps}, 0 for none during training, or auto",
+                "eval_steps",
             )
         return self
 

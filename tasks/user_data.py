@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contract.errors import UsageError
+from contract.shell import quoted
 
 SUFFIX_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 QUESTION_FIELDS = ("question", "prompt", "problem")
@@ -227,7 +228,7 @@ def _load_local(spec: DataSpec, kind: str):
                 f"dataset {file}: {columns:,} columns; reading a table that wide takes `datasets` "
                 f"minutes (its time grows with the square of the columns) (fix: keep the question, "
                 f"the answer and the columns your rewards read, at most {MAX_COLUMNS}, e.g. "
-                f"`cut -d, -f1-20 {file.name} > narrow.csv`)"
+                f"`cut -d, -f1-20 {quoted(file.name)} > narrow.csv`)"
             )
     try:
         if kind == "file":

@@ -22,11 +22,28 @@ def _number(value):
         return None
 
 
-class TelemetryCallback(TrainerCallback):
-    """One JSON line per optimizer step in metrics.jsonl, from TRL's per-step log and our own timers."""
+# Steps in a row whose every completion was cut at the cap, with mask_truncated_completions, before the attempt
+# stops: each of them had a loss of 0, so the policy (and what it generates) cannot change.
+ALL_CUT_STEPS = 3
 
-    def __init__(self, path: Path, reward_names: list[str], memory, progress=None, signal=None, evaluation=None):
+
+class TelemetryCallback(TrainerCallback):
+    """One JSON line per optimizer step in metrics.jsonl, from TRL's per-step log and our own timers. `cap`:
+    max_completion_length where mask_truncated_completions leaves cut completions out of the loss (None
+    otherwise): ALL_CUT_STEPS steps in a row with every completion cut stop the attempt as bad input."""
+
+    def __init__(
+        self,
+        path: Path,
+        reward_names: list[str],
+        memory,
+        progress=None,
+        signal=None,
+        evaluation=None,
+        cap: int | None = None,
+    ):
         self.evaluation = evaluation  # EvaluateDuringTraining: the evaluation made at this step, if any
+        self.cap = cap
         self.path = Path(path)
         self.reward_names = list(reward_names)
         self.memory = memory
@@ -67,6 +84,7 @@ class TelemetryCallback(TrainerCallback):
             "grad_norm": _number(logs.get("grad_norm")),
             "learning_rate": _number(logs.get("learning_rate")),
             "group_signal": self.signal.take() if self.signal is not None else None,
+            "clipped_ratio": _number(logs.get("completions/clipped_ratio")),
             "step_time": round(now - self._last_log_time - spent, 4),
             "time": round(time.time(), 3),
             "memory": self.memory.sample(),
@@ -80,12 +98,25 @@ class TelemetryCallback(TrainerCallback):
         append_line(self.path, json.dumps(row))
         if self.progress is not None:
             self.progress.update(state.global_step, state.max_steps, row)
+        self._stop_if_all_cut()
         if self.warning is None:
             from trainer.group_signal import no_signal_warning
 
             self.warning = no_signal_warning(self.rows)
             if self.warning is not None and self.progress is not None:
                 self.progress.warn(self.warning)
+
+    def _stop_if_all_cut(self) -> None:
+        if self.cap is None or len(self.rows) < ALL_CUT_STEPS:
+            return
+        if all(row.get("clipped_ratio") == 1.0 for row in self.rows[-ALL_CUT_STEPS:]):
+            from contract.errors import UsageError
+
+            raise UsageError(
+                f"every completion of the last {ALL_CUT_STEPS} steps ran to max_completion_length {self.cap}, and "
+                "mask_truncated_completions leaves such completions out of the loss: the loss is 0 and nothing "
+                "trains (fix: raise max_completion_length, or set mask_truncated_completions: false)"
+            )
 
     def on_train_end(self, args, state, control, **kwargs):
         self.close()

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from contract.environment import ENV_LLAMA_CPP
@@ -112,16 +113,27 @@ def output_dtype(model) -> str:
     return "bfloat16" if "bfloat16" in stored else "float16"
 
 
-def merge(profile, adapter_dir: Path, base: str, out_dir: Path, dtype: str, say) -> dict:
-    """The adapter merged into its base (or a full fine-tune's weights) saved at `dtype` in `out_dir`, with the
-    tokenizer; on the GPU where there is one, else on the CPU. The record of what was merged into what."""
+@dataclass
+class Merged:
+    """A merged model in memory, before it is saved: what was merged, where, at which 16 bits."""
+
+    model: object
+    tokenizer: object
+    source: str  # the base merged into (or the full fine-tune's folder)
+    device: str
+    dtype: str
+    parameters: int
+
+
+def merged_model(profile, adapter_dir: Path, base: str, dtype: str, say) -> Merged:
+    """The adapter merged into its base (or a full fine-tune's weights) at `dtype`, with the tokenizer; on the
+    GPU where there is one, else on the CPU."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from trainer.backends import hf_token
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    started = time.time()
     source = str(adapter_dir) if not profile.uses_lora else base
     if profile.uses_lora and profile.load_in_4bit:
         sixteen = sixteen_bit_base(base)
@@ -148,36 +160,70 @@ def merge(profile, adapter_dir: Path, base: str, out_dir: Path, dtype: str, say)
     if dtype == "auto":
         dtype = output_dtype(model)
     model = model.to(_dtype(dtype))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(out_dir), safe_serialization=True)
-    tokenizer.save_pretrained(str(out_dir))
-    size = sum(p.stat().st_size for p in out_dir.glob("*.safetensors"))
+    return Merged(model, tokenizer, source, device, dtype, sum(p.numel() for p in model.parameters()))
+
+
+def save_whole(merged: Merged, out_dir: Path) -> None:
+    """Save the model and tokenizer into `out_dir` whole or not at all: into a hidden folder beside it, moved
+    into place once everything is written (a full disk or a stop leaves the earlier `out_dir`, or none, never
+    config files without weights). OSError when the disk refuses; nothing half-written is left."""
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    partial = out_dir.with_name(f".{out_dir.name}.partial-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        partial.mkdir()
+        merged.model.save_pretrained(str(partial), safe_serialization=True)
+        merged.tokenizer.save_pretrained(str(partial))
+        earlier = out_dir.with_name(f".{out_dir.name}.earlier-{os.getpid()}")
+        if out_dir.exists():
+            os.replace(out_dir, earlier)  # an export before this one: kept until the new one is in place
+        os.replace(partial, out_dir)
+        shutil.rmtree(earlier, ignore_errors=True)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+
+
+def merge(profile, adapter_dir: Path, base: str, out_dir: Path, dtype: str, say) -> dict:
+    """The adapter merged into its base (or a full fine-tune's weights) saved at `dtype` in `out_dir`, with the
+    tokenizer, whole or not at all. The record of what was merged into what."""
+    started = time.time()
+    merged = merged_model(profile, adapter_dir, base, dtype, say)
+    save_whole(merged, out_dir)
+    size = sum(p.stat().st_size for p in Path(out_dir).glob("*.safetensors"))
     return {
         "folder": str(out_dir),
-        "base": source,
+        "base": merged.source,
         "adapter": str(adapter_dir) if profile.uses_lora else None,
-        "dtype": dtype,
-        "device": device,
-        "parameters": sum(p.numel() for p in model.parameters()),
+        "dtype": merged.dtype,
+        "device": merged.device,
+        "parameters": merged.parameters,
         "bytes": size,
         "seconds": round(time.time() - started, 2),
     }
 
 
+def quantizer_for(quant: str, converter: Path) -> Path | None:
+    """llama-quantize where `quant` needs it (None for the types the converter writes itself); UsageError when
+    it is not on this machine or the type is unknown. Asked before the merge, not after it."""
+    if quant not in GGUF_TYPES:
+        raise UsageError(f"--gguf {quant}: not a GGUF type this export knows (fix: one of {', '.join(GGUF_TYPES)})")
+    if quant in CONVERTER_TYPES:
+        return None
+    quantizer = find_quantizer(converter)
+    if quantizer is None:
+        raise UsageError(
+            f"--gguf {quant}: needs llama.cpp's {QUANTIZER}, which is neither built beside "
+            f"{converter} nor on the PATH (fix: build it there, or use one of "
+            f"{', '.join(CONVERTER_TYPES)})"
+        )
+    return quantizer
+
+
 def to_gguf(merged_dir: Path, out_file: Path, quant: str, converter: Path, say, pre_tokenizer: str = "") -> dict:
     """The merged model as one GGUF file of type `quant`: llama.cpp's converter (with its own gguf-py), then
     llama-quantize for the types the converter does not write."""
-    if quant not in GGUF_TYPES:
-        raise UsageError(f"--gguf {quant}: not a GGUF type this export knows (fix: one of {', '.join(GGUF_TYPES)})")
-    quantizer = None
-    if quant not in CONVERTER_TYPES:
-        quantizer = find_quantizer(converter)
-        if quantizer is None:
-            raise UsageError(
-                f"--gguf {quant}: needs llama.cpp's {QUANTIZER}, which is neither built beside "
-                f"{converter} nor on the PATH (fix: build it there, or use one of "
-                f"{', '.join(CONVERTER_TYPES)})"
-            )
+    quantizer = quantizer_for(quant, converter)
     out_file.parent.mkdir(parents=True, exist_ok=True)
     first = out_file if quantizer is None else out_file.with_name(out_file.stem + "-f16.gguf")
     env = dict(os.environ)
@@ -212,7 +258,7 @@ def to_gguf(merged_dir: Path, out_file: Path, quant: str, converter: Path, say, 
             tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-6:])
             raise ConversionError(f"{QUANTIZER} failed (exit {done.returncode}):\n{tail}")
         first.unlink(missing_ok=True)
-    return {
+    record = {
         "file": str(out_file),
         "type": quant,
         "bytes": out_file.stat().st_size,
@@ -220,8 +266,17 @@ def to_gguf(merged_dir: Path, out_file: Path, quant: str, converter: Path, say, 
         "pre_tokenizer": pre_tokenizer or None,
         "notes": notes,
         "seconds": round(time.time() - started, 2),
-        "header": read_gguf_header(out_file),
+        "header": None,
     }
+    try:
+        record["header"] = read_gguf_header(out_file)
+    except Exception as exc:  # noqa: BLE001 - whatever the reader trips on, the file is suspect: recorded
+        record["read_back_error"] = f"{type(exc).__name__}: {line_of_text(str(exc))}"[:300]
+    return record
+
+
+def line_of_text(text: str) -> str:
+    return (text.strip().splitlines() or [""])[0]
 
 
 def read_gguf_header(path: Path, tensors_shown: int = 6) -> dict | None:

@@ -267,7 +267,12 @@ def build_trainer(state: AttemptState, loaded: Loaded, signals) -> Session:
         reward_funcs = [signal.wrap(name, fn) for name, fn in zip(reward_names, reward_funcs)]
         session.progress = Progress(profile.name, profile.max_steps, loaded.backend.device)
         session.telemetry = TelemetryCallback(
-            state.attempt_dir / contract.METRICS_FILE, reward_names, state.memory, session.progress, signal
+            state.attempt_dir / contract.METRICS_FILE,
+            reward_names,
+            state.memory,
+            session.progress,
+            signal,
+            cap=profile.max_completion_length if profile.mask_truncated_completions else None,
         )
         callbacks.insert(0, session.telemetry)
     from trainer.config import eval_interval

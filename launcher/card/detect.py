@@ -236,9 +236,14 @@ def detect_machine(
         raise UsageError(f"--gpus {what_if_count}: must be 1 or more")
     host_total, host_free = host_memory_gib()
     if what_if_gib is not None:
-        name = what_if_name or f"{what_if_gib:g} GiB card"
+        from launcher.card.facts import card_facts
+
+        card = card_facts(what_if_name, what_if_gib)
+        name = (
+            what_if_name or f"{what_if_gib:g} GiB card"
+        )  # as typed (plan --json's gpu.name); the notes say the table's
         count = what_if_count or 1
-        capability = known_capability(what_if_name, what_if_gib)
+        capability = card.capability if card is not None else None
         refusal = below_minimum(name, capability)
         if refusal:  # as when NVML reports such a card: nothing of the GPU ladder can run on it
             return Machine([], f"GPU 0 (what-if): {refusal}: planning for the CPU ladder", host_total, host_free)
@@ -262,7 +267,13 @@ def detect_machine(
             gpus, f"planning for {cards} ({what_if_gib:g} GiB, all of it free): {flags}", host_total, host_free
         )
         if capability is not None:
-            machine.notes.append(f"{name}: {precision_text(gpus[0])}, known by its name")
+            known = f" ({card.name} in the card table)" if card is not None and card.name != name else ""
+            machine.notes.append(f"{name}{known}: {precision_text(gpus[0])}, known by its name")
+        if card is not None and card.memory_gib and abs(card.memory_gib - what_if_gib) > 0.1 * card.memory_gib:
+            machine.notes.append(
+                f"{name} has {card.memory_gib:g} GiB in the card table; planning for {what_if_gib:g} GiB as "
+                "--gpu-memory says (a card of another memory is another model: check --gpu-name)"
+            )
         return machine
     machine = _read_driver(nvml, host_total, host_free)
     if what_if_count is None:

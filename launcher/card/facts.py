@@ -178,9 +178,22 @@ _VENDOR_WORDS = re.compile(r"\b(nvidia|tesla|geforce|quadro)\b")
 
 
 def normalized(name: str) -> str:
-    """A card name as compared: lower case, without the vendor words NVML adds, dashes as spaces."""
-    text = _VENDOR_WORDS.sub(" ", name.lower()).replace("-", " ").replace("_", " ")
+    """A card name as compared: full-width letters as plain ones (NFKC), lower case, without the vendor words
+    NVML adds, dashes as spaces."""
+    import unicodedata
+
+    text = _VENDOR_WORDS.sub(" ", unicodedata.normalize("NFKC", name).lower()).replace("-", " ").replace("_", " ")
     return " ".join(text.split())
+
+
+_RUN_TOGETHER = re.compile(r"^(rtx|gtx|quadro|titan)(\d)")
+
+
+def _spaced(normal: str) -> str:
+    """A model word typed run together with its series (`rtx4090`, `rtx 4090ti`) as the table writes it."""
+    words = [_RUN_TOGETHER.sub(r"\1 \2", word) for word in normal.split()]
+    text = " ".join(words)
+    return re.sub(r"(\d)(ti|super)\b", r"\1 \2", text)
 
 
 def _family(normal: str) -> tuple[str, ...]:
@@ -202,9 +215,10 @@ def card_facts(name: str | None, memory_gib: float | None = None) -> CardFacts |
     if not name or not name.strip():
         return None
     normal = normalized(name)
-    exact = _BY_NAME.get(normal)
+    exact = _BY_NAME.get(normal) or _BY_NAME.get(_spaced(normal))
     if exact is not None:
         return exact
+    normal = _spaced(normal)
     words = set(normal.split())
     matches = [card for card in CARDS if set(_family(normalized(card.name))) <= words]
     if not matches:

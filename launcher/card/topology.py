@@ -47,6 +47,10 @@ from contract.environment import (
 )
 from contract.errors import UsageError
 
+# The most machines a run may span: far above any cluster a GRPO run takes, far below a count whose per-machine
+# bookkeeping would not fit in memory (99999999999 ended in a MemoryError).
+MAX_MACHINES = 4096
+
 
 @dataclass(frozen=True)
 class Topology:
@@ -128,7 +132,7 @@ def first_host(nodelist: str) -> str:
 def topology(env: dict | None = None) -> Topology:
     """This machine's place in a multi-node run, from GRPO_* and SLURM's variables (one machine when unset)."""
     env = os.environ if env is None else env
-    machines = _agreed(env, ENV_NUM_MACHINES, SLURM_NUM_NODES, "how many machines train", 1)
+    machines = _agreed(env, ENV_NUM_MACHINES, SLURM_NUM_NODES, "how many machines train", 1, MAX_MACHINES)
     num_machines = machines[0] if machines else 1
     in_step = bool(env.get(SLURM_NUM_NODES, "").strip())  # SLURM_PROCID is a machine's rank only in an srun step
     rank = _agreed(env, ENV_MACHINE_RANK, SLURM_PROCID if in_step else (), "this machine's rank", 0, num_machines - 1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from contract.errors import UsageError
+from contract.shell import command_line
 from launcher.card.detect import GpuInfo, Machine, bf16_supported, precision_text
 from launcher.card.topology import NodeLayout, node_layout, split_over_machines, topology
 from launcher.memory.estimate import Estimate, estimate
@@ -334,11 +335,12 @@ def _ledger_note(name: str, measured, fits: bool, ledger_refuses: bool) -> str:
     if not ledger_refuses:
         return (
             f"warning: {name} may run out of memory: {measured.text()}; running it as asked "
-            f"(`python train.py --forget {name}` drops its records)"
+            f"(`{command_line('python', 'train.py', 'ledger', '--forget', name)}` drops its records)"
         )
     return (
         f"the ledger refused {name}, which the estimate fits: {measured.text()}; "
-        f"`python train.py --forget {name}` drops its records, `--ignore-ledger` plans from the estimate alone"
+        f"`{command_line('python', 'train.py', 'ledger', '--forget', name)}` drops its records, `--ignore-ledger` "
+        "plans from the estimate alone"
     )
 
 
@@ -371,6 +373,28 @@ def _with_speed(candidate: Candidate, arch, gpu, limits: dict | None) -> Candida
     candidate.speed = predict(profile, arch, gpu, candidate.estimate, measured=candidate.measured)
     candidate.limited_by = (limits or {}).get(profile.name, AS_WRITTEN)
     return candidate
+
+
+def past_positions(profile, arch) -> str | None:
+    """Why `profile` asks for longer sequences than the positions its model reads (config.json's
+    max_position_embeddings), with the fix; None when it stays within them or the model does not say."""
+    positions = arch.max_positions
+    if not positions:
+        return None
+    reads = f"the {positions} positions {profile.model} reads (max_position_embeddings)"
+    if profile.max_prompt_length >= positions:
+        return (
+            f"max_prompt_length {profile.max_prompt_length} leaves no room for a completion within {reads} "
+            f"(fix: --set max_prompt_length={positions // 2} --set max_completion_length={positions // 2} "
+            f"--set max_seq_length={positions})"
+        )
+    if profile.max_seq_length > positions:
+        room = positions - profile.max_prompt_length
+        return (
+            f"max_seq_length {profile.max_seq_length} is past {reads} (fix: --set max_seq_length={positions} "
+            f"--set max_completion_length={min(room, profile.max_completion_length)})"
+        )
+    return None
 
 
 def make_plan(
@@ -447,6 +471,10 @@ def make_plan(
             continue
         if profile.model not in archs:
             archs[profile.model] = resolve(profile.model)
+        past = past_positions(profile, archs[profile.model])
+        if past:
+            candidates.append(Candidate(profile, None, False, past))
+            continue
         runnable, refusal = without_refused_vllm(profile, archs[profile.model], gpu)
         if runnable is None:
             candidates.append(Candidate(profile, None, False, f"{refusal}: its vLLM server cannot start here"))

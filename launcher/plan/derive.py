@@ -87,6 +87,12 @@ def derive_ladder(
     others = [p for p in profiles if p.device != "cuda"]
     if gpu is None or not any(p.gpus_needed == 1 for p in cuda):
         return profiles, []
+    if arch.max_positions and all(r.max_prompt_length >= arch.max_positions for r in cuda):
+        return profiles, [
+            f"fit solver for {arch.name}: it reads {arch.max_positions} positions (max_position_embeddings), "
+            "and the rungs' max_prompt_length leaves no room for a completion (fix: --set "
+            f"max_prompt_length={arch.max_positions // 2})"
+        ]
     solver = Solver(arch, gpu, usable_of(gpu), machine, measurements)
     need = completion_plan(cuda[0], arch, set(pinned)).cap if cuda else None  # the cap the task needs
     chosen: dict[str, tuple] = {}

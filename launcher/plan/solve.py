@@ -159,15 +159,19 @@ def ambition_of(
     """A profile's intent as an ambition: generations 8 (or pinned), the cap the task needs (or pinned), its
     LoRA rank, 16-bit weights unless load_in_4bit is pinned; the throughput levers are the solver's."""
     pinned = frozenset(pinned)
+    arch = arch or resolve(profile.model)
     if lengths is None:
-        lengths = completion_plan(profile, arch or resolve(profile.model), pinned)
+        lengths = completion_plan(profile, arch, pinned)
     generations = profile.num_generations if "num_generations" in pinned else GENERATIONS_AMBITION
     sixteen = True if "load_in_4bit" not in pinned else not profile.load_in_4bit
     prompts = _pinned_prompts(profile, pinned)
+    completion = lengths.cap
+    if arch.max_positions:  # never past the positions the model reads: what the prompt leaves, at most
+        completion = max(0, min(completion, arch.max_positions - profile.max_prompt_length))
     return Ambition(
         generations=generations,
         prompts_per_step=prompts or 1,
-        completion=lengths.cap,
+        completion=completion,
         prompt=profile.max_prompt_length,
         rank=profile.lora_rank,
         sixteen_bit=sixteen or profile.lora_rank == 0,

@@ -10,8 +10,10 @@ import os
 from datetime import datetime
 from pathlib import Path
 
+from contract.attempt import ATTEMPTS_FILE, PLAN_FILE
 from contract.errors import UsageError
 from contract.safe_write import dangling_link, write_atomic
+from contract.shell import quoted
 
 LOCK_FILE = "run.lock"
 DAMAGED_SUFFIX = ".damaged"
@@ -19,46 +21,74 @@ DAMAGED_SUFFIX = ".damaged"
 _PSEUDO_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
 
 
-def check_output_dir(path: Path, must_exist: bool = False) -> None:
+def check_output_dir(path: Path, must_exist: bool = False, option: str = "--output-dir") -> None:
     """Refuse an --output-dir that cannot hold run folders: a file, a path under a file, a kernel pseudo
-    file system, a read-only mount or a folder without write permission. UsageError names the path and why."""
+    file system, a read-only mount, a folder without write permission, or a run folder (or a folder in one).
+    UsageError names the path and why. `option`: another folder to write into (export --out), which may lie
+    in a run."""
     path = Path(path)
     absolute = Path(os.path.abspath(path))
     link = dangling_link(path)
     if link:
-        raise UsageError(f"--output-dir {path}: {link} (fix: remove or repair the link, or give another folder)")
+        raise UsageError(f"{option} {path}: {link} (fix: remove or repair the link, or give another folder)")
     for root in _PSEUDO_ROOTS:
         if absolute == root or root in absolute.parents:
             raise UsageError(
-                f"--output-dir {path}: lies under {root}, a kernel file system, not a disk "
+                f"{option} {path}: lies under {root}, a kernel file system, not a disk "
                 "(fix: choose a folder on a disk, e.g. --output-dir outputs)"
             )
     if path.exists() and not path.is_dir():
-        raise UsageError(f"--output-dir {path}: is a file, not a folder (fix: give a folder's path)")
+        raise UsageError(f"{option} {path}: is a file, not a folder (fix: give a folder's path)")
+    run = enclosing_run(path) if option == "--output-dir" else None
+    if run is not None:
+        # a run folder holds attempts; runs nested in it would be found by neither --resume nor `latest`
+        raise UsageError(
+            f"{option} {path}: is inside the run folder {run} (fix: give the folder that holds the runs, "
+            f"--output-dir {quoted(run.parent)}, or `python train.py train --resume {quoted(run)}` to continue "
+            "that run)"
+        )
     existing = absolute
     while not existing.exists():
         existing = existing.parent
     if not existing.is_dir():
         raise UsageError(
-            f"--output-dir {path}: lies under {existing}, which is a file, not a folder (fix: give a folder's path)"
+            f"{option} {path}: lies under {existing}, which is a file, not a folder (fix: give a folder's path)"
         )
     if must_exist and existing != absolute:
-        raise UsageError(
-            f"--resume: --output-dir {path} does not exist (fix: give the folder that holds the run-* folder)"
-        )
+        raise UsageError(f"--resume: {option} {path} does not exist (fix: give the folder that holds the run-* folder)")
     try:
         read_only = bool(os.statvfs(existing).f_flag & os.ST_RDONLY)
     except OSError:
         read_only = False
     if read_only:
-        raise UsageError(f"--output-dir {path}: {existing} is on a read-only mount (fix: choose a writable folder)")
+        raise UsageError(f"{option} {path}: {existing} is on a read-only mount (fix: choose a writable folder)")
     if not os.access(existing, os.W_OK | os.X_OK):
         from contract.failure import NO_PERMISSION, write_fix
 
         # its owner, and how to give it to this user (in the image: as `docker run` options)
         raise UsageError(
-            f"--output-dir {path}: cannot write to {existing}: no permission {write_fix(NO_PERMISSION, existing)}"
+            f"{option} {path}: cannot write to {existing}: no permission {write_fix(NO_PERMISSION, existing)}"
         )
+
+
+def is_run_folder(path: Path) -> bool:
+    """Whether `path` is a run folder: run-* holding what a supervisor writes first (its plan, its attempts or
+    its lock)."""
+    path = Path(path)
+    return (
+        path.name.startswith("run-")
+        and path.is_dir()
+        and any((path / name).exists() for name in (PLAN_FILE, ATTEMPTS_FILE, LOCK_FILE))
+    )
+
+
+def enclosing_run(path: Path) -> Path | None:
+    """The run folder `path` is, or lies in (`outputs/latest` and `RUN/final` followed), else None."""
+    resolved = Path(os.path.abspath(stable_target(Path(path))))
+    for candidate in (resolved, *resolved.parents):
+        if is_run_folder(candidate):
+            return candidate
+    return None
 
 
 def new_run_dir(output_dir: Path) -> Path:
@@ -165,6 +195,11 @@ class RunLock:
             return int(self.path.read_text(encoding="utf-8").split()[0])
         except (OSError, ValueError, IndexError):
             return None
+
+    def live_owner(self) -> int | None:
+        """The pid of the supervisor that holds this run now, else None (no lock, or a stale one)."""
+        owner = self._owner()
+        return owner if owner is not None and _holds(owner, self.path) else None
 
     def release(self) -> None:
         if self.held and self._owner() == os.getpid():

@@ -23,7 +23,7 @@ from contract.errors import EXIT_FAILURE, EXIT_INTERRUPTED, UsageError
 from launcher.card.topology import elastic, run_name, topology
 from launcher.run import narrate
 from launcher.run.child import ChildRunner, StopWhen, attempt_command
-from launcher.run.machines import SERVER, STOP, Follower, MachineTimeout, machine_name
+from launcher.run.machines import SERVER, STOP, Follower, MachineTimeout, job_file, machine_name, read_json
 from profiles.load import load_profile
 
 
@@ -50,8 +50,29 @@ def _restore(previous: dict) -> None:
         signal.signal(signum, handler)
 
 
-def follow_run(output_dir: Path, console=None, child_command: list[str] | None = None) -> int:
-    """Training machine N > 0: run every attempt machine 0 decides; machine 0's exit status."""
+def command_differences(mine: dict | None, theirs: dict | None) -> str | None:
+    """How this machine's command line (launcher.run.supervise.machine_command) differs from machine 0's, in
+    one line; None when they agree or either is not known."""
+    if not mine or not theirs:
+        return None
+    said = []
+    if mine.get("profile") != theirs.get("profile"):
+        said.append(
+            f"--profile {mine.get('profile') or '(the ladder)'} here, {theirs.get('profile') or '(the ladder)'} there"
+        )
+    if list(mine.get("overrides") or []) != list(theirs.get("overrides") or []):
+        here = " ".join(f"--set {o}" for o in mine.get("overrides") or []) or "no --set"
+        there = " ".join(f"--set {o}" for o in theirs.get("overrides") or []) or "no --set"
+        said.append(f"{here} here, {there} on machine 0")
+    return "; ".join(said) or None
+
+
+def follow_run(
+    output_dir: Path, console=None, child_command: list[str] | None = None, command: dict | None = None
+) -> int:
+    """Training machine N > 0: run every attempt machine 0 decides; machine 0's exit status. `command`: this
+    machine's own --profile and --set, compared with machine 0's once it names the run (a difference is said:
+    machine 0's profiles are what every machine runs)."""
     from launcher.run.supervise import attempt_env
 
     console = console or narrate.make_console()
@@ -65,6 +86,11 @@ def follow_run(output_dir: Path, console=None, child_command: list[str] | None =
     try:
         run_dir = follower.join(stopped)
         say(f"{me} of {topo.num_machines}: following machine 0's decisions in {run_dir}")
+        differs = command_differences(command, (read_json(job_file(output_dir, follower.name)) or {}).get("command"))
+        if differs:
+            say(
+                f"warning: {me}'s command line differs from machine 0's ({differs}): machine 0 decides every attempt, and its profiles run here"
+            )
         while True:
             decision = follower.next_decision(stopped)
             if decision.action == STOP:

@@ -50,15 +50,22 @@ def check_run_inputs(profiles: list, plan, gpu_memory: float | None, resume: boo
             raise UsageError(f"{profile.source or profile.name}: key 'report_to': {problem}")
     if plan.chosen is None or resume:
         return
-    if plan.chosen.hub_model_id and not (os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")):
-        # said now, not after hours of training (the push itself only notes it and keeps the files)
-        print(
-            f"note: '{plan.chosen.name}' pushes to {plan.chosen.hub_model_id} when it ends, but HF_TOKEN is not "
-            "set: the result will stay on disk only (fix: export HF_TOKEN=<a write token> before the run, or "
-            "set hub_model_id to empty)",
-            file=sys.stderr,
-            flush=True,
-        )
+    if plan.chosen.hub_model_id:
+        # said now, not after hours of training (the push itself only notes a failure and keeps the files)
+        what = "the merged model (save_merged)" if plan.chosen.save_merged else "the adapter"
+        if os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN"):
+            text = (
+                f"note: when '{plan.chosen.name}' ends, {what} is pushed to "
+                f"https://huggingface.co/{plan.chosen.hub_model_id} (a private repository unless it exists) "
+                "(to keep it on disk only: --set push_to_hub=false)"
+            )
+        else:
+            text = (
+                f"note: '{plan.chosen.name}' pushes to {plan.chosen.hub_model_id} when it ends, but HF_TOKEN is "
+                "not set: the result will stay on disk only (fix: export HF_TOKEN=<a write token> before the run, "
+                "or set hub_model_id to empty)"
+            )
+        print(text, file=sys.stderr, flush=True)
     from tasks import check_data
 
     # the attempt reads the data again; for the built-in tasks and local files this is quick

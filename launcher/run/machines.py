@@ -95,8 +95,18 @@ class Coordinator:
     """Machine 0's side: names the run folder for the job, hears from every other machine, writes decisions,
     and beats a heartbeat while it runs."""
 
-    def __init__(self, output_dir: Path, run_dir: Path, name: str, others: list[str], timeout_s: float, say=print):
+    def __init__(
+        self,
+        output_dir: Path,
+        run_dir: Path,
+        name: str,
+        others: list[str],
+        timeout_s: float,
+        say=print,
+        command: dict | None = None,
+    ):
         self.output_dir, self.run_dir, self.name = Path(output_dir), Path(run_dir), name
+        self.command = command  # machine 0's --profile and --set, for the others to compare with theirs
         self.others = list(others)
         self.timeout_s = timeout_s
         self.say = say
@@ -110,9 +120,10 @@ class Coordinator:
     def open(self) -> Coordinator:
         self.folder.mkdir(parents=True, exist_ok=True)
         self._write_beat(0)
-        write_atomic(
-            job_file(self.output_dir, self.name), json.dumps({"run": self.run_dir.name, "session": self.session}) + "\n"
-        )
+        pointer = {"run": self.run_dir.name, "session": self.session}
+        if self.command is not None:
+            pointer["command"] = self.command
+        write_atomic(job_file(self.output_dir, self.name), json.dumps(pointer) + "\n")
         self._beat = threading.Thread(target=self._beating, name="machine-0 heartbeat", daemon=True)
         self._beat.start()
         return self

@@ -4,12 +4,14 @@ supervisor's loop taken up where the run stopped."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
 from rich.markup import escape
 
-from contract.attempt import OK, OOM, PROFILE_FILE, UNSUPPORTED, checkpoint_step
+from contract.attempt import OK, OOM, PLAN_FILE, PROFILE_FILE, UNSUPPORTED, checkpoint_step
 from contract.errors import EXIT_OK, EXIT_OUT_OF_MEMORY, UsageError
 from profiles.load import Profile, load_profile
 from profiles.schema import SHAPE_KEYS, shape_of
@@ -31,12 +33,24 @@ class Supervisor(Protocol):
     def in_run(self, path) -> str | None: ...
 
 
-def resume_run(supervisor: Supervisor, run_dir: Path, overrides: list[str], console, fresh: bool = False) -> int:
+def resume_run(
+    supervisor: Supervisor,
+    run_dir: Path,
+    overrides: list[str],
+    console,
+    fresh: bool = False,
+    named_profile: str | None = None,
+    taken_up: Callable[[], None] | None = None,
+) -> int:
     """Continue the latest run: re-run its last attempt's profile from its last checkpoint, or, when that
-    attempt ran out of memory and the run stopped before deciding, take the decision it would have taken."""
+    attempt ran out of memory and the run stopped before deciding, take the decision it would have taken.
+    `named_profile`: the profile --profile names beside --resume (the job script's resubmission), refused
+    unless the run trained it; `taken_up()` is called once the resume passed its checks, before an attempt."""
     attempt_dirs = sorted((p for p in run_dir.glob("attempt-*") if (p / PROFILE_FILE).is_file()), key=lambda p: p.name)
     if not attempt_dirs:
         raise UsageError(f"--resume: {run_dir} holds no attempt (fix: start a new run with --auto)")
+    if named_profile is not None:
+        _check_named_profile(named_profile, run_dir, attempt_dirs)
     last_dir = attempt_dirs[-1]
     record = next((r for r in supervisor.records if r.attempt_dir and Path(r.attempt_dir).name == last_dir.name), None)
     console.print(f"resuming run {run_dir}", markup=False)
@@ -49,6 +63,8 @@ def resume_run(supervisor: Supervisor, run_dir: Path, overrides: list[str], cons
         # The supervisor stopped while this attempt ran: count its checkpoints too.
         supervisor.attempt_shapes.append((shape_of(as_run), last_dir))
     _check_shape(supervisor, as_run, profile, fresh)
+    if taken_up is not None:
+        taken_up()
     if record is None:
         return supervisor.run(profile, None, "resumed: the run stopped during this attempt")
     if record.status in (OOM, UNSUPPORTED):
@@ -60,6 +76,24 @@ def resume_run(supervisor: Supervisor, run_dir: Path, overrides: list[str], cons
             return EXIT_OUT_OF_MEMORY
         return supervisor.run(decision.profile, decision.changes or None, decision.text)
     return supervisor.run(profile, None, f"resumed after attempt {record.attempt} ({record.status})")
+
+
+def _check_named_profile(name: str, run_dir: Path, attempt_dirs: list[Path]) -> None:
+    """The profile named beside --resume must be one this run planned or trained: the run goes on with its own
+    profiles (as run, after any shrink), so another name would be silently not what runs."""
+    trained = {load_profile(d / PROFILE_FILE).name for d in attempt_dirs}
+    try:
+        plan = json.loads((run_dir / PLAN_FILE).read_text(encoding="utf-8"))
+        planned = {c.get("profile") for c in plan.get("candidates", []) if isinstance(c, dict)}
+    except (OSError, ValueError, AttributeError):
+        planned = set()
+    if name in trained | planned:
+        return
+    raise UsageError(
+        f"--resume continues {run_dir}, which trained {', '.join(repr(n) for n in sorted(trained))}, and --profile "
+        f"names {name!r}, another profile (fix: `train --resume` alone, or with the run's own --profile; "
+        "`train --profile FILE` without --resume for a new run)"
+    )
 
 
 def _check_shape(supervisor: Supervisor, as_run: Profile, profile: Profile, fresh: bool) -> None:

@@ -66,6 +66,7 @@ from contract.environment import ENV_ALLOC_CONF, ENV_ESTIMATE_GIB, ENV_INJECT_OO
 from contract.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUT_OF_MEMORY, UsageError
 from contract.failure import write_failure_text, write_problem
 from contract.safe_write import write_atomic
+from contract.shell import command_line
 from launcher.card.topology import elastic, run_name, server_node, topology
 from launcher.memory.ledger import record as ledger_record
 from launcher.run import machines as machineslib
@@ -399,7 +400,7 @@ class Supervisor:
             where = record.checkpoint or "no checkpoint yet"
             self.console.print(
                 f"interrupted after {record.steps} steps ({where}); continue with "
-                f"`python train.py --auto --resume --output-dir {self.run_dir.parent}`",
+                f"`{command_line('python', 'train.py', 'train', '--resume', self.run_dir)}`",
                 markup=False,
             )
             return EXIT_INTERRUPTED
@@ -434,12 +435,18 @@ def supervise(
     console=None,
     server_command: list[str] | None = None,
     fresh_attempt: bool = False,
+    resume_dir: Path | None = None,
+    named_profile: str | None = None,
+    command: dict | None = None,
 ) -> int:
     """Run the plan's chosen profile (or, with resume, continue the latest run); exit status per design.
 
     `child_command` (in place of `[python, train.py]`) and `server_command` (in place of `trl vllm-serve`)
     are the documented boundary where tests run small fakes of the attempt and of the vLLM server; a real
-    run leaves both unset. `fresh_attempt` (with resume): start the run's next attempt over at step 1.
+    run leaves both unset. `fresh_attempt` (with resume): start the run's next attempt over at step 1;
+    `resume_dir`: the run to continue (`--resume RUN`) instead of the latest; `named_profile`: the profile
+    `--profile FILE` names beside --resume, which must be one the run trained; `command` (machine_command):
+    this command line, which the other machines compare with theirs.
     On several machines this is machine 0's supervisor (the others follow: launcher.run.follow).
     """
     console = console or narrate.make_console()
@@ -457,7 +464,7 @@ def supervise(
         if not others:
             return EXIT_OUT_OF_MEMORY
     try:
-        run_dir = _run_folder(output_dir, job, resume)
+        run_dir = Path(resume_dir).absolute() if resume and resume_dir else _run_folder(output_dir, job, resume)
         lock = RunLock(run_dir).acquire()
     except OSError as exc:
         if not write_problem(exc):
@@ -480,17 +487,25 @@ def supervise(
             others,
             elastic().machine_timeout_s,
             say=lambda text: console.print(text, markup=False, highlight=False),
+            command=command,
         )
     supervisor = Supervisor(
         plan, run_dir, console, runner, overrides or [], server_command=server_command, machines=machines
     )
-    supervisor._say_problem(point_latest(output_dir, run_dir))  # OUTPUT_DIR/latest: this run
+    if not resume:
+        supervisor._say_problem(point_latest(output_dir, run_dir))  # OUTPUT_DIR/latest: this run
     code = EXIT_FAILURE  # what the other machines are told when this one fails unexpectedly
     try:
         with signals_forwarded(runner):
             try:
+                idle_server = _idle_server_node(plan) if not resume else None
                 if machines is not None:
                     machines.open()
+                if idle_server:
+                    # said before any machine waits for the others: the server node is told to stop (exit 2)
+                    console.print(f"error: {idle_server}", markup=False, highlight=False, soft_wrap=True)
+                    code = EXIT_BAD_INPUT
+                elif machines is not None:
                     console.print(
                         f"machine 0 of {topo.num_machines} training machine(s)"
                         f"{' and a vLLM server node' if server_node() else ''}; run folder {run_dir}",
@@ -498,10 +513,21 @@ def supervise(
                         highlight=False,
                     )
                     machines.gather(stopped=lambda: bool(runner.signals))
-                if not resume and plan.chosen is None:
+                if idle_server:
+                    pass
+                elif not resume and plan.chosen is None:
                     code = EXIT_OUT_OF_MEMORY
                 elif resume:
-                    code = resume_run(supervisor, run_dir, overrides or [], console, fresh_attempt)
+                    code = resume_run(
+                        supervisor,
+                        run_dir,
+                        overrides or [],
+                        console,
+                        fresh_attempt,
+                        named_profile=named_profile,
+                        # OUTPUT_DIR/latest names the run once its resume is under way, never for a refused one
+                        taken_up=lambda: supervisor._say_problem(point_latest(output_dir, run_dir)),
+                    )
                 else:
                     write_atomic(run_dir / PLAN_FILE, json.dumps(plan.to_json(), indent=2) + "\n")
                     console.print(f"run folder: {run_dir}", markup=False)
@@ -527,6 +553,28 @@ def supervise(
             "max_completion_length or fewer num_generations (--set KEY=VALUE)."
         )
     return code
+
+
+def machine_command(overrides: list[str] | None, named_profile: str | None = None) -> dict:
+    """What a machine's command line asks, as the machines compare it: the one profile it names (None: the
+    ladder) and its --set, in order."""
+    return {"profile": named_profile, "overrides": list(overrides or [])}
+
+
+def _idle_server_node(plan) -> str | None:
+    """Why a server node (GRPO_SERVER_NODE) would serve nothing: the chosen profile generates inside its
+    training processes (no vLLM server), so that node would only wait; None when it is needed or not set."""
+    node = server_node()
+    if node is None or plan.chosen is None or plan.chosen.uses_vllm_server:
+        return None
+    from contract.environment import ENV_SERVER_NODE
+
+    return (
+        f"{ENV_SERVER_NODE}={node} names a vLLM server node, and '{plan.chosen.name}' generates inside its "
+        f"training processes (vllm_mode {plan.chosen.vllm_mode}, fast_inference {plan.chosen.fast_inference}): "
+        "that node would serve nothing (fix: SERVER_NODE=0 sbatch slurm/grpo-train.sbatch ..., or unset "
+        f"{ENV_SERVER_NODE}; or a profile with vllm_mode: server)"
+    )
 
 
 def cache_folders(profile=None) -> list[Path]:

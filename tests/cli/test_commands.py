@@ -37,7 +37,7 @@ SPELLINGS = [
     ("--auto --dry-run --profiles-dir profiles --json", "plan --profiles-dir profiles --json"),
     (f"--profile {GPU} --dry-run --json", f"plan --profile {GPU} --json"),
     (f"--profile {GPU} --dry-run --gpu-memory 16 --json", f"plan --profile {GPU} --gpu-memory 16 --json"),
-    ("--resume --dry-run --json", "plan --resume --json"),  # old: --resume --dry-run plans the ladder
+    ("--resume --dry-run --json", "plan --json"),  # old: --resume --dry-run plans the ladder
     ("--fit-table", "cards"),
     ("--fit-table --json", "cards --json"),
     (

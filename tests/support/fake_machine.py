@@ -40,13 +40,13 @@ def main(argv: list[str]) -> int:
     args = parser_for("serve" if role == "serve" else "train").parse_args(rest)
     try:
         if role == "serve":
-            return serve_run(Path(args.output_dir), server_command=fake_server())
+            return serve_run(Path(options.output_dir_of(args)), server_command=fake_server())
         if topology().machine_rank > 0:
-            return follow_run(Path(args.output_dir), child_command=FAKE_CHILD)
+            return follow_run(Path(options.output_dir_of(args)), child_command=FAKE_CHILD)
         plan, _profiles = options.plan_of(args)
         return supervise(
             plan,
-            Path(args.output_dir),
+            Path(options.output_dir_of(args)),
             overrides=args.overrides,
             resume=args.resume,
             child_command=FAKE_CHILD,

@@ -20,6 +20,7 @@ from typing import Any
 
 from contract.attempt import cache_root
 from contract.environment import ENV_LEDGER
+from contract.errors import UsageError
 from contract.safe_write import dangling_link
 from profiles.schema import MEMORY_KEYS  # the keys that change how much memory a step needs
 
@@ -28,8 +29,18 @@ VERSIONED_PACKAGES = ("torch", "transformers", "trl", "peft", "unsloth", "vllm",
 
 
 def ledger_path() -> Path:
+    """$GRPO_TRAIN_LEDGER, else the cache's ledger.jsonl. UsageError when the variable names something that is
+    there and no regular file (/dev/zero would be read forever, a FIFO never opened)."""
     override = os.environ.get(ENV_LEDGER, "").strip()
-    return Path(override).expanduser() if override else cache_root() / LEDGER_FILE
+    if not override:
+        return cache_root() / LEDGER_FILE
+    path = Path(override).expanduser()
+    if path.exists() and not path.is_file():  # a link that leads nowhere is named where the ledger is used
+        raise UsageError(
+            f"cannot write the ledger {ENV_LEDGER}={override}: not a regular file (fix: a file the ledger is kept in, e.g. "
+            "~/ledger.jsonl, or unset it for the default)"
+        )
+    return path
 
 
 def memory_settings(profile) -> dict:
@@ -299,14 +310,28 @@ def read(path: Path | None = None, warn=None) -> list[Entry]:
     return entries
 
 
+# A ledger record is about a KiB; a ledger far past this is read from its end (its newest records).
+MAX_LEDGER_BYTES = 256 << 20
+
+
 def read_lines(path: Path, warn) -> tuple[list[Entry], list[tuple[int, str]]]:
+    from contract.safe_read import after_first_line, read_tail
+
     try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        data, size = read_tail(path, MAX_LEDGER_BYTES)
     except FileNotFoundError:
         return [], []
     except OSError as exc:
         warn_or_print(warn, f"warning: cannot read the ledger {path}: {exc.strerror or exc}; planning from estimates")
         return [], []
+    if size > MAX_LEDGER_BYTES:
+        data = after_first_line(data)
+        warn_or_print(
+            warn,
+            f"warning: the ledger {path} is {size / 2**20:.0f} MiB; read its last {MAX_LEDGER_BYTES / 2**20:g} MiB "
+            "(its newest records) (fix: `python train.py ledger --forget PROFILE` drops old records)",
+        )
+    lines = data.decode("utf-8", errors="replace").splitlines()
     entries, bad = [], []
     for number, line in enumerate(lines, 1):
         if not line.strip():

@@ -538,7 +538,7 @@ def test_signal_is_forwarded_child_saves_and_run_exits_130(tmp_path, monkeypatch
     attempt_dir = in_run(tmp_path, records[0]["attempt_dir"])
     assert json.loads((attempt_dir / "signals.json").read_text()) == [int(signum)]  # exactly one, forwarded
     assert (attempt_dir / "adapter").is_dir()
-    assert "--auto --resume" in out
+    assert "train --resume" in out
     assert signal.getsignal(signal.SIGTERM) is not None  # handlers restored after the run
 
 
@@ -927,4 +927,4 @@ def test_e2e_sigterm_saves_and_exits_130(tmp_path):
     assert [r["status"] for r in records] == ["interrupted"]
     assert records[0]["steps"] >= 1
     assert (in_run(tmp_path, records[0]["attempt_dir"]) / "adapter").is_dir()
-    assert "--auto --resume" in output
+    assert "train --resume" in output

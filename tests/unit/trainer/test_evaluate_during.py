@@ -34,7 +34,8 @@ def test_auto_is_off_where_no_interval_is_shorter_than_the_run():
 
 
 @pytest.mark.parametrize(
-    "given, every", [(["eval_steps=5"], 5), (["eval_steps=0"], 0), (["eval_samples=0"], 0), (["eval_steps=400"], 0)]
+    "given, every",
+    [(["eval_steps=5"], 5), (["eval_steps=0"], 0), (["eval_samples=0"], 0), (["eval_samples=0", "eval_steps=400"], 0)],
 )
 def test_a_given_interval_is_kept(given, every):
     assert eval_interval(load_profile(SMALL, given))[0] == every
