@@ -382,6 +382,20 @@ def cache_root() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "grpo-train"
 
 
+def hub_cache() -> Path:
+    """Where huggingface_hub keeps downloaded repositories, in its own order of precedence: HF_HUB_CACHE (or
+    its older name HUGGINGFACE_HUB_CACHE), else HF_HOME/hub, else XDG_CACHE_HOME or ~/.cache, then
+    huggingface/hub. The one place this project works it out (the catalogue reads configs there, the
+    supervisor checks it can be written)."""
+    for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(name):
+            return Path(os.environ[name]).expanduser()
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface"
+    )
+    return Path(home).expanduser() / "hub"
+
+
 # ---------------------------------------------------------------------------------------------------
 # GRPO_INJECT_OOM's value: which profiles' attempts raise a real OOM, and where
 

@@ -73,7 +73,7 @@ _NODE_LOST = [
     re.compile(r"ncclRemoteError|remote process exited or there was a network error"),
     re.compile(r"NCCL communicator was aborted|Watchdog caught collective operation timeout"),
     re.compile(r"DistNetworkError"),
-    re.compile(r"a machine of the run is lost"),  # trainer.stages.check_in: ranks that never came
+    re.compile(r"a machine of the run is lost"),  # trainer.ranks.check_in: ranks that never came
 ]
 
 

@@ -529,15 +529,10 @@ def _read_config(path: Path, name: str) -> Architecture:
 
 
 def hf_cache_dirs() -> list[Path]:
-    """Where huggingface_hub keeps downloaded repositories, in its own order of precedence."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return [Path(os.environ["HF_HUB_CACHE"]).expanduser()]
-    if os.environ.get("HUGGINGFACE_HUB_CACHE"):
-        return [Path(os.environ["HUGGINGFACE_HUB_CACHE"]).expanduser()]
-    home = os.environ.get("HF_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface"
-    )
-    return [Path(home).expanduser() / "hub"]
+    """Where huggingface_hub keeps downloaded repositories (contract.attempt.hub_cache)."""
+    from contract.attempt import hub_cache
+
+    return [hub_cache()]
 
 
 def _cached_config(model: str) -> Path | None:

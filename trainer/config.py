@@ -10,7 +10,7 @@ from contract.attempt import DEFAULT_VLLM_GROUP_PORT, DEFAULT_VLLM_PORT, VLLM_SE
 from contract.environment import ENV_VLLM_GROUP_PORT, ENV_VLLM_HOST, ENV_VLLM_PORT
 from profiles.schema import LOSS_KEYS
 
-# Seconds a rank waits on the others; trainer.stages.join_ranks starts the process group with it
+# Seconds a rank waits on the others; trainer.ranks.join_ranks starts the process group with it
 DDP_TIMEOUT_S = 3 * 3600
 
 
@@ -146,7 +146,7 @@ def grpo_config_kwargs(profile, output_dir: str, *, device: str, bf16: bool, use
     if profile.num_gpus > 1:
         # every trainable parameter gets a gradient each step: DDP need not search the graph for unused ones
         kwargs["ddp_find_unused_parameters"] = False
-        kwargs["ddp_timeout"] = DDP_TIMEOUT_S  # the group trainer.stages.join_ranks started, same timeout
+        kwargs["ddp_timeout"] = DDP_TIMEOUT_S  # the group trainer.ranks.join_ranks started, same timeout
     return kwargs
 
 

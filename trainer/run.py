@@ -332,17 +332,16 @@ def _close_outcome(state: AttemptState, outcome: Outcome) -> bool:
 def _train(state: AttemptState, signals, after_probe=None) -> str:
     """Load, evaluate, train, finish; the status. A signal between stages stops with what was saved."""
     from trainer.inject import parse_inject
+    from trainer.ranks import join_ranks, wait_for_ranks
     from trainer.stages import (
         build_trainer,
         evaluate_rows,
         finish,
-        join_ranks,
         load,
         load_trained_checkpoint,
         nothing_left_to_train,
         probe,
         train,
-        wait_for_ranks,
     )
 
     parse_inject(os.environ.get(ENV_INJECT_OOM))  # refuse a malformed value before anything loads

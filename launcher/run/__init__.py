@@ -2,6 +2,7 @@
 falling back, nothing lost on a stop.
 
 - `supervise`    the loop over attempts
+- `calibrate`    `calibrate`: the ladder's worst-case probes here, each in a child attempt, into the ledger
 - `fallback`     what to run after a failed attempt (pure policy)
 - `child`        one attempt's process: command line, process group, output teed to its log
 - `attempts`     what an attempt ended as, and its line in attempts.jsonl

@@ -579,22 +579,13 @@ def _idle_server_node(plan) -> str | None:
 
 def cache_folders(profile=None) -> list[Path]:
     """The caches an attempt writes outside the run folder: grpo-train's own (the tiny model, random weights,
-    the ledger's folder) and, for a model from the hub, Hugging Face's (HF_HUB_CACHE, else HF_HOME/hub, else
-    XDG_CACHE_HOME or ~/.cache, then huggingface/hub: huggingface_hub's own order)."""
-    import os
-
-    from contract.attempt import cache_root
+    the ledger's folder) and, for a model from the hub, Hugging Face's (contract.attempt.hub_cache)."""
+    from contract.attempt import cache_root, hub_cache
 
     folders = [cache_root()]
     model = str(getattr(profile, "model", "tiny"))
     if profile is not None and model != "tiny" and not Path(model).expanduser().is_dir():
-        hub = os.environ.get("HF_HUB_CACHE")
-        if not hub:
-            home = os.environ.get("HF_HOME") or str(
-                Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "huggingface"
-            )
-            hub = str(Path(home) / "hub")
-        folders.append(Path(hub).expanduser())
+        folders.append(hub_cache())
     return folders
 
 

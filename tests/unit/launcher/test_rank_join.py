@@ -2,7 +2,7 @@
 
 TrainingArguments.__post_init__ starts the group (accelerate's PartialState calls init_process_group) when the
 GRPOConfig is built. Ranks without evaluation rows reach that first and would wait there, inside the
-rendezvous' 30-minute default, while rank 0 evaluates. trainer.stages.join_ranks starts the group on every
+rendezvous' 30-minute default, while rank 0 evaluates. trainer.ranks.join_ranks starts the group on every
 rank first, with the long timeout the GRPOConfig then states, and GRPOConfig reuses it. Two CPU processes
 (gloo) stand in for two GPUs.
 """
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[3]
 RANK_CODE = r"""
 import json, os, time
 import torch.distributed as dist
-from trainer.stages import join_ranks, wait_for_ranks
+from trainer.ranks import join_ranks, wait_for_ranks
 from trainer.config import DDP_TIMEOUT_S, grpo_config_kwargs
 from profiles.load import load_profile
 
