@@ -18,7 +18,9 @@ from rewards.format import number, xml_count, xml_soft, xml_strict
 from rewards.parse import MAX_COMPLETION_CHARS, completion_text, find_numbers
 
 REPO = Path(__file__).resolve().parents[3]
-NAMES = ["xml_strict", "xml_soft", "xml_count", "number", "accuracy", "math"]
+NAMES = ["xml_strict", "xml_soft", "xml_count", "number", "accuracy", "math", "tool_ok"]
+# the rewards that score an answer's text (tool_ok scores a conversation's tool calls: rewards/tool_use.py)
+TEXT_NAMES = [name for name in NAMES if name != "tool_ok"]
 
 
 def strict(reasoning: str, answer: str, trailing: str = "") -> str:
@@ -343,6 +345,7 @@ def test_trl_calling_convention():
         "number": [1.0, 0.0, 1.0],
         "accuracy": [1.0, 0.0, 0.0],
         "math": [1.0, 0.0, 0.0],
+        "tool_ok": [1.0, 1.0, 1.0],  # no tool was called, so none failed
     }
 
 
@@ -572,8 +575,8 @@ def test_parsers_never_raise(text):
 )
 def test_any_strict_completion_with_the_right_number_gets_full_marks(reasoning, value):
     text = strict(reasoning.strip("\n"), f"{value:,}")
-    scores = {name: fn([text], answer=[str(value)])[0] for name, fn in REWARDS.items()}
-    assert scores == {name: 1.0 for name in NAMES}
+    scores = {name: REWARDS[name]([text], answer=[str(value)])[0] for name in TEXT_NAMES}
+    assert scores == {name: 1.0 for name in TEXT_NAMES}
 
 
 def test_rewards_emit_nothing(capsys):
@@ -606,8 +609,8 @@ def test_gsm8k_gold_solutions_score_full_marks(gsm8k_dir):
     assert all(value == float(gold) for gold, value in zip(golds, values))
 
     right = [strict(row["answer"].rpartition("####")[0].strip(), gold) for row, gold in zip(rows, golds)]
-    for name, fn in REWARDS.items():
-        scores = fn(completions=right, answer=golds)
+    for name in TEXT_NAMES:
+        scores = REWARDS[name](completions=right, answer=golds)
         failures = [(i, right[i]) for i, s in enumerate(scores) if s != 1.0]
         assert failures == [], f"{name}: {len(failures)} gold solutions below full marks, first {failures[:1]}"
     # The conversational form scores the same.
