@@ -151,16 +151,23 @@ def rollouts(
 
 
 def figures(results: list[Rollout]) -> dict:
-    """Tool calls per answer, the share of answers that called one, and the share of answered calls that
-    succeeded (None without calls)."""
+    """Tool calls per answer, the share of answers that called one, the share of answered calls that
+    succeeded (None without calls), and the lengths the planner assumes (launcher.plan.turns): model turns
+    per answer, the model's tokens per answer and a reply's tokens (with its turn markers) per answered call."""
     if not results:
         return {"tool_calls_per_answer": None, "answers_with_tool": None, "tool_success": None, "tool_calls": 0}
     calls = sum(r.calls for r in results)
     answered = sum(r.answered for r in results)
     failed = sum(r.failed for r in results)
+    reply_tokens = sum(len(r.tool_mask) - sum(r.tool_mask) for r in results)
     return {
         "tool_calls": calls,
         "tool_calls_per_answer": round(calls / len(results), 4),
         "answers_with_tool": round(sum(r.calls > 0 for r in results) / len(results), 4),
         "tool_success": round((answered - failed) / answered, 4) if answered else None,
+        "model_turns_per_answer": round(
+            sum(len([m for m in r.messages if m.get("role") != "tool"]) for r in results) / len(results), 4
+        ),
+        "model_tokens_per_answer": round(sum(sum(r.tool_mask) for r in results) / len(results), 2),
+        "reply_tokens_per_call": round(reply_tokens / answered, 2) if answered else None,
     }

@@ -2,16 +2,15 @@
 
 With tools, TRL hands a reward each completion as its messages: the assistant's turns (a turn that calls a
 tool carries `tool_calls`) with a `tool` message after each call, holding what the tool returned. A call
-that failed is told to the model as text that starts with TOOL_ERROR_PREFIX (grpo-train's tool guard writes
-it) or as TRL's own `{'error': ...}` (a tool name the model made up).
+that failed (an exception, a made-up tool name; grpo-train's tool guard turns every failure into one) is told
+to the model as TRL writes it: `{'error': '...'}`.
 """
 
 from __future__ import annotations
 
 from rewards.parse import as_batch, completion_text
 
-TOOL_ERROR_PREFIX = "error: "
-_TRL_ERROR_PREFIX = "{'error'"
+TOOL_ERROR_PREFIX = "{'error': "  # how TRL writes a failed call's reply (str of {"error": text})
 
 
 def tool_messages(completion) -> list[dict]:
@@ -37,7 +36,7 @@ def failed(message: dict) -> bool:
     """Whether a tool message tells of a failed call."""
     content = message.get("content")
     text = content if isinstance(content, str) else str(content)
-    return text.startswith(TOOL_ERROR_PREFIX) or text.startswith(_TRL_ERROR_PREFIX)
+    return text.startswith(TOOL_ERROR_PREFIX)
 
 
 def call_figures(completion) -> dict:

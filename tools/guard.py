@@ -1,7 +1,9 @@
 """A tool cannot take the run down: each call of a tool (or of an environment's method) is guarded so that
 
-- an exception inside it (or `sys.exit`) becomes a tool message, `error: ...`, that the model reads;
-- a call that runs past its time limit is stopped (an alarm raises inside it) and the model is told so;
+- whatever goes wrong inside it (an exception, `sys.exit`, the time limit) leaves it as a ToolFailed, an
+  ordinary exception that TRL's multi-turn loop turns into the tool message `{'error': '...'}` the model reads
+  and counts in its `tools/failure_frequency` (evaluation.turns does the same);
+- a call that runs past its time limit is stopped (an alarm raises inside it);
 - what it returns is text of at most MAX_OUTPUT_CHARS characters, cut with a note beyond that;
 - what it prints to stdout or stderr is kept out of the run's output (and counted, said once).
 
@@ -27,13 +29,15 @@ import traceback
 import typing
 import warnings
 
-from rewards.tool_use import TOOL_ERROR_PREFIX
-
 TIME_LIMIT_S = 10.0  # a tool call's wall-clock limit
 MAX_OUTPUT_CHARS = 2000  # characters of a tool's result the model is shown
 MAX_CAPTURED_CHARS = 10_000  # printed characters kept while a call runs (the rest is counted, not kept)
 # After the limit, the alarm fires again this often while the tool keeps going (code that catches the first)
 REPEAT_S = 0.5
+
+
+class ToolFailed(Exception):
+    """A guarded tool call that failed; its text is what the model is told (TRL writes it as the reply)."""
 
 
 class ToolTimeout(BaseException):
@@ -194,13 +198,12 @@ def guarded(function, name: str | None = None, time_limit_s: float | None = TIME
         except ToolTimeout:
             record.add(record.failures, name)
             record.add(record.timeouts, name)
-            return f"{TOOL_ERROR_PREFIX}the tool {name} ran past its limit of {time_limit_s:g} s and was stopped"
+            raise ToolFailed(f"the tool {name} ran past its limit of {time_limit_s:g} s and was stopped") from None
         except KeyboardInterrupt:
             raise  # the run's own stop (a signal), or code that imitates one: it is not the tool's to keep
         except (Exception, SystemExit) as exc:
             record.add(record.failures, name)
             what = f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {exc}"
-            text, _ = shown_text(f"{TOOL_ERROR_PREFIX}{what}")
             if not isinstance(exc, ValueError):  # a ValueError is the tool refusing its input; others are bugs
                 _note(
                     ("raised", name),
@@ -208,7 +211,7 @@ def guarded(function, name: str | None = None, time_limit_s: float | None = TIME
                     "model is told the error and training goes on (said once)",
                     record,
                 )
-            return text
+            raise ToolFailed(shown_text(what)[0]) from None
         finally:
             if printed.count:
                 record.add(record.printed, name, printed.count)

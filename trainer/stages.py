@@ -354,7 +354,15 @@ def build_trainer(state: AttemptState, loaded: Loaded, signals) -> Session:
     return session
 
 
-TOOL_FIGURES = ("tool_calls_per_answer", "answers_with_tool", "tool_success", "tool_calls")
+TOOL_FIGURES = (
+    "tool_calls_per_answer",
+    "answers_with_tool",
+    "tool_success",
+    "tool_calls",
+    "model_turns_per_answer",
+    "model_tokens_per_answer",
+    "reply_tokens_per_call",
+)
 
 
 def tool_summary(state: AttemptState, loaded: Loaded, before: dict, after: dict) -> dict | None:

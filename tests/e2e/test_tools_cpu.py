@@ -123,6 +123,8 @@ def test_a_hostile_tool_cannot_take_the_run_down(tmp_path, env):
     assert guard["timeouts"] == {"calculate": 1}
     assert guard["outputs_cut"] == {"calculate": 1}
     assert guard["printed_chars"]["calculate"] > 0
+    rows = [json.loads(line) for line in (attempt / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["tools"]["failure_share"] > 0  # TRL counted the failures as its own: they reached it as errors
     assert "PRINTED-BY-HOSTILE-TOOL" not in output
     assert "PRINTED-BY-HOSTILE-TOOL" not in (attempt / "train.log").read_text()
     assert json.loads((attempt / "outcome.json").read_text())["status"] == "ok"

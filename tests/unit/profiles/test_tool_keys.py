@@ -3,6 +3,7 @@ user's code, TRL's own names read through the aliases, and handed to TRL's GRPOC
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,19 @@ def test_the_shipped_tool_profiles_load():
     guess = load_profile(REPO / "profiles" / "cpu-tiny-guess.yaml")
     assert guess.environment == "guess" and "tools.guess:solved" in guess.rewards
     assert guess.correctness == "tools.guess:solved"
+
+
+def test_profiles_with_tools_are_not_rungs_of_the_ladder(tmp_path):
+    from support.cli import train_py
+
+    done = train_py("plan", "--json")
+    assert done.returncode == 0, done.stderr
+    names = [c["profile"] for c in json.loads(done.stdout)["candidates"]]
+    assert names and "cpu-tiny-tools" not in names and "cpu-tiny-guess" not in names
+    done = train_py("plan", "--json", "--profile", str(REPO / "profiles" / "cpu-tiny-tools.yaml"))
+    assert json.loads(done.stdout)["chosen"] == "cpu-tiny-tools"
+    alone = tmp_path / "ladder"
+    alone.mkdir()
+    (alone / "a.yaml").write_text((REPO / "profiles" / "cpu-tiny-tools.yaml").read_text())
+    done = train_py("plan", "--json", "--profiles-dir", str(alone))
+    assert json.loads(done.stdout)["chosen"] == "cpu-tiny-tools"  # a folder of them alone is a ladder

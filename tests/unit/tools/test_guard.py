@@ -1,6 +1,7 @@
 """A tool cannot take the run down: whatever a tool does (raise, hang, return 10 MB, print, exit), the guarded
-call returns text the model reads, and the run's own signals still pass. Environments likewise, and one whose
-reset fails is named with its line."""
+call returns bounded text or fails as one ordinary exception, which TRL's multi-turn loop turns into the reply
+`{'error': ...}` (its `except Exception`), and the run's own signals still pass. Environments likewise, and one
+whose reset fails is named with its line."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 from rewards.tool_use import TOOL_ERROR_PREFIX, call_figures, tool_ok
 from tools import check_environment_starts, load_environment, load_tools
-from tools.guard import MAX_OUTPUT_CHARS, ToolCodeError, ToolRecord, guarded
+from tools.guard import MAX_OUTPUT_CHARS, ToolCodeError, ToolFailed, ToolRecord, guarded
 
 
 def _raises(expression: str) -> str:
@@ -90,18 +91,28 @@ def record():
     return ToolRecord()
 
 
+def trl_reply(tool, **arguments) -> str:
+    """What TRL's _tool_call_loop makes of one call: the result as text, or {'error': ...} for an Exception."""
+    try:
+        result = tool(**arguments)
+    except Exception as exc:
+        result = {"error": str(exc)}
+    return str(result)
+
+
 def test_a_raising_tool_becomes_a_tool_message(record):
     tool = guarded(_raises, time_limit_s=5, record=record)
     with pytest.warns(UserWarning, match="raised RuntimeError"):
-        reply = tool(expression="1")
-    assert reply == f"{TOOL_ERROR_PREFIX}RuntimeError: the tool broke"
+        reply = trl_reply(tool, expression="1")
+    assert reply == f"{TOOL_ERROR_PREFIX}'RuntimeError: the tool broke'}}"
     assert record.failures == {"_raises": 1} and record.calls == {"_raises": 1}
+    assert issubclass(ToolFailed, Exception)  # what TRL's `except Exception` catches
 
 
 @pytest.mark.parametrize("hang", [_spins, _sleeps], ids=["spins", "sleeps"])
 def test_a_hanging_tool_is_stopped_at_its_limit(record, hang):
     tool = guarded(hang, time_limit_s=0.3, record=record)
-    reply = tool(expression="1")
+    reply = trl_reply(tool, expression="1")
     assert reply.startswith(TOOL_ERROR_PREFIX) and "ran past its limit of 0.3 s and was stopped" in reply
     assert record.timeouts == {hang.__name__: 1}
     assert guarded(_returns_object, time_limit_s=0.3, record=record)(expression="1") == "{'value': 12}"
@@ -127,7 +138,7 @@ def test_printing_is_kept_out_of_the_run(record, capfd):
 
 def test_sys_exit_in_a_tool_is_a_message(record):
     with pytest.warns(UserWarning, match="raised SystemExit"):
-        assert guarded(_exits, record=record)(expression="1") == f"{TOOL_ERROR_PREFIX}called sys.exit(3)"
+        assert trl_reply(guarded(_exits, record=record), expression="1") == f"{TOOL_ERROR_PREFIX}'called sys.exit(3)'}}"
 
 
 def test_the_runs_own_stop_passes_through(record):
@@ -157,7 +168,7 @@ def test_the_shipped_reward_reads_failed_calls():
         {"role": "tool", "name": "calculate", "content": "12"},
         {"role": "assistant", "content": "<answer>12</answer>"},
     ]
-    bad = [good[0], {"role": "tool", "name": "calculate", "content": f"{TOOL_ERROR_PREFIX}ValueError: no"}]
+    bad = [good[0], {"role": "tool", "name": "calculate", "content": "{'error': 'division by zero'}"}]
     unknown = [good[0], {"role": "tool", "name": "nope", "content": "{'error': 'Tool nope not found.'}"}]
     assert tool_ok([good, bad, unknown, "plain text"]) == [1.0, 0.0, 0.0, 0.0]  # a text is not a conversation
     assert call_figures(bad) == {"calls": 1, "answered": 1, "failed": 1}
@@ -209,7 +220,7 @@ def test_an_environment_whose_reset_fails_is_named_with_its_line(environment_fil
 def test_an_environment_method_that_raises_is_a_tool_message(environment_file):
     instance = load_environment(f"{environment_file}:Breaks")()
     with pytest.warns(UserWarning, match="raised ZeroDivisionError"):
-        assert instance.peek(3) == f"{TOOL_ERROR_PREFIX}ZeroDivisionError: inside a method"
+        assert trl_reply(instance.peek, number=3) == f"{TOOL_ERROR_PREFIX}'ZeroDivisionError: inside a method'}}"
 
 
 def test_an_environment_that_cannot_be_made_is_named(environment_file):
