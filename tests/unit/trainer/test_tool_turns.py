@@ -111,3 +111,35 @@ def test_the_game_environment_runs_in_trl_and_its_reward_reads_its_state(tiny_to
         assert all(r in ("higher", "lower", "correct") for r in replies)
     assert sum(len(e.guesses) for e in environments) > 0
     assert out["tool_mask"] is not None and int((out["tool_mask"] == 0).sum()) > 0
+
+
+def test_evaluation_plays_the_turns_as_trl_lays_them_out(tiny_tools_model):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from evaluation.generate import generate_hf_ids
+    from evaluation.turns import figures, rollouts
+    from tasks import load_task
+    from tools import load_environment
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_tools_model)
+    model = AutoModelForCausalLM.from_pretrained(tiny_tools_model)
+    rows = load_task("arithmetic", "test", limit=8)
+    results = rollouts(
+        lambda prompts, budget: generate_hf_ids(model, tokenizer, prompts, budget),
+        tokenizer,
+        rows,
+        environment_factory=load_environment("guess"),
+        max_new_tokens=128,
+        max_tool_calls=4,
+    )
+    for result, row in zip(results, rows):
+        assert len(result.completion_ids) == len(result.tool_mask) <= 128
+        assert str(result.environment.answer) == row["answer"]
+        runs = _segments(result.completion_ids, result.tool_mask)
+        replies = [tokenizer.decode(part) for value, part in runs if value == 0]
+        assert len(replies) == result.answered == len([m for m in result.messages if m["role"] == "tool"])
+        assert all(r.startswith("\n<|tool|>\n") and r.endswith("<|end|>\n<|assistant|>\n") for r in replies)
+        assert result.calls <= 4 + 1 and result.answered <= 4  # the last turn's calls are not answered
+    shown = figures(results)
+    assert shown["tool_calls"] == sum(r.calls for r in results) > 0
+    assert shown["model_turns_per_answer"] == sum(r.answered + 1 for r in results) / len(results)
