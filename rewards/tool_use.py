@@ -47,10 +47,10 @@ def call_figures(completion) -> dict:
 
 
 def tool_ok(completions, **kwargs) -> list[float]:
-    """1.0 when every tool call of a conversational completion succeeded (or it made none), else 0.0"""
+    """1.0 when no tool call of the completion failed (one that made none included), else 0.0"""
     scores = []
     for completion in as_batch(completions):
-        readable = isinstance(completion, list) and completion_text(completion) is not None
+        readable = completion_text(completion) is not None
         scores.append(1.0 if readable and not any(failed(m) for m in tool_messages(completion)) else 0.0)
     return scores
 

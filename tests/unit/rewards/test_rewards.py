@@ -19,8 +19,6 @@ from rewards.parse import MAX_COMPLETION_CHARS, completion_text, find_numbers
 
 REPO = Path(__file__).resolve().parents[3]
 NAMES = ["xml_strict", "xml_soft", "xml_count", "number", "accuracy", "math", "tool_ok"]
-# the rewards that score an answer's text (tool_ok scores a conversation's tool calls: rewards/tool_use.py)
-TEXT_NAMES = [name for name in NAMES if name != "tool_ok"]
 
 
 def strict(reasoning: str, answer: str, trailing: str = "") -> str:
@@ -494,6 +492,9 @@ def test_odd_inputs_score_zero_quickly(name):
     assert time.process_time() - start < 30.0
     assert len(scores) == len(ODD_COMPLETIONS)
     assert all(type(s) is float and 0.0 <= s <= 1.0 for s in scores)
+    if name == "tool_ok":  # no odd completion holds a failed tool call: each readable one scores 1
+        assert scores == [0.0 if completion_text(c) is None else 1.0 for c in ODD_COMPLETIONS]
+        return
     # Only the surrogate-holding answer "1" is a readable, well-formed number, and only it and the list of
     # 3s hold each answer tag once; everything else scores 0.
     right = ODD_COMPLETIONS.index("\udcff<answer>1</answer>")
@@ -575,8 +576,8 @@ def test_parsers_never_raise(text):
 )
 def test_any_strict_completion_with_the_right_number_gets_full_marks(reasoning, value):
     text = strict(reasoning.strip("\n"), f"{value:,}")
-    scores = {name: REWARDS[name]([text], answer=[str(value)])[0] for name in TEXT_NAMES}
-    assert scores == {name: 1.0 for name in TEXT_NAMES}
+    scores = {name: fn([text], answer=[str(value)])[0] for name, fn in REWARDS.items()}
+    assert scores == {name: 1.0 for name in NAMES}
 
 
 def test_rewards_emit_nothing(capsys):
@@ -609,8 +610,8 @@ def test_gsm8k_gold_solutions_score_full_marks(gsm8k_dir):
     assert all(value == float(gold) for gold, value in zip(golds, values))
 
     right = [strict(row["answer"].rpartition("####")[0].strip(), gold) for row, gold in zip(rows, golds)]
-    for name in TEXT_NAMES:
-        scores = REWARDS[name](completions=right, answer=golds)
+    for name, fn in REWARDS.items():
+        scores = fn(completions=right, answer=golds)
         failures = [(i, right[i]) for i, s in enumerate(scores) if s != 1.0]
         assert failures == [], f"{name}: {len(failures)} gold solutions below full marks, first {failures[:1]}"
     # The conversational form scores the same.

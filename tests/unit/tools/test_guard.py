@@ -170,7 +170,7 @@ def test_the_shipped_reward_reads_failed_calls():
     ]
     bad = [good[0], {"role": "tool", "name": "calculate", "content": "{'error': 'division by zero'}"}]
     unknown = [good[0], {"role": "tool", "name": "nope", "content": "{'error': 'Tool nope not found.'}"}]
-    assert tool_ok([good, bad, unknown, "plain text"]) == [1.0, 0.0, 0.0, 0.0]  # a text is not a conversation
+    assert tool_ok([good, bad, unknown, "plain text", None]) == [1.0, 0.0, 0.0, 1.0, 0.0]
     assert call_figures(bad) == {"calls": 1, "answered": 1, "failed": 1}
 
 
