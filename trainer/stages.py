@@ -84,14 +84,15 @@ def load(state: AttemptState) -> Loaded:
         )
     model, tokenizer = load_model(backend, profile, model_path)
 
-    kept, dropped = filter_by_length(train_rows, tokenizer, profile.max_prompt_length)
+    rendered = offered_tools(offered, environment)  # TRL renders them into every prompt
+    kept, dropped = filter_by_length(train_rows, tokenizer, profile.max_prompt_length, rendered)
     if not kept:
         raise UsageError(
             f"dataset '{profile.dataset}': every prompt is longer than max_prompt_length "
             f"({profile.max_prompt_length} tokens) (fix: raise max_prompt_length)"
         )
     # test prompts obey the same limit: prompt + completion must fit max_seq_length (vLLM's max_model_len)
-    eval_rows, eval_dropped = filter_by_length(eval_rows, tokenizer, profile.max_prompt_length)
+    eval_rows, eval_dropped = filter_by_length(eval_rows, tokenizer, profile.max_prompt_length, rendered)
     if state.main:
         say(
             f"dataset {profile.dataset}: {len(kept)} training prompts ({dropped} dropped as longer than "
@@ -122,6 +123,15 @@ def load(state: AttemptState) -> Loaded:
         offered,
         environment,
     )
+
+
+def offered_tools(tools: list, environment) -> list:
+    """What TRL offers the model in a prompt: the tools and, with an environment, its methods."""
+    if environment is None:
+        return list(tools)
+    from tools import tool_methods
+
+    return list(tools) + tool_methods(environment())
 
 
 # Training rows an environment is reset with before the model loads: one that cannot start is found in seconds

@@ -95,6 +95,8 @@ def completion_plan(profile, arch: Architecture, pinned=()) -> CompletionPlan:
         prompt = min(profile.max_prompt_length, int(round(chars / rate + TEMPLATE_TOKENS)))
     else:  # prompts not known: three quarters of their cap
         prompt = int(PROMPT_SHARE_UNKNOWN * profile.max_prompt_length)
+    if turns is not None:  # TRL renders the tools into every prompt
+        prompt = min(profile.max_prompt_length, prompt + turns.schema_tokens)
     return CompletionPlan(int(cap), expected, max(prompt, 1), basis, turns)
 
 

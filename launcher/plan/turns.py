@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 CALL_TOKENS = 24  # one call's markup, name and arguments (a JSON or XML call of one short argument: 15-30)
 TURN_MARKER_TOKENS = 8  # the reply's role markers and the next assistant header around it
+SCHEMA_TOKENS = 100  # one tool's description in the prompt (its JSON schema as chat templates render it)
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class TurnPlan:
     call_tokens: int  # tokens of one call
     reply_tokens: int  # tokens of one reply with its turn markers
     basis: str
+    schema_tokens: int = 0  # what the tools' descriptions add to every prompt
 
     @property
     def model_turns(self) -> int:
@@ -45,6 +47,7 @@ class TurnPlan:
             "call_tokens": self.call_tokens,
             "reply_tokens": self.reply_tokens,
             "extra_tokens": self.extra_tokens,
+            "schema_tokens": self.schema_tokens,
             "basis": self.basis,
         }
 
@@ -75,7 +78,9 @@ def turn_plan(profile, chars_per_token: float) -> TurnPlan | None:
         f"{calls} tool calls a completion (max_tool_calls), each ~{CALL_TOKENS} tokens, each reply at most "
         f"{reply} tokens ({chars} characters: {whose}, and the turn markers)"
     )
-    return TurnPlan(calls, CALL_TOKENS, reply, basis)
+    offered = len(profile.tools) + (1 if profile.environment else 0)  # an environment: one method assumed
+    basis += f"; the tools' descriptions add ~{offered * SCHEMA_TOKENS} tokens to every prompt"
+    return TurnPlan(calls, CALL_TOKENS, reply, basis, offered * SCHEMA_TOKENS)
 
 
 def turn_plan_of(profile) -> TurnPlan | None:

@@ -56,6 +56,7 @@ def test_the_cap_and_expected_length_hold_every_call_and_reply(calls):
     assert after.expected == before.expected + calls * (CALL_TOKENS + turns.reply_tokens)
     assert after.cap >= before.cap + turns.extra_tokens and after.cap % CAP_STEP == 0
     assert f"{calls} tool calls a completion" in after.basis
+    assert after.prompt_expected == min(plain.max_prompt_length, before.prompt_expected + turns.schema_tokens)
 
 
 def test_a_users_tool_is_planned_at_the_guards_cap_on_a_reply(tmp_path):

@@ -142,3 +142,6 @@ def test_profiles_with_tools_are_not_rungs_of_the_ladder(tmp_path):
     (alone / "a.yaml").write_text((REPO / "profiles" / "cpu-tiny-tools.yaml").read_text())
     done = train_py("plan", "--json", "--profiles-dir", str(alone))
     assert json.loads(done.stdout)["chosen"] == "cpu-tiny-tools"  # a folder of them alone is a ladder
+    done = train_py("plan", "--json", "--gpu-memory", "24", "--set", "tools=[calculate]")
+    chosen = json.loads(done.stdout)["chosen"]
+    assert chosen.startswith("gpu-"), chosen  # the user's --set gives every rung the tools: they stay rungs
