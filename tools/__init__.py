@@ -53,7 +53,7 @@ def entry_name(text: str, kind: str = "tool") -> str:
 def _import(text: str, kind: str):
     """The function or class an entry names, imported now (in the attempt)."""
     from rewards import user
-    from tools.guard import ToolCodeError, _raised, _trace
+    from tools.guard import ToolCodeError, raised_text, short_trace
 
     spec = user.parse_spec(entry_target(text, kind))
     try:
@@ -62,7 +62,9 @@ def _import(text: str, kind: str):
         raise
     except (Exception, SystemExit) as exc:
         source = str(spec.path) if spec.path is not None else spec.module
-        raise ToolCodeError(f"{kind} '{text}'", source, f"could not be imported: {_raised(exc)}", _trace(exc)) from exc
+        raise ToolCodeError(
+            f"{kind} '{text}'", source, f"could not be imported: {raised_text(exc)}", short_trace(exc)
+        ) from exc
     target = getattr(module, spec.function, None)
     if target is None or not callable(target):
         raise ToolCodeError(f"{kind} '{text}'", str(spec.path or spec.module), f"has no callable '{spec.function}'")

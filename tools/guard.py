@@ -262,8 +262,8 @@ def guarded_environment(factory, name: str | None = None, time_limit_s: float | 
             raise ToolCodeError(
                 f"environment {name}",
                 _user_line(exc, _code_of(factory)),
-                f"could not be created: {_raised(exc)}",
-                _trace(exc),
+                f"could not be created: {raised_text(exc)}",
+                short_trace(exc),
             ) from exc
         return _wrap_instance(instance, name, time_limit_s)
 
@@ -315,9 +315,9 @@ def _guarded_reset(reset, name: str):
             raise ToolCodeError(
                 f"environment {name}",
                 _user_line(exc, code),
-                f"reset failed: {_raised(exc)} (row: {row or 'none'}); fix its reset for such rows, or "
+                f"reset failed: {raised_text(exc)} (row: {row or 'none'}); fix its reset for such rows, or "
                 "leave them out of the data",
-                _trace(exc),
+                short_trace(exc),
             ) from exc
 
     return guarded_reset
@@ -328,13 +328,13 @@ def _code_of(factory):
     return getattr(inspect.unwrap(target), "__code__", None)
 
 
-def _raised(exc: BaseException) -> str:
+def raised_text(exc: BaseException) -> str:
     if isinstance(exc, SystemExit):
         return f"it called sys.exit({exc.code!r})"
     return f"{type(exc).__name__}: {exc}"
 
 
-def _trace(exc: BaseException) -> str:
+def short_trace(exc: BaseException) -> str:
     frames = traceback.extract_tb(exc.__traceback__)[-3:]
     lines = [f'  File "{f.filename}", line {f.lineno}, in {f.name}\n    {(f.line or "").strip()}' for f in frames]
     return "\n".join(lines + [f"{type(exc).__name__}: {exc}"])

@@ -101,3 +101,12 @@ def test_plan_json_shows_the_turns_assumed(tmp_path):
     assert candidate["turns"]["tool_calls"] == 4 and candidate["turns"]["model_turns"] == 5
     done = train_py("plan", "--gpu-memory", "24", "--profile", "profiles/gpu-24gb-llama3.1-8b.yaml", "--json")
     assert "turns" not in json.loads(done.stdout)["candidates"][0]
+
+
+def test_the_ledger_tells_a_run_with_tools_from_one_without():
+    from launcher.memory.ledger.store import fingerprint, memory_settings
+
+    plain = profile()
+    assert "tool_turns" not in memory_settings(plain)  # the fingerprints measured before tools stay valid
+    one, four = profile(tools=["calculate"], max_tool_calls=1), profile(tools=["calculate"], max_tool_calls=4)
+    assert len({fingerprint(plain), fingerprint(one), fingerprint(four)}) == 3
