@@ -82,6 +82,7 @@ COPY launcher/ launcher/
 COPY trainer/ trainer/
 COPY tasks/ tasks/
 COPY rewards/ rewards/
+COPY tools/ tools/
 COPY tiny_model/ tiny_model/
 COPY profiles/ profiles/
 # The card's measurement kit (`gpu-check`; its table goes to outputs/gpu-check in the image)

@@ -201,6 +201,14 @@ def measurements_of(args):
     return read_ledger()
 
 
+def ladder_rungs(profiles: list) -> list:
+    """The profiles of a folder that are rungs of its ladder: a profile written with tools or an environment
+    trains another thing than its neighbours (docs/tools.md), so it is never a fallback from them and runs with
+    --profile; a folder of such profiles alone is a ladder of its own."""
+    plain = [p for p in profiles if not (p.tools or p.environment)]
+    return plain or profiles
+
+
 def plan_of(args):
     """(plan, profiles) for the options: the ladder (or --profile FILE) on the machine they name, from the
     ledger unless told not to; a --set model=X of the user's gets configurations derived for it."""
@@ -221,6 +229,8 @@ def plan_of(args):
         profiles = [load_profile(args.profile, args.overrides)]
     else:  # a --set is checked against the profiles that can run on this machine
         profiles = load_profiles(args.profiles_dir, args.overrides, device="cuda" if machine.gpus else "cpu")
+        if not {"tools", "environment"} & set(parse_overrides(args.overrides)):
+            profiles = ladder_rungs(profiles)  # (with --set tools=..., the user gives the ladder tools)
     measurements = measurements_of(args)
     notes = []
     limits: dict = {}

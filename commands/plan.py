@@ -87,6 +87,22 @@ def _speed_line(cand) -> str:
     )
 
 
+def _turns_line(profile) -> str | None:
+    """The turns a profile with tools is planned for, in one line."""
+    from launcher.plan.turns import turn_plan_of
+
+    turns = turn_plan_of(profile)
+    if turns is None:
+        return None
+    need = profile.max_completion_length - turns.extra_tokens
+    room = (
+        f"; {need} tokens of max_completion_length {profile.max_completion_length} left for the answer"
+        if need > 0
+        else f"; max_completion_length {profile.max_completion_length} holds fewer turns: TRL drops replies past it"
+    )
+    return f"turns: planned for {turns.model_turns} model turns, {turns.basis}{room}"
+
+
 def _limit_text(cand) -> str:
     """What stopped a candidate's prompts per step, and what bounds its step."""
     if cand.speed is None:
@@ -153,6 +169,9 @@ def print_plan(plan: Plan, as_json: bool = False) -> int:
         chosen = next(c for c in plan.candidates if c.profile is plan.chosen)
         if chosen.speed is not None:
             console.print(_speed_line(chosen), markup=False, highlight=False, soft_wrap=True)
+        turns = _turns_line(plan.chosen)
+        if turns:
+            console.print(turns, markup=False, highlight=False, soft_wrap=True)
         if chosen.layout is not None and (chosen.layout.training_nodes > 1 or chosen.layout.server_node):
             for row in chosen_nodes(chosen):
                 console.print(f"  {row}", markup=False, highlight=False, soft_wrap=True)

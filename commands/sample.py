@@ -136,6 +136,7 @@ def _without_folder_code(data: dict, changes: dict, run_rewards: bool, where: st
 
     left_out: list[str] = []
     correctness_left = False
+    data = _without_tool_code(data, changes)
     if run_rewards:
         return data, left_out, correctness_left
     data = dict(data)
@@ -158,6 +159,27 @@ def _without_folder_code(data: dict, changes: dict, run_rewards: bool, where: st
             f"{model}'s code, or --set trust_remote_code=false to load it without)"
         )
     return data, left_out, correctness_left
+
+
+def _without_tool_code(data: dict, changes: dict) -> dict:
+    """The folder's profile data without the tools and environment that are Python code (sample and export
+    answer in one turn and call no tool, and the run folder's code is never imported): the shipped ones stay,
+    and where only code was named the shipped calculator stands in, never called, so that the model resolves to
+    the one trained (the tiny model's tool-calling build)."""
+    from tools import SHIPPED_ENVIRONMENTS, SHIPPED_TOOLS
+
+    data = dict(data)
+    named = False
+    if "tools" not in changes and isinstance(data.get("tools"), list):
+        named = bool(data["tools"])
+        data["tools"] = [t for t in data["tools"] if t in SHIPPED_TOOLS]
+    environment = data.get("environment")
+    if "environment" not in changes and isinstance(environment, str) and environment:
+        named = True
+        data["environment"] = environment if environment in SHIPPED_ENVIRONMENTS else ""
+    if named and not data.get("tools") and not data.get("environment"):
+        data["tools"] = [next(iter(SHIPPED_TOOLS))]
+    return data
 
 
 def profile_of(target: Target, overrides: list[str], run_rewards: bool = False) -> Sampling:

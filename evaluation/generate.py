@@ -37,6 +37,19 @@ def generate_vllm(
 ) -> list[str]:
     """`live_lora`: the adapter as it is in the training model now (Unsloth reads its tensors, as its GRPO
     trainer does for each generation), named `lora_path`, which need not exist; else the adapter saved there."""
+    outputs = _vllm_outputs(model, prompts, max_new_tokens, lora_path, stop_token_ids, live_lora)
+    return [out.outputs[0].text for out in outputs]
+
+
+def generate_vllm_ids(
+    model, prompts: list[list[int]], max_new_tokens: int, lora_path, stop_token_ids=None, live_lora: bool = False
+) -> list[list[int]]:
+    """As generate_vllm, the completions as token ids (with the stop token that ended each)."""
+    outputs = _vllm_outputs(model, prompts, max_new_tokens, lora_path, stop_token_ids, live_lora)
+    return [list(out.outputs[0].token_ids) for out in outputs]
+
+
+def _vllm_outputs(model, prompts, max_new_tokens, lora_path, stop_token_ids, live_lora):
     from vllm import SamplingParams
 
     # every end-of-sequence id stated, as generate_hf gives them: the engine need not have read the model's
@@ -56,7 +69,7 @@ def generate_vllm(
             lora_request=lora_request,
             use_tqdm=False,
         )
-    return [out.outputs[0].text for out in outputs]
+    return outputs
 
 
 class _awake:
@@ -85,6 +98,14 @@ class _awake:
 def generate_hf(
     model, tokenizer, prompts: list[list[int]], max_new_tokens: int, batch_size: int = 16, stop=None
 ) -> list[str]:
+    generated = generate_hf_ids(model, tokenizer, prompts, max_new_tokens, batch_size, stop)
+    return tokenizer.batch_decode(generated, skip_special_tokens=True)
+
+
+def generate_hf_ids(
+    model, tokenizer, prompts: list[list[int]], max_new_tokens: int, batch_size: int = 16, stop=None
+) -> list[list[int]]:
+    """Greedy completions as token ids, each up to and with its first stop token (what TRL keeps of one)."""
     import torch
 
     was_training = model.training
@@ -95,7 +116,7 @@ def generate_hf(
     model.config.use_cache = True
     device = next(model.parameters()).device
     eos = stop_ids(model, tokenizer)
-    out: list[str] = []
+    out: list[list[int]] = []
     try:
         with torch.no_grad():
             for start in range(0, len(prompts), batch_size):
@@ -110,8 +131,9 @@ def generate_hf(
                     pad_token_id=tokenizer.pad_token_id,
                     eos_token_id=eos,
                 )
-                new_tokens = generated[:, batch["input_ids"].shape[1] :]
-                out.extend(tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
+                for row in generated[:, batch["input_ids"].shape[1] :].tolist():
+                    ends = [i for i, token in enumerate(row) if token in eos]
+                    out.append(row[: ends[0] + 1] if ends else row)
     finally:
         tokenizer.padding_side = side
         model.config.use_cache = use_cache

@@ -19,7 +19,10 @@ def reward_inputs(rows: list[dict], completions: list[str], completion_ids: list
     """The keywords TRL gives a reward function for these rows and completions: prompts, completions (as
     messages when the prompts are conversations), completion_ids and every other column of the rows."""
     conversational = bool(rows) and isinstance(rows[0].get("prompt"), list)
-    shaped = [[{"role": "assistant", "content": c}] for c in completions] if conversational else list(completions)
+    shaped = [
+        c if isinstance(c, list) else [{"role": "assistant", "content": c}] if conversational else c
+        for c in completions
+    ]
     columns = [key for key in rows[0] if key not in ("prompt", "completion", "completion_ids")] if rows else []
     return {
         "prompts": [row.get("prompt") for row in rows],
@@ -32,9 +35,15 @@ def reward_inputs(rows: list[dict], completions: list[str], completion_ids: list
     }
 
 
-def judge(reward, rows: list[dict], completions: list[str], completion_ids: list | None = None) -> list[bool]:
-    """For each completion, whether the correctness reward gives it its full score."""
-    scores = reward(**reward_inputs(rows, completions, completion_ids))
+def judge(
+    reward, rows: list[dict], completions: list, completion_ids: list | None = None, environments: list | None = None
+) -> list[bool]:
+    """For each completion, whether the correctness reward gives it its full score. A completion may be its
+    messages (a multi-turn answer), and `environments` the rollouts' environments, as TRL passes them."""
+    inputs = reward_inputs(rows, completions, completion_ids)
+    if environments is not None:
+        inputs["environments"] = environments
+    scores = reward(**inputs)
     return [score is not None and float(score) >= FULL_SCORE for score in scores]
 
 
@@ -66,11 +75,30 @@ def evaluate(
     reward=None,
     stop=None,
     live_lora: bool = False,
+    tools: list | None = None,
+    environment=None,
+    max_tool_calls: int = 0,
 ) -> dict:
     """{"accuracy", "correct", "total", "examples"} over rows of {prompt, answer, ...}, judged by `reward`
-    (the correctness reward; the accuracy reward when none is given)."""
+    (the correctness reward; the accuracy reward when none is given). With `tools` or an `environment`
+    factory, each answer may call them (evaluation.turns) and the result adds the tool figures."""
     if not rows:
         return {"accuracy": None, "correct": 0, "total": 0, "examples": []}
+    if tools or environment is not None:
+        return _evaluate_with_tools(
+            model,
+            tokenizer,
+            rows,
+            max_new_tokens,
+            use_vllm,
+            lora_path,
+            reward,
+            stop,
+            live_lora,
+            tools,
+            environment,
+            max_tool_calls,
+        )
     completions = generate(
         model,
         tokenizer,
@@ -92,3 +120,55 @@ def well_formed_share(completions: list[str]) -> float | None:
     if not completions:
         return None
     return round(sum(s == 1.0 for s in REWARDS["xml_soft"](list(completions))) / len(completions), 4)
+
+
+def _evaluate_with_tools(
+    model, tokenizer, rows, max_new_tokens, use_vllm, lora_path, reward, stop, live_lora, tools, environment, calls
+) -> dict:
+    from evaluation.generate import EvaluationStopped, generate_hf_ids, generate_vllm_ids, stop_ids
+    from evaluation.turns import figures, rollouts
+
+    def generate_ids(prompts, budget):
+        if stop is not None and stop():
+            raise EvaluationStopped("stopped between two turns")
+        if use_vllm:
+            return generate_vllm_ids(model, prompts, budget, lora_path, stop_ids(model, tokenizer), live_lora)
+        return generate_hf_ids(model, tokenizer, prompts, budget, stop=stop)
+
+    results = rollouts(
+        generate_ids,
+        tokenizer,
+        rows,
+        tools=tools,
+        environment_factory=environment,
+        max_new_tokens=max_new_tokens,
+        max_tool_calls=calls,
+    )
+    environments = [r.environment for r in results] if environment is not None else None
+    verdicts = judge(
+        reward or REWARDS["accuracy"],
+        rows,
+        [r.messages for r in results],
+        [r.completion_ids for r in results],
+        environments,
+    )
+    texts = [_shown_rollout(r) for r in results]
+    result = score(texts, [row.get("answer") for row in rows], verdicts)
+    result["well_formed"] = well_formed_share([r.text for r in results])
+    result.update(figures(results))
+    return result
+
+
+def _shown_rollout(rollout) -> str:
+    """A multi-turn answer as one text for the report: each tool call and reply on its own line."""
+    parts = []
+    for message in rollout.messages:
+        if message.get("role") == "tool":
+            parts.append(f"[{message.get('name')} -> {message.get('content')}]")
+            continue
+        for call in message.get("tool_calls") or []:
+            function = call.get("function", {}) if isinstance(call, dict) else {}
+            parts.append(f"[call {function.get('name')}({function.get('arguments')})]")
+        if message.get("content"):
+            parts.append(message["content"])
+    return "\n".join(parts)

@@ -99,6 +99,16 @@ def _eval_strategy(value: Any, data: dict) -> Any:
     )
 
 
+def _tool_iterations(value: Any, data: dict) -> Any:
+    if value is None:
+        raise KeyProblem(
+            "max_tool_calling_iterations empty lets a completion call tools without end (TRL's default); turns "
+            "are planned and bounded here",
+            "write max_tool_calling_iterations: N (or max_tool_calls: N)",
+        )
+    return value
+
+
 def _do_eval(value: Any, data: dict) -> Any:
     return None if value else 0
 
@@ -160,6 +170,8 @@ ALIASES: dict[str, Alias] = {
     "num_processes": _renamed("num_gpus", note="accelerate's processes: one training GPU each"),
     # --- GRPOConfig ---
     "use_vllm": _renamed("fast_inference"),
+    "max_tool_calling_iterations": _renamed("max_tool_calls", _tool_iterations),
+    "environment_factory": _renamed("environment"),
     "vllm_gpu_memory_utilization": _renamed("gpu_memory_utilization"),
     "vllm_tensor_parallel_size": _renamed("vllm_tensor_parallel"),
     "vllm_enable_sleep_mode": _renamed("vllm_standby", note="Unsloth's standby: vLLM sleeps while training runs"),

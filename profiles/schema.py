@@ -46,6 +46,7 @@ from profiles.keys import (
     suggest,
 )
 from profiles.rules import check_loss_settings, check_rewards_and_dataset, check_scale_out
+from profiles.tool_rules import check_tools
 from tasks.prompts import SYSTEM_PROMPT
 
 # ---------------------------------------------------------------------------------------------------
@@ -103,6 +104,17 @@ def _reward_weights(value: Any) -> dict[str, float]:
     return weights
 
 
+def _tool_entries(value: Any) -> list[str]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise KeyProblem(
+            f"expected a list of tool entries, got {shown(value)}",
+            "write e.g. `tools: [calculate]` or `tools: [my_tools.py:lookup]`",
+        )
+    return [v.strip() for v in value]
+
+
 def _checkpointing(value: Any) -> Any:
     if isinstance(value, bool):  # `gradient_checkpointing: true` unquoted
         return "true" if value else "false"
@@ -156,6 +168,18 @@ ModuleNames = Annotated[
     ),
 ]
 RewardWeights = Annotated[dict[str, float], BeforeValidator(_reward_weights)]
+ToolEntries = Annotated[
+    list[str],
+    BeforeValidator(_tool_entries),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "array", "items": {"type": "string", "minLength": 1}},
+                {"type": "string", "minLength": 1, "description": "one entry"},
+            ]
+        }
+    ),
+]
 ScaleRewards = Annotated[
     Literal[SCALE_REWARDS],
     BeforeValidator(_scale_rewards),
@@ -456,6 +480,27 @@ class Profile(BaseModel):
         "task",
         min_length=1,
     )
+    # --- tools: the model calls functions while it answers (TRL's tools, environment_factory) ---
+    tools: ToolEntries = _key(
+        [],
+        "functions the model may call while it answers: calculate (shipped), path/to/file.py:function or "
+        "package.module:function",
+        "tools",
+    )
+    environment: StrictStr = _key(
+        "",
+        "a class whose instances each hold one rollout's state, their public methods the model's tools: guess "
+        "(shipped), path/to/file.py:Class or package.module:Class; empty = none",
+        "tools",
+    )
+    max_tool_calls: Whole = _key(
+        4,
+        "tool-calling turns a completion may take (TRL's max_tool_calling_iterations); the completion's "
+        "turns and the tools' replies share max_completion_length",
+        "tools",
+        ge=1,
+        le=64,
+    )
     # not a YAML key: the file the profile was read from
     source: SkipJsonSchema[str] = Field("", exclude=True)
     # how the file's keys in TRL's or open-r1's names were read (profiles.aliases.Reading); empty for our own
@@ -618,6 +663,11 @@ class Profile(BaseModel):
     @model_validator(mode="after")
     def _rewards_and_dataset_exist(self) -> Profile:
         check_rewards_and_dataset(self)
+        return self
+
+    @model_validator(mode="after")
+    def _tools_exist(self) -> Profile:
+        check_tools(self)
         return self
 
 

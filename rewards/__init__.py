@@ -16,6 +16,7 @@ from rewards.accuracy import accuracy, is_correct
 from rewards.format import number, xml_count, xml_soft, xml_strict
 from rewards.latex import math
 from rewards.parse import extract_answer, parse_number
+from rewards.tool_use import tool_ok
 
 RewardFn = Callable[..., list]
 
@@ -27,6 +28,7 @@ REWARDS: dict[str, RewardFn] = {
     "number": number,
     "accuracy": accuracy,
     "math": math,
+    "tool_ok": tool_ok,
 }
 
 __all__ = ["REWARDS", "describe", "extract_answer", "get_reward", "get_reward_funcs", "is_correct", "parse_number"]

@@ -81,16 +81,17 @@ def parse_spec(text: str, base_dir: Path | None = None) -> RewardSpec:
     return RewardSpec(text=text, function=function, module=target)
 
 
-def check_spec(spec: RewardSpec) -> None:
+def check_spec(spec: RewardSpec, kind: str = "reward") -> None:
     """Without running the user's code: the file exists and defines the function (parsed with `ast`), or
-    the module can be found. ValueError saying what is missing and how to fix it."""
+    the module can be found. ValueError saying what is missing and how to fix it. `kind` names what the entry
+    is in the messages ("reward", "tool", "environment")."""
     if spec.path is not None:
-        _check_file(spec)
+        _check_file(spec, kind=kind)
         return
     found = _find_module(spec.module)
     origin = getattr(found, "origin", None)
     if origin and origin.endswith(".py") and Path(origin).is_file():
-        _check_file(spec, Path(origin), what=f"module '{spec.module}' ({origin})")
+        _check_file(spec, Path(origin), what=f"module '{spec.module}' ({origin})", kind=kind)
 
 
 def _find_module(dotted: str):
@@ -147,23 +148,23 @@ def _close(word: str, known) -> str:
     return f" (fix: did you mean '{close[0]}'?)" if close else ""
 
 
-def _check_file(spec: RewardSpec, path: Path | None = None, what: str | None = None) -> None:
+def _check_file(spec: RewardSpec, path: Path | None = None, what: str | None = None, kind: str = "reward") -> None:
     path = path or spec.path
     if not path.is_file():
         raise ValueError(
-            f"reward file {path} not found (fix: give the path of an existing .py file, relative "
+            f"{kind} file {path} not found (fix: give the path of an existing .py file, relative "
             "to the profile's folder or the current directory)"
         )
     if path.stat().st_size > MAX_REWARD_FILE_BYTES:
         if what is not None:
             return  # an installed module that large is someone's library: importing it will tell
-        raise ValueError(f"reward file {path} is over {MAX_REWARD_FILE_BYTES // (1024 * 1024)} MB: not a reward")
+        raise ValueError(f"{kind} file {path} is over {MAX_REWARD_FILE_BYTES // (1024 * 1024)} MB: not a {kind}")
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     except SyntaxError as exc:
-        raise ValueError(f"reward file {path} has a syntax error at line {exc.lineno}: {exc.msg}") from None
+        raise ValueError(f"{kind} file {path} has a syntax error at line {exc.lineno}: {exc.msg}") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"reward file {path} cannot be read: {exc}") from None
+        raise ValueError(f"{kind} file {path} cannot be read: {exc}") from None
     defined = set()
     for node in _top_level(tree.body):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -175,9 +176,11 @@ def _check_file(spec: RewardSpec, path: Path | None = None, what: str | None = N
         elif isinstance(node, (ast.ImportFrom, ast.Import)):
             defined.update((a.asname or a.name).split(".")[0] for a in node.names)
     if spec.function not in defined and not _defines_dynamically(tree):
-        functions = sorted(n.name for n in tree.body if isinstance(n, ast.FunctionDef))
+        kinds = (ast.FunctionDef, ast.ClassDef) if kind == "environment" else ast.FunctionDef
+        functions = sorted(n.name for n in tree.body if isinstance(n, kinds))
+        label = "classes and functions there" if kind == "environment" else "functions there"
         raise ValueError(
-            f"{what or f'reward file {path}'} defines no '{spec.function}' (functions there: "
+            f"{what or f'{kind} file {path}'} defines no '{spec.function}' ({label}: "
             f"{', '.join(functions) or 'none'}){_close(spec.function, functions)}"
         )
 
@@ -211,14 +214,7 @@ def load(spec: RewardSpec):
     source = str(spec.path) if spec.path is not None else spec.module
     with _running(spec.function, spec.text):
         try:
-            if spec.path is not None:
-                module_name = f"grpo_user_reward_{abs(hash(str(spec.path.resolve())))}"
-                loader_spec = importlib.util.spec_from_file_location(module_name, spec.path)
-                module = importlib.util.module_from_spec(loader_spec)
-                sys.modules[module_name] = module
-                loader_spec.loader.exec_module(module)
-            else:
-                module = importlib.import_module(spec.module)
+            module = import_spec(spec)
         except (Exception, SystemExit) as exc:
             where = _import_frame(exc, spec) or source
             raise UserRewardError(
@@ -232,6 +228,23 @@ def load(spec: RewardSpec):
     if not callable(function):
         raise ValueError(f"reward '{spec.text}': '{spec.function}' is not a function")
     return _guarded(function, spec.function, spec.text)
+
+
+def import_spec(spec: RewardSpec, prefix: str = "grpo_user_reward"):
+    """The module an entry names, imported (its top-level code runs): a .py file under a name of its own,
+    or the dotted module. Whatever its import raises is raised."""
+    if spec.path is None:
+        return importlib.import_module(spec.module)
+    module_name = f"{prefix}_{abs(hash(str(spec.path.resolve())))}"
+    loader_spec = importlib.util.spec_from_file_location(module_name, spec.path)
+    module = importlib.util.module_from_spec(loader_spec)
+    sys.modules[module_name] = module
+    try:
+        loader_spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(module_name, None)
+        raise
+    return module
 
 
 def _what_it_raised(exc: BaseException) -> str:

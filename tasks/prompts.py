@@ -39,11 +39,14 @@ def _prompt_text(prompt: list[dict] | str) -> str:
     return "\n\n".join(str(message.get("content", "")) for message in prompt)
 
 
-def count_prompt_tokens(prompt: list[dict] | str, tokenizer) -> int:
+def count_prompt_tokens(prompt: list[dict] | str, tokenizer, tools: list | None = None) -> int:
     """Tokens the model sees for a prompt: through the tokenizer's chat template (with the generation
-    prompt) when it has one, else the message texts joined by blank lines."""
+    prompt, and the tools offered, as TRL renders them) when it has one, else the message texts joined by
+    blank lines."""
     if not isinstance(prompt, str) and getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
+        ids = tokenizer.apply_chat_template(
+            prompt, tools=tools or None, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
     elif callable(tokenizer):
         ids = tokenizer(_prompt_text(prompt))
     else:  # a bare `tokenizers.Tokenizer`
@@ -57,8 +60,11 @@ def count_prompt_tokens(prompt: list[dict] | str, tokenizer) -> int:
     return len(ids)
 
 
-def filter_by_length(rows: list[dict], tokenizer, max_prompt_length: int) -> tuple[list[dict], int]:
-    """Keep the rows whose prompt fits in max_prompt_length tokens; return (kept rows, number dropped).
+def filter_by_length(
+    rows: list[dict], tokenizer, max_prompt_length: int, tools: list | None = None
+) -> tuple[list[dict], int]:
+    """Keep the rows whose prompt fits in max_prompt_length tokens (the tools offered rendered in, as TRL
+    renders them); return (kept rows, number dropped).
 
     A max_prompt_length of 0 or less keeps every row.
     """
@@ -71,6 +77,6 @@ def filter_by_length(rows: list[dict], tokenizer, max_prompt_length: int) -> tup
         row
         for row in rows
         if len(_prompt_text(row["prompt"])) <= most_characters
-        and count_prompt_tokens(row["prompt"], tokenizer) <= max_prompt_length
+        and count_prompt_tokens(row["prompt"], tokenizer, tools) <= max_prompt_length
     ]
     return kept, len(rows) - len(kept)

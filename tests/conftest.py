@@ -97,3 +97,28 @@ def tiny_cache(tiny_seed) -> Path:
         assert Path(result.stdout.strip().splitlines()[-1]).parent == root
         (root / READY_MARK).touch()
     return root
+
+
+@pytest.fixture(scope="session")
+def tiny_tools_model(tiny_cache, tiny_seed) -> Path:
+    """The CPU profiles' tiny model with the tool-call markup and its tool-using warm start
+    (tiny_model.tool_variant), built in the same cache and in a child process, as tiny_cache builds its model."""
+    import fcntl
+
+    code = (
+        "import sys; from tiny_model.tool_variant import ensure_tiny_tools; "
+        "print(ensure_tiny_tools('arithmetic', seed=int(sys.argv[1])))"
+    )
+    env = {**os.environ, "GRPO_TRAIN_CACHE": str(tiny_cache)}
+    with open(tiny_cache / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        result = subprocess.run(
+            [sys.executable, "-c", code, str(tiny_seed)],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=TINY_BUILD_TIMEOUT_S,
+        )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return Path(result.stdout.strip().splitlines()[-1])

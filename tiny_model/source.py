@@ -36,8 +36,29 @@ def resolve_model(profile) -> ModelSource:
         return ModelSource(profile.model)
     from tiny_model.build import build_record, ensure_tiny
 
+    if uses_tools(profile):
+        return _tool_calling_tiny(profile)
     folder = ensure_tiny(profile.dataset, seed=profile.seed)
     return ModelSource(str(folder), build_record(folder))
+
+
+def uses_tools(profile) -> bool:
+    """Whether the profile offers the model tools (its own, or an environment's)."""
+    return bool(getattr(profile, "tools", None) or getattr(profile, "environment", ""))
+
+
+def _tool_calling_tiny(profile) -> ModelSource:
+    """The tiny model with the tool-call markup and its tool-using warm start (tiny_model.tool_variant)."""
+    from tiny_model.build import build_record
+    from tiny_model.tool_variant import build_record as tool_record
+    from tiny_model.tool_variant import ensure_tiny_tools
+
+    folder = ensure_tiny_tools(profile.dataset, seed=profile.seed)
+    record = build_record(folder)
+    tools = tool_record(folder)
+    if record is not None and tools is not None:
+        record = {**record, "tools": tools}
+    return ModelSource(str(folder), record)
 
 
 def base_model_path(profile, adapter_dir) -> str:

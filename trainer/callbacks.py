@@ -89,6 +89,11 @@ class TelemetryCallback(TrainerCallback):
             "time": round(time.time(), 3),
             "memory": self.memory.sample(),
         }
+        if "tools/call_frequency" in logs:  # TRL's own counts over the step's completions
+            row["tools"] = {
+                "calls_per_completion": _number(logs.get("tools/call_frequency")),
+                "failure_share": _number(logs.get("tools/failure_frequency")),
+            }
         if scored:
             row["eval"] = scored
         self._last_log_time = now

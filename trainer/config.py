@@ -128,6 +128,9 @@ def grpo_config_kwargs(profile, output_dir: str, *, device: str, bf16: bool, use
     }
     kwargs.update(loss_kwargs(profile))
     kwargs.update(LOSS_SETTINGS)
+    if profile.tools or profile.environment:
+        # the turns a completion may take; its tools and environment go to the trainer itself (trainer.stages)
+        kwargs["max_tool_calling_iterations"] = profile.max_tool_calls
     if use_vllm:
         # Unsloth's engine already holds this share; TRL's own colocated engine would read it from here.
         # Sleep mode is left to Unsloth, which matches it to the engine it started (standby).

@@ -125,9 +125,11 @@ def scored_examples(examples: list[dict], weights: dict) -> list[dict]:
         scores = {}
         for name in weights:
             try:
-                scores[name] = get_reward(name)([example["completion"]], answer=[example["answer"]])[0]
+                value = get_reward(name)([example["completion"]], answer=[example["answer"]])[0]
             except Exception:  # a reward the registry cannot score (a user's file) is left out, not fatal
                 continue
+            if value is not None:  # None: it does not apply here (a reward that reads an environment's state)
+                scores[name] = value
         total = round(sum(float(weights[name]) * value for name, value in scores.items()), 4)
         out.append({**example, "rewards": scores, "reward": total})
     return out
@@ -330,6 +332,13 @@ def _warm_start_lines(warm: dict | None, acc: dict) -> list[str]:
         how += f", stopped on its criterion{restated}"
     elif warm.get("stopped") == "max_steps":
         how += f", the checked step nearest its criterion once it reached its step limit{restated}"
+    tools = warm.get("tools")
+    if tools:  # the tool-calling build: a second pass with some answers through the tools
+        how += (
+            f", then {tools['steps']} steps with some answers through the calculator and the guessing game "
+            f"(with the calculator offered: accuracy {_fmt(tools['calculator']['accuracy'])}, "
+            f"{_fmt(tools['calculator']['tool_calls_per_answer'])} calls per answer)"
+        )
     return [
         f"- held-out accuracy, random model -> warm start -> after GRPO: {_fmt(warm['random_accuracy'])} -> "
         f"{_fmt(acc['before'])} -> {_fmt(acc['after'])} (the warm start is {how}; GRPO's own gain is "
@@ -390,6 +399,30 @@ def _evaluation_lines(evaluation: dict | None) -> list[str]:
     return lines
 
 
+def _tool_lines(tools: dict | None) -> list[str]:
+    """The tools offered, and how the held-out answers used them before and after training."""
+    if not tools:
+        return []
+    before, after = tools.get("before") or {}, tools.get("after") or {}
+    lines = [
+        f"- tools: {', '.join(tools['offered'])}, at most {tools['max_tool_calls']} tool-calling turns a completion",
+        f"- held-out answers with the tools: tool calls per answer {_fmt(before.get('tool_calls_per_answer'))} -> "
+        f"{_fmt(after.get('tool_calls_per_answer'))}, answers that called one {_fmt(before.get('answers_with_tool'))}"
+        f" -> {_fmt(after.get('answers_with_tool'))}, calls that succeeded {_fmt(before.get('tool_success'))} -> "
+        f"{_fmt(after.get('tool_success'))}",
+    ]
+    guard = tools.get("guard") or {}
+    calls = sum((guard.get("calls") or {}).values())
+    if calls:
+        failed = sum((guard.get("failures") or {}).values())
+        stopped = sum((guard.get("timeouts") or {}).values())
+        lines.append(
+            f"- tool calls over the run (training and evaluations): {calls}, {failed} failed ({stopped} stopped at "
+            "the time limit)"
+        )
+    return lines
+
+
 def write_report(attempt_dir: Path, summary: dict) -> None:
     """summary.json and report.md from one summary dict."""
     write_atomic(attempt_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
@@ -415,6 +448,7 @@ def write_report(attempt_dir: Path, summary: dict) -> None:
             else ""
         ),
         *_warm_start_lines(summary.get("warm_start"), acc),
+        *_tool_lines(summary.get("tools")),
         "",
         "## Rewards (mean of the first and the last steps)",
         "",

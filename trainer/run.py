@@ -33,12 +33,14 @@ def _one_line(text: str) -> str:
 
 
 def user_reward_error(exc: BaseException):
-    """The user's reward failure behind exc (TRL or accelerate may wrap it), or None."""
+    """The failure of the user's own code (a reward; a tool's or an environment's) behind exc (TRL or accelerate
+    may wrap it), or None."""
     from rewards.user import UserRewardError
+    from tools.guard import ToolCodeError
 
     seen = set()
     while exc is not None and id(exc) not in seen:
-        if isinstance(exc, UserRewardError):
+        if isinstance(exc, (UserRewardError, ToolCodeError)):
             return exc
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__

@@ -35,6 +35,8 @@ class Loaded:
     use_vllm: bool  # generation goes through vLLM at all (Unsloth's, or TRL's under accelerate)
     correctness: Any = None  # the reward that judges an answer correct in evaluation (profile.correctness)
     generation: str = "transformers"  # trainer.backends.generation_path: which engine generated
+    tools: list | None = None  # the profile's tools, imported and guarded (tools.load_tools)
+    environment: Any = None  # the profile's environment as a guarded factory (tools.load_environment)
 
 
 @dataclass
@@ -73,6 +75,7 @@ def load(state: AttemptState) -> Loaded:
     if state.main:  # a process ended inside the user's reward is then named (contract.REWARD_RUNNING_FILE)
         user_rewards.attach(state.attempt_dir, say)
     correctness = get_reward(profile.correctness)  # the user's own reward is imported here, in the attempt
+    offered, environment = load_tools(state, train_rows)
     model_path, state.model_built = state.resolve_model(profile)
     if state.main:
         say(
@@ -81,14 +84,15 @@ def load(state: AttemptState) -> Loaded:
         )
     model, tokenizer = load_model(backend, profile, model_path)
 
-    kept, dropped = filter_by_length(train_rows, tokenizer, profile.max_prompt_length)
+    rendered = offered_tools(offered, environment)  # TRL renders them into every prompt
+    kept, dropped = filter_by_length(train_rows, tokenizer, profile.max_prompt_length, rendered)
     if not kept:
         raise UsageError(
             f"dataset '{profile.dataset}': every prompt is longer than max_prompt_length "
             f"({profile.max_prompt_length} tokens) (fix: raise max_prompt_length)"
         )
     # test prompts obey the same limit: prompt + completion must fit max_seq_length (vLLM's max_model_len)
-    eval_rows, eval_dropped = filter_by_length(eval_rows, tokenizer, profile.max_prompt_length)
+    eval_rows, eval_dropped = filter_by_length(eval_rows, tokenizer, profile.max_prompt_length, rendered)
     if state.main:
         say(
             f"dataset {profile.dataset}: {len(kept)} training prompts ({dropped} dropped as longer than "
@@ -105,7 +109,53 @@ def load(state: AttemptState) -> Loaded:
             "note: no vLLM engine was started (see Unsloth's lines above); completions are generated with "
             "transformers, slower, and the KV cache lives beside training instead of in vLLM's share"
         )
-    return Loaded(backend, model, tokenizer, kept, dropped, eval_rows, unsloth_vllm, use_vllm, correctness, generation)
+    return Loaded(
+        backend,
+        model,
+        tokenizer,
+        kept,
+        dropped,
+        eval_rows,
+        unsloth_vllm,
+        use_vllm,
+        correctness,
+        generation,
+        offered,
+        environment,
+    )
+
+
+def offered_tools(tools: list, environment) -> list:
+    """What TRL offers the model in a prompt: the tools and, with an environment, its methods."""
+    if environment is None:
+        return list(tools)
+    from tools import tool_methods
+
+    return list(tools) + tool_methods(environment())
+
+
+# Training rows an environment is reset with before the model loads: one that cannot start is found in seconds
+ENVIRONMENT_CHECK_ROWS = 8
+
+
+def load_tools(state: AttemptState, rows: list) -> tuple[list, Any]:
+    """The profile's tools and environment, imported (the user's code runs from here on) and guarded, and the
+    environment reset with the first training rows: one that cannot start ends the attempt before the model
+    loads (tools.guard.ToolCodeError names its line)."""
+    profile = state.profile
+    if not profile.tools and not profile.environment:
+        return [], None
+    from tools import check_environment_starts, guard, load_environment, load_tools
+
+    if state.main:
+        guard.attach(say)
+    offered = load_tools(profile.tools)
+    environment = load_environment(profile.environment)
+    check_environment_starts(environment, rows[:ENVIRONMENT_CHECK_ROWS])
+    if state.main:
+        names = [t.__name__ for t in offered] + ([f"environment {environment.__name__}"] if environment else [])
+        say(f"tools: {', '.join(names)}; at most {profile.max_tool_calls} tool-calling turns a completion")
+    return offered, environment
 
 
 def evaluate_rows(
@@ -129,6 +179,9 @@ def evaluate_rows(
         reward=loaded.correctness,
         stop=stop,
         live_lora=live,
+        tools=loaded.tools,
+        environment=loaded.environment,
+        max_tool_calls=state.profile.max_tool_calls,
     )
 
 
@@ -231,6 +284,7 @@ def build_trainer(state: AttemptState, loaded: Loaded, signals) -> Session:
         train_dataset=Dataset.from_list(loaded.train_rows),
         processing_class=loaded.tokenizer,
         callbacks=callbacks,
+        **trainer_tool_kwargs(loaded),
     )
     session.trainer.remove_callback(PrinterCallback)  # our progress line replaces its raw dict per step
     handler = session.trainer.callback_handler
@@ -239,6 +293,46 @@ def build_trainer(state: AttemptState, loaded: Loaded, signals) -> Session:
         handler.callbacks.append(tracker)
     state.trainer = session.trainer
     return session
+
+
+TOOL_FIGURES = (
+    "tool_calls_per_answer",
+    "answers_with_tool",
+    "tool_success",
+    "tool_calls",
+    "model_turns_per_answer",
+    "model_tokens_per_answer",
+    "reply_tokens_per_call",
+)
+
+
+def tool_summary(state: AttemptState, loaded: Loaded, before: dict, after: dict) -> dict | None:
+    """summary.json's `tools`: what was offered, the held-out answers' use of it before and after training,
+    and the guard's count of every call of the run (tools.guard.RECORD)."""
+    if not loaded.tools and loaded.environment is None:
+        return None
+    from tools.guard import RECORD
+
+    offered = [t.__name__ for t in loaded.tools or []]
+    if loaded.environment is not None:
+        offered.append(f"environment {loaded.environment.__name__}")
+    return {
+        "offered": offered,
+        "max_tool_calls": state.profile.max_tool_calls,
+        "before": {key: before.get(key) for key in TOOL_FIGURES},
+        "after": {key: after.get(key) for key in TOOL_FIGURES},
+        "guard": RECORD.to_json(),
+    }
+
+
+def trainer_tool_kwargs(loaded: Loaded) -> dict:
+    """GRPOTrainer's tools and environment_factory, when the profile has them (TRL runs the turns itself)."""
+    kwargs = {}
+    if loaded.tools:
+        kwargs["tools"] = list(loaded.tools)
+    if loaded.environment is not None:
+        kwargs["environment_factory"] = loaded.environment
+    return kwargs
 
 
 def probe(state: AttemptState, loaded: Loaded, asked: bool = False) -> dict | None:
@@ -333,6 +427,7 @@ def finish(state: AttemptState, loaded: Loaded, session: Session, before: dict, 
         OK,
     )
     summary["generation"] = loaded.generation
+    summary["tools"] = tool_summary(state, loaded, before, after)
     from trainer.config import PROFILE_LOSS_KEYS
 
     # what the trainer itself holds (TRL's GRPOConfig, or Unsloth's patched one): the objective trained

@@ -72,10 +72,18 @@ def build_summary(
             "correct_after": after["correct"],
             "well_formed_before": before.get("well_formed"),
             "well_formed_after": after.get("well_formed"),
-            "examples_before": scored_examples(before["examples"], profile.rewards),
-            "examples_after": scored_examples(after["examples"], profile.rewards),
+            "examples_before": scored_examples(before["examples"], _text_rewards(profile)),
+            "examples_after": scored_examples(after["examples"], _text_rewards(profile)),
         },
         "warm_start": state.model_built,
         "checkpoint": contract.relative_path(state.latest_checkpoint(), state.attempt_dir),
         "probe": state.probe,
     }
+
+
+def _text_rewards(profile) -> dict:
+    """The rewards a sample answer's text can be scored by alone: with tools or an environment, the shipped
+    ones only (the user's may read the rollout's messages or its environment, which a text does not hold)."""
+    if not (getattr(profile, "tools", None) or getattr(profile, "environment", "")):
+        return profile.rewards
+    return {name: weight for name, weight in profile.rewards.items() if ":" not in name}

@@ -106,6 +106,7 @@ class Plan:
                     "measured": c.measured.to_json() if c.measured else None,
                     "speed": c.speed_json(),
                     **({"nodes": _nodes_json(c)} if c.layout is not None else {}),
+                    **_turns_json(c.profile),
                 }
                 for c in self.candidates
             ],
@@ -506,3 +507,11 @@ def make_plan(
             f"itself: {STANDBY_FAILURES}; vllm_standby: false avoids it"
         )
     return Plan(machine, candidates, chosen, margin_gib, notes)
+
+
+def _turns_json(profile) -> dict:
+    """`turns` of a candidate that offers tools: the calls and replies its memory and time are planned for."""
+    from launcher.plan.turns import turn_plan_of
+
+    turns = turn_plan_of(profile)
+    return {"turns": turns.to_json()} if turns is not None else {}

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+from launcher.plan.turns import TurnPlan, turn_plan
 from profiles.catalog import Architecture, chars_per_token
 from tasks.lengths import SHIPPED, reference_lengths
 
@@ -35,14 +36,18 @@ class CompletionPlan:
     expected: int  # tokens a completion is expected to run on average
     prompt_expected: int  # tokens a prompt is expected to take (its cap is max_prompt_length)
     basis: str  # where the figures come from, in words
+    turns: TurnPlan | None = None  # with tools: the turns assumed (launcher.plan.turns), in cap and expected
 
     def to_json(self) -> dict:
-        return {
+        out = {
             "cap": self.cap,
             "expected": self.expected,
             "prompt_expected": self.prompt_expected,
             "basis": self.basis,
         }
+        if self.turns is not None:
+            out["turns"] = self.turns.to_json()
+        return out
 
 
 @lru_cache(maxsize=64)
@@ -73,6 +78,11 @@ def completion_plan(profile, arch: Architecture, pinned=()) -> CompletionPlan:
             + ("its answers are not worked solutions" if ref is not None else "not readable at plan time")
             + f"; the default cap {DEFAULT_CAP} tokens, half of it expected"
         )
+    turns = turn_plan(profile, rate)
+    if turns is not None:  # the calls and the replies share the completion's tokens with the answer
+        cap = math.ceil((cap + turns.extra_tokens) / CAP_STEP) * CAP_STEP
+        expected += turns.extra_tokens
+        basis += f"; with tools: {turns.basis}"
     if "max_completion_length" in pinned:
         cap = profile.max_completion_length
         basis += f"; the cap pinned at {cap}"
@@ -85,7 +95,9 @@ def completion_plan(profile, arch: Architecture, pinned=()) -> CompletionPlan:
         prompt = min(profile.max_prompt_length, int(round(chars / rate + TEMPLATE_TOKENS)))
     else:  # prompts not known: three quarters of their cap
         prompt = int(PROMPT_SHARE_UNKNOWN * profile.max_prompt_length)
-    return CompletionPlan(int(cap), expected, max(prompt, 1), basis)
+    if turns is not None:  # TRL renders the tools into every prompt
+        prompt = min(profile.max_prompt_length, prompt + turns.schema_tokens)
+    return CompletionPlan(int(cap), expected, max(prompt, 1), basis, turns)
 
 
 def expected_length(profile, arch: Architecture) -> int:

@@ -114,6 +114,9 @@ class StepShape:
     standby: bool = False
     own_vllm_weights: bool = False  # vLLM keeps a copy of its own (TRL's engine, a server): sent every step
     world: int = 1  # data-parallel training processes
+    tool_calls: int = 0  # tool-calling turns a completion takes (launcher.plan.turns); its rounds are timed apart
+    call_tokens: int = 0  # tokens of one call
+    reply_tokens: int = 0  # tokens of one tool reply
 
     @property
     def completions(self) -> int:
@@ -236,6 +239,16 @@ def generation_time(s: StepShape, card: CardFacts) -> tuple[float, float, int, s
     return prefill + longest * per_step, 1.0, n, limit
 
 
+def turns_generation_time(s: StepShape, card: CardFacts) -> tuple[float, float, int, str]:
+    """generation_time over a step's rounds when its completions call tools (each round's requests generated,
+    their prompts prefilled again), else the one round's."""
+    from launcher.plan.turns import rounds
+
+    timed = [generation_time(shape, card) for shape in rounds(s)]
+    first = timed[0]
+    return sum(t[0] for t in timed), sum(t[1] for t in timed), first[2], first[3]
+
+
 def training_time(s: StepShape, card: CardFacts) -> float:
     """Seconds of forward, backward and optimizer over one step's completions (one training process)."""
     bandwidth, flops, _ = _speeds(card, s.float32)
@@ -266,7 +279,7 @@ def step_time(s: StepShape, card_name: str | None, memory_gib: float | None = No
             f"card {card_name or 'unnamed'} not in the card table: speed from the default "
             f"({card.bandwidth_gb_s:g} GB/s, {card.tflops_16bit:g} TFLOPS), so the times err long"
         )
-    generation, waves, at_once, limit = generation_time(s, card)
+    generation, waves, at_once, limit = turns_generation_time(s, card)
     training = training_time(s, card)
     sync = 0.0
     if s.own_vllm_weights:
@@ -338,7 +351,15 @@ def shape_of(profile, arch, gpu, est=None, lengths=None) -> StepShape:
         standby=profile.vllm_standby,
         own_vllm_weights=profile.fast_inference and profile.distributed,
         world=profile.num_gpus,
+        **_turn_fields(lengths),
     )
+
+
+def _turn_fields(lengths) -> dict:
+    turns = getattr(lengths, "turns", None)
+    if turns is None:
+        return {}
+    return {"tool_calls": turns.calls, "call_tokens": turns.call_tokens, "reply_tokens": turns.reply_tokens}
 
 
 def predict(profile, arch, gpu, est=None, lengths=None, measured=None) -> StepTime:

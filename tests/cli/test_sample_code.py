@@ -175,3 +175,45 @@ def test_trust_remote_code_is_said_once_per_model_before_the_first_attempt(tmp_p
 )
 def test_an_answer_is_shown_without_screens_of_blank_lines_or_escape_codes(text, shown):
     assert _shown_text(text) == shown
+
+
+@pytest.fixture
+def sent_tool_attempt(tmp_path):
+    """An attempt folder someone sent whose profile names a tool file and an environment file of its own that,
+    imported, leave a marker; the files are then deleted, as in a folder copied without them."""
+    folder = tmp_path / "run" / "attempt-01-cpu-tiny-tools"
+    (folder / "adapter").mkdir(parents=True)
+    (folder / "adapter" / "adapter_config.json").write_text("{}")
+    marker = tmp_path / "imported"
+    code = (
+        f"from pathlib import Path\nPath({str(marker)!r}).write_text('ran')\n"
+        "def lookup(word: str) -> str:\n    return word\n"
+        "class Game:\n    def reset(self, **row):\n        pass\n"
+    )
+    (folder / "own_tools.py").write_text(code)
+    profile = load_profile(
+        REPO / "profiles" / "cpu-tiny-tools.yaml",
+        [f"tools=[calculate, {folder / 'own_tools.py'}:lookup]", f"environment={folder / 'own_tools.py'}:Game"],
+    )
+    (folder / "profile.yaml").write_text(profile.to_yaml())
+    return folder, marker
+
+
+@pytest.mark.parametrize("run_rewards", [False, True])
+def test_the_folders_tool_and_environment_code_is_never_imported(sent_tool_attempt, run_rewards):
+    folder, marker = sent_tool_attempt
+    (folder / "own_tools.py").unlink()  # sample and export do not need it
+    sampling = profile_of(Target(folder, folder / "adapter"), [], run_rewards=run_rewards)
+    assert sampling.profile.tools == ["calculate"] and sampling.profile.environment == ""
+    assert not marker.exists()
+
+
+def test_a_folder_with_only_tool_code_keeps_the_tool_calling_model(sent_tool_attempt):
+    from tiny_model.source import uses_tools
+
+    folder, marker = sent_tool_attempt
+    text = (folder / "profile.yaml").read_text().replace("- calculate\n", "")
+    (folder / "profile.yaml").write_text(text)
+    profile = profile_of(Target(folder, folder / "adapter"), []).profile
+    assert uses_tools(profile) and profile.tools == ["calculate"]  # a stand-in: sample answers in one turn
+    assert not marker.exists()

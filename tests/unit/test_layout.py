@@ -2,9 +2,9 @@
 
     train.py -> commands -> measure (the card's measurement kit) -> launcher, trainer
              commands -> launcher (planning, supervising; no torch)
-                         -> [child process] trainer (one attempt) -> evaluation -> rewards
+                         -> [child process] trainer (one attempt) -> evaluation -> tools, rewards
                          -> tiny_model (the offline models)       -> evaluation
-    launcher, trainer, tiny_model -> profiles (what a profile may say) -> tasks, rewards -> contract
+    launcher, trainer, tiny_model -> profiles (what a profile may say) -> tasks, tools -> rewards -> contract
 
 Neither the trainer nor the tiny model imports the other: the command that starts an attempt hands the
 trainer a model to load. Function-level imports count: a cycle that only closes inside a function still ties
@@ -27,6 +27,7 @@ EVERYTHING = {
     "rewards",
     "tasks",
     "tiny_model",
+    "tools",
     "trainer",
     "train",
 }
@@ -35,13 +36,14 @@ EVERYTHING = {
 ALLOWED = {
     "contract": set(),
     "rewards": {"contract"},
+    "tools": {"contract", "rewards"},
     "tasks": {"contract"},
-    "profiles": {"contract", "tasks", "rewards"},
-    "evaluation": {"contract", "rewards"},
-    "tiny_model": {"contract", "tasks", "rewards", "profiles", "evaluation"},
-    "trainer": {"contract", "tasks", "rewards", "profiles", "evaluation"},
-    "launcher": {"contract", "tasks", "rewards", "profiles"},
-    "measure": {"contract", "tasks", "rewards", "profiles", "evaluation", "launcher", "trainer"},
+    "profiles": {"contract", "tasks", "rewards", "tools"},
+    "evaluation": {"contract", "rewards", "tools"},
+    "tiny_model": {"contract", "tasks", "rewards", "tools", "profiles", "evaluation"},
+    "trainer": {"contract", "tasks", "rewards", "tools", "profiles", "evaluation"},
+    "launcher": {"contract", "tasks", "rewards", "tools", "profiles"},
+    "measure": {"contract", "tasks", "rewards", "tools", "profiles", "evaluation", "launcher", "trainer"},
     "commands": EVERYTHING - {"train", "commands"},
     "train": {"commands", "contract"},
 }

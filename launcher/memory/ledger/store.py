@@ -46,6 +46,10 @@ def ledger_path() -> Path:
 def memory_settings(profile) -> dict:
     settings = {key: getattr(profile, key) for key in MEMORY_KEYS}
     settings["target_modules"] = sorted(settings["target_modules"])
+    if getattr(profile, "tools", None) or getattr(profile, "environment", ""):
+        # turns lengthen a step (launcher.plan.turns): a measured step of a run with tools is not a step without
+        # them; profiles without tools keep the fingerprints they always had
+        settings["tool_turns"] = profile.max_tool_calls
     return settings
 
 

@@ -18,7 +18,7 @@ from rewards.format import number, xml_count, xml_soft, xml_strict
 from rewards.parse import MAX_COMPLETION_CHARS, completion_text, find_numbers
 
 REPO = Path(__file__).resolve().parents[3]
-NAMES = ["xml_strict", "xml_soft", "xml_count", "number", "accuracy", "math"]
+NAMES = ["xml_strict", "xml_soft", "xml_count", "number", "accuracy", "math", "tool_ok"]
 
 
 def strict(reasoning: str, answer: str, trailing: str = "") -> str:
@@ -343,6 +343,7 @@ def test_trl_calling_convention():
         "number": [1.0, 0.0, 1.0],
         "accuracy": [1.0, 0.0, 0.0],
         "math": [1.0, 0.0, 0.0],
+        "tool_ok": [1.0, 1.0, 1.0],  # no tool was called, so none failed
     }
 
 
@@ -491,6 +492,9 @@ def test_odd_inputs_score_zero_quickly(name):
     assert time.process_time() - start < 30.0
     assert len(scores) == len(ODD_COMPLETIONS)
     assert all(type(s) is float and 0.0 <= s <= 1.0 for s in scores)
+    if name == "tool_ok":  # no odd completion holds a failed tool call: each readable one scores 1
+        assert scores == [0.0 if completion_text(c) is None else 1.0 for c in ODD_COMPLETIONS]
+        return
     # Only the surrogate-holding answer "1" is a readable, well-formed number, and only it and the list of
     # 3s hold each answer tag once; everything else scores 0.
     right = ODD_COMPLETIONS.index("\udcff<answer>1</answer>")

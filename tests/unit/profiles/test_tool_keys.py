@@ -1,0 +1,147 @@
+"""The profile keys of tools: `tools`, `environment`, `max_tool_calls`, found and checked without running the
+user's code, TRL's own names read through the aliases, and handed to TRL's GRPOConfig."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from profiles.load import load_profile, profile_from_dict
+from support.profile_data import refused, valid, write
+from trainer.config import grpo_config_kwargs
+
+REPO = Path(__file__).resolve().parents[3]
+
+TOOL_FILE = '''
+import sys
+sys.exit("importing this file would end the process: the profile check must not run it")
+
+
+def lookup(word: str) -> str:
+    """Looks a word up.
+
+    Args:
+        word: the word
+    """
+    return word
+
+
+class Shop:
+    def reset(self, **row):
+        pass
+'''
+
+
+@pytest.fixture
+def tool_file(tmp_path):
+    path = tmp_path / "my_tools.py"
+    path.write_text(TOOL_FILE, encoding="utf-8")
+    return path
+
+
+def test_the_shipped_entries_are_known_by_name():
+    profile = profile_from_dict(valid(tools=["calculate"], environment="guess", max_tool_calls=3), "<test>")
+    assert (profile.tools, profile.environment, profile.max_tool_calls) == (["calculate"], "guess", 3)
+    assert profile_from_dict(valid(tools="calculate"), "<test>").tools == ["calculate"]
+
+
+def test_a_users_file_is_checked_without_being_run(tool_file):
+    profile = profile_from_dict(valid(tools=[f"{tool_file}:lookup"], environment=f"{tool_file}:Shop"), "<test>")
+    assert profile.tools == [f"{tool_file.resolve()}:lookup"]
+    assert profile.environment == f"{tool_file.resolve()}:Shop"
+
+
+def test_a_relative_file_is_found_beside_the_profile(tmp_path, tool_file):
+    path = write(tmp_path, "dataset: arithmetic\ntools: [my_tools.py:lookup]\nenvironment: my_tools.py:Shop\n")
+    profile = load_profile(path)
+    assert profile.tools == [f"{tool_file.resolve()}:lookup"]
+
+
+@pytest.mark.parametrize(
+    "keys, key, words",
+    [
+        ({"tools": ["calculator"]}, "tools", "unknown tool 'calculator'"),
+        ({"tools": ["nowhere.py:f"]}, "tools", "tool file"),
+        ({"tools": ["{file}:lookp"]}, "tools", "defines no 'lookp' (functions there: lookup)"),
+        ({"tools": ["{file}:lookup", "{file}:lookup"]}, "tools", "both be offered to the model as lookup"),
+        ({"tools": [3]}, "tools", "expected a list of tool entries"),
+        ({"environment": "{file}:Shp"}, "environment", "defines no 'Shp' (classes and functions there: Shop"),
+        ({"environment": "nowhere.py:Env"}, "environment", "environment file"),
+        ({"environment": "chess"}, "environment", "unknown environment 'chess'"),
+        ({"max_tool_calls": 0}, "max_tool_calls", ">= 1"),
+    ],
+)
+def test_a_bad_entry_names_the_key(tool_file, keys, key, words):
+    keys = {
+        k: [v.format(file=tool_file) if isinstance(v, str) else v for v in value]
+        if isinstance(value, list)
+        else value.format(file=tool_file)
+        if isinstance(value, str)
+        else value
+        for k, value in keys.items()
+    }
+    error = refused(valid(**keys))
+    assert error.key == key
+    assert words in str(error)
+
+
+def test_trls_names_are_read_through_the_aliases(tmp_path):
+    path = write(
+        tmp_path,
+        "dataset: arithmetic\ntools: [calculate]\nenvironment_factory: guess\nmax_tool_calling_iterations: 2\n",
+    )
+    profile = load_profile(path)
+    assert (profile.environment, profile.max_tool_calls) == ("guess", 2)
+    read = {r.key: r.ours for r in profile.readings}
+    assert read["environment_factory"] == "environment"
+    assert read["max_tool_calling_iterations"] == "max_tool_calls"
+
+
+def test_unbounded_turns_are_refused(tmp_path):
+    from contract.errors import ProfileError
+
+    path = write(tmp_path, "dataset: arithmetic\ntools: [calculate]\nmax_tool_calling_iterations:\n")
+    with pytest.raises(ProfileError, match="without end"):
+        load_profile(path)
+
+
+def test_grpo_config_gets_the_turns_only_with_tools():
+    from trl import GRPOConfig
+
+    plain = profile_from_dict(valid(device="cpu", fast_inference=False, load_in_4bit=False, optim="adamw_torch"), "<t>")
+    assert "max_tool_calling_iterations" not in grpo_config_kwargs(
+        plain, "out", device="cpu", bf16=False, use_vllm=False
+    )
+    tools = plain.replace(tools=["calculate"], max_tool_calls=3)
+    kwargs = grpo_config_kwargs(tools, "out", device="cpu", bf16=False, use_vllm=False)
+    assert kwargs["max_tool_calling_iterations"] == 3
+    assert GRPOConfig(**kwargs).max_tool_calling_iterations == 3
+
+
+def test_the_shipped_tool_profiles_load():
+    tools = load_profile(REPO / "profiles" / "cpu-tiny-tools.yaml")
+    assert tools.tools == ["calculate"] and tools.device == "cpu" and tools.model == "tiny"
+    guess = load_profile(REPO / "profiles" / "cpu-tiny-guess.yaml")
+    assert guess.environment == "guess" and "tools.guess:solved" in guess.rewards
+    assert guess.correctness == "tools.guess:solved"
+
+
+def test_profiles_with_tools_are_not_rungs_of_the_ladder(tmp_path):
+    from support.cli import train_py
+
+    done = train_py("plan", "--json")
+    assert done.returncode == 0, done.stderr
+    names = [c["profile"] for c in json.loads(done.stdout)["candidates"]]
+    assert names and "cpu-tiny-tools" not in names and "cpu-tiny-guess" not in names
+    done = train_py("plan", "--json", "--profile", str(REPO / "profiles" / "cpu-tiny-tools.yaml"))
+    assert json.loads(done.stdout)["chosen"] == "cpu-tiny-tools"
+    alone = tmp_path / "ladder"
+    alone.mkdir()
+    (alone / "a.yaml").write_text((REPO / "profiles" / "cpu-tiny-tools.yaml").read_text())
+    done = train_py("plan", "--json", "--profiles-dir", str(alone))
+    assert json.loads(done.stdout)["chosen"] == "cpu-tiny-tools"  # a folder of them alone is a ladder
+    done = train_py("plan", "--json", "--gpu-memory", "24", "--set", "tools=[calculate]")
+    chosen = json.loads(done.stdout)["chosen"]
+    assert chosen.startswith("gpu-"), chosen  # the user's --set gives every rung the tools: they stay rungs

@@ -1,0 +1,111 @@
+"""WHAT the model may call while it answers: the shipped tools and environments, the user's own, and the guard
+that keeps any of them from taking a run down.
+
+A profile's `tools` lists functions the model may call (TRL's `tools`), `environment` names a class whose
+instances hold one rollout's state and whose public methods are its tools (TRL's `environment_factory`). Each
+entry is a shipped name (SHIPPED_TOOLS, SHIPPED_ENVIRONMENTS), `path/to/file.py:name` or
+`package.module:name`, found and checked like a reward of the user's own (rewards.user: the file is parsed, not
+imported, until the attempt). The attempt imports them here and hands TRL guarded versions (tools.guard).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SHIPPED_TOOLS = {"calculate": "tools.calculator:calculate"}
+SHIPPED_ENVIRONMENTS = {"guess": "tools.guess:GuessTheSum"}
+# Characters a shipped tool's reply takes at most, for the planner (a user's tool: tools.guard.MAX_OUTPUT_CHARS)
+SHIPPED_REPLY_CHARS = {"calculate": 24, "guess": 8}
+
+
+def entry_target(text: str, kind: str) -> str:
+    """A shipped name as the entry it stands for; any other entry as it is."""
+    shipped = SHIPPED_TOOLS if kind == "tool" else SHIPPED_ENVIRONMENTS
+    return shipped.get(text, text)
+
+
+def check_entry(text: str, kind: str, base_dir: Path | None = None) -> str:
+    """Without importing anything of the user's: the entry as the attempt will load it (a file's absolute path,
+    so that the attempt finds it from any folder); ValueError saying what is wrong and the fix. `kind`:
+    "tool" or "environment"."""
+    from rewards import user
+
+    shipped = SHIPPED_TOOLS if kind == "tool" else SHIPPED_ENVIRONMENTS
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"expected a {kind} entry, got {text!r}")
+    if text in shipped:
+        return text
+    if not user.is_user_reward(text):
+        known = ", ".join(shipped)
+        raise ValueError(
+            f"unknown {kind} '{text}' (fix: a shipped {kind} ({known}), path/to/file.py:name or package.module:name)"
+        )
+    spec = user.parse_spec(text, base_dir=base_dir)
+    user.check_spec(spec, kind=kind)
+    return f"{spec.path.resolve()}:{spec.function}" if spec.path is not None else text
+
+
+def entry_name(text: str, kind: str = "tool") -> str:
+    """The name TRL knows an entry by: the function's or class's own name."""
+    return entry_target(text, kind).rpartition(":")[2]
+
+
+def _import(text: str, kind: str):
+    """The function or class an entry names, imported now (in the attempt)."""
+    from rewards import user
+    from tools.guard import ToolCodeError, raised_text, short_trace
+
+    spec = user.parse_spec(entry_target(text, kind))
+    try:
+        module = user.import_spec(spec, prefix=f"grpo_user_{kind}")
+    except KeyboardInterrupt:
+        raise
+    except (Exception, SystemExit) as exc:
+        source = str(spec.path) if spec.path is not None else spec.module
+        raise ToolCodeError(
+            f"{kind} '{text}'", source, f"could not be imported: {raised_text(exc)}", short_trace(exc)
+        ) from exc
+    target = getattr(module, spec.function, None)
+    if target is None or not callable(target):
+        raise ToolCodeError(f"{kind} '{text}'", str(spec.path or spec.module), f"has no callable '{spec.function}'")
+    return target
+
+
+def load_tools(entries, time_limit_s: float | None = None) -> list:
+    """The profile's tools, imported and guarded, in the profile's order."""
+    from tools.guard import TIME_LIMIT_S, guarded
+
+    limit = TIME_LIMIT_S if time_limit_s is None else time_limit_s
+    return [guarded(_import(entry, "tool"), entry_name(entry), limit) for entry in entries or ()]
+
+
+def load_environment(entry: str, time_limit_s: float | None = None):
+    """The profile's environment as a guarded factory (None when the profile names none)."""
+    if not entry:
+        return None
+    from tools.guard import TIME_LIMIT_S, guarded_environment
+
+    limit = TIME_LIMIT_S if time_limit_s is None else time_limit_s
+    return guarded_environment(_import(entry, "environment"), entry_name(entry, "environment"), limit)
+
+
+def check_environment_starts(factory, rows: list[dict]) -> None:
+    """Make one environment and reset it with each of `rows` (the first training rows), as TRL will: an
+    environment that cannot start is found before the model loads (tools.guard.ToolCodeError)."""
+    if factory is None:
+        return
+    instance = factory()
+    for row in rows:
+        instance.reset(**row)
+
+
+def tool_methods(environment) -> list:
+    """The public methods of an environment instance that TRL offers the model as tools (all but `reset`,
+    `get_reward` and names starting with '_'), bound to it."""
+    import inspect
+
+    return [
+        getattr(environment, name)
+        for name, _ in inspect.getmembers(type(environment), predicate=inspect.isfunction)
+        if name not in ("reset", "get_reward") and not name.startswith("_")
+    ]

@@ -1,0 +1,340 @@
+"""A tool cannot take the run down: each call of a tool (or of an environment's method) is guarded so that
+
+- whatever goes wrong inside it (an exception, `sys.exit`, the time limit) leaves it as a ToolFailed, an
+  ordinary exception that TRL's multi-turn loop turns into the tool message `{'error': '...'}` the model reads
+  and counts in its `tools/failure_frequency` (evaluation.turns does the same);
+- a call that runs past its time limit is stopped (an alarm raises inside it);
+- what it returns is text of at most MAX_OUTPUT_CHARS characters, cut with a note beyond that;
+- what it prints to stdout or stderr is kept out of the run's output (and counted, said once).
+
+TRL calls the tools itself, in its own multi-turn loop (`_tool_call_loop`); the guarded function keeps the
+tool's name, signature, type hints and docstring, which TRL and transformers read to describe the tool to the
+model. A signal the run itself receives (Ctrl-C, SIGTERM) is never swallowed.
+
+The time limit uses SIGALRM, so it holds where the tool runs in the main thread of a Unix process, as TRL runs
+synchronous tools; elsewhere the call runs unbounded (said once). A tool stuck inside one long C call (a huge
+regular expression) is stopped when that call returns to Python.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import io
+import signal
+import threading
+import time
+import traceback
+import typing
+import warnings
+
+TIME_LIMIT_S = 10.0  # a tool call's wall-clock limit
+MAX_OUTPUT_CHARS = 2000  # characters of a tool's result the model is shown
+MAX_CAPTURED_CHARS = 10_000  # printed characters kept while a call runs (the rest is counted, not kept)
+# After the limit, the alarm fires again this often while the tool keeps going (code that catches the first)
+REPEAT_S = 0.5
+
+
+class ToolFailed(Exception):
+    """A guarded tool call that failed; its text is what the model is told (TRL writes it as the reply)."""
+
+
+class ToolTimeout(BaseException):
+    """Raised inside a tool that ran past its limit: a BaseException, so `except Exception` in the tool
+    does not swallow it."""
+
+
+class ToolCodeError(RuntimeError):
+    """The user's tool or environment code failed where the run cannot go on without it (an environment's
+    `reset`, or its construction): the attempt ends `error` naming the code, its line and the fix."""
+
+    def __init__(self, name: str, where: str, what: str, trace: str = ""):
+        self.tool = name
+        self.where = where
+        self.trace = trace
+        super().__init__(f"{name} {what} (at {where})")
+
+
+class ToolRecord:
+    """What the guarded calls did, over the run: calls, failures (an error, a timeout), cut outputs and
+    printed characters, by tool name. The trainer reads it for the report; tests read it too."""
+
+    def __init__(self):
+        self.calls: dict[str, int] = {}
+        self.failures: dict[str, int] = {}
+        self.timeouts: dict[str, int] = {}
+        self.cut: dict[str, int] = {}
+        self.printed: dict[str, int] = {}
+        self.said: set = set()
+
+    def add(self, table: dict, name: str, count: int = 1) -> None:
+        table[name] = table.get(name, 0) + count
+
+    def to_json(self) -> dict:
+        return {
+            "calls": dict(self.calls),
+            "failures": dict(self.failures),
+            "timeouts": dict(self.timeouts),
+            "outputs_cut": dict(self.cut),
+            "printed_chars": dict(self.printed),
+        }
+
+
+RECORD = ToolRecord()
+_say = None
+
+
+def attach(say=None) -> None:
+    """Say the guard's one-off notes with `say` (the attempt's output); else through warnings."""
+    global _say
+    _say = say
+
+
+def _note(key, text: str, record: ToolRecord | None = None) -> None:
+    record = RECORD if record is None else record
+    if key in record.said:
+        return
+    record.said.add(key)
+    if _say is not None:
+        _say(f"note: {text}")
+    else:
+        warnings.warn(text, ToolNote, stacklevel=3)
+
+
+class ToolNote(UserWarning):
+    """Something a tool did that the run survived (it printed, its output was cut, it could not be timed)."""
+
+
+def _user_line(exc: BaseException, code) -> str:
+    """file:line of the last frame in the tool's own file, else the tool's first line."""
+    own = getattr(code, "co_filename", None)
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if own and f.filename == own]
+    if frames:
+        return f"{frames[-1].filename}:{frames[-1].lineno}"
+    return f"{own}:{getattr(code, 'co_firstlineno', '?')}" if own else "unknown"
+
+
+def shown_text(result, limit: int = MAX_OUTPUT_CHARS) -> tuple[str, bool]:
+    """A tool's result as the text the model is shown, at most `limit` characters; (text, cut)."""
+    text = result if isinstance(result, str) else repr(result) if not isinstance(result, (int, float)) else str(result)
+    if len(text) <= limit:
+        return text, False
+    note = f" [output cut at {limit:,} of {len(text):,} characters]"
+    return text[: max(0, limit - len(note))] + note, True
+
+
+class _Alarm:
+    """Raise ToolTimeout in the main thread `limit_s` from now, then every REPEAT_S until cleared."""
+
+    def __init__(self, limit_s: float | None):
+        self.limit_s = limit_s
+        self.armed = False
+        self.previous = None
+
+    def __enter__(self):
+        usable = (
+            self.limit_s is not None
+            and self.limit_s > 0
+            and hasattr(signal, "setitimer")
+            and threading.current_thread() is threading.main_thread()
+        )
+        if not usable:
+            return self
+        if signal.getitimer(signal.ITIMER_REAL)[0] > 0:
+            return self  # someone else's timer runs: leave it alone
+        self.previous = signal.signal(signal.SIGALRM, self._fire)
+        signal.setitimer(signal.ITIMER_REAL, self.limit_s, REPEAT_S)
+        self.armed = True
+        return self
+
+    @staticmethod
+    def _fire(signum, frame):
+        raise ToolTimeout()
+
+    def __exit__(self, *exc_info):
+        if self.armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous or signal.SIG_DFL)
+        return False
+
+
+class _Printed(io.TextIOBase):
+    """Stands in for stdout / stderr during a call: keeps the first characters, counts the rest."""
+
+    def __init__(self):
+        self.kept: list[str] = []
+        self.count = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text) -> int:
+        text = str(text)
+        if self.count < MAX_CAPTURED_CHARS:
+            self.kept.append(text[: MAX_CAPTURED_CHARS - self.count])
+        self.count += len(text)
+        return len(text)
+
+
+def guarded(function, name: str | None = None, time_limit_s: float | None = TIME_LIMIT_S, record=None):
+    """`function` as a tool TRL may call with whatever the model wrote: never raises (but for the run's own
+    signals), stops past `time_limit_s`, returns text of at most MAX_OUTPUT_CHARS characters. Its name,
+    signature, type hints and docstring are the function's."""
+    name = name or getattr(function, "__name__", "tool")
+    code = getattr(inspect.unwrap(function), "__code__", None)
+    record = RECORD if record is None else record
+
+    @functools.wraps(function)
+    def tool(*args, **kwargs):
+        record.add(record.calls, name)
+        printed = _Printed()
+        started = time.monotonic()
+        alarm = _Alarm(time_limit_s)
+        try:
+            with alarm, contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+                result = function(*args, **kwargs)
+                text, cut = shown_text(result)
+        except ToolTimeout:
+            record.add(record.failures, name)
+            record.add(record.timeouts, name)
+            raise ToolFailed(f"the tool {name} ran past its limit of {time_limit_s:g} s and was stopped") from None
+        except KeyboardInterrupt:
+            raise  # the run's own stop (a signal), or code that imitates one: it is not the tool's to keep
+        except (Exception, SystemExit) as exc:
+            record.add(record.failures, name)
+            what = f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {exc}"
+            if not isinstance(exc, ValueError):  # a ValueError is the tool refusing its input; others are bugs
+                _note(
+                    ("raised", name),
+                    f"tool {name} raised {type(exc).__name__} (at {_user_line(exc, code)}); the "
+                    "model is told the error and training goes on (said once)",
+                    record,
+                )
+            raise ToolFailed(shown_text(what)[0]) from None
+        finally:
+            if printed.count:
+                record.add(record.printed, name, printed.count)
+                _note(
+                    ("printed", name),
+                    f"tool {name} printed {printed.count} characters; a tool's output reaches "
+                    "the model only through what it returns, so printing is kept out of the run (said once)",
+                    record,
+                )
+            if time_limit_s and not alarm.armed and time.monotonic() - started > time_limit_s:
+                _note(
+                    ("untimed", name),
+                    f"tool {name} ran {time.monotonic() - started:.0f} s outside the main "
+                    "thread, where its time limit cannot stop it (said once)",
+                    record,
+                )
+        if cut:
+            record.add(record.cut, name)
+            _note(
+                ("cut", name),
+                f"tool {name} returned more than {MAX_OUTPUT_CHARS:,} characters; the model is "
+                "shown the first ones (said once)",
+                record,
+            )
+        return text
+
+    try:  # resolved now, in the tool's own module: the guard's module could not resolve its names later
+        tool.__annotations__ = typing.get_type_hints(function)
+    except Exception:
+        pass
+    return tool
+
+
+def guarded_environment(factory, name: str | None = None, time_limit_s: float | None = TIME_LIMIT_S):
+    """A factory whose environments TRL may use as it does the user's: the same public methods (its tools),
+    each guarded like a tool; `reset` and `get_reward` are the user's own, and a failing `reset` ends the
+    attempt as ToolCodeError naming the environment's line (an environment that cannot start has nothing to
+    offer the model)."""
+    name = name or getattr(factory, "__name__", "environment")
+    cls = factory if isinstance(factory, type) else None
+
+    def make():
+        try:
+            instance = factory()
+        except KeyboardInterrupt:
+            raise
+        except (Exception, SystemExit) as exc:
+            raise ToolCodeError(
+                f"environment {name}",
+                _user_line(exc, _code_of(factory)),
+                f"could not be created: {raised_text(exc)}",
+                short_trace(exc),
+            ) from exc
+        return _wrap_instance(instance, name, time_limit_s)
+
+    make.__name__ = name
+    make.environment_class = cls
+    return make
+
+
+_WRAPPED: dict[type, type] = {}
+
+
+def _wrap_instance(instance, name: str, time_limit_s):
+    """The instance as one of a subclass whose public methods are guarded and whose reset names failures."""
+    base = type(instance)
+    wrapped = _WRAPPED.get(base)
+    if wrapped is None:
+        members = {}
+        for member, value in inspect.getmembers(base, predicate=inspect.isfunction):
+            if member.startswith("_") or member == "get_reward":
+                continue
+            if member == "reset":
+                members[member] = _guarded_reset(value, name)
+            else:
+                members[member] = guarded(value, member, time_limit_s)
+        wrapped = type(base.__name__, (base,), {**members, "__module__": base.__module__, "__doc__": base.__doc__})
+        _WRAPPED[base] = wrapped
+    try:
+        instance.__class__ = wrapped
+    except TypeError:  # a class whose instances cannot change class (slots, builtins): unguarded, said once
+        _note(
+            ("unwrapped", name),
+            f"environment {name}: its methods could not be guarded (its class does not allow "
+            "it); an error in one of them ends the attempt",
+        )
+    return instance
+
+
+def _guarded_reset(reset, name: str):
+    code = getattr(inspect.unwrap(reset), "__code__", None)
+
+    @functools.wraps(reset)
+    def guarded_reset(self, *args, **kwargs):
+        try:
+            return reset(self, *args, **kwargs)
+        except KeyboardInterrupt:
+            raise
+        except (Exception, SystemExit) as exc:
+            row = ", ".join(f"{k}={str(v)[:40]!r}" for k, v in list(kwargs.items())[:4])
+            raise ToolCodeError(
+                f"environment {name}",
+                _user_line(exc, code),
+                f"reset failed: {raised_text(exc)} (row: {row or 'none'}); fix its reset for such rows, or "
+                "leave them out of the data",
+                short_trace(exc),
+            ) from exc
+
+    return guarded_reset
+
+
+def _code_of(factory):
+    target = factory.__init__ if isinstance(factory, type) else factory
+    return getattr(inspect.unwrap(target), "__code__", None)
+
+
+def raised_text(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"it called sys.exit({exc.code!r})"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def short_trace(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)[-3:]
+    lines = [f'  File "{f.filename}", line {f.lineno}, in {f.name}\n    {(f.line or "").strip()}' for f in frames]
+    return "\n".join(lines + [f"{type(exc).__name__}: {exc}"])
