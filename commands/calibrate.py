@@ -10,8 +10,8 @@ from pathlib import Path
 from commands import options
 from commands.plan import print_plan
 from contract.errors import EXIT_OK
-from launcher.run.calibrate import calibrate, rungs_to_measure
 from launcher.memory.ledger import store as ledger_store
+from launcher.run.calibrate import calibrate, rungs_to_measure
 
 SUMMARY = "measure the ladder on this machine into the ledger (the worst-case probe of each rung)"
 EXAMPLES = (

@@ -229,7 +229,7 @@ def plan_of(args):
         profiles = [load_profile(args.profile, args.overrides)]
     else:  # a --set is checked against the profiles that can run on this machine
         profiles = load_profiles(args.profiles_dir, args.overrides, device="cuda" if machine.gpus else "cpu")
-        if not {"tools", "environment"} & set(parse_overrides(args.overrides)):
+        if not {"tools", "environment"} & set(set_keys(args.overrides)):
             profiles = ladder_rungs(profiles)  # (with --set tools=..., the user gives the ladder tools)
     measurements = measurements_of(args)
     notes = []

@@ -14,7 +14,7 @@ import yaml
 
 from contract.errors import ProfileError, UsageError
 from profiles.aliases import alias_of, translate
-from profiles.keys import DEFAULT_REWARDS, DEFAULT_TARGET_MODULES, VLLM_LORA_RANKS, suggest
+from profiles.keys import DEFAULT_REWARDS, DEFAULT_TARGET_MODULES, VLLM_LORA_RANKS, KeyProblem, suggest
 from profiles.schema import KEYS, Profile, profile_from_dict
 
 __all__ = [
@@ -291,6 +291,13 @@ def _refuse_empty_values(data: dict, source: str, null_fix: str | None = None) -
         ours = key if alias is None or alias.kind != "renamed" else alias.ours
         if value is not None or ours not in Profile.model_fields or ours in ("source", "readings"):
             continue
+        if alias is not None and alias.convert is not None:
+            try:  # a TRL name whose null means something of its own (no limit) says what
+                alias.convert(None, data)
+            except KeyProblem as problem:
+                raise ProfileError(source, key, problem.reason, problem.fix) from None
+            except Exception:  # noqa: BLE001 - a converter that reads no null: the plain refusal below
+                pass
         default = Profile.model_fields[ours].get_default(call_default_factory=True)
         if default == "" or default is None:  # empty means none: `delta:` is off, as by default
             continue

@@ -363,9 +363,9 @@ def test_arguments_given_to_docker_run_plan_like_the_documented_commands(image: 
 def test_outputs_and_hugging_face_cache_are_volumes(image: Image):
 
     volumes = json_form(image.last("VOLUME"))
-    from commands import parser_for
+    from commands import options, parser_for
 
-    output_dir = parser_for("train").get_default("output_dir")
+    output_dir = options.output_dir_of(parser_for("train").parse_args([]))
     outputs = str(Path(image.last("WORKDIR").args) / output_dir)
     assert outputs in volumes, f"VOLUME {volumes}: train.py writes runs to {outputs}"
     # the Hugging Face cache and the project's own (the ledger, calibrations, models built offline) lie under
