@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from evaluation.generate import completion_token_ids, generate
 from rewards import REWARDS, is_correct
+from rewards.format import WELL_FORMED
+from rewards.parse import REASONING_LAYOUT, asked_layout
 
 EXAMPLES_KEPT = 3
 FULL_SCORE = 1.0
@@ -66,9 +68,11 @@ def evaluate(
     reward=None,
     stop=None,
     live_lora: bool = False,
+    switches: dict | None = None,
 ) -> dict:
     """{"accuracy", "correct", "total", "examples"} over rows of {prompt, answer, ...}, judged by `reward`
-    (the correctness reward; the accuracy reward when none is given)."""
+    (the correctness reward; the accuracy reward when none is given); the prompts rendered with the chat
+    template's `switches`."""
     if not rows:
         return {"accuracy": None, "correct": 0, "total": 0, "examples": []}
     completions = generate(
@@ -80,15 +84,27 @@ def evaluate(
         lora_path=lora_path,
         stop=stop,
         live_lora=live_lora,
+        switches=switches,
     )
     verdicts = judge(reward or REWARDS["accuracy"], rows, completions, completion_token_ids(tokenizer, completions))
     result = score(completions, [row.get("answer") for row in rows], verdicts)
-    result["well_formed"] = well_formed_share(completions)
+    result["well_formed"] = well_formed_share(completions, prompt_layout(rows))
     return result
 
 
-def well_formed_share(completions: list[str]) -> float | None:
-    """The share of completions in the <reasoning>/<answer> layout (the xml_soft reward's full score)."""
+def prompt_layout(rows: list[dict]) -> str | None:
+    """The answer layout the rows' system turn asks for (rewards.parse.asked_layout), or None."""
+    prompt = rows[0].get("prompt") if rows else None
+    if not isinstance(prompt, list):
+        return None
+    system = next((m.get("content") for m in prompt if isinstance(m, dict) and m.get("role") == "system"), None)
+    return asked_layout(system)
+
+
+def well_formed_share(completions: list[str], layout: str | None = None) -> float | None:
+    """The share of completions in the layout the prompt asks for, <reasoning>/<answer> unless it asks for
+    another (the full score of that layout's reward: xml_soft, think_format)."""
     if not completions:
         return None
-    return round(sum(s == 1.0 for s in REWARDS["xml_soft"](list(completions))) / len(completions), 4)
+    reward = REWARDS[WELL_FORMED.get(layout or REASONING_LAYOUT, "xml_soft")]
+    return round(sum(s == 1.0 for s in reward(list(completions))) / len(completions), 4)

@@ -23,9 +23,11 @@ from profiles.keys import DEFAULT_TARGET_MODULES, KeyProblem, shown
 
 RENAMED, DECIDED, REFUSED = "renamed", "decided", "refused"
 
-# open-r1's reward names with a counterpart here (its `format` and `tag_count` check <think>/<answer>; the
-# project's check the <reasoning>/<answer> layout its system_prompt asks for)
+# open-r1's reward names with a counterpart here: its `format` and `tag_count` score the layout the recipe's
+# system_prompt asks for, <think>/<answer> (think_format, think_count, open-r1's own) or, with the project's
+# default prompt, <reasoning>/<answer> (xml_strict, xml_count)
 OPEN_R1_REWARDS = {"accuracy": "accuracy", "format": "xml_strict", "tag_count": "xml_count"}
+OPEN_R1_THINK_REWARDS = {"accuracy": "accuracy", "format": "think_format", "tag_count": "think_count"}
 
 
 @dataclass(frozen=True)
@@ -275,11 +277,14 @@ def _rewards(data: dict, source: str) -> dict[str, float]:
             f"{shown(weights)} does not give one weight per reward of reward_funcs ({len(funcs)})",
             "give as many weights as rewards",
         )
+    from rewards import REWARDS
+    from rewards.parse import THINK_LAYOUT, asked_layout
+
+    think = asked_layout(data.get("system_prompt")) == THINK_LAYOUT
+    table = OPEN_R1_THINK_REWARDS if think else OPEN_R1_REWARDS
     out: dict[str, float] = {}
     for name, weight in zip(funcs, weights):
-        from rewards import REWARDS
-
-        ours = name if name in REWARDS or ":" in name else OPEN_R1_REWARDS.get(name)
+        ours = name if name in REWARDS or ":" in name else table.get(name)
         if ours is None:
             raise ProfileError(
                 source,
@@ -337,6 +342,8 @@ def translate(data: dict, source: str) -> tuple[dict, list[Reading]]:
         if key != alias.ours:
             readings.append(Reading(key, RENAMED, alias.ours, converted, alias.note))
     if "reward_funcs" in data or "reward_weights" in data:
+        from rewards.parse import THINK_LAYOUT, asked_layout
+
         if "rewards" in data:
             other = "reward_funcs" if "reward_funcs" in data else "reward_weights"
             raise ProfileError(
@@ -359,7 +366,12 @@ def translate(data: dict, source: str) -> tuple[dict, list[Reading]]:
                 RENAMED,
                 "rewards",
                 out["rewards"],
-                "open-r1's format / tag_count check the <reasoning>/<answer> layout here"
+                (
+                    "open-r1's format / tag_count score the <think>/<answer> layout its system_prompt asks for"
+                    if asked_layout(data.get("system_prompt")) == THINK_LAYOUT
+                    else "open-r1's format / tag_count check the <reasoning>/<answer> layout the system_prompt "
+                    "asks for here"
+                )
                 if set(data["reward_funcs"] or ()) & {"format", "tag_count"}
                 else "with reward_weights"
                 if "reward_weights" in data

@@ -39,6 +39,9 @@ class Architecture:
     expert_intermediate: int = 0  # FFN width of one routed expert
     shared_intermediate: int = 0  # FFN width of the shared expert(s) every token passes through (0: none)
     moe_layers: int = 0  # blocks that route through experts; the other blocks are dense
+    # Its chat template reads the thinking switch (tasks.prompts.THINKING_SWITCH) and thinks unless told not to:
+    # a reasoning model (THINKING_FAMILIES), or the tiny model, whose template mimics one
+    thinking_switch: bool = False
 
     @property
     def q_dim(self) -> int:
@@ -157,6 +160,12 @@ class Architecture:
         return total
 
 
+# Model families whose chat template reads `enable_thinking` and thinks unless it is false (Qwen3 and the models
+# built on it: a derivative keeps the model_type). Instruct-only releases of the family (Qwen3-*-Instruct-2507)
+# have no switch; the attempt reads the real template, and the plan then errs towards planning for it.
+THINKING_FAMILIES = ("qwen3", "qwen3_moe")
+
+
 def _arch(name, params, hidden, layers, heads, kv_heads, head_dim, intermediate, vocab, tied, family):
     return Architecture(
         name=name,
@@ -170,13 +179,14 @@ def _arch(name, params, hidden, layers, heads, kv_heads, head_dim, intermediate,
         vocab=vocab,
         tied_embeddings=tied,
         family=family,
+        thinking_switch=family in THINKING_FAMILIES,
     )
 
 
 # The offline CPU model (tiny_model/build.py builds exactly this shape). Its vocabulary is the byte-level
 # BPE tokenizer's 512 tokens; the few special tokens the trainer adds are left out here.
 TINY = _arch("tiny", 0, 64, 2, 4, 2, 16, 256, 512, True, "llama")
-TINY = replace(TINY, params=TINY.computed_params)
+TINY = replace(TINY, params=TINY.computed_params, thinking_switch=True)  # its template reads enable_thinking
 
 CATALOGUE: tuple[Architecture, ...] = (
     _arch("google/gemma-3-1b-it", 1.00e9, 1152, 26, 4, 1, 256, 6912, 262144, True, "gemma3_text"),
@@ -494,6 +504,7 @@ def from_config(config: dict, name: str, source: str) -> Architecture:
         source=source,
         **moe,
     )
+    arch = replace(arch, thinking_switch=arch.family in THINKING_FAMILIES)
     return replace(arch, params=arch.computed_params)
 
 

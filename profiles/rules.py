@@ -264,10 +264,35 @@ def check_target_modules(p) -> None:
         )
 
 
+def check_layout(p) -> None:
+    """The format rewards must score the layout the system prompt asks for: a prompt that asks for
+    <think>/<answer> scored by the <reasoning> rewards (or the other way round) gives every answer 0 format
+    reward, whatever the model writes."""
+    from rewards.format import FORMAT_LAYOUTS
+    from rewards.parse import asked_layout
+
+    asked = asked_layout(p.system_prompt)
+    if asked is None:
+        return
+    other = [name for name in p.rewards if FORMAT_LAYOUTS.get(name, asked) != asked]
+    if not other:
+        return
+    fitting = [name for name, layout in FORMAT_LAYOUTS.items() if layout == asked]
+    scored = FORMAT_LAYOUTS[other[0]]
+    raise KeyProblem(
+        f"system_prompt asks for the {asked} layout, and {', '.join(other)} "
+        f"{'scores' if len(other) == 1 else 'score'} the {scored} layout: every answer that follows the prompt "
+        "would get 0 from it",
+        f"score the prompt's layout with {' / '.join(fitting)}, or write a system_prompt asking for {scored}",
+        "rewards",
+    )
+
+
 def check_rewards_and_dataset(p) -> None:
     check_target_modules(p)
     base = _base_dir(p)
     _check_rewards(p, base)
+    check_layout(p)
     _check_dataset(p, base)
     _check_answer_pattern(p)
     if p.hub_model_id and not _HUB_REPO.match(p.hub_model_id):

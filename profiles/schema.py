@@ -46,7 +46,7 @@ from profiles.keys import (
     suggest,
 )
 from profiles.rules import check_loss_settings, check_rewards_and_dataset, check_scale_out
-from tasks.prompts import SYSTEM_PROMPT
+from tasks.prompts import RENDER_ARGUMENTS, SYSTEM_PROMPT
 
 # ---------------------------------------------------------------------------------------------------
 # Value types: stricter than pydantic's lax mode where YAML makes mistakes easy
@@ -103,6 +103,30 @@ def _reward_weights(value: Any) -> dict[str, float]:
     return weights
 
 
+def _template_switches(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise KeyProblem(
+            f"expected a mapping of switch name to value, got {shown(value)}",
+            "write e.g. `chat_template_kwargs: {enable_thinking: true}`",
+        )
+    switches = {}
+    for name, setting in value.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise KeyProblem(f"{shown(name)} is not a template variable name", "use names such as enable_thinking")
+        if name in RENDER_ARGUMENTS:
+            raise KeyProblem(
+                f"'{name}' is an argument of apply_chat_template itself, not a switch of the template",
+                f"remove {name}",
+            )
+        if setting is not None and not isinstance(setting, (bool, int, float, str)):
+            raise KeyProblem(
+                f"switch '{name}' is {shown(setting)}; a switch is true/false, a number or a word",
+                f"write e.g. {name}: true",
+            )
+        switches[name] = setting
+    return switches
+
+
 def _checkpointing(value: Any) -> Any:
     if isinstance(value, bool):  # `gradient_checkpointing: true` unquoted
         return "true" if value else "false"
@@ -152,6 +176,13 @@ ModuleNames = Annotated[
     ),
 ]
 RewardWeights = Annotated[dict[str, float], BeforeValidator(_reward_weights)]
+TemplateSwitches = Annotated[
+    dict[str, Any],
+    BeforeValidator(_template_switches),
+    WithJsonSchema(
+        {"type": "object", "additionalProperties": {"type": ["boolean", "integer", "number", "string", "null"]}}
+    ),
+]
 ScaleRewards = Annotated[
     Literal[SCALE_REWARDS],
     BeforeValidator(_scale_rewards),
@@ -386,6 +417,15 @@ class Profile(BaseModel):
         "an OOM shows before any step is spent; its peak is recorded",
         "run",
     )
+    length_probe: Whole = _key(
+        24,
+        "before training, answers sampled for this many training prompts as training samples them, at "
+        "max_completion_length: answers cut at the cap re-plan it before any step; their lengths are recorded "
+        "for the next plan; 0 = off",
+        "run",
+        ge=0,
+        le=256,
+    )
     save_merged: StrictBool = _key(False, "also save a merged 16-bit model at the end (GPU)", "run")
     hub_model_id: StrictStr = _key(
         "",
@@ -424,6 +464,13 @@ class Profile(BaseModel):
         SYSTEM_PROMPT,
         "the system turn before each question (default: the "
         "<reasoning>/<answer> format instruction); empty = no system turn",
+        "task",
+    )
+    chat_template_kwargs: TemplateSwitches = _key(
+        {},
+        "switches of the model's chat template (TRL's chat_template_kwargs), e.g. {enable_thinking: true}; every "
+        "prompt is rendered with them (training, evaluation, sample, the length probe); empty = enable_thinking "
+        "false where the template reads it (Qwen3), so that answers open with the layout system_prompt asks for",
         "task",
     )
     train_samples: Whole = _key(0, "use only the first N training rows; 0 = all", "task", ge=0)

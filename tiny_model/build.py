@@ -24,11 +24,17 @@ from rewards.parse import TAGS as XML_TAGS  # the answer format the rewards scor
 ROLE_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>")
 EOS_TOKEN = "<|end|>"
 PAD_TOKEN = "<|pad|>"
+# The template has a thinking switch read by the name Qwen3's reads (tasks.prompts.THINKING_SWITCH) and, as
+# Qwen3's, thinks unless told false: the generation prompt then opens a <think> block. The project renders with
+# it false unless a profile says otherwise, which is the prompt the warm start teaches; so the CPU runs take the
+# same path (the switch found in the template, passed to every rendering) that a Qwen3 model takes on a GPU.
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|' + message['role'] + '|>\n' + message['content'] + '<|end|>\n' }}"
     "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}"
+    "{% if enable_thinking is not defined or enable_thinking %}{{ '<think>\n' }}{% endif %}"
+    "{% endif %}"
 )
 # Bump when the build below changes, so old caches are not reused.
 BUILD_VERSION = 5

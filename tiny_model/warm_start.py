@@ -62,15 +62,24 @@ def training_rows(seed: int, count: int) -> list[dict]:
             return rows[:count]
 
 
+def switches(tokenizer) -> dict:
+    """The chat template's switches the warm start renders its prompts with: the project's defaults, as every
+    attempt renders them (tasks.prompts.template_switches: thinking off)."""
+    from tasks.prompts import reads_thinking_switch, template_switches
+
+    return template_switches({}, reads_thinking_switch(tokenizer))
+
+
 def _examples(tokenizer, seed: int, count: int):
     """(input ids, labels) per training problem; labels mask the prompt so only the answer is learned."""
     from tasks.prompts import build_prompt
 
     rows = training_rows(seed, count)
+    rendering = switches(tokenizer)
     out = []
     for row in rows:
         prompt = tokenizer.apply_chat_template(
-            build_prompt(row["question"]), tokenize=False, add_generation_prompt=True
+            build_prompt(row["question"]), tokenize=False, add_generation_prompt=True, **rendering
         )
         prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
         answer_ids = tokenizer(worked_completion(row) + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
@@ -137,7 +146,9 @@ def check(model, tokenizer, rows: list[dict]) -> dict:
     from evaluation.generate import generate_hf, prompt_ids
     from rewards import is_correct
 
-    completions = generate_hf(model, tokenizer, prompt_ids(tokenizer, rows), HELDOUT_TOKENS, batch_size=50)
+    completions = generate_hf(
+        model, tokenizer, prompt_ids(tokenizer, rows, switches(tokenizer)), HELDOUT_TOKENS, batch_size=50
+    )
     restated = sum(restates(c, row) for c, row in zip(completions, rows))
     right = sum(bool(is_correct(c, row["answer"])) for c, row in zip(completions, rows))
     return {"restated": round(restated / len(rows), 4), "accuracy": round(right / len(rows), 4)}
@@ -194,9 +205,11 @@ def measure_heldout(model, tokenizer, rows: list[dict]) -> dict:
     """Greedy held-out accuracy, the share of well-formed answers and a few samples with their rewards."""
     from evaluation.generate import generate_hf, prompt_ids
     from evaluation.score import score
-    from rewards import REWARDS
+    from rewards import REWARDS, for_layout
 
-    completions = generate_hf(model, tokenizer, prompt_ids(tokenizer, rows), HELDOUT_TOKENS, batch_size=50)
+    completions = generate_hf(
+        model, tokenizer, prompt_ids(tokenizer, rows, switches(tokenizer)), HELDOUT_TOKENS, batch_size=50
+    )
     golds = [row["answer"] for row in rows]
     result = score(completions, golds)
     well_formed = REWARDS["xml_soft"](completions, answer=golds)
@@ -204,7 +217,9 @@ def measure_heldout(model, tokenizer, rows: list[dict]) -> dict:
     result["examples"] = [
         dict(
             example,
-            rewards={name: fn([example["completion"]], answer=[example["answer"]])[0] for name, fn in REWARDS.items()},
+            rewards={
+                name: fn([example["completion"]], answer=[example["answer"]])[0] for name, fn in for_layout().items()
+            },
         )
         for example in result["examples"]
     ]
