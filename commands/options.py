@@ -194,4 +194,7 @@ def plan_of(args):
         nodes=getattr(args, "nodes", None),
     )
     plan.notes.extend(notes)
+    from launcher.plan.lengths import lengths_notes
+
+    plan.notes.extend(lengths_notes(plan.chosen, measurements))
     return plan, profiles

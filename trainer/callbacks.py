@@ -25,8 +25,21 @@ def _number(value):
 class TelemetryCallback(TrainerCallback):
     """One JSON line per optimizer step in metrics.jsonl, from TRL's per-step log and our own timers."""
 
-    def __init__(self, path: Path, reward_names: list[str], memory, progress=None, signal=None, evaluation=None):
+    def __init__(
+        self,
+        path: Path,
+        reward_names: list[str],
+        memory,
+        progress=None,
+        signal=None,
+        evaluation=None,
+        lengths=None,
+        cap: int | None = None,
+    ):
         self.evaluation = evaluation  # EvaluateDuringTraining: the evaluation made at this step, if any
+        self.lengths = lengths  # trainer.lengths.LengthRecorder: the answers' lengths, step by step
+        self.cap = cap  # max_completion_length: what an answer is cut at
+        self.cut_warning: str | None = None  # the "answers are cut" line, once it has been said
         self.path = Path(path)
         self.reward_names = list(reward_names)
         self.memory = memory
@@ -42,6 +55,8 @@ class TelemetryCallback(TrainerCallback):
         self._last_log_time = time.perf_counter()
         if self.signal is not None:
             self.signal.clear()  # the probe's step scored completions too; they are not training's
+        if self.lengths is not None:
+            self.lengths.clear()
 
     def on_step_begin(self, args, state, control, **kwargs):
         self._step_started = time.perf_counter()
@@ -61,6 +76,8 @@ class TelemetryCallback(TrainerCallback):
             "reward": _number(logs.get("reward")),
             "reward_std": _number(logs.get("reward_std")),
             "completion_length": _number(logs.get("completions/mean_length")),
+            # the share of this step's answers cut at max_completion_length (TRL's, over every process)
+            "cut_share": _number(logs.get("completions/clipped_ratio")),
             "loss": _number(logs.get("loss")),
             "kl": _number(logs.get("kl")),
             "entropy": _number(logs.get("entropy")),
@@ -86,6 +103,12 @@ class TelemetryCallback(TrainerCallback):
             self.warning = no_signal_warning(self.rows)
             if self.warning is not None and self.progress is not None:
                 self.progress.warn(self.warning)
+        if self.cut_warning is None and self.cap:
+            from trainer.lengths import cut_share_warning
+
+            self.cut_warning = cut_share_warning(self.rows, self.cap)
+            if self.cut_warning is not None and self.progress is not None:
+                self.progress.warn(self.cut_warning)
 
     def on_train_end(self, args, state, control, **kwargs):
         self.close()

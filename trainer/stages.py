@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,8 @@ class Loaded:
     use_vllm: bool  # generation goes through vLLM at all (Unsloth's, or TRL's under accelerate)
     correctness: Any = None  # the reward that judges an answer correct in evaluation (profile.correctness)
     generation: str = "transformers"  # trainer.backends.generation_path: which engine generated
+    # the chat template's switches every prompt is rendered with (tasks.prompts.template_switches)
+    switches: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -80,15 +82,21 @@ def load(state: AttemptState) -> Loaded:
             f"estimate {'n/a' if state.estimate_gib is None else f'{state.estimate_gib:.2f}'} GiB"
         )
     model, tokenizer = load_model(backend, profile, model_path)
+    from tasks.prompts import reads_thinking_switch, template_switches
 
-    kept, dropped = filter_by_length(train_rows, tokenizer, profile.max_prompt_length)
+    switches = template_switches(profile.chat_template_kwargs, reads_thinking_switch(tokenizer))
+    state.switches = switches
+    if state.main and switches:
+        say(f"chat template switches: {', '.join(f'{k}={v!r}' for k, v in switches.items())}")
+
+    kept, dropped = filter_by_length(train_rows, tokenizer, profile.max_prompt_length, switches)
     if not kept:
         raise UsageError(
             f"dataset '{profile.dataset}': every prompt is longer than max_prompt_length "
             f"({profile.max_prompt_length} tokens) (fix: raise max_prompt_length)"
         )
     # test prompts obey the same limit: prompt + completion must fit max_seq_length (vLLM's max_model_len)
-    eval_rows, eval_dropped = filter_by_length(eval_rows, tokenizer, profile.max_prompt_length)
+    eval_rows, eval_dropped = filter_by_length(eval_rows, tokenizer, profile.max_prompt_length, switches)
     if state.main:
         say(
             f"dataset {profile.dataset}: {len(kept)} training prompts ({dropped} dropped as longer than "
@@ -105,7 +113,9 @@ def load(state: AttemptState) -> Loaded:
             "note: no vLLM engine was started (see Unsloth's lines above); completions are generated with "
             "transformers, slower, and the KV cache lives beside training instead of in vLLM's share"
         )
-    return Loaded(backend, model, tokenizer, kept, dropped, eval_rows, unsloth_vllm, use_vllm, correctness, generation)
+    return Loaded(
+        backend, model, tokenizer, kept, dropped, eval_rows, unsloth_vllm, use_vllm, correctness, generation, switches
+    )
 
 
 # The words a lost machine's missing ranks are reported with (contract.failure reads them as a lost node)
@@ -203,6 +213,7 @@ def evaluate_rows(
         reward=loaded.correctness,
         stop=stop,
         live_lora=live,
+        switches=loaded.switches,
     )
 
 
@@ -258,6 +269,7 @@ def build_trainer(state: AttemptState, loaded: Loaded, signals) -> Session:
         device=loaded.backend.device,
         bf16=loaded.backend.bf16,
         use_vllm=loaded.use_vllm,
+        switches=loaded.switches,
     )
     session = Session(trainer=None, reward_names=reward_names)
     callbacks = [StopOnSignal(signals), MarkCheckpointComplete()]
@@ -265,9 +277,19 @@ def build_trainer(state: AttemptState, loaded: Loaded, signals) -> Session:
         correctness = getattr(loaded.correctness, "__name__", None)
         signal = GroupSignal(dict(zip(reward_names, weights)), profile.num_generations, correctness)
         reward_funcs = [signal.wrap(name, fn) for name, fn in zip(reward_names, reward_funcs)]
+        from trainer.lengths import LengthRecorder
+
+        state.length_recorder = LengthRecorder()  # the answers' lengths, from the first reward's calls
+        reward_funcs[0] = state.length_recorder.wrap(reward_funcs[0])
         session.progress = Progress(profile.name, profile.max_steps, loaded.backend.device)
         session.telemetry = TelemetryCallback(
-            state.attempt_dir / contract.METRICS_FILE, reward_names, state.memory, session.progress, signal
+            state.attempt_dir / contract.METRICS_FILE,
+            reward_names,
+            state.memory,
+            session.progress,
+            signal,
+            lengths=state.length_recorder,
+            cap=profile.max_completion_length,
         )
         callbacks.insert(0, session.telemetry)
     from trainer.config import eval_interval
@@ -402,6 +424,9 @@ def finish(state: AttemptState, loaded: Loaded, session: Session, before: dict, 
         OK,
     )
     summary["generation"] = loaded.generation
+    from trainer.lengths import completion_lengths
+
+    summary["completion_lengths"] = completion_lengths(state, state.length_recorder, rows)
     from trainer.config import PROFILE_LOSS_KEYS
 
     # what the trainer itself holds (TRL's GRPOConfig, or Unsloth's patched one): the objective trained
