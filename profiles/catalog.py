@@ -187,6 +187,15 @@ def _arch(name, params, hidden, layers, heads, kv_heads, head_dim, intermediate,
 # BPE tokenizer's 512 tokens; the few special tokens the trainer adds are left out here.
 TINY = _arch("tiny", 0, 64, 2, 4, 2, 16, 256, 512, True, "llama")
 TINY = replace(TINY, params=TINY.computed_params, thinking_switch=True)  # its template reads enable_thinking
+# The names of the offline models of that shape: `tiny`, and `tiny-long`, warm-started to write long answers (it
+# shows the length probe's re-plan on a CPU)
+TINY_MODELS = ("tiny", "tiny-long")
+
+
+def is_tiny(model: str) -> bool:
+    """Whether `model` names one of the project's offline tiny models."""
+    return str(model).strip().lower() in TINY_MODELS
+
 
 CATALOGUE: tuple[Architecture, ...] = (
     _arch("google/gemma-3-1b-it", 1.00e9, 1152, 26, 4, 1, 256, 6912, 262144, True, "gemma3_text"),
@@ -590,7 +599,7 @@ def resolve(model: str, allow_hub: bool | None = None) -> Architecture:
         raise UsageError("model: empty name (fix: give a hub id such as unsloth/Llama-3.2-3B-Instruct)")
     model = model.strip()
     tried: list[str] = []
-    if model.lower() == "tiny":
+    if is_tiny(model):
         return TINY
 
     folder = Path(model).expanduser()

@@ -246,10 +246,10 @@ _LLAMA_NAMED = ("llama", "qwen2", "qwen3", "mistral", "gemma3", "gemma3_text")
 def check_target_modules(p) -> None:
     """For a model the catalogue knows offline, every LoRA target must be one of its linear layers: PEFT
     refuses an unknown name only after the model has loaded, and the estimate would count it as nothing."""
-    from profiles.catalog import CATALOGUE, TINY, catalogue_key
+    from profiles.catalog import CATALOGUE, TINY, catalogue_key, is_tiny
 
     key = catalogue_key(p.model)
-    arch = TINY if p.model == "tiny" else next((a for a in CATALOGUE if catalogue_key(a.name) == key), None)
+    arch = TINY if is_tiny(p.model) else next((a for a in CATALOGUE if catalogue_key(a.name) == key), None)
     if arch is None or arch.family not in _LLAMA_NAMED:
         return  # its layer names are read from its own config at load time
     layers = list(arch.module_shapes())

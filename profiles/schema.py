@@ -227,7 +227,11 @@ class Profile(BaseModel):
     ladder: Whole = _key(100, "position on the ladder: lower is more ambitious and tried first", "identity", ge=0)
     # --- model ---
     model: StrictStr = _key(
-        "tiny", "hub id or local folder; `tiny` = the offline CPU model", "model", tags=(MEMORY, SHAPE)
+        "tiny",
+        "hub id or local folder; `tiny` = the offline CPU model (`tiny-long`: the same, warm-started to write long "
+        "answers)",
+        "model",
+        tags=(MEMORY, SHAPE),
     )
     device: Literal["cuda", "cpu"] = _key("cuda", "where to train", "model", tags=(MEMORY, LEVER))
     load_in_4bit: StrictBool = _key(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from contract.attempt import cache_root
 from contract.safe_write import write_atomic
-from profiles.catalog import hf_cache_dirs
+from profiles.catalog import hf_cache_dirs, is_tiny
 from tasks.lengths import WORKED_SAMPLE
 from tasks.prompts import reads_thinking_switch
 
@@ -26,7 +26,7 @@ TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")  # transformers 5
 def model_file(model: str, name: str) -> Path | None:
     """A file of `model` on this machine: in its folder, else in the newest snapshot of the Hugging Face cache
     that holds it (repository matched whatever its case); None when it is not here."""
-    if not model or model == "tiny":
+    if not model or is_tiny(model):
         return None
     folder = Path(model).expanduser()
     if folder.is_dir():

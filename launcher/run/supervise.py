@@ -612,8 +612,10 @@ def cache_folders(profile=None) -> list[Path]:
     from contract.attempt import cache_root
 
     folders = [cache_root()]
+    from profiles.catalog import is_tiny
+
     model = str(getattr(profile, "model", "tiny"))
-    if profile is not None and model != "tiny" and not Path(model).expanduser().is_dir():
+    if profile is not None and not is_tiny(model) and not Path(model).expanduser().is_dir():
         hub = os.environ.get("HF_HUB_CACHE")
         if not hub:
             home = os.environ.get("HF_HOME") or str(
