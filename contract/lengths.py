@@ -90,6 +90,12 @@ def overruled(measured: MeasuredLengths, cap: int, expected: int | None) -> str 
     """Why the measured answers overrule the plan (a cap or expected length), or None when they agree:
     the 95th percentile reaches the cap (answers are cut), or the mean lies more than EXPECTED_TOLERANCE
     times from the expected length."""
+    if measured.cut_share >= 1.0:
+        return (
+            f"none of the {measured.samples} answers ended within the cap of {cap} tokens: the model does not end "
+            "its answers on its own (an untrained model, or a chat template it was not trained with), so a larger "
+            "cap would only cost more"
+        )
     if measured.p95 >= cap:
         return (
             f"the 95th percentile ({measured.p95} tokens) reaches the cap of {cap}: "
@@ -104,8 +110,10 @@ def overruled(measured: MeasuredLengths, cap: int, expected: int | None) -> str 
 
 
 def needs_larger_cap(measured: MeasuredLengths, cap: int) -> bool:
-    """Whether the answers call for a larger cap than `cap` (memory must be planned again): a restart."""
-    return measured.p95 >= cap
+    """Whether the answers call for a larger cap than `cap` (memory must be planned again): a restart. Answers
+    that all ran into the cap say nothing of where they would end (a model that does not stop): they call for
+    none."""
+    return measured.p95 >= cap and measured.cut_share < 1.0
 
 
 def lengths_after(measured: MeasuredLengths, cap: int, expected: int | None = None) -> tuple[int, int]:

@@ -37,9 +37,10 @@ WARM_START_LR = 2.0e-3
 WARM_START_THREADS = 1  # one thread: sums in one order on every machine, so the build is the same anywhere
 HELDOUT_ROWS = 200  # held-out problems measured at build time (random and warm-started)
 HELDOUT_TOKENS = 48
-# The variant that writes long answers (`model: tiny-long`): each worked step restated this many times in the
-# reasoning, which makes its answers about three times as long as the default's (past the CPU profiles' cap)
-LONG_RESTATEMENTS = 3
+# The variant that writes long answers (`model: tiny-long`): the worked steps restated 1 to this many times in the
+# reasoning, by the problem, which makes its answers two to four times as long as the default's (most past the
+# CPU profiles' cap, some within it: answers that end say where answers end)
+LONG_RESTATEMENTS = 4
 LONG_HELDOUT_TOKENS = 128
 
 _ANNOTATION = re.compile(r"<<[^>]*>>")
@@ -52,17 +53,22 @@ def worked_completion(row: dict) -> str:
     return f"<reasoning>\n{steps}\n</reasoning>\n<answer>\n{row['answer']}\n</answer>"
 
 
+def restatements(question: str) -> int:
+    """How many times the long variant restates a problem's steps: 1 to LONG_RESTATEMENTS, by the question."""
+    return 1 + sum(question.encode("utf-8")) % LONG_RESTATEMENTS
+
+
 def long_completion(row: dict) -> str:
-    """The long variant's completion: the worked steps, then each restated LONG_RESTATEMENTS times as checks
-    ("Check 1: 7 + 5 = 12."), then the answer: as well formed as the short one, and about three times as long."""
+    """The long variant's completion: the worked steps, then restated 1 to LONG_RESTATEMENTS times as checks
+    ("Check 1: 7 + 5 = 12."), then the answer: as well formed as the short one, and two to four times as long."""
     steps = _ANNOTATION.sub("", row["answer_text"].rpartition("####")[0]).strip()
-    checks = "\n".join(f"Check {i}: {steps}" for i in range(1, LONG_RESTATEMENTS + 1))
+    checks = "\n".join(f"Check {i}: {steps}" for i in range(1, restatements(row["question"]) + 1))
     return f"<reasoning>\n{steps}\n{checks}\n</reasoning>\n<answer>\n{row['answer']}\n</answer>"
 
 
 def long_settings() -> dict:
     """What makes the long variant's weights differ from the default's (part of its build key)."""
-    return {"restatements": LONG_RESTATEMENTS, "heldout_tokens": LONG_HELDOUT_TOKENS}
+    return {"restatements": LONG_RESTATEMENTS, "by": "question bytes", "heldout_tokens": LONG_HELDOUT_TOKENS}
 
 
 def training_rows(seed: int, count: int) -> list[dict]:

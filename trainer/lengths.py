@@ -103,6 +103,9 @@ def stops_for_replan(state: AttemptState, figures: dict | None) -> bool:
     cap = state.profile.max_completion_length
     if figures.get("overruled") is None or measured is None:
         return False
+    if measured.cut_share >= 1.0:
+        say(f"warning: {figures['overruled']}; training at the cap of {cap} tokens")
+        return False
     if needs_larger_cap(measured, cap):
         if length_replan_allowed():
             say(f"lengths overrule the plan: {figures['overruled']}; stopping before training to re-plan the cap")

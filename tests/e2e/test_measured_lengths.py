@@ -68,13 +68,16 @@ def test_the_cpu_defaults_answers_are_measured_and_fit_its_cap(tmp_path, tiny_ca
 def test_long_answers_replan_the_cap_end_to_end(tmp_path, tiny_cache):
     profile = profile_file(tmp_path, name="cpu-tiny-long", model="tiny-long", expected_completion_length=0)
     run, records, done = run_train(tmp_path, profile, tiny_cache)
-    assert [r["status"] for r in records] == ["replanned", "ok"]
-    first, second = records
-    assert first["steps"] == 0 and first["lengths"]["p95"] == 48 and first["lengths"]["cut_share"] > 0.5
+    statuses = [r["status"] for r in records]
+    # cut at 48, then (at most twice a run) at each doubled cap until the answers end within it
+    assert statuses in (["replanned", "ok"], ["replanned", "replanned", "ok"]), statuses
+    first, second, last = records[0], records[1], records[-1]
+    assert first["steps"] == 0 and first["lengths"]["p95"] == 48 and 0.5 < first["lengths"]["cut_share"] < 1
     assert second["replanned"]["max_completion_length"] == [48, 96]
-    assert second["settings"]["max_completion_length"] == 96 and second["steps"] == QUICK["max_steps"]
-    lengths = summary(run, second)["completion_lengths"]
-    assert lengths["planned_cap"] == 96 and lengths["measured_p95"] < 96 and lengths["cut_share"] < 0.2
+    assert last["steps"] == QUICK["max_steps"] and last["settings"]["max_completion_length"] in (96, 192)
+    lengths = summary(run, last)["completion_lengths"]
+    assert lengths["planned_cap"] == last["settings"]["max_completion_length"]
+    assert lengths["measured_p95"] < lengths["planned_cap"] and lengths["source"] == "probe"
     assert "stopping before training to re-plan the cap" in done.stdout
     # the next plan reads the answers this machine measured
     again = train_py(

@@ -50,7 +50,8 @@ def test_a_measurement_reads_back_from_its_record_and_refuses_a_broken_one():
     "lengths, cap, expected, why",
     [
         ([40] * 20, 48, 39, None),  # inside the cap, the mean near the plan's
-        ([48] * 20, 48, 39, "reaches the cap of 48"),
+        ([30] + [48] * 19, 48, 39, "reaches the cap of 48"),
+        ([48] * 20, 48, 39, "none of the 20 answers ended within the cap of 48 tokens"),
         ([20] * 20, 48, 39, "0.51 x the 39 expected"),  # half the expected: time was planned twice too long
         ([70] * 20, 128, 40, "1.75 x the 40 expected"),
         ([20] * 20, 48, None, None),  # no expected length to hold the mean against
@@ -64,9 +65,11 @@ def test_overruled_when_answers_reach_the_cap_or_the_mean_is_far_from_the_plan(l
         assert why in text
 
 
-def test_only_answers_at_the_cap_need_a_larger_one():
-    assert needs_larger_cap(measure([48] * 20, [True] * 20, 48), 48)
+def test_only_answers_at_the_cap_need_a_larger_one_and_only_when_some_end():
+    assert needs_larger_cap(measure([30] + [48] * 19, [False] + [True] * 19, 48), 48)
     assert not needs_larger_cap(measure([20] * 20, [False] * 20, 48), 48)
+    # not one answer ended: the model does not stop (untrained, a foreign template); a larger cap only costs more
+    assert not needs_larger_cap(measure([48] * 20, [True] * 20, 48), 48)
 
 
 def test_round_cap_steps():
