@@ -51,6 +51,7 @@ class CompletionPlan:
     switches: dict = field(default_factory=dict)  # the chat template's switches the answers are planned with
     source: str = ESTIMATED  # MEASURED (the ledger's measurement of the answers) or ESTIMATED
     thinking: bool = False  # the template writes a thinking block before the answer
+    rate: str = ""  # the characters per token estimated from, and where that figure comes from
 
     def to_json(self) -> dict:
         return {
@@ -61,6 +62,7 @@ class CompletionPlan:
             "switches": dict(self.switches),
             "source": self.source,
             "thinking": self.thinking,
+            "rate": self.rate,
         }
 
     def text(self) -> str:
@@ -88,9 +90,9 @@ def tokenizer_rate(profile, arch: Architecture) -> tuple[float, str]:
     """(characters per token of worked maths under the model's tokenizer, where the figure comes from)."""
     measured = measured_chars_per_token(profile.model)
     if measured is not None:
-        return measured[0], f"{measured[0]:g} characters a token (its tokenizer, measured: {measured[1]})"
+        return measured[0], f"its tokenizer, measured: {measured[1]}"
     rate, family = chars_per_token(arch)
-    return rate, f"{rate:g} characters a token ({family} tokenizer, an estimate)"
+    return rate, f"{family} tokenizer, an estimate"
 
 
 def completion_plan(profile, arch: Architecture, pinned=(), measurements=None) -> CompletionPlan:
@@ -99,7 +101,8 @@ def completion_plan(profile, arch: Architecture, pinned=(), measurements=None) -
     `measurements`: the ledger's records, whose newest measurement of these answers replaces the estimate."""
     switches, reads = planned_switches(profile, arch)
     thinking = thinks(switches, reads)
-    rate, rate_text = tokenizer_rate(profile, arch)
+    rate, rate_source = tokenizer_rate(profile, arch)
+    rate_text = f"{rate:g} characters a token ({rate_source})"
     ref = _reference(profile.dataset, profile.answer_field or "", profile.question_field or "")
     usable = ref is not None and (ref.task in SHIPPED or ref.worked)
     if usable:
@@ -153,7 +156,8 @@ def completion_plan(profile, arch: Architecture, pinned=(), measurements=None) -
         prompt = min(profile.max_prompt_length, int(round(chars / rate + TEMPLATE_TOKENS)))
     else:  # prompts not known: three quarters of their cap
         prompt = int(PROMPT_SHARE_UNKNOWN * profile.max_prompt_length)
-    return CompletionPlan(int(cap), expected, max(prompt, 1), basis, switches, source, thinking)
+    rate_note = f"{rate:g} characters a token, {rate_source}"
+    return CompletionPlan(int(cap), expected, max(prompt, 1), basis, switches, source, thinking, rate_note)
 
 
 def expected_length(profile, arch: Architecture, measurements=None) -> int:
@@ -199,9 +203,10 @@ def lengths_notes(profile, measurements=None) -> list[str]:
     cap = profile.max_completion_length
     needs = f" (the answers need {plan.cap})" if plan.cap != cap else ""
     task = profile.dataset if profile.dataset in SHIPPED else profile.dataset.rsplit("/", 1)[-1]
+    source = plan.source if plan.source == MEASURED else f"{plan.source}; {plan.rate}"
     notes = [
         f"lengths of {profile.model} on {task}: cap {cap}{needs}, expected {min(plan.expected, cap)} tokens "
-        f"({plan.source}); template switches: "
+        f"({source}); template switches: "
         + (", ".join(f"{k} {str(v).lower()}" for k, v in plan.switches.items()) or "none")
         + ("; the template thinks before answering" if plan.thinking else "")
     ]
