@@ -68,7 +68,7 @@ def thinks(switches: dict, reads_thinking: bool) -> bool:
     return bool(reads_thinking) and bool(switches.get(THINKING_SWITCH, True))
 
 
-def render_ids(prompt: list[dict] | str, tokenizer, switches: dict | None = None) -> list[int]:
+def render_ids(prompt: list[dict] | str, tokenizer, switches: dict | None = None) -> list:
     """The token ids the model is given for a prompt, as TRL renders them: the chat template with the
     generation prompt and the template's switches when the tokenizer has one, else the message texts joined by
     blank lines."""
@@ -86,7 +86,7 @@ def render_ids(prompt: list[dict] | str, tokenizer, switches: dict | None = None
         ids = ids.ids
     if ids and isinstance(ids[0], list):  # a batch of one
         ids = ids[0]
-    return [int(i) for i in ids]
+    return list(ids)
 
 
 def build_prompt(question: str, system_prompt: str | None = None) -> list[dict]:

@@ -36,7 +36,7 @@ def prompt_token_ids(prompt, tokenizer, switches: dict | None = None) -> list[in
     """The ids the trainer generates from (tasks.prompts.render_ids: the chat template with its switches)."""
     from tasks.prompts import render_ids
 
-    return render_ids(prompt, tokenizer, switches)
+    return [int(i) for i in render_ids(prompt, tokenizer, switches)]
 
 
 def longest_prompts(
