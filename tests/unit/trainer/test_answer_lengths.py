@@ -226,3 +226,15 @@ def test_training_warns_once_when_a_fifth_of_the_answers_are_cut(tmp_path):
     assert progress.lines[0].startswith("22% of the answers of the last 5 steps were cut at max_completion_length (48")
     written = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert written[-1]["cut_share"] == 0.6
+
+
+def test_the_report_says_how_long_the_answers_ran():
+    from trainer.report import _lengths_line
+
+    lengths = {"planned_cap": 48, "planned_expected": 24, "measured_mean": 21.3, "measured_p95": 23}
+    lengths.update(cut_share=0.0, samples=24, source="probe")
+    assert _lengths_line(lengths) == (
+        "- answer lengths (probe, 24 answers): 21.3 tokens on average, 23 at the 95th percentile, 0% cut at the "
+        "cap of 48 (the plan expected 24)"
+    )
+    assert _lengths_line(None) == "- answer lengths: not measured"
