@@ -84,6 +84,7 @@ def test_outcome_of_a_finished_attempt(quick_run):
         "ranks",
         "probe",
         "timing",
+        "lengths",
     }
 
 
