@@ -36,13 +36,19 @@ def planned_expected(profile) -> int | None:
 def run_length_probe(state: AttemptState, loaded) -> dict | None:
     """Sample one answer for each of `length_probe` training prompts with training's tokenizer, chat template
     switches, sampling settings and cap; their figures (contract.lengths.MeasuredLengths' and what they were
-    held against), kept in state.lengths. None when the profile turns it off or accelerate runs the processes."""
+    held against), kept in state.lengths. None when the profile turns it off, accelerate runs the processes, or
+    the weights are random (calibrate --random-weights, the measurement kit)."""
     profile = state.profile
     if not profile.length_probe:
         say("length probe: off (profile key length_probe is 0)")
         return None
     if profile.distributed:
         say("length probe: skipped under accelerate; the training steps' answers are measured instead")
+        return None
+    from contract.attempt import random_weights_requested
+
+    if random_weights_requested():
+        say("length probe: skipped (random weights: their answers say nothing of the model's)")
         return None
     from evaluation.generate import Sampling, sample
 

@@ -181,7 +181,7 @@ def test_training_lengths_and_summary_figures(tmp_path):
     summary = completion_lengths(state, recorder, rows)
     assert summary == {
         "planned_cap": 48,
-        "planned_expected": 24,  # the profile's own (no supervisor told the attempt the plan's)
+        "planned_expected": None,  # no supervisor told the attempt the plan's, and the profile states none
         "measured_mean": 27.0,
         "measured_p95": 48,
         "cut_share": 0.125,
@@ -238,3 +238,12 @@ def test_the_report_says_how_long_the_answers_ran():
         "cap of 48 (the plan expected 24)"
     )
     assert _lengths_line(None) == "- answer lengths: not measured"
+
+
+def test_random_weights_have_no_answers_worth_measuring(tmp_path, tiny_dir, monkeypatch):
+    from contract.environment import ENV_RANDOM_WEIGHTS
+    from trainer.lengths import run_length_probe
+
+    state, loaded = _loaded(tmp_path, tiny_dir)
+    monkeypatch.setenv(ENV_RANDOM_WEIGHTS, "1")
+    assert run_length_probe(state, loaded) is None and state.lengths is None
