@@ -257,4 +257,7 @@ def plan_of(args):
         nodes=nodes,
     )
     plan.notes.extend(notes)
+    from launcher.plan.lengths import lengths_notes
+
+    plan.notes.extend(lengths_notes(plan.chosen, measurements))
     return plan, profiles

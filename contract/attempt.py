@@ -17,7 +17,9 @@ from contract.environment import (
     ENV_ALLOC_CONF,
     ENV_CACHE,
     ENV_ESTIMATE_GIB,
+    ENV_EXPECTED_TOKENS,
     ENV_INJECT_OOM,
+    ENV_LENGTH_REPLAN,
     ENV_PREDICTED_STEP_S,
     ENV_RANDOM_WEIGHTS,
     ENV_VLLM_STANDBY,
@@ -36,11 +38,14 @@ INTERRUPTED = "interrupted"
 # A machine of a multi-node run was lost (its processes, or the network to it): nothing about memory or the
 # code; the run stops and `--resume` continues once every machine is up again
 NODE = "node"
-STATUSES = (OK, OOM, UNSUPPORTED, ERROR, INTERRUPTED, NODE)
+# The length probe found the answers cut at the cap before any step was trained: the supervisor re-plans the cap
+# (and the memory and time that follow from it) and starts the next attempt (ENV_LENGTH_REPLAN allows it)
+REPLANNED = "replanned"
+STATUSES = (OK, OOM, UNSUPPORTED, ERROR, INTERRUPTED, NODE, REPLANNED)
 # Worst first: the status an attempt gets when its ranks disagree. A rank killed because another rank
 # failed reports "interrupted", and one whose peer died reports a lost node; the failure that started it is
 # what the supervisor must act on.
-STATUS_ORDER = (OOM, ERROR, UNSUPPORTED, NODE, INTERRUPTED, OK)
+STATUS_ORDER = (OOM, ERROR, UNSUPPORTED, NODE, INTERRUPTED, REPLANNED, OK)
 # The attempt process's exit status for each (the supervisor reads outcome.json first; the exit status is
 # what it has when the process died without one). Bad input exits EXIT_BAD_INPUT before any status exists.
 EXIT_FOR_STATUS = {
@@ -50,6 +55,7 @@ EXIT_FOR_STATUS = {
     ERROR: EXIT_FAILURE,
     UNSUPPORTED: EXIT_FAILURE,
     NODE: EXIT_FAILURE,
+    REPLANNED: EXIT_OK,  # it did what was asked of it: its outcome.json says what the supervisor re-plans
 }
 
 # ---------------------------------------------------------------------------------------------------
@@ -132,6 +138,9 @@ class Outcome:
     # seconds per optimizer step measured (steady state) beside the plan's prediction: {step_s, steps_timed,
     # first_step_s, completion_mean, predicted_step_s, ratio} (trainer.timing.measured_step)
     timing: dict | None = None
+    # the answers' measured lengths (contract.lengths.MeasuredLengths' figures) with the chat template's
+    # switches and the plan's cap and expected length: the length probe's, else the training steps'
+    lengths: dict | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2) + "\n"
@@ -368,6 +377,17 @@ def estimate_from_env(environ: dict | None = None) -> float | None:
 def predicted_step_from_env(environ: dict | None = None) -> float | None:
     """The seconds per step the plan predicted for this attempt (ENV_PREDICTED_STEP_S), or None."""
     return _positive_from_env(ENV_PREDICTED_STEP_S, environ)
+
+
+def expected_tokens_from_env(environ: dict | None = None) -> int | None:
+    """The tokens the plan expects a completion of this attempt to run (ENV_EXPECTED_TOKENS), or None."""
+    value = _positive_from_env(ENV_EXPECTED_TOKENS, environ)
+    return int(round(value)) if value is not None else None
+
+
+def length_replan_allowed(environ=None) -> bool:
+    """Whether the supervisor re-plans an attempt whose length probe finds its answers cut (ENV_LENGTH_REPLAN)."""
+    return (os.environ if environ is None else environ).get(ENV_LENGTH_REPLAN, "") == "1"
 
 
 def random_weights_requested(environ=None) -> bool:

@@ -42,6 +42,8 @@ ENV_VLLM_GROUP_PORT = "GRPO_VLLM_GROUP_PORT"
 # The supervisor's, for one attempt's process
 ENV_ESTIMATE_GIB = "GRPO_ATTEMPT_ESTIMATE_GIB"
 ENV_PREDICTED_STEP_S = "GRPO_ATTEMPT_PREDICTED_STEP_S"
+ENV_EXPECTED_TOKENS = "GRPO_ATTEMPT_EXPECTED_TOKENS"
+ENV_LENGTH_REPLAN = "GRPO_LENGTH_REPLAN"
 ENV_PROBE_ONLY = "GRPO_PROBE_ONLY"
 ENV_RANDOM_WEIGHTS = "GRPO_RANDOM_WEIGHTS"
 # SLURM's, read where GRPO_* leave a value unset. The node count and rank only inside an `srun` step (one task
@@ -157,6 +159,17 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(ENV_ESTIMATE_GIB, SUPERVISOR, "the memory estimate (GiB) the plan judged this attempt by"),
     Variable(ENV_PREDICTED_STEP_S, SUPERVISOR, "the seconds per optimizer step the plan predicted for this attempt"),
+    Variable(
+        ENV_EXPECTED_TOKENS,
+        SUPERVISOR,
+        "the tokens the plan expects a completion to run: the length probe holds the measured mean against it",
+    ),
+    Variable(
+        ENV_LENGTH_REPLAN,
+        SUPERVISOR,
+        "1: an attempt whose length probe finds answers cut at the cap stops before training (status replanned) "
+        "for the supervisor to re-plan the cap; otherwise it trains on and says so",
+    ),
     Variable(ENV_PROBE_ONLY, SUPERVISOR, "1: load, run the worst-case probe, report it, stop (calibrate)"),
     Variable(
         ENV_RANDOM_WEIGHTS,

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from evaluation.generate import completion_token_ids, generate
 from rewards import REWARDS, is_correct
+from rewards.format import WELL_FORMED
+from rewards.parse import REASONING_LAYOUT, asked_layout
 
 EXAMPLES_KEPT = 3
 FULL_SCORE = 1.0
@@ -78,10 +80,12 @@ def evaluate(
     tools: list | None = None,
     environment=None,
     max_tool_calls: int = 0,
+    switches: dict | None = None,
 ) -> dict:
     """{"accuracy", "correct", "total", "examples"} over rows of {prompt, answer, ...}, judged by `reward`
-    (the correctness reward; the accuracy reward when none is given). With `tools` or an `environment`
-    factory, each answer may call them (evaluation.turns) and the result adds the tool figures."""
+    (the correctness reward; the accuracy reward when none is given); the prompts rendered with the chat
+    template's `switches`. With `tools` or an `environment` factory, each answer may call them
+    (evaluation.turns) and the result adds the tool figures."""
     if not rows:
         return {"accuracy": None, "correct": 0, "total": 0, "examples": []}
     if tools or environment is not None:
@@ -98,6 +102,7 @@ def evaluate(
             tools,
             environment,
             max_tool_calls,
+            switches,
         )
     completions = generate(
         model,
@@ -108,22 +113,46 @@ def evaluate(
         lora_path=lora_path,
         stop=stop,
         live_lora=live_lora,
+        switches=switches,
     )
     verdicts = judge(reward or REWARDS["accuracy"], rows, completions, completion_token_ids(tokenizer, completions))
     result = score(completions, [row.get("answer") for row in rows], verdicts)
-    result["well_formed"] = well_formed_share(completions)
+    result["well_formed"] = well_formed_share(completions, prompt_layout(rows))
     return result
 
 
-def well_formed_share(completions: list[str]) -> float | None:
-    """The share of completions in the <reasoning>/<answer> layout (the xml_soft reward's full score)."""
+def prompt_layout(rows: list[dict]) -> str | None:
+    """The answer layout the rows' system turn asks for (rewards.parse.asked_layout), or None."""
+    prompt = rows[0].get("prompt") if rows else None
+    if not isinstance(prompt, list):
+        return None
+    system = next((m.get("content") for m in prompt if isinstance(m, dict) and m.get("role") == "system"), None)
+    return asked_layout(system)
+
+
+def well_formed_share(completions: list[str], layout: str | None = None) -> float | None:
+    """The share of completions in the layout the prompt asks for, <reasoning>/<answer> unless it asks for
+    another (the full score of that layout's reward: xml_soft, think_format)."""
     if not completions:
         return None
-    return round(sum(s == 1.0 for s in REWARDS["xml_soft"](list(completions))) / len(completions), 4)
+    reward = REWARDS[WELL_FORMED.get(layout or REASONING_LAYOUT, "xml_soft")]
+    return round(sum(s == 1.0 for s in reward(list(completions))) / len(completions), 4)
 
 
 def _evaluate_with_tools(
-    model, tokenizer, rows, max_new_tokens, use_vllm, lora_path, reward, stop, live_lora, tools, environment, calls
+    model,
+    tokenizer,
+    rows,
+    max_new_tokens,
+    use_vllm,
+    lora_path,
+    reward,
+    stop,
+    live_lora,
+    tools,
+    environment,
+    calls,
+    switches=None,
 ) -> dict:
     from evaluation.generate import EvaluationStopped, generate_hf_ids, generate_vllm_ids, stop_ids
     from evaluation.turns import figures, rollouts
@@ -143,6 +172,7 @@ def _evaluate_with_tools(
         environment_factory=environment,
         max_new_tokens=max_new_tokens,
         max_tool_calls=calls,
+        switches=switches,
     )
     environments = [r.environment for r in results] if environment is not None else None
     verdicts = judge(
@@ -154,7 +184,7 @@ def _evaluate_with_tools(
     )
     texts = [_shown_rollout(r) for r in results]
     result = score(texts, [row.get("answer") for row in rows], verdicts)
-    result["well_formed"] = well_formed_share([r.text for r in results])
+    result["well_formed"] = well_formed_share([r.text for r in results], prompt_layout(rows))
     result.update(figures(results))
     return result
 

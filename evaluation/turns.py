@@ -83,9 +83,11 @@ def rollouts(
     environment_factory=None,
     max_new_tokens: int,
     max_tool_calls: int,
+    switches: dict | None = None,
 ) -> list[Rollout]:
     """Each row's greedy multi-turn answer. `generate_ids(prompts: list[list[int]], max_new_tokens) ->
-    list[list[int]]` generates one turn for a batch of token-id prompts."""
+    list[list[int]]` generates one turn for a batch of token-id prompts; the prompts are rendered with the chat
+    template's `switches` (chat_template_kwargs)."""
     from tools import tool_methods
 
     tools = list(tools or [])
@@ -106,7 +108,12 @@ def rollouts(
     prompt_ids = [
         list(
             tokenizer.apply_chat_template(
-                prompt, tools=offer or None, add_generation_prompt=True, tokenize=True, return_dict=False
+                prompt,
+                tools=offer or None,
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=False,
+                **(switches or {}),
             )
         )
         for prompt, offer in zip(prompts, offered)

@@ -23,9 +23,11 @@ from profiles.keys import DEFAULT_TARGET_MODULES, KeyProblem, shown
 
 RENAMED, DECIDED, REFUSED = "renamed", "decided", "refused"
 
-# open-r1's reward names with a counterpart here (its `format` and `tag_count` check <think>/<answer>; the
-# project's check the <reasoning>/<answer> layout its system_prompt asks for)
+# open-r1's reward names with a counterpart here: its `format` and `tag_count` score the layout the recipe's
+# system_prompt asks for, <think>/<answer> (think_format, think_count, open-r1's own) or, with the project's
+# default prompt, <reasoning>/<answer> (xml_strict, xml_count)
 OPEN_R1_REWARDS = {"accuracy": "accuracy", "format": "xml_strict", "tag_count": "xml_count"}
+OPEN_R1_THINK_REWARDS = {"accuracy": "accuracy", "format": "think_format", "tag_count": "think_count"}
 
 
 @dataclass(frozen=True)
@@ -296,12 +298,15 @@ def _rewards(data: dict, source: str, context: dict) -> tuple[dict[str, float], 
             f"{shown(weights)} does not give one weight per reward of reward_funcs ({len(funcs)})",
             "give as many weights as rewards",
         )
+    from rewards import REWARDS
+    from rewards.parse import THINK_LAYOUT, asked_layout
+
+    think = asked_layout(data.get("system_prompt", context.get("system_prompt"))) == THINK_LAYOUT
+    table = OPEN_R1_THINK_REWARDS if think else OPEN_R1_REWARDS
     out: dict[str, float] = {}
     named: dict[str, list[str]] = {}  # the project's reward -> the entries that named it
     for name, weight in zip(funcs, weights):
-        from rewards import REWARDS
-
-        ours = name if name in REWARDS or ":" in name else OPEN_R1_REWARDS.get(name)
+        ours = name if name in REWARDS or ":" in name else table.get(name)
         if ours is None:
             raise ProfileError(
                 source,
@@ -405,7 +410,14 @@ def _translate_rewards(data: dict, source: str, context: dict, out: dict, readin
     if merged:
         note = "; ".join(merged)
     elif set([funcs] if isinstance(funcs, str) else funcs) & {"format", "tag_count"}:
-        note = "open-r1's format / tag_count check the <reasoning>/<answer> layout here"
+        from rewards.parse import THINK_LAYOUT, asked_layout
+
+        system_prompt = data.get("system_prompt", context.get("system_prompt"))
+        note = (
+            "open-r1's format / tag_count score the <think>/<answer> layout its system_prompt asks for"
+            if asked_layout(system_prompt) == THINK_LAYOUT
+            else "open-r1's format / tag_count check the <reasoning>/<answer> layout the system_prompt asks for here"
+        )
     elif "reward_weights" in data or "reward_weights" in context:
         note = "with reward_weights"
     else:

@@ -42,6 +42,9 @@ class Architecture:
     # The longest sequence the model's positions cover (config.json's max_position_embeddings); 0: not stated.
     # Sliding-window layers attend a window of the sequence and bound nothing: only the positions count.
     max_positions: int = 0
+    # Its chat template reads the thinking switch (tasks.prompts.THINKING_SWITCH) and thinks unless told not to:
+    # a reasoning model (THINKING_FAMILIES), or the tiny model, whose template mimics one
+    thinking_switch: bool = False
 
     @property
     def q_dim(self) -> int:
@@ -160,6 +163,12 @@ class Architecture:
         return total
 
 
+# Model families whose chat template reads `enable_thinking` and thinks unless it is false (Qwen3 and the models
+# built on it: a derivative keeps the model_type). Instruct-only releases of the family (Qwen3-*-Instruct-2507)
+# have no switch; the attempt reads the real template, and the plan then errs towards planning for it.
+THINKING_FAMILIES = ("qwen3", "qwen3_moe")
+
+
 def _arch(name, params, hidden, layers, heads, kv_heads, head_dim, intermediate, vocab, tied, family):
     return Architecture(
         name=name,
@@ -173,13 +182,23 @@ def _arch(name, params, hidden, layers, heads, kv_heads, head_dim, intermediate,
         vocab=vocab,
         tied_embeddings=tied,
         family=family,
+        thinking_switch=family in THINKING_FAMILIES,
     )
 
 
 # The offline CPU model (tiny_model/build.py builds exactly this shape). Its vocabulary is the byte-level
 # BPE tokenizer's 512 tokens; the few special tokens the trainer adds are left out here.
 TINY = _arch("tiny", 0, 64, 2, 4, 2, 16, 256, 512, True, "llama")
-TINY = replace(TINY, params=TINY.computed_params)
+TINY = replace(TINY, params=TINY.computed_params, thinking_switch=True)  # its template reads enable_thinking
+# The names of the offline models of that shape: `tiny`, and `tiny-long`, warm-started to write long answers (it
+# shows the length probe's re-plan on a CPU)
+TINY_MODELS = ("tiny", "tiny-long")
+
+
+def is_tiny(model: str) -> bool:
+    """Whether `model` names one of the project's offline tiny models."""
+    return str(model).strip().lower() in TINY_MODELS
+
 
 CATALOGUE: tuple[Architecture, ...] = (
     _arch("google/gemma-3-1b-it", 1.00e9, 1152, 26, 4, 1, 256, 6912, 262144, True, "gemma3_text"),
@@ -503,6 +522,7 @@ def from_config(config: dict, name: str, source: str) -> Architecture:
         max_positions=max_positions,
         **moe,
     )
+    arch = replace(arch, thinking_switch=arch.family in THINKING_FAMILIES)
     return replace(arch, params=arch.computed_params)
 
 
@@ -583,7 +603,7 @@ def resolve(model: str, allow_hub: bool | None = None) -> Architecture:
         raise UsageError("model: empty name (fix: give a hub id such as unsloth/Llama-3.2-3B-Instruct)")
     model = model.strip()
     tried: list[str] = []
-    if model.lower() == "tiny":
+    if is_tiny(model):
         return TINY
 
     folder = Path(model).expanduser()

@@ -36,7 +36,8 @@ def _kind(key: str) -> str:
     if get_origin(annotation) is list:
         return "list[str]"
     if get_origin(annotation) is dict:
-        return "dict[str,float]"
+        value = get_args(annotation)[1] if get_args(annotation) else None
+        return "dict[str,float]" if value is float else "dict[str,value]"
     return annotation.__name__
 
 

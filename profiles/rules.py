@@ -270,10 +270,10 @@ _LLAMA_NAMED = ("llama", "qwen2", "qwen3", "mistral", "gemma3", "gemma3_text")
 def check_target_modules(p) -> None:
     """For a model the catalogue knows offline, every LoRA target must be one of its linear layers: PEFT
     refuses an unknown name only after the model has loaded, and the estimate would count it as nothing."""
-    from profiles.catalog import CATALOGUE, TINY, catalogue_key
+    from profiles.catalog import CATALOGUE, TINY, catalogue_key, is_tiny
 
     key = catalogue_key(p.model)
-    arch = TINY if p.model == "tiny" else next((a for a in CATALOGUE if catalogue_key(a.name) == key), None)
+    arch = TINY if is_tiny(p.model) else next((a for a in CATALOGUE if catalogue_key(a.name) == key), None)
     if arch is None or arch.family not in _LLAMA_NAMED:
         return  # its layer names are read from its own config at load time
     layers = list(arch.module_shapes())
@@ -288,10 +288,35 @@ def check_target_modules(p) -> None:
         )
 
 
+def check_layout(p) -> None:
+    """The format rewards must score the layout the system prompt asks for: a prompt that asks for
+    <think>/<answer> scored by the <reasoning> rewards (or the other way round) gives every answer 0 format
+    reward, whatever the model writes."""
+    from rewards.format import FORMAT_LAYOUTS
+    from rewards.parse import asked_layout
+
+    asked = asked_layout(p.system_prompt)
+    if asked is None:
+        return
+    other = [name for name in p.rewards if FORMAT_LAYOUTS.get(name, asked) != asked]
+    if not other:
+        return
+    fitting = [name for name, layout in FORMAT_LAYOUTS.items() if layout == asked]
+    scored = FORMAT_LAYOUTS[other[0]]
+    raise KeyProblem(
+        f"system_prompt asks for the {asked} layout, and {', '.join(other)} "
+        f"{'scores' if len(other) == 1 else 'score'} the {scored} layout: every answer that follows the prompt "
+        "would get 0 from it",
+        f"score the prompt's layout with {' / '.join(fitting)}, or write a system_prompt asking for {scored}",
+        "rewards",
+    )
+
+
 def check_rewards_and_dataset(p) -> None:
     check_target_modules(p)
     base = _base_dir(p)
     _check_rewards(p, base)
+    check_layout(p)
     _check_dataset(p, base)
     _check_answer_pattern(p)
     if p.hub_model_id and not _HUB_REPO.match(p.hub_model_id):

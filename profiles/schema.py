@@ -47,7 +47,7 @@ from profiles.keys import (
 )
 from profiles.rules import check_loss_settings, check_rewards_and_dataset, check_scale_out
 from profiles.tool_rules import check_tools
-from tasks.prompts import SYSTEM_PROMPT
+from tasks.prompts import RENDER_ARGUMENTS, SYSTEM_PROMPT
 
 # ---------------------------------------------------------------------------------------------------
 # Value types: stricter than pydantic's lax mode where YAML makes mistakes easy
@@ -115,6 +115,30 @@ def _tool_entries(value: Any) -> list[str]:
     return [v.strip() for v in value]
 
 
+def _template_switches(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise KeyProblem(
+            f"expected a mapping of switch name to value, got {shown(value)}",
+            "write e.g. `chat_template_kwargs: {enable_thinking: true}`",
+        )
+    switches = {}
+    for name, setting in value.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise KeyProblem(f"{shown(name)} is not a template variable name", "use names such as enable_thinking")
+        if name in RENDER_ARGUMENTS:
+            raise KeyProblem(
+                f"'{name}' is an argument of apply_chat_template itself, not a switch of the template",
+                f"remove {name}",
+            )
+        if setting is not None and not isinstance(setting, (bool, int, float, str)):
+            raise KeyProblem(
+                f"switch '{name}' is {shown(setting)}; a switch is true/false, a number or a word",
+                f"write e.g. {name}: true",
+            )
+        switches[name] = setting
+    return switches
+
+
 def _checkpointing(value: Any) -> Any:
     if isinstance(value, bool):  # `gradient_checkpointing: true` unquoted
         return "true" if value else "false"
@@ -180,6 +204,13 @@ ToolEntries = Annotated[
         }
     ),
 ]
+TemplateSwitches = Annotated[
+    dict[str, Any],
+    BeforeValidator(_template_switches),
+    WithJsonSchema(
+        {"type": "object", "additionalProperties": {"type": ["boolean", "integer", "number", "string", "null"]}}
+    ),
+]
 ScaleRewards = Annotated[
     Literal[SCALE_REWARDS],
     BeforeValidator(_scale_rewards),
@@ -224,7 +255,11 @@ class Profile(BaseModel):
     ladder: Whole = _key(100, "position on the ladder: lower is more ambitious and tried first", "identity", ge=0)
     # --- model ---
     model: StrictStr = _key(
-        "tiny", "hub id or local folder; `tiny` = the offline CPU model", "model", tags=(MEMORY, SHAPE)
+        "tiny",
+        "hub id or local folder; `tiny` = the offline CPU model (`tiny-long`: the same, warm-started to write long "
+        "answers)",
+        "model",
+        tags=(MEMORY, SHAPE),
     )
     device: Literal["cuda", "cpu"] = _key("cuda", "where to train", "model", tags=(MEMORY, LEVER))
     load_in_4bit: StrictBool = _key(
@@ -420,6 +455,15 @@ class Profile(BaseModel):
         "an OOM shows before any step is spent; its peak is recorded",
         "run",
     )
+    length_probe: Whole = _key(
+        24,
+        "before training, answers sampled for this many training prompts as training samples them, at "
+        "max_completion_length: answers cut at the cap re-plan it before any step; their lengths are recorded "
+        "for the next plan; 0 = off",
+        "run",
+        ge=0,
+        le=256,
+    )
     save_merged: StrictBool = _key(False, "also save a merged 16-bit model at the end (GPU)", "run")
     hub_model_id: StrictStr = _key(
         "",
@@ -458,6 +502,13 @@ class Profile(BaseModel):
         SYSTEM_PROMPT,
         "the system turn before each question (default: the "
         "<reasoning>/<answer> format instruction); empty = no system turn",
+        "task",
+    )
+    chat_template_kwargs: TemplateSwitches = _key(
+        {},
+        "switches of the model's chat template (TRL's chat_template_kwargs), e.g. {enable_thinking: true}; every "
+        "prompt is rendered with them (training, evaluation, sample, the length probe); empty = enable_thinking "
+        "false where the template reads it (Qwen3), so that answers open with the layout system_prompt asks for",
         "task",
     )
     train_samples: Whole = _key(0, "use only the first N training rows; 0 = all", "task", ge=0)

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from rewards.accuracy import accuracy, is_correct
-from rewards.format import number, xml_count, xml_soft, xml_strict
+from rewards.format import FORMAT_LAYOUTS, number, think_count, think_format, xml_count, xml_soft, xml_strict
 from rewards.latex import math
-from rewards.parse import extract_answer, parse_number
+from rewards.parse import REASONING_LAYOUT, extract_answer, parse_number
 from rewards.tool_use import tool_ok
 
 RewardFn = Callable[..., list]
@@ -25,13 +25,30 @@ REWARDS: dict[str, RewardFn] = {
     "xml_strict": xml_strict,
     "xml_soft": xml_soft,
     "xml_count": xml_count,
+    "think_format": think_format,
+    "think_count": think_count,
     "number": number,
     "accuracy": accuracy,
     "math": math,
     "tool_ok": tool_ok,
 }
 
-__all__ = ["REWARDS", "describe", "extract_answer", "get_reward", "get_reward_funcs", "is_correct", "parse_number"]
+__all__ = [
+    "REWARDS",
+    "describe",
+    "extract_answer",
+    "for_layout",
+    "get_reward",
+    "get_reward_funcs",
+    "is_correct",
+    "parse_number",
+]
+
+
+def for_layout(layout: str = REASONING_LAYOUT) -> dict[str, RewardFn]:
+    """The registered rewards that can give an answer in `layout` full marks: every one but the format rewards
+    of another layout (rewards.format.FORMAT_LAYOUTS)."""
+    return {name: fn for name, fn in REWARDS.items() if FORMAT_LAYOUTS.get(name, layout) == layout}
 
 
 def get_reward(name: str) -> RewardFn:

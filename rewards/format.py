@@ -1,11 +1,27 @@
-"""Format rewards: does a completion use the `<reasoning>` / `<answer>` layout the system prompt asks for?
+"""Format rewards: does a completion use the layout the system prompt asks for? The project's own
+`<reasoning>` / `<answer>` (xml_strict, xml_soft, xml_count), or the `<think>` / `<answer>` of DeepSeek-R1 and
+open-r1's recipes (think_format, think_count: open-r1's `format` and `tag_count`).
 
 Each scores in [0, 1], 1.0 at full marks, so that the weights a profile gives them are comparable.
 """
 
 from __future__ import annotations
 
-from rewards.parse import ANSWER_CLOSE, ANSWER_OPEN, REASONING_CLOSE, REASONING_OPEN, TAGS, find_numbers, score_texts
+import re
+
+from rewards.parse import (
+    ANSWER_CLOSE,
+    ANSWER_OPEN,
+    REASONING_CLOSE,
+    REASONING_LAYOUT,
+    REASONING_OPEN,
+    TAGS,
+    THINK_CLOSE,
+    THINK_LAYOUT,
+    THINK_OPEN,
+    find_numbers,
+    score_texts,
+)
 from rewards.parse import extract_answer as _extract_answer
 
 _STRICT_START = REASONING_OPEN + "\n"
@@ -112,3 +128,58 @@ def number(completions=None, answer=None, **kwargs) -> list[float]:
     and "3 apples and 4" (two numbers) score 0.0. See rewards.parse for what counts as a number.
     """
     return score_texts(completions, _number_score)
+
+
+# <think>, then the answer: each tag on a line of its own (open-r1's format), the blocks apart by whitespace (a
+# thinking chat template, Qwen3's, ends its block with a blank line)
+_THINK_STRICT = re.compile(
+    re.escape(THINK_OPEN)
+    + r"\n.*?\n"
+    + re.escape(THINK_CLOSE)
+    + r"\s*"
+    + re.escape(ANSWER_OPEN)
+    + r"\n.*?\n"
+    + re.escape(ANSWER_CLOSE),
+    re.DOTALL,
+)
+# open-r1's tag count: each of these pieces present exactly once earns a quarter
+_THINK_PIECES = (THINK_OPEN + "\n", "\n" + THINK_CLOSE + "\n", "\n" + ANSWER_OPEN + "\n", "\n" + ANSWER_CLOSE)
+
+
+def _think_strict_score(text: str) -> float:
+    body = text[:-1] if text.endswith("\n") else text
+    return 1.0 if _THINK_STRICT.fullmatch(body) else 0.0
+
+
+def _think_count_score(text: str) -> float:
+    return round(sum((TAG_CREDIT for piece in _THINK_PIECES if text.count(piece) == 1), 0.0), 6)
+
+
+def think_format(completions=None, answer=None, **kwargs) -> list[float]:
+    """1.0 when the whole completion is <think>\\n...\\n</think>\\n<answer>\\n...\\n</answer> (open-r1's format reward), else 0.0.
+
+    One optional trailing newline is allowed; the blocks may span several lines, and any whitespace may lie
+    between them (a thinking chat template ends its block with a blank line). For a system prompt that asks
+    for the <think>/<answer> layout (DeepSeek-R1's, open-r1's recipes).
+    """
+    return score_texts(completions, _think_strict_score)
+
+
+def think_count(completions=None, answer=None, **kwargs) -> list[float]:
+    """Partial credit, open-r1's tag count: 0.25 for each of <think>\\n, \\n</think>\\n, \\n<answer>\\n and \\n</answer> present once (0 to 1).
+
+    For a system prompt that asks for the <think>/<answer> layout.
+    """
+    return score_texts(completions, _think_count_score)
+
+
+# The layout each format reward scores (rewards.parse.asked_layout reads the one a system prompt asks for)
+FORMAT_LAYOUTS = {
+    "xml_strict": REASONING_LAYOUT,
+    "xml_soft": REASONING_LAYOUT,
+    "xml_count": REASONING_LAYOUT,
+    "think_format": THINK_LAYOUT,
+    "think_count": THINK_LAYOUT,
+}
+# For each layout, the reward whose full score counts an answer as well formed (evaluation's well_formed)
+WELL_FORMED = {REASONING_LAYOUT: "xml_soft", THINK_LAYOUT: "think_format"}

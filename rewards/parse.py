@@ -19,6 +19,25 @@ REASONING_CLOSE = "</reasoning>"
 ANSWER_OPEN = "<answer>"
 ANSWER_CLOSE = "</answer>"
 TAGS = (REASONING_OPEN, REASONING_CLOSE, ANSWER_OPEN, ANSWER_CLOSE)
+THINK_OPEN = "<think>"
+THINK_CLOSE = "</think>"
+THINK_TAGS = (THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE)
+
+# The answer layouts a system prompt may ask for, by the tag that opens the reasoning: the project's own, and the
+# one of DeepSeek-R1 and open-r1's recipes (which a thinking chat template writes too)
+REASONING_LAYOUT = "<reasoning>/<answer>"
+THINK_LAYOUT = "<think>/<answer>"
+LAYOUT_OPENERS = {REASONING_LAYOUT: REASONING_OPEN, THINK_LAYOUT: THINK_OPEN}
+
+
+def asked_layout(text: object) -> str | None:
+    """The answer layout a system prompt asks for: the one whose opening tag it names alone; None when it names
+    neither (or both)."""
+    if not isinstance(text, str):
+        return None
+    named = [layout for layout, tag in LAYOUT_OPENERS.items() if tag in text]
+    return named[0] if len(named) == 1 else None
+
 
 # One number as people write it in an answer: an optional sign written right before it (a sign after a
 # word or a digit is an operator, so "5-3" reads 5 and 3), an optional currency sign, digits with or

@@ -94,6 +94,29 @@ ARITHMETIC = ReferenceLengths(
 )
 SHIPPED = {"gsm8k": GSM8K, "arithmetic": ARITHMETIC}
 
+# Worked solutions of grade-school maths problems, written for this project in the way a model answers them:
+# what a tokenizer's characters per token are measured on when its files are on the machine (profiles.tokenizer).
+WORKED_SAMPLE = "\n".join(
+    (
+        "Each box holds 12 pencils and the teacher buys 7 boxes, so she has 12 * 7 = 84 pencils. She gives 3 "
+        "pencils to each of her 25 students, which takes 3 * 25 = 75 pencils. She has 84 - 75 = 9 pencils left.",
+        "The train covers 150 kilometres in 2.5 hours, so its speed is 150 / 2.5 = 60 kilometres per hour. In 4 "
+        "hours at that speed it travels 60 * 4 = 240 kilometres.",
+        "Maria earns $18 an hour and works 6 hours on Monday and 9 hours on Tuesday. That is 6 + 9 = 15 hours, "
+        "so she earns 15 * 18 = $270. After paying $45 for the bus she keeps 270 - 45 = $225.",
+        "A quarter of the 64 apples are green: 64 / 4 = 16 green apples. Half of the rest are red: (64 - 16) / "
+        "2 = 24 red apples. The remaining 64 - 16 - 24 = 24 apples are yellow.",
+        "The shop sells a jacket for $80 and gives a 15% discount, which is 80 * 0.15 = $12 off. The jacket costs "
+        "80 - 12 = $68. Two jackets cost 68 * 2 = $136.",
+        "Tom reads 35 pages a day. After 6 days he has read 35 * 6 = 210 pages of his 320-page book, so 320 - "
+        "210 = 110 pages remain, which take him 110 / 35 = 3.14, so 4 more days.",
+        "The garden is 14 metres long and 9 metres wide, so its area is 14 * 9 = 126 square metres. A bag of "
+        "seed covers 18 square metres, so 126 / 18 = 7 bags are needed.",
+        "Liam had 3 times as many stickers as Noah, who had 42. Liam had 3 * 42 = 126 stickers. After giving "
+        "away 19, he has 126 - 19 = 107 stickers. Together they have 107 + 42 = 149 stickers.",
+    )
+)
+
 
 def reference_lengths(dataset: str, answer_field: str = "", question_field: str = "") -> ReferenceLengths | None:
     """The figures of a profile's data: a shipped task's constants (whose solutions always count, however

@@ -1,4 +1,5 @@
-"""The prompt a task's question becomes, and how long it is in tokens.
+"""The prompt a task's question becomes, how it is rendered into tokens (the chat template and its switches),
+and how long it is.
 
 Every task gives rows {question, answer}; the trainer sees {prompt: [system, user messages], answer}. The
 system turn asks for the <reasoning>/<answer> layout the rewards score, so all tasks share it.
@@ -20,6 +21,78 @@ SYSTEM_PROMPT = (
 # Characters per token that a prompt's text hardly exceeds on average (English BPE: about 4).
 CHARACTERS_PER_TOKEN_BOUND = 8
 
+# The chat-template switch that turns a reasoning model's thinking on and off (Qwen3's and its derivatives';
+# the tiny model's template reads the same name). Left unsaid, such a template thinks: the answer opens with a
+# long <think> block, before the layout the system prompt asks for.
+THINKING_SWITCH = "enable_thinking"
+# Names apply_chat_template takes for itself: never a template switch (TRL passes them beside the switches)
+RENDER_ARGUMENTS = (
+    "conversation",
+    "tools",
+    "documents",
+    "chat_template",
+    "add_generation_prompt",
+    "continue_final_message",
+    "tokenize",
+    "padding",
+    "truncation",
+    "max_length",
+    "return_tensors",
+    "return_dict",
+    "return_assistant_tokens_mask",
+    "tokenizer_kwargs",
+)
+
+
+def reads_thinking_switch(template) -> bool:
+    """Whether a chat template (its text, or a tokenizer holding one) reads THINKING_SWITCH."""
+    text = getattr(template, "chat_template", template)
+    if isinstance(text, dict):  # a tokenizer may hold several named templates
+        text = " ".join(str(t) for t in text.values())
+    return isinstance(text, str) and THINKING_SWITCH in text
+
+
+def template_switches(given: dict | None, reads_thinking: bool) -> dict:
+    """The keywords every prompt is rendered with (TRL's chat_template_kwargs): the profile's own, and
+    `enable_thinking: false` where the template reads that switch and the profile leaves it unsaid (the
+    shipped tasks ask for their own answer layout, which a thinking block before it would break)."""
+    switches = dict(given or {})
+    if reads_thinking:
+        switches.setdefault(THINKING_SWITCH, False)
+    return switches
+
+
+def thinks(switches: dict, reads_thinking: bool) -> bool:
+    """Whether a template that reads the thinking switch writes a thinking block with these switches (as
+    Qwen3's: unless told false)."""
+    return bool(reads_thinking) and bool(switches.get(THINKING_SWITCH, True))
+
+
+def render_ids(prompt: list[dict] | str, tokenizer, switches: dict | None = None, tools: list | None = None) -> list:
+    """The token ids the model is given for a prompt, as TRL renders them: the chat template with the
+    generation prompt, the template's switches and the tools offered when the tokenizer has one, else the
+    message texts joined by blank lines."""
+    if not isinstance(prompt, str) and getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template(
+            prompt,
+            tools=tools or None,
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+            **(switches or {}),
+        )
+    elif callable(tokenizer):
+        ids = tokenizer(_prompt_text(prompt))
+    else:  # a bare `tokenizers.Tokenizer`
+        ids = tokenizer.encode(_prompt_text(prompt))
+    if isinstance(ids, dict) or hasattr(ids, "keys"):
+        ids = ids["input_ids"]
+    if hasattr(ids, "ids"):
+        ids = ids.ids
+    if ids and isinstance(ids[0], list):  # a batch of one
+        ids = ids[0]
+    return list(ids)
+
 
 def build_prompt(question: str, system_prompt: str | None = None) -> list[dict]:
     """The conversation for one question: the system turn (the format instructions unless the profile's
@@ -39,32 +112,19 @@ def _prompt_text(prompt: list[dict] | str) -> str:
     return "\n\n".join(str(message.get("content", "")) for message in prompt)
 
 
-def count_prompt_tokens(prompt: list[dict] | str, tokenizer, tools: list | None = None) -> int:
-    """Tokens the model sees for a prompt: through the tokenizer's chat template (with the generation
-    prompt, and the tools offered, as TRL renders them) when it has one, else the message texts joined by
-    blank lines."""
-    if not isinstance(prompt, str) and getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template(
-            prompt, tools=tools or None, add_generation_prompt=True, tokenize=True, return_dict=False
-        )
-    elif callable(tokenizer):
-        ids = tokenizer(_prompt_text(prompt))
-    else:  # a bare `tokenizers.Tokenizer`
-        ids = tokenizer.encode(_prompt_text(prompt))
-    if isinstance(ids, dict) or hasattr(ids, "keys"):
-        ids = ids["input_ids"]
-    if hasattr(ids, "ids"):
-        ids = ids.ids
-    if ids and isinstance(ids[0], list):  # a batch of one
-        ids = ids[0]
-    return len(ids)
+def count_prompt_tokens(
+    prompt: list[dict] | str, tokenizer, switches: dict | None = None, tools: list | None = None
+) -> int:
+    """Tokens the model sees for a prompt (render_ids: the chat template with its switches, and the tools offered
+    as TRL renders them, when there is one)."""
+    return len(render_ids(prompt, tokenizer, switches, tools))
 
 
 def filter_by_length(
-    rows: list[dict], tokenizer, max_prompt_length: int, tools: list | None = None
+    rows: list[dict], tokenizer, max_prompt_length: int, switches: dict | None = None, tools: list | None = None
 ) -> tuple[list[dict], int]:
-    """Keep the rows whose prompt fits in max_prompt_length tokens (the tools offered rendered in, as TRL
-    renders them); return (kept rows, number dropped).
+    """Keep the rows whose prompt fits in max_prompt_length tokens, rendered with the template's `switches` and
+    the tools offered (as TRL renders them); return (kept rows, number dropped).
 
     A max_prompt_length of 0 or less keeps every row.
     """
@@ -77,6 +137,6 @@ def filter_by_length(
         row
         for row in rows
         if len(_prompt_text(row["prompt"])) <= most_characters
-        and count_prompt_tokens(row["prompt"], tokenizer, tools) <= max_prompt_length
+        and count_prompt_tokens(row["prompt"], tokenizer, switches, tools) <= max_prompt_length
     ]
     return kept, len(rows) - len(kept)

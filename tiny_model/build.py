@@ -24,11 +24,17 @@ from rewards.parse import TAGS as XML_TAGS  # the answer format the rewards scor
 ROLE_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>")
 EOS_TOKEN = "<|end|>"
 PAD_TOKEN = "<|pad|>"
+# The template has a thinking switch read by the name Qwen3's reads (tasks.prompts.THINKING_SWITCH) and, as
+# Qwen3's, thinks unless told false: the generation prompt then opens a <think> block. The project renders with
+# it false unless a profile says otherwise, which is the prompt the warm start teaches; so the CPU runs take the
+# same path (the switch found in the template, passed to every rendering) that a Qwen3 model takes on a GPU.
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|' + message['role'] + '|>\n' + message['content'] + '<|end|>\n' }}"
     "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}"
+    "{% if enable_thinking is not defined or enable_thinking %}{{ '<think>\n' }}{% endif %}"
+    "{% endif %}"
 )
 # Bump when the build below changes, so old caches are not reused.
 BUILD_VERSION = 5
@@ -154,7 +160,7 @@ def _build_model(tokenizer, shape: TinyShape, seed: int):
     return model.to(torch.float32)
 
 
-def build_key(dataset: str, seed: int, shape: TinyShape) -> str:
+def build_key(dataset: str, seed: int, shape: TinyShape, long_answers: bool = False) -> str:
     from tiny_model import warm_start
 
     spec = {
@@ -167,23 +173,28 @@ def build_key(dataset: str, seed: int, shape: TinyShape) -> str:
         "tags": XML_TAGS,
         "template": CHAT_TEMPLATE,
     }
+    if long_answers:  # the variant's own key; the default model's stays what it was
+        spec["answers"] = warm_start.long_settings()
     if dataset not in ("gsm8k", "arithmetic"):
         path = Path(dataset).expanduser()
         spec["file"] = [str(path.resolve()), path.stat().st_mtime_ns if path.exists() else 0]
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def ensure_tiny(dataset: str = "arithmetic", seed: int = 0, root: Path | None = None) -> Path:
-    """The folder of the tiny model for this task (built on first use, then reused)."""
+def ensure_tiny(
+    dataset: str = "arithmetic", seed: int = 0, root: Path | None = None, long_answers: bool = False
+) -> Path:
+    """The folder of the tiny model for this task (built on first use, then reused); `long_answers`: the variant
+    warm-started to write long answers (tiny_model.warm_start.long_completion)."""
     shape = tiny_shape()
     root = Path(root) if root else cache_root()
-    target = root / f"tiny-{build_key(dataset, seed, shape)}"
+    target = root / f"tiny-{build_key(dataset, seed, shape, long_answers)}"
     if (target / "config.json").is_file() and (target / "tokenizer.json").is_file():
         return target
     root.mkdir(parents=True, exist_ok=True)
     tokenizer = _build_tokenizer(_corpus(dataset, seed), shape)
     model = _build_model(tokenizer, shape, seed)
-    record = _warm_start(model, tokenizer, dataset, seed)
+    record = _warm_start(model, tokenizer, dataset, seed, long_answers)
     # Build beside the target and rename: a concurrent build or an interrupted one never leaves half a model.
     staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=root))
     try:
@@ -203,7 +214,7 @@ def ensure_tiny(dataset: str = "arithmetic", seed: int = 0, root: Path | None = 
     return target
 
 
-def _warm_start(model, tokenizer, dataset: str, seed: int) -> dict | None:
+def _warm_start(model, tokenizer, dataset: str, seed: int, long_answers: bool = False) -> dict | None:
     """Warm-start the model for the generated arithmetic task (the one it can learn offline) and return the
     build-time record: held-out accuracy before and after, samples, steps and seconds. Other tasks keep the
     random model (None)."""
@@ -223,11 +234,12 @@ def _warm_start(model, tokenizer, dataset: str, seed: int) -> dict | None:
     torch.set_num_threads(warm_start.WARM_START_THREADS)
     try:
         rows = load_task(dataset, "test", limit=warm_start.HELDOUT_ROWS)
-        random_probe = warm_start.measure_heldout(model, tokenizer, rows)
+        tokens = warm_start.LONG_HELDOUT_TOKENS if long_answers else warm_start.HELDOUT_TOKENS
+        random_probe = warm_start.measure_heldout(model, tokenizer, rows, tokens)
         started = time.time()
-        done = warm_start.train_warm_start(model, tokenizer, seed)
+        done = warm_start.train_warm_start(model, tokenizer, seed, long_answers=long_answers)
         seconds = round(time.time() - started, 1)
-        warm_probe = warm_start.measure_heldout(model, tokenizer, rows)
+        warm_probe = warm_start.measure_heldout(model, tokenizer, rows, tokens)
     finally:
         torch.set_num_threads(threads)
     return {
@@ -238,6 +250,7 @@ def _warm_start(model, tokenizer, dataset: str, seed: int) -> dict | None:
         "learning_rate": warm_start.WARM_START_LR,
         "seconds": seconds,
         "held_out": len(rows),
+        "long_answers": long_answers,
         "random": random_probe,
         "warm_start": warm_probe,
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),

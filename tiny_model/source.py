@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from contract.attempt import random_weights_requested
 
 TINY = "tiny"
+TINY_LONG = "tiny-long"  # the tiny model warm-started to write long answers (the length probe's re-plan on a CPU)
 
 
 @dataclass(frozen=True)
@@ -32,13 +33,13 @@ def resolve_model(profile) -> ModelSource:
             profile.model, dataset=profile.dataset, seed=profile.seed, max_positions=max(profile.max_seq_length, 2048)
         )
         return ModelSource(str(folder))  # the probe's figures carry the mark (trainer.probe)
-    if profile.model != TINY:
+    if profile.model not in (TINY, TINY_LONG):
         return ModelSource(profile.model)
     from tiny_model.build import build_record, ensure_tiny
 
     if uses_tools(profile):
         return _tool_calling_tiny(profile)
-    folder = ensure_tiny(profile.dataset, seed=profile.seed)
+    folder = ensure_tiny(profile.dataset, seed=profile.seed, long_answers=profile.model == TINY_LONG)
     return ModelSource(str(folder), build_record(folder))
 
 
@@ -74,7 +75,7 @@ def base_model_path(profile, adapter_dir) -> str:
         base = None
     if isinstance(base, str) and base and Path(base).is_dir():
         return base
-    if profile.model == TINY:
+    if profile.model in (TINY, TINY_LONG):
         from tasks import load_task
 
         load_task(profile, "train", limit=1)  # the tiny tokenizer reads the data with the profile's columns

@@ -2,8 +2,8 @@
 that reads a tool call back out of what it generated (transformers' `parse_response`, which TRL's multi-turn
 loop calls), and the tokens the markup adds to its vocabulary.
 
-Plain messages render exactly as tiny_model.build.CHAT_TEMPLATE renders them (`<|role|>\\ncontent<|end|>\\n`), so
-the warm start's answers carry over. A tool call is Qwen 3.5's XML-inline shape, kept short for a tiny model:
+Plain messages render exactly as tiny_model.build.CHAT_TEMPLATE renders them (`<|role|>\\ncontent<|end|>\\n`, and its
+thinking switch), so the warm start's answers carry over. A tool call is Qwen 3.5's XML-inline shape, kept short for a tiny model:
 `<tool_call><function=calculate><parameter=expression>7 + 5</parameter></tool_call>`; a tool's reply is a
 `<|tool|>` turn; the tools offered are listed in a system turn of their own before the conversation
 (`<function=calculate><parameter=expression>`). Each piece of the markup, and each shipped tool's name and
@@ -47,7 +47,9 @@ TOOL_CHAT_TEMPLATE = (
     "{%- endif -%}"
     "{{ '<|end|>\n' }}"
     "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{ '<|assistant|>\n' }}{%- endif -%}"
+    "{%- if add_generation_prompt -%}{{ '<|assistant|>\n' }}"
+    "{%- if enable_thinking is not defined or enable_thinking -%}{{ '<think>\n' }}{%- endif -%}"
+    "{%- endif -%}"
 )
 
 # transformers' response template (tokenizer.response_template): what TRL's parse_response reads a generated

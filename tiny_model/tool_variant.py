@@ -24,7 +24,7 @@ from pathlib import Path
 
 from tiny_model import tool_template
 
-TOOL_BUILD_VERSION = 1
+TOOL_BUILD_VERSION = 2
 RECORD_FILE = "tool_warm_start.json"
 STEPS = 300
 BATCH = 32
@@ -146,17 +146,23 @@ def _schemas():
 def examples(tokenizer, seed: int, count: int) -> list[tuple[list[int], list[int]]]:
     """(input ids, labels) of `count` taught answers, in order, the tool replies and prompts masked."""
     from tasks.prompts import build_prompt
-    from tiny_model.warm_start import training_rows, worked_completion
+    from tiny_model.warm_start import switches, training_rows, worked_completion
     from tools.calculator import compute
 
     calculator, game = _schemas()
+    rendering = switches(tokenizer)
     rng = random.Random(f"tool warm start {seed}")
     out = []
     for row in training_rows(seed, count):
         kind = rng.choices(("calculator", "direct", "game"), (CALCULATOR_SHARE, DIRECT_SHARE, GAME_SHARE))[0]
         offered = game if kind == "game" else calculator
         prompt = tokenizer.apply_chat_template(
-            build_prompt(row["question"]), tools=offered, add_generation_prompt=True, tokenize=True, return_dict=False
+            build_prompt(row["question"]),
+            tools=offered,
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+            **rendering,  # as every attempt renders prompts: thinking off
         )
         turns: list[tuple] = []  # ("model", text) or ("tool", name, reply)
         if kind == "calculator":

@@ -37,6 +37,11 @@ WARM_START_LR = 2.0e-3
 WARM_START_THREADS = 1  # one thread: sums in one order on every machine, so the build is the same anywhere
 HELDOUT_ROWS = 200  # held-out problems measured at build time (random and warm-started)
 HELDOUT_TOKENS = 48
+# The variant that writes long answers (`model: tiny-long`): the worked steps restated 1 to this many times in the
+# reasoning, by the problem, which makes its answers two to four times as long as the default's (most past the
+# CPU profiles' cap, some within it: answers that end say where answers end)
+LONG_RESTATEMENTS = 4
+LONG_HELDOUT_TOKENS = 128
 
 _ANNOTATION = re.compile(r"<<[^>]*>>")
 
@@ -46,6 +51,24 @@ def worked_completion(row: dict) -> str:
     reasoning, the gold number as the answer."""
     steps = _ANNOTATION.sub("", row["answer_text"].rpartition("####")[0]).strip()
     return f"<reasoning>\n{steps}\n</reasoning>\n<answer>\n{row['answer']}\n</answer>"
+
+
+def restatements(question: str) -> int:
+    """How many times the long variant restates a problem's steps: 1 to LONG_RESTATEMENTS, by the question."""
+    return 1 + sum(question.encode("utf-8")) % LONG_RESTATEMENTS
+
+
+def long_completion(row: dict) -> str:
+    """The long variant's completion: the worked steps, then restated 1 to LONG_RESTATEMENTS times as checks
+    ("Check 1: 7 + 5 = 12."), then the answer: as well formed as the short one, and two to four times as long."""
+    steps = _ANNOTATION.sub("", row["answer_text"].rpartition("####")[0]).strip()
+    checks = "\n".join(f"Check {i}: {steps}" for i in range(1, restatements(row["question"]) + 1))
+    return f"<reasoning>\n{steps}\n{checks}\n</reasoning>\n<answer>\n{row['answer']}\n</answer>"
+
+
+def long_settings() -> dict:
+    """What makes the long variant's weights differ from the default's (part of its build key)."""
+    return {"restatements": LONG_RESTATEMENTS, "by": "question bytes", "heldout_tokens": LONG_HELDOUT_TOKENS}
 
 
 def training_rows(seed: int, count: int) -> list[dict]:
@@ -62,18 +85,28 @@ def training_rows(seed: int, count: int) -> list[dict]:
             return rows[:count]
 
 
-def _examples(tokenizer, seed: int, count: int):
+def switches(tokenizer) -> dict:
+    """The chat template's switches the warm start renders its prompts with: the project's defaults, as every
+    attempt renders them (tasks.prompts.template_switches: thinking off)."""
+    from tasks.prompts import reads_thinking_switch, template_switches
+
+    return template_switches({}, reads_thinking_switch(tokenizer))
+
+
+def _examples(tokenizer, seed: int, count: int, long_answers: bool = False):
     """(input ids, labels) per training problem; labels mask the prompt so only the answer is learned."""
     from tasks.prompts import build_prompt
 
     rows = training_rows(seed, count)
+    rendering = switches(tokenizer)
     out = []
     for row in rows:
         prompt = tokenizer.apply_chat_template(
-            build_prompt(row["question"]), tokenize=False, add_generation_prompt=True
+            build_prompt(row["question"]), tokenize=False, add_generation_prompt=True, **rendering
         )
         prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        answer_ids = tokenizer(worked_completion(row) + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
+        completion = long_completion(row) if long_answers else worked_completion(row)
+        answer_ids = tokenizer(completion + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
         out.append((prompt_ids + answer_ids, [-100] * len(prompt_ids) + answer_ids))
     return out
 
@@ -132,18 +165,18 @@ def restates(completion: str, row: dict) -> bool:
     return bool(operation) and reasoning.startswith(operation + " =")
 
 
-def check(model, tokenizer, rows: list[dict]) -> dict:
+def check(model, tokenizer, rows: list[dict], tokens: int = HELDOUT_TOKENS) -> dict:
     """The criterion's reading: the share of greedy answers that restate the numbers, and that are right."""
     from evaluation.generate import generate_hf, prompt_ids
     from rewards import is_correct
 
-    completions = generate_hf(model, tokenizer, prompt_ids(tokenizer, rows), HELDOUT_TOKENS, batch_size=50)
+    completions = generate_hf(model, tokenizer, prompt_ids(tokenizer, rows, switches(tokenizer)), tokens, batch_size=50)
     restated = sum(restates(c, row) for c, row in zip(completions, rows))
     right = sum(bool(is_correct(c, row["answer"])) for c, row in zip(completions, rows))
     return {"restated": round(restated / len(rows), 4), "accuracy": round(right / len(rows), 4)}
 
 
-def train_warm_start(model, tokenizer, seed: int, steps: int | None = None) -> dict:
+def train_warm_start(model, tokenizer, seed: int, steps: int | None = None, long_answers: bool = False) -> dict:
     """Fine-tune every weight of `model` in place on worked arithmetic solutions, seeded, until the stopping
     criterion holds (see RESTATE_TARGET) or for exactly `steps` steps when given. Returns what it did:
     {"steps" (of the weights kept), "stopped" ("criterion", "max_steps" or "fixed"),
@@ -154,7 +187,8 @@ def train_warm_start(model, tokenizer, seed: int, steps: int | None = None) -> d
     import torch
 
     limit = WARM_START_MAX_STEPS if steps is None else steps
-    examples = _examples(tokenizer, seed, limit * WARM_START_BATCH // 4 + WARM_START_BATCH)
+    examples = _examples(tokenizer, seed, limit * WARM_START_BATCH // 4 + WARM_START_BATCH, long_answers)
+    tokens = LONG_HELDOUT_TOKENS if long_answers else HELDOUT_TOKENS
     rows = check_rows(CHECK_ROWS) if steps is None else []
     order = random.Random(seed)
     torch.manual_seed(seed)
@@ -172,7 +206,7 @@ def train_warm_start(model, tokenizer, seed: int, steps: int | None = None) -> d
         optimizer.step()
         if rows and step >= WARM_START_MIN_STEPS and (step - WARM_START_MIN_STEPS) % WARM_START_CHECK_EVERY == 0:
             model.eval()
-            reading = {"step": step, **check(model, tokenizer, rows)}
+            reading = {"step": step, **check(model, tokenizer, rows, tokens)}
             checks.append(reading)
             low, high = ACCURACY_BAND
             distance = max(low - reading["accuracy"], reading["accuracy"] - high, 0.0)
@@ -190,13 +224,13 @@ def train_warm_start(model, tokenizer, seed: int, steps: int | None = None) -> d
     return {"steps": limit, "stopped": "fixed" if steps is not None else "max_steps", "checks": checks}
 
 
-def measure_heldout(model, tokenizer, rows: list[dict]) -> dict:
+def measure_heldout(model, tokenizer, rows: list[dict], tokens: int = HELDOUT_TOKENS) -> dict:
     """Greedy held-out accuracy, the share of well-formed answers and a few samples with their rewards."""
     from evaluation.generate import generate_hf, prompt_ids
     from evaluation.score import score
-    from rewards import REWARDS
+    from rewards import REWARDS, for_layout
 
-    completions = generate_hf(model, tokenizer, prompt_ids(tokenizer, rows), HELDOUT_TOKENS, batch_size=50)
+    completions = generate_hf(model, tokenizer, prompt_ids(tokenizer, rows, switches(tokenizer)), tokens, batch_size=50)
     golds = [row["answer"] for row in rows]
     result = score(completions, golds)
     well_formed = REWARDS["xml_soft"](completions, answer=golds)
@@ -204,7 +238,9 @@ def measure_heldout(model, tokenizer, rows: list[dict]) -> dict:
     result["examples"] = [
         dict(
             example,
-            rewards={name: fn([example["completion"]], answer=[example["answer"]])[0] for name, fn in REWARDS.items()},
+            rewards={
+                name: fn([example["completion"]], answer=[example["answer"]])[0] for name, fn in for_layout().items()
+            },
         )
         for example in result["examples"]
     ]

@@ -29,8 +29,9 @@ ALL_CUT_STEPS = 3
 
 class TelemetryCallback(TrainerCallback):
     """One JSON line per optimizer step in metrics.jsonl, from TRL's per-step log and our own timers. `cap`:
-    max_completion_length where mask_truncated_completions leaves cut completions out of the loss (None
-    otherwise): ALL_CUT_STEPS steps in a row with every completion cut stop the attempt as bad input."""
+    max_completion_length, what an answer is cut at (the cut share's warning); `masks_cut`: whether
+    mask_truncated_completions leaves cut completions out of the loss, where ALL_CUT_STEPS steps in a row with
+    every completion cut stop the attempt as bad input."""
 
     def __init__(
         self,
@@ -40,10 +41,15 @@ class TelemetryCallback(TrainerCallback):
         progress=None,
         signal=None,
         evaluation=None,
+        lengths=None,
         cap: int | None = None,
+        masks_cut: bool = False,
     ):
         self.evaluation = evaluation  # EvaluateDuringTraining: the evaluation made at this step, if any
-        self.cap = cap
+        self.lengths = lengths  # trainer.lengths.LengthRecorder: the answers' lengths, step by step
+        self.cap = cap  # max_completion_length: what an answer is cut at
+        self.masks_cut = masks_cut
+        self.cut_warning: str | None = None  # the "answers are cut" line, once it has been said
         self.path = Path(path)
         self.reward_names = list(reward_names)
         self.memory = memory
@@ -59,6 +65,8 @@ class TelemetryCallback(TrainerCallback):
         self._last_log_time = time.perf_counter()
         if self.signal is not None:
             self.signal.clear()  # the probe's step scored completions too; they are not training's
+        if self.lengths is not None:
+            self.lengths.clear()
 
     def on_step_begin(self, args, state, control, **kwargs):
         self._step_started = time.perf_counter()
@@ -78,6 +86,8 @@ class TelemetryCallback(TrainerCallback):
             "reward": _number(logs.get("reward")),
             "reward_std": _number(logs.get("reward_std")),
             "completion_length": _number(logs.get("completions/mean_length")),
+            # the share of this step's answers cut at max_completion_length (TRL's, over every process)
+            "cut_share": _number(logs.get("completions/clipped_ratio")),
             "loss": _number(logs.get("loss")),
             "kl": _number(logs.get("kl")),
             "entropy": _number(logs.get("entropy")),
@@ -110,9 +120,15 @@ class TelemetryCallback(TrainerCallback):
             self.warning = no_signal_warning(self.rows)
             if self.warning is not None and self.progress is not None:
                 self.progress.warn(self.warning)
+        if self.cut_warning is None and self.cap:
+            from trainer.lengths import cut_share_warning
+
+            self.cut_warning = cut_share_warning(self.rows, self.cap)
+            if self.cut_warning is not None and self.progress is not None:
+                self.progress.warn(self.cut_warning)
 
     def _stop_if_all_cut(self) -> None:
-        if self.cap is None or len(self.rows) < ALL_CUT_STEPS:
+        if not self.masks_cut or self.cap is None or len(self.rows) < ALL_CUT_STEPS:
             return
         if all(row.get("clipped_ratio") == 1.0 for row in self.rows[-ALL_CUT_STEPS:]):
             from contract.errors import UsageError

@@ -87,9 +87,13 @@ def eval_interval(profile) -> tuple[int, str]:
     return every, f"auto: every {every} steps (one evaluation costs ~{cost:.1f} steps, a tenth of the time)"
 
 
-def grpo_config_kwargs(profile, output_dir: str, *, device: str, bf16: bool, use_vllm: bool) -> dict:
+def grpo_config_kwargs(
+    profile, output_dir: str, *, device: str, bf16: bool, use_vllm: bool, switches: dict | None = None
+) -> dict:
     """Keywords for trl.GRPOConfig. `device` is where training runs ("cuda" or "cpu"); `bf16` whether the
-    card supports bfloat16 (contract.attempt.bf16_capable); `use_vllm` whether generation goes through vLLM."""
+    card supports bfloat16 (contract.attempt.bf16_capable); `use_vllm` whether generation goes through vLLM;
+    `switches` the chat template's (tasks.prompts.template_switches), with which TRL renders every prompt it
+    generates from, through vLLM or transformers alike."""
     on_cpu = device == "cpu"
     kwargs = {
         "output_dir": output_dir,
@@ -125,6 +129,7 @@ def grpo_config_kwargs(profile, output_dir: str, *, device: str, bf16: bool, use
         "bf16": (not on_cpu) and bf16,
         "fp16": (not on_cpu) and not bf16,
         "use_vllm": use_vllm,
+        "chat_template_kwargs": dict(switches) if switches else None,
     }
     kwargs.update(loss_kwargs(profile))
     kwargs.update(LOSS_SETTINGS)
@@ -153,7 +158,11 @@ def grpo_config_kwargs(profile, output_dir: str, *, device: str, bf16: bool, use
     return kwargs
 
 
-def build_grpo_config(profile, output_dir: str, *, device: str, bf16: bool, use_vllm: bool):
+def build_grpo_config(
+    profile, output_dir: str, *, device: str, bf16: bool, use_vllm: bool, switches: dict | None = None
+):
     from trl import GRPOConfig
 
-    return GRPOConfig(**grpo_config_kwargs(profile, output_dir, device=device, bf16=bf16, use_vllm=use_vllm))
+    return GRPOConfig(
+        **grpo_config_kwargs(profile, output_dir, device=device, bf16=bf16, use_vllm=use_vllm, switches=switches)
+    )

@@ -32,24 +32,18 @@ def probe_enabled(profile) -> bool:
 # ----------------------------------------------------------------------------------------------- batch
 
 
-def prompt_token_ids(prompt, tokenizer) -> list[int]:
-    """The ids the trainer generates from: the chat template with the generation prompt when the tokenizer
-    has one, else the message texts joined by blank lines."""
-    if not isinstance(prompt, str) and getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
-    else:
-        text = prompt if isinstance(prompt, str) else "\n\n".join(str(m.get("content", "")) for m in prompt)
-        ids = tokenizer(text)["input_ids"]
-    if hasattr(ids, "keys"):
-        ids = ids["input_ids"]
-    if ids and isinstance(ids[0], list):  # a batch of one
-        ids = ids[0]
-    return [int(i) for i in ids]
+def prompt_token_ids(prompt, tokenizer, switches: dict | None = None) -> list[int]:
+    """The ids the trainer generates from (tasks.prompts.render_ids: the chat template with its switches)."""
+    from tasks.prompts import render_ids
+
+    return [int(i) for i in render_ids(prompt, tokenizer, switches)]
 
 
-def longest_prompts(rows: list[dict], tokenizer, batch: int, generations: int) -> list[list[int]]:
+def longest_prompts(
+    rows: list[dict], tokenizer, batch: int, generations: int, switches: dict | None = None
+) -> list[list[int]]:
     """`batch` prompt id lists: the longest prompts, each repeated `generations` times as GRPO groups them."""
-    by_length = sorted((prompt_token_ids(row["prompt"], tokenizer) for row in rows), key=len, reverse=True)
+    by_length = sorted((prompt_token_ids(row["prompt"], tokenizer, switches) for row in rows), key=len, reverse=True)
     distinct = max(1, -(-batch // max(1, generations)))
     chosen = by_length[:distinct]
     out = []
@@ -420,7 +414,8 @@ def run_probe(trainer, rows: list[dict], tokenizer, profile, memory=None, estima
     model = trainer.model
     batch = int(trainer.args.per_device_train_batch_size)
     generations = int(getattr(trainer, "num_generations", None) or profile.num_generations)
-    prompts = longest_prompts(rows, tokenizer, batch, generations)
+    # rendered as TRL renders them, with the switches the trainer holds (GRPOConfig.chat_template_kwargs)
+    prompts = longest_prompts(rows, tokenizer, batch, generations, getattr(trainer, "chat_template_kwargs", None))
     vocab = int(getattr(getattr(model, "config", None), "vocab_size", None) or len(tokenizer))
     completions = completion_token_ids(tokenizer, batch, int(profile.max_completion_length), vocab, profile.seed)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

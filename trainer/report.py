@@ -307,6 +307,19 @@ def _fmt(value, digits=3, unit=""):
     return f"{value}{unit}"
 
 
+def _lengths_line(lengths: dict | None) -> str:
+    """The answers' lengths against the plan's: summary.json's completion_lengths."""
+    if not lengths or lengths.get("measured_mean") is None:
+        return "- answer lengths: not measured"
+    cut = lengths.get("cut_share")
+    return (
+        f"- answer lengths ({lengths.get('source')}, {lengths.get('samples')} answers): "
+        f"{_fmt(lengths['measured_mean'], 1)} tokens on average, {lengths.get('measured_p95')} at the 95th "
+        f"percentile, {'n/a' if cut is None else f'{cut:.0%}'} cut at the cap of {lengths.get('planned_cap')} "
+        f"(the plan expected {lengths.get('planned_expected') or 'n/a'})"
+    )
+
+
 def _probe_line(probe: dict | None) -> str:
     """The worst-case probe before training: its shapes, peak and time."""
     if not probe:
@@ -440,6 +453,7 @@ def write_report(attempt_dir: Path, summary: dict) -> None:
         f"estimate {_fmt(mem['estimate_gib'], 2, ' GiB')}"
         + (f" (measured/estimate {mem['ratio']:.2f})" if mem.get("ratio") is not None else ""),
         _probe_line(summary.get("probe")),
+        _lengths_line(summary.get("completion_lengths")),
         f"- accuracy on {acc['samples']} test problems: before {_fmt(acc['before'])}, after {_fmt(acc['after'])}"
         + (
             f"; well-formed <reasoning>/<answer> answers {_fmt(acc['well_formed_before'])} -> "

@@ -19,7 +19,7 @@ import traceback
 from pathlib import Path
 
 from contract import attempt as contract
-from contract.attempt import ERROR, EXIT_FOR_STATUS, INTERRUPTED, NODE, OK, OOM, Outcome
+from contract.attempt import ERROR, EXIT_FOR_STATUS, INTERRUPTED, NODE, OK, OOM, REPLANNED, Outcome
 from contract.environment import ENV_INJECT_OOM, ENV_PROBE_ONLY, ENV_RESTART_COUNT
 from contract.errors import EXIT_BAD_INPUT, EXIT_FAILURE, UsageError
 from contract.failure import write_problem
@@ -288,6 +288,32 @@ def _record_failure(
     return code
 
 
+def _lengths(state: AttemptState) -> dict | None:
+    """The answers' measured lengths for the outcome (and the ledger): the length probe's figures, else the
+    training steps' (trainer.lengths), with the chat template's switches they were rendered with."""
+    if state.lengths is not None:
+        return state.lengths
+    from trainer.lengths import training_lengths
+
+    figures = training_lengths(state.length_recorder, _metric_rows(state), state.profile.max_completion_length)
+    return {**figures, "switches": dict(state.switches)} if figures else None
+
+
+def _metric_rows(state: AttemptState) -> list[dict]:
+    """The attempt's metrics.jsonl lines (a line cut short by a kill is passed over)."""
+    rows = []
+    try:
+        with open(state.attempt_dir / contract.METRICS_FILE, encoding="utf-8") as handle:
+            for line in handle:
+                try:
+                    rows.append(json.loads(line))
+                except ValueError:
+                    continue
+    except OSError:
+        return []
+    return [r for r in rows if isinstance(r, dict)]
+
+
 def _timing(state: AttemptState) -> dict | None:
     """The measured seconds per step beside the plan's prediction, from the attempt's metrics.jsonl."""
     from trainer.timing import measured_step
@@ -312,6 +338,7 @@ def _close_outcome(state: AttemptState, outcome: Outcome) -> bool:
     outcome.estimate_gib = state.estimate_gib
     outcome.probe = state.probe
     outcome.timing = _timing(state)
+    outcome.lengths = _lengths(state)
     if state.memory is not None and state.measures_peak:
         try:
             state.memory.sample()
@@ -365,6 +392,13 @@ def _train(state: AttemptState, signals, after_probe=None) -> str:
             state.probe = {**state.probe, **after_probe(session.trainer, loaded)}
         say("probe only: stopping before training")
         return OK
+    if state.main:  # the answers measured before the plan's cap and expected length are trusted
+        from trainer.lengths import run_length_probe, stops_for_replan
+
+        if stops_for_replan(state, run_length_probe(state, loaded)):
+            return REPLANNED
+        if signals.stopped:
+            return INTERRUPTED
     join_ranks(loaded.backend.device == "cpu")  # every rank in the process group before rank 0 evaluates alone
     from evaluation.generate import EvaluationStopped
 

@@ -134,6 +134,7 @@ def answer(
     """The trained model's greedy answers to `rows`, scored (score_answers: which rewards run)."""
     backend, model, tokenizer, lora_path = load_trained(profile, adapter_dir, base_path)
     from evaluation.generate import generate
+    from tasks.prompts import reads_thinking_switch, template_switches
 
     completions = generate(
         model,
@@ -142,5 +143,6 @@ def answer(
         max_new_tokens=profile.max_completion_length,
         use_vllm=lora_path is not None,
         lora_path=lora_path,
+        switches=template_switches(profile.chat_template_kwargs, reads_thinking_switch(tokenizer)),
     )
     return score_answers(profile, rows, completions, tokenizer, rewards, correctness)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,8 @@ class Loaded:
     generation: str = "transformers"  # trainer.backends.generation_path: which engine generated
     tools: list | None = None  # the profile's tools, imported and guarded (tools.load_tools)
     environment: Any = None  # the profile's environment as a guarded factory (tools.load_environment)
+    # the chat template's switches every prompt is rendered with (tasks.prompts.template_switches)
+    switches: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -83,16 +85,21 @@ def load(state: AttemptState) -> Loaded:
             f"estimate {'n/a' if state.estimate_gib is None else f'{state.estimate_gib:.2f}'} GiB"
         )
     model, tokenizer = load_model(backend, profile, model_path)
+    from tasks.prompts import reads_thinking_switch, template_switches
 
+    switches = template_switches(profile.chat_template_kwargs, reads_thinking_switch(tokenizer))
+    state.switches = switches
+    if state.main and switches:
+        say(f"chat template switches: {', '.join(f'{k}={v!r}' for k, v in switches.items())}")
     rendered = offered_tools(offered, environment)  # TRL renders them into every prompt
-    kept, dropped = filter_by_length(train_rows, tokenizer, profile.max_prompt_length, rendered)
+    kept, dropped = filter_by_length(train_rows, tokenizer, profile.max_prompt_length, switches, rendered)
     if not kept:
         raise UsageError(
             f"dataset '{profile.dataset}': every prompt is longer than max_prompt_length "
             f"({profile.max_prompt_length} tokens) (fix: raise max_prompt_length)"
         )
     # test prompts obey the same limit: prompt + completion must fit max_seq_length (vLLM's max_model_len)
-    eval_rows, eval_dropped = filter_by_length(eval_rows, tokenizer, profile.max_prompt_length, rendered)
+    eval_rows, eval_dropped = filter_by_length(eval_rows, tokenizer, profile.max_prompt_length, switches, rendered)
     if state.main:
         say(
             f"dataset {profile.dataset}: {len(kept)} training prompts ({dropped} dropped as longer than "
@@ -120,8 +127,9 @@ def load(state: AttemptState) -> Loaded:
         use_vllm,
         correctness,
         generation,
-        offered,
-        environment,
+        tools=offered,
+        environment=environment,
+        switches=switches,
     )
 
 
@@ -182,6 +190,7 @@ def evaluate_rows(
         tools=loaded.tools,
         environment=loaded.environment,
         max_tool_calls=state.profile.max_tool_calls,
+        switches=loaded.switches,
     )
 
 
@@ -237,6 +246,7 @@ def build_trainer(state: AttemptState, loaded: Loaded, signals) -> Session:
         device=loaded.backend.device,
         bf16=loaded.backend.bf16,
         use_vllm=loaded.use_vllm,
+        switches=loaded.switches,
     )
     session = Session(trainer=None, reward_names=reward_names)
     callbacks = [StopOnSignal(signals), MarkCheckpointComplete()]
@@ -244,6 +254,10 @@ def build_trainer(state: AttemptState, loaded: Loaded, signals) -> Session:
         correctness = getattr(loaded.correctness, "__name__", None)
         signal = GroupSignal(dict(zip(reward_names, weights)), profile.num_generations, correctness)
         reward_funcs = [signal.wrap(name, fn) for name, fn in zip(reward_names, reward_funcs)]
+        from trainer.lengths import LengthRecorder
+
+        state.length_recorder = LengthRecorder()  # the answers' lengths, from the first reward's calls
+        reward_funcs[0] = state.length_recorder.wrap(reward_funcs[0])
         session.progress = Progress(profile.name, profile.max_steps, loaded.backend.device)
         session.telemetry = TelemetryCallback(
             state.attempt_dir / contract.METRICS_FILE,
@@ -251,7 +265,9 @@ def build_trainer(state: AttemptState, loaded: Loaded, signals) -> Session:
             state.memory,
             session.progress,
             signal,
-            cap=profile.max_completion_length if profile.mask_truncated_completions else None,
+            lengths=state.length_recorder,
+            cap=profile.max_completion_length,
+            masks_cut=bool(profile.mask_truncated_completions),
         )
         callbacks.insert(0, session.telemetry)
     from trainer.config import eval_interval
@@ -428,6 +444,9 @@ def finish(state: AttemptState, loaded: Loaded, session: Session, before: dict, 
     )
     summary["generation"] = loaded.generation
     summary["tools"] = tool_summary(state, loaded, before, after)
+    from trainer.lengths import completion_lengths
+
+    summary["completion_lengths"] = completion_lengths(state, state.length_recorder, rows)
     from trainer.config import PROFILE_LOSS_KEYS
 
     # what the trainer itself holds (TRL's GRPOConfig, or Unsloth's patched one): the objective trained

@@ -364,14 +364,17 @@ def _vllm_off_text(refusal: str) -> str:
     return f"vLLM off: {refusal}; transformers generates (estimated so); "
 
 
-def _with_speed(candidate: Candidate, arch, gpu, limits: dict | None) -> Candidate:
-    """The candidate with its predicted step (a GPU profile with an estimate) and what limited its batch."""
+def _with_speed(candidate: Candidate, arch, gpu, limits: dict | None, measurements=None) -> Candidate:
+    """The candidate with its predicted step (a GPU profile with an estimate) and what limited its batch; its
+    completions as long as the ledger measured them, where it did."""
     profile = candidate.profile
     if profile.device != "cuda" or gpu is None or candidate.estimate is None:
         return candidate
+    from launcher.plan.lengths import completion_plan
     from launcher.plan.speed import predict
 
-    candidate.speed = predict(profile, arch, gpu, candidate.estimate, measured=candidate.measured)
+    lengths = completion_plan(profile, arch, measurements=measurements)
+    candidate.speed = predict(profile, arch, gpu, candidate.estimate, lengths, measured=candidate.measured)
     candidate.limited_by = (limits or {}).get(profile.name, AS_WRITTEN)
     return candidate
 
@@ -491,7 +494,7 @@ def make_plan(
             )
         if refusal:
             candidate.reason = _vllm_off_text(refusal) + candidate.reason
-        candidates.append(_with_speed(candidate, archs[profile.model], gpu, limits))
+        candidates.append(_with_speed(candidate, archs[profile.model], gpu, limits, measurements))
     if any(c.reason.startswith("vLLM off") for c in candidates):
         notes.append(
             f"{gpu.name}: no bfloat16, so vLLM is off for the models it refuses in float16 (Gemma 2/3, "

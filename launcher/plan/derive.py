@@ -37,7 +37,7 @@ def best_fit(rungs, model: str, gpu: GpuInfo, *, pinned=(), machine=None, measur
     arch = resolve(model)
     values = dict(pinned) if isinstance(pinned, dict) else {}
     fits = []
-    for base, amb in _intents(rungs, model, values, set(pinned), arch):
+    for base, amb in _intents(rungs, model, values, set(pinned), arch, measurements):
         result = fit(base, gpu, arch=arch, ambition=amb, machine=machine, measurements=measurements)
         fits.append(result)
         if result.at_ambition:  # the intents come richest first: a poorer one cannot be worth more
@@ -45,14 +45,14 @@ def best_fit(rungs, model: str, gpu: GpuInfo, *, pinned=(), machine=None, measur
     return sorted(fits, key=Fit.key, reverse=True)
 
 
-def _intents(rungs, model: str, values: dict, pinned: set, arch) -> list[tuple]:
+def _intents(rungs, model: str, values: dict, pinned: set, arch, measurements=None) -> list[tuple]:
     """(base, ambition) of every single-GPU rung whose intent differs, the richest (LoRA rank, 16-bit) first."""
     out, seen = [], set()
     for rung in rungs:
         if rung.device != "cuda" or rung.gpus_needed != 1:
             continue
         base = rung.model_copy(update={**values, "model": model})
-        amb = ambition_of(base, pinned, rung.name, arch)
+        amb = ambition_of(base, pinned, rung.name, arch, measurements=measurements)
         intent = _intent(base, amb)
         if intent not in seen:
             seen.add(intent)
@@ -94,7 +94,7 @@ def derive_ladder(
             f"max_prompt_length={arch.max_positions // 2})"
         ]
     solver = Solver(arch, gpu, usable_of(gpu), machine, measurements)
-    need = completion_plan(cuda[0], arch, set(pinned)).cap if cuda else None  # the cap the task needs
+    need = completion_plan(cuda[0], arch, set(pinned), measurements).cap if cuda else None  # the cap the task needs
     chosen: dict[str, tuple] = {}
     kept, failed, refused = [], [], []
     best_rung, best_result = None, None
@@ -107,7 +107,7 @@ def derive_ladder(
             chosen.setdefault(rung.name, (rung, quality_key(runnable, solver.speed(runnable), need)))
             kept.append(rung.name)  # and still derived from: its intent may fit better than as written
     by_name = {rung.name: rung for rung in cuda}
-    for base, amb in _intents(cuda, model, {}, set(pinned), arch):
+    for base, amb in _intents(cuda, model, {}, set(pinned), arch, measurements):
         try:
             result = fit(base, gpu, arch=arch, ambition=amb, machine=machine, measurements=measurements)
         except ProfileError as exc:  # a pinned key the derived shape cannot take: that rung gives nothing
@@ -213,7 +213,7 @@ def fit_gpus(rung, model: str, machine, *, pinned=(), measurements=None) -> Fit 
     gpu = min(machine.gpus, key=lambda g: g.free_gib)
     values = dict(pinned) if isinstance(pinned, dict) else {}
     base = rung.model_copy(update={**values, "model": model})
-    amb = ambition_of(base, set(pinned), rung.name, arch)
+    amb = ambition_of(base, set(pinned), rung.name, arch, measurements=measurements)
     found = []
     for topology in candidate_topologies(len(machine.gpus)):
         try:
@@ -320,7 +320,7 @@ def fit_for_machine(rungs, model: str, machine, *, pinned=(), measurements=None)
                     base,
                     gpu,
                     arch=arch,
-                    ambition=ambition_of(base, set(values), rung.name, arch),
+                    ambition=ambition_of(base, set(values), rung.name, arch, measurements=measurements),
                     machine=machine,
                     measurements=measurements,
                     topology=topology,

@@ -1,6 +1,11 @@
 """HOW LONG completions are planned: the cap the task needs (memory is planned at it) and the length a
-completion is expected to run (time is planned at it), from the task's reference solutions under the model's
-tokenizer (tasks.lengths gives the characters, profiles.catalog.chars_per_token the tokenizer's rate).
+completion is expected to run (time is planned at it), from what this machine measured of the model's answers
+on the task with the same chat-template switches (the ledger) when it has, else from the task's reference
+solutions under the model's tokenizer (tasks.lengths gives the characters; the rate is measured from the
+tokenizer's own file when it is on this machine, profiles.tokenizer, else profiles.catalog's estimate).
+
+A template that thinks (Qwen3 unless enable_thinking is false) writes a <think> block before the answer: its
+cap is at least THINKING_CAP until measured.
 
 A model's worked solution runs longer than the terse reference: published GRPO runs on GSM8K log mean
 completions of 157-203 tokens (docs/planning.md) against reference solutions of 69-85 tokens under the same
@@ -13,21 +18,29 @@ of it as the expected length. A pinned max_completion_length or a set expected_c
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
+from contract.lengths import CAP_MARGIN, CAP_STEP, planned_from
 from launcher.plan.turns import TurnPlan, turn_plan
 from profiles.catalog import Architecture, chars_per_token
+from profiles.tokenizer import measured_chars_per_token, template_reads_thinking
 from tasks.lengths import SHIPPED, reference_lengths
+from tasks.prompts import THINKING_SWITCH, template_switches, thinks
+
+__all__ = ["CAP_MARGIN", "CAP_STEP", "CompletionPlan", "completion_plan", "expected_length", "planned_switches"]
 
 WORKED_SOLUTION_RATIO = 2.5  # a model's worked solution, in tokens, over the reference solution's
 FORMAT_TOKENS = 24  # the <reasoning> and <answer> tags around it and the answer line
-CAP_MARGIN = 1.25  # on the 99th percentile
-CAP_STEP = 128
 DEFAULT_CAP = 1024  # data without worked solutions: a stated default
 DEFAULT_EXPECTED_SHARE = 0.5  # ... and half of it expected
 TEMPLATE_TOKENS = 24  # a chat template's role markers around the system and user turns
 PROMPT_SHARE_UNKNOWN = 0.75  # prompts of data not read at plan time: this share of max_prompt_length
+# A thinking template's answers, until measured: published Qwen3 GRPO runs think for one to two thousand tokens
+THINKING_CAP = 2048
+THINKING_EXPECTED_SHARE = 0.5  # ... half the cap expected
+MEASURED = "measured on this machine"
+ESTIMATED = "estimated"
 
 
 @dataclass(frozen=True)
@@ -36,6 +49,10 @@ class CompletionPlan:
     expected: int  # tokens a completion is expected to run on average
     prompt_expected: int  # tokens a prompt is expected to take (its cap is max_prompt_length)
     basis: str  # where the figures come from, in words
+    switches: dict = field(default_factory=dict)  # the chat template's switches the answers are planned with
+    source: str = ESTIMATED  # MEASURED (the ledger's measurement of the answers) or ESTIMATED
+    thinking: bool = False  # the template writes a thinking block before the answer
+    rate: str = ""  # the characters per token estimated from, and where that figure comes from
     turns: TurnPlan | None = None  # with tools: the turns assumed (launcher.plan.turns), in cap and expected
 
     def to_json(self) -> dict:
@@ -44,10 +61,21 @@ class CompletionPlan:
             "expected": self.expected,
             "prompt_expected": self.prompt_expected,
             "basis": self.basis,
+            "switches": dict(self.switches),
+            "source": self.source,
+            "thinking": self.thinking,
+            "rate": self.rate,
         }
         if self.turns is not None:
             out["turns"] = self.turns.to_json()
         return out
+
+    def text(self) -> str:
+        """One line: the cap, the expected length, where they come from, the template's switches."""
+        switches = ", ".join(f"{k} {str(v).lower()}" for k, v in self.switches.items()) or "none"
+        return f"cap {self.cap}, expected {self.expected} tokens ({self.source}); template switches: {switches}" + (
+            "; the template thinks before answering" if self.thinking else ""
+        )
 
 
 @lru_cache(maxsize=64)
@@ -55,10 +83,31 @@ def _reference(dataset: str, answer_field: str, question_field: str):
     return reference_lengths(dataset, answer_field, question_field)
 
 
-def completion_plan(profile, arch: Architecture, pinned=()) -> CompletionPlan:
-    """The cap and expected length of `profile`'s completions on its task with `arch`'s tokenizer. `pinned`:
-    the keys the user set (a pinned max_completion_length is the cap)."""
-    rate, tokenizer = chars_per_token(arch)
+def planned_switches(profile, arch: Architecture) -> tuple[dict, bool]:
+    """(the chat template's switches the model's prompts will be rendered with, whether its template reads the
+    thinking switch): the template's own file where it is on this machine says, else the catalogue."""
+    cached = template_reads_thinking(profile.model)
+    reads = arch.thinking_switch if cached is None else cached
+    return template_switches(profile.chat_template_kwargs, reads), reads
+
+
+def tokenizer_rate(profile, arch: Architecture) -> tuple[float, str]:
+    """(characters per token of worked maths under the model's tokenizer, where the figure comes from)."""
+    measured = measured_chars_per_token(profile.model)
+    if measured is not None:
+        return measured[0], f"its tokenizer, measured: {measured[1]}"
+    rate, family = chars_per_token(arch)
+    return rate, f"{family} tokenizer, an estimate"
+
+
+def completion_plan(profile, arch: Architecture, pinned=(), measurements=None) -> CompletionPlan:
+    """The cap and expected length of `profile`'s completions on its task with `arch`'s tokenizer and its chat
+    template's switches. `pinned`: the keys the user set (a pinned max_completion_length is the cap);
+    `measurements`: the ledger's records, whose newest measurement of these answers replaces the estimate."""
+    switches, reads = planned_switches(profile, arch)
+    thinking = thinks(switches, reads)
+    rate, rate_source = tokenizer_rate(profile, arch)
+    rate_text = f"{rate:g} characters a token ({rate_source})"
     ref = _reference(profile.dataset, profile.answer_field or "", profile.question_field or "")
     usable = ref is not None and (ref.task in SHIPPED or ref.worked)
     if usable:
@@ -67,8 +116,8 @@ def completion_plan(profile, arch: Architecture, pinned=()) -> CompletionPlan:
         expected = WORKED_SOLUTION_RATIO * ref.answer_mean_chars / rate + FORMAT_TOKENS
         basis = (
             f"{ref.task}: reference solutions of {ref.answer_mean_chars:.0f} characters on average, "
-            f"{ref.answer_p99_chars:.0f} at the 99th percentile, at {rate:g} characters a token ({tokenizer} "
-            f"tokenizer, an estimate), x{WORKED_SOLUTION_RATIO:g} for a worked solution"
+            f"{ref.answer_p99_chars:.0f} at the 99th percentile, at {rate_text}, x{WORKED_SOLUTION_RATIO:g} "
+            "for a worked solution"
         )
     else:
         cap = DEFAULT_CAP
@@ -78,11 +127,33 @@ def completion_plan(profile, arch: Architecture, pinned=()) -> CompletionPlan:
             + ("its answers are not worked solutions" if ref is not None else "not readable at plan time")
             + f"; the default cap {DEFAULT_CAP} tokens, half of it expected"
         )
+    if thinking:
+        cap = max(cap, THINKING_CAP)
+        expected = max(expected, THINKING_EXPECTED_SHARE * cap)
+        basis += (
+            f"; the chat template thinks ({THINKING_SWITCH} is not false): a <think> block comes before the "
+            f"answer, so at least {THINKING_CAP} tokens until measured"
+        )
     turns = turn_plan(profile, rate)
     if turns is not None:  # the calls and the replies share the completion's tokens with the answer
         cap = math.ceil((cap + turns.extra_tokens) / CAP_STEP) * CAP_STEP
         expected += turns.extra_tokens
         basis += f"; with tools: {turns.basis}"
+    source = ESTIMATED
+    found = None
+    if measurements:
+        from launcher.memory.ledger.weigh import measured_lengths
+
+        found = measured_lengths(measurements, profile, switches)
+    if found is not None:
+        measured, day = found
+        cap, expected = planned_from(measured)
+        source = MEASURED
+        basis = (
+            f"{MEASURED} ({day}): {measured.samples} answers ({measured.source}) of {measured.mean:.0f} tokens on "
+            f"average, {measured.p95} at the 95th percentile, {measured.cut_share:.0%} cut at {measured.cap}"
+            + ("; they were cut, so the cap doubles until they are measured whole" if measured.censored else "")
+        )
     if "max_completion_length" in pinned:
         cap = profile.max_completion_length
         basis += f"; the cap pinned at {cap}"
@@ -97,11 +168,71 @@ def completion_plan(profile, arch: Architecture, pinned=()) -> CompletionPlan:
         prompt = int(PROMPT_SHARE_UNKNOWN * profile.max_prompt_length)
     if turns is not None:  # TRL renders the tools into every prompt
         prompt = min(profile.max_prompt_length, prompt + turns.schema_tokens)
-    return CompletionPlan(int(cap), expected, max(prompt, 1), basis, turns)
+    rate_note = f"{rate:g} characters a token, {rate_source}"
+    return CompletionPlan(
+        int(cap),
+        expected,
+        max(prompt, 1),
+        basis,
+        switches=switches,
+        source=source,
+        thinking=thinking,
+        rate=rate_note,
+        turns=turns,
+    )
 
 
-def expected_length(profile, arch: Architecture) -> int:
+def expected_length(profile, arch: Architecture, measurements=None) -> int:
     """Tokens a completion of `profile` is expected to run, at most its cap: the profile's own
-    expected_completion_length when set, else the task's."""
-    plan = completion_plan(profile, arch)
+    expected_completion_length when set, else the measured or estimated one."""
+    plan = completion_plan(profile, arch, measurements=measurements)
     return min(plan.expected, profile.max_completion_length)
+
+
+def thinking_conflict(profile, plan: CompletionPlan) -> str | None:
+    """What to change when the chat template thinks while the rewards expect an answer that opens with another
+    layout (a thinking block first gives them 0), or None."""
+    if not plan.thinking:
+        return None
+    from rewards.format import FORMAT_LAYOUTS
+    from rewards.parse import THINK_LAYOUT
+
+    other = [name for name in profile.rewards if FORMAT_LAYOUTS.get(name, THINK_LAYOUT) != THINK_LAYOUT]
+    if not other:
+        return None
+    layout = FORMAT_LAYOUTS[other[0]]
+    return (
+        f"{profile.name}: {profile.model}'s chat template thinks ({THINKING_SWITCH} is true): its answers open "
+        f"with a <think> block, and {', '.join(other)} expect the {layout} layout, so they score 0 (fix: "
+        f"chat_template_kwargs: {{{THINKING_SWITCH}: false}}, the default; or a system_prompt asking for "
+        "<think>/<answer> with the think_format / think_count rewards)"
+    )
+
+
+def lengths_notes(profile, measurements=None) -> list[str]:
+    """For the plan's chosen profile: one line with its completion cap and expected length, where they come
+    from and the chat template's switches; and one more when its template thinks against its rewards."""
+    if profile is None:
+        return []
+    from contract.errors import UsageError
+    from profiles.catalog import resolve
+
+    try:
+        arch = resolve(profile.model)
+    except UsageError:
+        return []
+    plan = completion_plan(profile, arch, measurements=measurements)
+    cap = profile.max_completion_length
+    needs = f" (the answers need {plan.cap})" if plan.cap != cap else ""
+    task = profile.dataset if profile.dataset in SHIPPED else profile.dataset.rsplit("/", 1)[-1]
+    source = plan.source if plan.source == MEASURED else f"{plan.source}; {plan.rate}"
+    notes = [
+        f"lengths of {profile.model} on {task}: cap {cap}{needs}, expected {min(plan.expected, cap)} tokens "
+        f"({source}); template switches: "
+        + (", ".join(f"{k} {str(v).lower()}" for k, v in plan.switches.items()) or "none")
+        + ("; the template thinks before answering" if plan.thinking else "")
+    ]
+    conflict = thinking_conflict(profile, plan)
+    if conflict:
+        notes.append(conflict)
+    return notes

@@ -155,13 +155,15 @@ def ambition_of(
     source: str | None = None,
     arch: Architecture | None = None,
     lengths: CompletionPlan | None = None,
+    measurements=None,
 ) -> Ambition:
-    """A profile's intent as an ambition: generations 8 (or pinned), the cap the task needs (or pinned), its
-    LoRA rank, 16-bit weights unless load_in_4bit is pinned; the throughput levers are the solver's."""
+    """A profile's intent as an ambition: generations 8 (or pinned), the cap the task needs (or pinned; measured
+    where the ledger has the answers' lengths), its LoRA rank, 16-bit weights unless load_in_4bit is pinned; the
+    throughput levers are the solver's."""
     pinned = frozenset(pinned)
     arch = arch or resolve(profile.model)
     if lengths is None:
-        lengths = completion_plan(profile, arch, pinned)
+        lengths = completion_plan(profile, arch, pinned, measurements)
     generations = profile.num_generations if "num_generations" in pinned else GENERATIONS_AMBITION
     sixteen = True if "load_in_4bit" not in pinned else not profile.load_in_4bit
     prompts = _pinned_prompts(profile, pinned)
@@ -788,7 +790,7 @@ def fit(
     margin, or `budget_gib`), from `ambition` (default: `base`'s own intent), on one GPU or the `topology`
     given (num_gpus, vllm_mode, vllm_server_gpus, vllm_tensor_parallel; `gpu` is then each GPU's card)."""
     arch = arch or resolve(base.model)
-    lengths = completion_plan(base, arch, ambition.pinned if ambition is not None else frozenset(pinned))
+    lengths = completion_plan(base, arch, ambition.pinned if ambition is not None else frozenset(pinned), measurements)
     amb = ambition or ambition_of(base, pinned, arch=arch, lengths=lengths)
     usable = usable_of(gpu) if budget_gib is None else budget_gib
     solver = Solver(arch, gpu, usable, machine, measurements, lengths=lengths)

@@ -43,6 +43,7 @@ class AttemptResult:
     peak_gib: float | None = None
     probe: dict | None = None  # the worst-case probe's figures (trainer.probe), when it ran
     timing: dict | None = None  # measured seconds per step beside the prediction (contract.attempt.Outcome)
+    lengths: dict | None = None  # the answers' measured lengths (contract.attempt.Outcome)
 
 
 def _read_outcome(outcome: Outcome) -> tuple[str, str | None, oomlib.OomReport | None]:
@@ -139,6 +140,7 @@ def read_result(
         peak_gib=outcome.peak_gib if outcome is not None else None,
         probe=outcome.probe if outcome is not None else None,
         timing=outcome.timing if outcome is not None and isinstance(outcome.timing, dict) else None,
+        lengths=outcome.lengths if outcome is not None and isinstance(outcome.lengths, dict) else None,
     )
 
 
@@ -205,6 +207,8 @@ class AttemptRecord:
     decided: str | None = None  # why this attempt was started
     env: dict = field(default_factory=dict)
     settings: dict = field(default_factory=dict)  # the profile as run
+    replanned: dict | None = None  # key -> [old, new] when the last attempt's answers re-planned its lengths
+    lengths: dict | None = None  # the answers' measured lengths: the length probe's, else the training's
     extra: dict = field(default_factory=dict)  # keys this version does not know, kept as they were
 
     @property

@@ -291,3 +291,87 @@ def shrink_after_oom(profile, report, machine) -> tuple[object | None, dict, str
             f"{shrunk.effective_batch}"
         ),
     )
+
+
+# ---------------------------------------------------------------------------------------------------
+# After the length probe: the answers need a larger cap
+
+
+def _verdict_here(profile: Profile, plan) -> tuple[bool, str]:
+    """(fits, why) of a changed profile on the plan's machine, judged as the plan judges a candidate."""
+    from launcher.plan.choose import make_plan
+
+    judged = make_plan([profile], plan.machine, margin_gib=plan.margin_gib).candidates[0]
+    return judged.fits, judged.reason
+
+
+def replan_lengths(
+    plan, profile: Profile, lengths: dict | None, pinned, tried: set[str], ceiling: tuple[float, str] | None
+) -> Decision:
+    """What runs after an attempt whose answers were cut at the cap (status replanned): the profile with the cap
+    and expected length the measurement calls for (contract.lengths.lengths_after) and max_seq_length to hold
+    them, when it fits this machine as the plan judges; else, on one GPU, the solver's configuration that keeps
+    the new cap (other levers given up in its order); else the next profile of the ladder that fits. A key the
+    user pinned (--set) is not moved."""
+    from contract.lengths import MeasuredLengths, lengths_after
+
+    measured = MeasuredLengths.from_json(lengths)
+    if measured is None:
+        nxt = next_profile(plan, profile.name, tried, ceiling)
+        nxt.text = "the attempt's measured lengths cannot be read; " + nxt.text
+        return nxt
+    old_cap, old_expected = profile.max_completion_length, profile.expected_completion_length
+    cap, expected = lengths_after(measured, old_cap, (lengths or {}).get("planned_expected"))
+    if "max_completion_length" in pinned:
+        cap = old_cap
+    if "expected_completion_length" in pinned:
+        expected = old_expected
+    expected = min(expected, cap)
+    wanted = {
+        "max_completion_length": cap,
+        "expected_completion_length": expected,
+        "max_seq_length": max(profile.max_seq_length, profile.max_prompt_length + cap),
+    }
+    changes = {k: [getattr(profile, k), v] for k, v in wanted.items() if getattr(profile, k) != v}
+    measured_text = (
+        f"{measured.samples} answers: {measured.p95} tokens at the 95th percentile, {measured.cut_share:.0%} cut "
+        f"at {old_cap}"
+    )
+    try:
+        candidate = profile.replace(**{k: new for k, (_, new) in changes.items()})
+    except UsageError as exc:
+        nxt = next_profile(plan, profile.name, tried, ceiling)
+        nxt.text = f"the re-planned lengths are refused ({exc}); " + nxt.text
+        return nxt
+    moved = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changes.items()) or "nothing to change"
+    fits, why = _verdict_here(candidate, plan)
+    if fits:
+        return Decision(
+            "replan", f"re-planned from the measured answers ({measured_text}): {moved}; {why}", candidate, changes
+        )
+    gpu = plan.machine.primary if plan.machine is not None else None
+    if profile.device == "cuda" and not profile.distributed and gpu is not None:
+        from launcher.plan.solve import fit
+
+        found = fit(
+            candidate,
+            gpu,
+            arch=resolve(candidate.model),
+            pinned=frozenset({"max_completion_length", "expected_completion_length"}) | frozenset(pinned),
+            machine=plan.machine,
+        )
+        if found.profile is not None:
+            solved = found.profile.replace(name=profile.name)
+            refit = {k: [getattr(profile, k), getattr(solved, k)] for k in (*LEVER_KEYS, "max_seq_length")}
+            refit = {k: v for k, v in refit.items() if v[0] != v[1]}
+            return Decision(
+                "replan",
+                f"re-planned from the measured answers ({measured_text}): at the cap of {cap} this configuration "
+                f"does not fit ({why}); the solver's: "
+                + ", ".join(f"{k} {old} -> {new}" for k, (old, new) in refit.items()),
+                solved,
+                refit,
+            )
+    nxt = next_profile(plan, profile.name, tried | {profile.name}, ceiling)
+    nxt.text = f"the answers need a cap of {cap} ({measured_text}), which does not fit ({why}); " + nxt.text
+    return nxt

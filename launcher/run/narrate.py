@@ -7,13 +7,13 @@ import sys
 
 from rich.markup import escape
 
-from contract.attempt import ERROR, INTERRUPTED, OK, OOM, UNSUPPORTED, checkpoint_step
+from contract.attempt import ERROR, INTERRUPTED, OK, OOM, REPLANNED, UNSUPPORTED, checkpoint_step
 from launcher.oom import explain as oom_explain
 from launcher.run.attempts import AttemptRecord, AttemptResult
 from launcher.run.fallback import estimate_of
 from profiles.schema import Profile
 
-_STYLES = {OK: "green", OOM: "yellow", UNSUPPORTED: "yellow", INTERRUPTED: "magenta"}
+_STYLES = {OK: "green", OOM: "yellow", UNSUPPORTED: "yellow", INTERRUPTED: "magenta", REPLANNED: "cyan"}
 
 
 def make_console():
@@ -72,6 +72,8 @@ def print_result(console, number: int, profile: Profile, result: AttemptResult) 
     text = f"attempt {number}: {profile.name} [{style}]{escape(what)}[/{style}] after {result.steps} steps"
     if result.report is None and result.error and result.status != OK:
         text += f": {escape(result.error)}"
+    elif result.status == REPLANNED and isinstance(result.lengths, dict) and result.lengths.get("overruled"):
+        text += f": {escape(str(result.lengths['overruled']))}"
     console.print(text, highlight=False)
     if result.report is not None:
         for line in oom_explain.describe(result.report).splitlines():
@@ -94,6 +96,12 @@ def _change_cell(record: AttemptRecord) -> str:
     note = ""
     if record.shrink:
         note = ", ".join(f"{k} {v[0]}->{v[1]}" for k, v in record.shrink.items())
+    if record.replanned:
+        note = (
+            (note + "; " if note else "")
+            + "re-planned: "
+            + ", ".join(f"{k} {v[0]}->{v[1]}" for k, v in record.replanned.items())
+        )
     if record.resumed_from:
         note = (note + "; " if note else "") + f"from step {checkpoint_step(record.resumed_from)}"
     return note

@@ -16,6 +16,9 @@ appends one line to the run's attempts.jsonl, and decides:
   error         stop (exit 1): a bug or bad data would fail the same way on every profile
   node          stop (exit 1): a machine of a multi-node run was lost; `--resume` on every machine continues
   interrupted   stop (exit 130); `--resume` continues from the last checkpoint
+  replanned     the length probe found the answers cut at the cap before any step: the cap (and the memory
+                and time that follow from it) is planned again from what was measured, and the next attempt
+                runs it, or the next configuration that fits; at most MAX_LENGTH_REPLANS times a run
 
 On several machines this supervisor is machine 0's: it takes each decision and writes it into the shared run
 folder, where the other machines' supervisors (launcher.run.follow) read it and run the same attempt
@@ -55,6 +58,7 @@ from contract.attempt import (
     OOM,
     PLAN_FILE,
     PROFILE_FILE,
+    REPLANNED,
     SERVER_LOG,
     attempt_environment,
     checkpoint_step,
@@ -62,7 +66,14 @@ from contract.attempt import (
     relative_path,
     resolve_path,
 )
-from contract.environment import ENV_ALLOC_CONF, ENV_ESTIMATE_GIB, ENV_INJECT_OOM, ENV_PREDICTED_STEP_S
+from contract.environment import (
+    ENV_ALLOC_CONF,
+    ENV_ESTIMATE_GIB,
+    ENV_EXPECTED_TOKENS,
+    ENV_INJECT_OOM,
+    ENV_LENGTH_REPLAN,
+    ENV_PREDICTED_STEP_S,
+)
 from contract.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUT_OF_MEMORY, UsageError
 from contract.failure import write_failure_text, write_problem
 from contract.safe_write import write_atomic
@@ -81,20 +92,33 @@ from launcher.run.vllm_server import SERVER_STATE, ServerError, ServerWatch, sta
 from profiles.rules import remote_code_notice
 from profiles.schema import Profile, shape_of
 
+# Times a run re-plans the cap after a length probe found its answers cut; then it trains with what it has
+MAX_LENGTH_REPLANS = 2
+
 
 def attempt_env(
-    profile: Profile, estimate_gib: float | None, base: dict | None = None, predicted_step_s: float | None = None
+    profile: Profile,
+    estimate_gib: float | None,
+    base: dict | None = None,
+    predicted_step_s: float | None = None,
+    expected_tokens: int | None = None,
+    replan_lengths: bool = False,
 ) -> dict:
-    """An attempt's environment, the same on every machine: the contract's, the plan's estimate and predicted
-    seconds per step (the child reports them back beside what it measured), and a distributed attempt's
-    settings with its vLLM server's address and ports."""
+    """An attempt's environment, the same on every machine: the contract's, the plan's estimate, predicted
+    seconds per step and expected completion length (the child reports them back beside what it measured),
+    whether it stops for a re-plan when its answers are cut, and a distributed attempt's settings with its vLLM
+    server's address and ports."""
     env = attempt_environment(profile, base)
-    env.pop(ENV_ESTIMATE_GIB, None)  # never a figure left over from elsewhere
-    env.pop(ENV_PREDICTED_STEP_S, None)
+    for name in (ENV_ESTIMATE_GIB, ENV_PREDICTED_STEP_S, ENV_EXPECTED_TOKENS, ENV_LENGTH_REPLAN):
+        env.pop(name, None)  # never a figure left over from elsewhere
     if estimate_gib is not None:
         env[ENV_ESTIMATE_GIB] = repr(float(estimate_gib))
     if predicted_step_s is not None:
         env[ENV_PREDICTED_STEP_S] = repr(float(predicted_step_s))
+    if expected_tokens:
+        env[ENV_EXPECTED_TOKENS] = str(int(expected_tokens))
+    if replan_lengths:
+        env[ENV_LENGTH_REPLAN] = "1"
     return launch_env(profile, env)
 
 
@@ -122,6 +146,9 @@ class Supervisor:
         self.console = console
         self.runner = runner
         self.overrides = list(overrides or [])
+        from profiles.load import parse_overrides
+
+        self.pinned = frozenset(parse_overrides(self.overrides))  # the keys the user set: never re-planned
         self.records = [AttemptRecord.from_dict(data) for data in read_attempts(run_dir)]
         self.shrunk: set[str] = {r.profile for r in self.records if r.shrink}
         self.tried: set[str] = {r.profile for r in self.records}
@@ -198,6 +225,24 @@ class Supervisor:
         est = estimate_profile(profile, self.plan.machine)
         return float(est.total_gib) if est is not None else None
 
+    def _expected_for(self, profile: Profile) -> int | None:
+        """The tokens the plan expects a completion of this profile to run: its own expected_completion_length,
+        else this machine's measurement of its answers (the ledger), else the task's estimate."""
+        if profile.expected_completion_length:
+            return profile.expected_completion_length
+        try:
+            from launcher.memory.ledger.store import read as read_ledger
+            from launcher.plan.lengths import expected_length
+            from profiles.catalog import resolve
+
+            return expected_length(profile, resolve(profile.model), read_ledger(warn=lambda text: None))
+        except Exception:  # an expected length informs the attempt's probe; it never stops a run
+            return None
+
+    def _replans_left(self) -> bool:
+        """Whether an attempt whose answers are cut may still stop for a re-plan (MAX_LENGTH_REPLANS a run)."""
+        return sum(1 for r in self.records if r.status == REPLANNED) < MAX_LENGTH_REPLANS
+
     def _predicted_for(self, profile: Profile) -> float | None:
         """The seconds per step the plan predicted for this profile (a shrunk profile's predicted afresh)."""
         for cand in self.plan.candidates:
@@ -217,7 +262,9 @@ class Supervisor:
             return None
 
     # -- one attempt, step by step --------------------------------------------------------------------
-    def attempt(self, profile: Profile, changes: dict | None, decision_text: str | None) -> AttemptRecord:
+    def attempt(
+        self, profile: Profile, changes: dict | None, decision_text: str | None, replanned: dict | None = None
+    ) -> AttemptRecord:
         number = self.next_number()
         resume_from = self.resume_point(profile)
         if resume_from is None and self._has_checkpoints(profile):
@@ -235,7 +282,13 @@ class Supervisor:
             )
         narrate.print_start(self.console, number, profile, estimate_gib, self.in_run(resume_from))
         started = time.time()
-        env = self._environment(profile, estimate_gib, predicted)
+        env = self._environment(
+            profile,
+            estimate_gib,
+            predicted,
+            expected_tokens=self._expected_for(profile),
+            replan_lengths=self._replans_left() and "max_completion_length" not in self.pinned,
+        )
         result = self._run(profile, attempt_dir, str(resume_from) if resume_from else None, env, started)
         record = AttemptRecord(
             attempt=number,
@@ -249,12 +302,14 @@ class Supervisor:
             resumed_from=self.in_run(resume_from),
             checkpoint=self.in_run(result.checkpoint),
             shrink=changes or None,
+            replanned=replanned or None,
             estimate_gib=estimate_gib,
             peak_gib=result.peak_gib,
             probe=result.probe,
             predicted_step_s=predicted,
             step_s=(result.timing or {}).get("step_s"),
             timing=result.timing,
+            lengths=result.lengths,
             oom=result.report.to_dict() if result.report else None,
             error=result.error,
             decided=decision_text,
@@ -286,8 +341,20 @@ class Supervisor:
         return attempt_dir
 
     @staticmethod
-    def _environment(profile: Profile, estimate_gib: float | None, predicted_step_s: float | None = None) -> dict:
-        return attempt_env(profile, estimate_gib, predicted_step_s=predicted_step_s)
+    def _environment(
+        profile: Profile,
+        estimate_gib: float | None,
+        predicted_step_s: float | None = None,
+        expected_tokens: int | None = None,
+        replan_lengths: bool = False,
+    ) -> dict:
+        return attempt_env(
+            profile,
+            estimate_gib,
+            predicted_step_s=predicted_step_s,
+            expected_tokens=expected_tokens,
+            replan_lengths=replan_lengths,
+        )
 
     def _run(
         self, profile: Profile, attempt_dir: Path, resume_from: str | None, env: dict, started: float
@@ -352,15 +419,16 @@ class Supervisor:
 
     # -- the loop -------------------------------------------------------------------------------------
     def run(self, profile: Profile, changes: dict | None = None, decision_text: str | None = None) -> int:
+        replanned = None
         while True:
             if self.runner.signals:
                 self.console.print("interrupted before the next attempt started")
                 return EXIT_INTERRUPTED
-            record = self.attempt(profile, changes, decision_text)
+            record = self.attempt(profile, changes, decision_text, replanned)
             code = self._stop_code(record)
             if code is not None:
                 return code
-            decision = self.decide_after(profile, record.status, record.report)
+            decision = self.decide_after(profile, record.status, record.report, record.lengths)
             for line in decision.skipped:
                 self.console.print(f"  {line}")
             failed = record.report.summary() if record.report else record.status
@@ -369,7 +437,9 @@ class Supervisor:
             )
             if decision.action == "stop":
                 return EXIT_OUT_OF_MEMORY
-            profile, changes, decision_text = decision.profile, decision.changes or None, decision.text
+            profile, decision_text = decision.profile, decision.text
+            changes, replanned = (None, decision.changes) if decision.action == "replan" else (decision.changes, None)
+            changes = changes or None
 
     def _stop_code(self, record: AttemptRecord) -> int | None:
         """The run's exit status when this attempt ends it (ok, interrupted, an error); None to fall back."""
@@ -418,7 +488,11 @@ class Supervisor:
         if problem:
             self.console.print(f"note: {problem}", markup=False, highlight=False)
 
-    def decide_after(self, profile: Profile, status: str, report) -> Decision:
+    def decide_after(self, profile: Profile, status: str, report, lengths: dict | None = None) -> Decision:
+        if status == REPLANNED:
+            from launcher.run.fallback import replan_lengths
+
+            return replan_lengths(self.plan, profile, lengths, self.pinned, self.tried, self.ceiling)
         return decide(self.plan, profile, status, report, self.shrunk, self.tried, self.ceiling)
 
 
@@ -583,8 +657,10 @@ def cache_folders(profile=None) -> list[Path]:
     from contract.attempt import cache_root, hub_cache
 
     folders = [cache_root()]
+    from profiles.catalog import is_tiny
+
     model = str(getattr(profile, "model", "tiny"))
-    if profile is not None and model != "tiny" and not Path(model).expanduser().is_dir():
+    if profile is not None and not is_tiny(model) and not Path(model).expanduser().is_dir():
         folders.append(hub_cache())
     return folders
 

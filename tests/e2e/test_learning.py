@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rewards import REWARDS
+from rewards import for_layout
 from tasks import arithmetic, load_task
 from tiny_model import build as tiny
 from tiny_model import warm_start
@@ -26,7 +26,7 @@ def test_worked_solutions_of_the_default_level_score_full_marks():
     rows = arithmetic.generate(200, seed=11)
     texts = [warm_start.worked_completion(row) for row in rows]
     assert "<<" not in "".join(texts)  # GSM8K's calculator notes are not part of the taught answer
-    for name, fn in REWARDS.items():
+    for name, fn in for_layout().items():
         assert fn(texts, answer=[row["answer"] for row in rows]) == [1.0] * len(rows), name
 
 

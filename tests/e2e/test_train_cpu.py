@@ -86,6 +86,7 @@ def test_outcome_of_a_finished_attempt(quick_run):
         "ranks",
         "probe",
         "timing",
+        "lengths",
     }
 
 

@@ -4,12 +4,14 @@ Called exactly like the real child: `fake_child.py attempt --profile DIR/profile
 [--resume-from CHECKPOINT]`. What it does is read from the JSON in FAKE_CHILD_PLAN, keyed by profile name:
 
   {"NAME": {"do": "ok" | "linger" | "oom" | "oom_silent" | "unsupported" | "error" | "usage" | "sigkill" |
-                  "wait_signal" | "peer_lost",
+                  "wait_signal" | "peer_lost" | "long_answers",
             "fill_disk": PATH,                 # first write zeros to PATH until its disk is full
             "text": "FILE in tests/data/oom",   # the text to report (OOM, unsupported, or an error's)
             "oom_if_batch_above": N,           # "oom" only while per_device_train_batch_size > N
             "only_if_batch_above": N,          # any action only while per_device_train_batch_size > N
-            "at_step": N}}                     # steps trained (checkpointing by save_steps) before failing
+            "at_step": N,                      # steps trained (checkpointing by save_steps) before failing
+            "answers": N}}                     # "long_answers": the answers' 95th percentile, in tokens: a cap
+                                               # at or below it ends the attempt `replanned` (GRPO_LENGTH_REPLAN=1)
 
 It writes checkpoint-N/trainer_state.json like the trainer, outcome.json like the trainer (except
 "oom_silent", which prints the text and exits 3 without one, and "sigkill"), and call.json with its argv,
@@ -81,7 +83,27 @@ def train(attempt_dir: Path, start: int, stop: int, save_steps: int, checkpoint:
     return checkpoint
 
 
-def outcome(attempt_dir: Path, status: str, steps: int, checkpoint: str | None, text: str | None = None) -> None:
+def lengths(cap: int, needs: int) -> dict:
+    """The length probe's figures for answers whose 95th percentile would be `needs` tokens, at `cap`."""
+    p95 = min(cap, needs)
+    return {
+        "samples": 24,
+        "mean": round(0.8 * p95, 1),
+        "p95": p95,
+        "longest": p95,
+        "cut_share": 0.5 if needs >= cap else 0.0,
+        "cap": cap,
+        "source": "probe",
+        "switches": {},
+        "planned_cap": cap,
+        "planned_expected": None,
+        "overruled": f"the 95th percentile ({p95} tokens) reaches the cap of {cap}" if needs >= cap else None,
+    }
+
+
+def outcome(
+    attempt_dir: Path, status: str, steps: int, checkpoint: str | None, text: str | None = None, measured=None
+) -> None:
     data = {
         "status": status,
         "steps": steps,
@@ -91,6 +113,7 @@ def outcome(attempt_dir: Path, status: str, steps: int, checkpoint: str | None, 
         "traceback": text,
         "peak_gib": 0.5,
         "estimate_gib": None,
+        "lengths": measured,
     }
     if os.environ.get("GRPO_PROBE_ONLY") == "1" and status == "ok":  # a calibration's probe measured this
         data["probe"] = {"peak_gib": 0.42, "measure": "process RSS"}
@@ -117,6 +140,9 @@ def main() -> int:
                 "UNSLOTH_VLLM_STANDBY": os.environ.get("UNSLOTH_VLLM_STANDBY"),
                 "GRPO_INJECT_OOM": os.environ.get("GRPO_INJECT_OOM"),
                 "GRPO_ATTEMPT_ESTIMATE_GIB": os.environ.get("GRPO_ATTEMPT_ESTIMATE_GIB"),
+                "GRPO_ATTEMPT_EXPECTED_TOKENS": os.environ.get("GRPO_ATTEMPT_EXPECTED_TOKENS"),
+                "GRPO_LENGTH_REPLAN": os.environ.get("GRPO_LENGTH_REPLAN"),
+                "max_completion_length": profile["max_completion_length"],
                 "per_device_train_batch_size": profile["per_device_train_batch_size"],
                 "gradient_accumulation_steps": profile["gradient_accumulation_steps"],
                 "gpu_memory_utilization": profile["gpu_memory_utilization"],
@@ -140,11 +166,18 @@ def main() -> int:
         what = "ok"
     if profile["per_device_train_batch_size"] <= plan.get("only_if_batch_above", 0):
         what = "ok"
+    measured = None
+    if what == "long_answers":
+        measured = lengths(profile["max_completion_length"], plan["answers"])
+        if measured["overruled"] and os.environ.get("GRPO_LENGTH_REPLAN") == "1":
+            outcome(attempt_dir, "replanned", start, resume_from, measured=measured)
+            return 0
+        what = "ok"
     if what in ("ok", "linger"):
         checkpoint = train(attempt_dir, start, max_steps, save_steps, resume_from)
         if RANK == 0:
             (attempt_dir / "adapter").mkdir(exist_ok=True)
-        outcome(attempt_dir, "ok", max_steps, checkpoint)
+        outcome(attempt_dir, "ok", max_steps, checkpoint, measured=measured)
         if what == "linger":  # as a reward that leaves a non-daemon thread: the interpreter waits on it forever
             import threading
 

@@ -70,6 +70,7 @@ def make_entry(
     vllm: dict | None = None,
     measure: str | None = None,
     timing: dict | None = None,
+    lengths: dict | None = None,
 ) -> Entry:
     bound = oom_lower_bound(oom_report)
     timing = timing if isinstance(timing, dict) else {}
@@ -90,6 +91,7 @@ def make_entry(
         oom_kind=getattr(oom_report, "kind", None),
         others_gib=others_at_oom(oom_report) if bound is not None else None,
         vllm=vllm,
+        lengths=lengths,
         settings=memory_settings(profile),
         versions=library_versions(),
         date=datetime.now().isoformat(timespec="seconds"),
@@ -155,7 +157,8 @@ def entry_of_attempt(profile, plan, record, attempt_dir: Path, warn=None, enviro
         )
         if isinstance(peak, (int, float)) and not isinstance(peak, bool) and math.isfinite(peak) and peak > 0
     ]
-    if oom_lower_bound(oom) is None and not measured:
+    lengths = lengths_record(profile, outcome.get("lengths"))
+    if oom_lower_bound(oom) is None and not measured and lengths is None:
         return None
     peak, measure = max(measured) if measured else (None, None)
     # a step time counts from an attempt that trained (not a probe alone) and was not injected an OOM
@@ -171,10 +174,25 @@ def entry_of_attempt(profile, plan, record, attempt_dir: Path, warn=None, enviro
         vllm=_vllm_figures(Path(attempt_dir)),
         measure=measure,
         timing=timing,
+        lengths=lengths,
     )
     if entry.peak_gib is not None and (record.status not in ("ok", "oom") or injected):
         entry.status = "probe-ok"  # the probe got through even though the run did not finish
     return entry
+
+
+def lengths_record(profile, figures) -> dict | None:
+    """The ledger's record of an attempt's measured answer lengths (the outcome's `lengths`): the figures with
+    what they were measured under (model, task, chat-template switches: weigh.lengths_identity), or None when
+    the outcome holds no sound measurement."""
+    from contract.lengths import MeasuredLengths
+    from launcher.memory.ledger.weigh import lengths_identity
+
+    measured = MeasuredLengths.from_json(figures)
+    if measured is None:
+        return None
+    switches = figures.get("switches") if isinstance(figures.get("switches"), dict) else {}
+    return {**lengths_identity(profile, switches), **measured.to_json()}
 
 
 def planning_peak(device: str, peak_gib: float, measure: str | None) -> tuple[float, str]:

@@ -120,6 +120,9 @@ class Entry:
     step_s: float | None = None  # measured seconds per optimizer step (steady state)
     predicted_step_s: float | None = None  # what the plan predicted for it
     completion_mean: float | None = None  # the mean completion length the measured steps generated
+    # the answers' measured lengths (contract.lengths.MeasuredLengths) and what they were measured with:
+    # {"model", "task", "prompt", "switches", "samples", "mean", "p95", "longest", "cut_share", "cap", "source"}
+    lengths: dict | None = None
     settings: dict = field(default_factory=dict)
     versions: dict = field(default_factory=dict)
     date: str = ""
@@ -201,7 +204,7 @@ class Entry:
         for name in ("components", "settings", "versions"):
             if not isinstance(getattr(self, name), dict):
                 raise ValueError(f"{name} is {getattr(self, name)!r}, not an object")
-        for name in ("probe", "vllm"):
+        for name in ("probe", "vllm", "lengths"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), dict):
                 raise ValueError(f"{name} is {getattr(self, name)!r}, not an object")
         if not isinstance(self.date, str):

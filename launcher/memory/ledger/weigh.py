@@ -52,7 +52,12 @@ def _weigh_group(group: list[Entry], now: datetime) -> tuple[dict[int, Effect], 
         elif e.when > now + timedelta(days=1):  # it would stay the newest, and never age
             effects[id(e)] = Effect(False, "dated in the future (a clock set wrong?): no effect")
         elif not e.succeeded and e.oom_lower_bound_gib is None:
-            effects[id(e)] = Effect(False, "no figure: the attempt measured nothing")
+            effects[id(e)] = Effect(
+                False,
+                "no memory figure: the answers' lengths only (plans of its model and task read them)"
+                if e.lengths
+                else "no figure: the attempt measured nothing",
+            )
         else:
             live.append(e)
     live.sort(key=lambda e: e.when)  # stable: records of the same second keep the file's order
@@ -278,3 +283,46 @@ def ledger_report(machine, path: Path | None = None, warn=None, now: datetime | 
         "records": records,
         "skipped_lines": [{"line": n, "why": why} for n, why in bad],
     }
+
+
+# ---------------------------------------------------------------------------------------------------
+# The answers' lengths: per model, task (data and system prompt) and template switches, whatever the card
+
+
+def lengths_identity(profile, switches: dict) -> dict:
+    """What measured lengths are kept under: the model (its catalogue name: a mirror or a 4-bit checkpoint
+    writes alike), the task (data and system prompt) and the chat template's switches."""
+    import hashlib
+    import json
+
+    from profiles.catalog import catalogue_key
+
+    prompt = hashlib.sha256((profile.system_prompt or "").encode("utf-8")).hexdigest()[:12]
+    return {
+        "model": catalogue_key(profile.model),
+        "task": profile.dataset,
+        "prompt": prompt,
+        "switches": json.loads(json.dumps(dict(switches or {}), sort_keys=True, default=str)),
+    }
+
+
+def measured_lengths(entries, profile, switches: dict, now: datetime | None = None):
+    """(the newest measurement of the answers' lengths for this model, task and switches, its date), or None.
+    Records older than MAX_AGE_DAYS do not count."""
+    from contract.lengths import MeasuredLengths
+
+    if not entries:
+        return None
+    now = now or datetime.now()
+    wanted = lengths_identity(profile, switches)
+    found = None
+    for entry in entries:
+        data = entry.lengths
+        if not isinstance(data, dict) or any(data.get(k) != v for k, v in wanted.items()):
+            continue
+        if entry.when < now - timedelta(days=MAX_AGE_DAYS) or entry.when > now + timedelta(days=1):
+            continue
+        measured = MeasuredLengths.from_json(data)
+        if measured is not None and (found is None or entry.when >= found[1]):
+            found = (measured, entry.when)
+    return (found[0], found[1].date().isoformat()) if found else None

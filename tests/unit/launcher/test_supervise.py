@@ -333,7 +333,8 @@ def test_each_attempt_gets_the_estimate_its_record_holds(tmp_path, monkeypatch):
 
 
 def test_attempt_record_keeps_every_key_of_attempts_jsonl():
-    # issue 30 adds the plan's predicted seconds per step and the measured ones beside it
+    # issue 30 adds the plan's predicted seconds per step and the measured ones beside it; issue 41 the
+    # lengths re-planned from the previous attempt's answers and this attempt's measured lengths
     keys = [
         "attempt",
         "profile",
@@ -357,6 +358,8 @@ def test_attempt_record_keeps_every_key_of_attempts_jsonl():
         "decided",
         "env",
         "settings",
+        "replanned",
+        "lengths",
     ]
     record = AttemptRecord(attempt=1, profile="a", status="oom", oom=report("torch_logits_gib.txt").to_dict())
     assert list(record.to_dict()) == keys

@@ -12,13 +12,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rewards import REWARDS, describe, extract_answer, get_reward, get_reward_funcs, is_correct, parse_number
+from rewards import (
+    REWARDS,
+    describe,
+    extract_answer,
+    for_layout,
+    get_reward,
+    get_reward_funcs,
+    is_correct,
+    parse_number,
+)
 from rewards.accuracy import accuracy
 from rewards.format import number, xml_count, xml_soft, xml_strict
 from rewards.parse import MAX_COMPLETION_CHARS, completion_text, find_numbers
 
 REPO = Path(__file__).resolve().parents[3]
-NAMES = ["xml_strict", "xml_soft", "xml_count", "number", "accuracy", "math", "tool_ok"]
+NAMES = ["xml_strict", "xml_soft", "xml_count", "think_format", "think_count", "number", "accuracy", "math", "tool_ok"]
 
 
 def strict(reasoning: str, answer: str, trailing: str = "") -> str:
@@ -57,7 +66,7 @@ def test_unknown_reward_lists_known_names():
         get_reward("acuracy")
     message = str(info.value)
     assert "'acuracy'" in message
-    assert "xml_strict, xml_soft, xml_count, number, accuracy" in message
+    assert "xml_strict, xml_soft, xml_count, think_format, think_count, number, accuracy" in message
 
 
 def test_unhashable_name_is_a_value_error():
@@ -340,6 +349,9 @@ def test_trl_calling_convention():
         "xml_strict": [1.0, 0.0, 1.0],
         "xml_soft": [1.0, 0.0, 1.0],
         "xml_count": [1.0, 0.0, 1.0],
+        "think_format": [0.0, 0.0, 0.0],
+        # open-r1's tag count: the <answer> pieces are present once each, the <think> ones not
+        "think_count": [0.5, 0.0, 0.5],
         "number": [1.0, 0.0, 1.0],
         "accuracy": [1.0, 0.0, 0.0],
         "math": [1.0, 0.0, 0.0],
@@ -576,8 +588,11 @@ def test_parsers_never_raise(text):
 )
 def test_any_strict_completion_with_the_right_number_gets_full_marks(reasoning, value):
     text = strict(reasoning.strip("\n"), f"{value:,}")
-    scores = {name: fn([text], answer=[str(value)])[0] for name, fn in REWARDS.items()}
-    assert scores == {name: 1.0 for name in NAMES}
+    scores = {name: fn([text], answer=[str(value)])[0] for name, fn in for_layout().items()}
+    assert scores == {name: 1.0 for name in for_layout()} and set(for_layout()) == set(NAMES) - {
+        "think_format",
+        "think_count",
+    }
 
 
 def test_rewards_emit_nothing(capsys):
@@ -610,7 +625,7 @@ def test_gsm8k_gold_solutions_score_full_marks(gsm8k_dir):
     assert all(value == float(gold) for gold, value in zip(golds, values))
 
     right = [strict(row["answer"].rpartition("####")[0].strip(), gold) for row, gold in zip(rows, golds)]
-    for name, fn in REWARDS.items():
+    for name, fn in for_layout().items():
         scores = fn(completions=right, answer=golds)
         failures = [(i, right[i]) for i, s in enumerate(scores) if s != 1.0]
         assert failures == [], f"{name}: {len(failures)} gold solutions below full marks, first {failures[:1]}"

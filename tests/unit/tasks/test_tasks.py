@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from contract.errors import UsageError
-from rewards import REWARDS
+from rewards import REWARDS, for_layout
 from tasks import ARITHMETIC_TEST_SIZE, ARITHMETIC_TRAIN_SIZE, TASKS, describe, load_task, task_names
 from tasks.arithmetic import LEVELS, TEMPLATES, generate
 from tasks.gsm8k import extract_gold, load_gsm8k
@@ -285,7 +285,7 @@ def test_generated_solutions_score_full_marks(level):
         for row in rows
     ]
     golds = [row["answer"] for row in rows]
-    for name, fn in REWARDS.items():
+    for name, fn in for_layout().items():
         assert fn(texts, answer=golds) == [1.0] * len(rows), name
 
 

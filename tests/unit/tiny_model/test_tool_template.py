@@ -54,7 +54,12 @@ def test_trl_reads_back_what_the_model_writes(tokenizer, turn, expected):
 
     row = load_task("arithmetic", "test", limit=1)[0]
     prompt = tokenizer.apply_chat_template(
-        row["prompt"], tools=load_tools(["calculate"]), add_generation_prompt=True, tokenize=True, return_dict=False
+        row["prompt"],
+        tools=load_tools(["calculate"]),
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=False,
+        enable_thinking=False,  # as every attempt renders the tiny model's prompts
     )
     ids = tokenizer(turn + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
     message = parse_response(tokenizer, ids, prefix=prompt)
@@ -70,7 +75,10 @@ def test_the_tools_offered_count_against_the_prompt(tokenizer):
 
     prompt = [{"role": "user", "content": "Ava has 7 apples and gets 5 more."}]
     offered = load_tools(["calculate"])
-    bare, with_tools = count_prompt_tokens(prompt, tokenizer), count_prompt_tokens(prompt, tokenizer, offered)
+    bare, with_tools = count_prompt_tokens(prompt, tokenizer), count_prompt_tokens(prompt, tokenizer, tools=offered)
     assert with_tools == bare + 6  # <|system|>, \n, <function=calculate>, <parameter=expression>, <|end|>, \n
     rows = [{"prompt": prompt}]
-    assert filter_by_length(rows, tokenizer, bare)[1] == 0 and filter_by_length(rows, tokenizer, bare, offered)[1] == 1
+    assert (
+        filter_by_length(rows, tokenizer, bare)[1] == 0
+        and filter_by_length(rows, tokenizer, bare, tools=offered)[1] == 1
+    )

@@ -40,7 +40,7 @@ def _scripted(monkeypatch, readings):
     """The criterion's readings, one per check, instead of generating answers."""
     calls = []
 
-    def check(model, tokenizer, rows):
+    def check(model, tokenizer, rows, tokens=48):
         calls.append(len(rows))
         restated, accuracy = readings[len(calls) - 1]
         return {"restated": restated, "accuracy": accuracy}
@@ -78,7 +78,7 @@ def test_at_its_limit_the_warm_start_keeps_the_reading_state_nearest_the_band(mo
     kept = {}
     readings = iter([(0.1, 0.45), (0.99, 0.8), (0.97, 0.55), (0.98, 0.45)])
 
-    def check(model, tokenizer, rows):
+    def check(model, tokenizer, rows, tokens=48):
         reading = dict(zip(("restated", "accuracy"), next(readings)))
         kept[reading["accuracy"]] = {k: v.clone() for k, v in model.state_dict().items()}
         return reading

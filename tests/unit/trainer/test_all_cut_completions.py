@@ -18,7 +18,7 @@ class Memory:
 
 
 def telemetry(tmp_path, masks: bool) -> TelemetryCallback:
-    callback = TelemetryCallback(tmp_path / "metrics.jsonl", ["accuracy"], Memory(), cap=(256 if masks else None))
+    callback = TelemetryCallback(tmp_path / "metrics.jsonl", ["accuracy"], Memory(), cap=256, masks_cut=masks)
     callback.on_train_begin(None, None, None)
     return callback
 

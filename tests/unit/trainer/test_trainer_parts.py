@@ -70,12 +70,12 @@ def test_tiny_tokenizer_keeps_its_ids_and_tags(tiny_dir):
     assert tokenizer.decode(ids, skip_special_tokens=True) == text
     config = json.loads((tiny_dir / "tokenizer_config.json").read_text())
     assert config["tokenizer_class"] == "PreTrainedTokenizerFast"
-    prompt = tokenizer.apply_chat_template(
-        [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}],
-        tokenize=False,
-        add_generation_prompt=True,
-    )
+    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}]
+    prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=False)
     assert prompt == "<|system|>\nS<|end|>\n<|user|>\nQ<|end|>\n<|assistant|>\n"
+    # its thinking switch, read as Qwen3's is: unsaid, the template thinks (the project passes it false)
+    thinking = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert thinking == prompt + "<think>\n"
     assert tokenizer.eos_token == "<|end|>"
     assert tokenizer.pad_token == "<|pad|>"
 

@@ -1,0 +1,179 @@
+"""The plan's completion lengths: the chat template's switches (Qwen3 thinks unless enable_thinking is false), the
+thinking cap, a thinking template against the rewards' layout, the lengths this machine measured (the ledger)
+over the estimate, and characters per token from a tokenizer found in the local cache."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from launcher.memory.ledger.record import lengths_record
+from launcher.memory.ledger.store import Entry
+from launcher.plan.lengths import MEASURED, THINKING_CAP, completion_plan, lengths_notes, planned_switches
+from profiles.catalog import resolve
+from profiles.load import load_profile
+from support.cli import train_py
+
+REPO = Path(__file__).resolve().parents[3]
+RUNG = REPO / "profiles" / "gpu-24gb-llama3.1-8b.yaml"
+THINK_PROMPT = "Think, then answer as <think>\n...\n</think>\n<answer>\n...\n</answer>"
+
+
+def rung(*overrides):
+    return load_profile(RUNG, list(overrides))
+
+
+def test_qwen3_plans_with_thinking_off_by_default():
+    profile = rung("model=Qwen/Qwen3-4B")
+    plan = completion_plan(profile, resolve(profile.model))
+    assert plan.switches == {"enable_thinking": False} and not plan.thinking
+    assert (plan.cap, plan.expected, plan.source) == (768, 217, "estimated")
+    assert lengths_notes(profile) == [
+        "lengths of Qwen/Qwen3-4B on gsm8k: cap 1536 (the answers need 768), expected 217 tokens (estimated; 3.2 "
+        "characters a token, qwen tokenizer, an estimate); template switches: enable_thinking false"
+    ]
+
+
+def test_a_model_without_the_switch_plans_without_one():
+    profile = rung()
+    assert planned_switches(profile, resolve(profile.model)) == ({}, False)
+    assert completion_plan(profile, resolve(profile.model)).switches == {}
+
+
+def test_thinking_turned_on_sizes_the_cap_for_it_and_says_the_rewards_cannot_score_it():
+    profile = rung("model=Qwen/Qwen3-4B", "chat_template_kwargs={enable_thinking: true}")
+    plan = completion_plan(profile, resolve(profile.model))
+    assert plan.thinking and plan.switches == {"enable_thinking": True}
+    assert plan.cap >= THINKING_CAP and plan.expected == plan.cap // 2
+    assert "a <think> block comes before the answer" in plan.basis
+    notes = lengths_notes(profile)
+    assert notes[0].endswith("template switches: enable_thinking true; the template thinks before answering")
+    assert "xml_count, xml_soft, xml_strict expect the <reasoning>/<answer> layout, so they score 0" in notes[1]
+    assert "fix: chat_template_kwargs: {enable_thinking: false}" in notes[1]
+    # a <think>/<answer> prompt scored by the rewards for those tags agrees with a thinking template
+    agreed = rung(
+        "model=Qwen/Qwen3-4B",
+        "chat_template_kwargs={enable_thinking: true}",
+        f"system_prompt={json.dumps(THINK_PROMPT)}",
+        "rewards={think_format: 1.0, think_count: 1.0, accuracy: 2.0}",
+    )
+    assert len(lengths_notes(agreed)) == 1
+
+
+def measured_entry(profile, switches, lengths, cut=None, days_ago=0):
+    cap = 768
+    figures = {
+        "samples": len(lengths),
+        "mean": sum(lengths) / len(lengths),
+        "p95": sorted(lengths)[int(0.95 * len(lengths)) - 1],
+        "longest": max(lengths),
+        "cut_share": sum(cut or [False]) / len(lengths),
+        "cap": cap,
+        "source": "probe",
+        "switches": switches,
+    }
+    return Entry(
+        profile=profile.name,
+        fingerprint="0" * 16,
+        machine={"device": "cuda", "name": "NVIDIA H100 80GB HBM3", "total_gib": 80},
+        status="replanned",
+        lengths=lengths_record(profile, figures),
+        date=(datetime.now() - timedelta(days=days_ago)).isoformat(timespec="seconds"),
+    )
+
+
+def test_lengths_measured_on_this_machine_replace_the_estimate():
+    profile = rung("model=Qwen/Qwen3-4B")
+    arch = resolve(profile.model)
+    entry = measured_entry(profile, {"enable_thinking": False}, [360] * 19 + [420])
+    plan = completion_plan(profile, arch, measurements=[entry])
+    assert (plan.cap, plan.expected, plan.source) == (512, 363, MEASURED)
+    assert plan.basis.startswith(f"{MEASURED} ({datetime.now().date().isoformat()}): 20 answers (probe) of 363")
+    assert "expected 363 tokens (measured on this machine)" in lengths_notes(profile, [entry])[0]
+    # measured under other switches, of another model, or too long ago: not these answers
+    other = measured_entry(profile, {"enable_thinking": True}, [360] * 20)
+    old = measured_entry(profile, {"enable_thinking": False}, [360] * 20, days_ago=60)
+    llama = measured_entry(rung(), {}, [360] * 20)
+    assert completion_plan(profile, arch, measurements=[other, old, llama]).source == "estimated"
+    # a pinned cap still wins over the measurement
+    assert completion_plan(profile, arch, {"max_completion_length"}, [entry]).cap == profile.max_completion_length
+
+
+def test_cut_measurements_double_the_cap_until_measured_whole():
+    profile = rung("model=Qwen/Qwen3-4B")
+    entry = measured_entry(profile, {"enable_thinking": False}, [768] * 20, cut=[True] * 20)
+    plan = completion_plan(profile, resolve(profile.model), measurements=[entry])
+    assert plan.cap == 1536 and "the cap doubles until they are measured whole" in plan.basis
+
+
+def test_the_fit_solver_derives_from_the_measured_cap(tmp_path, monkeypatch):
+    """`plan --set model=M` reads the ledger: the derived configurations hold the measured answers."""
+    profile = rung("model=Qwen/Qwen3-4B")
+    ledger = tmp_path / "ledger.jsonl"
+    ledger.write_text(measured_entry(profile, {"enable_thinking": False}, [360] * 19 + [420]).to_json())
+    args = [
+        "plan",
+        "--json",
+        "--set",
+        "model=Qwen/Qwen3-4B",
+        "--gpu-memory",
+        "80",
+        "--gpu-name",
+        "NVIDIA H100 80GB HBM3",
+    ]
+    done = train_py(*args, GRPO_TRAIN_LEDGER=str(ledger))
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    chosen = next(c for c in plan["candidates"] if c["profile"] == plan["chosen"])
+    assert chosen["settings"]["max_completion_length"] == 512
+    assert any("expected 363 tokens (measured on this machine)" in note for note in plan["notes"])
+    thinking = train_py(*args, "--set", "chat_template_kwargs={enable_thinking: true}", GRPO_TRAIN_LEDGER=str(ledger))
+    notes = json.loads(thinking.stdout)["notes"]
+    assert any("chat template thinks (enable_thinking is true)" in note for note in notes)
+
+
+@pytest.fixture
+def cached_model(tmp_path, monkeypatch):
+    """A model of the Hugging Face cache, held nowhere else: its config, tokenizer and a chat template that
+    reads the thinking switch."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from tasks.lengths import WORKED_SAMPLE
+
+    hub = tmp_path / "hub"
+    snapshot = hub / "models--someone--maths-7b" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (hub / "models--someone--maths-7b" / "refs").mkdir()
+    (hub / "models--someone--maths-7b" / "refs" / "main").write_text("abc")
+    config = json.loads(json.dumps({"model_type": "llama", "hidden_size": 512, "num_hidden_layers": 4}))
+    config.update(num_attention_heads=8, intermediate_size=1024, vocab_size=300)
+    (snapshot / "config.json").write_text(json.dumps(config))
+    core = Tokenizer(models.BPE(unk_token="[UNK]"))
+    core.pre_tokenizer = pre_tokenizers.Whitespace()
+    core.train_from_iterator([WORKED_SAMPLE] * 3, trainers.BpeTrainer(vocab_size=300, special_tokens=["[UNK]"]))
+    core.save(str(snapshot / "tokenizer.json"))
+    (snapshot / "chat_template.jinja").write_text("{% if enable_thinking %}<think>{% endif %}{{ messages }}")
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+    monkeypatch.setenv("GRPO_TRAIN_CACHE", str(tmp_path / "cache"))
+    from profiles import tokenizer
+
+    tokenizer.measured_chars_per_token.cache_clear()
+    tokenizer.template_reads_thinking.cache_clear()
+    yield "someone/maths-7b", len(WORKED_SAMPLE) / len(core.encode(WORKED_SAMPLE, add_special_tokens=False).ids)
+    tokenizer.measured_chars_per_token.cache_clear()
+    tokenizer.template_reads_thinking.cache_clear()
+
+
+def test_a_cached_tokenizer_gives_the_characters_per_token_and_its_template_the_switch(cached_model, tmp_path):
+    model, rate = cached_model
+    profile = rung(f"model={model}")
+    arch = resolve(model)
+    assert arch.family == "llama" and not arch.thinking_switch  # the catalogue would not know
+    plan = completion_plan(profile, arch)
+    assert f"at {round(rate, 3):g} characters a token (its tokenizer, measured:" in plan.basis
+    assert plan.switches == {"enable_thinking": False}  # its own template reads the switch
+    rates = json.loads((tmp_path / "cache" / "tokenizer-rates.json").read_text())
+    assert list(rates.values()) == [round(rate, 3)]  # kept: the next plan does not read the tokenizer again
