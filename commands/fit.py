@@ -63,8 +63,8 @@ def speed_lines(result: Fit) -> list[str]:
     measured = " (measured on this machine)" if t.measured_s is not None else ""
     lines = [
         f"# predicted: {t.step_s:.1f} s per step{measured} (generation {t.generation_s:.1f}, training "
-        f"{t.training_s:.1f}, other {t.sync_s + t.fixed_s:.1f}), {t.prompts_per_hour:.0f} prompts per hour "
-        f"({OBJECTIVE}: the objective)",
+        f"{t.training_s:.1f}, other {t.sync_s + t.fixed_s:.1f}), {t.prompts_per_hour:.0f} prompts per hour, "
+        f"{objective(result.profile, t):.1f} learning per hour ({OBJECTIVE}: the objective)",
         f"# prompts per step limited by {limit_text(result.limited_by)}; the step bound by {t.limited_by}",
     ]
     lines += [f"# note: {note}" for note in t.notes]
@@ -120,7 +120,8 @@ def fit_json(result: Fit, card: str) -> dict:
         "settings": settings_of(p) if p is not None else None,
         "need_gib": None if result.need_gib is None else round(result.need_gib, 3),
         "objective": OBJECTIVE,
-        "prompts_per_hour": round(objective(p, result.speed), 1) if p else None,
+        "prompts_per_hour": round(result.speed.prompts_per_hour, 1) if p and result.speed else None,
+        "learning_per_hour": round(objective(p, result.speed), 2) if p else None,
         "speed": speed,
         "ambition": {
             "source": result.ambition.source,

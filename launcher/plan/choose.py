@@ -39,13 +39,19 @@ class Candidate:
     layout: NodeLayout | None = None  # several nodes: which node does what
 
     def speed_json(self) -> dict | None:
-        """`speed` of `plan --json`: step_s, generation_s, training_s, prompts_per_hour, limited_by (what stopped
-        the prompts per step: memory, throughput, the cap, the pins, or the profile as written) and bound_by
-        (the phase that takes most of a step and what bounds it)."""
+        """`speed` of `plan --json`: step_s, generation_s, training_s, prompts_per_hour, learning_per_hour (the
+        objective) with the critical batch it counts by, limited_by (what stopped the prompts per step: memory,
+        the objective, the cap, the pins, or the profile as written) and bound_by (the phase that takes most of
+        a step and what bounds it)."""
         if self.speed is None:
             return None
+        from launcher.plan.solve import objective
+        from launcher.plan.value import critical_batch
+
         out = self.speed.to_json(self.limited_by)
         out["bound_by"] = self.speed.limited_by
+        out["learning_per_hour"] = round(objective(self.profile, self.speed), 2)
+        out["critical_batch"] = critical_batch(self.profile.device).prompts
         return out
 
 

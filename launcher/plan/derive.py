@@ -7,7 +7,7 @@ from __future__ import annotations
 from contract.errors import ProfileError, UsageError
 from launcher.card.detect import GpuInfo
 from launcher.plan.lengths import completion_plan
-from launcher.plan.solve import SINGLE_GPU, Fit, Solver, ambition_of, fit, quality_key, usable_of
+from launcher.plan.solve import SINGLE_GPU, Fit, Solver, ambition_of, fit, objective, quality_key, usable_of
 from profiles.catalog import catalogue_key, resolve
 
 
@@ -127,7 +127,10 @@ def derive_ladder(
     if best_rung is not None and len(machine.gpus) > 1:  # --gpus N: the same search over the GPUs' splits
         spread = fit_gpus(best_rung, model, machine, pinned=pinned, measurements=measurements)
         if spread is not None:
-            chosen.setdefault(spread.profile.name, (spread.profile, spread.key()[1]))
+            key = spread.key()[1]
+            if best_result is not None and spread_wins(spread, best_result):
+                key = (_EVERY_GPU,) + key  # ahead of every configuration that leaves GPUs idle
+            chosen.setdefault(spread.profile.name, (spread.profile, key))
             if limits is not None:
                 limits.setdefault(spread.profile.name, spread.limited_by)
     if not chosen and failed and len(refused) == len(failed):
@@ -139,7 +142,7 @@ def derive_ladder(
         )
     if not chosen:  # the rungs as the user set them, with their verdicts, and why nothing could be derived
         return profiles, [f"fit solver for {arch.name}: {failed[0]}"] if failed else []
-    ordered = [p for p, _ in sorted(chosen.values(), key=lambda item: item[1], reverse=True)]
+    ordered = [p for p, _ in sorted(chosen.values(), key=lambda item: _ordered(item[1]), reverse=True)]
     derived = [p.replace(ladder=100 + i) for i, p in enumerate(ordered)]
     notes = [
         f"fit solver: {len(derived)} configuration(s) of {arch.name} for this machine, most prompts per hour "
@@ -159,6 +162,30 @@ def derive_ladder(
 
 # ---------------------------------------------------------------------------------------------------
 # More than one GPU (--gpus N)
+
+
+# A configuration over every GPU of the machine that wins against one leaving GPUs idle sorts first
+_EVERY_GPU = "every GPU"
+
+
+def _ordered(key: tuple) -> tuple:
+    """Sort key of derive_ladder's configurations: a spread that uses every GPU and wins (spread_wins) first."""
+    return (1, key[1:]) if key and key[0] == _EVERY_GPU else (0, key)
+
+
+def spread_wins(spread: Fit, single: Fit) -> bool:
+    """Whether a configuration over every GPU of the machine beats the best that leaves all but one idle: it
+    keeps the experiment (the completion cap the task needs, the generations per group) and learns more per
+    hour, whatever it gives up in LoRA rank or precision for it (several GPUs are the user's to use: an idle
+    one is the largest throughput a plan can give away). Otherwise the order of the levers decides, as on
+    one GPU."""
+    if spread.profile is None or single.profile is None:
+        return spread.profile is not None
+    need = single.ambition.completion
+    same_experiment = min(spread.profile.max_completion_length, need) >= min(
+        single.profile.max_completion_length, need
+    ) and min(spread.profile.num_generations, 8) >= min(single.profile.num_generations, 8)
+    return same_experiment and objective(spread.profile, spread.speed) > objective(single.profile, single.speed)
 
 
 def topologies(gpus: int) -> list[dict]:
@@ -198,9 +225,9 @@ def candidate_topologies(gpus: int) -> list[dict]:
 
 
 def fit_gpus(rung, model: str, machine, *, pinned=(), measurements=None) -> Fit | None:
-    """The most valuable configuration of `model` over the machine's GPUs (their smallest card counts), from
-    `rung`'s intent: the solver on every topology, the best by the objective (prompts per hour over every
-    training GPU). None with fewer than two GPUs."""
+    """The most valuable configuration of `model` over every GPU of the machine (their smallest card counts),
+    from `rung`'s intent: the solver on every topology, the best of those that use every GPU (else the best
+    of all). None with fewer than two GPUs."""
     if len(machine.gpus) < 2:
         return None
     arch = resolve(model)
@@ -219,7 +246,8 @@ def fit_gpus(rung, model: str, machine, *, pinned=(), measurements=None) -> Fit 
     fitting = [f for f in found if f.profile is not None]
     if not fitting:
         return None
-    return max(fitting, key=Fit.key)
+    every = [f for f in fitting if f.profile.gpus_needed == len(machine.gpus)]
+    return max(every or fitting, key=Fit.key)
 
 
 TOPOLOGY_KEYS = ("num_gpus", "vllm_mode", "vllm_server_gpus", "vllm_tensor_parallel", "zero_stage")
@@ -336,6 +364,6 @@ def fit_for_machine(rungs, model: str, machine, *, pinned=(), measurements=None)
     if best.profile is not None and len(machine.gpus) > 1:  # --gpus N: data parallel and the vLLM server too
         rung = next(r for r in rungs if r.name == best.ambition.source)
         spread = fit_gpus(rung, model, machine, pinned=pinned, measurements=measurements)
-        if spread is not None and spread.key() > best.key():
+        if spread is not None and (spread.key() > best.key() or spread_wins(spread, best)):
             best = spread
     return best

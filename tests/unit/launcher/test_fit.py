@@ -230,7 +230,7 @@ def test_grid_subset_keeps_the_planners_promises():
             if gib >= 40 and arch.computed_params <= 3.5e9:
                 assert p.effective_batch // p.num_generations > 1, (model, gib)
             if use < 0.6:
-                assert chosen.limited_by in ("throughput", "cap"), (model, gib, chosen.limited_by)
+                assert chosen.limited_by in ("objective", "cap"), (model, gib, chosen.limited_by)
 
 
 def test_fourteen_b_on_eight_gib_cannot_fit_and_says_why():
