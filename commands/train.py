@@ -22,6 +22,7 @@ EXAMPLES = (
 def add_arguments(parser) -> None:
     options.add_profiles(parser)
     options.add_output_dir(parser)
+    options.add_hours(parser)
     run = parser.add_argument_group("the run")
     run.add_argument(
         "--resume",
@@ -89,4 +90,5 @@ def run(args) -> int:
         overrides=args.overrides,
         resume=args.resume,
         fresh_attempt=args.fresh_attempt,
+        hours=args.hours,
     )

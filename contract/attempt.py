@@ -20,6 +20,8 @@ from contract.environment import (
     ENV_INJECT_OOM,
     ENV_PREDICTED_STEP_S,
     ENV_RANDOM_WEIGHTS,
+    ENV_RUN_BUDGET_S,
+    ENV_RUN_DEADLINE,
     ENV_VLLM_STANDBY,
 )
 from contract.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUT_OF_MEMORY
@@ -37,6 +39,8 @@ INTERRUPTED = "interrupted"
 # code; the run stops and `--resume` continues once every machine is up again
 NODE = "node"
 STATUSES = (OK, OOM, UNSUPPORTED, ERROR, INTERRUPTED, NODE)
+# Why an attempt that ended ok stopped before max_steps (outcome.json and attempts.jsonl `stopped_by`)
+STOPPED_BY_BUDGET = "budget"
 # Worst first: the status an attempt gets when its ranks disagree. A rank killed because another rank
 # failed reports "interrupted", and one whose peer died reports a lost node; the failure that started it is
 # what the supervisor must act on.
@@ -132,6 +136,7 @@ class Outcome:
     # seconds per optimizer step measured (steady state) beside the plan's prediction: {step_s, steps_timed,
     # first_step_s, completion_mean, predicted_step_s, ratio} (trainer.timing.measured_step)
     timing: dict | None = None
+    stopped_by: str | None = None  # STOPPED_BY_BUDGET: training stopped at the run's --hours budget
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2) + "\n"
@@ -186,6 +191,7 @@ def merge_outcomes(attempt_dir: Path) -> Outcome | None:
     merged.peak_gib = max(peaks) if peaks else None
     merged.rank = worst_rank
     merged.ranks = len({rank for rank, _o in found})
+    merged.stopped_by = main.stopped_by or worst.stopped_by
     if worst.status != OK and merged.error and len(found) > 1:
         merged.error = f"rank {worst_rank}: {merged.error}"
     return merged
@@ -368,6 +374,14 @@ def estimate_from_env(environ: dict | None = None) -> float | None:
 def predicted_step_from_env(environ: dict | None = None) -> float | None:
     """The seconds per step the plan predicted for this attempt (ENV_PREDICTED_STEP_S), or None."""
     return _positive_from_env(ENV_PREDICTED_STEP_S, environ)
+
+
+def run_budget_from_env(environ: dict | None = None) -> tuple[float, float] | None:
+    """(the run's deadline in seconds since the epoch, its whole budget in seconds) under train --hours, else
+    None."""
+    deadline = _positive_from_env(ENV_RUN_DEADLINE, environ)
+    budget = _positive_from_env(ENV_RUN_BUDGET_S, environ)
+    return (deadline, budget) if deadline is not None and budget is not None else None
 
 
 def random_weights_requested(environ=None) -> bool:

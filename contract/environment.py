@@ -42,6 +42,8 @@ ENV_VLLM_GROUP_PORT = "GRPO_VLLM_GROUP_PORT"
 # The supervisor's, for one attempt's process
 ENV_ESTIMATE_GIB = "GRPO_ATTEMPT_ESTIMATE_GIB"
 ENV_PREDICTED_STEP_S = "GRPO_ATTEMPT_PREDICTED_STEP_S"
+ENV_RUN_DEADLINE = "GRPO_RUN_DEADLINE"
+ENV_RUN_BUDGET_S = "GRPO_RUN_BUDGET_S"
 ENV_PROBE_ONLY = "GRPO_PROBE_ONLY"
 ENV_RANDOM_WEIGHTS = "GRPO_RANDOM_WEIGHTS"
 # SLURM's, read where GRPO_* leave a value unset. The node count and rank only inside an `srun` step (one task
@@ -157,6 +159,15 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(ENV_ESTIMATE_GIB, SUPERVISOR, "the memory estimate (GiB) the plan judged this attempt by"),
     Variable(ENV_PREDICTED_STEP_S, SUPERVISOR, "the seconds per optimizer step the plan predicted for this attempt"),
+    Variable(
+        ENV_RUN_DEADLINE,
+        SUPERVISOR,
+        "train --hours: when the run's budget ends (seconds since the epoch); the attempt stops there with a "
+        "checkpoint, the adapter and the report",
+    ),
+    Variable(
+        ENV_RUN_BUDGET_S, SUPERVISOR, "train --hours: the run's whole budget in seconds (for the overrun warning)"
+    ),
     Variable(ENV_PROBE_ONLY, SUPERVISOR, "1: load, run the worst-case probe, report it, stop (calibrate)"),
     Variable(
         ENV_RANDOM_WEIGHTS,

@@ -79,12 +79,8 @@ def _warmup(value: Any, data: dict) -> float:
 
 
 def _max_steps(value: Any, data: dict) -> Any:
-    if value == -1:
-        raise KeyProblem(
-            "max_steps -1 trains by num_train_epochs; runs here are a number of optimizer steps (the "
-            "plan, the checkpoints and the fallback count them)",
-            "write max_steps: N",
-        )
+    if value == -1:  # TRL: train by num_train_epochs; here the plan's run length, which honours them
+        return 0
     return value
 
 
@@ -164,7 +160,7 @@ ALIASES: dict[str, Alias] = {
     "vllm_tensor_parallel_size": _renamed("vllm_tensor_parallel"),
     "vllm_enable_sleep_mode": _renamed("vllm_standby", note="Unsloth's standby: vLLM sleeps while training runs"),
     "warmup_steps": _renamed("warmup_ratio", _warmup, "a share of max_steps"),
-    "max_steps": _renamed("max_steps", _max_steps),  # same name; -1 (epochs) is refused
+    "max_steps": _renamed("max_steps", _max_steps, "-1 (TRL: by num_train_epochs): the plan's run length"),
     "eval_strategy": _renamed("eval_steps", _eval_strategy, "no: eval_steps 0; steps: eval_steps"),
     "do_eval": _renamed("eval_steps", _do_eval, "false: eval_steps 0"),
     "vllm_device": _decided("the launcher places vLLM (in the training process, or on the server's GPUs)"),
@@ -194,7 +190,6 @@ ALIASES: dict[str, Alias] = {
     ),
     "hub_strategy": _decided("pushed once, at the end"),
     "hub_private_repo": _decided("the repository is created as the hub's default for your account"),
-    "num_train_epochs": _decided("a run is max_steps optimizer steps"),
     "per_device_eval_batch_size": _decided("evaluation batches its own generation"),
     "gradient_checkpointing_kwargs": _decided("non-reentrant checkpointing is used wherever it applies"),
     "data_seed": _decided("the data order follows seed"),

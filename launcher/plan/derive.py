@@ -367,3 +367,89 @@ def fit_for_machine(rungs, model: str, machine, *, pinned=(), measurements=None)
         if spread is not None and (spread.key() > best.key() or spread_wins(spread, best)):
             best = spread
     return best
+
+
+# ---------------------------------------------------------------------------------------------------
+# The shipped ladder derived for the card: a rung's keys written `auto`
+
+
+def written_settings(profile) -> dict:
+    """A profile's settings as its file writes them: the solver's keys, "auto" where the plan derives one."""
+    from launcher.plan.settings import SETTINGS_KEYS
+    from profiles.schema import AUTO
+
+    derived = set(getattr(profile, "derived", ()) or ())
+    out = {key: (AUTO if key in derived else getattr(profile, key)) for key in SETTINGS_KEYS}
+    if "max_steps" in derived:
+        out["max_steps"] = AUTO
+    return out
+
+
+def derive_rungs(profiles, machine, *, measurements=None, limits: dict | None = None):
+    """The profiles with every single-GPU rung that writes keys `auto` derived for the machine's card: the fit
+    solver chooses those keys, every key written (the model, precision, LoRA rank, generations, task, rewards,
+    and any value a user wrote in place of `auto`) is pinned. Returns (profiles, notes, written: {name: the
+    rung's settings as written}, refused: {name: why nothing could be derived}); a derived profile keeps its
+    rung's name, place on the ladder and description. `limits` is filled as derive_ladder fills it."""
+    from profiles.schema import KEYS
+
+    gpu = machine.primary
+    if gpu is None:
+        return profiles, [], {}, {}
+    out, notes, written, refused = [], [], {}, {}
+    for rung in profiles:
+        derived = tuple(getattr(rung, "derived", ()) or ())
+        solvable = [k for k in derived if k != "max_steps"]
+        if rung.device != "cuda" or rung.gpus_needed != 1 or not solvable:
+            out.append(rung)
+            continue
+        written[rung.name] = written_settings(rung)
+        pinned = set(KEYS) - set(derived)
+        arch = resolve(rung.model)
+        try:
+            result = fit(
+                rung,
+                gpu,
+                arch=arch,
+                ambition=ambition_of(rung, pinned, rung.name, arch),
+                machine=machine,
+                measurements=measurements,
+                name=rung.name,
+            )
+        except ProfileError as exc:
+            refused[rung.name] = f"nothing derived for this card: {exc}"
+            out.append(rung)
+            continue
+        if result.profile is None:
+            refused[rung.name] = result.reason
+            out.append(rung)
+            continue
+        profile = result.profile.model_copy(
+            update={"description": rung.description, "ladder": rung.ladder, "source": rung.source}
+        )
+        out.append(profile)
+        if limits is not None:
+            limits[rung.name] = result.limited_by
+    if written:
+        notes.append(
+            f"{len(written)} rung(s) derived for {gpu.name}: the keys they write `auto` chosen for this card, "
+            "every other key as written (plan --json: `written` beside `settings`)"
+        )
+    return out, notes, written, refused
+
+
+def derived_text(profile) -> str:
+    """What a rung's `auto` keys became, in one line (the rung files' headers state it for their target card)."""
+    prompts = profile.generation_batch // profile.num_generations
+    generator = (
+        f"vLLM {profile.gpu_memory_utilization:g}"
+        + (f" with {profile.vllm_max_num_seqs} sequences" if profile.vllm_max_num_seqs else "")
+        + (" in standby" if profile.vllm_standby else "")
+        if profile.fast_inference
+        else "transformers generating"
+    )
+    return (
+        f"{prompts} prompt(s) a step (batch {profile.per_device_train_batch_size} x accumulation "
+        f"{profile.gradient_accumulation_steps}), completions up to {profile.max_completion_length} tokens, "
+        f"{generator}, checkpointing {profile.gradient_checkpointing}"
+    )

@@ -56,13 +56,21 @@ from contract.attempt import (
     PLAN_FILE,
     PROFILE_FILE,
     SERVER_LOG,
+    STOPPED_BY_BUDGET,
     attempt_environment,
     checkpoint_step,
     latest_checkpoint,
     relative_path,
     resolve_path,
 )
-from contract.environment import ENV_ALLOC_CONF, ENV_ESTIMATE_GIB, ENV_INJECT_OOM, ENV_PREDICTED_STEP_S
+from contract.environment import (
+    ENV_ALLOC_CONF,
+    ENV_ESTIMATE_GIB,
+    ENV_INJECT_OOM,
+    ENV_PREDICTED_STEP_S,
+    ENV_RUN_BUDGET_S,
+    ENV_RUN_DEADLINE,
+)
 from contract.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUT_OF_MEMORY, UsageError
 from contract.failure import write_failure_text, write_problem
 from contract.safe_write import write_atomic
@@ -82,18 +90,24 @@ from profiles.schema import Profile, shape_of
 
 
 def attempt_env(
-    profile: Profile, estimate_gib: float | None, base: dict | None = None, predicted_step_s: float | None = None
+    profile: Profile,
+    estimate_gib: float | None,
+    base: dict | None = None,
+    predicted_step_s: float | None = None,
+    budget: tuple[float, float] | None = None,
 ) -> dict:
     """An attempt's environment, the same on every machine: the contract's, the plan's estimate and predicted
-    seconds per step (the child reports them back beside what it measured), and a distributed attempt's
-    settings with its vLLM server's address and ports."""
+    seconds per step (the child reports them back beside what it measured), the run's time budget (deadline,
+    seconds) under --hours, and a distributed attempt's settings with its vLLM server's address and ports."""
     env = attempt_environment(profile, base)
-    env.pop(ENV_ESTIMATE_GIB, None)  # never a figure left over from elsewhere
-    env.pop(ENV_PREDICTED_STEP_S, None)
+    for name in (ENV_ESTIMATE_GIB, ENV_PREDICTED_STEP_S, ENV_RUN_DEADLINE, ENV_RUN_BUDGET_S):
+        env.pop(name, None)  # never a figure left over from elsewhere
     if estimate_gib is not None:
         env[ENV_ESTIMATE_GIB] = repr(float(estimate_gib))
     if predicted_step_s is not None:
         env[ENV_PREDICTED_STEP_S] = repr(float(predicted_step_s))
+    if budget is not None:
+        env[ENV_RUN_DEADLINE], env[ENV_RUN_BUDGET_S] = repr(float(budget[0])), repr(float(budget[1]))
     return launch_env(profile, env)
 
 
@@ -113,8 +127,13 @@ class Supervisor:
         overrides: list[str],
         server_command: list[str] | None = None,
         machines: machineslib.Coordinator | None = None,
+        hours: float | None = None,
+        clock=time.time,
     ):
         self.plan = plan
+        # train --hours: the run's deadline and length, from when this supervisor started (a resumed run gets
+        # the budget given when it resumes)
+        self.budget = (clock() + hours * 3600.0, hours * 3600.0) if hours else None
         self.machines = machines  # several machines: where this supervisor's decisions go for the others
         self.server_command = server_command  # stands in for `trl vllm-serve` in tests
         self.run_dir = run_dir
@@ -234,7 +253,7 @@ class Supervisor:
             )
         narrate.print_start(self.console, number, profile, estimate_gib, self.in_run(resume_from))
         started = time.time()
-        env = self._environment(profile, estimate_gib, predicted)
+        env = self._environment(profile, estimate_gib, predicted, self.budget)
         result = self._run(profile, attempt_dir, str(resume_from) if resume_from else None, env, started)
         record = AttemptRecord(
             attempt=number,
@@ -254,6 +273,7 @@ class Supervisor:
             predicted_step_s=predicted,
             step_s=(result.timing or {}).get("step_s"),
             timing=result.timing,
+            stopped_by=result.stopped_by,
             oom=result.report.to_dict() if result.report else None,
             error=result.error,
             decided=decision_text,
@@ -285,8 +305,10 @@ class Supervisor:
         return attempt_dir
 
     @staticmethod
-    def _environment(profile: Profile, estimate_gib: float | None, predicted_step_s: float | None = None) -> dict:
-        return attempt_env(profile, estimate_gib, predicted_step_s=predicted_step_s)
+    def _environment(
+        profile: Profile, estimate_gib: float | None, predicted_step_s: float | None = None, budget=None
+    ) -> dict:
+        return attempt_env(profile, estimate_gib, predicted_step_s=predicted_step_s, budget=budget)
 
     def _run(
         self, profile: Profile, attempt_dir: Path, resume_from: str | None, env: dict, started: float
@@ -374,6 +396,13 @@ class Supervisor:
         """The run's exit status when this attempt ends it (ok, interrupted, an error); None to fall back."""
         attempt_dir = self.path_of(record.attempt_dir) or self.run_dir
         if record.status == OK:
+            if record.stopped_by == STOPPED_BY_BUDGET:
+                self.console.print(
+                    f"stopped at the run's time budget after {record.steps} steps (--hours); "
+                    f"`python train.py train --resume --hours H` goes on from {record.checkpoint or 'its checkpoint'}",
+                    markup=False,
+                    highlight=False,
+                )
             self.console.print(f"[green]done[/green]: {escape(str(attempt_dir))}")
             self._say_problem(point_final(self.run_dir, attempt_dir))  # RUN_DIR/final: the run's adapter
             return EXIT_OK
@@ -434,12 +463,15 @@ def supervise(
     console=None,
     server_command: list[str] | None = None,
     fresh_attempt: bool = False,
+    hours: float | None = None,
 ) -> int:
     """Run the plan's chosen profile (or, with resume, continue the latest run); exit status per design.
 
     `child_command` (in place of `[python, train.py]`) and `server_command` (in place of `trl vllm-serve`)
     are the documented boundary where tests run small fakes of the attempt and of the vLLM server; a real
     run leaves both unset. `fresh_attempt` (with resume): start the run's next attempt over at step 1.
+    `hours` (train --hours): the run's wall-clock budget from now; one machine only (the attempts of several
+    machines would each need machine 0's deadline: not given to them, so the budget is not kept there).
     On several machines this is machine 0's supervisor (the others follow: launcher.run.follow).
     """
     console = console or narrate.make_console()
@@ -481,8 +513,22 @@ def supervise(
             elastic().machine_timeout_s,
             say=lambda text: console.print(text, markup=False, highlight=False),
         )
+    if hours and others:
+        console.print(
+            f"note: --hours {hours:g} sets the run's length, but its wall-clock stop is kept on one machine only: "
+            "on several machines the run ends at its steps",
+            markup=False,
+            highlight=False,
+        )
     supervisor = Supervisor(
-        plan, run_dir, console, runner, overrides or [], server_command=server_command, machines=machines
+        plan,
+        run_dir,
+        console,
+        runner,
+        overrides or [],
+        server_command=server_command,
+        machines=machines,
+        hours=None if others else hours,
     )
     supervisor._say_problem(point_latest(output_dir, run_dir))  # OUTPUT_DIR/latest: this run
     code = EXIT_FAILURE  # what the other machines are told when this one fails unexpectedly

@@ -338,7 +338,13 @@ def test_oom_in_transformers_generate_shortens_the_completions():
     from launcher.run.fallback import shrink_for
 
     m = machine(16.0)
-    base = load_profile(PROFILES / "gpu-16gb-llama3.2-3b.yaml").replace(fast_inference=False)
+    base = load_profile(PROFILES / "gpu-16gb-llama3.2-3b.yaml").replace(
+        fast_inference=False,
+        max_completion_length=1536,
+        max_seq_length=1792,
+        per_device_train_batch_size=16,
+        gradient_accumulation_steps=1,
+    )
     report = oom.OomReport(kind=oom.KIND_CUDA, site="generation", asked_gib=2.0, free_gib=0.5, total_gib=16.0)
     new, changes, text = shrink_for(base, report, m)
     assert new is not None, text
