@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 from launcher.card.detect import GpuInfo  # noqa: E402
 from launcher.card.facts import card_facts  # noqa: E402
 from launcher.plan.lengths import CompletionPlan  # noqa: E402
-from launcher.plan.speed import shape_of, step_time  # noqa: E402
+from launcher.plan.speed import generation_time, shape_of, step_time, training_time  # noqa: E402
 from profiles.catalog import Architecture, resolve  # noqa: E402
 from profiles.schema import profile_from_dict  # noqa: E402
 
@@ -230,11 +230,47 @@ PAIRS = (  # (a, b, what differs): the same configuration on two cards, or the n
 )
 
 
+def kit_lines(path: Path) -> list[str]:
+    """A card's measured generation waves and training steps (benchmarks/gpu/<card>.json, written by gpu-check)
+    against the prediction the kit printed then and this model's now, at exactly the shapes timed: the longest
+    length of each (the first training step of Unsloth's path compiles)."""
+    import dataclasses
+
+    from launcher.card.detect import GpuInfo
+    from measure.cases import timed_shape
+    from profiles.load import load_profile
+
+    data = json.loads(path.read_text(encoding="utf-8"))
+    card = card_facts(data["card"], data.get("total_gib"))
+    gpu = GpuInfo(card.name, card.memory_gib, card.memory_gib, 0.0, card.capability, None, None, 0, "what-if")
+    lines = [
+        f"{path.name}: measured / predicted then -> predicted now, seconds",
+        f"  {'architecture':26} {'path':9} {'generation wave':30} training step",
+    ]
+    base = REPO / "profiles" / "gpu-16gb-gemma3-1b.yaml"
+    for probe in data["probes"]:
+        timed = probe.get("timed")
+        if not timed:
+            continue
+        profile = load_profile(base, [s for s in probe["settings"] if not s.startswith("name=")])
+        arch = arch_of(profile.model)
+        cells = []
+        for kind in ("generation", "training"):
+            t = timed[kind][-1]
+            shape = timed_shape(profile, arch, gpu, t["sequences"], t["prompt_tokens"], t["completion_tokens"])
+            shape = dataclasses.replace(shape, plain=probe["path"] != "unsloth")
+            now = generation_time(shape, card)[0] if kind == "generation" else training_time(shape, card)
+            cells.append(f"{t['seconds']:.3f} / {t['predicted_s']:.3f} -> {now:.3f}")
+        lines.append(f"  {probe['architecture'].split('/')[-1]:26} {probe['path']:9} {cells[0]:30} {cells[1]}")
+    return lines
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--summary", action="store_true", help="leave out the record-by-record lines")
     parser.add_argument("--json", help="write the rows as JSON here")
     parser.add_argument("--before", help="an earlier run's --json rows: their errors by phase beside these")
+    parser.add_argument("--kit", help="a card's gpu-check JSON (benchmarks/gpu/*.json): its timed shapes too")
     args = parser.parse_args(argv)
     records = yaml.safe_load(DATA.read_text(encoding="utf-8"))
     rows = []
@@ -290,6 +326,8 @@ def main(argv=None) -> int:
             measured = by_id[a]["seconds_per_step"] / by_id[b]["seconds_per_step"]
             guess = by_id[a]["predicted_s"] / by_id[b]["predicted_s"]
             lines.append(f"  {what}: measured {measured:.2f}, predicted {guess:.2f}")
+    if args.kit:
+        lines += ["", *kit_lines(Path(args.kit))]
     print("\n".join(lines))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1, default=str), encoding="utf-8")

@@ -54,7 +54,6 @@ def written_line(cand) -> str | None:
     from launcher.plan.settings import settings_of
 
     derived = settings_of(cand.profile)
-    derived["max_steps"] = cand.profile.max_steps
     keys = [k for k, v in cand.written.items() if v == "auto"]
     return "as written: " + ", ".join(f"{k}: auto -> {derived.get(k)}" for k in keys)
 

@@ -379,10 +379,7 @@ def written_settings(profile) -> dict:
     from profiles.schema import AUTO
 
     derived = set(getattr(profile, "derived", ()) or ())
-    out = {key: (AUTO if key in derived else getattr(profile, key)) for key in SETTINGS_KEYS}
-    if "max_steps" in derived:
-        out["max_steps"] = AUTO
-    return out
+    return {key: (AUTO if key in derived else getattr(profile, key)) for key in SETTINGS_KEYS}
 
 
 def derive_rungs(profiles, machine, *, measurements=None, limits: dict | None = None):
