@@ -97,7 +97,13 @@ def derive_ladder(
         runnable = rung
         if solver.vllm_refused and rung.fast_inference and not rung.uses_vllm_server:
             runnable = rung.model_copy(update={"fast_inference": False, "vllm_standby": False})
-        if own == catalogue_key(model) and rung.gpus_needed <= len(machine.gpus) and solver.fits(runnable):
+        written_whole = not getattr(rung, "derived", ())  # a rung with `auto` keys has no shape as written
+        if (
+            own == catalogue_key(model)
+            and written_whole
+            and rung.gpus_needed <= len(machine.gpus)
+            and solver.fits(runnable)
+        ):
             chosen.setdefault(rung.name, (rung, quality_key(runnable, solver.speed(runnable), need)))
             kept.append(rung.name)  # and still derived from: its intent may fit better than as written
     by_name = {rung.name: rung for rung in cuda}
