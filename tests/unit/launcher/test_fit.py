@@ -251,11 +251,14 @@ def test_planning_a_model_stays_instant():
 # The command line
 
 
-def test_a_rung_for_its_own_model_is_kept_as_written():
+def test_a_rung_written_whole_for_its_own_model_is_kept_as_written():
     m = machine(24.0)
+    ladder, notes = derive_ladder(rungs(["model=unsloth/gemma-3-1b-it"]), "unsloth/gemma-3-1b-it", m)
+    assert "gpu-16gb-gemma3-1b" in [p.name for p in ladder]
+    assert "kept as written: gpu-16gb-gemma3-1b" in notes[0]
+    # a rung that writes `auto` has no shape as written: it is derived from, never kept
     ladder, notes = derive_ladder(rungs(["model=unsloth/Llama-3.1-8B-Instruct"]), "unsloth/Llama-3.1-8B-Instruct", m)
-    assert "gpu-24gb-llama3.1-8b" in [p.name for p in ladder]
-    assert "kept as written: gpu-24gb-llama3.1-8b" in notes[0]
+    assert "gpu-24gb-llama3.1-8b" not in [p.name for p in ladder] and "kept as written" not in notes[0]
 
 
 # ---------------------------------------------------------------------------------------------------
