@@ -513,6 +513,15 @@ def make_plan(
         )
     notes.extend(c.ledger_note for c in candidates if c.ledger_note)
     chosen = next((c.profile for c in candidates if c.fits), None)
+    for cand in candidates:
+        run = cand.run
+        if cand.profile is chosen and run is not None and run.hours and run.budget_hours:
+            if run.hours > run.budget_hours * 1.1:  # pinned steps past the budget: it stops at the budget
+                notes.append(
+                    f"{chosen.name}: its {run.steps:,} steps ({run.basis}) are predicted to take "
+                    f"{run.hours:.1f} h, past the --hours {run.budget_hours:g} budget by more than 10%: the run "
+                    "stops at the budget with a checkpoint, the adapter and the report"
+                )
     if chosen is not None and chosen.fast_inference and chosen.vllm_standby and chosen.load_in_4bit:
         from launcher.plan.solve import STANDBY_FAILURES
 

@@ -117,3 +117,13 @@ def test_hours_sets_the_run_and_the_budget(capsys):
 def test_a_budget_that_is_not_a_number_of_hours_exits_2(value, capsys):
     assert main(["plan", "--hours", value]) == 2
     assert "--hours" in capsys.readouterr().err
+
+
+def test_a_pinned_run_past_its_budget_is_said_before_it_starts(capsys):
+    code = main(
+        ["plan", "--gpu-memory", H100[0], "--gpu-name", H100[1], "--set", "max_steps=2000", "--hours", "2", "--json"]
+    )
+    out = json.loads(capsys.readouterr().out)
+    chosen = next(c for c in out["candidates"] if c["profile"] == out["chosen"])
+    assert code == 0 and chosen["run"]["steps"] == 2000 and chosen["run"]["hours"] > 2.2
+    assert any("past the --hours 2 budget by more than 10%" in note for note in out["notes"])
