@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Measured on the CPU default (tiny model, generated arithmetic, 8 generations): benchmarks/batch_sweep.md
-CRITICAL_BATCH_CPU = 8.0
+CRITICAL_BATCH_CPU = 83.0
 # Estimated for GPU models on GSM8K-like tasks from published recipes (docs/planning.md): DeepSeekMath updated
 # on 16 questions of 64 outputs, DAPO on mini-batches of 32 prompts of 16; not yet measured on a card
 CRITICAL_BATCH_GPU = 16.0
