@@ -1,16 +1,17 @@
-"""What `plan --set model=M --gpu-memory G --gpu-name N` chooses for every catalogue model on eight cards, before
-and after the planner for learning per hour, by the estimator and the step-time model alone (no ledger).
+"""What `plan --set model=M --gpu-memory G --gpu-name N` chooses for every catalogue model on eight cards, before and
+after planning the run (issue 40), by the estimator and the step-time model alone (no ledger).
 
     python benchmarks/fit_grid.py [--out benchmarks/fit_grid.md] [--json FILE]
 
-Before: the choices of the fit solver at commit 3a0a67b (most completion tokens per step), kept in
-benchmarks/fit_grid_before.json (written by that commit's benchmarks/fit_grid.py); their prompts per hour are
-predicted here with today's step-time model, on the same cards. After: today's plan. For each pair: the shape
-(generations x prompts per step x completion cap, LoRA rank, weights), its use of usable memory (need / (card -
-margin)), the predicted prompts per hour, and what stopped its prompts per step. The summary checks the planner's
-promises: no pair below 0.6 of usable memory unless throughput has saturated, more than one prompt per step for
-models up to 3B on 40 and 80 GB cards, no choice above 0.92 of usable memory without a ledger measurement, no
-completion cap above what the task needs kept by giving up LoRA rank or 16-bit.
+Before: the choices of commit 0d192c7 (learning counted as prompts per hour, more prompts per step while they
+add 3% an hour, every run 250 steps), kept in benchmarks/fit_grid_before.json with the step time that commit
+predicted; their hours are 250 of those steps. After: today's plan, its run the default length (one epoch of
+the training split within launcher.plan.duration.DEFAULT_HOURS). For each pair: the shape (generations x prompts
+per step x completion cap, LoRA rank, weights), its use of usable memory, the predicted steps, hours and
+epochs, and the objective: learning per hour = updates per hour x P / (P + B) (launcher/plan/value.py, B the
+GPU estimate), the before choices' counted at the step time they were planned with. The summary checks the
+promises: no default plan past DEFAULT_HOURS, no choice above 0.92 of usable memory without a ledger
+measurement, no completion cap above what the task needs.
 """
 
 from __future__ import annotations
@@ -29,14 +30,18 @@ from launcher.card.detect import detect_machine  # noqa: E402
 from launcher.memory.estimate import estimate  # noqa: E402
 from launcher.plan.choose import make_plan  # noqa: E402
 from launcher.plan.derive import derive_ladder  # noqa: E402
+from launcher.plan.duration import DEFAULT_HOURS  # noqa: E402
 from launcher.plan.lengths import completion_plan  # noqa: E402
 from launcher.plan.margins import ESTIMATE_MAX_USE  # noqa: E402
+from launcher.plan.solve import objective  # noqa: E402
 from launcher.plan.speed import predict  # noqa: E402
+from launcher.plan.value import critical_batch, learning_per_hour  # noqa: E402
 from profiles.catalog import CATALOGUE, resolve  # noqa: E402
 from profiles.load import load_profiles  # noqa: E402
 from profiles.schema import profile_from_dict  # noqa: E402
 
 BEFORE = REPO / "benchmarks" / "fit_grid_before.json"
+BEFORE_COMMIT = "0d192c7"
 # (GiB, the card's NVML name): the sizes of the earlier grid, each named after a common card of that size
 CARDS = (
     (8.0, "NVIDIA GeForce RTX 4060"),
@@ -61,23 +66,29 @@ def _shape(p) -> str:
 
 
 def before_row(row: dict, machine) -> dict | None:
-    """The 3a0a67b choice of one pair with its prompts per hour predicted by today's model."""
+    """The 0d192c7 choice of one pair: its shape, prompts, the step time it was planned with, its 250-step run,
+    and the objective counted at that step time."""
     chosen = row.get("chosen")
     if chosen is None:
         return None
-    settings = dict(chosen["settings"])
-    p = profile_from_dict(settings, "<before>")
+    steps = chosen.get("max_steps") or 250
+    updates = 3600.0 / chosen["step_s"]
+    p = profile_from_dict(dict(chosen["settings"]), "<before>")
     arch = resolve(p.model)
-    est = estimate(p, arch, machine.primary)
-    time_ = predict(p, arch, machine.primary, est)
+    now = predict(p, arch, machine.primary, estimate(p, arch, machine.primary))
     return {
+        "objective_now": objective(p, now),  # the same choice, at today's step-time model
+        "step_s_now": now.step_s,
         "shape": chosen["shape"],
         "use": chosen["use"],
         "need_gib": chosen["need_gib"],
-        "prompts": p.effective_batch // p.num_generations,
-        "prompts_per_hour": time_.prompts_per_hour,
-        "step_s": time_.step_s,
-        "at_ambition": chosen["at_ambition"],
+        "prompts": chosen["prompts"],
+        "prompts_per_hour": chosen["prompts_per_hour"],
+        "step_s": chosen["step_s"],
+        "steps": steps,
+        "hours": steps * chosen["step_s"] / 3600.0,
+        "objective": learning_per_hour(updates, chosen["prompts"], critical_batch("cuda").prompts),
+        "limited_by": chosen.get("limited_by"),
     }
 
 
@@ -101,7 +112,12 @@ def after_row(model: str, machine, profiles_dir: Path) -> dict:
     need = chosen.measured.need_gib if chosen.measured is not None else chosen.estimate.total_gib
     arch = resolve(model)
     task = completion_plan(p.model_copy(update={"expected_completion_length": 0}), arch)
+    run = chosen.run
     return {
+        "steps": run.steps,
+        "hours": run.hours,
+        "epochs": run.epochs,
+        "objective": objective(p, chosen.speed),
         "plan_seconds": seconds,
         "profile": p.name,
         "shape": _shape(p),
@@ -138,7 +154,9 @@ def table(rows: list[dict], key: str) -> list[str]:
             if c is None or "shape" not in c:
                 cells.append("nothing fits")
             else:
-                cells.append(f"{c['shape']} {c['use']:.2f} {c['prompts_per_hour']:.0f}/h")
+                cells.append(
+                    f"{c['shape']} {c['use']:.2f}; {c['steps']} steps {c['hours']:.1f} h; {c['objective']:.1f}/h"
+                )
         lines.append(f"| {model.split('/')[-1]} | " + " | ".join(cells) + " |")
     return lines
 
@@ -147,36 +165,44 @@ def summary(rows: list[dict]) -> list[str]:
     before = [r["before"] for r in rows if r["before"] is not None]
     after = [r["after"] for r in rows if "shape" in r["after"]]
     gain = [
-        r["after"]["prompts_per_hour"] / r["before"]["prompts_per_hour"]
+        r["after"]["objective"] / r["before"]["objective_now"]
         for r in rows
-        if r["before"] is not None and "shape" in r["after"] and r["before"]["prompts_per_hour"] > 0
+        if r["before"] is not None and "shape" in r["after"] and r["before"]["objective_now"] > 0
     ]
-    low = [r for r in rows if "shape" in r["after"] and r["after"]["use"] < LOW_USE]
-    low_unsaturated = [r for r in low if r["after"]["limited_by"] not in ("throughput", "cap")]
-    small_big = [r for r in rows if r["card_gib"] >= 40 and resolve(r["model"]).computed_params <= SMALL_MODEL_PARAMS]
-    small_one = [r for r in small_big if "shape" not in r["after"] or r["after"]["prompts"] <= 1]
     unmeasured = [r["after"]["use"] for r in rows if "shape" in r["after"] and not r["after"]["measured"]]
     over_cap = [r for r in rows if "shape" in r["after"] and r["after"]["cap"] > r["after"]["task_cap"]]
+    epochs = [a["epochs"] for a in after if a["epochs"] is not None]
     lines = [
-        "| | before (3a0a67b) | after |",
+        f"| | before ({BEFORE_COMMIT}) | after |",
         "|---|---|---|",
         f"| pairs where nothing fits | {sum(1 for r in rows if r['before'] is None)} | {len(rows) - len(after)} |",
-        f"| median use of usable memory | {statistics.median(b['use'] for b in before):.2f} | "
-        f"{statistics.median(a['use'] for a in after):.2f} |",
+        f"| predicted hours of a run: median, most | {statistics.median(b['hours'] for b in before):.1f}, "
+        f"{max(b['hours'] for b in before):.1f} | {statistics.median(a['hours'] for a in after):.1f}, "
+        f"{max(a['hours'] for a in after):.1f} (default at most {DEFAULT_HOURS:g} h) |",
+        f"| runs predicted past 8 h / past 24 h | {sum(1 for b in before if b['hours'] > 8)} / "
+        f"{sum(1 for b in before if b['hours'] > 24)} | {sum(1 for a in after if a['hours'] > 8)} / "
+        f"{sum(1 for a in after if a['hours'] > 24)} |",
+        f"| steps of a run: median (least, most) | {statistics.median(b['steps'] for b in before):g} "
+        f"({min(b['steps'] for b in before)}, {max(b['steps'] for b in before)}) | "
+        f"{statistics.median(a['steps'] for a in after):g} ({min(a['steps'] for a in after)}, "
+        f"{max(a['steps'] for a in after)}) |",
+        f"| epochs of GSM8K a run covers: median (least, most) | "
+        f"{statistics.median(b['steps'] * b['prompts'] / 7473 for b in before):.2f} | "
+        f"{statistics.median(epochs):.2f} ({min(epochs):.2f}, {max(epochs):.2f}) |",
+        f"| prompts per step: median (least, most) | {statistics.median(b['prompts'] for b in before):g} "
+        f"({min(b['prompts'] for b in before)}, {max(b['prompts'] for b in before)}) | "
+        f"{statistics.median(a['prompts'] for a in after):g} ({min(a['prompts'] for a in after)}, "
+        f"{max(a['prompts'] for a in after)}) |",
+        f"| median predicted prompts per hour | {statistics.median(b['prompts_per_hour'] for b in before):.0f} | "
+        f"{statistics.median(a['prompts_per_hour'] for a in after):.0f} |",
+        f"| median objective (learning per hour, {critical_batch().text()}) | "
+        f"{statistics.median(b['objective'] for b in before):.1f} | {statistics.median(a['objective'] for a in after):.1f} |",
+        f"| the same before choices at today's step-time model: median objective | "
+        f"{statistics.median(b['objective_now'] for b in before):.1f} | - |",
+        f"| objective after / before, per pair, both at today's model (median, least, most) | - | "
+        f"{statistics.median(gain):.2f}x, {min(gain):.2f}x, {max(gain):.2f}x |",
         f"| most use of usable memory (no ledger measurement) | {max(b['use'] for b in before):.2f} | "
         f"{max(unmeasured):.2f} (limit {ESTIMATE_MAX_USE}) |",
-        f"| pairs below {LOW_USE} of usable memory | {sum(1 for b in before if b['use'] < LOW_USE)} | {len(low)} "
-        f"({len(low_unsaturated)} not stated as saturated) |",
-        f"| median prompts per step | {statistics.median(b['prompts'] for b in before):g} | "
-        f"{statistics.median(a['prompts'] for a in after):g} |",
-        f"| models up to 3B on 40/80 GB with one prompt per step | "
-        f"{sum(1 for r in small_big if r['before'] is None or r['before']['prompts'] <= 1)} of {len(small_big)} | "
-        f"{len(small_one)} of {len(small_big)} |",
-        f"| median predicted prompts per hour (same model) | "
-        f"{statistics.median(b['prompts_per_hour'] for b in before):.0f} | "
-        f"{statistics.median(a['prompts_per_hour'] for a in after):.0f} |",
-        f"| prompts per hour after / before, per pair (median, least) | - | {statistics.median(gain):.2f}x, "
-        f"{min(gain):.2f}x |",
         f"| choices with a cap above what the task needs | - | {len(over_cap)} |",
         f"| slowest plan (derive + judge, one pair, CPU time) | - | "
         f"{max(r['after']['plan_seconds'] for r in rows):.3f} s |",
@@ -207,14 +233,15 @@ def main() -> int:
             )
     low = [r for r in rows if "shape" in r["after"] and r["after"]["use"] < LOW_USE]
     lines = [
-        "# Fit grid: what the plan chooses for each model and card, before and after planning for learning per hour",
+        "# Fit grid: what the plan chooses for each model and card, before and after planning the run",
         "",
         "Written by `python benchmarks/fit_grid.py` (estimate and step-time model only, no ledger). Cells: "
         "generations x prompts per step x completion cap, LoRA rank, weights (`hf`: transformers generates, "
-        "vLLM off), use of usable memory (need / (card - margin)), predicted prompts per hour. Before: the fit "
-        "solver of commit 3a0a67b (most completion tokens per step; benchmarks/fit_grid_before.json), its "
-        "prompts per hour predicted with today's model on the same card. The 8-24 GiB sizes of the earlier grid "
-        "are named after a common card of that size (the step-time model needs the card's speed).",
+        "vLLM off), use of usable memory (need / (card - margin)); the run's steps and predicted hours; the "
+        "objective, learning per hour. Before: the plan of commit 0d192c7 (prompts per hour, +3% rule, 250 "
+        "steps; benchmarks/fit_grid_before.json), at the step time it predicted. After: today's plan and its "
+        "default run. Each card size is named after a common card of that size (the step-time model needs "
+        "the card's speed).",
         "",
     ]
     lines += summary(rows)
@@ -228,7 +255,7 @@ def main() -> int:
     lines += [f"- {r['model']} on {r['card']}: {r['after']['why']}" for r in rows if "shape" not in r["after"]] or [
         "- none"
     ]
-    lines += ["", "## Before (3a0a67b)", ""] + table(rows, "before")
+    lines += ["", f"## Before ({BEFORE_COMMIT})", ""] + table(rows, "before")
     lines += ["", "## After", ""] + table(rows, "after")
     lines += [
         "",

@@ -22,7 +22,7 @@ import argparse
 import json
 import statistics
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 from launcher.card.detect import GpuInfo  # noqa: E402
 from launcher.card.facts import card_facts  # noqa: E402
 from launcher.plan.lengths import CompletionPlan  # noqa: E402
-from launcher.plan.speed import predict  # noqa: E402
+from launcher.plan.speed import generation_time, shape_of, step_time, training_time  # noqa: E402
 from profiles.catalog import Architecture, resolve  # noqa: E402
 from profiles.schema import profile_from_dict  # noqa: E402
 
@@ -44,35 +44,26 @@ UNKNOWN_MEAN_SHARE = 0.75
 OLD_TRL_BETA = 0.04
 
 
-@dataclass(frozen=True)
-class MixtureArch(Architecture):
-    """A mixture of experts: every expert's weights are held, `active` of `experts` run per token."""
-
-    experts: int = 1
-    active: int = 1
-
-    def module_shapes(self) -> dict[str, tuple[int, int]]:
-        shapes = super().module_shapes()
-        h, i = self.hidden, self.intermediate
-        return {
-            **shapes,
-            "gate_proj": (h, i * self.experts),
-            "up_proj": (h, i * self.experts),
-            "down_proj": (i * self.experts, h),
-        }
-
-    @property
-    def active_linear_params(self) -> int:
-        h, q, kv, i = self.hidden, self.q_dim, self.kv_dim, self.intermediate
-        return self.layers * (h * q + 2 * h * kv + q * h + 3 * h * i * self.active)
-
-
 # Shapes of models outside the catalogue, from their public config.json files
 EXTRA = {
-    # openai/gpt-oss-20b: 24 layers, hidden 2880, 64 query and 8 KV heads of 64, 32 experts of 2880, 4 active,
-    # vocabulary 201088, untied
-    "gpt-oss-20b": MixtureArch(
-        "openai/gpt-oss-20b", 0, 2880, 24, 64, 8, 64, 2880, 201088, False, "gpt_oss", experts=32, active=4
+    # openai/gpt-oss-20b: 24 layers, hidden 2880, 64 query and 8 KV heads of 64, 32 experts of 2880 in every
+    # block, 4 active, vocabulary 201088, untied
+    "gpt-oss-20b": Architecture(
+        "openai/gpt-oss-20b",
+        0,
+        2880,
+        24,
+        64,
+        8,
+        64,
+        0,
+        201088,
+        False,
+        "gpt_oss",
+        experts=32,
+        experts_per_token=4,
+        expert_intermediate=2880,
+        moe_layers=24,
     ),
     # mistralai/Ministral-3-3B-Instruct-2512 (text part): 26 layers, hidden 3072, 32 query and 8 KV heads of 128,
     # intermediate 9216, vocabulary 131072, tied
@@ -93,6 +84,11 @@ def old_trl(record: dict) -> bool:
         or "old semantics" in trl
         or (version[:4] == "2025" and version[5:].split(".")[0].isdigit() and int(version[5:].split(".")[0]) < 6)
     )
+
+
+def plain_trl(record: dict) -> bool:
+    """A run through plain TRL + PEFT (the cookbook's and TRL's notebooks), not Unsloth's patched trainer."""
+    return record.get("unsloth_version") is None and "unsloth" not in str(record.get("id", ""))
 
 
 def predicted(record: dict) -> dict:
@@ -147,12 +143,12 @@ def predicted(record: dict) -> dict:
         record["id"],
     )
     lengths = CompletionPlan(cap, int(round(mean)), prompt, "the record's own")
-    time = predict(profile, arch, gpu, None, lengths)
+    shape = shape_of(profile, arch, gpu, None, lengths)
     if record["weight_bits"] == 8:  # FP8 weights: half the 16-bit reads of a decode step
-        from launcher.plan.speed import shape_of, step_time
-
-        shape = replace(shape_of(profile, arch, gpu, None, lengths), weight_bits=8)
-        time = step_time(shape, card.name, card.memory_gib)
+        shape = replace(shape, weight_bits=8)
+    if plain_trl(record):  # one GPU, but plain TRL + PEFT: transformers' own generate and training
+        shape = replace(shape, plain=True)
+    time = step_time(shape, card.name, card.memory_gib)
     return {
         "predicted_s": time.step_s,
         "generation_s": time.generation_s,
@@ -183,6 +179,34 @@ def error_text(ratios: list[float]) -> str:
     )
 
 
+def by_phase(rows: list[dict], title: str) -> list[str]:
+    """The predictions by phase: what share of each predicted step is training, and the error of the records
+    whose prediction generation bounds against those training bounds (generators apart)."""
+    lines = [f"by phase, {title}:"]
+    shares = [r["training_s"] / r["predicted_s"] for r in rows if r["predicted_s"] > 0]
+    lines.append(
+        f"  training's share of a predicted step: median {statistics.median(shares):.0%}, most {max(shares):.0%}"
+    )
+    for phase in ("generation", "training"):
+        for generator in ("vllm", "transformers"):
+            ratios = [
+                r["ratio"]
+                for r in rows
+                if str(r.get("limited_by", "")).startswith(phase) and r["generator"] == generator
+            ]
+            if ratios:
+                lines.append(f"  bound by {phase}, {generator} generating: {error_text(ratios)}")
+    for generator in ("vllm", "transformers"):
+        clean_ratios = [r["ratio"] for r in rows if clean(r) and r["generator"] == generator]
+        gen = [r["generation_s"] / r["seconds_per_step"] for r in rows if r["generator"] == generator]
+        if gen:
+            lines.append(
+                f"  {generator}: predicted generation alone / measured step: median {statistics.median(gen):.2f} "
+                f"(clean records' whole step: {error_text(clean_ratios)})"
+            )
+    return lines
+
+
 PAIRS = (  # (a, b, what differs): the same configuration on two cards, or the nearest published pair
     (
         "unsloth-openenv-gpt-oss-20b-2048-t4",
@@ -206,10 +230,47 @@ PAIRS = (  # (a, b, what differs): the same configuration on two cards, or the n
 )
 
 
+def kit_lines(path: Path) -> list[str]:
+    """A card's measured generation waves and training steps (benchmarks/gpu/<card>.json, written by gpu-check)
+    against the prediction the kit printed then and this model's now, at exactly the shapes timed: the longest
+    length of each (the first training step of Unsloth's path compiles)."""
+    import dataclasses
+
+    from launcher.card.detect import GpuInfo
+    from measure.cases import timed_shape
+    from profiles.load import load_profile
+
+    data = json.loads(path.read_text(encoding="utf-8"))
+    card = card_facts(data["card"], data.get("total_gib"))
+    gpu = GpuInfo(card.name, card.memory_gib, card.memory_gib, 0.0, card.capability, None, None, 0, "what-if")
+    lines = [
+        f"{path.name}: measured / predicted then -> predicted now, seconds",
+        f"  {'architecture':26} {'path':9} {'generation wave':30} training step",
+    ]
+    base = REPO / "profiles" / "gpu-16gb-gemma3-1b.yaml"
+    for probe in data["probes"]:
+        timed = probe.get("timed")
+        if not timed:
+            continue
+        profile = load_profile(base, [s for s in probe["settings"] if not s.startswith("name=")])
+        arch = arch_of(profile.model)
+        cells = []
+        for kind in ("generation", "training"):
+            t = timed[kind][-1]
+            shape = timed_shape(profile, arch, gpu, t["sequences"], t["prompt_tokens"], t["completion_tokens"])
+            shape = dataclasses.replace(shape, plain=probe["path"] != "unsloth")
+            now = generation_time(shape, card)[0] if kind == "generation" else training_time(shape, card)
+            cells.append(f"{t['seconds']:.3f} / {t['predicted_s']:.3f} -> {now:.3f}")
+        lines.append(f"  {probe['architecture'].split('/')[-1]:26} {probe['path']:9} {cells[0]:30} {cells[1]}")
+    return lines
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--summary", action="store_true", help="leave out the record-by-record lines")
     parser.add_argument("--json", help="write the rows as JSON here")
+    parser.add_argument("--before", help="an earlier run's --json rows: their errors by phase beside these")
+    parser.add_argument("--kit", help="a card's gpu-check JSON (benchmarks/gpu/*.json): its timed shapes too")
     args = parser.parse_args(argv)
     records = yaml.safe_load(DATA.read_text(encoding="utf-8"))
     rows = []
@@ -251,6 +312,13 @@ def main(argv=None) -> int:
             for name, ratios in sorted(groups.items()):
                 lines.append(f"  {key} {name}: {error_text(ratios)}")
     lines.append("")
+    lines += by_phase(scored, "this model")
+    if args.before:
+        earlier = [r for r in json.loads(Path(args.before).read_text(encoding="utf-8")) if "predicted_s" in r]
+        for r in earlier:
+            r.setdefault("ratio", r["predicted_s"] / r["seconds_per_step"])
+        lines += by_phase(earlier, f"before ({Path(args.before).name})")
+    lines.append("")
     lines.append("card-to-card and same-card ratios (a / b): measured, predicted")
     by_id = {r["id"]: r for r in scored}
     for a, b, what in PAIRS:
@@ -258,6 +326,8 @@ def main(argv=None) -> int:
             measured = by_id[a]["seconds_per_step"] / by_id[b]["seconds_per_step"]
             guess = by_id[a]["predicted_s"] / by_id[b]["predicted_s"]
             lines.append(f"  {what}: measured {measured:.2f}, predicted {guess:.2f}")
+    if args.kit:
+        lines += ["", *kit_lines(Path(args.kit))]
     print("\n".join(lines))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1, default=str), encoding="utf-8")

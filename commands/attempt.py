@@ -48,13 +48,28 @@ def model_to_load(profile) -> tuple[str, dict | None]:
     return source.path, source.built
 
 
+def with_run_length(profile):
+    """The profile with max_steps resolved: the supervisor writes the plan's steps into every attempt's
+    profile; one started by hand with max_steps auto takes the run length the plan would give it without a
+    predicted step (num_train_epochs, else one epoch of the training split, else the stated default)."""
+    if profile.max_steps:
+        return profile
+    from launcher.plan.duration import run_length
+    from tasks.size import train_rows
+
+    rows, basis = train_rows(profile.dataset, profile.train_samples)
+    prompts = profile.generation_batch // profile.num_generations
+    run = run_length(profile, None, prompts, rows=rows, rows_basis=basis)
+    return profile.model_copy(update={"max_steps": run.steps})
+
+
 def run_one_attempt(profile_file: str, overrides: list[str], attempt_dir: str, resume_from: str | None) -> int:
     from contract.errors import EXIT_INTERRUPTED
     from profiles.load import load_profile
     from trainer.run import end_within_grace, restart_point, run_attempt
     from trainer.signals import exit_on_signal
 
-    profile = load_profile(profile_file, overrides)
+    profile = with_run_length(load_profile(profile_file, overrides))
     code, resume_from = restart_point(Path(attempt_dir), resume_from)
     if code is not None:  # a restart inside a multi-node attempt whose failure stands
         return code

@@ -63,12 +63,25 @@ def speed_lines(result: Fit) -> list[str]:
     measured = " (measured on this machine)" if t.measured_s is not None else ""
     lines = [
         f"# predicted: {t.step_s:.1f} s per step{measured} (generation {t.generation_s:.1f}, training "
-        f"{t.training_s:.1f}, other {t.sync_s + t.fixed_s:.1f}), {t.prompts_per_hour:.0f} prompts per hour "
-        f"({OBJECTIVE}: the objective)",
+        f"{t.training_s:.1f}, other {t.sync_s + t.fixed_s:.1f}), {t.prompts_per_hour:.0f} prompts per hour, "
+        f"{objective(result.profile, t):.1f} learning per hour ({OBJECTIVE}: the objective)",
         f"# prompts per step limited by {limit_text(result.limited_by)}; the step bound by {t.limited_by}",
     ]
     lines += [f"# note: {note}" for note in t.notes]
     return lines
+
+
+def run_of(result: Fit):
+    """The run the fitted profile would make by default (launcher.plan.duration), or None."""
+    if result.profile is None:
+        return None
+    from launcher.plan.duration import run_length
+    from tasks.size import train_rows
+
+    p = result.profile
+    rows, basis = train_rows(p.dataset, p.train_samples)
+    step_s = result.speed.step_s if result.speed is not None else None
+    return run_length(p, step_s, p.generation_batch // p.num_generations, rows=rows, rows_basis=basis)
 
 
 def fit_text(result: Fit, card: str) -> str:
@@ -83,6 +96,7 @@ def fit_text(result: Fit, card: str) -> str:
         f"tokens (expected {p.expected_completion_length or '-'})"
         + (f" over {p.num_gpus} training GPUs" if p.num_gpus > 1 else ""),
         *speed_lines(result),
+        f"# run (max_steps auto): {run_of(result).text()}",
         f"# completion cap: {amb.basis}",
         *(
             [f"# note: vllm_standby pinned with 4-bit weights: {STANDBY_FAILURES}"]
@@ -120,8 +134,10 @@ def fit_json(result: Fit, card: str) -> dict:
         "settings": settings_of(p) if p is not None else None,
         "need_gib": None if result.need_gib is None else round(result.need_gib, 3),
         "objective": OBJECTIVE,
-        "prompts_per_hour": round(objective(p, result.speed), 1) if p else None,
+        "prompts_per_hour": round(result.speed.prompts_per_hour, 1) if p and result.speed else None,
+        "learning_per_hour": round(objective(p, result.speed), 2) if p else None,
         "speed": speed,
+        "run": run_of(result).to_json() if p is not None else None,
         "ambition": {
             "source": result.ambition.source,
             "text": result.ambition.text(),

@@ -149,6 +149,31 @@ def add_ledger_choice(parser: argparse.ArgumentParser) -> None:
 DEFAULT_OUTPUT_DIR = "outputs"
 
 
+def budget_hours(text: str) -> float:
+    """--hours: a finite, positive number of hours, at most a year."""
+    from launcher.plan.duration import MAX_HOURS
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of hours") from None
+    if not (0 < value <= MAX_HOURS):  # also False for nan
+        raise argparse.ArgumentTypeError(
+            f"--hours {text}: give the run's budget in hours, above 0 and at most {MAX_HOURS:g}"
+        )
+    return value
+
+
+def add_hours(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--hours",
+        metavar="H",
+        type=budget_hours,
+        help="a wall-clock budget: the run takes the steps the predicted step time fits into H hours (max_steps "
+        "and num_train_epochs, when set, win) and stops at H with a checkpoint, the adapter and the report",
+    )
+
+
 def add_output_dir(parser: argparse.ArgumentParser) -> None:
     # no argparse default: a command can tell a folder the user named from the default (output_dir_of)
     parser.add_argument(
@@ -234,6 +259,8 @@ def plan_of(args):
     measurements = measurements_of(args)
     notes = []
     limits: dict = {}
+    written: dict = {}
+    refused: dict = {}
     overrides = set_keys(args.overrides)  # checked with each profile above
     if machine.gpus and not getattr(args, "profile", None) and "model" in overrides:
         # a model of the user's: derive its configurations from the rungs' intents instead of borrowing theirs
@@ -247,6 +274,11 @@ def plan_of(args):
             measurements=measurements,
             limits=limits,
         )
+    elif machine.gpus:
+        # the rungs (or the profile named) as written, their `auto` keys derived for this card
+        from launcher.plan.derive import derive_rungs
+
+        profiles, notes, written, refused = derive_rungs(profiles, machine, measurements=measurements, limits=limits)
     # a profile the user named is never refused by the ledger, only warned about
     plan = make_plan(
         profiles,
@@ -255,6 +287,9 @@ def plan_of(args):
         ledger_refuses=not getattr(args, "profile", None),
         limits=limits,
         nodes=nodes,
+        hours=getattr(args, "hours", None),
+        written=written,
+        refused=refused,
     )
     plan.notes.extend(notes)
     from launcher.plan.lengths import lengths_notes

@@ -11,6 +11,7 @@ from commands.console import make_console as _console
 from contract.errors import EXIT_OK, EXIT_OUT_OF_MEMORY
 from launcher.memory.estimate import Estimate
 from launcher.plan.choose import Plan
+from launcher.plan.duration import duration_text
 from launcher.plan.margins import GPU_MARGIN_TEXT, HOST_MARGIN_TEXT
 
 SUMMARY = "what would run here, or on a card named with --gpu-memory (instant: no torch)"
@@ -26,6 +27,7 @@ def add_arguments(parser) -> None:
     options.add_profiles(parser)
     options.add_card(parser)
     options.add_nodes(parser)
+    options.add_hours(parser)
     options.add_ledger_choice(parser)
     options.add_json(parser, "the plan")
 
@@ -33,6 +35,27 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     plan, _profiles = options.plan_of(args)
     return print_plan(plan, as_json=args.json)
+
+
+def run_cell(cand) -> str:
+    """A candidate's run in a table cell: steps, predicted hours, epochs of the data."""
+    run = cand.run
+    if run is None:
+        return "-"
+    hours = f", {duration_text(run.hours)}" if run.hours is not None else ""
+    epochs = f", {run.epochs:.2f} ep" if run.epochs is not None else ""
+    return f"{run.steps:,} steps{hours}{epochs}"
+
+
+def written_line(cand) -> str | None:
+    """A derived rung's settings as written beside what was derived from them, for the keys written `auto`."""
+    if not cand.written:
+        return None
+    from launcher.plan.settings import settings_of
+
+    derived = settings_of(cand.profile)
+    keys = [k for k, v in cand.written.items() if v == "auto"]
+    return "as written: " + ", ".join(f"{k}: auto -> {derived.get(k)}" for k in keys)
 
 
 def _shape(profile) -> str:
@@ -73,7 +96,8 @@ def _speed_line(cand) -> str:
     measured = " (measured on this machine)" if t.measured_s is not None else ""
     card = "" if t.card_known else f"; {t.notes[0]}" if t.notes else ""
     from launcher.plan.choose import AS_WRITTEN
-    from launcher.plan.solve import limit_text
+    from launcher.plan.solve import limit_text, objective
+    from launcher.plan.value import critical_batch
 
     limit = (
         "prompts per step as the profile writes them"
@@ -82,7 +106,9 @@ def _speed_line(cand) -> str:
     )
     return (
         f"predicted: {t.step_s:.1f} s per step{measured} (generation {t.generation_s:.1f}, training "
-        f"{t.training_s:.1f}), {t.prompts_per_hour:.0f} prompts per hour; {limit}; the step bound by "
+        f"{t.training_s:.1f}), {t.prompts} prompts a step, {t.prompts_per_hour:.0f} prompts per hour, "
+        f"{objective(cand.profile, t):.1f} learning per hour ({t.updates_per_hour:.0f} updates x "
+        f"{t.prompts}/({t.prompts} + {critical_batch(cand.profile.device).prompts:g})); {limit}; the step bound by "
         f"{t.limited_by}{card}"
     )
 
@@ -110,8 +136,9 @@ def _limit_text(cand) -> str:
     return f"{cand.limited_by}; step: {cand.speed.limited_by}"
 
 
-def print_plan(plan: Plan, as_json: bool = False) -> int:
-    """The plan as a table (or one JSON object); 0 when a profile fits, 3 when none does."""
+def print_plan(plan: Plan, as_json: bool = False, now=None) -> int:
+    """The plan as a table (or one JSON object); 0 when a profile fits, 3 when none does. `now`: the clock the
+    finishing time is counted from (datetime.now() unless given)."""
     code = EXIT_OK if plan.chosen is not None else EXIT_OUT_OF_MEMORY
     if as_json:
         print(json.dumps(plan.to_json(), indent=2))
@@ -135,6 +162,7 @@ def print_plan(plan: Plan, as_json: bool = False) -> int:
         ("largest parts (GiB)", "left"),
         ("s/step", "right"),
         ("prompts/h", "right"),
+        ("run", "right"),
         ("limited by", "left"),
         ("verdict", "left"),
     ):
@@ -159,6 +187,7 @@ def print_plan(plan: Plan, as_json: bool = False) -> int:
             _top_components(cand.estimate) if cand.estimate else "-",
             f"{cand.speed.step_s:.1f}" if cand.speed else "-",
             f"{cand.speed.prompts_per_hour:.0f}" if cand.speed else "-",
+            run_cell(cand),
             _limit_text(cand),
             verdict,
         )
@@ -172,6 +201,15 @@ def print_plan(plan: Plan, as_json: bool = False) -> int:
         turns = _turns_line(plan.chosen)
         if turns:
             console.print(turns, markup=False, highlight=False, soft_wrap=True)
+        if chosen.run is not None:
+            from datetime import datetime
+
+            console.print(
+                f"run: {chosen.run.text(now or datetime.now())}", markup=False, highlight=False, soft_wrap=True
+            )
+        line = written_line(chosen)
+        if line:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
         if chosen.layout is not None and (chosen.layout.training_nodes > 1 or chosen.layout.server_node):
             for row in chosen_nodes(chosen):
                 console.print(f"  {row}", markup=False, highlight=False, soft_wrap=True)

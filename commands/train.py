@@ -24,6 +24,7 @@ EXAMPLES = (
 def add_arguments(parser) -> None:
     options.add_profiles(parser)
     options.add_output_dir(parser)
+    options.add_hours(parser)
     run = parser.add_argument_group("the run")
     run.add_argument(
         "--resume",
@@ -105,4 +106,5 @@ def run(args) -> int:
         # with --resume, the job script's --profile FILE names the run's profile: checked against the run
         named_profile=named if args.resume else None,
         command=machine_command(args.overrides, named),
+        hours=args.hours,
     )

@@ -22,6 +22,8 @@ from contract.environment import (
     ENV_LENGTH_REPLAN,
     ENV_PREDICTED_STEP_S,
     ENV_RANDOM_WEIGHTS,
+    ENV_RUN_BUDGET_S,
+    ENV_RUN_DEADLINE,
     ENV_VLLM_STANDBY,
 )
 from contract.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUT_OF_MEMORY
@@ -42,6 +44,8 @@ NODE = "node"
 # (and the memory and time that follow from it) and starts the next attempt (ENV_LENGTH_REPLAN allows it)
 REPLANNED = "replanned"
 STATUSES = (OK, OOM, UNSUPPORTED, ERROR, INTERRUPTED, NODE, REPLANNED)
+# Why an attempt that ended ok stopped before max_steps (outcome.json and attempts.jsonl `stopped_by`)
+STOPPED_BY_BUDGET = "budget"
 # Worst first: the status an attempt gets when its ranks disagree. A rank killed because another rank
 # failed reports "interrupted", and one whose peer died reports a lost node; the failure that started it is
 # what the supervisor must act on.
@@ -141,6 +145,7 @@ class Outcome:
     # the answers' measured lengths (contract.lengths.MeasuredLengths' figures) with the chat template's
     # switches and the plan's cap and expected length: the length probe's, else the training steps'
     lengths: dict | None = None
+    stopped_by: str | None = None  # STOPPED_BY_BUDGET: training stopped at the run's --hours budget
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2) + "\n"
@@ -195,6 +200,7 @@ def merge_outcomes(attempt_dir: Path) -> Outcome | None:
     merged.peak_gib = max(peaks) if peaks else None
     merged.rank = worst_rank
     merged.ranks = len({rank for rank, _o in found})
+    merged.stopped_by = main.stopped_by or worst.stopped_by
     if worst.status != OK and merged.error and len(found) > 1:
         merged.error = f"rank {worst_rank}: {merged.error}"
     return merged
@@ -388,6 +394,14 @@ def expected_tokens_from_env(environ: dict | None = None) -> int | None:
 def length_replan_allowed(environ=None) -> bool:
     """Whether the supervisor re-plans an attempt whose length probe finds its answers cut (ENV_LENGTH_REPLAN)."""
     return (os.environ if environ is None else environ).get(ENV_LENGTH_REPLAN, "") == "1"
+
+
+def run_budget_from_env(environ: dict | None = None) -> tuple[float, float] | None:
+    """(the run's deadline in seconds since the epoch, its whole budget in seconds) under train --hours, else
+    None."""
+    deadline = _positive_from_env(ENV_RUN_DEADLINE, environ)
+    budget = _positive_from_env(ENV_RUN_BUDGET_S, environ)
+    return (deadline, budget) if deadline is not None and budget is not None else None
 
 
 def random_weights_requested(environ=None) -> bool:

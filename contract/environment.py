@@ -44,6 +44,8 @@ ENV_ESTIMATE_GIB = "GRPO_ATTEMPT_ESTIMATE_GIB"
 ENV_PREDICTED_STEP_S = "GRPO_ATTEMPT_PREDICTED_STEP_S"
 ENV_EXPECTED_TOKENS = "GRPO_ATTEMPT_EXPECTED_TOKENS"
 ENV_LENGTH_REPLAN = "GRPO_LENGTH_REPLAN"
+ENV_RUN_DEADLINE = "GRPO_RUN_DEADLINE"
+ENV_RUN_BUDGET_S = "GRPO_RUN_BUDGET_S"
 ENV_PROBE_ONLY = "GRPO_PROBE_ONLY"
 ENV_RANDOM_WEIGHTS = "GRPO_RANDOM_WEIGHTS"
 # SLURM's, read where GRPO_* leave a value unset. The node count and rank only inside an `srun` step (one task
@@ -169,6 +171,15 @@ VARIABLES: tuple[Variable, ...] = (
         SUPERVISOR,
         "1: an attempt whose length probe finds answers cut at the cap stops before training (status replanned) "
         "for the supervisor to re-plan the cap; otherwise it trains on and says so",
+    ),
+    Variable(
+        ENV_RUN_DEADLINE,
+        SUPERVISOR,
+        "train --hours: when the run's budget ends (seconds since the epoch); the attempt stops there with a "
+        "checkpoint, the adapter and the report",
+    ),
+    Variable(
+        ENV_RUN_BUDGET_S, SUPERVISOR, "train --hours: the run's whole budget in seconds (for the overrun warning)"
     ),
     Variable(ENV_PROBE_ONLY, SUPERVISOR, "1: load, run the worst-case probe, report it, stop (calibrate)"),
     Variable(

@@ -162,10 +162,11 @@ def plan_cases(machine, unsloth: bool, bitsandbytes: bool, models: list[str] | N
 # ------------------------------------------------------------------------------------------------ predictions
 
 
-def timed_shape(profile, arch, gpu, sequences: int, prompt_tokens: int, completion_tokens: int):
+def timed_shape(profile, arch, gpu, sequences: int, prompt_tokens: int, completion_tokens: int, plain: bool = False):
     """The step-time model's StepShape for exactly what the kit timed: `sequences` completions of exactly
     `completion_tokens` tokens after prompts `prompt_tokens` wide, generated at once by transformers and
-    trained as one micro-batch; no reference or old-policy forward (the timed step scores neither)."""
+    trained as one micro-batch, on Unsloth's path or (`plain`) plain TRL + PEFT's; no reference or old-policy
+    forward (the timed step scores neither) and one generation a step."""
     from launcher.plan.speed import shape_of
 
     shape = shape_of(profile, arch, gpu)
@@ -183,6 +184,9 @@ def timed_shape(profile, arch, gpu, sequences: int, prompt_tokens: int, completi
         standby=False,
         own_vllm_weights=False,
         world=1,
+        num_iterations=1,
+        steps_per_generation=1,
+        plain=plain,
     )
 
 
@@ -195,16 +199,25 @@ def card_of(gpu):
     return card_facts(gpu.name, gpu.total_gib) or DEFAULT
 
 
-def predict_timed(profile, gpu, kind: str, sequences: int, prompt_tokens: int, completion_tokens: int, constants=None):
+def predict_timed(
+    profile,
+    gpu,
+    kind: str,
+    sequences: int,
+    prompt_tokens: int,
+    completion_tokens: int,
+    constants=None,
+    plain: bool = False,
+):
     """Predicted seconds of one timed generation wave (kind "generation") or training step ("training") at
-    that shape; `constants` (measure.refit) overrides the step-time model's constants. None where the model
-    cannot say."""
+    that shape, on Unsloth's path or (`plain`) plain TRL + PEFT's; `constants` (measure.refit) overrides the
+    step-time model's constants. None where the model cannot say."""
     from launcher.plan import speed
     from profiles.catalog import resolve
 
     try:
         arch = resolve(profile.model, allow_hub=False)
-        shape = timed_shape(profile, arch, gpu, sequences, prompt_tokens, completion_tokens)
+        shape = timed_shape(profile, arch, gpu, sequences, prompt_tokens, completion_tokens, plain)
         with speed.constants_set(constants or {}):
             if kind == "generation":
                 return speed.generation_time(shape, card_of(gpu))[0]

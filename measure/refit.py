@@ -23,6 +23,8 @@ BOUNDS = {
     "TRAIN_MATMUL_EFFICIENCY": (0.02, 1.0),
     "PREFILL_MATMUL_EFFICIENCY": (0.02, 1.0),
     "KERNEL_LAUNCH_S": (1e-5, 2e-2),
+    "PLAIN_GENERATE_SLOWDOWN": (1.0, 10.0),
+    "PLAIN_TRAINING_SLOWDOWN": (1.0, 10.0),
 }
 SWEEPS = 6
 GOLDEN_STEPS = 40
@@ -54,6 +56,7 @@ class Timed:
             self.prompt_tokens,
             self.completion_tokens,
             constants=constants,
+            plain=self.path == PLAIN,
         )
 
 

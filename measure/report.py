@@ -9,7 +9,7 @@ import json
 import re
 from pathlib import Path
 
-from measure.cases import case_key
+from measure.cases import PLAIN, case_key
 
 REPORT_VERSION = 3
 # Estimate components by what the probe exercises: held before its step (the model), the step itself, and
@@ -126,6 +126,7 @@ def with_predictions(case: dict, timed: dict, gpu) -> dict:
                 entry["sequences"],
                 entry["prompt_tokens"],
                 entry["completion_tokens"],
+                plain=case["path"] == PLAIN,
             )
             entry["predicted_s"] = None if predicted is None else round(predicted, 4)
             entry["measured_over_predicted"] = _ratio(entry["seconds"], predicted)

@@ -81,12 +81,8 @@ def _warmup(value: Any, data: dict) -> float:
 
 
 def _max_steps(value: Any, data: dict) -> Any:
-    if value == -1:
-        raise KeyProblem(
-            "max_steps -1 trains by num_train_epochs; runs here are a number of optimizer steps (the "
-            "plan, the checkpoints and the fallback count them)",
-            "write max_steps: N",
-        )
+    if value == -1:  # TRL: train by num_train_epochs; here the plan's run length, which honours them
+        return 0
     return value
 
 
@@ -178,7 +174,7 @@ ALIASES: dict[str, Alias] = {
     "vllm_tensor_parallel_size": _renamed("vllm_tensor_parallel"),
     "vllm_enable_sleep_mode": _renamed("vllm_standby", note="Unsloth's standby: vLLM sleeps while training runs"),
     "warmup_steps": _renamed("warmup_ratio", _warmup, "a share of max_steps"),
-    "max_steps": _renamed("max_steps", _max_steps),  # same name; -1 (epochs) is refused
+    "max_steps": _renamed("max_steps", _max_steps, "-1 (TRL: by num_train_epochs): the plan's run length"),
     "eval_strategy": _renamed("eval_steps", _eval_strategy, "no: eval_steps 0; steps: eval_steps"),
     "do_eval": _renamed("eval_steps", _do_eval, "false: eval_steps 0"),
     "vllm_device": _decided("the launcher places vLLM (in the training process, or on the server's GPUs)"),
@@ -210,9 +206,6 @@ ALIASES: dict[str, Alias] = {
     ),
     "hub_strategy": _decided("pushed once, at the end"),
     "hub_private_repo": _decided("the repository is created as the hub's default for your account"),
-    "num_train_epochs": _decided(
-        "a run is max_steps optimizer steps; beside max_steps it is not used, as in TRL (alone: refused)"
-    ),
     "per_device_eval_batch_size": _decided("evaluation batches its own generation"),
     "gradient_checkpointing_kwargs": _decided("non-reentrant checkpointing is used wherever it applies"),
     "data_seed": _decided("the data order follows seed"),
@@ -382,7 +375,6 @@ def translate(data: dict, source: str, context: dict | None = None) -> tuple[dic
             readings.append(Reading(key, RENAMED, alias.ours, converted, alias.note))
     if "reward_funcs" in data or "reward_weights" in data:
         _translate_rewards(data, source, context, out, readings)
-    _read_epochs(data, source, readings)
     _read_push(data, source, context, out, readings)
     return out, readings
 
@@ -423,21 +415,6 @@ def _translate_rewards(data: dict, source: str, context: dict, out: dict, readin
     else:
         note = "weights 1.0, as TRL's"
     readings.append(Reading("reward_funcs", RENAMED, "rewards", out["rewards"], note))
-
-
-def _read_epochs(data: dict, source: str, readings: list[Reading]) -> None:
-    """num_train_epochs beside max_steps is TRL's own reading (max_steps wins); alone it would silently train
-    the default number of steps, so it is refused. A --set of it alone is refused too: the file's max_steps
-    would win over what the --set says."""
-    if "num_train_epochs" not in data or "max_steps" in data:
-        return
-    raise ProfileError(
-        source,
-        "num_train_epochs",
-        f"{shown(data['num_train_epochs'])}: a run here is max_steps optimizer steps; without max_steps this "
-        "would train the default number of steps, not these epochs",
-        "write max_steps: N (N = epochs x training rows / prompts per step) and drop num_train_epochs",
-    )
 
 
 def _read_push(data: dict, source: str, context: dict, out: dict, readings: list[Reading]) -> None:

@@ -119,8 +119,23 @@ def keys_markdown() -> str:
 
 
 def schema_json() -> str:
-    """The JSON Schema of a profile YAML, for editors (`# yaml-language-server: $schema=schema.json`)."""
-    return json.dumps(Profile.model_json_schema(), indent=2) + "\n"
+    """The JSON Schema of a profile YAML, for editors (`# yaml-language-server: $schema=schema.json`); a key the
+    plan may derive also takes `auto`."""
+    from profiles.schema import AUTO, DERIVED_KEYS
+
+    schema = Profile.model_json_schema()
+    auto = {"type": "string", "enum": [AUTO]}
+    for key in DERIVED_KEYS:
+        spec = schema["properties"][key]
+        forms = spec.get("anyOf")
+        if forms is None:
+            kept = {k: v for k, v in spec.items() if k in ("description", "default", "title", "section", "tags")}
+            form = {k: v for k, v in spec.items() if k not in kept}
+            spec.clear()
+            spec.update({"anyOf": [form, auto], **kept})
+        elif auto not in forms:
+            forms.append(auto)
+    return json.dumps(schema, indent=2) + "\n"
 
 
 SCHEMA_PATH = Path(__file__).resolve().parent / "schema.json"

@@ -15,7 +15,7 @@ import yaml
 from contract.errors import ProfileError, UsageError
 from profiles.aliases import alias_of, translate
 from profiles.keys import DEFAULT_REWARDS, DEFAULT_TARGET_MODULES, VLLM_LORA_RANKS, KeyProblem, suggest
-from profiles.schema import KEYS, Profile, profile_from_dict
+from profiles.schema import AUTO, KEYS, Profile, profile_from_dict
 
 __all__ = [
     "DEFAULT_REWARDS",
@@ -351,7 +351,8 @@ def load_profile(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) 
         profile.readings = readings
         return profile
     if changes:
-        profile = profile_from_dict({**profile.to_dict(), **changes}, f"{path} with --set")
+        auto = {key: AUTO for key in profile.derived if key not in changes}  # still the plan's to derive
+        profile = profile_from_dict({**profile.to_dict(), **auto, **changes}, f"{path} with --set")
     profile.readings = readings
     return profile
 

@@ -160,6 +160,18 @@ def _top_k(value: Any) -> Any:
     return 0 if value == -1 else value  # vLLM's spelling of "no top-k"; TRL and transformers say 0
 
 
+def _steps(value: Any) -> Any:
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return 0
+    try:
+        return _whole_number(value)
+    except KeyProblem:
+        raise KeyProblem(
+            f"expected a whole number of optimizer steps or '{AUTO}', got {shown(value)}",
+            f"write max_steps: {AUTO} (the plan's run length) or N",
+        ) from None
+
+
 def _eval_steps(value: Any) -> Any:
     if isinstance(value, str) and value.strip().lower() == EVAL_AUTO:
         return EVAL_AUTO
@@ -217,6 +229,11 @@ ScaleRewards = Annotated[
     WithJsonSchema({"anyOf": [{"type": "boolean"}, {"type": "string", "enum": list(SCALE_REWARDS)}]}),
 ]
 TopK = Annotated[int, BeforeValidator(_top_k), WithJsonSchema({"type": "integer", "minimum": -1})]
+Steps = Annotated[
+    int,
+    BeforeValidator(_steps),
+    WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "enum": ["auto"]}]}),
+]
 EvalSteps = Annotated[
     int | str,
     BeforeValidator(_eval_steps),
@@ -228,7 +245,10 @@ EvalSteps = Annotated[
 MEMORY = "memory"  # changes how much memory a step needs: the ledger's fingerprint of a shape
 LEVER = "lever"  # the fit solver and the OOM shrink may move it: what a plan shows a candidate will run with
 SHAPE = "shape"  # decides whether a checkpoint's adapter loads into another attempt's model
-TAGS = (MEMORY, LEVER, SHAPE)
+DERIVED = "derived"  # may be written `auto`: the plan derives it for the card (a value written is pinned)
+TAGS = (MEMORY, LEVER, SHAPE, DERIVED)
+# The value that asks the plan to derive a key tagged DERIVED
+AUTO = "auto"
 
 
 def _key(default: Any, help: str, section: str, tags: tuple[str, ...] = (), **limits: Any) -> Any:
@@ -268,17 +288,21 @@ class Profile(BaseModel):
     trust_remote_code: StrictBool = _key(
         False, "run the model repository's own code (off unless you trust it)", "model"
     )
-    max_seq_length: Whole = _key(1024, "longest prompt + completion in tokens", "model", tags=(MEMORY, LEVER), ge=16)
+    max_seq_length: Whole = _key(
+        1024, "longest prompt + completion in tokens", "model", tags=(MEMORY, LEVER, DERIVED), ge=16
+    )
     max_prompt_length: Whole = _key(
         256, "prompts longer than this (tokens) are dropped", "model", tags=(MEMORY, LEVER), ge=8
     )
-    max_completion_length: Whole = _key(512, "tokens generated per completion", "model", tags=(MEMORY, LEVER), ge=1)
+    max_completion_length: Whole = _key(
+        512, "tokens generated per completion", "model", tags=(MEMORY, LEVER, DERIVED), ge=1
+    )
     expected_completion_length: Whole = _key(
         0,
         "tokens a completion runs on average, for the planned time per step (memory is planned at "
         "max_completion_length); 0 = derived from the task's reference solutions and the model's tokenizer",
         "model",
-        tags=(LEVER,),
+        tags=(LEVER, DERIVED),
         ge=0,
     )
     # --- LoRA ---
@@ -290,22 +314,30 @@ class Profile(BaseModel):
     )
     # --- generation ---
     fast_inference: StrictBool = _key(
-        True, "generate with vLLM inside the process (Unsloth fast_inference)", "generation", tags=(MEMORY, LEVER)
+        True,
+        "generate with vLLM inside the process (Unsloth fast_inference)",
+        "generation",
+        tags=(MEMORY, LEVER, DERIVED),
     )
     gpu_memory_utilization: Number = _key(
-        0.5, "vLLM's share of the whole GPU, reserved at start", "generation", tags=(MEMORY, LEVER), gt=0.0, lt=1.0
+        0.5,
+        "vLLM's share of the whole GPU, reserved at start",
+        "generation",
+        tags=(MEMORY, LEVER, DERIVED),
+        gt=0.0,
+        lt=1.0,
     )
     vllm_standby: StrictBool = _key(
         False,
         "UNSLOTH_VLLM_STANDBY: vLLM sleeps during training and lends its memory",
         "generation",
-        tags=(MEMORY, LEVER),
+        tags=(MEMORY, LEVER, DERIVED),
     )
     vllm_max_num_seqs: Whole = _key(
         0,
         "sequences vLLM generates at once (max_num_seqs); 0 = as Unsloth sizes it from its KV cache (8 to 256)",
         "generation",
-        tags=(MEMORY, LEVER),
+        tags=(MEMORY, LEVER, DERIVED),
         ge=0,
         le=4096,
     )
@@ -327,9 +359,11 @@ class Profile(BaseModel):
     )
     # --- batch ---
     per_device_train_batch_size: Whole = _key(
-        2, "completions per forward/backward (not prompts)", "batch", tags=(MEMORY, LEVER), ge=1
+        2, "completions per forward/backward (not prompts)", "batch", tags=(MEMORY, LEVER, DERIVED), ge=1
     )
-    gradient_accumulation_steps: Whole = _key(2, "micro-batches per optimizer step", "batch", tags=(LEVER,), ge=1)
+    gradient_accumulation_steps: Whole = _key(
+        2, "micro-batches per optimizer step", "batch", tags=(LEVER, DERIVED), ge=1
+    )
     # --- optimisation ---
     optim: Literal[OPTIMIZERS] = _key(
         "adamw_8bit", "optimizer (8-bit variants need bitsandbytes, i.e. a GPU)", "optimisation", tags=(MEMORY,)
@@ -342,7 +376,7 @@ class Profile(BaseModel):
         "unsloth",
         "activation checkpointing: unsloth (offloads to RAM), true, false",
         "optimisation",
-        tags=(MEMORY, LEVER),
+        tags=(MEMORY, LEVER, DERIVED),
     )
     learning_rate: Number = _key(5e-6, "peak learning rate", "optimisation", gt=0.0, le=1.0)
     lr_scheduler_type: Literal[SCHEDULERS] = _key("cosine", "learning-rate schedule", "optimisation")
@@ -445,7 +479,21 @@ class Profile(BaseModel):
         le=64,
     )
     # --- run ---
-    max_steps: Whole = _key(250, "optimizer steps", "run", ge=1)
+    max_steps: Steps = _key(
+        0,
+        "optimizer steps; 0 or auto = the plan's run length: num_train_epochs, else --hours, else one epoch "
+        "of the training split within 4 hours of predicted steps",
+        "run",
+        tags=(DERIVED,),
+        ge=0,
+    )
+    num_train_epochs: Number = _key(
+        0.0,
+        "passes over the training split (TRL's name) when max_steps is auto; 0 = not set",
+        "run",
+        ge=0.0,
+        le=10000.0,
+    )
     save_steps: Whole = _key(50, "checkpoint every N steps", "run", ge=1)
     seed: Whole = _key(3407, "random seed (data order, sampling, LoRA init)", "run", ge=0, le=2**32 - 1)
     report_to: Literal[REPORT_TO] = _key("none", "experiment tracker passed to TRL", "run")
@@ -556,6 +604,8 @@ class Profile(BaseModel):
     source: SkipJsonSchema[str] = Field("", exclude=True)
     # how the file's keys in TRL's or open-r1's names were read (profiles.aliases.Reading); empty for our own
     readings: SkipJsonSchema[list] = Field(default_factory=list, exclude=True)
+    # the keys written `auto`: the plan derives them for the card (launcher.plan.derive.derive_rungs)
+    derived: SkipJsonSchema[tuple] = Field(default=(), exclude=True)
 
     # ------------------------------------------------------------------------------------------------
     @property
@@ -722,7 +772,7 @@ class Profile(BaseModel):
         return self
 
 
-KEYS = tuple(name for name in Profile.model_fields if name not in ("source", "readings"))
+KEYS = tuple(name for name in Profile.model_fields if name not in ("source", "readings", "derived"))
 
 
 def keys_tagged(tag: str) -> tuple[str, ...]:
@@ -738,10 +788,41 @@ def keys_in(section: str) -> tuple[str, ...]:
 
 
 MEMORY_KEYS = keys_tagged(MEMORY)
+DERIVED_KEYS = keys_tagged(DERIVED)
 LEVER_KEYS = keys_tagged(LEVER)
 SHAPE_KEYS = keys_tagged(SHAPE)
 # The GRPO loss's settings: its own section, and the KL weight, which sits with the optimiser (it costs memory)
 LOSS_KEYS = (*keys_in("loss"), "beta")
+
+
+def auto_placeholders(values: dict, derived) -> dict:
+    """Values for the keys written `auto` until the plan derives them, chosen so that the rules tying them to
+    the keys written stand: one group per micro-batch and step, the sequence as long as prompt and
+    completion, nothing expected beyond the cap, standby off, the run length the plan's."""
+    defaults = {name: Profile.model_fields[name].get_default(call_default_factory=True) for name in derived}
+    out = dict(defaults)
+    generations = values.get("num_generations", Profile.model_fields["num_generations"].default)
+    if "per_device_train_batch_size" in out:
+        out["per_device_train_batch_size"] = generations if isinstance(generations, int) else 1
+    if "gradient_accumulation_steps" in out:
+        out["gradient_accumulation_steps"] = 1
+    if "expected_completion_length" in out:
+        out["expected_completion_length"] = 0
+    if "vllm_standby" in out:
+        out["vllm_standby"] = False
+    if "fast_inference" in out:
+        out["fast_inference"] = values.get("device", "cuda") != "cpu"
+    if "vllm_max_num_seqs" in out:
+        out["vllm_max_num_seqs"] = 0
+    if "max_steps" in out:
+        out["max_steps"] = 0
+    if "max_seq_length" in out:
+        prompt = values.get("max_prompt_length", Profile.model_fields["max_prompt_length"].default)
+        completion = values.get("max_completion_length", out.get("max_completion_length"))
+        completion = completion or Profile.model_fields["max_completion_length"].default
+        if isinstance(prompt, int) and isinstance(completion, int):
+            out["max_seq_length"] = prompt + completion
+    return out
 
 
 def shape_of(settings: Any) -> tuple:
@@ -820,19 +901,25 @@ def profile_from_dict(data: Any, source: str) -> Profile:
     if not isinstance(data, dict):
         raise ProfileError(source, None, f"expected a mapping of keys to values, got {type(data).__name__}")
     values: dict[str, Any] = {}
+    derived = []
     for key, value in data.items():
         key = str(key)
         if key not in KEYS:
             raise ProfileError(
                 source, key, "unknown key", suggest(key, KEYS) or "run `python train.py --help` for the list of keys"
             )
+        if isinstance(value, str) and value.strip().lower() == AUTO and key in DERIVED_KEYS:
+            derived.append(key)  # the plan derives it; a placeholder below keeps the rules of the others
+            continue
         if value is not None:  # an empty value keeps the default
             values[key] = value
+    if derived:
+        values.update({key: value for key, value in auto_placeholders(values, derived).items()})
     if not values.get("name"):
         # made up here, so made safe here: a file named `modèle 2.yaml` is the profile `modele-2`
         values["name"] = safe_name(Path(source).stem) if source and not source.startswith("<") else "profile"
     try:
-        return Profile.model_validate({**values, "source": source})
+        return Profile.model_validate({**values, "source": source, "derived": tuple(derived)})
     except ValidationError as exc:
         key, reason, fix = _problem(exc.errors()[0])
         raise ProfileError(source, key, reason, fix) from None

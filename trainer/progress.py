@@ -3,10 +3,29 @@ a plain line every LINE_EVERY_S seconds otherwise (logs, pipes, the supervisor's
 
 from __future__ import annotations
 
+import statistics
 import sys
 import time
 
 LINE_EVERY_S = 30.0
+RECENT_STEPS = 20  # the pace is the median of the last steps (the first, which compiles, left out)
+
+
+def pace(step_times: list[float]) -> float | None:
+    """Seconds per step at the measured pace: the median of the recent steps, the first left out once others
+    are known (it compiles and warms up)."""
+    times = [t for t in step_times if t > 0]
+    if len(times) > 1:
+        times = times[1:]
+    if not times:
+        return None
+    return statistics.median(times[-RECENT_STEPS:])
+
+
+def eta_seconds(step_times: list[float], step: int, max_steps: int) -> float | None:
+    """Seconds left to max_steps at the measured pace (None before a step is measured)."""
+    each = pace(step_times)
+    return None if each is None else each * max(max_steps - step, 0)
 
 
 def _duration(seconds: float) -> str:
@@ -31,6 +50,7 @@ class Progress:
         self._printing = True
         self._started = time.time()
         self._last_line = 0.0
+        self._step_times: list[float] = []  # measured: the ETA is re-predicted from them
         if sys.stdout.isatty():
             from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
             from rich.progress import Progress as RichProgress
@@ -53,6 +73,8 @@ class Progress:
         return f"rss {memory.get('rss_gib', 0.0):.2f} GiB"
 
     def update(self, step: int, total: int, row: dict):
+        if isinstance(row.get("step_time"), (int, float)):
+            self._step_times.append(float(row["step_time"]))
         reward = row.get("reward")
         info = f"reward {reward:.3f}  " if reward is not None else ""
         signal = row.get("group_signal")
@@ -67,7 +89,9 @@ class Progress:
             if not (step == 1 or step % self._every == 0 or step == total or now - self._last_line >= LINE_EVERY_S):
                 return
             self._last_line = now
-            left = (now - self._started) / max(step, 1) * max((total or self.total) - step, 0)
+            left = eta_seconds(self._step_times, step, total or self.total)
+            if left is None:
+                left = (now - self._started) / max(step, 1) * max((total or self.total) - step, 0)
             try:
                 print(
                     f"[{self.name}] step {step}/{total}  {info}  ({row['step_time']:.2f} s/step, "

@@ -445,7 +445,8 @@ def write_report(attempt_dir: Path, summary: dict) -> None:
         f"# GRPO run: {summary['profile']['name']}",
         "",
         f"- status: **{summary['status']}**, {summary['steps']} of {summary['max_steps']} steps "
-        f"in {_fmt(summary['train_seconds'], 1, ' s')} (whole attempt {_fmt(summary['wall_seconds'], 1, ' s')})",
+        f"in {_fmt(summary['train_seconds'], 1, ' s')} (whole attempt {_fmt(summary['wall_seconds'], 1, ' s')})"
+        + (", stopped at the run's time budget (--hours)" if summary.get("stopped_by") == "budget" else ""),
         f"- model: `{summary['profile']['model']}` on {summary['device']['name']} ({summary['backend']})",
         f"- dataset: {summary['profile']['dataset']}, {summary['train_rows']} training prompts "
         f"({summary['dropped_prompts']} dropped as longer than max_prompt_length)",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import time
 import traceback
 from pathlib import Path
 
@@ -339,6 +340,7 @@ def _close_outcome(state: AttemptState, outcome: Outcome) -> bool:
     outcome.probe = state.probe
     outcome.timing = _timing(state)
     outcome.lengths = _lengths(state)
+    outcome.stopped_by = state.stopped_by
     if state.memory is not None and state.measures_peak:
         try:
             state.memory.sample()
@@ -404,7 +406,9 @@ def _train(state: AttemptState, signals, after_probe=None) -> str:
 
     try:
         # under accelerate the ranks must meet at the barrier below: rank 0 evaluates to its end
+        evaluated = time.time()
         before = evaluate_rows(state, loaded, loaded.eval_rows, signals=None if state.profile.distributed else signals)
+        state.eval_seconds = time.time() - evaluated  # the final evaluation takes about as long (trainer.budget)
     except EvaluationStopped:
         return INTERRUPTED
     wait_for_ranks()

@@ -52,6 +52,7 @@ class Session:
     evaluation: Any = None  # trainer.callbacks.EvaluateDuringTraining, when the profile evaluates during training
     eval_every: int = 0
     eval_why: str = ""
+    budget: Any = None  # trainer.budget.BudgetCallback, under train --hours
 
 
 def load(state: AttemptState) -> Loaded:
@@ -290,6 +291,13 @@ def build_trainer(state: AttemptState, loaded: Loaded, signals) -> Session:
     injector = make_injector(profile, state.estimate_gib)
     if injector is not None:
         callbacks.append(injector)
+    budget = contract.run_budget_from_env()
+    if budget is not None:  # train --hours: stop at the run's budget with a checkpoint
+        from trainer.budget import BudgetCallback
+
+        warn = session.progress.warn if session.progress is not None else (lambda text: None)
+        session.budget = BudgetCallback(budget[0], budget[1], finish_s=state.eval_seconds or 0.0, say=warn)
+        callbacks.append(session.budget)
     if profile.report_to in ("tensorboard", "all"):
         # event files in the attempt folder, where `tensorboard --logdir outputs` finds every run
         os.environ[TENSORBOARD_DIR_VARIABLE] = str(state.attempt_dir / contract.TENSORBOARD_DIR)
@@ -382,6 +390,8 @@ def train(state: AttemptState, session: Session) -> float:
     started = time.time()
     try:
         session.trainer.train(resume_from_checkpoint=state.resume_from)
+        if session.budget is not None and session.budget.stopped:
+            state.stopped_by = contract.STOPPED_BY_BUDGET
     finally:
         if session.progress is not None:
             session.progress.close()

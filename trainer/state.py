@@ -42,6 +42,8 @@ class AttemptState:
         # training step, so it is not reported as the shape's peak (the ledger would take it as one)
         self.measures_peak = True
         self.started = time.time()
+        self.stopped_by: str | None = None  # contract.attempt.STOPPED_BY_BUDGET: stopped at the run's budget
+        self.eval_seconds: float | None = None  # how long the evaluation before training took
 
     @property
     def steps(self) -> int:

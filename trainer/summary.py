@@ -48,6 +48,7 @@ def build_summary(
         "device": device,
         "steps": state.steps,
         "max_steps": profile.max_steps,
+        "stopped_by": getattr(state, "stopped_by", None),
         "resumed_from": contract.relative_path(state.resume_from, state.attempt_dir),
         "train_seconds": round(train_seconds, 2),
         "wall_seconds": round(time.time() - state.started, 2),

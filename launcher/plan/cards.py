@@ -7,31 +7,33 @@ from contract.attempt import bf16_capable
 from contract.errors import UsageError
 from launcher.card.detect import GpuInfo, Machine
 from launcher.plan.choose import make_plan
+from launcher.plan.derive import derive_rungs
 
-# Cards for --fit-table: (name, total GiB as NVML reports it, compute capability)
+# Cards for --fit-table: (name, total GiB as NVML reports it, compute capability, the card the step-time model
+# times it as: one common card of the class, from the card table)
 COMMON_CARDS = (
-    ("8 GB card (RTX 3070, 4060)", 8.0, (8, 6)),
-    ("12 GB card (RTX 3060, 4070)", 12.0, (8, 6)),
-    ("T4 16 GB", 15.0, (7, 5)),
-    ("16 GB card (RTX 4060 Ti 16GB, 4080)", 16.0, (8, 9)),
-    ("L4 / A10 24 GB", 22.5, (8, 9)),
-    ("RTX 3090 / 4090 24 GB", 24.0, (8, 9)),
-    ("A100 40GB", 40.0, (8, 0)),
-    ("A100 80GB", 80.0, (8, 0)),
-    ("H100 80GB", 79.6, (9, 0)),
+    ("8 GB card (RTX 3070, 4060)", 8.0, (8, 6), "NVIDIA GeForce RTX 3070"),
+    ("12 GB card (RTX 3060, 4070)", 12.0, (8, 6), "NVIDIA GeForce RTX 3060"),
+    ("T4 16 GB", 15.0, (7, 5), "Tesla T4"),
+    ("16 GB card (RTX 4060 Ti 16GB, 4080)", 16.0, (8, 9), "NVIDIA GeForce RTX 4060 Ti"),
+    ("L4 / A10 24 GB", 22.5, (8, 9), "NVIDIA L4"),
+    ("RTX 3090 / 4090 24 GB", 24.0, (8, 9), "NVIDIA GeForce RTX 4090"),
+    ("A100 40GB", 40.0, (8, 0), "NVIDIA A100-SXM4-40GB"),
+    ("A100 80GB", 80.0, (8, 0), "NVIDIA A100-SXM4-80GB"),
+    ("H100 80GB", 79.6, (9, 0), "NVIDIA H100 80GB HBM3"),
 )
 
 
 def fit_table(profiles, cards=COMMON_CARDS) -> list[dict]:
-    """For each card: the profile the ladder gives it (what-if planning, free = total). One card each:
-    multi-GPU profiles are left out (plan those with --gpus N)."""
+    """For each card: the profile the ladder gives it (what-if planning, free = total), its rungs' `auto` keys
+    derived for the card. One card each: multi-GPU profiles are left out (plan those with --gpus N)."""
     cuda = [p for p in profiles if p.device == "cuda" and p.gpus_needed == 1]
     if not cuda:
         raise UsageError("--fit-table: no cuda profiles in the ladder (fix: --profiles-dir with gpu-*.yaml)")
     rows = []
-    for name, total, capability in cards:
+    for name, total, capability, *timed_as in cards:
         gpu = GpuInfo(
-            name=name,
+            name=timed_as[0] if timed_as else name,
             total_gib=total,
             free_gib=total,
             used_gib=0.0,
@@ -41,7 +43,10 @@ def fit_table(profiles, cards=COMMON_CARDS) -> list[dict]:
             index=0,
             source="what-if",
         )
-        plan = make_plan(cuda, Machine([gpu], f"{name}: what-if", 0.0, 0.0))
+        machine = Machine([gpu], f"{name}: what-if", 0.0, 0.0)
+        limits: dict = {}
+        rungs, _notes, written, refused = derive_rungs(cuda, machine, limits=limits)
+        plan = make_plan(rungs, machine, limits=limits, written=written, refused=refused)
         chosen = next((c for c in plan.candidates if c.fits), None)
         rows.append(
             {

@@ -38,15 +38,23 @@ class Candidate:
     speed: object = None  # launcher.plan.speed.StepTime: the predicted step (None on the CPU)
     limited_by: str = AS_WRITTEN  # what stopped its prompts per step (the fit solver's verdict), or AS_WRITTEN
     layout: NodeLayout | None = None  # several nodes: which node does what
+    run: object = None  # launcher.plan.duration.RunLength: its steps, prompts, epochs and predicted hours
+    written: dict | None = None  # a rung derived for the card: its settings as written ("auto" where derived)
 
     def speed_json(self) -> dict | None:
-        """`speed` of `plan --json`: step_s, generation_s, training_s, prompts_per_hour, limited_by (what stopped
-        the prompts per step: memory, throughput, the cap, the pins, or the profile as written) and bound_by
-        (the phase that takes most of a step and what bounds it)."""
+        """`speed` of `plan --json`: step_s, generation_s, training_s, prompts_per_hour, learning_per_hour (the
+        objective) with the critical batch it counts by, limited_by (what stopped the prompts per step: memory,
+        the objective, the cap, the pins, or the profile as written) and bound_by (the phase that takes most of
+        a step and what bounds it)."""
         if self.speed is None:
             return None
+        from launcher.plan.solve import objective
+        from launcher.plan.value import critical_batch
+
         out = self.speed.to_json(self.limited_by)
         out["bound_by"] = self.speed.limited_by
+        out["learning_per_hour"] = round(objective(self.profile, self.speed), 2)
+        out["critical_batch"] = critical_batch(self.profile.device).prompts
         return out
 
 
@@ -105,6 +113,8 @@ class Plan:
                     "estimate": c.estimate.to_json() if c.estimate else None,
                     "measured": c.measured.to_json() if c.measured else None,
                     "speed": c.speed_json(),
+                    "run": c.run.to_json() if c.run is not None else None,
+                    "written": c.written,
                     **({"nodes": _nodes_json(c)} if c.layout is not None else {}),
                     **_turns_json(c.profile),
                 }
@@ -401,6 +411,24 @@ def past_positions(profile, arch) -> str | None:
     return None
 
 
+def _with_run(candidate: Candidate, hours: float | None) -> Candidate:
+    """The candidate with its run (steps, prompts, epochs, predicted hours) and its profile's max_steps set to
+    the run's steps (the attempt trains exactly what the plan says)."""
+    from launcher.plan.duration import run_length
+    from tasks.size import train_rows
+
+    profile = candidate.profile
+    rows, basis = train_rows(profile.dataset, profile.train_samples)
+    step_s = candidate.speed.step_s if candidate.speed is not None else None
+    run = run_length(
+        profile, step_s, profile.generation_batch // profile.num_generations, hours=hours, rows=rows, rows_basis=basis
+    )
+    candidate.run = run
+    if profile.max_steps != run.steps:
+        candidate.profile = profile.model_copy(update={"max_steps": run.steps})
+    return candidate
+
+
 def make_plan(
     profiles,
     machine: Machine,
@@ -409,6 +437,9 @@ def make_plan(
     ledger_refuses: bool = True,
     limits: dict | None = None,
     nodes: int | None = None,
+    hours: float | None = None,
+    written: dict | None = None,
+    refused: dict | None = None,
 ) -> Plan:
     """Judge the profiles for this machine in ladder order: cuda profiles on a GPU, cpu ones without.
     `measurements` (launcher.memory.ledger entries) replace the estimate of every single-device shape this machine
@@ -416,7 +447,9 @@ def make_plan(
     user named): the ledger warns but never refuses what the estimate fits. Every GPU candidate gets its
     predicted step (launcher.plan.speed); `limits` (from derive_ladder) says what stopped a derived one's
     prompts per step. `nodes` (plan --nodes N): N nodes like `machine`, a vLLM server on the last of its own;
-    None: the machines this one runs among."""
+    None: the machines this one runs among. Every candidate gets its run (launcher.plan.duration): `hours`, the
+    wall-clock budget (--hours), and its max_steps set to the run's steps. `written` (from derive_rungs): each
+    derived rung's settings as written; `refused`: the rungs nothing could be derived from, and why."""
     profiles = sorted(profiles, key=lambda p: (p.ladder, p.name))
     if not profiles:
         raise UsageError("no profiles to plan (fix: --profiles-dir DIR holding *.yaml profiles)")
@@ -494,7 +527,17 @@ def make_plan(
             )
         if refusal:
             candidate.reason = _vllm_off_text(refusal) + candidate.reason
-        candidates.append(_with_speed(candidate, archs[profile.model], gpu, limits, measurements))
+        candidate = _with_run(_with_speed(candidate, archs[profile.model], gpu, limits, measurements), hours)
+        candidate.written = (written or {}).get(profile.name)
+        if profile.name in (refused or {}):  # a rung nothing could be derived from: its placeholders never run
+            candidate.fits, candidate.reason = False, refused[profile.name]
+        elif candidate.written is not None and candidate.fits and candidate.run is not None:
+            from launcher.plan.duration import too_short
+
+            short = too_short(candidate.run)
+            if short:
+                candidate.fits, candidate.reason = False, f"{short}; {candidate.reason}"
+        candidates.append(candidate)
     if any(c.reason.startswith("vLLM off") for c in candidates):
         notes.append(
             f"{gpu.name}: no bfloat16, so vLLM is off for the models it refuses in float16 (Gemma 2/3, "
@@ -502,6 +545,15 @@ def make_plan(
         )
     notes.extend(c.ledger_note for c in candidates if c.ledger_note)
     chosen = next((c.profile for c in candidates if c.fits), None)
+    for cand in candidates:
+        run = cand.run
+        if cand.profile is chosen and run is not None and run.hours and run.budget_hours:
+            if run.hours > run.budget_hours * 1.1:  # pinned steps past the budget: it stops at the budget
+                notes.append(
+                    f"{chosen.name}: its {run.steps:,} steps ({run.basis}) are predicted to take "
+                    f"{run.hours:.1f} h, past the --hours {run.budget_hours:g} budget by more than 10%: the run "
+                    "stops at the budget with a checkpoint, the adapter and the report"
+                )
     if chosen is not None and chosen.fast_inference and chosen.vllm_standby and chosen.load_in_4bit:
         from launcher.plan.solve import STANDBY_FAILURES
 

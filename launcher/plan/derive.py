@@ -7,7 +7,7 @@ from __future__ import annotations
 from contract.errors import ProfileError, UsageError
 from launcher.card.detect import GpuInfo
 from launcher.plan.lengths import completion_plan
-from launcher.plan.solve import SINGLE_GPU, Fit, Solver, ambition_of, fit, quality_key, usable_of
+from launcher.plan.solve import SINGLE_GPU, Fit, Solver, ambition_of, fit, objective, quality_key, usable_of
 from profiles.catalog import catalogue_key, resolve
 
 
@@ -103,7 +103,13 @@ def derive_ladder(
         runnable = rung
         if solver.vllm_refused and rung.fast_inference and not rung.uses_vllm_server:
             runnable = rung.model_copy(update={"fast_inference": False, "vllm_standby": False})
-        if own == catalogue_key(model) and rung.gpus_needed <= len(machine.gpus) and solver.fits(runnable):
+        written_whole = not getattr(rung, "derived", ())  # a rung with `auto` keys has no shape as written
+        if (
+            own == catalogue_key(model)
+            and written_whole
+            and rung.gpus_needed <= len(machine.gpus)
+            and solver.fits(runnable)
+        ):
             chosen.setdefault(rung.name, (rung, quality_key(runnable, solver.speed(runnable), need)))
             kept.append(rung.name)  # and still derived from: its intent may fit better than as written
     by_name = {rung.name: rung for rung in cuda}
@@ -133,7 +139,10 @@ def derive_ladder(
     if best_rung is not None and len(machine.gpus) > 1:  # --gpus N: the same search over the GPUs' splits
         spread = fit_gpus(best_rung, model, machine, pinned=pinned, measurements=measurements)
         if spread is not None:
-            chosen.setdefault(spread.profile.name, (spread.profile, spread.key()[1]))
+            key = spread.key()[1]
+            if best_result is not None and spread_wins(spread, best_result):
+                key = (_EVERY_GPU,) + key  # ahead of every configuration that leaves GPUs idle
+            chosen.setdefault(spread.profile.name, (spread.profile, key))
             if limits is not None:
                 limits.setdefault(spread.profile.name, spread.limited_by)
     if not chosen and failed and len(refused) == len(failed):
@@ -145,7 +154,7 @@ def derive_ladder(
         )
     if not chosen:  # the rungs as the user set them, with their verdicts, and why nothing could be derived
         return profiles, [f"fit solver for {arch.name}: {failed[0]}"] if failed else []
-    ordered = [p for p, _ in sorted(chosen.values(), key=lambda item: item[1], reverse=True)]
+    ordered = [p for p, _ in sorted(chosen.values(), key=lambda item: _ordered(item[1]), reverse=True)]
     derived = [p.replace(ladder=100 + i) for i, p in enumerate(ordered)]
     notes = [
         f"fit solver: {len(derived)} configuration(s) of {arch.name} for this machine, most prompts per hour "
@@ -165,6 +174,30 @@ def derive_ladder(
 
 # ---------------------------------------------------------------------------------------------------
 # More than one GPU (--gpus N)
+
+
+# A configuration over every GPU of the machine that wins against one leaving GPUs idle sorts first
+_EVERY_GPU = "every GPU"
+
+
+def _ordered(key: tuple) -> tuple:
+    """Sort key of derive_ladder's configurations: a spread that uses every GPU and wins (spread_wins) first."""
+    return (1, key[1:]) if key and key[0] == _EVERY_GPU else (0, key)
+
+
+def spread_wins(spread: Fit, single: Fit) -> bool:
+    """Whether a configuration over every GPU of the machine beats the best that leaves all but one idle: it
+    keeps the experiment (the completion cap the task needs, the generations per group) and learns more per
+    hour, whatever it gives up in LoRA rank or precision for it (several GPUs are the user's to use: an idle
+    one is the largest throughput a plan can give away). Otherwise the order of the levers decides, as on
+    one GPU."""
+    if spread.profile is None or single.profile is None:
+        return spread.profile is not None
+    need = single.ambition.completion
+    same_experiment = min(spread.profile.max_completion_length, need) >= min(
+        single.profile.max_completion_length, need
+    ) and min(spread.profile.num_generations, 8) >= min(single.profile.num_generations, 8)
+    return same_experiment and objective(spread.profile, spread.speed) > objective(single.profile, single.speed)
 
 
 def topologies(gpus: int) -> list[dict]:
@@ -204,9 +237,9 @@ def candidate_topologies(gpus: int) -> list[dict]:
 
 
 def fit_gpus(rung, model: str, machine, *, pinned=(), measurements=None) -> Fit | None:
-    """The most valuable configuration of `model` over the machine's GPUs (their smallest card counts), from
-    `rung`'s intent: the solver on every topology, the best by the objective (prompts per hour over every
-    training GPU). None with fewer than two GPUs."""
+    """The most valuable configuration of `model` over every GPU of the machine (their smallest card counts),
+    from `rung`'s intent: the solver on every topology, the best of those that use every GPU (else the best
+    of all). None with fewer than two GPUs."""
     if len(machine.gpus) < 2:
         return None
     arch = resolve(model)
@@ -225,7 +258,8 @@ def fit_gpus(rung, model: str, machine, *, pinned=(), measurements=None) -> Fit 
     fitting = [f for f in found if f.profile is not None]
     if not fitting:
         return None
-    return max(fitting, key=Fit.key)
+    every = [f for f in fitting if f.profile.gpus_needed == len(machine.gpus)]
+    return max(every or fitting, key=Fit.key)
 
 
 TOPOLOGY_KEYS = ("num_gpus", "vllm_mode", "vllm_server_gpus", "vllm_tensor_parallel", "zero_stage")
@@ -342,6 +376,89 @@ def fit_for_machine(rungs, model: str, machine, *, pinned=(), measurements=None)
     if best.profile is not None and len(machine.gpus) > 1:  # --gpus N: data parallel and the vLLM server too
         rung = next(r for r in rungs if r.name == best.ambition.source)
         spread = fit_gpus(rung, model, machine, pinned=pinned, measurements=measurements)
-        if spread is not None and spread.key() > best.key():
+        if spread is not None and (spread.key() > best.key() or spread_wins(spread, best)):
             best = spread
     return best
+
+
+# ---------------------------------------------------------------------------------------------------
+# The shipped ladder derived for the card: a rung's keys written `auto`
+
+
+def written_settings(profile) -> dict:
+    """A profile's settings as its file writes them: the solver's keys, "auto" where the plan derives one."""
+    from launcher.plan.settings import SETTINGS_KEYS
+    from profiles.schema import AUTO
+
+    derived = set(getattr(profile, "derived", ()) or ())
+    return {key: (AUTO if key in derived else getattr(profile, key)) for key in SETTINGS_KEYS}
+
+
+def derive_rungs(profiles, machine, *, measurements=None, limits: dict | None = None):
+    """The profiles with every single-GPU rung that writes keys `auto` derived for the machine's card: the fit
+    solver chooses those keys, every key written (the model, precision, LoRA rank, generations, task, rewards,
+    and any value a user wrote in place of `auto`) is pinned. Returns (profiles, notes, written: {name: the
+    rung's settings as written}, refused: {name: why nothing could be derived}); a derived profile keeps its
+    rung's name, place on the ladder and description. `limits` is filled as derive_ladder fills it."""
+    from profiles.schema import KEYS
+
+    gpu = machine.primary
+    if gpu is None:
+        return profiles, [], {}, {}
+    out, notes, written, refused = [], [], {}, {}
+    for rung in profiles:
+        derived = tuple(getattr(rung, "derived", ()) or ())
+        solvable = [k for k in derived if k != "max_steps"]
+        if rung.device != "cuda" or rung.gpus_needed != 1 or not solvable:
+            out.append(rung)
+            continue
+        written[rung.name] = written_settings(rung)
+        pinned = set(KEYS) - set(derived)
+        arch = resolve(rung.model)
+        try:
+            result = fit(
+                rung,
+                gpu,
+                arch=arch,
+                ambition=ambition_of(rung, pinned, rung.name, arch),
+                machine=machine,
+                measurements=measurements,
+                name=rung.name,
+            )
+        except ProfileError as exc:
+            refused[rung.name] = f"nothing derived for this card: {exc}"
+            out.append(rung)
+            continue
+        if result.profile is None:
+            refused[rung.name] = result.reason
+            out.append(rung)
+            continue
+        profile = result.profile.model_copy(
+            update={"description": rung.description, "ladder": rung.ladder, "source": rung.source}
+        )
+        out.append(profile)
+        if limits is not None:
+            limits[rung.name] = result.limited_by
+    if written:
+        notes.append(
+            f"{len(written)} rung(s) derived for {gpu.name}: the keys they write `auto` chosen for this card, "
+            "every other key as written (plan --json: `written` beside `settings`)"
+        )
+    return out, notes, written, refused
+
+
+def derived_text(profile) -> str:
+    """What a rung's `auto` keys became, in one line (the rung files' headers state it for their target card)."""
+    prompts = profile.generation_batch // profile.num_generations
+    generator = (
+        f"vLLM {profile.gpu_memory_utilization:g}"
+        + (f" with {profile.vllm_max_num_seqs} sequences" if profile.vllm_max_num_seqs else "")
+        + (" in standby" if profile.vllm_standby else "")
+        if profile.fast_inference
+        else "transformers generating"
+    )
+    return (
+        f"{prompts} prompt(s) a step (batch {profile.per_device_train_batch_size} x accumulation "
+        f"{profile.gradient_accumulation_steps}), completions up to {profile.max_completion_length} tokens, "
+        f"{generator}, checkpointing {profile.gradient_checkpointing}"
+    )

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from profiles.schema import LEVER_KEYS
 
-# The keys the solver moves (tagged `lever` in the schema), with the model and optimizer they run with.
-SETTINGS_KEYS = ("model", "optim") + LEVER_KEYS
+# The keys the solver moves (tagged `lever` in the schema), with the model and optimizer they run with and the
+# run's length (its optimizer steps, launcher.plan.duration).
+SETTINGS_KEYS = ("model", "optim", "max_steps") + LEVER_KEYS
 
 
 def settings_of(profile) -> dict:

@@ -1,17 +1,17 @@
 """WHICH configuration of a model a card should run: the fit solver.
 
-The objective is learning per hour, counted as prompts per hour: each prompt of a step is a GRPO group whose
-rewards, compared within the group, teach the model; the step-time model (launcher.plan.speed) predicts how
-long a step takes. The levers, in order of value (decided first, given up last):
+The objective is learning per hour (launcher.plan.value): optimizer updates per hour, each worth P / (P + B)
+for P prompts (GRPO groups) per update and B the critical batch; the step-time model (launcher.plan.speed)
+predicts how long a step takes. The levers, in order of value (decided first, given up last):
 
   learning    1. the completion cap the task needs (launcher.plan.lengths): a cap above it buys nothing, one
                  below it truncates answers
               2. generations per group: ambition 8, floor 4 (16 where the card has room for them at little cost
-                 in prompts per hour: LARGE_GROUP_COST)
+                 in learning per hour: LARGE_GROUP_COST)
               3. LoRA rank: the rung's, down to 8
               4. 16-bit weights: 4-bit when 16-bit does not fit
-  throughput  5. prompts per step (1 to MAX_PROMPTS_PER_STEP), taken for as long as the predicted prompts per hour
-                 rises by MIN_GAIN or more: memory or the card's throughput says when to stop
+  throughput  5. prompts per step (1 to MAX_PROMPTS_PER_STEP): every count that fits is judged, and the one with
+                 the most learning per hour is taken (memory, the objective or the cap says where it stops)
               6. per step, the fastest of what fits: the micro-batch, gradient checkpointing, vLLM standby, and the
                  vLLM share with max_num_seqs, sized so that a step's completions generate in as few waves as
                  possible
@@ -40,11 +40,12 @@ from launcher.memory.ledger.weigh import measured_for
 from launcher.plan.lengths import CompletionPlan, completion_plan
 from launcher.plan.margins import card_for, estimate_limit, margin_for
 from launcher.plan.speed import StepTime, predict
+from launcher.plan.value import critical_batch, learning_per_hour
 from profiles.catalog import Architecture, catalogue_key, resolve, vllm_refuses
 from profiles.keys import VLLM_LORA_RANKS, safe_name
 from profiles.schema import LEVER_KEYS, MEMORY_KEYS
 
-OBJECTIVE = "prompts per hour"
+OBJECTIVE = "learning per hour: updates per hour x P / (P + B)"
 MIN_GENERATIONS = 4
 GENERATIONS_AMBITION = 8
 MAX_GENERATIONS = 16
@@ -56,7 +57,6 @@ PROMPT_CHOICES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 MAX_PROMPTS_PER_STEP = PROMPT_CHOICES[
     -1
 ]  # 512 completions a step at 8 generations: within the 256-1024 of published GRPO recipes
-MIN_GAIN = 0.03  # more prompts per step while prompts per hour rises by this share or more
 MIN_LORA_RANK = 8
 CHECKPOINTING_ORDER = ("false", "true", "unsloth")  # each keeps less on the GPU than the one before
 SHARE_CAP = 0.95  # vLLM beside training: never more of the card than this
@@ -97,13 +97,16 @@ PROMPTS_PIN = "prompts_per_step"
 
 
 def objective(profile, speed: StepTime | None = None) -> float:
-    """Prompts per hour: what the solver maximises (0 without a prediction)."""
-    return speed.prompts_per_hour if speed is not None else 0.0
+    """Learning per hour (launcher.plan.value): what the solver maximises (0 without a prediction)."""
+    if speed is None:
+        return 0.0
+    device = getattr(profile, "device", "cuda") if profile is not None else "cuda"
+    return learning_per_hour(speed.updates_per_hour, speed.prompts, critical_batch(device).prompts)
 
 
 def quality_key(profile, speed: StepTime | None = None, need: int | None = None) -> tuple:
     """Orders configurations from the most valuable: the learning levers in their order (a completion cap
-    counts up to `need`, the cap the task needs: more buys nothing), then prompts per hour, then the larger
+    counts up to `need`, the cap the task needs: more buys nothing), then learning per hour, then the larger
     group."""
     cap = min(profile.max_completion_length, need) if need else profile.max_completion_length
     return (
@@ -215,6 +218,11 @@ class Choice:
     def prompts_per_hour(self) -> float:
         return self.speed.prompts_per_hour
 
+    @property
+    def value(self) -> float:
+        """Learning per hour, the objective."""
+        return objective(self.profile, self.speed)
+
 
 @dataclass
 class Fit:
@@ -268,7 +276,7 @@ def usable_of(gpu: GpuInfo) -> float:
 def limit_text(limited_by: str) -> str:
     return {
         "memory": "memory (the next prompts per step do not fit)",
-        "throughput": f"the card's throughput (more prompts per step add less than {MIN_GAIN:.0%} an hour)",
+        "objective": f"the objective (more prompts per step would learn less per hour, {critical_batch().text()})",
         "cap": f"the prompts-per-step cap ({MAX_PROMPTS_PER_STEP}), the card still had room",
         "pinned": "the pinned batch",
     }.get(limited_by, limited_by)
@@ -353,7 +361,13 @@ class Solver:
     # --- the vLLM share -----------------------------------------------------------------------------
     def _engine_bytes(self, p, sequences: int, share: float | None = None) -> float:
         """Weights, workspace (of an engine of `sequences` at once) and the KV cache of `sequences`
-        full-length sequences: the share that holds them all at once."""
+        full-length sequences: the share that holds them all at once. TRL's own colocated engine (several
+        training GPUs) holds 1/tp of the weights and vLLM's own workspace, as the estimate counts it."""
+        if p.distributed:
+            tp = max(1, p.vllm_tensor_parallel)
+            workspace, kv_token, _ = vllm_sizes(p, self.arch, tp)
+            weights = weights_bytes(self.arch, p.load_in_4bit, "cuda") / tp
+            return weights + workspace + max(1, sequences) * p.max_seq_length * kv_token
         weights = weights_bytes(self.arch, p.load_in_4bit, "cuda")
         guess = share if share is not None else weights
         for _ in range(2):  # the workspace depends on the engine's tier, which depends on the share
@@ -608,7 +622,7 @@ class Solver:
                         candidates.append(smaller)
                 for p in candidates:
                     choice = Choice(p, self.speed(p), "")
-                    if best is None or choice.prompts_per_hour > best.prompts_per_hour:
+                    if best is None or choice.value > best.value:
                         best = choice
         return best
 
@@ -648,7 +662,7 @@ class Solver:
         learned = self.learning(base, amb, opts)
         if learned is None:
             return None
-        best, limited = None, "cap"
+        best, last, limited = None, None, "cap"
         for prompts in opts["prompts"]:
             if not self.batches(base, amb, prompts * learned[1]):
                 continue  # a pinned batch does not cut these completions into whole groups
@@ -656,12 +670,13 @@ class Solver:
             if choice is None:
                 limited = "memory" if best is not None else limited
                 break
-            if best is not None and choice.prompts_per_hour < best.prompts_per_hour * (1 + MIN_GAIN):
-                limited = "throughput"
-                break
-            best = choice
+            last = choice
+            if best is None or choice.value > best.value:
+                best = choice
         if best is None:
             return None
+        if best is not last:  # a larger step fitted, and learned less per hour
+            limited = "objective"
         best.smaller = self._least_choice(base, amb, opts, learned)
         if len(opts["prompts"]) == 1:
             limited = "pinned"
@@ -670,7 +685,7 @@ class Solver:
         if gens == GENERATIONS_AMBITION and "num_generations" not in amb.pinned and limited == "cap":
             prompts = max(1, best.speed.prompts // max(best.profile.num_gpus, 1))
             larger = self.best_at(base, amb, opts, (length, MAX_GENERATIONS, rank, four_bit), prompts)
-            if larger is not None and larger.prompts_per_hour >= (1 - LARGE_GROUP_COST) * best.prompts_per_hour:
+            if larger is not None and larger.value >= (1 - LARGE_GROUP_COST) * best.value:
                 larger.limited_by = limited
                 best = larger
         return best

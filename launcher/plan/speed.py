@@ -11,14 +11,25 @@ A GRPO step generates its completions, scores them, and trains on them:
                       whichever takes longer, plus a fixed cost of the engine's step (scheduling, sampling).
   generation (transformers, vLLM off)
                       every completion of the step at once, for as many decode steps as the longest one, each
-                      step as above plus the launch cost of each layer's kernels (no CUDA graphs).
+                      step as above plus the launch cost of each layer's kernels (no CUDA graphs); plain
+                      transformers + PEFT (the several-GPU path, without Unsloth's fast generation) launches
+                      PLAIN_GENERATE_SLOWDOWN times as many per layer (the unmerged LoRA layers' own kernels).
+  mixture of experts  compute runs through the active experts; a decode step reads every expert that one of its
+                      sequences routes to: of E experts, k chosen a token, n sequences touch E(1 - (1 - k/E)^n)
+                      (all of them once n is large), and a training micro-batch touches them all.
   training            forward and backward over prompt + completion tokens, each micro-batch padded to its
                       longest completion: 2 x parameters FLOPs a token forward, as much again backward for LoRA
                       (activation gradients; the adapters' own are negligible) and twice for full fine-tuning,
                       one more forward under gradient checkpointing, one more for the reference model when
-                      beta > 0 and for the old policy when num_iterations > 1; the logits only for completion
-                      tokens. A micro-batch takes the longer of its FLOPs and its weight reads, plus 4-bit
-                      dequantisation and kernel launches; the optimizer reads and writes what is trained.
+                      beta > 0; the logits only for completion tokens. A micro-batch takes the longest of its
+                      FLOPs, its weight reads (4-bit dequantisation included) and its kernel launches (the GPU
+                      runs behind Python's launches, so the two overlap); the optimizer reads and writes what
+                      is trained. The plain TRL + PEFT path trains PLAIN_TRAINING_SLOWDOWN times slower.
+  reuse               TRL generates once per num_iterations x steps_per_generation optimizer steps (its
+                      `generate_every`): one generation batch of steps_per_generation steps' prompts, trained on
+                      num_iterations times. A step carries its share of that generation, of the weight sync and
+                      of the old policy's log-probs (one forward over the generation batch, computed when the
+                      batch serves more than one optimizer step).
   weight sync         Unsloth shares the weights with vLLM: the new LoRA adapter is handed over (small); a
                       vLLM of its own (TRL's colocated engine, a server) is sent every weight.
   fixed               per step: rewards (regular expressions for the shipped tasks: negligible), logging,
@@ -34,7 +45,7 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from launcher.card.facts import DEFAULT, CardFacts, card_facts
 
@@ -45,11 +56,14 @@ TRAIN_MATMUL_EFFICIENCY = 0.35  # training's GEMMs (LoRA on frozen weights, the 
 PREFILL_MATMUL_EFFICIENCY = 0.5  # prefill's large GEMMs
 # Fixed costs
 VLLM_DECODE_STEP_S = 0.008  # one vLLM decode step beyond its reads: scheduling, sampling, detokenising
-KERNEL_LAUNCH_S = 0.001  # one layer's kernels launched once, forward or backward, by eager PyTorch (no CUDA
-#                                   graphs): some twenty kernels and Python's dispatch of each. Refitted to
-#                                   Unsloth's generate on an H100 (benchmarks/gpu/nvidia-h100-80gb-hbm3.md:
-#                                   1.03 ms a layer; `train.py refit ... --path unsloth --constants
-#                                   KERNEL_LAUNCH_S`); plain transformers' generate there took 2.2 ms
+KERNEL_LAUNCH_S = 0.0011  # one layer's kernels launched once, forward or backward, by eager PyTorch (no CUDA
+#                                   graphs): some twenty kernels at ~10 us each, and Python's dispatch of each;
+#                                   the H100 kit measured 1.07-1.63 ms a layer a token in Unsloth's generate and
+#                                   3.3-3.9 ms a layer per training pass of small micro-batches (three passes)
+# The plain TRL + PEFT path (several GPUs) against Unsloth's, measured by the H100 kit at the same shapes
+# (benchmarks/gpu/nvidia-h100-80gb-hbm3.md): generate 2.3-2.9x slower a token, a training step 1.5-2.1x
+PLAIN_GENERATE_SLOWDOWN = 2.5
+PLAIN_TRAINING_SLOWDOWN = 1.6
 STEP_FIXED_S = 2.0  # per optimizer step: rewards, logging, the adapter handed to vLLM, Python
 STANDBY_SWITCH_S = 0.5  # per step under standby: the engine falls asleep and wakes (logged 0.1-0.35 s)
 HOST_LINK_GB_S = 12.0  # PCIe to host or between GPUs without NVLink (weights to a vLLM server)
@@ -59,6 +73,8 @@ FITTED_CONSTANTS = (
     "TRAIN_MATMUL_EFFICIENCY",
     "PREFILL_MATMUL_EFFICIENCY",
     "KERNEL_LAUNCH_S",
+    "PLAIN_GENERATE_SLOWDOWN",
+    "PLAIN_TRAINING_SLOWDOWN",
 )
 # Completion lengths vary: the longest of n is about mean x (1 + spread x sqrt(2 ln n)), at most the cap
 LENGTH_SPREAD = 0.5
@@ -109,18 +125,39 @@ class StepShape:
     cap: int  # completion cap
     max_num_seqs: int = 256  # vLLM's sequences at once
     kv_tokens: int | None = None  # tokens vLLM's KV cache holds (None: not the limit)
-    extra_forwards: int = 0  # reference model (beta > 0), old policy (num_iterations > 1)
+    extra_forwards: float = 0  # forwards beyond the step's own: the reference model (beta > 0)
     float32: bool = False
     standby: bool = False
-    own_vllm_weights: bool = False  # vLLM keeps a copy of its own (TRL's engine, a server): sent every step
+    own_vllm_weights: bool = False  # vLLM keeps a copy of its own (TRL's engine, a server): sent every generation
     world: int = 1  # data-parallel training processes
     tool_calls: int = 0  # tool-calling turns a completion takes (launcher.plan.turns); its rounds are timed apart
     call_tokens: int = 0  # tokens of one call
     reply_tokens: int = 0  # tokens of one tool reply
+    num_iterations: int = 1  # TRL's num_iterations (GRPO's mu): optimisation passes over one generation batch
+    steps_per_generation: int = 1  # optimizer steps whose prompts one generation batch holds (TRL's
+    #                                steps_per_generation / gradient_accumulation_steps)
+    plain: bool = False  # plain TRL + PEFT (accelerate, several GPUs or a vLLM server) instead of Unsloth's path
+    vllm_engines: int = 1  # vLLM engines generating side by side (TRL's colocated: one per training process)
+    vllm_tp: int = 1  # GPUs one engine is split over (tensor parallel)
+    experts: int = 0  # routed experts of a mixture-of-experts block (0: dense)
+    experts_per_token: int = 0
+    expert_params: float = 0.0  # every routed expert's weights over all blocks (resident, read when routed to)
 
     @property
     def completions(self) -> int:
         return self.prompts * self.generations
+
+    @property
+    def generate_every(self) -> int:
+        """Optimizer steps between two generations (TRL's generate_every, in optimizer steps)."""
+        return max(1, self.num_iterations) * max(1, self.steps_per_generation)
+
+    @property
+    def old_policy_forwards(self) -> float:
+        """Forwards a step spends on the old policy's log-probs: TRL computes them once per generation batch
+        (a forward over all of it) when that batch serves more than one optimizer step, i.e. 1 / num_iterations
+        of a step's forward."""
+        return 1.0 / max(1, self.num_iterations) if self.generate_every > 1 else 0.0
 
 
 @dataclass
@@ -132,18 +169,31 @@ class StepTime:
     training_s: float
     sync_s: float
     fixed_s: float
-    prompts: int
-    waves: float  # the step's completions over the sequences vLLM runs at once
+    prompts: int  # prompts per optimizer step (each update's groups)
+    waves: float  # the generation batch's completions over the sequences vLLM runs at once
     sequences_at_once: int
     generation_limit: str  # "bandwidth", "compute" or "engine" (the engine's own per-step cost)
     card: str
     card_known: bool
     notes: list[str] = field(default_factory=list)
     measured_s: float | None = None  # this machine's measurement of the shape, when the ledger has one
+    num_iterations: int = 1  # each prompt's groups serve this many updates (fresh prompts per step: P / mu)
+    generate_every: int = 1  # optimizer steps between two generations
+
+    @property
+    def updates_per_hour(self) -> float:
+        return 3600.0 / self.step_s if self.step_s > 0 else 0.0
+
+    @property
+    def fresh_prompts(self) -> float:
+        """Prompts of the data a step uses up on average (TRL repeats each generation batch num_iterations
+        times)."""
+        return self.prompts / max(1, self.num_iterations)
 
     @property
     def prompts_per_hour(self) -> float:
-        return 3600.0 * self.prompts / self.step_s if self.step_s > 0 else 0.0
+        """Prompts of the data generated for and trained on per hour."""
+        return self.fresh_prompts * self.updates_per_hour
 
     @property
     def limited_by(self) -> str:
@@ -158,6 +208,9 @@ class StepTime:
             "generation_s": round(self.generation_s, 3),
             "training_s": round(self.training_s, 3),
             "prompts_per_hour": round(self.prompts_per_hour, 1),
+            "updates_per_hour": round(self.updates_per_hour, 2),
+            "prompts_per_step": self.prompts,
+            "generate_every": self.generate_every,
             "limited_by": limited_by or self.limited_by,
             "sync_s": round(self.sync_s, 3),
             "fixed_s": round(self.fixed_s, 3),
@@ -187,10 +240,29 @@ def _speeds(card: CardFacts, float32: bool) -> tuple[float, float, float]:
     )
 
 
-def _weight_read_bytes(s: StepShape, batched: bool) -> float:
+def experts_touched(s: StepShape, tokens: float) -> float:
+    """Routed experts of one block that `tokens` tokens route to between them (each picks experts_per_token
+    of experts at random): E (1 - (1 - k/E)^tokens)."""
+    if not s.experts or not s.experts_per_token:
+        return 0.0
+    share = min(1.0, s.experts_per_token / s.experts)
+    return s.experts * (1.0 - (1.0 - share) ** max(tokens, 1.0))
+
+
+def _linear_read(s: StepShape, tokens: float) -> float:
+    """Linear weights a forward over `tokens` tokens at once reads: every dense weight, and the routed
+    experts those tokens touch (a dense model: all of them)."""
+    if not s.experts or not s.expert_params:
+        return s.active_linear_params
+    dense = s.linear_params - s.expert_params
+    return dense + s.expert_params * experts_touched(s, tokens) / s.experts
+
+
+def _weight_read_bytes(s: StepShape, batched: bool, tokens: float | None = None) -> float:
     """Bytes one forward reads of the weights (the output projection in 16-bit always; 4-bit weights
-    dequantised when more than one row runs through them)."""
-    linear = s.active_linear_params
+    dequantised when more than one row runs through them); `tokens` at once decide a mixture's experts
+    read (None: every expert)."""
+    linear = _linear_read(s, tokens if tokens is not None else float("inf"))
     if s.weight_bits == 4:
         per = DEQUANT_BYTES if batched else 0.5625
     elif s.weight_bits == 8:
@@ -203,7 +275,7 @@ def _weight_read_bytes(s: StepShape, batched: bool) -> float:
 def _decode_step(
     s: StepShape, sequences: float, context: float, bandwidth: float, flops: float, launch: float
 ) -> tuple[float, str]:
-    reads = _weight_read_bytes(s, sequences > 1) + sequences * context * s.kv_bytes_per_token
+    reads = _weight_read_bytes(s, sequences > 1, sequences) + sequences * context * s.kv_bytes_per_token
     compute = 2.0 * (s.active_linear_params + s.lm_head_params) * sequences
     read_s, compute_s = reads / bandwidth, compute / flops
     body = max(read_s, compute_s)
@@ -214,10 +286,17 @@ def _decode_step(
 
 
 def generation_time(s: StepShape, card: CardFacts) -> tuple[float, float, int, str]:
-    """(seconds, waves, sequences at once, limit) of generating one step's completions."""
+    """(seconds, waves, sequences at once, limit) of generating one step's completions: vLLM's engines (one,
+    one per training process with TRL's colocated engine, one per copy on a server) and transformers (every
+    training process its own share) generate side by side, each its share of the completions; an engine split
+    tensor-parallel over tp GPUs reads and computes with all of them."""
     # vLLM generates in 16-bit whatever the trainer computes in (Unsloth's float32 is the training side's)
     bandwidth, _, prefill_flops = _speeds(card, s.float32 and s.generator != "vllm")
-    n = s.completions
+    engines = max(1, s.vllm_engines if s.generator == "vllm" else s.world)
+    n = max(1, math.ceil(s.completions / engines))
+    prompts = max(1, math.ceil(s.prompts / engines))
+    if s.generator == "vllm" and s.vllm_tp > 1:
+        bandwidth, prefill_flops = bandwidth * s.vllm_tp, prefill_flops * s.vllm_tp
     longest = longest_of(n, s.expected, s.cap)
     if s.generator == "vllm":
         at_once = min(n, max(1, s.max_num_seqs))
@@ -226,16 +305,15 @@ def generation_time(s: StepShape, card: CardFacts) -> tuple[float, float, int, s
             at_once = max(1, min(at_once, int(s.kv_tokens // max(typical, 1))))
         steps = n * s.expected / at_once + (longest - s.expected)
         occupancy = n * s.expected / steps
-        prefill = s.prompts * s.prompt_tokens * 2.0 * (s.active_linear_params + s.lm_head_params) / prefill_flops
+        prefill = prompts * s.prompt_tokens * 2.0 * (s.active_linear_params + s.lm_head_params) / prefill_flops
         per_step, limit = _decode_step(
             s, occupancy, s.prompt_tokens + s.expected / 2.0, bandwidth, prefill_flops, VLLM_DECODE_STEP_S
         )
         return prefill + steps * per_step, n / at_once, at_once, limit
     # transformers: the whole generation batch at once, padded until the longest finishes
     prefill = n * s.prompt_tokens * 2.0 * (s.active_linear_params + s.lm_head_params) / prefill_flops
-    per_step, limit = _decode_step(
-        s, n, s.prompt_tokens + longest / 2.0, bandwidth, prefill_flops, KERNEL_LAUNCH_S * s.layers
-    )
+    launch = KERNEL_LAUNCH_S * s.layers * (PLAIN_GENERATE_SLOWDOWN if s.plain else 1.0)
+    per_step, limit = _decode_step(s, n, s.prompt_tokens + longest / 2.0, bandwidth, prefill_flops, launch)
     return prefill + longest * per_step, 1.0, n, limit
 
 
@@ -258,16 +336,19 @@ def training_time(s: StepShape, card: CardFacts) -> float:
     tokens = s.micro_batch * (s.prompt_tokens + longest)
     scored = s.micro_batch * longest
     backward = 1.0 if s.lora else 2.0
-    forwards = 1.0 + backward + (1.0 if s.checkpointing else 0.0) + s.extra_forwards
+    extra = s.extra_forwards + s.old_policy_forwards
+    forwards = 1.0 + backward + (1.0 if s.checkpointing else 0.0) + extra
     attention = 4.0 * s.layers * s.q_dim * (s.prompt_tokens + longest) / 2.0  # per token, forward
     per_forward = 2.0 * s.active_linear_params * tokens + attention * tokens + 2.0 * s.lm_head_params * scored
     compute = forwards * per_forward / flops
-    passes = 2.0 + (1.0 if s.checkpointing else 0.0) + s.extra_forwards  # weight reads: forward-like passes
-    reads = passes * _weight_read_bytes(s, True) / bandwidth
+    passes = 2.0 + (1.0 if s.checkpointing else 0.0) + extra  # weight reads: forward-like passes
+    reads = passes * _weight_read_bytes(s, True, tokens) / bandwidth
     launches = passes * s.layers * KERNEL_LAUNCH_S * 3.0  # LoRA and the fused kernels: several launches a layer
-    per_micro = max(compute, reads) + launches
+    # the GPU runs behind Python's launches: a micro-batch takes the longest of its work and their launches
+    per_micro = max(compute, reads, launches)
     optimizer = 16.0 * s.trainable_params / bandwidth  # fp32 parameter, gradient and two moments, read and written
-    return micro_batches * per_micro + optimizer
+    seconds = micro_batches * per_micro + optimizer
+    return seconds * (PLAIN_TRAINING_SLOWDOWN if s.plain else 1.0)
 
 
 def step_time(s: StepShape, card_name: str | None, memory_gib: float | None = None) -> StepTime:
@@ -279,16 +360,33 @@ def step_time(s: StepShape, card_name: str | None, memory_gib: float | None = No
             f"card {card_name or 'unnamed'} not in the card table: speed from the default "
             f"({card.bandwidth_gb_s:g} GB/s, {card.tflops_16bit:g} TFLOPS), so the times err long"
         )
-    generation, waves, at_once, limit = turns_generation_time(s, card)
+    every = s.generate_every
+    # one generation batch holds steps_per_generation steps' prompts and serves `every` optimizer steps
+    batch = replace(s, prompts=s.prompts * max(1, s.steps_per_generation)) if s.steps_per_generation > 1 else s
+    generation, waves, at_once, limit = turns_generation_time(batch, card)
+    generation /= every
     training = training_time(s, card)
     sync = 0.0
-    if s.own_vllm_weights:
+    if s.own_vllm_weights:  # the new weights go to vLLM before each generation
         weights = s.linear_params * 2.0 + s.lm_head_params * 2.0
-        sync = weights / (HOST_LINK_GB_S * 1e9)
-    fixed = STEP_FIXED_S + (STANDBY_SWITCH_S if s.standby else 0.0)
+        sync = weights / (HOST_LINK_GB_S * 1e9) / every
+    fixed = STEP_FIXED_S + (STANDBY_SWITCH_S / every if s.standby else 0.0)
     total = generation + training + sync + fixed
     return StepTime(
-        total, generation, training, sync, fixed, s.prompts, waves, at_once, limit, card.name, card.known, notes
+        total,
+        generation,
+        training,
+        sync,
+        fixed,
+        s.prompts,
+        waves,
+        at_once,
+        limit,
+        card.name,
+        card.known,
+        notes,
+        num_iterations=max(1, s.num_iterations),
+        generate_every=every,
     )
 
 
@@ -323,7 +421,11 @@ def shape_of(profile, arch, gpu, est=None, lengths=None) -> StepShape:
     trainable = (
         arch.lora_params(profile.lora_rank, profile.target_modules) if profile.uses_lora else arch.computed_params
     )
-    extra = (1 if profile.beta > 0 else 0) + (1 if getattr(profile, "num_iterations", 1) > 1 else 0)
+    moe = bool(getattr(arch, "is_moe", False))
+    engines, tp = 1, 1
+    if profile.fast_inference and profile.distributed:
+        tp = max(1, profile.vllm_tensor_parallel)
+        engines = max(1, (profile.vllm_server_gpus if profile.uses_vllm_server else profile.num_gpus) // tp)
     return StepShape(
         layers=arch.layers,
         hidden=arch.hidden,
@@ -346,12 +448,19 @@ def shape_of(profile, arch, gpu, est=None, lengths=None) -> StepShape:
         cap=profile.max_completion_length,
         max_num_seqs=max_seqs,
         kv_tokens=kv_tokens,
-        extra_forwards=extra,
+        extra_forwards=1 if profile.beta > 0 else 0,
         float32=float32,
         standby=profile.vllm_standby,
         own_vllm_weights=profile.fast_inference and profile.distributed,
         world=profile.num_gpus,
         **_turn_fields(lengths),
+        num_iterations=int(getattr(profile, "num_iterations", 1) or 1),
+        plain=bool(profile.distributed),
+        vllm_engines=engines,
+        vllm_tp=tp,
+        experts=arch.experts if moe else 0,
+        experts_per_token=arch.experts_per_token if moe else 0,
+        expert_params=float(arch.expert_params) if moe else 0.0,
     )
 
 

@@ -44,6 +44,7 @@ class AttemptResult:
     probe: dict | None = None  # the worst-case probe's figures (trainer.probe), when it ran
     timing: dict | None = None  # measured seconds per step beside the prediction (contract.attempt.Outcome)
     lengths: dict | None = None  # the answers' measured lengths (contract.attempt.Outcome)
+    stopped_by: str | None = None  # contract.attempt.STOPPED_BY_BUDGET: an ok attempt stopped at the run's budget
 
 
 def _read_outcome(outcome: Outcome) -> tuple[str, str | None, oomlib.OomReport | None]:
@@ -141,6 +142,7 @@ def read_result(
         probe=outcome.probe if outcome is not None else None,
         timing=outcome.timing if outcome is not None and isinstance(outcome.timing, dict) else None,
         lengths=outcome.lengths if outcome is not None and isinstance(outcome.lengths, dict) else None,
+        stopped_by=outcome.stopped_by if outcome is not None and status == OK else None,
     )
 
 
@@ -202,6 +204,7 @@ class AttemptRecord:
     predicted_step_s: float | None = None  # the plan's seconds per optimizer step, also given to the attempt
     step_s: float | None = None  # measured seconds per step (steady state: the first step left out)
     timing: dict | None = None  # the measurement's details (trainer.timing.measured_step)
+    stopped_by: str | None = None  # "budget": ok, stopped at the run's --hours budget before max_steps
     oom: dict | None = None  # OomReport.to_dict() for an OOM
     error: str | None = None
     decided: str | None = None  # why this attempt was started

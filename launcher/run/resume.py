@@ -11,7 +11,7 @@ from typing import Protocol
 
 from rich.markup import escape
 
-from contract.attempt import OK, OOM, PLAN_FILE, PROFILE_FILE, UNSUPPORTED, checkpoint_step
+from contract.attempt import OK, OOM, PLAN_FILE, PROFILE_FILE, STOPPED_BY_BUDGET, UNSUPPORTED, checkpoint_step
 from contract.errors import EXIT_OK, EXIT_OUT_OF_MEMORY, UsageError
 from profiles.load import Profile, load_profile
 from profiles.schema import SHAPE_KEYS, shape_of
@@ -54,7 +54,8 @@ def resume_run(
     last_dir = attempt_dirs[-1]
     record = next((r for r in supervisor.records if r.attempt_dir and Path(r.attempt_dir).name == last_dir.name), None)
     console.print(f"resuming run {run_dir}", markup=False)
-    if record is not None and record.status == OK and not fresh:
+    budget_stop = record is not None and record.status == OK and record.stopped_by == STOPPED_BY_BUDGET
+    if record is not None and record.status == OK and not fresh and not budget_stop:
         console.print(f"{last_dir.name} already finished ok: nothing to resume")
         return EXIT_OK
     as_run = load_profile(last_dir / PROFILE_FILE)

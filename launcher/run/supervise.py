@@ -60,6 +60,7 @@ from contract.attempt import (
     PROFILE_FILE,
     REPLANNED,
     SERVER_LOG,
+    STOPPED_BY_BUDGET,
     attempt_environment,
     checkpoint_step,
     latest_checkpoint,
@@ -73,6 +74,8 @@ from contract.environment import (
     ENV_INJECT_OOM,
     ENV_LENGTH_REPLAN,
     ENV_PREDICTED_STEP_S,
+    ENV_RUN_BUDGET_S,
+    ENV_RUN_DEADLINE,
 )
 from contract.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUT_OF_MEMORY, UsageError
 from contract.failure import write_failure_text, write_problem
@@ -103,13 +106,21 @@ def attempt_env(
     predicted_step_s: float | None = None,
     expected_tokens: int | None = None,
     replan_lengths: bool = False,
+    budget: tuple[float, float] | None = None,
 ) -> dict:
     """An attempt's environment, the same on every machine: the contract's, the plan's estimate, predicted
     seconds per step and expected completion length (the child reports them back beside what it measured),
-    whether it stops for a re-plan when its answers are cut, and a distributed attempt's settings with its vLLM
-    server's address and ports."""
+    whether it stops for a re-plan when its answers are cut, the run's time budget (deadline, seconds) under
+    --hours, and a distributed attempt's settings with its vLLM server's address and ports."""
     env = attempt_environment(profile, base)
-    for name in (ENV_ESTIMATE_GIB, ENV_PREDICTED_STEP_S, ENV_EXPECTED_TOKENS, ENV_LENGTH_REPLAN):
+    for name in (
+        ENV_ESTIMATE_GIB,
+        ENV_PREDICTED_STEP_S,
+        ENV_EXPECTED_TOKENS,
+        ENV_LENGTH_REPLAN,
+        ENV_RUN_DEADLINE,
+        ENV_RUN_BUDGET_S,
+    ):
         env.pop(name, None)  # never a figure left over from elsewhere
     if estimate_gib is not None:
         env[ENV_ESTIMATE_GIB] = repr(float(estimate_gib))
@@ -119,6 +130,8 @@ def attempt_env(
         env[ENV_EXPECTED_TOKENS] = str(int(expected_tokens))
     if replan_lengths:
         env[ENV_LENGTH_REPLAN] = "1"
+    if budget is not None:
+        env[ENV_RUN_DEADLINE], env[ENV_RUN_BUDGET_S] = repr(float(budget[0])), repr(float(budget[1]))
     return launch_env(profile, env)
 
 
@@ -138,8 +151,13 @@ class Supervisor:
         overrides: list[str],
         server_command: list[str] | None = None,
         machines: machineslib.Coordinator | None = None,
+        hours: float | None = None,
+        clock=time.time,
     ):
         self.plan = plan
+        # train --hours: the run's deadline and length, from when this supervisor started (a resumed run gets
+        # the budget given when it resumes)
+        self.budget = (clock() + hours * 3600.0, hours * 3600.0) if hours else None
         self.machines = machines  # several machines: where this supervisor's decisions go for the others
         self.server_command = server_command  # stands in for `trl vllm-serve` in tests
         self.run_dir = run_dir
@@ -288,6 +306,7 @@ class Supervisor:
             predicted,
             expected_tokens=self._expected_for(profile),
             replan_lengths=self._replans_left() and "max_completion_length" not in self.pinned,
+            budget=self.budget,
         )
         result = self._run(profile, attempt_dir, str(resume_from) if resume_from else None, env, started)
         record = AttemptRecord(
@@ -310,6 +329,7 @@ class Supervisor:
             step_s=(result.timing or {}).get("step_s"),
             timing=result.timing,
             lengths=result.lengths,
+            stopped_by=result.stopped_by,
             oom=result.report.to_dict() if result.report else None,
             error=result.error,
             decided=decision_text,
@@ -347,6 +367,7 @@ class Supervisor:
         predicted_step_s: float | None = None,
         expected_tokens: int | None = None,
         replan_lengths: bool = False,
+        budget=None,
     ) -> dict:
         return attempt_env(
             profile,
@@ -354,6 +375,7 @@ class Supervisor:
             predicted_step_s=predicted_step_s,
             expected_tokens=expected_tokens,
             replan_lengths=replan_lengths,
+            budget=budget,
         )
 
     def _run(
@@ -445,6 +467,13 @@ class Supervisor:
         """The run's exit status when this attempt ends it (ok, interrupted, an error); None to fall back."""
         attempt_dir = self.path_of(record.attempt_dir) or self.run_dir
         if record.status == OK:
+            if record.stopped_by == STOPPED_BY_BUDGET:
+                self.console.print(
+                    f"stopped at the run's time budget after {record.steps} steps (--hours); "
+                    f"`python train.py train --resume --hours H` goes on from {record.checkpoint or 'its checkpoint'}",
+                    markup=False,
+                    highlight=False,
+                )
             self.console.print(f"[green]done[/green]: {escape(str(attempt_dir))}")
             self._say_problem(point_final(self.run_dir, attempt_dir))  # RUN_DIR/final: the run's adapter
             return EXIT_OK
@@ -512,6 +541,7 @@ def supervise(
     resume_dir: Path | None = None,
     named_profile: str | None = None,
     command: dict | None = None,
+    hours: float | None = None,
 ) -> int:
     """Run the plan's chosen profile (or, with resume, continue the latest run); exit status per design.
 
@@ -520,7 +550,9 @@ def supervise(
     run leaves both unset. `fresh_attempt` (with resume): start the run's next attempt over at step 1;
     `resume_dir`: the run to continue (`--resume RUN`) instead of the latest; `named_profile`: the profile
     `--profile FILE` names beside --resume, which must be one the run trained; `command` (machine_command):
-    this command line, which the other machines compare with theirs.
+    this command line, which the other machines compare with theirs. `hours` (train --hours): the run's
+    wall-clock budget from now; one machine only (the attempts of several machines would each need machine 0's
+    deadline: not given to them, so the budget is not kept there).
     On several machines this is machine 0's supervisor (the others follow: launcher.run.follow).
     """
     console = console or narrate.make_console()
@@ -563,8 +595,22 @@ def supervise(
             say=lambda text: console.print(text, markup=False, highlight=False),
             command=command,
         )
+    if hours and others:
+        console.print(
+            f"note: --hours {hours:g} sets the run's length, but its wall-clock stop is kept on one machine only: "
+            "on several machines the run ends at its steps",
+            markup=False,
+            highlight=False,
+        )
     supervisor = Supervisor(
-        plan, run_dir, console, runner, overrides or [], server_command=server_command, machines=machines
+        plan,
+        run_dir,
+        console,
+        runner,
+        overrides or [],
+        server_command=server_command,
+        machines=machines,
+        hours=None if others else hours,
     )
     if not resume:
         supervisor._say_problem(point_latest(output_dir, run_dir))  # OUTPUT_DIR/latest: this run

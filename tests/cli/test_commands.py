@@ -69,7 +69,7 @@ SPELLINGS = [
     ("--resume --output-dir {missing}", "train --resume --output-dir {missing}"),
     ("--resume --fresh-attempt --output-dir {missing}", "train --resume --fresh-attempt --output-dir {missing}"),
     ("--set max_steps=2 --output-dir {file}", "train --set max_steps=2 --output-dir {file}"),
-    ("--auto --set max_steps=0", "train --set max_steps=0"),
+    ("--auto --set max_steps=-5", "train --set max_steps=-5"),
     ("--fresh-attempt", "train --fresh-attempt"),
     ("--auto --gpu-memory nan", "train --gpu-memory nan"),
 ]

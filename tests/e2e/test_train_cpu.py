@@ -87,7 +87,9 @@ def test_outcome_of_a_finished_attempt(quick_run):
         "probe",
         "timing",
         "lengths",
+        "stopped_by",
     }
+    assert out["stopped_by"] is None  # it ran to max_steps
 
 
 def test_runs_reuse_the_session_tiny_model(quick_run, tiny_cache, tiny_seed):

@@ -12,6 +12,7 @@ from contract.errors import EXIT_OUT_OF_MEMORY
 from launcher.card.detect import GpuInfo, Machine, detect_machine
 from launcher.plan.cards import COMMON_CARDS, fit_table
 from launcher.plan.choose import make_plan
+from launcher.plan.derive import derive_rungs
 from launcher.plan.margins import margin_for
 from profiles.load import load_profile, load_profiles, profile_from_dict
 from support.cli import train_py as run_cli
@@ -22,9 +23,16 @@ PROFILES = REPO / "profiles"
 GIB = 1024**3
 
 
-def what_if(total, free=None):
-    gpu = GpuInfo("card", total, total if free is None else free, 0.0, (8, 0), None, None, 0, "what-if")
+def what_if(total, free=None, name="card"):
+    gpu = GpuInfo(name, total, total if free is None else free, 0.0, (8, 0), None, None, 0, "what-if")
     return Machine([gpu], "what-if", 64.0, 60.0)
+
+
+def planned(machine, profiles=None):
+    """The shipped ladder as `train` plans it: each rung's `auto` keys derived for the machine's card."""
+    limits: dict = {}
+    rungs, _notes, written, refused = derive_rungs(profiles or gpu_ladder(), machine, limits=limits)
+    return make_plan(rungs, machine, limits=limits, written=written, refused=refused)
 
 
 def cpu_machine(ram=24.0, free=20.0):
@@ -61,15 +69,16 @@ def test_margin_is_five_percent_with_a_floor():
     assert margin_for(4, "cpu") == 1.0
 
 
-# The ladder's choice for every card class (what-if: free = total)
+# The ladder's choice for every card class (what-if: free = total), each rung derived for the card: the first
+# whose run covers at least MIN_RUN_EPOCHS of the data in its default hours
 EXPECTED_CHOICE = {
     "8 GB card (RTX 3070, 4060)": "gpu-8gb-qwen2.5-1.5b",
-    "12 GB card (RTX 3060, 4070)": "gpu-12gb-llama3.2-3b",
+    "12 GB card (RTX 3060, 4070)": "gpu-8gb-qwen2.5-1.5b",
     "T4 16 GB": "gpu-16gb-llama3.2-3b",
     "16 GB card (RTX 4060 Ti 16GB, 4080)": "gpu-16gb-llama3.2-3b",
-    "L4 / A10 24 GB": "gpu-24gb-llama3.1-8b",
+    "L4 / A10 24 GB": "gpu-16gb-llama3.2-3b",
     "RTX 3090 / 4090 24 GB": "gpu-24gb-llama3.1-8b",
-    "A100 40GB": "gpu-40gb-qwen2.5-14b",
+    "A100 40GB": "gpu-24gb-llama3.1-8b",
     "A100 80GB": "gpu-80gb-qwen2.5-14b",
     "H100 80GB": "gpu-80gb-qwen2.5-14b",
 }
@@ -87,13 +96,13 @@ def test_fit_table_gives_each_card_class_its_profile():
 
 
 def test_first_fitting_rung_is_chosen_and_verdicts_name_their_reason():
-    plan = make_plan(gpu_ladder(), what_if(24))
+    plan = planned(what_if(24, name="NVIDIA GeForce RTX 4090"))
     names = [c.profile.name for c in plan.candidates]
     assert names == [p.name for p in sorted(gpu_ladder(), key=lambda p: p.ladder)]
     assert plan.chosen.name == "gpu-24gb-llama3.1-8b"
     verdicts = {c.profile.name: c for c in plan.candidates}
-    assert verdicts["gpu-80gb-qwen2.5-14b"].reason.startswith("vLLM share too small")
-    assert verdicts["gpu-40gb-qwen2.5-14b"].reason.startswith("too large: needs")
+    assert verdicts["gpu-80gb-qwen2.5-14b"].reason.startswith("nothing fits: even")
+    assert verdicts["gpu-40gb-qwen2.5-14b"].reason.startswith("derived for this card it covers")
     assert verdicts["gpu-24gb-llama3.1-8b"].reason.startswith("fits: ")
     assert plan.margin_gib == pytest.approx(1.2)
 
@@ -133,7 +142,7 @@ def test_cuda_profile_without_a_gpu_does_not_fit():
 
 def test_fake_nvml_machine_is_planned_on_its_free_memory():
     used_card = {"name": "NVIDIA GeForce RTX 4090", "uuid": "GPU-1", "total": 24 * GIB, "free": 20 * GIB, "cc": (8, 9)}
-    plan = make_plan(gpu_ladder(), detect_machine(nvml=FakeNvml([used_card])))
+    plan = planned(detect_machine(nvml=FakeNvml([used_card])))
     out = plan.to_json()
     assert out["gpu"] == {
         **out["gpu"],
@@ -143,13 +152,13 @@ def test_fake_nvml_machine_is_planned_on_its_free_memory():
         "source": "nvml",
         "compute_capability": "8.9",
     }
-    # 4 GiB already in use: the 24 GB profile (19.6 GiB) no longer fits in 20 - 1.2 GiB, and the 16 and 12 GB
-    # ones (17.9 and 17.5 GiB) fit only past the 92% of usable memory an estimate alone may use (headroom for
-    # the estimate's own error, issue 30): the plan goes on to the next rung, whose estimate leaves that room
+    # 4 GiB already in use: the 24 GB rung, derived into the 18.8 GiB usable, takes fewer prompts a step and
+    # would cover less than MIN_RUN_EPOCHS of the data in its default hours: the plan goes on to the 3B rung,
+    # derived within the 92% of usable memory an estimate alone may use
     verdicts = {c["profile"]: c for c in out["candidates"]}
-    for name in ("gpu-16gb-llama3.2-3b", "gpu-12gb-llama3.2-3b"):
-        assert not verdicts[name]["fits"] and verdicts[name]["reason"].startswith("too close")
-    assert out["chosen"] == "gpu-8gb-qwen2.5-1.5b"
+    assert verdicts["gpu-24gb-llama3.1-8b"]["reason"].startswith("derived for this card it covers")
+    assert out["chosen"] == "gpu-16gb-llama3.2-3b"
+    assert verdicts["gpu-16gb-llama3.2-3b"]["estimate"]["total_gib"] <= 0.92 * (20.0 - 1.2) + 1e-6
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -185,11 +194,11 @@ def test_dry_run_with_one_profile_gives_one_candidate():
 
 
 def test_dry_run_table_shows_gpu_candidates_and_choice():
-    result = run_cli("--auto", "--dry-run", "--gpu-memory", "24")
+    result = run_cli("--auto", "--dry-run", "--gpu-memory", "24", "--gpu-name", "NVIDIA GeForce RTX 4090")
     assert result.returncode == 0, result.stderr
     text = result.stdout
-    assert text.startswith("planning for 24 GiB card (24 GiB, all of it free): --gpu-memory")
-    for name in ("gpu-80gb-qwen2.5-14b", "gpu-8gb-qwen2.5-0.5b", "vLLM share too small", "5% of the card"):
+    assert text.startswith("planning for NVIDIA GeForce RTX 4090 (24 GiB, all of it free): --gpu-memory")
+    for name in ("gpu-80gb-qwen2.5-14b", "gpu-8gb-qwen2.5-0.5b", "nothing fits: even", "5% of the card"):
         assert name in text
     assert "chosen: gpu-24gb-llama3.1-8b" in text
 
@@ -227,7 +236,7 @@ def test_console_script_plans_like_train_py():
     script = shutil.which("grpo-train", path=str(Path(sys.executable).parent))
     if script is None:
         pytest.skip("the project is not installed in this environment (pip install -e .)")
-    args = ["--auto", "--dry-run", "--json", "--gpu-memory", "24"]
+    args = ["--auto", "--dry-run", "--json", "--gpu-memory", "24", "--gpu-name", "NVIDIA GeForce RTX 4090"]
     from_script = subprocess.run([script, *args], capture_output=True, text=True, timeout=60)
     from_file = subprocess.run(
         [sys.executable, str(REPO / "train.py"), *args], capture_output=True, text=True, cwd=REPO, timeout=60

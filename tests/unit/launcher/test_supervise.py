@@ -353,6 +353,7 @@ def test_attempt_record_keeps_every_key_of_attempts_jsonl():
         "predicted_step_s",
         "step_s",
         "timing",
+        "stopped_by",
         "oom",
         "error",
         "decided",

@@ -69,7 +69,6 @@ def test_an_open_r1_recipe_loads_and_check_says_how(tmp_path, capsys):
         "output_dir",
         "logging_steps",
         "save_total_limit",
-        "num_train_epochs",
         "push_to_hub",
         "attn_implementation",
     ):
@@ -89,6 +88,12 @@ def test_check_prints_the_readings(tmp_path, capsys):
     assert code == 0
     assert "model_name_or_path -> model: 'tiny'" in out
     assert "output_dir: not used: " in out
+
+
+def test_trl_epochs_are_the_run_length_and_max_steps_minus_one_leaves_it_to_them(tmp_path):
+    path = write(tmp_path, "epochs.yaml", OPEN_R1_RECIPE.replace("max_steps: 4", "max_steps: -1"))
+    profile = load_profile(path)
+    assert profile.max_steps == 0 and profile.num_train_epochs == 1.0
 
 
 def test_our_own_profile_reads_as_ours(capsys):
@@ -117,7 +122,6 @@ def test_a_setting_in_both_spellings_exits_2(tmp_path, capsys, lines, key):
 @pytest.mark.parametrize(
     "lines, key, words",
     [
-        ("max_steps: -1\nnum_train_epochs: 1\n", "max_steps", "write max_steps: N"),
         ("generation_batch_size: 64\n", "generation_batch_size", "num_iterations"),
         ("vllm_importance_sampling_correction: true\n", "vllm_importance_sampling_correction", "remove it"),
         ("reward_funcs: [accuracy, cosine]\n", "reward_funcs", "path/to/file.py:function"),

@@ -22,7 +22,7 @@ def write(tmp_path, text):
 @pytest.mark.parametrize(
     "line, key, fix",
     [
-        ("max_steps:\n", "max_steps", "remove the line to keep the default (250)"),
+        ("max_steps:\n", "max_steps", "remove the line to keep the default (0)"),
         ("learning_rate: null\n", "learning_rate", "give a value"),
         ("system_prompt:\n", "system_prompt", 'write system_prompt: "" for no system turn'),
     ],

@@ -240,6 +240,18 @@ def test_header_states_target_peak_and_first_lever(path):
     text = path.read_text()
     assert re.search(r"^# Targets: .+", text, re.M)
     assert re.search(r"^# First lever on OOM: .+", text, re.M)
+    if load_profile(path).derived:  # a rung derived for the card: the header says what its target card gets
+        from launcher.card.detect import detect_machine
+        from launcher.plan.derive import derive_rungs, derived_text
+
+        match = re.search(r"^# Derived on a ([\d.]+) GiB (.+?): (.+)$", text, re.M)
+        assert match, "header lacks what the rung derives on its target card"
+        assert "# Intents, kept on every card:" in text and "`auto`" in text
+        machine = detect_machine(what_if_gib=float(match.group(1)), what_if_name=match.group(2))
+        derived, _notes, _written, refused = derive_rungs([load_profile(path)], machine)
+        assert not refused, refused
+        assert derived_text(derived[0]) == match.group(3), "header is stale: re-derive it on its target card"
+        return
     match = re.search(r"^# Estimator's peak: ([\d.]+) GiB on a ([\d.]+) GiB card", text, re.M)
     assert match, "header lacks the estimator's peak"
     peak, card = float(match.group(1)), float(match.group(2))
