@@ -290,6 +290,7 @@ def plan_of(args):
         hours=getattr(args, "hours", None),
         written=written,
         refused=refused,
+        named=bool(getattr(args, "profile", None)),
     )
     plan.notes.extend(notes)
     from launcher.plan.lengths import lengths_notes

@@ -375,6 +375,7 @@ def translate(data: dict, source: str, context: dict | None = None) -> tuple[dic
             readings.append(Reading(key, RENAMED, alias.ours, converted, alias.note))
     if "reward_funcs" in data or "reward_weights" in data:
         _translate_rewards(data, source, context, out, readings)
+    _read_epochs(data, source, context)
     _read_push(data, source, context, out, readings)
     return out, readings
 
@@ -415,6 +416,23 @@ def _translate_rewards(data: dict, source: str, context: dict, out: dict, readin
     else:
         note = "weights 1.0, as TRL's"
     readings.append(Reading("reward_funcs", RENAMED, "rewards", out["rewards"], note))
+
+
+def _read_epochs(data: dict, source: str, context: dict) -> None:
+    """A --set of num_train_epochs alone, on a file that pins max_steps: max_steps wins (TRL's order), so the
+    --set would change nothing, silently. Refused, naming what to set with it."""
+    if source != "--set" or "num_train_epochs" not in data or "max_steps" in data:
+        return
+    pinned = context.get("max_steps")
+    if pinned in (None, 0, "auto", -1):
+        return
+    raise ProfileError(
+        source,
+        "num_train_epochs",
+        f"{shown(data['num_train_epochs'])}: the file pins max_steps {shown(pinned)}, which wins over epochs (as in "
+        "TRL), so this --set would change nothing",
+        "add --set max_steps=auto, so the epochs set the run's length",
+    )
 
 
 def _read_push(data: dict, source: str, context: dict, out: dict, readings: list[Reading]) -> None:

@@ -684,7 +684,12 @@ class Profile(BaseModel):
 
     @model_validator(mode="after")
     def _evaluations_within_the_run(self) -> Profile:
-        if isinstance(self.eval_steps, int) and self.eval_steps >= self.max_steps and self.eval_samples:
+        if (
+            isinstance(self.eval_steps, int)
+            and self.max_steps
+            and self.eval_steps >= self.max_steps
+            and self.eval_samples
+        ):
             raise KeyProblem(
                 f"eval_steps {self.eval_steps} >= max_steps ({self.max_steps}): no evaluation would run during "
                 "training (the one after it always runs)",

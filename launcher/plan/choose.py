@@ -440,8 +440,10 @@ def make_plan(
     hours: float | None = None,
     written: dict | None = None,
     refused: dict | None = None,
+    named: bool = False,
 ) -> Plan:
-    """Judge the profiles for this machine in ladder order: cuda profiles on a GPU, cpu ones without.
+    """Judge the profiles for this machine in ladder order: cuda profiles on a GPU, cpu ones without. `named`:
+    the user named the profile (`--profile`): a rung derived from it runs however little of the data it covers.
     `measurements` (launcher.memory.ledger entries) replace the estimate of every single-device shape this machine
     has measured; multi-GPU profiles are judged by the estimate alone. `ledger_refuses=False` (a profile the
     user named): the ledger warns but never refuses what the estimate fits. Every GPU candidate gets its
@@ -531,7 +533,7 @@ def make_plan(
         candidate.written = (written or {}).get(profile.name)
         if profile.name in (refused or {}):  # a rung nothing could be derived from: its placeholders never run
             candidate.fits, candidate.reason = False, refused[profile.name]
-        elif candidate.written is not None and candidate.fits and candidate.run is not None:
+        elif candidate.written is not None and candidate.fits and candidate.run is not None and not named:
             from launcher.plan.duration import too_short
 
             short = too_short(candidate.run)

@@ -32,8 +32,9 @@ def test_qwen3_plans_with_thinking_off_by_default():
     assert plan.switches == {"enable_thinking": False} and not plan.thinking
     assert (plan.cap, plan.expected, plan.source) == (768, 217, "estimated")
     assert lengths_notes(profile) == [
-        "lengths of Qwen/Qwen3-4B on gsm8k: cap 1536 (the answers need 768), expected 217 tokens (estimated; 3.2 "
-        "characters a token, qwen tokenizer, an estimate); template switches: enable_thinking false"
+        f"lengths of Qwen/Qwen3-4B on gsm8k: cap {profile.max_completion_length} (the answers need 768), expected "
+        "217 tokens (estimated; 3.2 characters a token, qwen tokenizer, an estimate); template switches: "
+        "enable_thinking false"
     ]
 
 

@@ -40,7 +40,7 @@ def test_a_timed_wave_is_predicted_at_its_own_length_not_the_tasks_expected_one(
     assert 4.5 < long / short <= 5.0
     step_short = predict_timed(case["profile"], _h100(), "training", 4, 63, 64)
     step_long = predict_timed(case["profile"], _h100(), "training", 4, 63, 320)
-    assert 0 < step_short < step_long
+    assert 0 < step_short <= step_long  # launch-bound at four sequences: the launches set both
 
 
 def test_constants_given_to_a_prediction_are_used_then_put_back(case):

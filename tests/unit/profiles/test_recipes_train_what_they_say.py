@@ -60,20 +60,21 @@ def test_push_to_hub_true_with_a_repository_pushes_there(tmp_path):
 # num_train_epochs and reward_funcs
 
 
-def test_epochs_without_max_steps_are_refused_not_trained_as_250_steps(tmp_path):
-    error = refused(write(tmp_path, RECIPE.replace("max_steps: 40\n", "") + "num_train_epochs: 3\n"))
-    assert error.key == "num_train_epochs" and "max_steps" in str(error)
+def test_epochs_without_max_steps_are_the_runs_length_not_250_steps(tmp_path):
+    profile = load_profile(write(tmp_path, RECIPE.replace("max_steps: 40\n", "") + "num_train_epochs: 3\n"))
+    assert profile.num_train_epochs == 3 and not profile.max_steps  # max_steps auto: the plan runs 3 epochs
 
 
 def test_epochs_beside_max_steps_are_read_as_trl_reads_them(tmp_path):
     profile = load_profile(write(tmp_path, RECIPE + "num_train_epochs: 3\n"))
-    assert profile.max_steps == 40
-    assert any(r.key == "num_train_epochs" and "max_steps" in r.note for r in profile.readings)
+    assert profile.max_steps == 40 and profile.num_train_epochs == 3  # max_steps wins, as in TRL
 
 
-def test_epochs_in_a_set_alone_are_refused(tmp_path):
+def test_epochs_in_a_set_alone_on_a_file_that_pins_max_steps_are_refused(tmp_path):
     error = refused(write(tmp_path, RECIPE), ["num_train_epochs=2"])
-    assert error.key == "num_train_epochs"
+    assert error.key == "num_train_epochs" and "max_steps=auto" in str(error)
+    profile = load_profile(write(tmp_path, RECIPE), ["num_train_epochs=2", "max_steps=auto"])
+    assert profile.num_train_epochs == 2 and not profile.max_steps
 
 
 @pytest.mark.parametrize(

@@ -82,6 +82,6 @@ def test_the_supervisor_gives_the_deadline_to_every_attempt():
     from support.cli import REPO
 
     profile = load_profile(REPO / "profiles" / "cpu-tiny-8gen.yaml")
-    env = Supervisor._environment(profile, 1.0, 2.0, (5000.0, 3600.0))
+    env = Supervisor._environment(profile, 1.0, 2.0, budget=(5000.0, 3600.0))
     assert (env[ENV_RUN_DEADLINE], env[ENV_RUN_BUDGET_S]) == ("5000.0", "3600.0")
     assert ENV_RUN_DEADLINE not in Supervisor._environment(profile, 1.0, 2.0)
