@@ -175,7 +175,7 @@ def timed_waves(trainer, loaded, lengths, reader: MemoryReader) -> list[dict]:
     wave = batch * int(getattr(profile, "steps_per_generation", None) or profile.gradient_accumulation_steps or 1)
     generations = int(getattr(trainer, "num_generations", None) or batch)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    prompts = longest_prompts(loaded.train_rows, tokenizer, wave, generations)
+    prompts = longest_prompts(loaded.train_rows, tokenizer, wave, generations, getattr(loaded, "switches", None))
     ids, mask, width = _left_padded(prompts, pad, next(model.parameters()).device)
     generator = trainer.accelerator.unwrap_model(model)
     was_training = model.training
@@ -245,7 +245,7 @@ def timed_steps(trainer, loaded, lengths, reader: MemoryReader) -> list[dict]:
     batch = int(profile.per_device_train_batch_size)
     generations = int(getattr(trainer, "num_generations", None) or batch)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    prompts = longest_prompts(loaded.train_rows, tokenizer, batch, generations)
+    prompts = longest_prompts(loaded.train_rows, tokenizer, batch, generations, getattr(loaded, "switches", None))
     vocab = int(getattr(getattr(model, "config", None), "vocab_size", None) or len(tokenizer))
 
     def step_at(length: int):
@@ -300,7 +300,7 @@ def measure_loaded(trainer, loaded, lengths) -> dict:
         generations = int(getattr(trainer, "num_generations", None) or batch)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         vocab = int(getattr(getattr(model, "config", None), "vocab_size", None) or len(tokenizer))
-        prompts = longest_prompts(loaded.train_rows, tokenizer, batch, generations)
+        prompts = longest_prompts(loaded.train_rows, tokenizer, batch, generations, getattr(loaded, "switches", None))
         completions = completion_token_ids(tokenizer, batch, int(profile.max_completion_length), vocab, seed=2)
         components.update(step_components(trainer, synthetic_inputs(trainer, prompts, completions, pad), reader))
         components["completion_tokens"] = int(profile.max_completion_length)

@@ -32,18 +32,22 @@ def probe_enabled(profile) -> bool:
 # ----------------------------------------------------------------------------------------------- batch
 
 
-def prompt_token_ids(prompt, tokenizer, switches: dict | None = None) -> list[int]:
-    """The ids the trainer generates from (tasks.prompts.render_ids: the chat template with its switches)."""
+def prompt_token_ids(prompt, tokenizer, switches: dict | None = None, tools: list | None = None) -> list[int]:
+    """The ids the trainer generates from (tasks.prompts.render_ids: the chat template with its switches and the
+    tools offered)."""
     from tasks.prompts import render_ids
 
-    return [int(i) for i in render_ids(prompt, tokenizer, switches)]
+    return [int(i) for i in render_ids(prompt, tokenizer, switches, tools)]
 
 
 def longest_prompts(
-    rows: list[dict], tokenizer, batch: int, generations: int, switches: dict | None = None
+    rows: list[dict], tokenizer, batch: int, generations: int, switches: dict | None = None, tools: list | None = None
 ) -> list[list[int]]:
-    """`batch` prompt id lists: the longest prompts, each repeated `generations` times as GRPO groups them."""
-    by_length = sorted((prompt_token_ids(row["prompt"], tokenizer, switches) for row in rows), key=len, reverse=True)
+    """`batch` prompt id lists: the longest prompts (rendered as TRL renders them: the template's switches, the
+    tools offered), each repeated `generations` times as GRPO groups them."""
+    by_length = sorted(
+        (prompt_token_ids(row["prompt"], tokenizer, switches, tools) for row in rows), key=len, reverse=True
+    )
     distinct = max(1, -(-batch // max(1, generations)))
     chosen = by_length[:distinct]
     out = []
@@ -403,10 +407,12 @@ def release_paged_state(optimizer) -> int:
     return released
 
 
-def run_probe(trainer, rows: list[dict], tokenizer, profile, memory=None, estimate_gib=None) -> dict:
+def run_probe(
+    trainer, rows: list[dict], tokenizer, profile, memory=None, estimate_gib=None, tools: list | None = None
+) -> dict:
     """One step at the attempt's largest shapes; {peak_gib, seconds, prompt_tokens, completion_tokens,
-    batch, measure, ...}. An out-of-memory propagates (this frame named in its traceback): it is the
-    attempt's own OOM."""
+    batch, measure, ...}; `tools`: what TRL offers in every prompt (their descriptions lengthen it). An
+    out-of-memory propagates (this frame named in its traceback): it is the attempt's own OOM."""
     import torch
 
     from trainer.inject import injected_in_probe, raise_injected_oom
@@ -415,7 +421,9 @@ def run_probe(trainer, rows: list[dict], tokenizer, profile, memory=None, estima
     batch = int(trainer.args.per_device_train_batch_size)
     generations = int(getattr(trainer, "num_generations", None) or profile.num_generations)
     # rendered as TRL renders them, with the switches the trainer holds (GRPOConfig.chat_template_kwargs)
-    prompts = longest_prompts(rows, tokenizer, batch, generations, getattr(trainer, "chat_template_kwargs", None))
+    prompts = longest_prompts(
+        rows, tokenizer, batch, generations, getattr(trainer, "chat_template_kwargs", None), tools
+    )
     vocab = int(getattr(getattr(model, "config", None), "vocab_size", None) or len(tokenizer))
     completions = completion_token_ids(tokenizer, batch, int(profile.max_completion_length), vocab, profile.seed)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

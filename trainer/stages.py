@@ -374,7 +374,16 @@ def probe(state: AttemptState, loaded: Loaded, asked: bool = False) -> dict | No
         if state.main:
             say("probe: skipped under accelerate (the model is wrapped and sharded only inside training)")
         return None
-    figures = run_probe(state.trainer, loaded.train_rows, loaded.tokenizer, profile, state.memory, state.estimate_gib)
+    offered = offered_tools(loaded.tools or [], loaded.environment)
+    figures = run_probe(
+        state.trainer,
+        loaded.train_rows,
+        loaded.tokenizer,
+        profile,
+        state.memory,
+        state.estimate_gib,
+        tools=offered or None,
+    )
     state.probe = figures
     if state.main:
         say(
