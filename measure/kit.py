@@ -1,7 +1,7 @@
-"""HOW the kit runs within its time: each probe in a child process of its own with its own timeout, the
-random weights of an architecture removed once its probes are done, the table rewritten after every probe, a
-signal or the budget ending it with the table written, and (on the CPU) an injected out-of-memory read and
-fallen back from through the supervisor.
+"""HOW the kit runs within its time: each probe in a child process of its own with its own timeout
+(measure.processes), the random weights of an architecture removed once its probes are done, the table rewritten
+after every probe, a signal or the budget ending it with the table written, and (on the CPU) an injected
+out-of-memory read and fallen back from through the supervisor (measure.oom_check).
 
 Nothing is downloaded: every architecture is built with random weights from the catalogue's facts
 (tiny_model/random_weights.py); memory does not depend on the weights' values.
@@ -9,13 +9,10 @@ Nothing is downloaded: every architecture is built with random weights from the 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,14 +26,15 @@ from contract.attempt import PROFILE_FILE, attempt_environment
 from contract.environment import (
     ENV_CACHE,
     ENV_ESTIMATE_GIB,
-    ENV_INJECT_OOM,
     ENV_NO_UNSLOTH,
     ENV_PROBE_ONLY,
     ENV_RANDOM_WEIGHTS,
 )
 from measure import report as tables
-from measure.cases import CPU_BASE, CPU_SHAPE, CPU_TIMED_LENGTHS, GPU_TIMED_LENGTHS, PLAIN, REPO, UNSLOTH, plan_cases
+from measure.cases import CPU_TIMED_LENGTHS, GPU_TIMED_LENGTHS, PLAIN, UNSLOTH, plan_cases
 from measure.child import KIT_FILE
+from measure.oom_check import OFFLINE, oom_fallback_on_cpu
+from measure.processes import Stopper, import_check, log_tail, run_bounded, versions
 
 # One call of a GPU machine is 600 s; the install before the kit takes some of it (scripts/gpu-kit.sh).
 BUDGET_S = 540.0
@@ -44,8 +42,6 @@ PROBE_TIMEOUT_S = 240.0
 FINISH_RESERVE_S = 15.0  # stopping a child that ran past its time, and the last report
 MAX_FAILURE_LOGS = 2  # a failed probe's whole log beside the table (one call returns at most 8 files)
 MIN_PROBE_S = 45.0  # less than this left: a probe could not even import its libraries
-STOP_GRACE_S = 10.0  # a child told to stop (SIGINT) gets this long before SIGKILL
-OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 GPU_OOM_LEFT_OUT = (
     "on a GPU the check needs a rung the planner accepts that still runs out of memory, which only an estimate "
     "too low makes; the probes above hold every estimate against the card instead, and the fallback itself is "
@@ -77,136 +73,6 @@ def remove_random_models(cache: Path) -> list[str]:
         shutil.rmtree(folder, ignore_errors=True)
         removed.append(folder.name)
     return removed
-
-
-class Stopper:
-    """SIGINT / SIGTERM to the kit: stop the running child (its own process group), write the report, exit."""
-
-    def __init__(self):
-        self.signal: int | None = None
-        self.child: subprocess.Popen | None = None
-
-    def install(self) -> Stopper:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, self._handle)
-        return self
-
-    def _handle(self, signum, frame) -> None:
-        self.signal = signum
-        if self.child is not None and self.child.poll() is None:
-            try:
-                os.killpg(self.child.pid, signal.SIGINT)
-            except OSError:
-                pass
-
-
-def run_bounded(argv: list[str], env: dict, timeout_s: float, log: Path, stopper: Stopper) -> tuple[int | None, bool]:
-    """Run `argv` in a process group of its own, its output in `log`, for at most `timeout_s` seconds: then
-    SIGINT (the supervisor and the trainer stop as on a Ctrl-C), and SIGKILL after STOP_GRACE_S. (exit status or
-    None, whether it was stopped for time)."""
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(
-            argv,
-            cwd=REPO,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        stopper.child = proc
-        try:
-            try:
-                return proc.wait(timeout=max(timeout_s, 1.0)), False
-            except subprocess.TimeoutExpired:
-                pass
-            for signum in (signal.SIGINT, signal.SIGKILL):
-                try:
-                    os.killpg(proc.pid, signum)
-                except OSError:
-                    pass
-                try:
-                    proc.wait(timeout=STOP_GRACE_S)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-            return proc.poll(), True
-        finally:
-            stopper.child = None
-
-
-def log_tail(log: Path, lines: int = 40) -> str:
-    try:
-        return "\n".join(log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
-
-
-# ------------------------------------------------------------------------------------------------ libraries
-
-_IMPORT = (
-    "import json, sys, time\n"
-    "started = time.monotonic()\n"
-    "module = __import__(sys.argv[1])\n"
-    "print(json.dumps({'seconds': round(time.monotonic() - started, 2), "
-    "'version': str(getattr(module, '__version__', ''))}))\n"
-)
-
-
-def import_check(modules: tuple[str, ...], env: dict, timeout_s: float, stopper: Stopper) -> dict:
-    """{module: {imports, version, seconds, error}}: whether each imports in a fresh interpreter (Unsloth and
-    bitsandbytes fail in many ways, some of them by killing the process). A module that is not installed is
-    said so at once, without importing; one that is installed imports in a child of its own, all at once,
-    bounded only by what is left of the kit's time."""
-    found: dict[str, dict] = {}
-    running = {}
-    for module in modules:
-        if importlib.util.find_spec(module) is None:
-            found[module] = {"imports": False, "error": "not installed"}
-            continue
-        running[module] = subprocess.Popen(
-            [sys.executable, "-c", _IMPORT, module],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-    deadline = time.monotonic() + timeout_s
-    for module, proc in running.items():
-        try:
-            out, err = proc.communicate(timeout=max(deadline - time.monotonic(), 1.0))
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            found[module] = {"imports": False, "error": "its import outlasted the kit's time"}
-            continue
-        if proc.returncode == 0:
-            try:
-                found[module] = {"imports": True, **json.loads(out.strip().splitlines()[-1])}
-                continue
-            except (ValueError, IndexError):
-                pass
-        last = [line for line in err.strip().splitlines() if line.strip()]
-        found[module] = {"imports": False, "error": (last[-1] if last else f"exit {proc.returncode}")[:300]}
-    if stopper.signal is not None:
-        for proc in running.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-    return {module: found[module] for module in modules}
-
-
-def versions() -> dict:
-    from importlib import metadata
-
-    found = {}
-    for name in ("torch", "transformers", "trl", "peft", "accelerate", "unsloth", "unsloth_zoo", "bitsandbytes"):
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-    return found
 
 
 # ------------------------------------------------------------------------------------------------ probing
@@ -280,83 +146,6 @@ def keep_failure_log(log: Path, out_dir: Path, card: str, case: dict) -> Path | 
     except OSError:
         return None
     return target
-
-
-# ------------------------------------------------------------------------------------------------ OOM check
-
-
-def oom_fallback_on_cpu(folder: Path, cache: Path, timeout_s: float, stopper: Stopper) -> dict:
-    """A two-rung ladder through the supervisor (`train.py train --profiles-dir`): the first rung's probe
-    raises a genuine torch.OutOfMemoryError (injected: the host has no CUDA allocator to exhaust); it must be
-    read and fallen back from to the second, smaller rung, which finishes."""
-    from profiles.load import load_profile
-
-    env = dict(os.environ, **{ENV_RANDOM_WEIGHTS: "1", ENV_CACHE: str(cache), **OFFLINE})
-    run_dir = folder / "oom-fallback"
-    ladder = folder / "oom-ladder"
-    for path in (run_dir, ladder):
-        shutil.rmtree(path, ignore_errors=True)
-    ladder.mkdir(parents=True)
-    # the fallback takes only a rung estimated below the one that ran out of memory (even once shrunk)
-    smaller = ["num_generations=2", "per_device_train_batch_size=2", "max_completion_length=16"]
-    for name, rank, extra in (("check-oom-big", 1, []), ("check-oom-small", 2, smaller)):
-        profile = load_profile(CPU_BASE, [f"name={name}", f"ladder={rank}", *CPU_SHAPE, *extra])
-        (ladder / f"{name}.yaml").write_text(profile.to_yaml(), encoding="utf-8")
-    env[ENV_INJECT_OOM] = "check-oom-big@probe"
-    argv = [
-        sys.executable,
-        str(REPO / "train.py"),
-        "train",
-        "--profiles-dir",
-        str(ladder),
-        "--output-dir",
-        str(run_dir),
-        "--ignore-ledger",
-    ]
-    started = time.monotonic()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    log = folder / "oom-fallback.log"
-    code, stopped = run_bounded(argv, env, timeout_s, log, stopper)
-    output = log_tail(log, 400)
-    attempts = []
-    for found in sorted(run_dir.glob("run-*/attempts.jsonl")):
-        attempts += [json.loads(line) for line in found.read_text(encoding="utf-8").splitlines() if line.strip()]
-    first_oom = next((a for a in attempts if a.get("status") == "oom"), None)
-    recovered = bool(first_oom) and any(a.get("status") == "ok" for a in attempts[attempts.index(first_oom) + 1 :])
-    # the supervisor's decision lines: "attempt N: NAME OOM in ... (asked ..): halving ..." and "falling back to"
-    decisions = [
-        line.strip()
-        for line in output.splitlines()
-        if (re.match(r"\s*attempt \d+: .* OOM ", line) and not re.search(r"after \d+ steps\s*$", line))
-        or re.search(r"\bfalling back to\b", line)
-    ][:6]
-    status = "ok" if recovered and code == 0 else ("timed out" if stopped else "failed")
-    return {
-        "injected": True,
-        "exit": code,
-        "seconds": round(time.monotonic() - started, 1),
-        "timeout_s": round(timeout_s, 1),
-        "attempts": [_attempt_row(a) for a in attempts],
-        "oom_read": first_oom is not None,
-        "fell_back_and_finished": recovered,
-        "decisions": decisions,
-        "status": status,
-        "log_tail": None if status == "ok" else output[-2000:],
-    }
-
-
-def _attempt_row(attempt: dict) -> dict:
-    """What the report keeps of one supervised attempt: its shape and, for an OOM, what the supervisor read."""
-    settings, oom = attempt.get("settings") or {}, attempt.get("oom") or {}
-    row = {
-        "profile": attempt.get("profile"),
-        "status": attempt.get("status"),
-        "batch": settings.get("per_device_train_batch_size"),
-        "accumulation": settings.get("gradient_accumulation_steps"),
-    }
-    if oom:
-        row.update({key: oom.get(key) for key in ("site", "asked_gib", "free_gib", "total_gib", "in_probe")})
-    return row
 
 
 # ------------------------------------------------------------------------------------------------ the run

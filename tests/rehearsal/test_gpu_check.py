@@ -314,7 +314,7 @@ def test_a_catalogue_architecture_is_built_offline_from_its_facts(tmp_path):
 
 
 def test_a_probe_past_its_time_is_stopped_with_its_whole_process_group(tmp_path):
-    from measure import kit
+    from measure import processes
 
     # a child that starts a grandchild and ignores SIGINT: both must be gone once run_bounded returns
     pids = tmp_path / "pids"
@@ -323,8 +323,8 @@ def test_a_probe_past_its_time_is_stopped_with_its_whole_process_group(tmp_path)
         "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
         f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}'); time.sleep(600)"
     )
-    code, stopped = kit.run_bounded(
-        [sys.executable, "-c", script], dict(os.environ), 2.0, tmp_path / "log", kit.Stopper()
+    code, stopped = processes.run_bounded(
+        [sys.executable, "-c", script], dict(os.environ), 2.0, tmp_path / "log", processes.Stopper()
     )
     assert stopped and code is not None
     for pid in map(int, pids.read_text().split()):

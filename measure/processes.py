@@ -1,0 +1,148 @@
+"""HOW the kit's children run: each in a process group of its own, its output in a log, stopped when its time
+is up (SIGINT, then SIGKILL) or when the kit is signalled; and whether a library imports, checked in a fresh
+interpreter of its own."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from measure.cases import REPO
+
+STOP_GRACE_S = 10.0  # a child told to stop (SIGINT) gets this long before SIGKILL
+
+
+class Stopper:
+    """SIGINT / SIGTERM to the kit: stop the running child (its own process group), write the report, exit."""
+
+    def __init__(self):
+        self.signal: int | None = None
+        self.child: subprocess.Popen | None = None
+
+    def install(self) -> Stopper:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        self.signal = signum
+        if self.child is not None and self.child.poll() is None:
+            try:
+                os.killpg(self.child.pid, signal.SIGINT)
+            except OSError:
+                pass
+
+
+def run_bounded(argv: list[str], env: dict, timeout_s: float, log: Path, stopper: Stopper) -> tuple[int | None, bool]:
+    """Run `argv` in a process group of its own, its output in `log`, for at most `timeout_s` seconds: then
+    SIGINT (the supervisor and the trainer stop as on a Ctrl-C), and SIGKILL after STOP_GRACE_S. (exit status or
+    None, whether it was stopped for time)."""
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            argv,
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        stopper.child = proc
+        try:
+            try:
+                return proc.wait(timeout=max(timeout_s, 1.0)), False
+            except subprocess.TimeoutExpired:
+                pass
+            for signum in (signal.SIGINT, signal.SIGKILL):
+                try:
+                    os.killpg(proc.pid, signum)
+                except OSError:
+                    pass
+                try:
+                    proc.wait(timeout=STOP_GRACE_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+            return proc.poll(), True
+        finally:
+            stopper.child = None
+
+
+def log_tail(log: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+# ------------------------------------------------------------------------------------------------ libraries
+
+_IMPORT = (
+    "import json, sys, time\n"
+    "started = time.monotonic()\n"
+    "module = __import__(sys.argv[1])\n"
+    "print(json.dumps({'seconds': round(time.monotonic() - started, 2), "
+    "'version': str(getattr(module, '__version__', ''))}))\n"
+)
+
+
+def import_check(modules: tuple[str, ...], env: dict, timeout_s: float, stopper: Stopper) -> dict:
+    """{module: {imports, version, seconds, error}}: whether each imports in a fresh interpreter (Unsloth and
+    bitsandbytes fail in many ways, some of them by killing the process). A module that is not installed is
+    said so at once, without importing; one that is installed imports in a child of its own, all at once,
+    bounded only by what is left of the kit's time."""
+    found: dict[str, dict] = {}
+    running = {}
+    for module in modules:
+        if importlib.util.find_spec(module) is None:
+            found[module] = {"imports": False, "error": "not installed"}
+            continue
+        running[module] = subprocess.Popen(
+            [sys.executable, "-c", _IMPORT, module],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + timeout_s
+    for module, proc in running.items():
+        try:
+            out, err = proc.communicate(timeout=max(deadline - time.monotonic(), 1.0))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            found[module] = {"imports": False, "error": "its import outlasted the kit's time"}
+            continue
+        if proc.returncode == 0:
+            try:
+                found[module] = {"imports": True, **json.loads(out.strip().splitlines()[-1])}
+                continue
+            except (ValueError, IndexError):
+                pass
+        last = [line for line in err.strip().splitlines() if line.strip()]
+        found[module] = {"imports": False, "error": (last[-1] if last else f"exit {proc.returncode}")[:300]}
+    if stopper.signal is not None:
+        for proc in running.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    return {module: found[module] for module in modules}
+
+
+def versions() -> dict:
+    from importlib import metadata
+
+    found = {}
+    for name in ("torch", "transformers", "trl", "peft", "accelerate", "unsloth", "unsloth_zoo", "bitsandbytes"):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return found
