@@ -1,6 +1,6 @@
 """The longer cross-key rules of a profile: scale-out keys against each other, rewards and dataset that exist.
 
-Called by profiles.schema.Profile's validators; each refusal is a KeyProblem naming the key to change.
+Called in turn by profiles.cross_keys (check_cross_keys); each refusal is a KeyProblem naming the key to change.
 """
 
 from __future__ import annotations
