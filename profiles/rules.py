@@ -199,7 +199,7 @@ def _check_rewards(p, base: Path | None) -> None:
 
 
 def _check_dataset(p, base: Path | None) -> None:
-    from tasks.user_data import SUFFIX_BUILDERS, source_kind
+    from tasks.data_spec import SUFFIX_BUILDERS, source_kind
 
     if p.dataset in DATASETS:
         for key, value in (
@@ -229,7 +229,7 @@ def _check_dataset(p, base: Path | None) -> None:
         given = base / given
     try:
         kind = source_kind(str(given))
-    except Exception as exc:  # tasks.user_data's UsageError: its text names the path and the fix
+    except Exception as exc:  # tasks.data_spec's UsageError: its text names the path and the fix
         raise KeyProblem(str(exc), None, "dataset") from None
     if kind == "folder" and not any(f.suffix.lower() in SUFFIX_BUILDERS for f in given.iterdir()):
         raise KeyProblem(
