@@ -1,5 +1,5 @@
 """HOW a profile is read: YAML files (guarded against surprises), `--set` overrides, and the schema's refusals
-turned into errors that name the file, the key and the fix. The keys themselves live in profiles.schema.
+turned into errors that name the file, the key and the fix. The keys themselves live in profiles.fields.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The longer cross-key rules of a profile: scale-out keys against each other, rewards and dataset that exist.
 
-Called by profiles.schema.Profile's validators; each refusal is a KeyProblem naming the key to change.
+Called in turn by profiles.cross_keys (check_cross_keys); each refusal is a KeyProblem naming the key to change.
 """
 
 from __future__ import annotations
@@ -199,7 +199,7 @@ def _check_rewards(p, base: Path | None) -> None:
 
 
 def _check_dataset(p, base: Path | None) -> None:
-    from tasks.user_data import SUFFIX_BUILDERS, source_kind
+    from tasks.data_spec import SUFFIX_BUILDERS, source_kind
 
     if p.dataset in DATASETS:
         for key, value in (
@@ -229,7 +229,7 @@ def _check_dataset(p, base: Path | None) -> None:
         given = base / given
     try:
         kind = source_kind(str(given))
-    except Exception as exc:  # tasks.user_data's UsageError: its text names the path and the fix
+    except Exception as exc:  # tasks.data_spec's UsageError: its text names the path and the fix
         raise KeyProblem(str(exc), None, "dataset") from None
     if kind == "folder" and not any(f.suffix.lower() in SUFFIX_BUILDERS for f in given.iterdir()):
         raise KeyProblem(

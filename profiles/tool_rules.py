@@ -1,7 +1,7 @@
 """The rules of a profile's tool keys (`tools`, `environment`, `max_tool_calls`): every entry found and checked
 without importing it (tools.check_entry, under the code-safety rules of the user's own rewards), no two tools
-the model would know by one name. Called by profiles.schema.Profile's validators; each refusal is a KeyProblem
-naming the key to change."""
+the model would know by one name. Called in turn by profiles.cross_keys (check_cross_keys); each refusal is a
+KeyProblem naming the key to change."""
 
 from __future__ import annotations
 

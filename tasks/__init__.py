@@ -2,7 +2,8 @@
 into the trainer's rows {prompt, answer} (tasks.prompts).
 
 A profile's `dataset` key names a registered task (TASKS), or is the user's own data: a hub id or a local
-file or folder, read by tasks.user_data with the profile's column mapping. `check_data` reads it all once,
+file or folder, read by tasks.user_data with the profile's column mapping (the data keys in tasks.data_spec,
+reading in tasks.data_sources, the refusals in tasks.data_checks). `check_data` reads it all once,
 before any model loads, so that bad data is refused as bad input. Importing this package is cheap: the
 launcher checks profiles against `task_names()` without loading torch or `datasets` (both loaders import
 `datasets` only when they load).
@@ -16,8 +17,8 @@ from pathlib import Path
 
 from contract.errors import UsageError
 from tasks import arithmetic, gsm8k
+from tasks.data_spec import DataSpec
 from tasks.prompts import to_prompt_rows
-from tasks.user_data import DataSpec
 
 SPLITS = ("train", "test")
 

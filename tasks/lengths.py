@@ -136,7 +136,7 @@ def reference_lengths(dataset: str, answer_field: str = "", question_field: str 
         return None
     if not rows:
         return None
-    from tasks.user_data import ANSWER_FIELDS, QUESTION_FIELDS
+    from tasks.data_spec import ANSWER_FIELDS, QUESTION_FIELDS
 
     def column(named: str, usual) -> str | None:
         if named:

@@ -226,7 +226,7 @@ def test_report_to_choices_are_what_transformers_accepts():
     pytest.importorskip("transformers")
     from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
 
-    from profiles.schema import REPORT_TO
+    from profiles.keys import REPORT_TO
 
     assert set(REPORT_TO) == set(INTEGRATION_TO_CALLBACK) | {"none", "all"}
 

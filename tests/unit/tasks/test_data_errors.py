@@ -112,8 +112,9 @@ def test_json_rows_wrapped_in_a_data_key_are_read(tmp_path):
 OFFLINE_HUB = """
 import sys, time
 sys.path.insert(0, {repo!r})
+import tasks.data_sources as data_sources
 import tasks.user_data as user_data
-user_data._hub_reachable = lambda *a, **k: False  # the network boundary: no route to the hub
+data_sources._hub_reachable = lambda *a, **k: False  # the network boundary: no route to the hub
 started = time.monotonic()
 try:
     user_data.load_splits(user_data.DataSpec(dataset="someone/not-cached"))

@@ -11,7 +11,7 @@ import pytest
 
 from contract.errors import UsageError
 from profiles.load import load_profile
-from tasks import check_data, load_task, user_data
+from tasks import check_data, data_checks, load_task
 
 REPO = Path(__file__).resolve().parents[3]
 CPU = REPO / "profiles" / "cpu-tiny-8gen.yaml"
@@ -49,7 +49,7 @@ def test_a_table_too_wide_is_refused_before_datasets_reads_it(tmp_path, monkeypa
     monkeypatch.setattr(datasets, "load_dataset", never)
     with pytest.raises(UsageError) as refused:
         check_data(profile_for(path))
-    assert "2,000 columns" in str(refused.value) and f"at most {user_data.MAX_COLUMNS}" in str(refused.value)
+    assert "2,000 columns" in str(refused.value) and f"at most {data_checks.MAX_COLUMNS}" in str(refused.value)
 
 
 def test_the_column_count_is_read_from_each_format(tmp_path):
@@ -59,9 +59,9 @@ def test_the_column_count_is_read_from_each_format(tmp_path):
     import pyarrow.parquet as pq
 
     pq.write_table(pa.table({f"c{i}": [1] for i in range(7)}), tmp_path / "c.parquet")
-    assert user_data._column_count(tmp_path / "a.jsonl") == 300
-    assert user_data._column_count(tmp_path / "b.csv") == 3
-    assert user_data._column_count(tmp_path / "c.parquet") == 7
+    assert data_checks.column_count(tmp_path / "a.jsonl") == 300
+    assert data_checks.column_count(tmp_path / "b.csv") == 3
+    assert data_checks.column_count(tmp_path / "c.parquet") == 7
 
 
 def test_empty_questions_are_said_to_be_empty_questions(tmp_path):
