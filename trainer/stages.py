@@ -339,8 +339,9 @@ def finish(state: AttemptState, loaded: Loaded, session: Session, before: dict, 
     # what the trainer itself holds (TRL's GRPOConfig, or Unsloth's patched one): the objective trained
     summary["loss_settings"] = {key: getattr(session.trainer.args, key, None) for key in PROFILE_LOSS_KEYS}
     summary["loss_settings"]["trainer"] = type(session.trainer).__name__
+    from trainer.plots import write_plots
     from trainer.publish import push
-    from trainer.report import evaluation_figures, write_plots, write_report
+    from trainer.report import evaluation_figures, write_report
 
     during = session.evaluation
     summary["evaluation"] = evaluation_figures(
