@@ -42,7 +42,7 @@ def load_trained(profile, adapter_dir: Path, base_path: str):
         model, tokenizer = load_model(backend, profile, str(adapter_dir))
         return backend, model, tokenizer, None
     model, tokenizer = load_model(backend, profile, base_path)
-    # As the training load decides (trainer.stages.load): whether Unsloth started an engine, not what the profile
+    # As the training load decides (trainer.load.load): whether Unsloth started an engine, not what the profile
     # asked; Unsloth turns fast_inference off by itself on some cards and models.
     if generation_path(profile, backend, model) == "unsloth-vllm":
         return backend, model, tokenizer, str(adapter_dir)  # vLLM takes the adapter as a LoRA request

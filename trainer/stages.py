@@ -1,6 +1,6 @@
-"""HOW one attempt trains, stage by stage: load (backend, model, data), build the GRPO trainer, probe the
-worst case, train, finish (save, evaluate, summary and report). trainer.run strings them together and
-records the outcome.
+"""HOW one attempt trains, stage by stage: load (backend, model, data, tools: trainer.load), build the GRPO
+trainer, probe the worst case, train, finish (save, evaluate, summary and report). trainer.run strings them
+together and records the outcome.
 
 Each stage imports the heavy libraries inside itself, after `load` has opened the backend: the order is
 the one trainer.backends states.
@@ -10,35 +10,15 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from contract import attempt as contract
 from contract.attempt import INTERRUPTED, OK
-from contract.errors import UsageError
+from trainer.load import Loaded, load, offered_tools  # noqa: F401 - load re-exported: the first stage
 from trainer.state import AttemptState, say
 from trainer.summary import build_summary
-
-
-@dataclass
-class Loaded:
-    """What the load stage gives the others."""
-
-    backend: Any
-    model: Any
-    tokenizer: Any
-    train_rows: list
-    dropped: int
-    eval_rows: list
-    unsloth_vllm: bool  # Unsloth's own vLLM engine generates (single GPU)
-    use_vllm: bool  # generation goes through vLLM at all (Unsloth's, or TRL's under accelerate)
-    correctness: Any = None  # the reward that judges an answer correct in evaluation (profile.correctness)
-    generation: str = "transformers"  # trainer.backends.generation_path: which engine generated
-    tools: list | None = None  # the profile's tools, imported and guarded (tools.load_tools)
-    environment: Any = None  # the profile's environment as a guarded factory (tools.load_environment)
-    # the chat template's switches every prompt is rendered with (tasks.prompts.template_switches)
-    switches: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -53,118 +33,6 @@ class Session:
     eval_every: int = 0
     eval_why: str = ""
     budget: Any = None  # trainer.budget.BudgetCallback, under train --hours
-
-
-def load(state: AttemptState) -> Loaded:
-    """The backend, the model and tokenizer, and the training and test rows that fit max_prompt_length."""
-    profile = state.profile
-    from trainer.backends import load_model, open_backend
-
-    backend = open_backend(profile)  # first: see trainer.backends for the import order
-    from tasks import load_task
-    from tasks.prompts import filter_by_length
-    from trainer.memory_meter import MemoryMeter
-
-    state.memory = MemoryMeter(backend.device)
-    train_rows = load_task(profile, "train", limit=profile.train_samples, seed=profile.seed)
-    eval_rows = (
-        load_task(profile, "test", limit=profile.eval_samples, seed=profile.seed)
-        if profile.eval_samples and state.main
-        else []
-    )
-    from rewards import get_reward
-    from rewards import user as user_rewards
-
-    if state.main:  # a process ended inside the user's reward is then named (contract.REWARD_RUNNING_FILE)
-        user_rewards.attach(state.attempt_dir, say)
-    correctness = get_reward(profile.correctness)  # the user's own reward is imported here, in the attempt
-    offered, environment = load_tools(state, train_rows)
-    model_path, state.model_built = state.resolve_model(profile)
-    if state.main:
-        say(
-            f"attempt '{profile.name}': {backend.name} on {backend.gpu_name or 'CPU'}, model {profile.model}, "
-            f"estimate {'n/a' if state.estimate_gib is None else f'{state.estimate_gib:.2f}'} GiB"
-        )
-    model, tokenizer = load_model(backend, profile, model_path)
-    from tasks.prompts import reads_thinking_switch, template_switches
-
-    switches = template_switches(profile.chat_template_kwargs, reads_thinking_switch(tokenizer))
-    state.switches = switches
-    if state.main and switches:
-        say(f"chat template switches: {', '.join(f'{k}={v!r}' for k, v in switches.items())}")
-    rendered = offered_tools(offered, environment)  # TRL renders them into every prompt
-    kept, dropped = filter_by_length(train_rows, tokenizer, profile.max_prompt_length, switches, rendered)
-    if not kept:
-        raise UsageError(
-            f"dataset '{profile.dataset}': every prompt is longer than max_prompt_length "
-            f"({profile.max_prompt_length} tokens) (fix: raise max_prompt_length)"
-        )
-    # test prompts obey the same limit: prompt + completion must fit max_seq_length (vLLM's max_model_len)
-    eval_rows, eval_dropped = filter_by_length(eval_rows, tokenizer, profile.max_prompt_length, switches, rendered)
-    if state.main:
-        say(
-            f"dataset {profile.dataset}: {len(kept)} training prompts ({dropped} dropped as longer than "
-            f"max_prompt_length {profile.max_prompt_length}), {len(eval_rows)} test prompts "
-            f"({eval_dropped} dropped)"
-        )
-    # What Unsloth loaded decides, not the profile: it may have turned fast_inference off by itself.
-    from trainer.backends import generation_path
-
-    generation = generation_path(profile, backend, model)
-    unsloth_vllm, use_vllm = generation == "unsloth-vllm", generation != "transformers"
-    if backend.name == "unsloth" and profile.fast_inference and not unsloth_vllm and state.main:
-        say(
-            "note: no vLLM engine was started (see Unsloth's lines above); completions are generated with "
-            "transformers, slower, and the KV cache lives beside training instead of in vLLM's share"
-        )
-    return Loaded(
-        backend,
-        model,
-        tokenizer,
-        kept,
-        dropped,
-        eval_rows,
-        unsloth_vllm,
-        use_vllm,
-        correctness,
-        generation,
-        tools=offered,
-        environment=environment,
-        switches=switches,
-    )
-
-
-def offered_tools(tools: list, environment) -> list:
-    """What TRL offers the model in a prompt: the tools and, with an environment, its methods."""
-    if environment is None:
-        return list(tools)
-    from tools import tool_methods
-
-    return list(tools) + tool_methods(environment())
-
-
-# Training rows an environment is reset with before the model loads: one that cannot start is found in seconds
-ENVIRONMENT_CHECK_ROWS = 8
-
-
-def load_tools(state: AttemptState, rows: list) -> tuple[list, Any]:
-    """The profile's tools and environment, imported (the user's code runs from here on) and guarded, and the
-    environment reset with the first training rows: one that cannot start ends the attempt before the model
-    loads (tools.guard.ToolCodeError names its line)."""
-    profile = state.profile
-    if not profile.tools and not profile.environment:
-        return [], None
-    from tools import check_environment_starts, guard, load_environment, load_tools
-
-    if state.main:
-        guard.attach(say)
-    offered = load_tools(profile.tools)
-    environment = load_environment(profile.environment)
-    check_environment_starts(environment, rows[:ENVIRONMENT_CHECK_ROWS])
-    if state.main:
-        names = [t.__name__ for t in offered] + ([f"environment {environment.__name__}"] if environment else [])
-        say(f"tools: {', '.join(names)}; at most {profile.max_tool_calls} tool-calling turns a completion")
-    return offered, environment
 
 
 def evaluate_rows(
@@ -471,8 +339,9 @@ def finish(state: AttemptState, loaded: Loaded, session: Session, before: dict, 
     # what the trainer itself holds (TRL's GRPOConfig, or Unsloth's patched one): the objective trained
     summary["loss_settings"] = {key: getattr(session.trainer.args, key, None) for key in PROFILE_LOSS_KEYS}
     summary["loss_settings"]["trainer"] = type(session.trainer).__name__
+    from trainer.plots import write_plots
     from trainer.publish import push
-    from trainer.report import evaluation_figures, write_plots, write_report
+    from trainer.report import evaluation_figures, write_report
 
     during = session.evaluation
     summary["evaluation"] = evaluation_figures(

@@ -73,7 +73,7 @@ def follow_run(
     """Training machine N > 0: run every attempt machine 0 decides; machine 0's exit status. `command`: this
     machine's own --profile and --set, compared with machine 0's once it names the run (a difference is said:
     machine 0's profiles are what every machine runs)."""
-    from launcher.run.supervise import attempt_env
+    from launcher.run.environment import attempt_env
 
     console = console or narrate.make_console()
     say = lambda text: console.print(text, markup=False, highlight=False, soft_wrap=True)  # noqa: E731

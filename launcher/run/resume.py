@@ -18,7 +18,7 @@ from profiles.schema import SHAPE_KEYS, shape_of
 
 
 class Supervisor(Protocol):
-    """What resuming asks of the run's supervisor (launcher.run.supervise.Supervisor), named here so that
+    """What resuming asks of the run's supervisor (launcher.run.supervisor.Supervisor), named here so that
     the supervisor may call this module without this module importing it back."""
 
     records: list
