@@ -47,6 +47,32 @@ def small_disk(tmp_path):
         subprocess.run(["umount", "-l", str(folder)], capture_output=True)
 
 
+# What starts the project's command line in a child process: train.py itself, the console script, and the
+# stand-ins for a machine of several (tests/support/fake_machine.py)
+_STARTS_TRAIN_PY = ("train.py", "grpo-train", "fake_machine.py")
+
+
+@pytest.fixture(autouse=True)
+def only_slow_tests_start_train_py(request, monkeypatch):
+    """A test that starts train.py (or trains a model through it) is of the slow kind and says so
+    (@pytest.mark.slow): `make test-fast` leaves them out, and stays fast only if none hides there. A test not
+    marked slow that starts one fails at once, naming the mark to add."""
+    if request.node.get_closest_marker("slow") is not None:
+        return
+    original = subprocess.Popen.__init__
+
+    def refuse_train_py(self, args, *rest, **kwargs):
+        argv = [str(part) for part in (args if isinstance(args, (list, tuple)) else [args])]
+        if any(Path(part).name in _STARTS_TRAIN_PY for part in argv[:3]):
+            raise AssertionError(
+                f"{request.node.nodeid} starts {' '.join(argv[:3])}: a test that starts train.py is marked "
+                "@pytest.mark.slow (and starts it through tests/support/cli.py)"
+            )
+        original(self, args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse_train_py)
+
+
 @pytest.fixture(autouse=True)
 def own_ledger(tmp_path, monkeypatch):
     """Each test measures into a ledger of its own: an injected OOM in one test never reaches the plan of

@@ -149,6 +149,7 @@ def test_bad_data_exits_2_before_a_run_folder_exists(capsys, tmp_path, monkeypat
 # Ctrl-C at start
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("after_s", [0.3, 1.0, 2.0])
 def test_ctrl_c_in_the_first_moments_exits_130_without_a_traceback(tmp_path, after_s):
     env = {k: v for k, v in os.environ.items() if k not in ("FAKE_CHILD_PLAN", "GRPO_INJECT_OOM")}

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from contract import oom as oom
 from contract import oom_site as oom_site
 
@@ -17,6 +19,7 @@ def text(name: str) -> str:
     return (DATA / name).read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_train_py_explain_oom_from_stdin():
     done = subprocess.run(
         [sys.executable, str(ROOT / "train.py"), "--explain-oom", "-"],

@@ -55,6 +55,7 @@ def train_py(*args: str, ledger: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "change, why",
     [
@@ -76,6 +77,7 @@ def test_a_display_field_of_the_wrong_type_is_a_skipped_line_in_both_listings(tm
     assert why in report["skipped_lines"][0]["why"]
 
 
+@pytest.mark.slow
 def test_names_holding_rich_markup_are_shown_as_written(tmp_path):
     path = ledger_with(tmp_path, {**GOOD, "profile": "[/bold]x", "status": "[red]y"})
     out = io.StringIO()
@@ -95,6 +97,7 @@ def test_settings_of_the_wrong_type_show_as_unknown():
     assert shape_text({"lora_rank": [16]}) == "? / ? / ? r?"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["loop", "dangling"])
 def test_a_ledger_link_that_leads_nowhere_is_refused_by_name(tmp_path, kind):
     link = tmp_path / "ledger.jsonl"

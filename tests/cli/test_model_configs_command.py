@@ -28,6 +28,7 @@ def train_py(*args: str):
     return cli.train_py(*args, timeout=300, HF_HUB_OFFLINE="1")
 
 
+@pytest.mark.slow
 def test_mixtral_weights_are_every_expert_and_nothing_fits_a_24_gib_card_in_16_bit(tmp_path):
     arch = from_config(MIXTRAL_8X7B, "mixtral", "config.json")
     assert weights_bytes(arch, load_in_4bit=False) / GIB == pytest.approx(46.7e9 * 2 / GIB, rel=0.01)  # ~87 GiB
@@ -39,6 +40,7 @@ def test_mixtral_weights_are_every_expert_and_nothing_fits_a_24_gib_card_in_16_b
     assert result["profile"] is None and result["ambition"]["need_gib"] > 87
 
 
+@pytest.mark.slow
 def test_qwen3_moe_does_not_fit_in_16_gib_and_its_estimate_holds_every_expert(tmp_path):
     arch = from_config(QWEN3_30B_A3B, "qwen3-moe", "config.json")
     profile = load_profile(REPO / "profiles" / "gpu-24gb-llama3.1-8b.yaml").model_copy(update={"model": "x"})
@@ -51,6 +53,7 @@ def test_qwen3_moe_does_not_fit_in_16_gib_and_its_estimate_holds_every_expert(tm
     assert json.loads(done.stdout)["profile"] is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "change, key",
     [
@@ -68,6 +71,7 @@ def test_an_architecture_the_estimator_cannot_count_is_refused_by_name(tmp_path,
     assert f"'{key}'" in done.stderr and "fix:" in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_absurd_sizes_end_in_exit_2_on_the_command_line(tmp_path):
     for number, change in enumerate(
         (

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from profiles.load import load_profile
 from support.model_configs import LLAMA_1B
 
@@ -28,6 +30,7 @@ def train_py(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_fit_of_a_folder_with_a_non_ascii_name_prints_a_profile_that_loads_back(tmp_path):
     folder = model_folder(tmp_path, "modèle-été")
     done = train_py("fit", str(folder), "--gpu-memory", "16", tmp_path=tmp_path)
@@ -38,6 +41,7 @@ def test_fit_of_a_folder_with_a_non_ascii_name_prints_a_profile_that_loads_back(
     assert profile.name.startswith("fit-modele-ete-") and profile.model == str(folder)
 
 
+@pytest.mark.slow
 def test_auto_with_a_non_ascii_model_folder_plans_from_the_derivation_not_the_shipped_rungs(tmp_path):
     folder = model_folder(tmp_path, "modèle-été")
     done = train_py("plan", "--gpu-memory", "16", "--set", f"model={folder}", "--json", tmp_path=tmp_path)

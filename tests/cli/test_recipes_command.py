@@ -14,6 +14,7 @@ from support.recipes import OPEN_R1_RECIPE, TRL_CONFIG, write
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_both_recipes_plan_on_cpu(tmp_path):
     for name, text in (("trl.yaml", TRL_CONFIG), ("open-r1.yaml", OPEN_R1_RECIPE)):
         path = write(tmp_path, name, text)

@@ -102,6 +102,7 @@ def test_rewards_the_user_sets_are_the_users_own_choice(sent_attempt, tmp_path):
     assert all("evil.py" in entry for entry in sampling.left_out)  # the folder's correctness is still left out
 
 
+@pytest.mark.slow
 def test_trust_remote_code_from_the_folder_needs_the_users_own_set(tmp_path):
     folder = tmp_path / "attempt-01-x"
     (folder / "adapter").mkdir(parents=True)

@@ -37,6 +37,7 @@ def _kit(*args, env=None, timeout=60):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "option, value",
     [
@@ -54,6 +55,7 @@ def test_a_time_that_is_not_a_finite_number_of_seconds_is_refused_up_front(tmp_p
     assert not (tmp_path / "out").exists()  # refused before anything was written
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("option", ["--out-dir", "--work-dir"])
 def test_a_folder_option_naming_a_file_is_refused_before_any_probe(tmp_path, option):
     a_file = tmp_path / "report.md"
@@ -64,6 +66,7 @@ def test_a_folder_option_naming_a_file_is_refused_before_any_probe(tmp_path, opt
     assert a_file.read_text() == "mine\n"
 
 
+@pytest.mark.slow
 def test_other_bad_options_are_refused_up_front(tmp_path):
     for args, words in (
         (["--probe-timeout-s", "500", "--budget-s", "300"], "longer than --budget-s"),
@@ -277,6 +280,7 @@ def test_calibrate_on_random_weights_feeds_the_ledger_marked(tmp_path):
     assert any(p.name.startswith("random-tiny-") for p in (tmp_path / "cache").iterdir())
 
 
+@pytest.mark.slow
 def test_random_weights_only_with_calibrate(tmp_path):
     done = subprocess.run(
         [sys.executable, str(REPO / "train.py"), "--auto", "--random-weights", "--output-dir", str(tmp_path)],

@@ -117,6 +117,7 @@ def test_the_attempt_runs_the_profile_the_plan_chose(tmp_path, monkeypatch):
     assert yaml.safe_load(written.read_text())["fast_inference"] is False
 
 
+@pytest.mark.slow
 def test_the_dry_run_shows_the_gemma_rung_without_vllm_on_a_t4_and_with_it_on_an_l4():
     def gemma(*card: str) -> dict:
         done = subprocess.run(

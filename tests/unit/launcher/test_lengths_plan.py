@@ -110,6 +110,7 @@ def test_cut_measurements_double_the_cap_until_measured_whole():
     assert plan.cap == 1536 and "the cap doubles until they are measured whole" in plan.basis
 
 
+@pytest.mark.slow
 def test_the_fit_solver_derives_from_the_measured_cap(tmp_path, monkeypatch):
     """`plan --set model=M` reads the ledger: the derived configurations hold the measured answers."""
     profile = rung("model=Qwen/Qwen3-4B")

@@ -57,6 +57,7 @@ def test_zero_stage_divides_exactly_what_the_paper_says():
 # The shipped tiers against hand computations
 
 
+@pytest.mark.slow
 def test_2x24_plan_by_hand():
     """Llama-3.1-8B, 16-bit, LoRA 32, training on one 24 GiB card, vLLM server on the other."""
     result = run_cli("--auto", "--dry-run", "--json", "--gpu-memory", "24", "--gpus", "2")
@@ -121,6 +122,7 @@ def test_2x24_plan_by_hand():
     assert server["vllm_problem"] is None
 
 
+@pytest.mark.slow
 def test_8x80_plan_by_hand():
     """Qwen2.5-14B, 16-bit, LoRA 64: six GPUs train with DDP, two serve vLLM."""
     result = run_cli("--auto", "--dry-run", "--json", "--gpu-memory", "80", "--gpus", "8")
@@ -308,6 +310,7 @@ def test_fit_table_stays_single_gpu():
     assert not any(name and name.startswith("multi-") for name in chosen)
 
 
+@pytest.mark.slow
 def test_gpus_flag_needs_a_card_size_without_a_driver():
     class NoDriver:
         class NVMLError(Exception):

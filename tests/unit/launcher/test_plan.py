@@ -165,6 +165,7 @@ def test_fake_nvml_machine_is_planned_on_its_free_memory():
 # The command line
 
 
+@pytest.mark.slow
 def test_dry_run_json_is_the_design_object():
     result = run_cli("--auto", "--dry-run", "--json", "--gpu-memory", "16", "--gpu-name", "RTX 4080")
     assert result.returncode == 0, result.stderr
@@ -186,6 +187,7 @@ def test_dry_run_json_is_the_design_object():
     assert "5% of the card" in out["margin"]
 
 
+@pytest.mark.slow
 def test_dry_run_with_one_profile_gives_one_candidate():
     result = run_cli("--profile", "profiles/gpu-16gb-gemma3-1b.yaml", "--dry-run", "--json", "--gpu-memory", "15")
     out = json.loads(result.stdout)
@@ -193,6 +195,7 @@ def test_dry_run_with_one_profile_gives_one_candidate():
     assert out["chosen"] == "gpu-16gb-gemma3-1b"
 
 
+@pytest.mark.slow
 def test_dry_run_table_shows_gpu_candidates_and_choice():
     result = run_cli("--auto", "--dry-run", "--gpu-memory", "24", "--gpu-name", "NVIDIA GeForce RTX 4090")
     assert result.returncode == 0, result.stderr
@@ -203,6 +206,7 @@ def test_dry_run_table_shows_gpu_candidates_and_choice():
     assert "chosen: gpu-24gb-llama3.1-8b" in text
 
 
+@pytest.mark.slow
 def test_fit_table_json():
     result = run_cli("--fit-table", "--json")
     assert result.returncode == 0, result.stderr
@@ -229,6 +233,7 @@ def test_dry_run_imports_no_heavy_library_and_is_quick():
     # The speed itself (target <= 0.5 s) is measured by benchmarks/dry_run_time.py, not asserted here.
 
 
+@pytest.mark.slow
 def test_console_script_plans_like_train_py():
     """`grpo-train` (pyproject's console script) runs the same main as `python train.py`."""
     import shutil

@@ -234,6 +234,7 @@ def test_the_interrupted_line_says_only_what_was_saved(tmp_path):
     assert saved_text(state) == "the adapter and checkpoint-2 were saved"
 
 
+@pytest.mark.slow
 def test_an_attempt_given_a_damaged_checkpoint_refuses_it_before_loading(tmp_path):
     damaged = tmp_path / "old" / "checkpoint-4"
     _whole_checkpoint(damaged)

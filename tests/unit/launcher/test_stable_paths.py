@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 from test_supervise import CPU_MACHINE, FAKE_CHILD, ladder
 
@@ -108,6 +109,7 @@ def test_point_replaces_in_one_rename_and_never_a_real_folder(tmp_path):
     assert "a folder of its own" in point(mine / LATEST, one)
 
 
+@pytest.mark.slow
 def test_train_resume_accepts_latest(tmp_path, monkeypatch, capsys):
     import subprocess
 

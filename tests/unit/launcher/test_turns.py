@@ -91,6 +91,7 @@ def test_step_time_grows_with_the_turns_memory_does_not_at_a_pinned_cap():
     assert times[0].training_s <= times[1].training_s <= times[2].training_s
 
 
+@pytest.mark.slow
 def test_plan_json_shows_the_turns_assumed(tmp_path):
     done = train_py(
         "plan", "--gpu-memory", "24", "--gpu-name", "NVIDIA L4", "--profile", "profiles/gpu-24gb-llama3.1-8b.yaml",

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from support.cli import train_py
 
 REPO = Path(__file__).resolve().parents[3]
@@ -25,6 +27,7 @@ def _factor(result: dict, when: str, key: str = "all") -> float:
     return result["table_errors"][when][key]["rms_factor"]
 
 
+@pytest.mark.slow
 def test_the_h100_table_refits_the_launch_cost_to_unsloths_generate():
     result = _refit(H100, "--path", "unsloth", "--constants", "KERNEL_LAUNCH_S")
     assert result["card_known"] and result["fitted"] == ["KERNEL_LAUNCH_S"]
@@ -40,6 +43,7 @@ def test_the_h100_table_refits_the_launch_cost_to_unsloths_generate():
     assert {"all", "clean"} <= set(result["published_errors"]["after"])
 
 
+@pytest.mark.slow
 def test_every_constant_refits_and_the_memory_terms_come_by_component():
     result = _refit(H100)
     assert set(result["fitted"]) == set(result["constants"]) and result["entries"] > 10
@@ -51,12 +55,14 @@ def test_every_constant_refits_and_the_memory_terms_come_by_component():
     assert terms[("unsloth", "forward")]["note"]  # inference mode: not the training pass's own figure
 
 
+@pytest.mark.slow
 def test_the_cpu_rehearsal_table_refits_against_the_default_card_and_says_so():
     result = _refit(CPU)
     assert not result["card_known"] and result["notes"] and "do not adopt" in result["notes"][0]
     assert _factor(result, "after") <= _factor(result, "before")
 
 
+@pytest.mark.slow
 def test_what_is_not_a_table_is_refused_with_the_fix(tmp_path):
     not_json = tmp_path / "table.md"
     not_json.write_text("# a table\n")

@@ -128,6 +128,7 @@ def test_the_shipped_tool_profiles_load():
     assert guess.correctness == "tools.guess:solved"
 
 
+@pytest.mark.slow
 def test_profiles_with_tools_are_not_rungs_of_the_ladder(tmp_path):
     from support.cli import train_py
 

@@ -255,6 +255,7 @@ def _attempt(attempt_dir: Path, env: dict, *overrides: str, resume_from: Path | 
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_probe_oom_ends_the_attempt_and_without_it_training_runs(backend, tmp_path, cache_env):
     from contract.attempt import EXIT_FOR_STATUS, OOM
