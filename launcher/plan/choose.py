@@ -48,7 +48,7 @@ class Candidate:
         a step and what bounds it)."""
         if self.speed is None:
             return None
-        from launcher.plan.solve import objective
+        from launcher.plan.levers import objective
         from launcher.plan.value import critical_batch
 
         out = self.speed.to_json(self.limited_by)
@@ -557,7 +557,7 @@ def make_plan(
                     "stops at the budget with a checkpoint, the adapter and the report"
                 )
     if chosen is not None and chosen.fast_inference and chosen.vllm_standby and chosen.load_in_4bit:
-        from launcher.plan.solve import STANDBY_FAILURES
+        from launcher.plan.levers import STANDBY_FAILURES
 
         notes.append(
             f"{chosen.name} runs vLLM standby with 4-bit weights, which the fit solver never chooses by "
