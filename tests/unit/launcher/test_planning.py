@@ -25,10 +25,11 @@ from launcher.memory.ledger.store import Entry
 from launcher.memory.ledger.weigh import measured_for
 from launcher.memory.parts import UNSLOTH_ENGINE_TIERS, UNSLOTH_GRAPH_RESERVE
 from launcher.plan import levers, solve
-from launcher.plan.choose import _judge, make_plan
+from launcher.plan.choose import make_plan
 from launcher.plan.lengths import DEFAULT_CAP, completion_plan
 from launcher.plan.margins import ESTIMATE_MAX_USE, estimate_limit
 from launcher.plan.speed import predict
+from launcher.plan.verdict import _judge
 from launcher.run.attempts import AttemptRecord
 from profiles.catalog import resolve
 from profiles.load import load_profile
