@@ -32,8 +32,8 @@ from launcher.plan.choose import make_plan  # noqa: E402
 from launcher.plan.derive import derive_ladder  # noqa: E402
 from launcher.plan.duration import DEFAULT_HOURS  # noqa: E402
 from launcher.plan.lengths import completion_plan  # noqa: E402
+from launcher.plan.levers import objective  # noqa: E402
 from launcher.plan.margins import ESTIMATE_MAX_USE  # noqa: E402
-from launcher.plan.solve import objective  # noqa: E402
 from launcher.plan.speed import predict  # noqa: E402
 from launcher.plan.value import critical_batch, learning_per_hour  # noqa: E402
 from profiles.catalog import CATALOGUE, resolve  # noqa: E402

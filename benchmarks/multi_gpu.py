@@ -46,7 +46,7 @@ def generator_of(p) -> str:
 
 
 def learning(fit) -> float | None:
-    from launcher.plan.solve import objective
+    from launcher.plan.levers import objective
 
     return objective(fit.profile, fit.speed) if fit.speed is not None else None
 
@@ -61,7 +61,9 @@ def row(model: str, gib: float, name: str, count: int, rungs) -> dict:
     seconds = time.process_time() - started
     out = {"model": model, "card": name, "card_gib": gib, "gpus": count, "plan_seconds": round(seconds, 3)}
     if best.profile is None:
-        return {**out, "why": best.reason}
+        from launcher.plan.wording import nothing_fits
+
+        return {**out, "why": nothing_fits(best.shortfall)}
     p = best.profile
     out.update(
         {

@@ -11,10 +11,12 @@ import json
 import sys
 
 from commands import options
+from commands.plan_words import fit_reason, limit_text, pin_problem
 from contract.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_OUT_OF_MEMORY
 from launcher.plan.derive import fit_for_machine
+from launcher.plan.levers import OBJECTIVE, STANDBY_FAILURES, objective
+from launcher.plan.outcome import Fit
 from launcher.plan.settings import settings_of
-from launcher.plan.solve import OBJECTIVE, STANDBY_FAILURES, Fit, limit_text, objective
 
 SUMMARY = "the profile of any model that learns most per hour on the card, as loadable YAML"
 EXAMPLES = (
@@ -91,7 +93,7 @@ def fit_text(result: Fit, card: str) -> str:
     prompts = p.generation_batch // p.num_generations
     lines = [
         f"# {p.name}: derived by `train.py fit` for {card}",
-        f"# {result.reason}",
+        f"# {fit_reason(result)}",
         f"# {p.num_generations} generations x {prompts} prompt(s) per step of up to {p.max_completion_length} "
         f"tokens (expected {p.expected_completion_length or '-'})"
         + (f" over {p.num_gpus} training GPUs" if p.num_gpus > 1 else ""),
@@ -146,8 +148,8 @@ def fit_json(result: Fit, card: str) -> dict:
             "card_gib": round(result.card_for_ambition_gib, 1),
         },
         "given_up": [g.to_json() for g in result.given_up],
-        "reason": result.reason,
-        "pin_problem": result.pin_problem,
+        "reason": fit_reason(result),
+        "pin_problem": pin_problem(result),
     }
 
 
@@ -165,15 +167,16 @@ def print_fit(rungs, model: str, machine, *, pinned=(), measurements=None, as_js
     if best.profile is not None:
         code = EXIT_OK
     else:
-        code = EXIT_BAD_INPUT if best.pin_problem else EXIT_OUT_OF_MEMORY
+        code = EXIT_BAD_INPUT if pin_problem(best) else EXIT_OUT_OF_MEMORY
     if as_json:
         print(json.dumps(fit_json(best, card), indent=2))
     elif best.profile is not None:
         sys.stdout.write(fit_text(best, card))
     else:
-        print(f"{model} on {card}: {best.reason}", file=sys.stderr)
-        if best.pin_problem:
-            print(f"error: {best.pin_problem} (fix: change or drop those --set values)", file=sys.stderr)
+        print(f"{model} on {card}: {fit_reason(best)}", file=sys.stderr)
+        pins = pin_problem(best)
+        if pins:
+            print(f"error: {pins} (fix: change or drop those --set values)", file=sys.stderr)
         print(
             f"the ambition ({best.ambition.text()}) needs {best.ambition_need_gib:.2f} GiB at one prompt a step: a "
             f"card of {best.card_for_ambition_gib:.1f} GiB or more",

@@ -10,7 +10,7 @@ from commands.console import escape as _escape
 from commands.console import make_console as _console
 from contract.errors import EXIT_OK, EXIT_OUT_OF_MEMORY
 from launcher.memory.estimate import Estimate
-from launcher.plan.choose import Plan
+from launcher.plan.candidate import Plan
 from launcher.plan.duration import duration_text
 from launcher.plan.margins import GPU_MARGIN_TEXT, HOST_MARGIN_TEXT
 
@@ -73,10 +73,10 @@ def _shape(profile) -> str:
 
 def chosen_nodes(candidate) -> list[str]:
     """One line per node of the chosen profile: what it does and the GiB one of its GPUs is estimated to hold."""
-    from launcher.plan.choose import _nodes_json
+    from launcher.plan.candidate import nodes_json
 
     lines = []
-    for row in _nodes_json(candidate):
+    for row in nodes_json(candidate):
         parts = []
         if row.get("training_gpus"):
             parts.append(f"trains on {row['training_gpus']} GPU(s), {row.get('training_gib_per_gpu', '?')} GiB each")
@@ -95,8 +95,9 @@ def _speed_line(cand) -> str:
     t = cand.speed
     measured = " (measured on this machine)" if t.measured_s is not None else ""
     card = "" if t.card_known else f"; {t.notes[0]}" if t.notes else ""
-    from launcher.plan.choose import AS_WRITTEN
-    from launcher.plan.solve import limit_text, objective
+    from commands.plan_words import limit_text
+    from launcher.plan.candidate import AS_WRITTEN
+    from launcher.plan.levers import objective
     from launcher.plan.value import critical_batch
 
     limit = (

@@ -6,8 +6,14 @@ from __future__ import annotations
 
 from contract.errors import ProfileError, UsageError
 from launcher.card.detect import GpuInfo
+from launcher.plan.ambition import ambition_of
+from launcher.plan.judge import usable_of
 from launcher.plan.lengths import completion_plan
-from launcher.plan.solve import SINGLE_GPU, Fit, Solver, ambition_of, fit, objective, quality_key, usable_of
+from launcher.plan.levers import objective, quality_key
+from launcher.plan.outcome import Fit
+from launcher.plan.search import Solver
+from launcher.plan.solve import SINGLE_GPU, fit
+from launcher.plan.wording import nothing_fits
 from profiles.catalog import catalogue_key, resolve
 
 
@@ -121,7 +127,7 @@ def derive_ladder(
             refused.append(str(exc))
             continue
         if result.profile is None:
-            failed.append(result.reason)
+            failed.append(nothing_fits(result.shortfall))
             continue
         for profile, key, limit in (
             (result.profile, result.key()[1], result.limited_by),
@@ -268,7 +274,7 @@ TOPOLOGY_KEYS = ("num_gpus", "vllm_mode", "vllm_server_gpus", "vllm_tensor_paral
 def check_pins(values: dict) -> None:
     """Pinned values that no configuration can take, refused before the search (ProfileError, exit 2): a cpu
     device, and batch keys that cut no step into whole groups of the pinned generations."""
-    from launcher.plan.solve import PROMPT_CHOICES
+    from launcher.plan.levers import PROMPT_CHOICES
 
     if values.get("device") == "cpu":
         raise ProfileError(
@@ -430,7 +436,7 @@ def derive_rungs(profiles, machine, *, measurements=None, limits: dict | None = 
             out.append(rung)
             continue
         if result.profile is None:
-            refused[rung.name] = result.reason
+            refused[rung.name] = nothing_fits(result.shortfall)
             out.append(rung)
             continue
         profile = result.profile.model_copy(

@@ -12,8 +12,11 @@ from contract import oom_site as oom_site
 from contract.attempt import OOM, UNSUPPORTED
 from contract.errors import UsageError
 from launcher.memory.estimate import estimate
+from launcher.plan.ambition import Ambition
+from launcher.plan.judge import live_gib
+from launcher.plan.levers import PROMPTS_PIN, SHARE_CAP
 from launcher.plan.margins import OOM_HEADROOM_GIB, VLLM_HEADROOM_GIB
-from launcher.plan.solve import PROMPTS_PIN, SHARE_CAP, Ambition, Solver, live_gib
+from launcher.plan.search import Solver
 from profiles.catalog import resolve
 from profiles.schema import LEVER_KEYS, Profile
 

@@ -19,10 +19,15 @@ from launcher.memory.ledger import record as ledger_record
 from launcher.memory.ledger import store as ledger_store
 from launcher.plan.choose import make_plan
 from launcher.plan.derive import best_fit, derive_ladder, fit_gpus, topologies
+from launcher.plan.judge import usable_of
 from launcher.plan.lengths import completion_plan
+from launcher.plan.levers import GENERATIONS_AMBITION, MIN_COMPLETION_LENGTH, MIN_GENERATIONS
 from launcher.plan.margins import ESTIMATE_MAX_USE
-from launcher.plan.solve import GENERATIONS_AMBITION, MIN_COMPLETION_LENGTH, MIN_GENERATIONS, Solver, fit, usable_of
+from launcher.plan.outcome import MEMORY
+from launcher.plan.search import Solver
+from launcher.plan.solve import fit
 from launcher.plan.speed import predict
+from launcher.plan.wording import nothing_fits
 from launcher.run.fallback import shrink_after_oom
 from profiles.catalog import resolve
 from profiles.load import load_profile, load_profiles
@@ -54,7 +59,7 @@ def test_choice_fits_keeps_whole_groups_and_the_floors():
     for model, gib in (("Qwen/Qwen3-4B", 15.0), ("unsloth/Llama-3.1-8B-Instruct", 12.0), ("microsoft/phi-4", 16.0)):
         result = best(model, gib)
         p = result.profile
-        assert p is not None, result.reason
+        assert p is not None, nothing_fits(result.shortfall)
         assert result.need_gib <= result.usable_gib
         est = estimate(p, resolve(model), machine(gib).primary)
         assert est.total_gib <= result.usable_gib and est.vllm_problem is None
@@ -236,7 +241,10 @@ def test_grid_subset_keeps_the_planners_promises():
 def test_fourteen_b_on_eight_gib_cannot_fit_and_says_why():
     result = best("Qwen/Qwen3-14B", 8.0)
     assert result.profile is None
-    assert result.reason.startswith(f"nothing fits: even 4 generations of {MIN_COMPLETION_LENGTH} tokens")
+    short = result.shortfall  # the solver says it as data, the wording as a sentence
+    assert (short.kind, short.generations, short.completion) == (MEMORY, 4, MIN_COMPLETION_LENGTH)
+    assert short.need_gib > short.limit_gib and short.pins == ()
+    assert nothing_fits(short).startswith(f"nothing fits: even 4 generations of {MIN_COMPLETION_LENGTH} tokens")
 
 
 def test_planning_a_model_stays_instant():

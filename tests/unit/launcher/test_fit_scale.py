@@ -9,7 +9,7 @@ import pytest
 
 from launcher.card.detect import detect_machine
 from launcher.plan import derive
-from launcher.plan.solve import quality_key
+from launcher.plan.levers import quality_key
 from profiles.load import load_profiles
 
 REPO = Path(__file__).resolve().parents[3]

@@ -407,7 +407,7 @@ def test_defaults_keep_every_single_gpu_profile_on_the_unsloth_path():
 
 def test_zero_profile_on_real_gpus_needs_deepspeed_installed(monkeypatch):
     """Found through NVML (not a what-if), a ZeRO profile is chosen only where deepspeed can be imported."""
-    import launcher.plan.choose as plan_module
+    import launcher.plan.verdict as plan_module
 
     real = [GpuInfo(f"NVIDIA H100 {i}", 80.0, 80.0, 0.0, (9, 0), "580.65", "13.0", i, "nvml") for i in range(8)]
     machine = Machine(real, "8 x H100", 64.0, 60.0)
@@ -452,7 +452,7 @@ def _grid_profile(num_gpus: int, server: bool):
 
 def test_planner_never_marks_as_fitting_a_split_the_launcher_refuses(tmp_path, monkeypatch):
     from launcher.card.topology import gpu_assignment
-    from launcher.plan.choose import local_gpus_needed
+    from launcher.plan.verdict import local_gpus_needed
     from launcher.run import distributed as dist
 
     disagreements, fitting = [], 0

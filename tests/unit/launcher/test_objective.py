@@ -9,8 +9,10 @@ import pytest
 
 from launcher.card.detect import detect_machine
 from launcher.card.facts import card_facts
-from launcher.plan import solve, speed
-from launcher.plan.solve import Solver, ambition_of, usable_of
+from launcher.plan import levers, speed
+from launcher.plan.ambition import ambition_of
+from launcher.plan.judge import usable_of
+from launcher.plan.search import Solver
 from launcher.plan.value import CRITICAL_BATCH_GPU, critical_batch, learning_per_hour, update_value
 from profiles.catalog import Architecture, resolve
 from profiles.load import load_profile
@@ -140,4 +142,4 @@ def test_the_fitted_constants_stay_settable_for_the_refit():
     with speed.constants_set({"KERNEL_LAUNCH_S": 0.002}):
         assert speed.KERNEL_LAUNCH_S == 0.002
     assert speed.KERNEL_LAUNCH_S == before
-    assert solve.OBJECTIVE.startswith("learning per hour")
+    assert levers.OBJECTIVE.startswith("learning per hour")

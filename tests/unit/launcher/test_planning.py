@@ -24,11 +24,12 @@ from launcher.memory.ledger import record as ledger_record
 from launcher.memory.ledger.store import Entry
 from launcher.memory.ledger.weigh import measured_for
 from launcher.memory.parts import UNSLOTH_ENGINE_TIERS, UNSLOTH_GRAPH_RESERVE
-from launcher.plan import solve
-from launcher.plan.choose import _judge, make_plan
+from launcher.plan import levers, solve
+from launcher.plan.choose import make_plan
 from launcher.plan.lengths import DEFAULT_CAP, completion_plan
 from launcher.plan.margins import ESTIMATE_MAX_USE, estimate_limit
 from launcher.plan.speed import predict
+from launcher.plan.verdict import _judge
 from launcher.run.attempts import AttemptRecord
 from profiles.catalog import resolve
 from profiles.load import load_profile
@@ -57,10 +58,10 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def test_the_objective_and_the_order_of_the_levers_are_stated():
-    assert solve.OBJECTIVE == "learning per hour: updates per hour x P / (P + B)"
-    assert solve.LEARNING_LEVERS == ("completion_length", "generations", "lora_rank", "16-bit")
-    assert solve.THROUGHPUT_LEVERS == ("prompts_per_step", "batch", "checkpointing", "standby", "vllm_share")
-    assert solve.GIVEN_UP_ORDER == (
+    assert levers.OBJECTIVE == "learning per hour: updates per hour x P / (P + B)"
+    assert levers.LEARNING_LEVERS == ("completion_length", "generations", "lora_rank", "16-bit")
+    assert levers.THROUGHPUT_LEVERS == ("prompts_per_step", "batch", "checkpointing", "standby", "vllm_share")
+    assert levers.GIVEN_UP_ORDER == (
         "vllm_share",
         "prompts_per_step",
         "batch",
@@ -72,20 +73,20 @@ def test_the_objective_and_the_order_of_the_levers_are_stated():
         "completion_length",
         "generator",
     )
-    assert (solve.GENERATIONS_AMBITION, solve.MIN_GENERATIONS, solve.MAX_GENERATIONS) == (8, 4, 16)
+    assert (levers.GENERATIONS_AMBITION, levers.MIN_GENERATIONS, levers.MAX_GENERATIONS) == (8, 4, 16)
     docs = (ROOT / "docs" / "planning.md").read_text(encoding="utf-8")
-    for lever in solve.GIVEN_UP_ORDER:
+    for lever in levers.GIVEN_UP_ORDER:
         assert f"`{lever}`" in docs, lever
-    order = [docs.index(f"`{lever}`") for lever in solve.GIVEN_UP_ORDER]
+    order = [docs.index(f"`{lever}`") for lever in levers.GIVEN_UP_ORDER]
     assert order == sorted(order), "docs/planning.md lists the levers in another order"
 
 
 def test_quality_orders_learning_before_prompts_per_hour():
     p = load_profile(PROFILES / "gpu-16gb-gemma3-1b.yaml")  # written whole: a 768-token cap
     shorter = p.model_copy(update={"max_completion_length": 512})
-    assert solve.quality_key(p) > solve.quality_key(shorter)
+    assert levers.quality_key(p) > levers.quality_key(shorter)
     # a cap above what the task needs counts as the need: prompts per hour decide between them
-    assert solve.quality_key(p, need=512)[0] == solve.quality_key(shorter, need=512)[0]
+    assert levers.quality_key(p, need=512)[0] == levers.quality_key(shorter, need=512)[0]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -175,7 +176,7 @@ def test_plan_json_candidates_carry_their_speed(capsys):
 def test_fit_json_gives_the_objective_and_what_limits_it(capsys):
     code, out, _ = run(capsys, "fit", "Qwen/Qwen3-4B", "--gpu-memory", "15", "--gpu-name", "Tesla T4", "--json")
     data = json.loads(out)
-    assert code == 0 and data["objective"] == solve.OBJECTIVE
+    assert code == 0 and data["objective"] == levers.OBJECTIVE
     assert data["prompts_per_hour"] == pytest.approx(data["speed"]["prompts_per_hour"], rel=0.01)
     assert data["speed"]["limited_by"] in ("memory", "objective", "cap")
     assert data["ambition"]["completion_basis"].startswith("gsm8k: reference solutions")

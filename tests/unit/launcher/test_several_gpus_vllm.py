@@ -5,6 +5,7 @@ import pytest
 
 from launcher.card.detect import detect_machine
 from launcher.plan.derive import fit_for_machine
+from launcher.plan.wording import nothing_fits
 from profiles.load import load_profiles
 from support.cli import REPO
 
@@ -28,7 +29,7 @@ def best(model, gib, gpus, pinned=()):
 @pytest.mark.parametrize("model", MODELS)
 def test_no_plan_gives_up_vllm_unless_it_fits_nowhere(model, gib, gpus):
     found = best(model, gib, gpus)
-    assert found.profile is not None, found.reason
+    assert found.profile is not None, nothing_fits(found.shortfall)
     if not found.profile.fast_inference:
         forced = best(model, gib, gpus, pinned={"fast_inference": True})
         assert forced.profile is None, (model, gib, gpus, forced.profile.name)
