@@ -172,6 +172,7 @@ def test_dry_run_with_your_data_imports_nothing_heavy_and_runs_no_user_code(proj
 # Bad data: exit 2 before any model loads, one message, no traceback
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "setup, sets, words",
     [
@@ -313,6 +314,7 @@ def test_push_sends_the_adapter_and_never_shows_the_token(tmp_path, monkeypatch)
     assert push(profile_from_dict({"dataset": "arithmetic"}, "<test>"), tmp_path, said.append) is None
 
 
+@pytest.mark.slow
 def test_sample_refuses_what_is_not_a_run(tmp_path, env):
     result = train(tmp_path, env, "--sample", str(tmp_path / "nothing"), timeout=120)
     assert result.returncode == 2 and "no such folder" in result.stderr and "Traceback" not in result.stderr
