@@ -3,6 +3,7 @@
 #   make test    create .venv, install the pinned CPU set and what CI installs beside it (the vLLM side folder,
 #                llama.cpp's converter), run the whole test suite
 #   make test-unit   the unit tests alone (the inner loop); make lint   ruff check and format check
+#   make plan    `python train.py plan`: what would run on this machine (instant)
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -14,7 +15,7 @@ STAMP  := $(VENV)/.installed-$(shell cat constraints.txt pyproject.toml | cksum 
 TORCH_INDEX_URL ?=
 TORCH_INDEX := $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL),)
 
-.PHONY: venv train test test-unit test-fast test-vllm dry-run lint clean vllm-side llama-cpp
+.PHONY: venv train plan test test-unit test-fast test-vllm lint clean vllm-side llama-cpp
 
 venv: $(STAMP)
 
@@ -34,7 +35,7 @@ $(STAMP): constraints.txt pyproject.toml
 train: venv
 	$(PY) train.py train
 
-dry-run: venv
+plan: venv
 	$(PY) train.py plan
 
 # The suite runs in one process per core (pytest-xdist; TEST_WORKERS=0 runs it in this process alone), and

@@ -5,8 +5,8 @@
     python train.py train                plan, then train, surviving out-of-memory
     python train.py --help               every command
 
-Each command is a module of commands/; the old flags (`--auto`, `--dry-run`, ...) are translated to one
-command each. Training runs in a child process per attempt.
+Each command is a module of commands/; the flags of the single-command interface are translated to one
+command each (commands/legacy.py). Training runs in a child process per attempt.
 """
 
 from __future__ import annotations

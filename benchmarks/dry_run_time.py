@@ -1,4 +1,4 @@
-"""How long `python train.py --auto --dry-run` takes, whole process, and which heavy modules it imports.
+"""How long `python train.py plan` takes, whole process, and which heavy modules it imports.
 
     python benchmarks/dry_run_time.py [--runs 10]
 
@@ -27,7 +27,7 @@ def main() -> int:
     parser.add_argument("--model", help="plan this model (--set model=M): the fit solver derives its configurations")
     args = parser.parse_args()
 
-    command = [sys.executable, str(REPO / "train.py"), "--auto", "--dry-run", "--gpu-memory", args.gpu_memory]
+    command = [sys.executable, str(REPO / "train.py"), "plan", "--gpu-memory", args.gpu_memory]
     if args.model:
         command += ["--set", f"model={args.model}"]
     walls, cpus = [], []

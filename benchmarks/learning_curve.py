@@ -4,7 +4,7 @@
     python benchmarks/learning_curve.py [--profile profiles/cpu-tiny-8gen.yaml] [--seeds 3407,1,2,3,4,5]
                                         [--every 50] [--held-out 200] [--out learning_curve.png]
 
-For each seed, `train.py --profile ... --set seed=S` runs as a child process (the product's own path: the
+For each seed, `train.py train --profile ... --set seed=S` runs as a child process (the product's own path: the
 tiny model built and warm-started for that seed, then GRPO), checkpointing every `--every` steps. Each
 checkpoint's adapter is then scored greedily on the held-out problems (never seen in training or in the
 warm start). Step 0 is the warm-started model; the random model's accuracy comes from the build record.

@@ -47,7 +47,7 @@ def run(loss: str, level: str, extra: list[str], plain: bool, steps: int, folder
         "train_samples=128",
         *extra,
     ]
-    argv = [sys.executable, str(ROOT / "train.py"), "--profile", str(PROFILE), "--attempt-dir", str(attempt)]
+    argv = [sys.executable, str(ROOT / "train.py"), "attempt", "--profile", str(PROFILE), "--attempt-dir", str(attempt)]
     for item in sets:
         argv += ["--set", item]
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True)

@@ -79,6 +79,7 @@ def train_py_run(profile_path: str, steps: int, env: dict) -> float:
             [
                 sys.executable,
                 str(REPO / "train.py"),
+                "attempt",
                 "--profile",
                 profile_path,
                 "--attempt-dir",

@@ -3,8 +3,8 @@ one module per command; each adds its own options, calls the domain, prints, and
 domain is imported inside each command's `run`, so that planning never loads torch.
 
 A module is a command by having SUMMARY, EXAMPLES, `add_arguments(parser)` and `run(args) -> int`; HIDDEN
-ones (the supervisor's per-attempt command) stay out of the help. Old flags (`--auto`, `--dry-run`, ...) are
-translated to one command each by commands.legacy."""
+ones (the supervisor's per-attempt command) stay out of the help. The flags of the single-command interface
+are translated to one command each by commands.legacy."""
 
 from __future__ import annotations
 

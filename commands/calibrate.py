@@ -52,14 +52,14 @@ def run(args) -> int:
 
 
 def print_calibration_plan(plan, as_json: bool = False) -> int:
-    """`--calibrate --dry-run`: the plan, and the rungs a calibration would probe (nothing runs)."""
+    """`calibrate --dry-run`: the plan, and the rungs a calibration would probe (nothing runs)."""
     names = [c.profile.name for c in rungs_to_measure(plan)]
     if as_json:
         print(json.dumps({**plan.to_json(), "calibrate": names}, indent=2))
         return EXIT_OK
     print_plan(plan)
     print(
-        f"--calibrate would probe {len(names)} rung(s), each in its own process: {', '.join(names) or 'none'} "
+        f"calibrate would probe {len(names)} rung(s), each in its own process: {', '.join(names) or 'none'} "
         f"(drop --dry-run to measure them into {ledger_store.ledger_path()})",
         flush=True,
     )
@@ -125,7 +125,7 @@ def calibration_verdict(code: int, rows: list[dict]) -> str:
         )
         return f"nothing was recorded in {where}: {why}; plans still come from the estimate alone"
     text = (
-        f"recorded {recorded} of {len(rows)} probe(s) in {where}; `python train.py --auto` now plans from "
+        f"recorded {recorded} of {len(rows)} probe(s) in {where}; `python train.py train` now plans from "
         "these figures (`--ignore-ledger` to plan from the estimate alone)"
     )
     if code == EXIT_INTERRUPTED:

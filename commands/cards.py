@@ -39,7 +39,7 @@ def print_fit_table(profiles, as_json: bool = False, cards=COMMON_CARDS) -> int:
         return EXIT_OK
     from rich.table import Table
 
-    table = Table(title="Which profile fits my card (python train.py --auto picks the first rung that fits)")
+    table = Table(title="Which profile fits my card (python train.py train picks the first rung that fits)")
     for column, justify in (
         ("card", "left"),
         ("GiB", "right"),

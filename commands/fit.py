@@ -1,4 +1,4 @@
-"""`fit MODEL` (the old `--fit --set model=MODEL`): the profile of any model that learns most per hour on the card
+"""`fit MODEL`: the profile of any model that learns most per hour on the card
 (found, or --gpu-memory), printed as YAML that loads as it is, led by comment lines saying what it needs, its
 predicted seconds per step and prompts per hour and what limits them, what was given up against the ambition
 (GiB per lever) and what card the full ambition needs; or one JSON object with --json. Every --set value is

@@ -41,7 +41,7 @@ MAX_SHOWN = 100
 
 
 def print_ledger(machine, path: Path | None = None, console=None, as_json: bool = False) -> int:
-    """`python train.py --ledger`: per shape, the estimate against the measurement that counts here; then
+    """`python train.py ledger`: per shape, the estimate against the measurement that counts here; then
     every record with its effect on this machine's plans. `as_json`: one JSON object on stdout."""
     if as_json:
         print(json.dumps(ledger_weigh.ledger_report(machine, path), indent=2))  # warnings go to stderr
@@ -54,7 +54,8 @@ def print_ledger(machine, path: Path | None = None, console=None, as_json: bool 
     report = ledger_weigh.ledger_report(machine, path, warn=lambda text: console.print(text, markup=False))
     if not report["records"]:
         console.print(
-            f"the ledger {report['path']} holds no measurement yet: every run and `--calibrate` adds to it",
+            f"the ledger {report['path']} holds no measurement yet: every run and every "
+            "`python train.py calibrate` adds to it",
             markup=False,
         )
         return 0
@@ -138,11 +139,11 @@ def print_ledger(machine, path: Path | None = None, console=None, as_json: bool 
 
 
 def forget_main(target: str, path: Path | None = None) -> int:
-    """`python train.py --forget TARGET`: remove, and say what went and how to see what is left."""
+    """`python train.py ledger --forget TARGET`: remove, and say what went and how to see what is left."""
     path = Path(path) if path is not None else ledger_store.ledger_path()
     removed = ledger_store.forget(target, path)
     if not removed:
         print(f"the ledger {path} does not exist: nothing to forget")
     else:
-        print(f"forgot {removed} record(s) of {target!r} from {path}; `python train.py --ledger` shows what is left")
+        print(f"forgot {removed} record(s) of {target!r} from {path}; `python train.py ledger` shows what is left")
     return 0

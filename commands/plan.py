@@ -1,4 +1,4 @@
-"""`plan` (the old `--dry-run`): what would run on this machine (or a card named with --gpu-memory): every rung of the ladder with
+"""`plan`: what would run on this machine (or a card named with --gpu-memory): every rung of the ladder with
 its estimate and verdict, the one chosen, and why (`--json` for machines). Instant: no torch."""
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ def find_target(given: str | Path) -> Target:
     path = stable_target(Path(given).expanduser())  # outputs/latest, RUN/final: the folders they name
     if not path.is_dir():
         raise UsageError(
-            f"--sample {given}: no such folder (fix: give a run folder outputs/run-..., one of its "
+            f"sample {given}: no such folder (fix: give a run folder outputs/run-..., one of its "
             "attempt-* folders, or an adapter/ folder)"
         )
     if (path / "adapter_config.json").is_file() or (path / ADAPTER_WEIGHTS).is_file():
@@ -89,7 +89,7 @@ def find_target(given: str | Path) -> Target:
     candidates = [d for d in named if d.is_dir()] or sorted(path.glob("attempt-*"))
     finished = [d for d in candidates if _finished(d)]
     if not finished:
-        raise UsageError(f"--sample {given}: no attempt there finished with an adapter{_elsewhere(path)}")
+        raise UsageError(f"sample {given}: no attempt there finished with an adapter{_elsewhere(path)}")
     return Target(finished[-1], finished[-1] / contract.ADAPTER_DIR)
 
 
@@ -154,7 +154,7 @@ def _without_folder_code(data: dict, changes: dict, run_rewards: bool, where: st
     if data.get("trust_remote_code") is True and "trust_remote_code" not in changes:
         model = data.get("model", "the model")
         raise UsageError(
-            f"--sample {where}: the run's profile sets trust_remote_code: true, so loading {model} would "
+            f"sample {where}: the run's profile sets trust_remote_code: true, so loading {model} would "
             f"run the Python files that come with it (fix: --set trust_remote_code=true if you trust "
             f"{model}'s code, or --set trust_remote_code=false to load it without)"
         )
@@ -184,7 +184,7 @@ def _without_tool_code(data: dict, changes: dict) -> dict:
 
 def profile_of(target: Target, overrides: list[str], run_rewards: bool = False) -> Sampling:
     """The profile the adapter was trained with, with --set overrides applied. The folder's own reward code is
-    left out unless `run_rewards` (a folder someone sends must not run code on --sample)."""
+    left out unless `run_rewards` (a folder someone sends must not run code on `sample`)."""
     from profiles.load import parse_overrides, profile_from_dict, read_profile_data
     from rewards.user import is_user_reward
 
@@ -200,7 +200,7 @@ def profile_of(target: Target, overrides: list[str], run_rewards: bool = False) 
                 raise TypeError
         except (OSError, ValueError, KeyError, TypeError, RecursionError):
             raise UsageError(
-                f"--sample: {target.attempt_dir} holds neither {contract.PROFILE_FILE} nor a "
+                f"sample: {target.attempt_dir} holds neither {contract.PROFILE_FILE} nor a "
                 f"readable {contract.SUMMARY_FILE} (fix: give the attempt folder the adapter was saved "
                 "in)"
             ) from None
@@ -233,7 +233,7 @@ def sample(
 ):
     """(sampling, what was loaded, the answers); `say(text)` hears what runs whose code, before it runs."""
     if prompt is not None and from_test is not None:
-        raise UsageError("--sample: give --prompt TEXT or --from-test N, not both")
+        raise UsageError("sample: give --prompt TEXT or --from-test N, not both")
     if from_test is not None and from_test < 1:
         raise UsageError(f"--from-test {from_test}: give a number of test questions >= 1")
     target = find_target(given)

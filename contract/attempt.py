@@ -38,7 +38,7 @@ UNSUPPORTED = "unsupported"
 ERROR = "error"
 INTERRUPTED = "interrupted"
 # A machine of a multi-node run was lost (its processes, or the network to it): nothing about memory or the
-# code; the run stops and `--resume` continues once every machine is up again
+# code; the run stops and `train --resume` continues once every machine is up again
 NODE = "node"
 # The length probe found the answers cut at the cap before any step was trained: the supervisor re-plans the cap
 # (and the memory and time that follow from it) and starts the next attempt (ENV_LENGTH_REPLAN allows it)

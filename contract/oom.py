@@ -2,7 +2,7 @@
 what to change).
 
 Works on text (a traceback, a log tail, a pasted message) so that the supervisor can read a child's
-failure and a person can paste one into `python train.py --explain-oom FILE`. Imports no torch.
+failure and a person can paste one into `python train.py explain-oom FILE`. Imports no torch.
 
 Recognised:
 - PyTorch's caching allocator (`torch.OutOfMemoryError`: "CUDA out of memory. Tried to allocate ..."), in the

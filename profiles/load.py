@@ -376,7 +376,7 @@ def load_profiles(
     profiles = []
     if device is not None and overrides:
         # the overrides are applied rung by rung in ladder order, so that a --set every rung refuses is
-        # reported for the rung --auto tries first, not for the file that sorts first by name
+        # reported for the rung `train` tries first, not for the file that sorts first by name
         written = sorted(
             ((load_profile(path), path) for path in files), key=lambda item: (item[0].ladder, item[0].name)
         )

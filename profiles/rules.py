@@ -150,7 +150,7 @@ def _base_dir(p) -> Path | None:
 
 def _reward_entry(text: str, base: Path | None, key: str) -> str:
     """A `rewards` (or `correctness`) entry checked without importing anything heavy; a file entry comes back
-    with its file's absolute path, so that the attempt and `--sample` find it from any folder."""
+    with its file's absolute path, so that the attempt and `sample` find it from any folder."""
     import importlib.util
 
     from rewards import REWARDS, user

@@ -1,7 +1,7 @@
 """Rewards from the user's own code: a `rewards:` entry `path/to/file.py:function` or `package.module:function`.
 
 The profile loader checks such an entry without running the user's code (the file is parsed, not imported,
-so `--dry-run` stays instant and a module with side effects does nothing at planning time); the attempt
+so `plan` stays instant and a module with side effects does nothing at planning time); the attempt
 imports it. The function takes TRL's reward signature (prompts, completions, and the dataset's columns as
 keyword arguments) and returns one float (or None) per completion. An exception inside it is re-raised as
 UserRewardError naming the reward and the last frame of the traceback, so the attempt ends `error` with both.
@@ -276,7 +276,7 @@ def _user_trace(exc: BaseException, own_file: str | None) -> str:
 
 
 # Set by the attempt (attach): the folder that holds the marker of a running reward
-# (contract.attempt.REWARD_RUNNING_FILE), and how a warning is said. Elsewhere (tests, --sample): no marker,
+# (contract.attempt.REWARD_RUNNING_FILE), and how a warning is said. Elsewhere (tests, `sample`): no marker,
 # warnings through the warnings module.
 _marker_dir: Path | None = None
 _say = None

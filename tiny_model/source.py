@@ -24,7 +24,7 @@ class ModelSource:
 
 def resolve_model(profile) -> ModelSource:
     """The profile's model as something to load; builds the tiny model on first use (seeded, cached). With
-    random weights asked for (--calibrate --random-weights), the model's architecture from the catalogue's
+    random weights asked for (`calibrate --random-weights`), the model's architecture from the catalogue's
     facts with random weights instead, built offline (tiny_model.random_weights)."""
     if random_weights_requested():
         from tiny_model import random_weights

@@ -446,7 +446,7 @@ def run_probe(
         torch.cuda.reset_peak_memory_stats()  # the first step's telemetry is the step's own
     from contract.attempt import random_weights_requested
 
-    # measured on random weights (--calibrate --random-weights): the ledger keeps the mark with the figures
+    # measured on random weights (`calibrate --random-weights`): the ledger keeps the mark with the figures
     marked = {"random_weights": True} if random_weights_requested() else {}
     return {
         **peaks,

@@ -314,7 +314,7 @@ def write_report(attempt_dir: Path, summary: dict) -> None:
         "- `adapter/`: the trained LoRA adapter (or the full model at lora_rank 0) and the tokenizer, "
         "Hugging Face format",
         "- `metrics.jsonl`: one line per step (rewards, learning signal per group, loss, completion length, memory)",
-        "- `checkpoint-N/`: trainer checkpoints, for `--resume`",
+        "- `checkpoint-N/`: trainer checkpoints, for `train --resume`",
         "",
     ]
     for key, heading in (("examples_before", "before training"), ("examples_after", "after training")):

@@ -257,7 +257,7 @@ def saved_text(state: AttemptState) -> str:
         return f"{checkpoint.name} was saved (no adapter)"
     if adapter:
         return "the adapter was saved (no checkpoint)"
-    before = f"; --resume continues from {Path(state.resume_from).name}" if state.resume_from else ""
+    before = f"; `train --resume` continues from {Path(state.resume_from).name}" if state.resume_from else ""
     return f"nothing was saved (it stopped before a checkpoint){before}"
 
 
@@ -381,13 +381,13 @@ def _train(state: AttemptState, signals, after_probe=None) -> str:
         if problem:
             raise UsageError(
                 f"--resume-from {state.resume_from}: cannot resume from it: {problem} (fix: give an "
-                "earlier checkpoint-N, or use --resume, which picks the newest whole one)"
+                "earlier checkpoint-N, or `python train.py train --resume`, which picks the newest whole one)"
             )
         say(f"resuming from {Path(state.resume_from).name} (step {contract.checkpoint_step(state.resume_from)})")
     loaded = load(state)
     if signals.stopped:
         return INTERRUPTED
-    if os.environ.get(ENV_PROBE_ONLY) == "1":  # --calibrate: the probe's figures are all it wants
+    if os.environ.get(ENV_PROBE_ONLY) == "1":  # `calibrate`: the probe's figures are all it wants
         session = build_trainer(state, loaded, signals)  # the probe drives the trainer's own loss
         probe(state, loaded, asked=True)
         if after_probe is not None and state.probe is not None and not signals.stopped:

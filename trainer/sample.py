@@ -37,7 +37,7 @@ def load_trained(profile, adapter_dir: Path, base_path: str):
     try:
         backend = open_backend(profile)
     except RuntimeError as exc:  # e.g. a GPU profile on a machine without one
-        raise UsageError(f"--sample: {exc}") from None
+        raise UsageError(f"sample: {exc}") from None
     if not profile.uses_lora:  # full fine-tuning saved the whole model in adapter/
         model, tokenizer = load_model(backend, profile, str(adapter_dir))
         return backend, model, tokenizer, None
@@ -68,7 +68,7 @@ def rows_to_answer(profile, prompt: str | None, from_test: int | None) -> list[d
 
     rows = load_task(profile, "test", limit=from_test or DEFAULT_FROM_TEST, seed=profile.seed)
     if not rows:
-        raise UsageError(f"--sample: dataset {profile.dataset} has no test rows (fix: --prompt TEXT)")
+        raise UsageError(f"sample: dataset {profile.dataset} has no test rows (fix: --prompt TEXT)")
     if from_test is not None and from_test > len(rows):
         print(
             f"note: --from-test {from_test}: the test split holds {len(rows)} rows; answering all of them",

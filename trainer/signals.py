@@ -19,7 +19,7 @@ class StopFlag:
         "probe": "stopping after the worst-case probe, before training starts",
         "training": "saving a checkpoint at the end of this step, then stopping",
         "evaluating": "stopping the evaluation during training, saving a checkpoint at this step, then stopping",
-        "finishing": "the adapter is saved; stopping without the final evaluation and report (--resume finishes them)",
+        "finishing": "the adapter is saved; stopping without the final evaluation and report (`train --resume` finishes them)",
         "reporting": "finishing the report (seconds), then exiting",
     }
 

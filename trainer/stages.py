@@ -229,7 +229,7 @@ def trainer_tool_kwargs(loaded: Loaded) -> dict:
 
 def probe(state: AttemptState, loaded: Loaded, asked: bool = False) -> dict | None:
     """One step at the largest shapes the attempt will see (trainer.probe), before training starts or
-    resumes; its figures, or None when the profile turns it off (unless `asked`: --calibrate) or accelerate
+    resumes; its figures, or None when the profile turns it off (unless `asked`: `calibrate`) or accelerate
     runs the processes (the model is wrapped, and ZeRO shards it, only inside train())."""
     profile = state.profile
     from trainer.probe import probe_enabled, run_probe

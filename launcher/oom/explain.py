@@ -1,5 +1,5 @@
 """WHAT an OOM means for the person reading it: which part of training asked for the memory, the figures,
-the fix and what the fix costs. `python train.py --explain-oom FILE` prints it for a pasted error; the
+the fix and what the fix costs. `python train.py explain-oom FILE` prints it for a pasted error; the
 supervisor prints it under each attempt that ran out of memory. The reading itself is contract.oom's."""
 
 from __future__ import annotations

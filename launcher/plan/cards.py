@@ -9,7 +9,7 @@ from launcher.card.detect import GpuInfo, Machine
 from launcher.plan.choose import make_plan
 from launcher.plan.derive import derive_rungs
 
-# Cards for --fit-table: (name, total GiB as NVML reports it, compute capability, the card the step-time model
+# Cards for `cards`: (name, total GiB as NVML reports it, compute capability, the card the step-time model
 # times it as: one common card of the class, from the card table)
 COMMON_CARDS = (
     ("8 GB card (RTX 3070, 4060)", 8.0, (8, 6), "NVIDIA GeForce RTX 3070"),
@@ -29,7 +29,7 @@ def fit_table(profiles, cards=COMMON_CARDS) -> list[dict]:
     derived for the card. One card each: multi-GPU profiles are left out (plan those with --gpus N)."""
     cuda = [p for p in profiles if p.device == "cuda" and p.gpus_needed == 1]
     if not cuda:
-        raise UsageError("--fit-table: no cuda profiles in the ladder (fix: --profiles-dir with gpu-*.yaml)")
+        raise UsageError("cards: no cuda profiles in the ladder (fix: --profiles-dir with gpu-*.yaml)")
     rows = []
     for name, total, capability, *timed_as in cards:
         gpu = GpuInfo(

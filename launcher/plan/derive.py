@@ -1,5 +1,5 @@
 """WHICH configurations a model of the user's gets: the fit solver (launcher.plan.solve) from every shipped rung's
-intent (`--fit`, and `--auto --set model=...`, whose ladder they become), and with several GPUs the same search
+intent (`fit MODEL`, and `train --set model=...`, whose ladder they become), and with several GPUs the same search
 over the ways to split them (data parallel with vLLM colocated, or training beside a vLLM server)."""
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def _own_model(rung, load_profile) -> str | None:
 def derive_ladder(
     profiles, model: str, machine, *, pinned=(), measurements=None, limits: dict | None = None
 ) -> tuple[list, list[str]]:
-    """The ladder for a model of the user's (`--auto --set model=...`): a rung written for that model that fits
+    """The ladder for a model of the user's (`train --set model=...`, `plan --set model=...`): a rung written for that model that fits
     as written (its GPUs there) is kept; every single-GPU rung's intent becomes an ambition the solver
     derives a configuration from, and with several GPUs the best of those intents is also spread over them
     (data parallel, or beside a vLLM server). Multi-GPU rungs of other models give way to that search. All are
@@ -281,7 +281,7 @@ def check_pins(values: dict) -> None:
             "--set",
             "device",
             "fit plans a configuration for a GPU; a CPU run takes the cpu-* profiles",
-            "drop --set device=cpu, or run `python train.py --profile profiles/cpu-tiny-8gen.yaml`",
+            "drop --set device=cpu, or run `python train.py train --profile profiles/cpu-tiny-8gen.yaml`",
         )
     gens, batch, steps = (
         values.get(k) for k in ("num_generations", "per_device_train_batch_size", "gradient_accumulation_steps")
@@ -368,14 +368,14 @@ def fit_for_machine(rungs, model: str, machine, *, pinned=(), measurements=None)
             )
         if not found:
             raise UsageError(
-                "--fit: no single-GPU cuda profile in the ladder to take an ambition from "
+                "fit: no single-GPU cuda profile in the ladder to take an ambition from "
                 "(fix: --profiles-dir with gpu-*.yaml)"
             )
         return max(found, key=Fit.key)
     results = best_fit(rungs, model, gpu, pinned=pinned, machine=machine, measurements=measurements)
     if not results:
         raise UsageError(
-            "--fit: no single-GPU cuda profile in the ladder to take an ambition from "
+            "fit: no single-GPU cuda profile in the ladder to take an ambition from "
             "(fix: --profiles-dir with gpu-*.yaml)"
         )
     best = results[0]

@@ -1,5 +1,5 @@
 """WHAT a candidate will run with: the profile keys the fit solver moves, as one flat dict for the plan's JSON
-(`--dry-run --json` candidates carry it as `settings`), so that tools read what will run without the YAML."""
+(`plan --json` candidates carry it as `settings`), so that tools read what will run without the YAML."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
-"""HOW MUCH each rung really needs on this machine: `python train.py --calibrate` runs the worst-case probe
+"""HOW MUCH each rung really needs on this machine: `python train.py calibrate` runs the worst-case probe
 alone (model loaded, one step at the longest prompts and full-length completions, no training), each rung
 in its own process, records every figure in the ledger, and prints estimate against measurement.
 
 Measured: every single-device rung the plan says fits, and the first rung above them (the nearest more
 ambitious one), whose probe either fits after all or proves by its OOM how much more it needs. The next
-`--auto` plans from these figures.
+`train` or `plan` plans from these figures.
 """
 
 from __future__ import annotations
@@ -103,13 +103,13 @@ def calibrate(
     signal handlers should outlast the probes (launcher.run.child.signals_forwarded)."""
     rungs = rungs_to_measure(plan)
     if not rungs:
-        raise UsageError("--calibrate: no single-device rung of the ladder can run on this machine")
+        raise UsageError("calibrate: no single-device rung of the ladder can run on this machine")
     from launcher.run.inputs import check_inject
 
     check_inject([c.profile for c in plan.candidates])
     if ledger_record.test_run_without_ledger():
         raise UsageError(
-            f"--calibrate with {ENV_INJECT_OOM} set measures nothing for this machine (an injected "
+            f"calibrate with {ENV_INJECT_OOM} set measures nothing for this machine (an injected "
             f"OOM is no measurement) (fix: unset {ENV_INJECT_OOM}, or set {ENV_LEDGER}=FILE "
             "to calibrate into a ledger of its own)"
         )

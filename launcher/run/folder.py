@@ -111,7 +111,7 @@ def latest_run_dir(output_dir: Path) -> Path:
     runs = sorted((p for p in output_dir.glob("run-*") if p.is_dir()), key=lambda p: (p.stat().st_mtime, p.name))
     if not runs:
         raise UsageError(
-            f"--resume: no run-* folder in {output_dir} (fix: start a run with --auto, or give "
+            f"--resume: no run-* folder in {output_dir} (fix: start a run with `python train.py train`, or give "
             "the --output-dir that holds it)"
         )
     return runs[-1]

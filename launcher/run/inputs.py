@@ -36,9 +36,9 @@ def check_run_inputs(profiles: list, plan, gpu_memory: float | None, resume: boo
         here = detect_machine()
         if not here.gpus:
             raise UsageError(
-                f"--gpu-memory {gpu_memory:g} without --dry-run: training runs on this machine, "
-                f"and it has no GPU ({here.message}) (fix: add --dry-run to plan for that card, or "
-                "drop --gpu-memory to train on what is here)"
+                f"--gpu-memory {gpu_memory:g}: `train` trains on this machine, and it has no GPU "
+                f"({here.message}) (fix: `python train.py plan --gpu-memory {gpu_memory:g}` plans for that card, "
+                "with the same options beside it; or drop --gpu-memory to train on what is here)"
             )
     check_inject(profiles)
     from profiles.rules import missing_tracker

@@ -48,7 +48,7 @@ def resume_run(
     unless the run trained it; `taken_up()` is called once the resume passed its checks, before an attempt."""
     attempt_dirs = sorted((p for p in run_dir.glob("attempt-*") if (p / PROFILE_FILE).is_file()), key=lambda p: p.name)
     if not attempt_dirs:
-        raise UsageError(f"--resume: {run_dir} holds no attempt (fix: start a new run with --auto)")
+        raise UsageError(f"--resume: {run_dir} holds no attempt (fix: start a new run with `python train.py train`)")
     if named_profile is not None:
         _check_named_profile(named_profile, run_dir, attempt_dirs)
     last_dir = attempt_dirs[-1]
@@ -124,5 +124,5 @@ def _check_shape(supervisor: Supervisor, as_run: Profile, profile: Profile, fres
         f"--resume: {differs} changes the model/LoRA shape, so {supervisor.in_run(checkpoint)} "
         f"(step {step}) of {supervisor.run_dir} cannot be loaded; resuming would silently start "
         f"over at step 1 (fix: drop that --set to continue from step {step}, or add --fresh-attempt "
-        "to start this run over with the new shape, or start a new run with --auto)"
+        "to start this run over with the new shape, or start a new run with `python train.py train`)"
     )

@@ -1,7 +1,7 @@
 """HOW a run starts and ends: `supervise` runs the planned profile in child processes and survives
 out-of-memory (shrink, fall back, resume), from the run folder's lock to the run's exit status.
 
-Every attempt is a fresh `python train.py --profile DIR/profile.yaml --attempt-dir DIR` process, so each one
+Every attempt is a fresh `python train.py attempt --profile DIR/profile.yaml --attempt-dir DIR` process, so each one
 starts with a clean GPU (vLLM does not give its memory back inside a process, and a caught OOM keeps tensors
 alive through its traceback). A distributed profile (several GPUs, or a vLLM server) runs the same script under
 accelerate, one process per training GPU, with its vLLM server started and health-checked before the attempt
@@ -246,7 +246,7 @@ def _disk_failure(supervisor: Supervisor, exc: OSError) -> int:
     for _shape, folder in reversed(supervisor.attempt_shapes):
         found = latest_checkpoint(folder) if folder is not None and folder.is_dir() else None
         if found is not None:
-            kept.append(f"checkpoint {supervisor.in_run(found)} (resume with --resume once there is space)")
+            kept.append(f"checkpoint {supervisor.in_run(found)} (`python train.py train --resume` once there is space)")
             break
     if record is not None:
         kept.append(
@@ -264,7 +264,7 @@ def _print_nothing_fits(console, plan) -> None:
     narrate.print_plan_choice(console, plan)
     console.print(
         "[red]nothing fits[/red]: no profile on the ladder is estimated to fit this machine "
-        "(see `python train.py --auto --dry-run` for the estimates)"
+        "(see `python train.py plan` for the estimates)"
     )
     for candidate in plan.candidates:
         console.print(f"  {candidate.profile.name}: {candidate.reason}", markup=False, highlight=False)

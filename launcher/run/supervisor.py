@@ -8,8 +8,8 @@
                 attempt that ran out of memory; nothing left: exit 3 with the table of attempts
   unsupported   the next profile (an architecture the stack cannot load says nothing about memory)
   error         stop (exit 1): a bug or bad data would fail the same way on every profile
-  node          stop (exit 1): a machine of a multi-node run was lost; `--resume` on every machine continues
-  interrupted   stop (exit 130); `--resume` continues from the last checkpoint
+  node          stop (exit 1): a machine of a multi-node run was lost; `train --resume` on every machine continues
+  interrupted   stop (exit 130); `train --resume` continues from the last checkpoint
   replanned     the length probe found the answers cut at the cap before any step: the cap (and the memory
                 and time that follow from it) is planned again from what was measured, and the next attempt
                 runs it, or the next configuration that fits; at most MAX_LENGTH_REPLANS times a run

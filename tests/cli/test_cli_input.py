@@ -108,10 +108,15 @@ def test_resume_into_a_missing_output_dir(capsys, tmp_path):
 def test_gpu_memory_for_a_run_on_a_machine_without_a_gpu(capsys, tmp_path):
     if detect_machine().gpus:
         pytest.skip("this machine has a GPU")
-    code, text = main(capsys, "--auto", "--gpu-memory", "24", "--output-dir", str(tmp_path / "out"))
-    assert code == 2
-    assert "--gpu-memory 24 without --dry-run" in text and "no GPU" in text and "--dry-run" in text
-    assert not (tmp_path / "out").exists()
+    for argv in (["train"], ["--auto"]):  # the command, and the old flag it translates
+        code, text = main(capsys, *argv, "--gpu-memory", "24", "--output-dir", str(tmp_path / "out"))
+        assert code == 2
+        assert "--gpu-memory 24: `train` trains on this machine, and it has no GPU" in text
+        # the fix names the command that plans for that card, not a flag `train` refuses
+        assert "`python train.py plan --gpu-memory 24`" in text and "--dry-run" not in text
+        assert not (tmp_path / "out").exists()
+    code, text = main(capsys, "plan", "--gpu-memory", "24")  # and that command does it
+    assert code == 0 and "24" in text
 
 
 def test_inject_oom_names_are_checked_against_the_profiles(monkeypatch):

@@ -94,7 +94,7 @@ def test_calibrate_dry_run_says_what_it_would_probe(tmp_path):
     plan = json.loads(done.stdout)
     assert plan["calibrate"] and set(plan["calibrate"]) <= {c["profile"] for c in plan["candidates"]}
     text = _train(["--calibrate", "--dry-run"], path)
-    assert text.returncode == 0 and "--calibrate would probe" in text.stdout and not path.exists()
+    assert text.returncode == 0 and "\ncalibrate would probe" in text.stdout and not path.exists()
     both = _train(["--calibrate", "--resume"], path)
     assert both.returncode == 2 and "--calibrate asks for `calibrate` and --resume for `train`" in both.stderr
 

@@ -23,7 +23,10 @@ REPO = Path(__file__).resolve().parents[2]
         ("loading", "stopping before training starts"),
         ("probe", "stopping after the worst-case probe, before training starts"),
         ("training", "saving a checkpoint at the end of this step, then stopping (send it again to stop now)"),
-        ("finishing", "the adapter is saved; stopping without the final evaluation and report (--resume finishes"),
+        (
+            "finishing",
+            "the adapter is saved; stopping without the final evaluation and report (`train --resume` finishes",
+        ),
         ("reporting", "finishing the report (seconds), then exiting"),
     ],
 )

@@ -273,7 +273,7 @@ def append(entry: Entry, path: Path | None = None) -> Path:
 
 def check_writable(path: Path | None = None) -> Path:
     """The ledger, opened for appending once (created empty when missing): UsageError naming the file and the
-    fix when it cannot be written. `--calibrate` checks this before its first probe: measuring into a ledger
+    fix when it cannot be written. `calibrate` checks this before its first probe: measuring into a ledger
     that keeps nothing would cost minutes for nothing."""
     from contract.errors import UsageError
 
@@ -353,7 +353,7 @@ def read_lines(path: Path, warn) -> tuple[list[Entry], list[tuple[int, str]]]:
         warn_or_print(
             warn,
             f"warning: {path}: skipped {len(bad)} damaged line(s) ({shown}{'; ...' if len(bad) > 3 else ''})"
-            f" (fix: `python train.py --forget all` starts the ledger afresh)",
+            f" (fix: `python train.py ledger --forget all` starts the ledger afresh)",
         )
     return entries, bad
 
@@ -390,7 +390,7 @@ def forget(target: str, path: Path | None = None) -> int:
     path = given.resolve()  # a link's file, not the link, is rewritten
     target = target.strip()
     if not target:
-        raise UsageError("--forget needs a profile name, a fingerprint or `all` (see `python train.py --ledger`)")
+        raise UsageError("--forget needs a profile name, a fingerprint or `all` (see `python train.py ledger`)")
     if not path.exists():
         return 0
     try:

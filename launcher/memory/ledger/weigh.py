@@ -163,7 +163,7 @@ def measured_for(entries: list[Entry], profile, machine, now: datetime | None = 
 
 
 def record_effects(entries: list[Entry], machine, now: datetime | None = None) -> list[Effect]:
-    """Each entry's effect on this machine's plans, in the ledger's order (`python train.py --ledger`)."""
+    """Each entry's effect on this machine's plans, in the ledger's order (`python train.py ledger`)."""
     now = now or datetime.now()
     here = [machine_identity(machine, "cuda")] if getattr(machine, "primary", None) is not None else []
     here.append(machine_identity(machine, "cpu"))
@@ -195,7 +195,7 @@ def shape_text(settings: dict) -> str:
 
 
 def accuracy_rows(entries: list[Entry], effects: list[Effect] | None = None) -> list[dict]:
-    """Per machine and shape: the estimate against what was measured (`python train.py --ledger`); with the
+    """Per machine and shape: the estimate against what was measured (`python train.py ledger`); with the
     records' effects, the figures are the ones that count (`effects[i]` belongs to `entries[i]`)."""
     groups: dict[tuple, list[tuple[Entry, Effect | None]]] = {}
     for index, e in enumerate(entries):
@@ -242,7 +242,7 @@ def accuracy_rows(entries: list[Entry], effects: list[Effect] | None = None) -> 
 
 
 def ledger_report(machine, path: Path | None = None, warn=None, now: datetime | None = None) -> dict:
-    """What `--ledger` shows, as data (`--ledger --json`): the file, this machine, the rules, each shape's
+    """What `ledger` shows, as data (`ledger --json`): the file, this machine, the rules, each shape's
     figures that count, and every record with its effect here."""
     path = Path(path) if path is not None else ledger_path()
     from contract.errors import UsageError

@@ -344,7 +344,7 @@ def test_multi_profile_header_matches_the_estimator(path):
     text = path.read_text()
     match = re.search(
         r"^# Estimator's peak: ([\d.]+) GiB per training GPU, ([\d.]+) GiB on the vLLM server GPU, "
-        r"on (\d+) GiB cards \(`python train.py --profile profiles/[^ ]+ --dry-run --gpu-memory \d+ "
+        r"on (\d+) GiB cards \(`python train.py plan --profile profiles/[^ ]+ --gpu-memory \d+ "
         r"--gpus (\d+)`\)",
         text,
         re.M,
