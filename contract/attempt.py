@@ -448,6 +448,7 @@ def parse_inject(text: str | None) -> dict[str, int | str]:
         name = name.strip()
         if not name:
             raise ValueError(f"{ENV_INJECT_OOM}={text!r}: empty profile name (expected NAME[@STEP][,NAME[@STEP]...])")
+        value: int | str
         if step.strip().lower() == INJECT_AT_PROBE:
             value = INJECT_AT_PROBE
         elif step.strip():
