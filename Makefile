@@ -2,7 +2,8 @@
 #   make train   create .venv, install the pinned CPU set, run `python train.py train`
 #   make test    create .venv, install the pinned CPU set and what CI installs beside it (the vLLM side folder,
 #                llama.cpp's converter), run the whole test suite
-#   make test-unit   the unit tests alone (the inner loop); make lint   ruff check and format check
+#   make test-fast   every test that neither trains a model nor starts train.py (the inner loop)
+#   make lint    ruff check and format check, and mypy
 #   make plan    `python train.py plan`: what would run on this machine (instant)
 PYTHON ?= python3
 VENV   ?= .venv
@@ -53,10 +54,11 @@ test-unit: venv
 test-fast: venv vllm-side llama-cpp
 	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow"
 
-# ruff's checks and its formatter's verdict (configured in pyproject.toml); CI fails on either.
+# ruff's checks, its formatter's verdict and mypy's type check (each configured in pyproject.toml); CI fails on any.
 lint: venv
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(PY) -m mypy
 
 # vLLM's Python code beside the environment (never in it: its wheel pins a CUDA torch), for the CPU checks of
 # the vLLM glue in tests/rehearsal/test_vllm_glue.py; they skip without it.
@@ -99,4 +101,4 @@ $(LLAMA_STAMP): scripts/fetch-llama-cpp.sh constraints.txt $(STAMP)
 	touch $@
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .vllm-side .pytest_cache .llama.cpp
+	rm -rf $(VENV) $(VLLM_VENV) .vllm-side .pytest_cache .mypy_cache .llama.cpp

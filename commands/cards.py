@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Literal
 
 from commands import options
 from commands.console import make_console as _console
@@ -40,14 +41,15 @@ def print_fit_table(profiles, as_json: bool = False, cards=COMMON_CARDS) -> int:
     from rich.table import Table
 
     table = Table(title="Which profile fits my card (python train.py train picks the first rung that fits)")
-    for column, justify in (
+    columns: tuple[tuple[str, Literal["left", "right"]], ...] = (
         ("card", "left"),
         ("GiB", "right"),
         ("precision", "left"),
         ("profile", "left"),
         ("estimate GiB", "right"),
         ("next rung if it fails", "left"),
-    ):
+    )
+    for column, justify in columns:
         table.add_column(column, justify=justify, overflow="fold")
     for row in rows:
         table.add_row(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from commands import options
 from contract.errors import EXIT_FAILURE, EXIT_OK, UsageError
@@ -120,7 +121,11 @@ def _export(args) -> int:
     notice = remote_code_notice(profile)
     if notice:
         say(f"note: {notice}")
-    record = {"adapter": str(target.adapter_dir), "attempt": str(target.attempt_dir), "profile": profile.name}
+    record: dict[str, Any] = {
+        "adapter": str(target.adapter_dir),
+        "attempt": str(target.attempt_dir),
+        "profile": profile.name,
+    }
     outcome = contract.Outcome.read(target.attempt_dir / contract.OUTCOME_FILE)
     if outcome is not None:
         record["attempt_status"] = {"status": outcome.status, "steps": outcome.steps}

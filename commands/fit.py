@@ -89,6 +89,7 @@ def run_of(result: Fit):
 def fit_text(result: Fit, card: str) -> str:
     """The profile YAML with a header of comments (YAML ignores them: the whole text loads with --profile)."""
     p = result.profile
+    assert p is not None, "asked only of a fit that found a profile"
     amb = result.ambition
     prompts = p.generation_batch // p.num_generations
     lines = [

@@ -71,7 +71,8 @@ NOT_USED_BY = {"plan": ("--resume", "--fresh-attempt", "--output-dir")}
 
 def _split(argv: list[str]) -> list[tuple[str, str | None]]:
     """The old command line as (flag, value) pairs, `--flag=value` and `--flag value` alike."""
-    pairs, i = [], 0
+    pairs: list[tuple[str, str | None]] = []
+    i = 0
     while i < len(argv):
         token = argv[i]
         flag, eq, inline = token.partition("=")

@@ -257,7 +257,7 @@ def plan_of(args):
         if not {"tools", "environment"} & set(set_keys(args.overrides)):
             profiles = ladder_rungs(profiles)  # (with --set tools=..., the user gives the ladder tools)
     measurements = measurements_of(args)
-    notes = []
+    notes: list[str] = []
     limits: dict = {}
     written: dict = {}
     refused: dict = {}

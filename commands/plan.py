@@ -4,6 +4,7 @@ its estimate and verdict, the one chosen, and why (`--json` for machines). Insta
 from __future__ import annotations
 
 import json
+from typing import Literal
 
 from commands import options
 from commands.console import escape as _escape
@@ -153,7 +154,7 @@ def print_plan(plan: Plan, as_json: bool = False, now=None) -> int:
     gpu = plan.machine.primary
     where = "GPU" if gpu else "RAM"
     table = Table(title=f"Ladder (lower rung = tried first); {where} margin {plan.margin_gib:.2f} GiB")
-    for column, justify in (
+    columns: tuple[tuple[str, Literal["left", "right"]], ...] = (
         ("rung", "right"),
         ("profile", "left"),
         ("model", "left"),
@@ -166,13 +167,14 @@ def print_plan(plan: Plan, as_json: bool = False, now=None) -> int:
         ("run", "right"),
         ("limited by", "left"),
         ("verdict", "left"),
-    ):
+    )
+    for column, justify in columns:
         table.add_column(column, justify=justify, overflow="fold")
     for cand in plan.candidates:
         p = cand.profile
-        chosen = plan.chosen is not None and p is plan.chosen
+        is_chosen = plan.chosen is not None and p is plan.chosen
         verdict = (
-            ("[bold green]CHOSEN[/] " if chosen else "")
+            ("[bold green]CHOSEN[/] " if is_chosen else "")
             + ("[green]" if cand.fits else "[red]")
             + _escape(cand.reason)
             + "[/]"

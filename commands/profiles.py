@@ -9,6 +9,7 @@ import argparse
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 from commands import options
 from contract.errors import EXIT_BAD_INPUT, EXIT_OK, UsageError
@@ -85,7 +86,7 @@ def _list(args) -> int:
 
     from profiles.load import load_profiles
 
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "name": p.name,
             "ladder": p.ladder,

@@ -12,9 +12,13 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from contract import attempt as contract
 from contract.errors import ProfileError, UsageError
+
+if TYPE_CHECKING:  # profiles loads only when a command reads one
+    from profiles.schema import Profile
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
@@ -122,8 +126,8 @@ class Sampling:
     """What a sampled folder will be scored with: the profile, the rewards that run (name -> weight), the
     user's reward entries left out (their code is not run), and whether the correctness reward runs."""
 
-    profile: object
-    rewards: dict
+    profile: Profile
+    rewards: dict[str, float]
     left_out: list[str]
     correctness_runs: bool = True
 

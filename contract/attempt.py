@@ -212,8 +212,10 @@ def merge_outcomes(attempt_dir: Path) -> Outcome | None:
 
 def checkpoint_step(path: str | Path | None) -> int:
     """The global step of a checkpoint-N folder (0 for anything else)."""
+    if path is None:
+        return 0
     try:
-        return int(Path(path).name.rsplit("-", 1)[-1])  # type: ignore[arg-type]
+        return int(Path(path).name.rsplit("-", 1)[-1])
     except (TypeError, ValueError):
         return 0
 
@@ -448,6 +450,7 @@ def parse_inject(text: str | None) -> dict[str, int | str]:
         name = name.strip()
         if not name:
             raise ValueError(f"{ENV_INJECT_OOM}={text!r}: empty profile name (expected NAME[@STEP][,NAME[@STEP]...])")
+        value: int | str
         if step.strip().lower() == INJECT_AT_PROBE:
             value = INJECT_AT_PROBE
         elif step.strip():

@@ -104,14 +104,14 @@ def classify_failure(text: str, returncode: int | None = None) -> str:
 def oom_kill_count() -> int | None:
     """The kernel's count of OOM kills in this process's memory cgroup (cgroup v2 memory.events, or v1
     memory.oom_control), None where neither can be read."""
-    candidates = []
+    candidates: list[Path] = []
     try:
         for line in Path("/proc/self/cgroup").read_text().splitlines():
-            _id, controllers, path = line.split(":", 2)
+            _id, controllers, group = line.split(":", 2)
             if controllers == "":
-                candidates.append(Path("/sys/fs/cgroup") / path.lstrip("/") / "memory.events")
+                candidates.append(Path("/sys/fs/cgroup") / group.lstrip("/") / "memory.events")
             elif "memory" in controllers.split(","):
-                candidates.append(Path("/sys/fs/cgroup/memory") / path.lstrip("/") / "memory.oom_control")
+                candidates.append(Path("/sys/fs/cgroup/memory") / group.lstrip("/") / "memory.oom_control")
     except (OSError, ValueError):
         pass
     candidates += [Path("/sys/fs/cgroup/memory.events"), Path("/sys/fs/cgroup/memory/memory.oom_control")]

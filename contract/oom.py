@@ -264,22 +264,23 @@ def _read_torch(text: str) -> OomReport | None:
     if marker is None and asked is None:
         return None
     report = OomReport(kind=KIND_CUDA)
-    m = _TORCH_NEW.search(text) or _TORCH_OLD.search(text)
-    if m:
+    full = _TORCH_NEW.search(text) or _TORCH_OLD.search(text)
+    if full:
 
         def figure(name: str) -> float:
-            return _gib(m.group(name), m.group(name + "_unit"))
+            return _gib(full.group(name), full.group(name + "_unit"))
 
         report.asked_gib, report.total_gib, report.free_gib = figure("asked"), figure("total"), figure("free")
-        report.gpu_index = int(m.group("gpu"))
-        if m.groupdict().get("allocated"):  # the old wording also gives PyTorch's own figures
+        report.gpu_index = int(full.group("gpu"))
+        if full.groupdict().get("allocated"):  # the old wording also gives PyTorch's own figures
             report.allocated_gib = figure("allocated")
             report.reserved_unallocated_gib = max(figure("reserved") - report.allocated_gib, 0.0)
-        report.message = line_of(text, m.start())
+        report.message = line_of(text, full.start())
     elif asked:
         report.asked_gib = _gib(asked.group(1), asked.group(2))
         report.message = line_of(text, asked.start())
     else:
+        assert marker is not None  # neither figure matched, so a marker did (checked above)
         report.message = line_of(text, text.find(marker))
     if m := _THIS_PROCESS.search(text):
         report.in_use_gib = _gib(m.group(1), m.group(2))

@@ -153,7 +153,8 @@ def classify_site(frames: list[tuple[str, str, str]]) -> str:
     # vLLM's start-up runs a dummy forward and sampler: those frames look like generation but are not.
     if any(_starts_vllm(*frame) for frame in frames):
         return SITE_VLLM_START
-    site, phase_index = None, None
+    site: str | None = None
+    phase_index = 0  # where `site` was found (set with it)
     for index in range(len(frames) - 1, -1, -1):
         found = _frame_site(*frames[index])
         if found:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from profiles.catalog import Architecture
+    from profiles.schema import Profile
 
 REPO = Path(__file__).resolve().parents[1]
 GPU_BASE = REPO / "profiles" / "gpu-16gb-gemma3-1b.yaml"
@@ -102,7 +103,7 @@ def kit_settings(arch_name: str, path: str, precision: str, cuda: bool, bitsandb
     return settings
 
 
-def kit_profile(settings: list[str], cuda: bool):
+def kit_profile(settings: list[str], cuda: bool) -> Profile:
     from profiles.load import load_profile
 
     return load_profile(GPU_BASE if cuda else CPU_BASE, list(settings))

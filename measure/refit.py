@@ -13,8 +13,12 @@ import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from measure.cases import PLAIN, REPO, UNSLOTH, kit_profile, predict_timed
+
+if TYPE_CHECKING:  # profiles loads only when a table is read
+    from profiles.schema import Profile
 
 PUBLISHED = REPO / "benchmarks" / "published_step_times.py"
 # Where each constant may go (physical bounds): a share of a card's peak, or seconds per layer's launches
@@ -41,7 +45,7 @@ class Timed:
     case: str
     path: str
     kind: str  # "generation" or "training"
-    profile: object
+    profile: Profile
     sequences: int
     prompt_tokens: int
     completion_tokens: int
@@ -206,6 +210,7 @@ def _published_module():
     if not PUBLISHED.is_file():
         return None
     spec = importlib.util.spec_from_file_location(name, PUBLISHED)
+    assert spec is not None and spec.loader is not None  # a .py file's location always gives both
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up while the file runs
     spec.loader.exec_module(module)

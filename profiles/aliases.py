@@ -362,6 +362,7 @@ def translate(data: dict, source: str, context: dict | None = None) -> tuple[dic
             continue
         if alias.ours == "rewards":
             continue  # reward_funcs and reward_weights make one mapping, below
+        assert alias.ours is not None  # the kind left, RENAMED, always names the project's key
         try:
             converted = alias.convert(value, {**context, **data}) if alias.convert else value
         except KeyProblem as problem:

@@ -11,6 +11,7 @@ import json
 import math
 from dataclasses import replace
 from pathlib import Path
+from typing import TypedDict
 
 from contract.errors import UsageError
 from profiles.architecture import THINKING_FAMILIES, Architecture
@@ -67,6 +68,16 @@ UNCOUNTED = {
 }
 # layer_types a decoder block may have and still be counted as attention + MLP
 COUNTED_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention", "attention")
+
+
+class _Experts(TypedDict, total=False):
+    """The mixture-of-experts sizes of an Architecture (none: a dense model)."""
+
+    experts: int
+    experts_per_token: int
+    expert_intermediate: int
+    shared_intermediate: int
+    moe_layers: int
 
 
 class _ConfigReader:
@@ -177,7 +188,8 @@ def from_config(config: dict, name: str, source: str) -> Architecture:
     checked; UsageError for a broken file or an architecture the estimator does not know how to count."""
     if not isinstance(config, dict):
         raise UsageError(f"{source}: config.json is not a JSON object (fix: point `model` at a causal language model)")
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    text_config = config.get("text_config")
+    text: dict = text_config if isinstance(text_config, dict) else config
     reader = _ConfigReader(config, text, source)
     _uncounted(reader)
     hidden = reader.size("hidden_size")
@@ -199,7 +211,7 @@ def from_config(config: dict, name: str, source: str) -> Architecture:
     head_dim = reader.optional_size("head_dim", hidden // heads)
     # transformers' own default is tied; Llama-family configs state it explicitly when untied.
     tied = reader.flag("tie_word_embeddings", True)
-    moe: dict[str, int] = {}
+    moe: _Experts = {}
     count_key, count = reader.first(EXPERT_COUNT_KEYS)
     if count_key is not None and reader.size(count_key, count, "experts", low=0) > 1:
         experts = reader.size(count_key, count, "experts")

@@ -6,17 +6,19 @@ form editors are told in profiles/schema.json. Each refusal is a KeyProblem nami
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import BeforeValidator, WithJsonSchema
 
 from profiles.keys import (
     CHECKPOINTING_MODES,
     EVAL_AUTO,
-    IMPORTANCE_SAMPLING_LEVELS,
-    LOSS_TYPES,
     SCALE_REWARDS,
+    CheckpointingMode,
     KeyProblem,
+    LossTypeName,
+    SamplingLevelName,
+    ScaleRewardsMode,
     shown,
 )
 from tasks.prompts import RENDER_ARGUMENTS
@@ -196,7 +198,7 @@ TemplateSwitches = Annotated[
     ),
 ]
 ScaleRewards = Annotated[
-    Literal[SCALE_REWARDS],
+    ScaleRewardsMode,
     BeforeValidator(_scale_rewards),
     WithJsonSchema({"anyOf": [{"type": "boolean"}, {"type": "string", "enum": list(SCALE_REWARDS)}]}),
 ]
@@ -213,9 +215,9 @@ EvalSteps = Annotated[
 ]
 
 Checkpointing = Annotated[
-    Literal[CHECKPOINTING_MODES],
+    CheckpointingMode,
     BeforeValidator(_checkpointing),
     WithJsonSchema({"anyOf": [{"type": "boolean"}, {"type": "string", "enum": list(CHECKPOINTING_MODES)}]}),
 ]
-LossType = Annotated[Literal[LOSS_TYPES], BeforeValidator(_lower)]
-SamplingLevel = Annotated[Literal[IMPORTANCE_SAMPLING_LEVELS], BeforeValidator(_lower)]
+LossType = Annotated[LossTypeName, BeforeValidator(_lower)]
+SamplingLevel = Annotated[SamplingLevelName, BeforeValidator(_lower)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, StrictBool, StrictStr
+from pydantic.fields import FieldInfo
 
 from profiles.field_types import (
     Checkpointing,
@@ -29,10 +30,10 @@ from profiles.keys import (
     DEFAULT_TARGET_MODULES,
     EVAL_AUTO,
     NAME_PATTERN,
-    OPTIMIZERS,
-    REPORT_TO,
-    SCHEDULERS,
-    VLLM_MODES,
+    Optimizer,
+    Scheduler,
+    Tracker,
+    VllmMode,
 )
 from tasks.prompts import SYSTEM_PROMPT
 
@@ -47,10 +48,17 @@ TAGS = (MEMORY, LEVER, SHAPE, DERIVED)
 def _key(default: Any, help: str, section: str, tags: tuple[str, ...] = (), **limits: Any) -> Any:
     """A profile key: its default, one help line, the section it is listed under, what it is to the rest of
     the project (TAGS), and its range."""
-    extra = {"section": section, "tags": list(tags)}
+    extra: dict[str, Any] = {"section": section, "tags": list(tags)}
     if isinstance(default, (list, dict)):
         return Field(default_factory=lambda d=default: type(d)(d), description=help, json_schema_extra=extra, **limits)
     return Field(default, description=help, json_schema_extra=extra, **limits)
+
+
+def extra_of(info: FieldInfo) -> dict[str, Any]:
+    """The section and tags `_key` gave a profile key (its json_schema_extra)."""
+    extra = info.json_schema_extra
+    assert isinstance(extra, dict), "every profile key is made by _key"
+    return extra
 
 
 class ProfileFields(BaseModel):
@@ -154,7 +162,7 @@ class ProfileFields(BaseModel):
         2, "micro-batches per optimizer step", "batch", tags=(LEVER, DERIVED), ge=1
     )
     # --- optimisation ---
-    optim: Literal[OPTIMIZERS] = _key(
+    optim: Optimizer = _key(
         "adamw_8bit", "optimizer (8-bit variants need bitsandbytes, i.e. a GPU)", "optimisation", tags=(MEMORY,)
     )
     gradient_checkpointing: Checkpointing = _key(
@@ -164,7 +172,7 @@ class ProfileFields(BaseModel):
         tags=(MEMORY, LEVER, DERIVED),
     )
     learning_rate: Number = _key(5e-6, "peak learning rate", "optimisation", gt=0.0, le=1.0)
-    lr_scheduler_type: Literal[SCHEDULERS] = _key("cosine", "learning-rate schedule", "optimisation")
+    lr_scheduler_type: Scheduler = _key("cosine", "learning-rate schedule", "optimisation")
     warmup_ratio: Number = _key(0.1, "share of max_steps spent warming up", "optimisation", ge=0.0, lt=1.0)
     weight_decay: Number = _key(0.1, "AdamW weight decay", "optimisation", ge=0.0)
     max_grad_norm: Number = _key(0.1, "gradient clipping", "optimisation", gt=0.0)
@@ -240,7 +248,7 @@ class ProfileFields(BaseModel):
         ge=0,
         le=3,
     )
-    vllm_mode: Literal[VLLM_MODES] = _key(
+    vllm_mode: VllmMode = _key(
         "colocate",
         "where vLLM generates: colocate (inside each training process) or server (`trl vllm-serve` on GPUs of its own)",
         "scale-out",
@@ -281,7 +289,7 @@ class ProfileFields(BaseModel):
     )
     save_steps: Whole = _key(50, "checkpoint every N steps", "run", ge=1)
     seed: Whole = _key(3407, "random seed (data order, sampling, LoRA init)", "run", ge=0, le=2**32 - 1)
-    report_to: Literal[REPORT_TO] = _key("none", "experiment tracker passed to TRL", "run")
+    report_to: Tracker = _key("none", "experiment tracker passed to TRL", "run")
     probe: StrictBool = _key(
         True,
         "before training, one step at the longest prompts and full-length completions: "

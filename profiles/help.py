@@ -11,6 +11,7 @@ from typing import Annotated, Literal, Union, get_args, get_origin
 
 import annotated_types
 
+from profiles.fields import extra_of
 from profiles.keys import shown
 from profiles.schema import KEYS, Profile, choices_of
 
@@ -38,7 +39,7 @@ def _kind(key: str) -> str:
     if get_origin(annotation) is dict:
         value = get_args(annotation)[1] if get_args(annotation) else None
         return "dict[str,float]" if value is float else "dict[str,value]"
-    return annotation.__name__
+    return getattr(annotation, "__name__", "value")
 
 
 def _range_text(key: str) -> str:
@@ -58,8 +59,8 @@ def schema_help() -> str:
     section = None
     for key in KEYS:
         info = Profile.model_fields[key]
-        if info.json_schema_extra["section"] != section:
-            section = info.json_schema_extra["section"]
+        if extra_of(info)["section"] != section:
+            section = extra_of(info)["section"]
             lines.append(f"  [{section}]")
         default = info.get_default(call_default_factory=True)
         if isinstance(default, dict):
@@ -93,7 +94,7 @@ def keys_markdown() -> str:
     section = None
     for key in KEYS:
         info = Profile.model_fields[key]
-        extra = info.json_schema_extra
+        extra = extra_of(info)
         if extra["section"] != section:
             section = extra["section"]
             lines += [
@@ -113,7 +114,7 @@ def keys_markdown() -> str:
         cell = str(default).replace("|", "\\|") if default not in ("", None) else "(none)"
         lines.append(
             f"| `{key}` | {_kind(key)} | {cell} | {_range_text(key).replace('|', '/')} | "
-            f"{', '.join(extra.get('tags', ()))} | {info.description.replace('|', '/')} |"
+            f"{', '.join(extra.get('tags', ()))} | {(info.description or '').replace('|', '/')} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Any
+from typing import Any, Literal, get_args
 
 # LoRA ranks vLLM can serve (`max_lora_rank` must be one of these).
 VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 DATASETS = ("gsm8k", "arithmetic")
-CHECKPOINTING_MODES = ("unsloth", "true", "false")
-OPTIMIZERS = (
+CheckpointingMode = Literal["unsloth", "true", "false"]
+CHECKPOINTING_MODES: tuple[str, ...] = get_args(CheckpointingMode)
+Optimizer = Literal[
     "adamw_torch",
     "adamw_torch_fused",
     "adamw_8bit",
@@ -20,11 +21,15 @@ OPTIMIZERS = (
     "paged_adamw_32bit",
     "adafactor",
     "sgd",
-)
-SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine")
-VLLM_MODES = ("colocate", "server")
+]
+OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
+Scheduler = Literal["constant", "constant_with_warmup", "linear", "cosine"]
+SCHEDULERS: tuple[str, ...] = get_args(Scheduler)
+VllmMode = Literal["colocate", "server"]
+VLLM_MODES: tuple[str, ...] = get_args(VllmMode)
 # TRL 1.15's GRPO loss formulations (GRPOConfig.loss_type), which Unsloth's patched loss implements alike.
-LOSS_TYPES = ("dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+LossTypeName = Literal["dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo", "vespo"]
+LOSS_TYPES: tuple[str, ...] = get_args(LossTypeName)
 # The loss types whose clipped ratio `delta` caps from above (TRL's two-sided clipping branch).
 DELTA_LOSS_TYPES = ("dapo", "grpo", "dr_grpo", "bnpo", "luspo")
 # The loss types that read no epsilon_high (sapo weighs by temperatures, vespo by its gamma weights).
@@ -32,12 +37,14 @@ NO_EPSILON_HIGH_LOSS_TYPES = ("sapo", "vespo")
 # CISPO's cap on the importance weight itself when none is given: ScaleRL's value, which TRL recommends (TRL's
 # own default would be epsilon, 0.2, which caps every weight below 1 and scales the whole loss down).
 CISPO_EPSILON_HIGH = 5.0
-IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
-SCALE_REWARDS = ("group", "batch", "none")
+SamplingLevelName = Literal["token", "sequence"]
+IMPORTANCE_SAMPLING_LEVELS: tuple[str, ...] = get_args(SamplingLevelName)
+ScaleRewardsMode = Literal["group", "batch", "none"]
+SCALE_REWARDS: tuple[str, ...] = get_args(ScaleRewardsMode)
 # eval_steps: "auto" picks an interval whose evaluations cost about a tenth of training time (or none)
 EVAL_AUTO = "auto"
 # The trackers transformers 5.17 knows (its INTEGRATION_TO_CALLBACK), plus its "none" and "all".
-REPORT_TO = (
+Tracker = Literal[
     "none",
     "all",
     "azure_ml",
@@ -54,7 +61,8 @@ REPORT_TO = (
     "tensorboard",
     "trackio",
     "wandb",
-)
+]
+REPORT_TO: tuple[str, ...] = get_args(Tracker)
 # What each tracker needs importable, as transformers 5.17 checks it when the trainer is built (after the model
 # has loaded): any one of the modules, and the pip name to install. kubeflow needs its server's address instead.
 TRACKER_MODULES = {

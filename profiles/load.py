@@ -67,7 +67,10 @@ _SURPRISES = {"tag:yaml.org,2002:int": _int_surprise, "tag:yaml.org,2002:bool": 
 
 
 # libyaml's parser where it is installed (several times faster); the checks below work on its nodes alike
-_BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+try:
+    from yaml import CSafeLoader as _BaseLoader
+except ImportError:
+    from yaml import SafeLoader as _BaseLoader
 
 
 class _ProfileLoader(_BaseLoader):

@@ -10,6 +10,7 @@ reading files and `--set` overrides live in profiles.load.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
@@ -19,7 +20,7 @@ from pydantic.json_schema import SkipJsonSchema
 from contract.errors import ProfileError
 from profiles.cross_keys import check_cross_keys
 from profiles.field_types import AUTO
-from profiles.fields import DERIVED, LEVER, MEMORY, SHAPE, TAGS, ProfileFields
+from profiles.fields import DERIVED, LEVER, MEMORY, SHAPE, TAGS, ProfileFields, extra_of
 from profiles.keys import KeyProblem, safe_name, shown, suggest
 
 
@@ -99,12 +100,12 @@ def keys_tagged(tag: str) -> tuple[str, ...]:
     """The keys carrying `tag` (one of TAGS), in the schema's order."""
     if tag not in TAGS:
         raise ValueError(f"unknown tag {tag!r}")
-    return tuple(name for name in KEYS if tag in Profile.model_fields[name].json_schema_extra["tags"])
+    return tuple(name for name in KEYS if tag in extra_of(Profile.model_fields[name])["tags"])
 
 
 def keys_in(section: str) -> tuple[str, ...]:
     """The keys of one section of the schema (as `profiles keys` groups them), in the schema's order."""
-    return tuple(name for name in KEYS if Profile.model_fields[name].json_schema_extra["section"] == section)
+    return tuple(name for name in KEYS if extra_of(Profile.model_fields[name])["section"] == section)
 
 
 MEMORY_KEYS = keys_tagged(MEMORY)
@@ -162,7 +163,7 @@ def choices_of(key: str) -> tuple:
 # The schema's refusals as ProfileError
 
 
-def _problem(error: dict) -> tuple[str | None, str, str | None]:
+def _problem(error: Mapping[str, Any]) -> tuple[str | None, str, str | None]:
     """(key, reason, fix) from one of pydantic's error records."""
     key = str(error["loc"][0]) if error["loc"] else None
     kind, value, ctx = error["type"], error.get("input"), error.get("ctx") or {}
@@ -205,7 +206,8 @@ def check_value(key: str, value: Any, source: str = "--set") -> Any:
     adapter = _ADAPTERS.get(key)
     if adapter is None:
         info = Profile.model_fields[key]
-        kind = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+        # a type built at run time, which TypeAdapter takes as any other
+        kind: Any = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
         adapter = _ADAPTERS[key] = TypeAdapter(kind)
     try:
         return adapter.validate_python(value)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
 
 from contract.attempt import apply_attempt_environment, bf16_capable
 from contract.environment import ENV_NO_UNSLOTH
@@ -37,7 +37,7 @@ def local_device_index() -> int:
 class Backend:
     name: str  # "unsloth" (GPU), "unsloth-cpu" or "transformers"
     device: str  # "cuda" or "cpu"
-    unsloth: Any = None  # the imported module, or None
+    unsloth: ModuleType | None = None  # the imported module
     note: str = ""
     bf16: bool = False
     compute_capability: tuple | None = None

@@ -6,11 +6,15 @@ the chat template's switches every prompt is rendered with, and which engine gen
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from contract.errors import UsageError
 from trainer.state import AttemptState, say
+
+if TYPE_CHECKING:  # the rewards load with the user's code, inside the load stage
+    from rewards import RewardFn
 
 
 @dataclass
@@ -25,10 +29,12 @@ class Loaded:
     eval_rows: list
     unsloth_vllm: bool  # Unsloth's own vLLM engine generates (single GPU)
     use_vllm: bool  # generation goes through vLLM at all (Unsloth's, or TRL's under accelerate)
-    correctness: Any = None  # the reward that judges an answer correct in evaluation (profile.correctness)
+    correctness: RewardFn | None = None  # the reward that judges an answer correct in evaluation (profile.correctness)
     generation: str = "transformers"  # trainer.backends.generation_path: which engine generated
     tools: list | None = None  # the profile's tools, imported and guarded (tools.load_tools)
-    environment: Any = None  # the profile's environment as a guarded factory (tools.load_environment)
+    environment: Callable[[], Any] | None = (
+        None  # the profile's environment as a guarded factory (tools.load_environment)
+    )
     # the chat template's switches every prompt is rendered with (tasks.prompts.template_switches)
     switches: dict = field(default_factory=dict)
 

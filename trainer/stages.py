@@ -12,13 +12,17 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from contract import attempt as contract
 from contract.attempt import INTERRUPTED, OK
 from trainer.load import Loaded, load, offered_tools  # noqa: F401 - load re-exported: the first stage
 from trainer.state import AttemptState, say
 from trainer.summary import build_summary
+
+if TYPE_CHECKING:  # they import transformers, which each stage imports in its turn
+    from trainer.budget import BudgetCallback
+    from trainer.callbacks import EvaluateDuringTraining
 
 
 @dataclass
@@ -29,10 +33,10 @@ class Session:
     reward_names: list
     telemetry: Any = None
     progress: Any = None
-    evaluation: Any = None  # trainer.callbacks.EvaluateDuringTraining, when the profile evaluates during training
+    evaluation: EvaluateDuringTraining | None = None  # when the profile evaluates during training
     eval_every: int = 0
     eval_why: str = ""
-    budget: Any = None  # trainer.budget.BudgetCallback, under train --hours
+    budget: BudgetCallback | None = None  # under train --hours
 
 
 def evaluate_rows(
@@ -219,7 +223,7 @@ def tool_summary(state: AttemptState, loaded: Loaded, before: dict, after: dict)
 
 def trainer_tool_kwargs(loaded: Loaded) -> dict:
     """GRPOTrainer's tools and environment_factory, when the profile has them (TRL runs the turns itself)."""
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
     if loaded.tools:
         kwargs["tools"] = list(loaded.tools)
     if loaded.environment is not None:

@@ -299,9 +299,10 @@ def _read_driver(nvml, host_total: float, host_free: float) -> Machine:
 
     if nvml is None:
         try:
-            import pynvml as nvml  # the driver's own library; no CUDA runtime needed
+            import pynvml  # the driver's own library; no CUDA runtime needed
         except ImportError:
             return cpu("nvidia-ml-py is not installed, so no GPU can be read")
+        nvml = pynvml
     error_type = getattr(nvml, "NVMLError", Exception)
     try:
         nvml.nvmlInit()
@@ -332,8 +333,7 @@ def _read_driver(nvml, host_total: float, host_free: float) -> Machine:
             f"CUDA_DEVICE_ORDER={order}: CUDA may number these mixed GPUs differently from NVML, so "
             f"GPU 0 may not be the card planned for (fix: CUDA_DEVICE_ORDER={CUDA_ORDER})"
         )
-    first = visible[0]
-    refusal = below_minimum(first["name"], first["capability"])
+    refusal = below_minimum(visible[0]["name"], visible[0]["capability"])
     if refusal:
         return cpu(f"GPU 0: {refusal}")
     gpus = [

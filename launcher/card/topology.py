@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from contract.attempt import (
@@ -76,12 +77,12 @@ def _int_value(name: str, raw: str, low: int, high: int | None = None) -> int:
     return value
 
 
-def _int_env(env: dict, name: str, default: int, low: int, high: int | None = None) -> int:
+def _int_env(env: Mapping[str, str], name: str, default: int, low: int, high: int | None = None) -> int:
     raw = env.get(name, "").strip()
     return default if raw == "" else _int_value(name, raw, low, high)
 
 
-def _first_set(env: dict, names) -> tuple[str, str] | None:
+def _first_set(env: Mapping[str, str], names) -> tuple[str, str] | None:
     """(name, value) of the first of `names` set to something in `env`, else None."""
     for name in (names,) if isinstance(names, str) else names:
         value = env.get(name, "").strip()
@@ -90,7 +91,9 @@ def _first_set(env: dict, names) -> tuple[str, str] | None:
     return None
 
 
-def _agreed(env: dict, ours: str, theirs, what: str, low: int, high: int | None = None) -> tuple[int, str] | None:
+def _agreed(
+    env: Mapping[str, str], ours: str, theirs, what: str, low: int, high: int | None = None
+) -> tuple[int, str] | None:
     """(value, the variable it came from) of a count or rank given by GRPO_* and/or SLURM; UsageError when
     both are set and differ (naming both), or when one is not a whole number in range."""
     mine = env.get(ours, "").strip()
@@ -107,6 +110,7 @@ def _agreed(env: dict, ours: str, theirs, what: str, low: int, high: int | None 
                 f"unset {ours} inside the SLURM job, or make the two equal)"
             )
         return value, ours
+    assert slurm is not None  # neither set returned None above
     if high is not None and slurm_value > high:
         raise UsageError(f"{slurm[0]}={slurm_value}: must be between {low} and {high}")
     return slurm_value, slurm[0]
@@ -129,7 +133,7 @@ def first_host(nodelist: str) -> str:
     return host
 
 
-def topology(env: dict | None = None) -> Topology:
+def topology(env: Mapping[str, str] | None = None) -> Topology:
     """This machine's place in a multi-node run, from GRPO_* and SLURM's variables (one machine when unset)."""
     env = os.environ if env is None else env
     machines = _agreed(env, ENV_NUM_MACHINES, SLURM_NUM_NODES, "how many machines train", 1, MAX_MACHINES)
@@ -162,7 +166,7 @@ def topology(env: dict | None = None) -> Topology:
     )
 
 
-def run_name(env: dict | None = None) -> str | None:
+def run_name(env: Mapping[str, str] | None = None) -> str | None:
     """The name every machine of a multi-node run gives it (GRPO_RUN_ID, else SLURM_JOB_ID), or None."""
     env = os.environ if env is None else env
     found = _first_set(env, (ENV_RUN_ID, SLURM_JOB_ID))
@@ -174,7 +178,7 @@ def run_name(env: dict | None = None) -> str | None:
     return name
 
 
-def server_node(env: dict | None = None) -> str | None:
+def server_node(env: Mapping[str, str] | None = None) -> str | None:
     """The host of the vLLM server's own node (GRPO_SERVER_NODE), or None: the server runs on machine 0."""
     env = os.environ if env is None else env
     return env.get(ENV_SERVER_NODE, "").strip() or None
@@ -190,7 +194,7 @@ class VllmEndpoint:
         return {ENV_VLLM_HOST: self.host, ENV_VLLM_PORT: str(self.port), ENV_VLLM_GROUP_PORT: str(self.group_port)}
 
 
-def vllm_endpoint(env: dict | None = None, topo: Topology | None = None) -> VllmEndpoint:
+def vllm_endpoint(env: Mapping[str, str] | None = None, topo: Topology | None = None) -> VllmEndpoint:
     """The vLLM server's address and ports, the same on every machine: GRPO_VLLM_HOST, else the server's own
     node (GRPO_SERVER_NODE), else machine 0 (127.0.0.1 on one machine); GRPO_VLLM_PORT else TRL's 8000;
     GRPO_VLLM_GROUP_PORT else TRL's 51216. Never a free port picked here: another machine would pick another."""
@@ -218,7 +222,7 @@ class Elastic:
     machine_timeout_s: int  # a machine's wait for machine 0's decision (machine 0's for the others' answer)
 
 
-def elastic(env: dict | None = None) -> Elastic:
+def elastic(env: Mapping[str, str] | None = None) -> Elastic:
     env = os.environ if env is None else env
     return Elastic(
         _int_env(env, ENV_MAX_RESTARTS, DEFAULT_MAX_RESTARTS, 0, 100),
@@ -249,7 +253,7 @@ def processes_per_machine(profile, topo: Topology) -> int:
     return split_over_machines(profile.num_gpus, topo.num_machines, profile.name)
 
 
-def visible_gpu_ids(env: dict | None = None, count: int = 0) -> list[str]:
+def visible_gpu_ids(env: Mapping[str, str] | None = None, count: int = 0) -> list[str]:
     """This machine's GPUs as CUDA_VISIBLE_DEVICES names them (indices, or UUIDs), else 0..count-1."""
     env = os.environ if env is None else env
     value = env.get("CUDA_VISIBLE_DEVICES")
@@ -258,7 +262,9 @@ def visible_gpu_ids(env: dict | None = None, count: int = 0) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
-def gpu_assignment(profile, topo: Topology | None = None, env: dict | None = None) -> tuple[list[str], list[str]]:
+def gpu_assignment(
+    profile, topo: Topology | None = None, env: Mapping[str, str] | None = None
+) -> tuple[list[str], list[str]]:
     """(training GPU ids, vLLM server GPU ids) on this machine: training first, the server after them.
     The server runs on machine 0 only, unless it has a node of its own (GRPO_SERVER_NODE)."""
     topo = topo or topology(env)
@@ -332,7 +338,7 @@ class NodeLayout:
         return "; ".join(parts)
 
 
-def node_layout(profile, nodes: int | None = None, env: dict | None = None) -> NodeLayout:
+def node_layout(profile, nodes: int | None = None, env: Mapping[str, str] | None = None) -> NodeLayout:
     """The profile's layout. Planning for `nodes` nodes (`plan --nodes N`): a vLLM server gets the last node of
     its own when there are several (all N train otherwise). At run time (`nodes` None): the machines this one
     stands among, and a server node when GRPO_SERVER_NODE names one."""

@@ -8,8 +8,12 @@ from dataclasses import dataclass, field
 from launcher.card.detect import Machine, precision_text
 from launcher.card.topology import NodeLayout
 from launcher.memory.estimate import Estimate
+from launcher.memory.ledger.weigh import Measured
+from launcher.plan.duration import RunLength
 from launcher.plan.margins import GPU_MARGIN_TEXT, HOST_MARGIN_TEXT
 from launcher.plan.settings import settings_of
+from launcher.plan.speed import StepTime
+from profiles.schema import Profile
 
 # A profile not derived by the fit solver runs the prompts per step it was written with
 AS_WRITTEN = "as written"
@@ -17,16 +21,16 @@ AS_WRITTEN = "as written"
 
 @dataclass
 class Candidate:
-    profile: object  # profiles.load.Profile
+    profile: Profile
     estimate: Estimate | None
     fits: bool
     reason: str
-    measured: object = None  # launcher.memory.ledger.Measured: what this machine measured of this shape, or None
+    measured: Measured | None = None  # what this machine measured of this shape
     ledger_note: str = ""  # one line when the measurement turned the estimate's verdict (verdict._ledger_note)
-    speed: object = None  # launcher.plan.speed.StepTime: the predicted step (None on the CPU)
+    speed: StepTime | None = None  # the predicted step (None on the CPU)
     limited_by: str = AS_WRITTEN  # what stopped its prompts per step (the fit solver's verdict), or AS_WRITTEN
     layout: NodeLayout | None = None  # several nodes: which node does what
-    run: object = None  # launcher.plan.duration.RunLength: its steps, prompts, epochs and predicted hours
+    run: RunLength | None = None  # its steps, prompts, epochs and predicted hours
     written: dict | None = None  # a rung derived for the card: its settings as written ("auto" where derived)
 
     def speed_json(self) -> dict | None:
@@ -50,7 +54,7 @@ class Candidate:
 class Plan:
     machine: Machine
     candidates: list[Candidate]
-    chosen: object | None  # Profile
+    chosen: Profile | None
     margin_gib: float
     notes: list[str] = field(default_factory=list)
 
@@ -115,8 +119,9 @@ class Plan:
 
 def nodes_json(candidate: Candidate) -> list[dict]:
     """Each node's role and GPUs, with the GiB one of its GPUs is estimated to hold."""
-    est = candidate.estimate
-    rows = candidate.layout.roles(candidate.profile)
+    est, layout = candidate.estimate, candidate.layout
+    assert layout is not None, "asked only of a candidate planned over nodes"
+    rows = layout.roles(candidate.profile)
     for row in rows:
         if est is None:
             continue

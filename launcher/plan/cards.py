@@ -54,7 +54,7 @@ def fit_table(profiles, cards=COMMON_CARDS) -> list[dict]:
                 "total_gib": total,
                 "precision": "bf16" if bf16_capable(capability) else "fp16",
                 "chosen": chosen.profile.name if chosen else None,
-                "estimate_gib": round(chosen.estimate.total_gib, 2) if chosen else None,
+                "estimate_gib": round(chosen.estimate.total_gib, 2) if chosen and chosen.estimate else None,
                 "fallbacks": [c.profile.name for c in plan.candidates if c.fits and c is not chosen],
             }
         )

@@ -22,6 +22,7 @@ from launcher.plan.verdict import (
     vllm_off_text,
     without_refused_vllm,
 )
+from profiles.architecture import Architecture
 from profiles.catalog import resolve
 
 
@@ -123,12 +124,12 @@ def make_plan(
         elif nodes is None and any(layout.server_node for layout in layouts.values()) and gpu is not None:
             notes.append(f"the vLLM server node's GPUs are taken to be like this machine's ({gpu.name})")
     if margin_gib is None:
-        if device == "cuda":
+        if gpu is not None:  # device "cuda"
             margin_gib = margin_for(gpu.total_gib, "cuda")
         else:
             margin_gib = margin_for(machine.host_ram_gib, "cpu")
 
-    archs: dict[str, object] = {}
+    archs: dict[str, Architecture] = {}
     candidates: list[Candidate] = []
     for profile in profiles:
         if profile.device == "cuda" and gpu is None:
@@ -165,16 +166,16 @@ def make_plan(
             candidate.reason = vllm_off_text(refusal) + candidate.reason
         candidate = _with_run(_with_speed(candidate, archs[profile.model], gpu, limits, measurements), hours)
         candidate.written = (written or {}).get(profile.name)
-        if profile.name in (refused or {}):  # a rung nothing could be derived from: its placeholders never run
+        if refused and profile.name in refused:  # a rung nothing could be derived from: its placeholders never run
             candidate.fits, candidate.reason = False, refused[profile.name]
         elif candidate.written is not None and candidate.fits and candidate.run is not None and not named:
             from launcher.plan.duration import too_short
 
-            short = too_short(candidate.run)
-            if short:
-                candidate.fits, candidate.reason = False, f"{short}; {candidate.reason}"
+            brief = too_short(candidate.run)
+            if brief:
+                candidate.fits, candidate.reason = False, f"{brief}; {candidate.reason}"
         candidates.append(candidate)
-    if any(c.reason.startswith("vLLM off") for c in candidates):
+    if gpu is not None and any(c.reason.startswith("vLLM off") for c in candidates):
         notes.append(
             f"{gpu.name}: no bfloat16, so vLLM is off for the models it refuses in float16 (Gemma 2/3, "
             "GLM-4); those rungs generate with transformers: slower, the KV cache in the training process"

@@ -127,6 +127,7 @@ def derive_ladder(
             refused.append(str(exc))
             continue
         if result.profile is None:
+            assert result.shortfall is not None  # the solver says why whenever nothing fits
             failed.append(nothing_fits(result.shortfall))
             continue
         for profile, key, limit in (
@@ -144,7 +145,7 @@ def derive_ladder(
             break
     if best_rung is not None and len(machine.gpus) > 1:  # --gpus N: the same search over the GPUs' splits
         spread = fit_gpus(best_rung, model, machine, pinned=pinned, measurements=measurements)
-        if spread is not None:
+        if spread is not None and spread.profile is not None:  # fit_gpus answers only with a fit
             key = spread.key()[1]
             if best_result is not None and spread_wins(spread, best_result):
                 key = (_EVERY_GPU,) + key  # ahead of every configuration that leaves GPUs idle
@@ -264,7 +265,7 @@ def fit_gpus(rung, model: str, machine, *, pinned=(), measurements=None) -> Fit 
     fitting = [f for f in found if f.profile is not None]
     if not fitting:
         return None
-    every = [f for f in fitting if f.profile.gpus_needed == len(machine.gpus)]
+    every = [f for f in fitting if f.profile is not None and f.profile.gpus_needed == len(machine.gpus)]
     return max(every or fitting, key=Fit.key)
 
 
@@ -436,6 +437,7 @@ def derive_rungs(profiles, machine, *, measurements=None, limits: dict | None = 
             out.append(rung)
             continue
         if result.profile is None:
+            assert result.shortfall is not None  # the solver says why whenever nothing fits
             refused[rung.name] = nothing_fits(result.shortfall)
             out.append(rung)
             continue

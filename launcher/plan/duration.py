@@ -109,7 +109,7 @@ def run_length(
         if epochs_pin:
             basis += f"; it wins over num_train_epochs {epochs_pin:g}, as in TRL"
     elif epochs_pin:
-        if epoch_steps is None:
+        if not rows:  # the split's size not known (no epoch_steps)
             from contract.errors import ProfileError
 
             raise ProfileError(

@@ -9,7 +9,7 @@ import math
 
 from launcher.card.detect import GpuInfo, bf16_supported
 from launcher.memory.estimate import GIB, Estimate, estimate, standby_utilisation, vllm_sizes, weights_bytes
-from launcher.memory.ledger.weigh import measured_for
+from launcher.memory.ledger.weigh import Measured, measured_for
 from launcher.plan.lengths import CompletionPlan
 from launcher.plan.levers import SHARE_CAP
 from launcher.plan.margins import estimate_limit, margin_for
@@ -58,11 +58,11 @@ class Judge:
         self.share_cap = SHARE_CAP
         self.lengths = lengths
         self.calls = 0
-        self._needs: dict[tuple, tuple] = {}
+        self._needs: dict[tuple, tuple[float, Estimate, Measured | None]] = {}
         self._speeds: dict[tuple, StepTime] = {}
 
     # --- judging ------------------------------------------------------------------------------------
-    def need(self, p) -> tuple[float, Estimate, object]:
+    def need(self, p) -> tuple[float, Estimate, Measured | None]:
         key = profile_key(p)
         found = self._needs.get(key)
         if found is not None:
@@ -135,6 +135,7 @@ class Judge:
         if p.uses_vllm_server:  # GPUs of its own: the largest share beside its CUDA context and NCCL buffers
             if "gpu_memory_utilization" not in pinned:
                 rest = estimate(p.model_copy(update={"gpu_memory_utilization": 0.01}), self.arch, self.gpu).server
+                assert rest is not None  # a server-mode profile's estimate has its server's
                 room = estimate_limit(usable_of(self.gpu)) - (rest.total_gib - 0.01 * self.gpu.total_gib)
                 share = min(math.floor(room / self.gpu.total_gib * 100) / 100, self.share_cap)
                 if share <= 0:

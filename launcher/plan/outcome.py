@@ -7,9 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from launcher.memory.estimate import Estimate
+from launcher.memory.ledger.weigh import Measured
 from launcher.plan.ambition import Ambition
 from launcher.plan.levers import objective, quality_key
 from launcher.plan.speed import StepTime
+from profiles.schema import Profile
 
 # What stopped a configuration short of its least throughput (Shortfall.kind)
 BATCH, VLLM, REFUSED, MEMORY = "batch", "vllm", "refused", "memory"
@@ -34,7 +36,7 @@ class Choice:
     """The solver's pick for one ambition: the profile (not yet validated), its predicted step and why it
     stopped there."""
 
-    profile: object
+    profile: Profile
     speed: StepTime
     limited_by: str
     smaller: Choice | None = None  # the same learning at its least throughput: a fallback that needs far less
@@ -78,17 +80,18 @@ class Fit:
     """The solver's answer for one ambition on one card."""
 
     ambition: Ambition
-    profile: object | None  # the derived profile (validated), None when nothing fits
+    profile: Profile | None  # the derived profile (validated), None when nothing fits
     estimate: Estimate | None
     need_gib: float | None  # what it is judged by (measured or estimated)
     usable_gib: float
     ambition_need_gib: float  # the learning ambition at its least throughput
     card_for_ambition_gib: float  # the least card whose usable memory holds that
     given_up: list[GivenUp] = field(default_factory=list)
-    measured: object = None
+    measured: Measured | None = None
     speed: StepTime | None = None
     limited_by: str = ""
-    fallbacks: list = field(default_factory=list)  # (validated profile, quality key): the same with fewer prompts
+    # (validated profile, quality key): the same with fewer prompts
+    fallbacks: list[tuple[Profile, tuple]] = field(default_factory=list)
     shortfall: Shortfall | None = None  # why nothing fits (None when a profile does)
 
     @property

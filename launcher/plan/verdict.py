@@ -10,34 +10,34 @@ from contract.shell import command_line
 from launcher.card.detect import GpuInfo, Machine, bf16_supported
 from launcher.card.topology import NodeLayout, split_over_machines
 from launcher.memory.estimate import Estimate, estimate
-from launcher.memory.ledger.weigh import measured_for
+from launcher.memory.ledger.weigh import Measured, measured_for
 from launcher.plan.candidate import Candidate
 from launcher.plan.margins import ESTIMATE_HEADROOM_TEXT, estimate_limit, margin_for
 from profiles.catalog import vllm_refuses
 
 
-def _need(est: Estimate, measured) -> tuple[float, str]:
+def _need(est: Estimate, measured: Measured | None) -> tuple[float, str]:
     """The figure a candidate is judged by, and how to name it: this machine's measurement of the shape when
     the ledger has one (an OOM's lower bound counts), else the estimate."""
-    need = measured.need_gib if measured is not None else None
-    if need is None:
+    if measured is None or measured.need_gib is None:
         return est.total_gib, ""
-    return need, f" ({measured.text()}; est. {est.total_gib:.2f})"
+    return measured.need_gib, f" ({measured.text()}; est. {est.total_gib:.2f})"
 
 
 def _judge(
     profile,
     est: Estimate,
     gpu: GpuInfo | None,
-    machine: Machine,
+    machine: Machine | None,
     margin: float,
-    measured=None,
+    measured: Measured | None = None,
     headroom_refuses: bool = True,
 ) -> tuple[bool, str]:
     """(fits, why). On a GPU a shape judged by the estimate alone keeps the estimate's headroom
     (margins.estimate_limit); `headroom_refuses` off (a profile the user named) only warns inside it."""
     need, source = _need(est, measured)
     if est.memory == "host":
+        assert machine is not None  # only the per-GPU judgement of a distributed profile leaves it out
         usable = machine.host_free_gib - margin
         processes = max(1, est.world_size)
         need = need * processes

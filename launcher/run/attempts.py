@@ -240,7 +240,7 @@ class AttemptRecord:
 
 def read_attempts(run_dir: Path) -> list[dict]:
     """The lines of a run's attempts.jsonl as written (a line cut short by a crash is left out)."""
-    records = []
+    records: list[dict] = []
     try:
         lines = (Path(run_dir) / ATTEMPTS_FILE).read_text(encoding="utf-8").splitlines()
     except OSError:

@@ -11,8 +11,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Self
 
 from contract.attempt import LOG_FILE, OUTCOME_FILE
 from contract.errors import EXIT_INTERRUPTED
@@ -140,16 +142,15 @@ class ChildRunner:
                 os.kill(self.proc.pid, self.signals[-1])
             reader = threading.Thread(target=self._pump, args=(self.proc.stdout, log, tail), daemon=True)
             reader.start()
-            returncode = self._wait(attempt_dir)
+            returncode = self._wait(self.proc, attempt_dir)
             reader.join(timeout=30)
         self.proc = None
         return returncode, tail.decode("utf-8", errors="replace")
 
-    def _wait(self, attempt_dir: Path) -> int:
+    def _wait(self, proc: subprocess.Popen, attempt_dir: Path) -> int:
         """The attempt's exit status. Once it has written its outcome it has nothing left to do: if it has not
         exited OUTCOME_GRACE_S later (a thread someone's code left running, a teardown that hangs), it is ended
         (SIGTERM, then SIGKILL), and its outcome stands."""
-        proc = self.proc
         written_at = None
         ended = 0
         while True:
@@ -208,13 +209,19 @@ class StopWhen:
     `reason()` returns a text, kept in `fired`. A reason that cannot be read now (OSError) is asked again at
     the next interval."""
 
-    def __init__(self, reason, runner: ChildRunner, interval: float = 1.0, name: str = "attempt watch"):
+    def __init__(
+        self,
+        reason: Callable[[], str | None],
+        runner: ChildRunner,
+        interval: float = 1.0,
+        name: str = "attempt watch",
+    ):
         self.reason, self.runner, self.interval = reason, runner, interval
         self.fired: str | None = None
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._watch, name=name, daemon=True)
 
-    def start(self) -> StopWhen:
+    def start(self) -> Self:
         self._thread.start()
         return self
 

@@ -231,7 +231,7 @@ def decide(
 TRAINING_PASS_PARTS = ("activations", "activation_checkpoints", "logits", "standby_reuse")
 
 
-def shrink_after_oom(profile, report, machine) -> tuple[object | None, dict, str]:
+def shrink_after_oom(profile: Profile, report: oomlib.OomReport, machine) -> tuple[Profile | None, dict, str]:
     """The fallback's shrink through the solver: the configuration closest to `profile` (the same generations
     and effective batch) whose estimate is lower by at least the OOM's shortfall (asked - free) plus a headroom,
     levers given up in the solver's order. (new profile, {key: [old, new]}, text), or (None, {}, why not)."""

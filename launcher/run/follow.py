@@ -97,6 +97,7 @@ def follow_run(
                 say(f"{me}: machine 0 stopped the run ({decision.text}); exit {decision.exit_code}")
                 return int(decision.exit_code if decision.exit_code is not None else EXIT_FAILURE)
             attempt_dir = resolve_path(decision.attempt_dir, run_dir)
+            assert attempt_dir is not None  # machine 0's every RUN decision names its attempt's folder
             profile = load_profile(attempt_dir / PROFILE_FILE)
             resume_from = resolve_path(decision.resume_from, run_dir)
             say(
@@ -156,6 +157,7 @@ def serve_run(output_dir: Path, console=None, server_command: list[str] | None =
                 say(f"server node: machine 0 stopped the run ({decision.text}); exit {decision.exit_code}")
                 return int(decision.exit_code if decision.exit_code is not None else EXIT_FAILURE)
             attempt_dir = resolve_path(decision.attempt_dir, run_dir)
+            assert attempt_dir is not None  # machine 0's every RUN decision names its attempt's folder
             profile = load_profile(attempt_dir / PROFILE_FILE)
             if profile.uses_vllm_server and profile.device == "cuda":
                 write_server_state(attempt_dir, STARTING)

@@ -28,6 +28,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from contract.environment import ENV_MACHINE_TIMEOUT, ENV_RUN_ID
 from contract.safe_write import append_line, write_atomic
@@ -86,7 +87,8 @@ class Decision:
         if not data or data.get("action") not in (RUN, STOP):
             return None
         try:
-            return cls(**{k: data.get(k) for k in cls.__dataclass_fields__ if k in data})
+            fields: dict[str, Any] = {k: data.get(k) for k in cls.__dataclass_fields__ if k in data}
+            return cls(**fields)
         except TypeError:
             return None
 
@@ -120,7 +122,7 @@ class Coordinator:
     def open(self) -> Coordinator:
         self.folder.mkdir(parents=True, exist_ok=True)
         self._write_beat(0)
-        pointer = {"run": self.run_dir.name, "session": self.session}
+        pointer: dict[str, Any] = {"run": self.run_dir.name, "session": self.session}
         if self.command is not None:
             pointer["command"] = self.command
         write_atomic(job_file(self.output_dir, self.name), json.dumps(pointer) + "\n")
@@ -178,7 +180,7 @@ class Coordinator:
     def decide(
         self,
         attempt: int,
-        attempt_dir: str,
+        attempt_dir: str | None,
         profile: str,
         resume_from: str | None,
         text: str | None,
@@ -225,7 +227,7 @@ class Follower:
     session: str | None = None
     seq: int = 0
     _alive_at: float = 0.0
-    _beat: object = None
+    _beat: int | None = None  # machine 0's heartbeat as last read
 
     @property
     def folder(self) -> Path:
@@ -246,6 +248,7 @@ class Follower:
                     f"(fix, or raise {ENV_MACHINE_TIMEOUT})"
                 )
             time.sleep(POLL_S)
+        assert self.run_dir is not None  # what _refresh read
         return self.run_dir
 
     def _refresh(self) -> bool:

@@ -9,10 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from rich.console import Console
 from rich.markup import escape
 
 from contract.attempt import OK, OOM, PLAN_FILE, PROFILE_FILE, STOPPED_BY_BUDGET, UNSUPPORTED, checkpoint_step
 from contract.errors import EXIT_OK, EXIT_OUT_OF_MEMORY, UsageError
+from launcher.run.attempts import AttemptRecord
 from profiles.load import Profile, load_profile
 from profiles.schema import SHAPE_KEYS, shape_of
 
@@ -21,11 +23,11 @@ class Supervisor(Protocol):
     """What resuming asks of the run's supervisor (launcher.run.supervisor.Supervisor), named here so that
     the supervisor may call this module without this module importing it back."""
 
-    records: list
+    records: list[AttemptRecord]
     attempt_shapes: list
     resume_floor: int
     run_dir: Path
-    console: object
+    console: Console
 
     def run(self, profile: Profile, changes: dict | None = None, decision_text: str | None = None) -> int: ...
     def decide_after(self, profile: Profile, status: str, report): ...

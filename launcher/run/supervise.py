@@ -110,7 +110,7 @@ def supervise(
         lock.release()
         return EXIT_FAILURE
     machines = None
-    if others:
+    if job is not None:  # several machines: job_name named their run
         machines = machineslib.Coordinator(
             output_dir,
             run_dir,

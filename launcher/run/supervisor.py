@@ -388,6 +388,7 @@ class Supervisor:
             )
             if decision.action == "stop":
                 return EXIT_OUT_OF_MEMORY
+            assert decision.profile is not None  # every decision but "stop" names the profile to run
             profile, decision_text = decision.profile, decision.text
             changes, replanned = (None, decision.changes) if decision.action == "replan" else (decision.changes, None)
             changes = changes or None

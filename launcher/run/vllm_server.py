@@ -12,6 +12,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 
 from contract.attempt import SERVER_LOG, VLLM_SERVER_TIMEOUT_S
@@ -62,7 +63,7 @@ class ServerWatch(StopWhen):
 SERVER_MODEL_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "*.jinja"]
 
 
-def local_model(model: str, env: dict | None = None) -> str:
+def local_model(model: str, env: Mapping[str, str] | None = None) -> str:
     """`model` as a local folder: a folder as it is, a hub id downloaded (or found in the cache) first, so that
     the server's health wait times loading alone and not a download of tens of GB. The token comes from the
     environment and is never shown; HF_HUB_OFFLINE keeps it to the cache."""
@@ -241,7 +242,7 @@ def port_taken(port: int, host: str = "0.0.0.0") -> bool:
     return False
 
 
-def server_gpu_ids(profile, env: dict | None = None, own_node: bool = False) -> list[str]:
+def server_gpu_ids(profile, env: Mapping[str, str] | None = None, own_node: bool = False) -> list[str]:
     """The GPUs the server runs on: on a node of its own its first vllm_server_gpus; on machine 0 those after
     its training GPUs. UsageError when the node shows too few."""
     env = os.environ if env is None else env

@@ -59,7 +59,6 @@ def test_the_pinned_release_still_prints_these_lines():
     from pathlib import Path
 
     import pytest
-
     from test_vllm_glue import SIDE  # the one place that finds the side folder
 
     spec = importlib.util.find_spec("vllm")

@@ -45,7 +45,7 @@ def others_at_oom(report) -> float | None:
     if listed is not None:
         return round(float(listed), 4)
     total, free, in_use = (getattr(report, k, None) for k in ("total_gib", "free_gib", "in_use_gib"))
-    if None in (total, free, in_use):
+    if total is None or free is None or in_use is None:
         return None
     return round(max(float(total) - float(free) - float(in_use), 0.0), 4)
 

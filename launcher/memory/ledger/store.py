@@ -168,9 +168,9 @@ class Entry:
         if not isinstance(machine, dict) or not isinstance(machine.get("device"), str):
             raise ValueError(f"machine is {_short(machine)}, not a machine")
         # what the listing shows and groups by: a name (text) and a size (a number)
-        name, total = machine.get("name"), machine.get("total_gib")
-        if name is not None and (not isinstance(name, str) or len(name) > MAX_NAME_CHARS):
-            raise ValueError(f"machine name is {_short(name)}, not a name")
+        card, total = machine.get("name"), machine.get("total_gib")
+        if card is not None and (not isinstance(card, str) or len(card) > MAX_NAME_CHARS):
+            raise ValueError(f"machine name is {_short(card)}, not a name")
         if total is not None and (
             isinstance(total, bool)
             or not isinstance(total, (int, float))

@@ -63,25 +63,28 @@ def _weigh_group(group: list[Entry], now: datetime) -> tuple[dict[int, Effect], 
     live.sort(key=lambda e: e.when)  # stable: records of the same second keep the file's order
     successes = [i for i, e in enumerate(live) if e.succeeded]
     latest = live[successes[-1]] if successes else None
+    latest_day = _day(latest) if latest is not None else ""
     ooms = []
     for i, e in enumerate(live):
         if e.succeeded:
             effects[id(e)] = (
                 Effect(True, f"counts: measured {e.peak_gib:.2f} GiB")
                 if e is latest
-                else Effect(False, f"superseded by the newer measurement of {_day(latest)}")
+                else Effect(False, f"superseded by the newer measurement of {latest_day}")
             )
         elif successes and i < successes[-1]:
-            effects[id(e)] = Effect(False, f"outweighed by the later success of {_day(latest)}")
+            effects[id(e)] = Effect(False, f"outweighed by the later success of {latest_day}")
         else:
             ooms.append(e)
-    worst = max(ooms, key=lambda e: e.oom_lower_bound_gib, default=None)
+    # every live record that did not succeed has a bound (those without one were set aside above)
+    worst = max(ooms, key=lambda e: e.oom_lower_bound_gib or 0.0, default=None)
+    worst_day = _day(worst) if worst is not None else ""
     for e in ooms:
         held = f"; others held {e.others_gib:.2f} GiB then" if e.others_gib else ""
         effects[id(e)] = (
             Effect(True, f"counts: an OOM needs at least {e.oom_lower_bound_gib:.2f} GiB{held}")
             if e is worst
-            else Effect(False, f"a smaller bound than the OOM of {_day(worst)}")
+            else Effect(False, f"a smaller bound than the OOM of {worst_day}")
         )
     return effects, latest, [worst] if worst is not None else []
 
