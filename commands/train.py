@@ -93,7 +93,9 @@ def run(args) -> int:
             )
     from launcher.run.inputs import check_run_inputs
 
-    check_run_inputs(profiles, plan, gpu_memory=args.gpu_memory, resume=args.resume)
+    check_run_inputs(
+        profiles, plan, gpu_memory=args.gpu_memory, resume=args.resume, gpu_name=getattr(args, "gpu_name", None)
+    )
     from launcher.run.supervise import machine_command, supervise
 
     return supervise(

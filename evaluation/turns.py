@@ -35,13 +35,18 @@ class Rollout:
         return "".join(m.get("content") or "" for m in self.messages if m.get("role") == "assistant")
 
 
-def tool_suffix_ids(tokenizer, tool_messages: list[dict]) -> list[int]:
+def tool_suffix_ids(tokenizer, tool_messages: list[dict], switches: dict | None = None) -> list[int]:
     """The tokens that follow a model's tool-calling turn: the tool replies and the next assistant header, as
-    TRL builds them (GRPOTrainer._get_tool_suffix_ids, called with the tokenizer it reads)."""
+    TRL builds them (GRPOTrainer._get_tool_suffix_ids, called with the tokenizer it reads and the template's
+    switches, as training renders them)."""
     from trl import GRPOTrainer
 
     holder = SimpleNamespace(
-        processing_class=tokenizer, _tokenizer=tokenizer, chat_template=None, chat_template_kwargs={}, _is_vlm=False
+        processing_class=tokenizer,
+        _tokenizer=tokenizer,
+        chat_template=None,
+        chat_template_kwargs=dict(switches or {}),
+        _is_vlm=False,
     )
     return list(GRPOTrainer._get_tool_suffix_ids(holder, tool_messages))
 
@@ -143,7 +148,7 @@ def rollouts(
                 name, content, failed = _call(tool_dicts[i], call)
                 replies.append({"role": "tool", "name": name, "content": content})
                 failures += int(failed)
-            suffix = tool_suffix_ids(tokenizer, replies)
+            suffix = tool_suffix_ids(tokenizer, replies, switches)
             if len(result.completion_ids) + len(suffix) > max_new_tokens:
                 continue  # as TRL: replies that would pass the budget are dropped, the rollout ends with its calls
             result.answered += len(replies)

@@ -10,6 +10,7 @@ import sys
 from contract.attempt import parse_inject
 from contract.environment import ENV_INJECT_OOM
 from contract.errors import UsageError
+from contract.shell import quoted
 
 
 def check_inject(profiles: list, environ=None) -> None:
@@ -28,17 +29,25 @@ def check_inject(profiles: list, environ=None) -> None:
             )
 
 
-def check_run_inputs(profiles: list, plan, gpu_memory: float | None, resume: bool) -> None:
+def check_run_inputs(profiles: list, plan, gpu_memory: float | None, resume: bool, gpu_name: str | None = None) -> None:
     """Raise UsageError for what would fail the run later; print what the data check found."""
-    if gpu_memory is not None:
+    if gpu_memory is not None or gpu_name:
         from launcher.card.detect import detect_machine
 
         here = detect_machine()
         if not here.gpus:
+            given = " ".join(
+                part
+                for part in (
+                    f"--gpu-memory {gpu_memory:g}" if gpu_memory is not None else "",
+                    f"--gpu-name {quoted(gpu_name)}" if gpu_name else "",
+                )
+                if part
+            )
             raise UsageError(
-                f"--gpu-memory {gpu_memory:g}: `train` trains on this machine, and it has no GPU "
-                f"({here.message}) (fix: `python train.py plan --gpu-memory {gpu_memory:g}` plans for that card, "
-                "with the same options beside it; or drop --gpu-memory to train on what is here)"
+                f"{given}: `train` trains on this machine, and it has no GPU ({here.message}) (fix: `python "
+                f"train.py plan {given}` plans for that card, with the same options beside it; or drop "
+                f"{'them' if gpu_memory is not None and gpu_name else 'it'} to train on what is here)"
             )
     check_inject(profiles)
     from profiles.rules import missing_tracker

@@ -117,6 +117,10 @@ def test_gpu_memory_for_a_run_on_a_machine_without_a_gpu(capsys, tmp_path):
         assert not (tmp_path / "out").exists()
     code, text = main(capsys, "plan", "--gpu-memory", "24")  # and that command does it
     assert code == 0 and "24" in text
+    # a card named alone is a what-if card too: refused for train the same way
+    code, text = main(capsys, "train", "--gpu-name", "rtx4090", "--output-dir", str(tmp_path / "out"))
+    assert code == 2 and "--gpu-name rtx4090: `train` trains on this machine" in text
+    assert "`python train.py plan --gpu-name rtx4090`" in text and not (tmp_path / "out").exists()
 
 
 def test_inject_oom_names_are_checked_against_the_profiles(monkeypatch):

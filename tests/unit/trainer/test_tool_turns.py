@@ -27,6 +27,7 @@ def _trainer(model_path, tmp_path, **trainer_kwargs):
         num_generations=4,
         max_completion_length=96,
         max_tool_calling_iterations=4,
+        chat_template_kwargs={"enable_thinking": False},  # as every attempt renders the tiny model's prompts
         temperature=1.0,
         seed=3407,
         report_to="none",
@@ -107,8 +108,12 @@ def test_the_game_environment_runs_in_trl_and_its_reward_reads_its_state(tiny_to
     for environment, row, completion in zip(environments, inputs, seen["completions"]):
         assert str(environment.answer) == str(row["answer"])  # reset with its own row
         replies = [m["content"] for m in completion if m["role"] == "tool" and not failed(m)]
-        assert len(replies) == len(environment.guesses)  # every answer the model heard came from its own game
-        assert all(r in ("higher", "lower", "correct") for r in replies)
+        # every answer the model heard came from its own game, guess by guess (a reply the cap cut from the
+        # completion is not heard)
+        assert len(replies) <= len(environment.guesses)
+        for reply, value in zip(replies, environment.guesses):
+            truth = "correct" if value == environment.answer else "higher" if environment.answer > value else "lower"
+            assert reply == truth
     assert sum(len(e.guesses) for e in environments) > 0
     assert out["tool_mask"] is not None and int((out["tool_mask"] == 0).sum()) > 0
 
@@ -131,6 +136,7 @@ def test_evaluation_plays_the_turns_as_trl_lays_them_out(tiny_tools_model):
         environment_factory=load_environment("guess"),
         max_new_tokens=128,
         max_tool_calls=4,
+        switches={"enable_thinking": False},  # as every attempt renders the tiny model's prompts
     )
     for result, row in zip(results, rows):
         assert len(result.completion_ids) == len(result.tool_mask) <= 128
