@@ -156,10 +156,39 @@ def test_the_documented_call_runs_as_written_and_leaves_its_files_in_out(tmp_pat
     assert names == ["cpu.json", "cpu.md", "env.txt", "kit.log"]
     assert len(names) <= 8 and all(p.stat().st_size < 16 << 20 for p in out.iterdir())
     report = json.loads((out / "cpu.json").read_text(encoding="utf-8"))
-    assert [row["status"] for row in report["probes"]] == ["ok", "ok"]
+    table = (out / "cpu.md").read_text(encoding="utf-8")
     assert report["imports"]["bitsandbytes"]["imports"] is True  # installed from the carry
+    # on the CPU every planned case runs: Unsloth's CPU fallback, then TRL + PEFT
+    assert [(row["path"], row["status"]) for row in report["probes"]] == [("unsloth", "ok"), ("trl+peft", "ok")]
+    for row in report["probes"]:
+        assert row["architecture"] == "tiny" and row["probe"]["random_weights"] is True
+        timed = row["timed"]  # a wave and a step at each of two lengths, each beside its prediction
+        assert [w["completion_tokens"] for w in timed["generation"]] == report["lengths_timed"]
+        assert all(e["seconds"] > 0 and e["predicted_s"] > 0 for e in timed["generation"] + timed["training"])
+        assert timed["predicted"]["completion_tokens"] == max(report["lengths_timed"])
+        assert {c["component"] for c in row["component_rows"]} >= {"weights", "lora", "forward", "optimizer"}
+        assert row["measured"]["peak_gib"] > 0 and 0.2 < row["measured_over_estimate"] < 5
+        assert f"| tiny | {row['path']} | float32 | adamw_torch |" in table
+    assert report["probes"][1]["backend"] == "transformers"  # the plain path trained through transformers + PEFT
+    oom = report["oom_fallback"]
+    assert oom["status"] == "ok" and oom["oom_read"] and oom["fell_back_and_finished"], oom
+    assert [a["status"] for a in oom["attempts"]][0] == "oom" and oom["attempts"][-1]["status"] == "ok"
+    assert "## Memory by component" in table and "## Time at the shapes timed" in table
     env_txt = (out / "env.txt").read_text(encoding="utf-8")
     assert "python: Python" in env_txt and "torch:" in env_txt and "trl==" in env_txt.lower()
     log = (out / "kit.log").read_text(encoding="utf-8")
     assert log.startswith("installed ") and "probe(s) measured" in log
     assert not list(tmp_path.glob("grpo-kit-site.*"))  # the install folder goes with the call
+    # a second run on the same card and libraries continues the table: nothing measured again
+    env.pop("OUT")
+    again = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), "gpu-check", "--out-dir", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    continued = json.loads((out / "cpu.json").read_text(encoding="utf-8"))
+    assert len(continued["runs"]) == 2 and continued["probes"] == report["probes"]

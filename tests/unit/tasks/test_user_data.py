@@ -133,6 +133,14 @@ def test_hub_id_offline_without_cache_says_how_to_fix(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf" / "datasets"))
+    # the libraries read these variables when first imported: a worker that imported them earlier online
+    # would wait on the network (an attempt sets them before anything imports them)
+    import datasets.config
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True, raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(UsageError) as info:
         load_splits(DataSpec(dataset="someone/not-cached"))
     text = str(info.value)
