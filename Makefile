@@ -47,9 +47,9 @@ TEST_THREADS ?= 1
 test: venv vllm-side llama-cpp
 	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -q -n $(TEST_WORKERS) --durations=20; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
 
-# The inner loop: the unit tests of every package (no training run, no subprocess of train.py).
+# The unit tests of every package, on every core (no training run, no subprocess of train.py).
 test-unit: venv
-	$(PY) -m pytest -q -m "not slow" tests/unit
+	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow" tests/unit
 
 test-fast: venv vllm-side llama-cpp
 	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow"
