@@ -60,14 +60,19 @@ def settings() -> dict:
     }
 
 
+def tools_folder_name(base_name: str) -> str:
+    """The cache folder's name of the tool-calling variant built on the tiny model in folder `base_name`."""
+    key = hashlib.sha256(json.dumps({"base": base_name, **settings()}, sort_keys=True).encode()).hexdigest()[:12]
+    return f"tiny-tools-{key}"
+
+
 def ensure_tiny_tools(dataset: str = "arithmetic", seed: int = 0, root: Path | None = None) -> Path:
     """The folder of the tool-calling tiny model for this task (built on first use, then reused)."""
     from tiny_model.build import cache_root, ensure_tiny
 
     root = Path(root) if root else cache_root()
     base = ensure_tiny(dataset, seed, root)
-    key = hashlib.sha256(json.dumps({"base": base.name, **settings()}, sort_keys=True).encode()).hexdigest()[:12]
-    target = root / f"tiny-tools-{key}"
+    target = root / tools_folder_name(base.name)
     if (target / "config.json").is_file() and (target / "tokenizer.json").is_file():
         return target
     model, tokenizer = _with_markup(base)
