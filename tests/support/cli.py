@@ -1,25 +1,76 @@
-"""The one way tests run the command line as a user does: `python train.py ARGS` in a fresh process, from the
+"""The one way tests start the command line as a user does: `python train.py ARGS` in a fresh process, from the
 repository, with a wide terminal (tests assert on JSON and files, but a human reading a failure wants whole
-lines) and without the multi-machine variables of the surrounding shell."""
+lines) and without the multi-machine variables of the surrounding shell. tests/conftest.py refuses a train.py
+started from anywhere else, so what every such test runs is set here once."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN_PY = REPO / "train.py"
 
 
+def train_py_argv(*args: object, python: str | None = None, script: str | Path = TRAIN_PY) -> list[str]:
+    """`python train.py ARGS` as an argument list (for a wrapper such as a job script to run later)."""
+    return [python or sys.executable, str(script), *map(str, args)]
+
+
+def train_py_env(env: dict | None = None, **extra_env: str) -> dict[str, str]:
+    """The environment a test's train.py runs in: `env` as given, or this process's without the multi-machine
+    variable of the surrounding shell; then `extra_env` added."""
+    if env is None:
+        environ = dict(os.environ)
+        environ.pop("GRPO_NUM_MACHINES", None)
+    else:
+        environ = dict(env)
+    return {**environ, "COLUMNS": "400", **extra_env}
+
+
 def train_py(
-    *args: str, env: dict | None = None, cwd: Path | str = REPO, timeout: float = 120, **extra_env: str
+    *args: object,
+    env: dict | None = None,
+    cwd: Path | str = REPO,
+    timeout: float = 120,
+    input: str | None = None,
+    python: str | None = None,
+    script: str | Path = TRAIN_PY,
+    prefix: Sequence[str] = (),
+    **extra_env: str,
 ) -> subprocess.CompletedProcess:
-    """Run `python train.py ARGS`; its CompletedProcess (text). `env` replaces the environment, `extra_env`
-    adds to it."""
-    environ = dict(os.environ if env is None else env, COLUMNS="400", **extra_env)
-    environ.pop("GRPO_NUM_MACHINES", None)
+    """Run `python train.py ARGS` to its end; its CompletedProcess (text). `env` replaces the environment,
+    `extra_env` adds to it; `prefix` goes before the interpreter (a wrapper that switches the user, say);
+    `python` and `script` name another interpreter or another copy of train.py (a moved checkout)."""
     return subprocess.run(
-        [sys.executable, str(TRAIN_PY), *args], capture_output=True, text=True, cwd=cwd, env=environ, timeout=timeout
+        [*prefix, *train_py_argv(*args, python=python, script=script)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=train_py_env(env, **extra_env),
+        timeout=timeout,
+        input=input,
+    )
+
+
+def start_train_py(
+    *args: object,
+    env: dict | None = None,
+    cwd: Path | str = REPO,
+    python: str | None = None,
+    script: str | Path = TRAIN_PY,
+    prefix: Sequence[str] = (),
+    extra_env: dict[str, str] | None = None,
+    **popen: object,
+) -> subprocess.Popen:
+    """Start `python train.py ARGS` and return at once (a test that stops, kills or watches it); `popen` goes to
+    subprocess.Popen (stdout, stderr, text, start_new_session, ...)."""
+    return subprocess.Popen(  # type: ignore[call-overload]
+        [*prefix, *train_py_argv(*args, python=python, script=script)],
+        cwd=cwd,
+        env=train_py_env(env, **(extra_env or {})),
+        **popen,
     )
