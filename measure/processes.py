@@ -16,6 +16,36 @@ from pathlib import Path
 from measure.cases import REPO
 
 STOP_GRACE_S = 10.0  # a child told to stop (SIGINT) gets this long before SIGKILL
+SETTLE_S = 10.0  # SIGKILL is delivered at once, but a loaded machine may take a moment to run the deaths
+
+
+def group_members(pgid: int) -> dict[int, str]:
+    """{pid: state letter} of the live processes in process group `pgid` (from /proc; empty where there is none)."""
+    members = {}
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            # pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses, so read after its last ")"
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            members[int(entry.name)] = fields[0]
+    return members
+
+
+def end_group(pgid: int) -> dict[int, str]:
+    """SIGKILL every process left in group `pgid` (a grandchild that ignored the stop, or outlived its parent) and
+    wait until none runs, at most SETTLE_S; what still runs then (normally nothing)."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        return {}
+    deadline = time.monotonic() + SETTLE_S
+    while (left := group_members(pgid)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
 
 
 class Stopper:
@@ -72,6 +102,7 @@ def run_bounded(argv: list[str], env: dict, timeout_s: float, log: Path, stopper
             return proc.poll(), True
         finally:
             stopper.child = None
+            end_group(proc.pid)
 
 
 def log_tail(log: Path, lines: int = 40) -> str:
