@@ -96,7 +96,9 @@ class ChildRunner:
 
     # Signals arrive in the main thread; the child runs in its own process group so that a terminal's
     # Ctrl-C reaches only the supervisor, which forwards exactly one signal per press (the trainer reads a
-    # second one as "stop now").
+    # second one as "stop now"). What it forwards is SIGTERM whichever arrived: the trainer stops alike on both,
+    # but before its handler is in (the interpreter's first imports) a SIGINT ends it with a traceback and a
+    # SIGTERM ends it without a word.
     def handle_signal(self, signum, frame) -> None:
         self.signals.append(signum)
         proc = self.proc
@@ -114,7 +116,7 @@ class ChildRunner:
                 hint = "; press again to stop without waiting, a third time to kill" if len(self.signals) == 1 else ""
                 os.write(2, f"\n{name}: asking the attempt (pid {proc.pid}) to save and stop{hint}\n".encode())
                 self.forwarded = len(self.signals)
-                os.kill(proc.pid, signum)
+                os.kill(proc.pid, signal.SIGTERM)
         except (ProcessLookupError, PermissionError):
             pass
 
@@ -139,7 +141,7 @@ class ChildRunner:
             self.last_pid = self.proc.pid
             if len(self.signals) > self.forwarded:  # one arrived as the process started: it is its to handle
                 self.forwarded = len(self.signals)
-                os.kill(self.proc.pid, self.signals[-1])
+                os.kill(self.proc.pid, signal.SIGTERM)
             reader = threading.Thread(target=self._pump, args=(self.proc.stdout, log, tail), daemon=True)
             reader.start()
             returncode = self._wait(self.proc, attempt_dir)
