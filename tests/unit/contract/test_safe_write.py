@@ -82,9 +82,9 @@ def test_write_atomic_keeps_the_old_file_when_the_disk_is_full(small_disk):
 
 
 @pytest.mark.slow
-def test_e2e_full_disk_ends_with_one_line_and_nothing_poisoned(small_disk, tmp_path):
+def test_e2e_full_disk_ends_with_one_line_and_nothing_poisoned(small_disk, tmp_path, tiny_cache):
     env = {k: v for k, v in os.environ.items() if k not in ("FAKE_CHILD_PLAN", "GRPO_INJECT_OOM")}
-    env["GRPO_TRAIN_CACHE"] = str(tmp_path / "cache")  # the tiny model is built off the small disk
+    env["GRPO_TRAIN_CACHE"] = str(tiny_cache)  # the session's tiny model, off the small disk
     done = subprocess.run(
         [
             sys.executable,

@@ -21,9 +21,9 @@ PROBE_KEYS = {"peak_gib", "seconds", "prompt_tokens", "completion_tokens", "batc
 
 
 @pytest.fixture(scope="session")
-def cache_env(tmp_path_factory):
+def cache_env(tiny_cache):
     env = dict(os.environ)
-    env["GRPO_TRAIN_CACHE"] = str(tmp_path_factory.mktemp("probe-cache"))
+    env["GRPO_TRAIN_CACHE"] = str(tiny_cache)  # the session's tiny model, built once for every CPU run
     for name in ("GRPO_INJECT_OOM", "GRPO_TRAIN_NO_UNSLOTH", "GRPO_ATTEMPT_ESTIMATE_GIB"):
         env.pop(name, None)
     env["PYTHONUNBUFFERED"] = "1"
@@ -31,13 +31,12 @@ def cache_env(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def tiny_tokenizer(cache_env):
+def tiny_tokenizer(tiny_cache, tiny_seed):
     from transformers import AutoTokenizer
 
     from tiny_model.build import ensure_tiny
 
-    folder = ensure_tiny("arithmetic", seed=0, root=Path(cache_env["GRPO_TRAIN_CACHE"]) / "tiny")
-    return AutoTokenizer.from_pretrained(str(folder))
+    return AutoTokenizer.from_pretrained(str(ensure_tiny("arithmetic", seed=tiny_seed, root=tiny_cache)))
 
 
 def _rows(count: int) -> list[dict]:
