@@ -5,6 +5,7 @@ loaded machine took longer than an unloaded one."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -56,3 +57,29 @@ def wait_until(
                 f"while waiting for {what}"
             )
         sleep(POLL_S)
+
+
+def process_tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user and system) used so far by process `pid` and every live process below it: a clock of the
+    work a run has done, which a loaded machine slows down as much as the run itself."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    used: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        # after the command: state ppid ... utime (12th) stime (13th) cutime cstime (counted from state as 0)
+        parents[int(entry.name)] = int(fields[1])
+        used[int(entry.name)] = sum(int(value) for value in fields[11:15]) / ticks
+    tree, frontier = {pid}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        for child, its_parent in parents.items():
+            if its_parent == parent and child not in tree:
+                tree.add(child)
+                frontier.append(child)
+    return sum(used.get(member, 0.0) for member in tree)
