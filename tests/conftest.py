@@ -52,25 +52,52 @@ def small_disk(tmp_path):
 _STARTS_TRAIN_PY = ("train.py", "grpo-train", "fake_machine.py")
 
 
+_RUNNER = Path(__file__).resolve().parent / "support" / "cli.py"
+
+
+def _starts(argv: list[str], names: tuple[str, ...]) -> bool:
+    """Whether `argv` starts one of `names` (not a `python -c CODE ... train.py` stand-in that only bears the name)."""
+    for part in argv:
+        if part == "-c":
+            return False
+        if Path(part).name in names:
+            return True
+    return False
+
+
+def _from_the_runner() -> bool:
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename == str(_RUNNER):
+            return True
+        frame = frame.f_back
+    return False
+
+
 @pytest.fixture(autouse=True)
 def only_slow_tests_start_train_py(request, monkeypatch):
     """A test that starts train.py (or trains a model through it) is of the slow kind and says so
-    (@pytest.mark.slow): `make test-fast` leaves them out, and stays fast only if none hides there. A test not
-    marked slow that starts one fails at once, naming the mark to add."""
-    if request.node.get_closest_marker("slow") is not None:
-        return
+    (@pytest.mark.slow): `make test-fast` leaves them out, and stays fast only if none hides there. It starts
+    train.py through tests/support/cli.py, the one runner, so that what every such test runs is set in one place.
+    A test that breaks either rule fails at once, naming the fix."""
+    slow = request.node.get_closest_marker("slow") is not None
     original = subprocess.Popen.__init__
 
-    def refuse_train_py(self, args, *rest, **kwargs):
+    def checked(self, args, *rest, **kwargs):
         argv = [str(part) for part in (args if isinstance(args, (list, tuple)) else [args])]
-        if any(Path(part).name in _STARTS_TRAIN_PY for part in argv[:3]):
+        if not slow and _starts(argv, _STARTS_TRAIN_PY):
             raise AssertionError(
                 f"{request.node.nodeid} starts {' '.join(argv[:3])}: a test that starts train.py is marked "
                 "@pytest.mark.slow (and starts it through tests/support/cli.py)"
             )
+        if _starts(argv, ("train.py",)) and not _from_the_runner():
+            raise AssertionError(
+                f"{request.node.nodeid} starts train.py by itself: start it through tests/support/cli.py "
+                "(train_py, or start_train_py for a process the test stops)"
+            )
         original(self, args, *rest, **kwargs)
 
-    monkeypatch.setattr(subprocess.Popen, "__init__", refuse_train_py)
+    monkeypatch.setattr(subprocess.Popen, "__init__", checked)
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,6 @@ import json
 import os
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ import pytest
 from commands import main
 from launcher.card.detect import detect_machine
 from profiles.load import load_profile, load_profiles
+from support.cli import start_train_py
 
 REPO = Path(__file__).resolve().parents[2]
 GPU_RUNG = "gpu-24gb-llama3.1-8b"
@@ -69,17 +69,23 @@ def test_help_before_a_command_is_that_commands_help(argv, capsys):
 def test_a_reader_that_stops_early_ends_no_traceback(tmp_path):
     read_end, write_end = os.pipe()
     os.close(read_end)  # the reader is gone before the first line, as `| head -0`
-    done = subprocess.run(
-        [sys.executable, str(REPO / "train.py"), "ledger", "--json"],
+    proc = start_train_py(
+        "ledger",
+        "--json",
+        env={**os.environ, "GRPO_TRAIN_LEDGER": str(tmp_path / "ledger.jsonl")},
         stdout=write_end,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "GRPO_TRAIN_LEDGER": str(tmp_path / "ledger.jsonl")},
-        timeout=120,
     )
-    os.close(write_end)
-    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr
-    assert done.returncode == 0
+    try:
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:  # past its time, as subprocess.run's timeout: stopped
+            proc.kill()
+            proc.wait()
+        os.close(write_end)
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr
+    assert proc.returncode == 0
 
 
 def test_a_gpu_profile_trained_without_a_gpu_is_bad_input(capsys, tmp_path):

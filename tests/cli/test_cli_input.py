@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from launcher.card.detect import Machine, detect_machine
 from launcher.plan.choose import make_plan
 from launcher.run.inputs import check_run_inputs
 from profiles.load import load_profiles
+from support.cli import start_train_py
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE = str(ROOT / "profiles" / "cpu-tiny-4gen.yaml")
@@ -162,9 +162,12 @@ def test_bad_data_exits_2_before_a_run_folder_exists(capsys, tmp_path, monkeypat
 @pytest.mark.parametrize("after_s", [0.3, 1.0, 2.0])
 def test_ctrl_c_in_the_first_moments_exits_130_without_a_traceback(tmp_path, after_s):
     env = {k: v for k, v in os.environ.items() if k not in ("FAKE_CHILD_PLAN", "GRPO_INJECT_OOM")}
-    proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "train.py"), "--auto", "--output-dir", str(tmp_path / "o"), "--set", "max_steps=2"],
-        cwd=ROOT,
+    proc = start_train_py(
+        "--auto",
+        "--output-dir",
+        str(tmp_path / "o"),
+        "--set",
+        "max_steps=2",
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

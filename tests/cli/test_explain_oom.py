@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from contract import oom as oom
 from contract import oom_site as oom_site
+from support.cli import train_py
 
-ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parents[2] / "tests" / "data" / "oom"
 
 
@@ -21,22 +19,9 @@ def text(name: str) -> str:
 
 @pytest.mark.slow
 def test_train_py_explain_oom_from_stdin():
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), "--explain-oom", "-"],
-        input=text("torch_logits_gib.txt"),
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
+    done = train_py("--explain-oom", "-", input=text("torch_logits_gib.txt"), timeout=120)
     assert done.returncode == 0, done.stderr
     assert "shortfall 3.29 GiB (asked - free)" in done.stdout
-    missing = subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), "--explain-oom", "no-such-file.txt"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
+    missing = train_py("--explain-oom", "no-such-file.txt", timeout=120)
     assert missing.returncode == 2
     assert "no-such-file.txt: file not found" in missing.stderr

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from commands import main
 from contract.environment import ENV_LLAMA_CPP
+from support.cli import train_py
 from trainer import export
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,27 +61,20 @@ def trained(tmp_path_factory, tiny_cache):
     env = {**os.environ, "GRPO_TRAIN_CACHE": str(tiny_cache), "PYTHONUNBUFFERED": "1"}
     env.pop("GRPO_INJECT_OOM", None)
     attempt = tmp_path_factory.mktemp("export") / "attempt-01-cpu-tiny-4gen"
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "train.py"),
-            "--profile",
-            str(SMALL),
-            "--attempt-dir",
-            str(attempt),
-            "--set",
-            "max_steps=2",
-            "--set",
-            "save_steps=2",
-            "--set",
-            "eval_samples=0",
-            "--set",
-            "train_samples=32",
-        ],
+    result = train_py(
+        "--profile",
+        str(SMALL),
+        "--attempt-dir",
+        str(attempt),
+        "--set",
+        "max_steps=2",
+        "--set",
+        "save_steps=2",
+        "--set",
+        "eval_samples=0",
+        "--set",
+        "train_samples=32",
         env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
         timeout=900,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -93,14 +85,7 @@ def trained(tmp_path_factory, tiny_cache):
 @pytest.mark.slow
 def test_the_merged_model_loads_in_transformers_and_answers_as_the_adapter_did(trained):
     attempt, env = trained
-    result = subprocess.run(
-        [sys.executable, str(REPO / "train.py"), "export", str(attempt), "--check", "6", "--json"],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    result = train_py("export", str(attempt), "--check", "6", "--json", env=env, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     record = json.loads((attempt / "export" / "export.json").read_text())
     merged = record["merged"]
@@ -123,23 +108,16 @@ def test_gguf_reads_back_with_the_gguf_package(trained, tmp_path):
         pytest.skip("llama.cpp's converter is not here (make llama-cpp puts it in .llama.cpp/)")
     attempt, env = trained
     out = tmp_path / "out"
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "train.py"),
-            "export",
-            str(attempt),
-            "--out",
-            str(out),
-            "--gguf",
-            "q8_0",
-            "--gguf-pre-tokenizer",
-            "default",
-        ],
+    result = train_py(
+        "export",
+        str(attempt),
+        "--out",
+        str(out),
+        "--gguf",
+        "q8_0",
+        "--gguf-pre-tokenizer",
+        "default",
         env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
         timeout=900,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

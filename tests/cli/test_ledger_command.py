@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,10 +12,10 @@ from launcher.memory.ledger import record as ledger_record
 from launcher.memory.ledger import store as ledger_store
 from launcher.memory.ledger import weigh as ledger_weigh
 from profiles.load import load_profile
+from support.cli import train_py
 from support.ledger_machines import cpu as _cpu
 from support.ledger_machines import dated_entry as _entry
 
-REPO = Path(__file__).resolve().parents[2]
 L4 = "profiles/gpu-24gb-llama3.1-8b.yaml"
 
 
@@ -28,9 +26,7 @@ def l4():
 
 def _train(args, ledger_path: Path, **env):
     full = dict(os.environ, GRPO_TRAIN_LEDGER=str(ledger_path), **env)
-    return subprocess.run(
-        [sys.executable, str(REPO / "train.py"), *args], cwd=REPO, env=full, text=True, capture_output=True, timeout=120
-    )
+    return train_py(*args, env=full, timeout=120)
 
 
 @pytest.mark.slow
@@ -112,13 +108,6 @@ def test_calibrate_refuses_a_ledger_it_cannot_write_before_any_probe(tmp_path):
 def test_calibrate_with_injection_and_no_ledger_of_its_own_is_refused(tmp_path):
     env = dict(os.environ, GRPO_INJECT_OOM="cpu-tiny-8gen", GRPO_TRAIN_CACHE=str(tmp_path / "cache"))
     env.pop("GRPO_TRAIN_LEDGER", None)
-    done = subprocess.run(
-        [sys.executable, str(REPO / "train.py"), "--calibrate", "--output-dir", str(tmp_path / "out")],
-        cwd=REPO,
-        env=env,
-        text=True,
-        capture_output=True,
-        timeout=120,
-    )
+    done = train_py("--calibrate", "--output-dir", str(tmp_path / "out"), env=env, timeout=120)
     assert done.returncode == 2 and "an injected OOM is no measurement" in done.stderr
     assert not (tmp_path / "cache" / "ledger.jsonl").exists()

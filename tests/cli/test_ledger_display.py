@@ -9,7 +9,6 @@ import io
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,8 +19,8 @@ from contract.errors import UsageError
 from launcher.card.detect import Machine
 from launcher.memory.ledger import store as ledger_store
 from launcher.memory.ledger.weigh import ledger_report, shape_text
+from support import cli
 
-REPO = Path(__file__).resolve().parents[2]
 CPU = Machine(gpus=[], message="test", host_ram_gib=24.0, host_free_gib=20.0)
 GOOD = {
     "profile": "p",
@@ -45,14 +44,7 @@ def ledger_with(tmp_path: Path, *records: dict) -> Path:
 
 
 def train_py(*args: str, ledger: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(REPO / "train.py"), *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=dict(os.environ, GRPO_TRAIN_LEDGER=str(ledger)),
-    )
+    return cli.train_py(*args, timeout=300, env=dict(os.environ, GRPO_TRAIN_LEDGER=str(ledger)))
 
 
 @pytest.mark.slow

@@ -5,15 +5,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from profiles.load import load_profile
+from support import cli
 from support.model_configs import LLAMA_1B
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def model_folder(tmp_path: Path, name: str) -> Path:
@@ -25,9 +23,7 @@ def model_folder(tmp_path: Path, name: str) -> Path:
 
 def train_py(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, GRPO_TRAIN_LEDGER=str(tmp_path / "ledger.jsonl"), HF_HUB_OFFLINE="1")
-    return subprocess.run(
-        [sys.executable, str(REPO / "train.py"), *args], capture_output=True, text=True, cwd=REPO, env=env, timeout=300
-    )
+    return cli.train_py(*args, env=env, timeout=300)
 
 
 @pytest.mark.slow

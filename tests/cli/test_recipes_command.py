@@ -3,28 +3,19 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from support.cli import train_py
 from support.recipes import OPEN_R1_RECIPE, TRL_CONFIG, write
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
 def test_both_recipes_plan_on_cpu(tmp_path):
     for name, text in (("trl.yaml", TRL_CONFIG), ("open-r1.yaml", OPEN_R1_RECIPE)):
         path = write(tmp_path, name, text)
-        result = subprocess.run(
-            [sys.executable, str(REPO / "train.py"), "plan", "--profile", str(path), "--json"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        result = train_py("plan", "--profile", str(path), "--json", timeout=120)
         assert result.returncode == 0, result.stderr[-2000:]
         plan = json.loads(result.stdout)
         assert plan["chosen"] == Path(name).stem
@@ -39,24 +30,17 @@ def test_both_recipes_train_on_cpu(tmp_path, tiny_cache, name, text):
     env = {**os.environ, "GRPO_TRAIN_CACHE": str(tiny_cache), "PYTHONUNBUFFERED": "1"}
     env.pop("GRPO_INJECT_OOM", None)
     out = tmp_path / "outputs"
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "train.py"),
-            "train",
-            "--profile",
-            str(path),
-            "--output-dir",
-            str(out),
-            "--set",
-            "eval_samples=4",
-            "--set",
-            "train_samples=64",
-        ],
-        cwd=REPO,
+    result = train_py(
+        "train",
+        "--profile",
+        str(path),
+        "--output-dir",
+        str(out),
+        "--set",
+        "eval_samples=4",
+        "--set",
+        "train_samples=64",
         env=env,
-        capture_output=True,
-        text=True,
         timeout=900,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from commands.sample import Target, _shown_text, profile_of
 from contract.errors import ProfileError, UsageError
 from profiles.load import load_profile
 from profiles.rules import remote_code_notice
+from support.cli import train_py
 from support.fake_runs import CPU_SETTINGS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -113,13 +113,8 @@ def test_trust_remote_code_from_the_folder_needs_the_users_own_set(tmp_path):
         profile_of(Target(folder, folder / "adapter"), [])
     assert profile_of(Target(folder, folder / "adapter"), ["trust_remote_code=true"]).profile.trust_remote_code
     assert not profile_of(Target(folder, folder / "adapter"), ["trust_remote_code=false"]).profile.trust_remote_code
-    done = subprocess.run(
-        [sys.executable, str(REPO / "train.py"), "sample", str(folder)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=dict(os.environ, GRPO_TRAIN_LEDGER=str(tmp_path / "ledger.jsonl")),
+    done = train_py(
+        "sample", str(folder), timeout=300, env=dict(os.environ, GRPO_TRAIN_LEDGER=str(tmp_path / "ledger.jsonl"))
     )
     assert done.returncode == 2 and "Traceback" not in done.stderr and "trust_remote_code" in done.stderr
 

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from rewards import for_layout
+from support.cli import train_py
 from tasks import arithmetic, load_task
 from tiny_model import build as tiny
 from tiny_model import warm_start
@@ -112,11 +111,11 @@ def test_grpo_raises_held_out_accuracy_well_above_the_warm_start(
     steps = int(LEARNING_STEPS or SHORT_RUN_STEPS)
     # evaluated before and after (eval_samples), not during: the curve has its own test
     overrides = [f"seed={seed}", "eval_samples=200", f"max_steps={steps}", f"save_steps={steps}", "eval_steps=0"]
-    command = [sys.executable, "train.py", "--profile", str(PROFILE), "--output-dir", str(tmp_path / "out")]
+    args = ["--profile", str(PROFILE), "--output-dir", str(tmp_path / "out")]
     for item in overrides:
-        command += ["--set", item]
+        args += ["--set", item]
     started = time.time()
-    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
+    result = train_py(*args, env=env, timeout=1800)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     summary = json.loads(next((tmp_path / "out").glob("run-*/attempt-*/summary.json")).read_text())
     # the time it takes is a benchmark's figure, not a test's (benchmarks/learning_curve.py and the README

@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from support.cli import REPO, train_py
+
 QUICK = ["--set", "max_steps=2", "--set", "save_steps=2", "--set", "eval_samples=0", "--set", "train_samples=32"]
 
 
@@ -30,14 +29,7 @@ def shared_cache(tiny_cache, tmp_path):
 
 
 def _run(args, env, timeout=600):
-    return subprocess.run(
-        [sys.executable, str(REPO / "train.py"), *args],
-        cwd=REPO,
-        env=env,
-        text=True,
-        capture_output=True,
-        timeout=timeout,
-    )
+    return train_py(*args, env=env, timeout=timeout)
 
 
 def _env(cache: Path, ledger: Path, **extra) -> dict:

@@ -16,9 +16,8 @@ import pytest
 from commands.sample import _shown_text
 from contract.errors import ProfileError
 from profiles.load import load_profile, profile_from_dict
+from support.cli import REPO, start_train_py, train_py
 
-REPO = Path(__file__).resolve().parents[2]
-TRAIN = REPO / "train.py"
 CPU = REPO / "profiles" / "cpu-tiny-8gen.yaml"
 QUICK = ["--set", "max_steps=3", "--set", "save_steps=3", "--set", "eval_samples=2", "--set", "train_samples=16"]
 
@@ -62,9 +61,7 @@ def env(tmp_path):
 
 
 def train(cwd: Path, env: dict, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(TRAIN), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
+    return train_py(*args, cwd=cwd, env=env, timeout=timeout)
 
 
 def own(*pairs: str) -> list[str]:
@@ -359,15 +356,25 @@ def test_csv_with_renamed_columns_and_a_reward_file_trains_then_samples(project,
     summary = json.loads((attempt_dir / "summary.json").read_text())
     assert summary["accuracy"]["correctness"] == "accuracy" and summary["hub"] is None
 
-    sampled = subprocess.run(
-        [sys.executable, str(TRAIN), "--sample", str(run_dir), "--from-test", "2", "--run-rewards"],
+    sampled = start_train_py(
+        "--sample",
+        str(run_dir),
+        "--from-test",
+        "2",
+        "--run-rewards",
         cwd="/",
         env=env,
-        capture_output=True,
-        timeout=300,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )  # bytes: a '\r' in the answer stays one
-    stdout = sampled.stdout.decode("utf-8", errors="replace")
-    assert sampled.returncode == 0, sampled.stderr[-3000:]
+    try:
+        out, err = sampled.communicate(timeout=300)
+    finally:
+        if sampled.poll() is None:  # past its time, as subprocess.run's timeout: stopped
+            sampled.kill()
+            sampled.wait()
+    stdout = out.decode("utf-8", errors="replace")
+    assert sampled.returncode == 0, err[-3000:]
     assert "rewards: accuracy " in stdout and "| brevity " in stdout
     # the same greedy answer as the evaluation after training: the trained adapter is what was loaded
     first = summary["accuracy"]["examples_after"][0]["completion"]

@@ -5,13 +5,11 @@ resumed attempt saves, evaluates and reports it. A real CPU run through the supe
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from support.cli import REPO, train_py
+
 CPU = REPO / "profiles" / "cpu-tiny-4gen.yaml"
 
 # The correctness reward judges the evaluation before training (call 1) and after it (call 2): on its
@@ -48,14 +46,7 @@ def test_sigterm_in_the_final_evaluation_stops_then_resume_finishes_without_a_st
         f"correctness={tmp_path / 'judge.py'}:judge",
     ]
     args = [arg for pair in sets for arg in ("--set", pair)]
-    first = subprocess.run(
-        [sys.executable, str(REPO / "train.py"), "--profile", str(CPU), *args, "--output-dir", str(out)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    first = train_py("--profile", str(CPU), *args, "--output-dir", str(out), cwd=tmp_path, env=env, timeout=900)
     text = first.stdout + first.stderr
     assert first.returncode == 130, text[-4000:]
     assert "SIGTERM received while finishing: the adapter is saved; stopping without the final evaluation" in text
@@ -65,14 +56,7 @@ def test_sigterm_in_the_final_evaluation_stops_then_resume_finishes_without_a_st
     assert outcome["status"] == "interrupted" and outcome["steps"] == 2, outcome
     assert not (attempt / "summary.json").exists()  # the report was left for --resume
 
-    second = subprocess.run(
-        [sys.executable, str(REPO / "train.py"), "--resume", "--output-dir", str(out)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    second = train_py("--resume", "--output-dir", str(out), cwd=tmp_path, env=env, timeout=900)
     text = second.stdout + second.stderr
     assert second.returncode == 0, text[-4000:]
     assert "already holds max_steps (2): nothing left to train" in text

@@ -7,17 +7,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from support.cli import REPO, start_train_py
 from support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
-TRAIN = REPO / "train.py"
 TOOLS = REPO / "profiles" / "cpu-tiny-tools.yaml"
 GUESS = REPO / "profiles" / "cpu-tiny-guess.yaml"
 SHORT = ["--set", "max_steps=2", "--set", "save_steps=2", "--set", "eval_samples=8", "--set", "train_samples=64"]
@@ -84,8 +82,11 @@ def train(tmp_path: Path, env: dict, *args: str) -> tuple[int, str, Path]:
     out.mkdir(exist_ok=True)
     log = tmp_path / "train.out"
     with open(log, "w") as handle:
-        process = subprocess.Popen(
-            [sys.executable, str(TRAIN), "train", "--output-dir", str(out), *args],
+        process = start_train_py(
+            "train",
+            "--output-dir",
+            str(out),
+            *args,
             cwd=tmp_path,
             env=env,
             stdout=handle,

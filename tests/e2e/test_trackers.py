@@ -4,13 +4,11 @@ with TensorBoard's own reader (the training reward per step, the evaluation duri
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from support.cli import REPO, train_py
+
 SMALL = REPO / "profiles" / "cpu-tiny-4gen.yaml"
 
 
@@ -29,31 +27,24 @@ def test_tensorboard_event_files_in_the_attempt_folder_read_back(tmp_path, tiny_
     env.pop("GRPO_INJECT_OOM", None)
     env.pop("TENSORBOARD_LOGGING_DIR", None)
     attempt_dir = tmp_path / "attempt-01-cpu-tiny-4gen"
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "train.py"),
-            "--profile",
-            str(SMALL),
-            "--attempt-dir",
-            str(attempt_dir),
-            "--set",
-            "report_to=tensorboard",
-            "--set",
-            "max_steps=4",
-            "--set",
-            "save_steps=4",
-            "--set",
-            "eval_steps=2",
-            "--set",
-            "eval_samples=4",
-            "--set",
-            "train_samples=64",
-        ],
+    result = train_py(
+        "--profile",
+        str(SMALL),
+        "--attempt-dir",
+        str(attempt_dir),
+        "--set",
+        "report_to=tensorboard",
+        "--set",
+        "max_steps=4",
+        "--set",
+        "save_steps=4",
+        "--set",
+        "eval_steps=2",
+        "--set",
+        "eval_samples=4",
+        "--set",
+        "train_samples=64",
         env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
         timeout=900,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

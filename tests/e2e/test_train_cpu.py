@@ -7,16 +7,14 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from support.cli import REPO, start_train_py, train_py
 from support.waiting import wait_until
 
-REPO = Path(__file__).resolve().parents[2]
-TRAIN = REPO / "train.py"
 SMALL = REPO / "profiles" / "cpu-tiny-4gen.yaml"
 SUPERVISOR_ESTIMATE_GIB = 2.5  # what a supervisor would have judged the quick run by
 QUICK = ["--set", "max_steps=4", "--set", "save_steps=2", "--set", "eval_samples=4", "--set", "train_samples=64"]
@@ -35,14 +33,7 @@ def train_env(tiny_cache):
 
 
 def attempt(attempt_dir: Path, env: dict, *extra: str, profile: Path = SMALL, timeout: int = 300):
-    return subprocess.run(
-        [sys.executable, str(TRAIN), "--profile", str(profile), "--attempt-dir", str(attempt_dir), *extra],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return train_py("--profile", str(profile), "--attempt-dir", str(attempt_dir), *extra, env=env, timeout=timeout)
 
 
 def outcome(attempt_dir: Path) -> dict:
@@ -222,23 +213,18 @@ def test_injected_oom(tmp_path, train_env):
 @pytest.mark.slow
 def test_sigterm_saves_and_exits_130(tmp_path, train_env):
     attempt_dir = tmp_path / "attempt-signal"
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            str(TRAIN),
-            "--profile",
-            str(SMALL),
-            "--attempt-dir",
-            str(attempt_dir),
-            "--set",
-            "max_steps=500",
-            "--set",
-            "save_steps=500",
-            "--set",
-            "eval_samples=0",
-        ],
+    process = start_train_py(
+        "--profile",
+        str(SMALL),
+        "--attempt-dir",
+        str(attempt_dir),
+        "--set",
+        "max_steps=500",
+        "--set",
+        "save_steps=500",
+        "--set",
+        "eval_samples=0",
         env=train_env,
-        cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -308,14 +294,7 @@ def test_cpu_default_learns(tmp_path, train_env):
     env = dict(train_env, CUDA_VISIBLE_DEVICES="")
     started = time.time()
     # about a minute on an idle 2-core machine; one busy with other tests can take ten times longer
-    result = subprocess.run(
-        [sys.executable, str(TRAIN), "--auto", "--output-dir", str(tmp_path / "outputs")],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
+    result = train_py("--auto", "--output-dir", str(tmp_path / "outputs"), env=env, timeout=1200)
     wall = time.time() - started
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     attempts = sorted((tmp_path / "outputs").glob("run-*/attempt-*"))

@@ -21,6 +21,7 @@ import yaml
 
 from launcher.card.topology import free_port
 from launcher.run.attempts import read_attempts
+from support.cli import start_train_py
 from support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -68,19 +69,13 @@ def srun_task(tmp_path: Path, rank: int, port: int, **extra) -> dict:
 
 
 def machine(tmp_path: Path, rank: int, port: int, *args: str, log: str, **extra) -> subprocess.Popen:
-    argv = [
-        sys.executable,
-        str(REPO / "train.py"),
+    return start_train_py(
         "train",
         "--profiles-dir",
         str(tmp_path / "profiles"),
         "--output-dir",
         str(tmp_path / "out"),
         *args,
-    ]
-    return subprocess.Popen(
-        argv,
-        cwd=REPO,
         env=srun_task(tmp_path, rank, port, **extra),
         stdout=open(tmp_path / log, "w"),
         stderr=subprocess.STDOUT,

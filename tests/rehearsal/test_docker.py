@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from support.cli import train_py
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
@@ -346,14 +348,7 @@ def test_arguments_given_to_docker_run_plan_like_the_documented_commands(image: 
     # the ladder (exit 0 with a choice), not stop at "choose --auto".
     entrypoint = json_form(image.last("ENTRYPOINT"))
     script = ROOT / Path(entrypoint[-1]).relative_to(image.last("WORKDIR").args)
-    result = subprocess.run(
-        [sys.executable, str(script), "--dry-run", "--json", "--gpu-memory", "24"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = train_py("--dry-run", "--json", "--gpu-memory", "24", script=script, timeout=120)
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
     fitting = [candidate["profile"] for candidate in plan["candidates"] if candidate["fits"]]

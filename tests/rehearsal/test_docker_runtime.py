@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from support.cli import REPO, train_py
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_docker import read_image  # noqa: E402
 
@@ -103,20 +104,30 @@ def python_for_any_uid() -> tuple[str, dict]:
 PYTHON, PYTHON_ENV = python_for_any_uid() if SETPRIV else (sys.executable, {})
 
 
+def as_uid(uid: int) -> list[str]:
+    """The wrapper that runs a command as `uid` with no other group and no capability, as `docker run --user
+    uid:uid` runs it. setpriv (util-linux) switches before exec, so the interpreter under root's home still
+    starts; the process itself then has no more rights than that uid."""
+    return [SETPRIV, "--reuid", str(uid), "--regid", str(uid), "--clear-groups"]
+
+
 def run_as(uid: int, argv: list[str], env: dict, timeout: int = 300) -> subprocess.CompletedProcess:
-    """`argv` as `uid` with no other group and no capability, as `docker run --user uid:uid` runs it. setpriv
-    (util-linux) switches before exec, so the interpreter under root's home still starts; the process itself
-    then has no more rights than that uid."""
+    """`argv` as `uid` (see as_uid)."""
     if argv[0] == sys.executable:
         argv = [PYTHON, *argv[1:]]
     return subprocess.run(
-        [SETPRIV, "--reuid", str(uid), "--regid", str(uid), "--clear-groups", *argv],
+        [*as_uid(uid), *argv],
         cwd=REPO,
         env={**env, **PYTHON_ENV},
         capture_output=True,
         text=True,
         timeout=timeout,
     )
+
+
+def train_py_as(uid: int, *args: str, env: dict, timeout: int = 300) -> subprocess.CompletedProcess:
+    """`python train.py ARGS` as `uid` (see as_uid), through the one runner."""
+    return train_py(*args, env={**env, **PYTHON_ENV}, timeout=timeout, python=PYTHON, prefix=as_uid(uid))
 
 
 WRITES = r"""
@@ -159,11 +170,12 @@ def test_the_documented_run_writes_everything_it_needs_as_any_uid(base, uid):
     assert Path(found["run_dir"]).stat().st_uid == uid  # the user's own files on the host
 
 
+@pytest.mark.slow  # starts train.py
 @pytest.mark.parametrize("owner", [0, THIRD_UID], ids=["made-by-docker", "another-uids"])
 def test_an_outputs_folder_the_user_did_not_make_is_named_with_its_owner_and_the_fix(base, owner):
     root = image_root(base)
     outputs = host_folder(base, "outputs", owner)
-    done = run_as(OTHER_UID, [sys.executable, "train.py", "train", "--output-dir", str(outputs)], image_env(root))
+    done = train_py_as(OTHER_UID, "train", "--output-dir", str(outputs), env=image_env(root))
     text = done.stdout + done.stderr
     assert done.returncode == 2, text[-3000:]  # refused as bad input, before anything loads
     assert (
@@ -173,6 +185,7 @@ def test_an_outputs_folder_the_user_did_not_make_is_named_with_its_owner_and_the
     assert "free disk space" not in text and "Traceback" not in text
 
 
+@pytest.mark.slow  # starts train.py
 @pytest.mark.parametrize("owner", [0, THIRD_UID], ids=["made-by-docker", "another-uids"])
 def test_a_hugging_face_cache_mount_the_user_cannot_write_is_named_before_any_download(base, owner):
     """The old documented command mounted $HOME/.cache/huggingface: where the host folder did not exist Docker
@@ -182,18 +195,8 @@ def test_a_hugging_face_cache_mount_the_user_cannot_write_is_named_before_any_do
     outputs = host_folder(base, "outputs", OTHER_UID)
     hf_home = host_folder(base, "huggingface", owner)
     env = dict(image_env(root), HF_HOME=str(hf_home))
-    done = run_as(
-        OTHER_UID,
-        [
-            sys.executable,
-            "train.py",
-            "train",
-            "--output-dir",
-            str(outputs),
-            "--set",
-            "model=Qwen/Qwen2.5-0.5B-Instruct",
-        ],
-        env,
+    done = train_py_as(
+        OTHER_UID, "train", "--output-dir", str(outputs), "--set", "model=Qwen/Qwen2.5-0.5B-Instruct", env=env
     )
     text = done.stdout + done.stderr
     assert done.returncode == 1, text[-3000:]
@@ -209,20 +212,16 @@ def test_two_runs_as_another_uid_share_the_ledger_on_the_volume(base):
     root = image_root(base)
     outputs = host_folder(base, "outputs", OTHER_UID)
     env = image_env(root)
-    done = run_as(
+    done = train_py_as(
         OTHER_UID,
-        [
-            sys.executable,
-            "train.py",
-            "train",
-            "--output-dir",
-            str(outputs),
-            "--set",
-            "max_steps=2",
-            "--set",
-            "eval_samples=2",
-        ],
-        env,
+        "train",
+        "--output-dir",
+        str(outputs),
+        "--set",
+        "max_steps=2",
+        "--set",
+        "eval_samples=2",
+        env=env,
         timeout=1500,
     )
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
@@ -230,5 +229,5 @@ def test_two_runs_as_another_uid_share_the_ledger_on_the_volume(base):
     entries = [json.loads(line) for line in ledger.read_text().splitlines() if line.strip()]
     assert entries and ledger.stat().st_uid == OTHER_UID
     assert all(p.stat().st_uid == OTHER_UID for p in outputs.rglob("*"))
-    plan = run_as(OTHER_UID, [sys.executable, "train.py", "plan", "--json"], env)
+    plan = train_py_as(OTHER_UID, "plan", "--json", env=env)
     assert plan.returncode == 0, plan.stderr[-2000:]

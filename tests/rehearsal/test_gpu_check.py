@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from support.cli import start_train_py, train_py
+
 # two or three probe processes and a supervised two-rung run, each importing the trainer: minutes when busy
 KIT_TIMEOUT_S = 1500
 
@@ -27,14 +28,7 @@ def _env(tmp_path: Path) -> dict:
 
 
 def _kit(*args, env=None, timeout=60):
-    return subprocess.run(
-        [sys.executable, str(REPO / "train.py"), "gpu-check", *map(str, args)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return train_py("gpu-check", *args, env=env, timeout=timeout)
 
 
 @pytest.mark.slow
@@ -76,13 +70,7 @@ def test_other_bad_options_are_refused_up_front(tmp_path):
         done = _kit(*args)
         assert done.returncode == 2 and words in done.stderr and "Traceback" not in done.stderr, done.stderr
     # through the CLI command too
-    done = subprocess.run(
-        [sys.executable, str(REPO / "train.py"), "gpu-check", "--budget-s", "inf"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = train_py("gpu-check", "--budget-s", "inf", timeout=60)
     assert done.returncode == 2 and "--budget-s" in done.stderr
 
 
@@ -200,21 +188,7 @@ def test_the_budget_is_kept_by_the_kits_own_clock(tmp_path):
 @pytest.mark.slow
 def test_calibrate_on_random_weights_feeds_the_ledger_marked(tmp_path):
     env = _env(tmp_path)
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "train.py"),
-            "--calibrate",
-            "--random-weights",
-            "--output-dir",
-            str(tmp_path / "out"),
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=KIT_TIMEOUT_S,
-    )
+    done = train_py("--calibrate", "--random-weights", "--output-dir", tmp_path / "out", env=env, timeout=KIT_TIMEOUT_S)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     # what it did, from its structured record (the terminal's text wraps with the clone's path length)
     (folder,) = (tmp_path / "out").glob("calibrate-*")
@@ -229,14 +203,7 @@ def test_calibrate_on_random_weights_feeds_the_ledger_marked(tmp_path):
 
 @pytest.mark.slow
 def test_random_weights_only_with_calibrate(tmp_path):
-    done = subprocess.run(
-        [sys.executable, str(REPO / "train.py"), "--auto", "--random-weights", "--output-dir", str(tmp_path)],
-        cwd=REPO,
-        env=_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = train_py("--auto", "--random-weights", "--output-dir", tmp_path, env=_env(tmp_path), timeout=120)
     assert done.returncode == 2 and "--random-weights only applies to --calibrate" in done.stderr
 
 
@@ -294,19 +261,14 @@ def test_a_kit_stopped_by_a_signal_leaves_its_table(tmp_path):
     import time
 
     out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            str(REPO / "train.py"),
-            "gpu-check",
-            "--out-dir",
-            str(out),
-            "--work-dir",
-            str(tmp_path / "work"),
-            "--budget-s",
-            "900",
-        ],
-        cwd=REPO,
+    proc = start_train_py(
+        "gpu-check",
+        "--out-dir",
+        out,
+        "--work-dir",
+        tmp_path / "work",
+        "--budget-s",
+        "900",
         env=_env(tmp_path),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

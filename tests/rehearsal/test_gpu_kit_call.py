@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
+from support.cli import train_py
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 
@@ -181,14 +183,7 @@ def test_the_documented_call_runs_as_written_and_leaves_its_files_in_out(tmp_pat
     assert not list(tmp_path.glob("grpo-kit-site.*"))  # the install folder goes with the call
     # a second run on the same card and libraries continues the table: nothing measured again
     env.pop("OUT")
-    again = subprocess.run(
-        [sys.executable, str(REPO / "train.py"), "gpu-check", "--out-dir", str(out)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
+    again = train_py("gpu-check", "--out-dir", out, env=env, timeout=1800)
     assert again.returncode == 0, again.stderr[-3000:]
     continued = json.loads((out / "cpu.json").read_text(encoding="utf-8"))
     assert len(continued["runs"]) == 2 and continued["probes"] == report["probes"]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from launcher.plan.choose import make_plan
 from launcher.run.supervise import supervise
 from profiles.catalog import CATALOGUE, VLLM_FLOAT16_REFUSED, resolve, vllm_refuses
 from profiles.load import load_profile
+from support.cli import train_py
 
 REPO = Path(__file__).resolve().parents[2]
 GEMMA = REPO / "profiles" / "gpu-16gb-gemma3-1b.yaml"
@@ -120,13 +120,7 @@ def test_the_attempt_runs_the_profile_the_plan_chose(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_the_dry_run_shows_the_gemma_rung_without_vllm_on_a_t4_and_with_it_on_an_l4():
     def gemma(*card: str) -> dict:
-        done = subprocess.run(
-            [sys.executable, "train.py", "--auto", "--dry-run", "--json", "--ignore-ledger", *card],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        done = train_py("--auto", "--dry-run", "--json", "--ignore-ledger", *card, timeout=120)
         assert done.returncode == 0, done.stderr
         out = json.loads(done.stdout)
         return out, next(c for c in out["candidates"] if c["profile"] == "gpu-16gb-gemma3-1b")

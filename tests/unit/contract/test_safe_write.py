@@ -6,16 +6,13 @@ from __future__ import annotations
 import errno
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from contract.attempt import checkpoint_problem
 from contract.safe_write import append_line, disk_error_text, write_atomic
-
-ROOT = Path(__file__).resolve().parents[3]
+from support.cli import train_py
 
 
 def fill(folder: Path) -> None:
@@ -85,26 +82,19 @@ def test_write_atomic_keeps_the_old_file_when_the_disk_is_full(small_disk):
 def test_e2e_full_disk_ends_with_one_line_and_nothing_poisoned(small_disk, tmp_path, tiny_cache):
     env = {k: v for k, v in os.environ.items() if k not in ("FAKE_CHILD_PLAN", "GRPO_INJECT_OOM")}
     env["GRPO_TRAIN_CACHE"] = str(tiny_cache)  # the session's tiny model, off the small disk
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "train.py"),
-            "--auto",
-            "--set",
-            "max_steps=4",
-            "--set",
-            "save_steps=2",
-            "--set",
-            "eval_samples=0",
-            "--set",
-            "train_samples=16",
-            "--output-dir",
-            str(small_disk),
-        ],
-        cwd=ROOT,
+    done = train_py(
+        "--auto",
+        "--set",
+        "max_steps=4",
+        "--set",
+        "save_steps=2",
+        "--set",
+        "eval_samples=0",
+        "--set",
+        "train_samples=16",
+        "--output-dir",
+        str(small_disk),
         env=env,
-        capture_output=True,
-        text=True,
         timeout=600,
     )
     output = done.stdout + done.stderr

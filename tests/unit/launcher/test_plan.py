@@ -243,8 +243,6 @@ def test_console_script_plans_like_train_py():
         pytest.skip("the project is not installed in this environment (pip install -e .)")
     args = ["--auto", "--dry-run", "--json", "--gpu-memory", "24", "--gpu-name", "NVIDIA GeForce RTX 4090"]
     from_script = subprocess.run([script, *args], capture_output=True, text=True, timeout=60)
-    from_file = subprocess.run(
-        [sys.executable, str(REPO / "train.py"), *args], capture_output=True, text=True, cwd=REPO, timeout=60
-    )
+    from_file = run_cli(*args, timeout=60)
     assert from_script.returncode == from_file.returncode == 0, from_script.stderr
     assert json.loads(from_script.stdout)["chosen"] == json.loads(from_file.stdout)["chosen"] == "gpu-24gb-llama3.1-8b"

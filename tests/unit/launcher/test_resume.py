@@ -29,6 +29,7 @@ from launcher.plan.choose import make_plan
 from launcher.run.attempts import read_attempts
 from launcher.run.supervise import supervise
 from profiles.load import profile_from_dict
+from support.cli import start_train_py, train_py
 from support.fake_runs import CPU_SETTINGS, FAKE_CHILD
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -240,21 +241,14 @@ def test_an_attempt_given_a_damaged_checkpoint_refuses_it_before_loading(tmp_pat
     _whole_checkpoint(damaged)
     os.truncate(damaged / "adapter_model.safetensors", 10)
     env = {k: v for k, v in os.environ.items() if k not in ("FAKE_CHILD_PLAN", "GRPO_INJECT_OOM")}
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "train.py"),
-            "--profile",
-            str(ROOT / "profiles" / "cpu-tiny-4gen.yaml"),
-            "--attempt-dir",
-            str(tmp_path / "attempt"),
-            "--resume-from",
-            str(damaged),
-        ],
-        cwd=ROOT,
+    done = train_py(
+        "--profile",
+        str(ROOT / "profiles" / "cpu-tiny-4gen.yaml"),
+        "--attempt-dir",
+        str(tmp_path / "attempt"),
+        "--resume-from",
+        str(damaged),
         env=env,
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     assert done.returncode == 2, done.stderr[-3000:]
@@ -275,9 +269,8 @@ class _Run:
     the test."""
 
     def __init__(self, *args: str, env: dict):
-        self.proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "train.py"), *args],
-            cwd=ROOT,
+        self.proc = start_train_py(
+            *args,
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

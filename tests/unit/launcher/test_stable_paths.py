@@ -8,8 +8,6 @@ import errno
 import io
 import json
 import os
-import sys
-from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -20,6 +18,7 @@ from launcher.plan.choose import make_plan
 from launcher.run import folder
 from launcher.run.folder import FINAL, LATEST, follow, latest_run_dir, point, run_folder_of, stable_target
 from launcher.run.supervise import supervise
+from support.cli import train_py
 
 OOM_THEN_NEXT = {"a": {"do": "oom", "text": "torch_logits_gib.txt"}, "b": {"do": "ok"}}
 
@@ -111,30 +110,12 @@ def test_point_replaces_in_one_rename_and_never_a_real_folder(tmp_path):
 
 @pytest.mark.slow
 def test_train_resume_accepts_latest(tmp_path, monkeypatch, capsys):
-    import subprocess
-
     supervised(tmp_path, monkeypatch, {"a": {"do": "ok"}})
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(Path(__file__).resolve().parents[3] / "train.py"),
-            "train",
-            "--resume",
-            str(tmp_path / "out" / LATEST),
-            "--profiles-dir",
-            str(tmp_path / "none"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    result = train_py(
+        "train", "--resume", str(tmp_path / "out" / LATEST), "--profiles-dir", str(tmp_path / "none"), timeout=120
     )
     # the run is found through latest (its folder named in the error of the missing profiles folder, or
     # resumed); a path that is no run is refused by name
     assert "not a run folder" not in result.stderr
-    bad = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve().parents[3] / "train.py"), "train", "--resume", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    bad = train_py("train", "--resume", str(tmp_path), timeout=120)
     assert bad.returncode == 2 and "not a run folder" in bad.stderr

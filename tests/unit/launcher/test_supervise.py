@@ -34,6 +34,7 @@ from launcher.run.child import attempt_command
 from launcher.run.fallback import adjust_vllm_share, decide, next_profile, shrink_batch, shrink_for, shrink_optimizer
 from launcher.run.supervise import supervise
 from profiles.load import load_profile, profile_from_dict
+from support import cli
 from support.fake_runs import CPU_SETTINGS, FAKE_CHILD
 from support.waiting import wait_until
 
@@ -779,14 +780,7 @@ E2E_SETTINGS = ["--set", "max_steps=2", "--set", "save_steps=1", "--set", "eval_
 def train_py(tmp_path: Path, *args: str, env_extra: dict | None = None, timeout: int = 600):
     env = dict(os.environ, **(env_extra or {}))
     env.pop("FAKE_CHILD_PLAN", None)
-    return subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), "--auto", "--output-dir", str(tmp_path / "out"), *E2E_SETTINGS, *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=timeout,
-    )
+    return cli.train_py("--auto", "--output-dir", str(tmp_path / "out"), *E2E_SETTINGS, *args, env=env, timeout=timeout)
 
 
 def e2e_records(tmp_path: Path) -> list[dict]:
@@ -876,14 +870,7 @@ def test_e2e_two_processes_through_the_supervisor(tmp_path):
     env = dict(os.environ)
     for name in ("FAKE_CHILD_PLAN", "GRPO_INJECT_OOM", "GRPO_NUM_MACHINES", "CUDA_VISIBLE_DEVICES"):
         env.pop(name, None)
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), "--profile", str(path), "--output-dir", str(tmp_path / "out")],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=600,
-    )
+    done = cli.train_py("--profile", str(path), "--output-dir", str(tmp_path / "out"), env=env, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     records = e2e_records(tmp_path)
     assert [(r["profile"], r["status"], r["steps"]) for r in records] == [("cpu-tiny-pair", "ok", 2)]
@@ -897,27 +884,22 @@ def test_e2e_two_processes_through_the_supervisor(tmp_path):
 def test_e2e_sigterm_saves_and_exits_130(tmp_path):
     env = dict(os.environ)
     env.pop("FAKE_CHILD_PLAN", None)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            str(ROOT / "train.py"),
-            "--auto",
-            "--output-dir",
-            str(tmp_path / "out"),
-            "--set",
-            "max_steps=200",
-            "--set",
-            "save_steps=100",
-            "--set",
-            "eval_samples=0",
-            "--set",
-            "train_samples=32",
-        ],
+    proc = cli.start_train_py(
+        "--auto",
+        "--output-dir",
+        str(tmp_path / "out"),
+        "--set",
+        "max_steps=200",
+        "--set",
+        "save_steps=100",
+        "--set",
+        "eval_samples=0",
+        "--set",
+        "train_samples=32",
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        cwd=ROOT,
-        env=env,
     )
     lines = []
     for line in proc.stdout:  # wait until the trainer reports a finished step ("[NAME] step 1/200 ...")

@@ -190,8 +190,8 @@ def test_each_loss_type_and_level_trains_on_cpu(tmp_path, tiny_cache, loss, leve
     import json
     import math
     import os
-    import subprocess
-    import sys
+
+    from support.cli import train_py
 
     env = {**os.environ, "GRPO_TRAIN_CACHE": str(tiny_cache), "PYTHONUNBUFFERED": "1"}
     env.pop("GRPO_INJECT_OOM", None)
@@ -205,10 +205,10 @@ def test_each_loss_type_and_level_trains_on_cpu(tmp_path, tiny_cache, loss, leve
         "train_samples=32",
         "num_iterations=2" if loss == "grpo" else "beta=0.0",
     ]
-    argv = [sys.executable, str(REPO / "train.py"), "--profile", str(CPU), "--attempt-dir", str(attempt)]
+    args = ["--profile", str(CPU), "--attempt-dir", str(attempt)]
     for item in sets:
-        argv += ["--set", item]
-    result = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, timeout=900)
+        args += ["--set", item]
+    result = train_py(*args, env=env, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     summary = json.loads((attempt / "summary.json").read_text())
     held = summary["loss_settings"]  # read from the trainer's own config

@@ -5,8 +5,6 @@ an error message never builds the whole repr of a huge value."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,7 @@ from contract.errors import ProfileError
 from profiles import load as profile_load
 from profiles.keys import shown
 from profiles.load import MAX_YAML_DEPTH, load_profile, parse_overrides
+from support.cli import train_py
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -99,11 +98,10 @@ def test_the_command_line_refuses_them_with_exit_2_and_no_traceback(tmp_path):
     for name, text in (("laughs.yaml", laughs()), ("deep.yaml", "rewards: " + "{a: " * 2000 + "1" + "}" * 2000)):
         path = tmp_path / name
         path.write_text(text, encoding="utf-8")
-        done = subprocess.run(
-            [sys.executable, str(REPO / "train.py"), "plan", "--profile", str(path)],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
+        done = train_py(
+            "plan",
+            "--profile",
+            str(path),
             timeout=300,
             env=dict(os.environ, GRPO_TRAIN_LEDGER=str(tmp_path / "ledger.jsonl")),
         )

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from profiles.load import load_profile
+from support.cli import start_train_py, train_py
 from trainer.config import EVAL_TIME_SHARE, eval_interval
 from trainer.report import evaluation_figures
 
@@ -74,29 +74,22 @@ def train_env(tiny_cache):
 @pytest.mark.slow
 def test_the_curve_of_a_cpu_run(tmp_path, train_env):
     attempt_dir = tmp_path / "attempt-01"
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "train.py"),
-            "--profile",
-            str(SMALL),
-            "--attempt-dir",
-            str(attempt_dir),
-            "--set",
-            "max_steps=6",
-            "--set",
-            "eval_steps=2",
-            "--set",
-            "eval_samples=8",
-            "--set",
-            "train_samples=64",
-            "--set",
-            "save_steps=2",
-        ],
+    result = train_py(
+        "--profile",
+        str(SMALL),
+        "--attempt-dir",
+        str(attempt_dir),
+        "--set",
+        "max_steps=6",
+        "--set",
+        "eval_steps=2",
+        "--set",
+        "eval_samples=8",
+        "--set",
+        "train_samples=64",
+        "--set",
+        "save_steps=2",
         env=train_env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
         timeout=900,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -120,27 +113,22 @@ def test_the_curve_of_a_cpu_run(tmp_path, train_env):
 @pytest.mark.slow
 def test_a_signal_during_an_evaluation_stops_it_and_saves_the_step(tmp_path, train_env):
     attempt_dir = tmp_path / "attempt-sig"
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            str(REPO / "train.py"),
-            "--profile",
-            str(SMALL),
-            "--attempt-dir",
-            str(attempt_dir),
-            "--set",
-            "max_steps=50",
-            "--set",
-            "save_steps=50",
-            "--set",
-            "eval_steps=2",
-            "--set",
-            "eval_samples=200",
-            "--set",
-            "train_samples=64",
-        ],
+    process = start_train_py(
+        "--profile",
+        str(SMALL),
+        "--attempt-dir",
+        str(attempt_dir),
+        "--set",
+        "max_steps=50",
+        "--set",
+        "save_steps=50",
+        "--set",
+        "eval_steps=2",
+        "--set",
+        "eval_samples=200",
+        "--set",
+        "train_samples=64",
         env=train_env,
-        cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

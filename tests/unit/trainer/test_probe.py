@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
+from support.cli import REPO, train_py
+
 SMALL = REPO / "profiles" / "cpu-tiny-4gen.yaml"
 QUICK = ["max_steps=1", "save_steps=1", "eval_samples=2", "train_samples=48"]
 BACKENDS = {"unsloth-cpu": {}, "transformers": {"GRPO_TRAIN_NO_UNSLOTH": "1"}}
@@ -235,23 +236,7 @@ def test_report_line_names_the_probe():
 def _attempt(attempt_dir: Path, env: dict, *overrides: str, resume_from: Path | None = None):
     sets = [arg for pair in overrides for arg in ("--set", pair)]
     resume = ["--resume-from", str(resume_from)] if resume_from else []
-    return subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "train.py"),
-            "--profile",
-            str(SMALL),
-            "--attempt-dir",
-            str(attempt_dir),
-            *sets,
-            *resume,
-        ],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return train_py("--profile", str(SMALL), "--attempt-dir", str(attempt_dir), *sets, *resume, env=env, timeout=300)
 
 
 @pytest.mark.slow
