@@ -41,18 +41,20 @@ plan: venv
 
 # The suite runs in one process per core (pytest-xdist; TEST_WORKERS=0 runs it in this process alone), and
 # each training run on one torch thread: two runs' threads on the same cores wait on each other (steps of 2 s
-# took 6-23 s that way). pytest exits 5 when it collected no test: that is a failure here, not a pass.
+# took 6-23 s that way). Work stealing: a worker left without tests takes half of the other's queue (plain
+# `load` left one worker idle for minutes while the other ran its queue of long runs alone; with the slow tests
+# scheduled first, tests/conftest.py). pytest exits 5 when it collected no test: that is a failure here, not a pass.
 TEST_WORKERS ?= auto
 TEST_THREADS ?= 1
 test: venv vllm-side llama-cpp
-	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -q -n $(TEST_WORKERS) --durations=20; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
+	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=20; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
 
 # The unit tests of every package, on every core (no training run, no subprocess of train.py).
 test-unit: venv
-	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow" tests/unit
+	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not slow" tests/unit
 
 test-fast: venv vllm-side llama-cpp
-	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow"
+	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not slow"
 
 # ruff's checks, its formatter's verdict and mypy's type check (each configured in pyproject.toml); CI fails on any.
 lint: venv

@@ -70,7 +70,8 @@ def test_a_signal_to_the_process_group_stops_it_keeping_what_was_measured(tmp_pa
         ("b", "interrupted", False),
     ]
     (folder,) = out.glob("calibrate-*")
-    assert json.loads((folder / "probe-02-b" / "signals.json").read_text())[0] == int(signals[0])  # forwarded
+    # forwarded, as SIGTERM whichever came (a SIGINT in an attempt's first imports ends it with a traceback)
+    assert json.loads((folder / "probe-02-b" / "signals.json").read_text())[0] == int(signal.SIGTERM)
     assert [(e["profile"], e["status"], e["peak_gib"]) for e in ledger_lines(tmp_path / "ledger.jsonl")] == [
         ("a", "probe-ok", 0.42)
     ]
