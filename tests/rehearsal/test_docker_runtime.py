@@ -206,12 +206,21 @@ def test_a_hugging_face_cache_mount_the_user_cannot_write_is_named_before_any_do
 
 
 @pytest.mark.slow
-def test_two_runs_as_another_uid_share_the_ledger_on_the_volume(base):
+def test_two_runs_as_another_uid_share_the_ledger_on_the_volume(base, tiny_cache, tiny_seed):
     """The whole documented sequence as uid 1234 on the CPU: `train` trains the tiny model into the user's
-    outputs folder and records the attempt in the ledger on the cache volume; the next `plan` reads it."""
+    outputs folder and records the attempt in the ledger on the cache volume; the next `plan` reads it. The
+    volume already holds the tiny model, as an earlier run by that uid left it (the session's build, copied:
+    the build itself is the same code as every CPU run's)."""
+    from tiny_model.build import build_key, tiny_shape
+
     root = image_root(base)
     outputs = host_folder(base, "outputs", OTHER_UID)
     env = image_env(root)
+    model = f"tiny-{build_key('arithmetic', tiny_seed, tiny_shape())}"
+    volume = root / "home" / "app" / ".cache" / "grpo-train"
+    shutil.copytree(tiny_cache / model, volume / model)
+    for path in [volume, *volume.rglob("*")]:
+        os.chown(path, OTHER_UID, OTHER_UID)
     done = train_py_as(
         OTHER_UID,
         "train",

@@ -184,19 +184,25 @@ RUNS = [
 ]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("loss, level", RUNS)
-def test_each_loss_type_and_level_trains_on_cpu(tmp_path, tiny_cache, loss, level):
-    import json
-    import math
-    import os
+# The nine attempts run one after another in one child process (as test_probe's pair does): each is the real
+# attempt (trainer.run.run_attempt on the profile with its --set values), without nine interpreter starts and
+# library imports.
+_ATTEMPTS = """
+import json, sys
+from pathlib import Path
+from commands.attempt import model_to_load
+from profiles.load import load_profile
+from trainer.run import run_attempt
 
-    from support.cli import train_py
+out, profile_path, runs = Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
+for name, sets in runs.items():
+    code = run_attempt(load_profile(profile_path, sets), out / name, resolve_model=model_to_load)
+    print(json.dumps({"attempt": name, "exit": code}), flush=True)
+"""
 
-    env = {**os.environ, "GRPO_TRAIN_CACHE": str(tiny_cache), "PYTHONUNBUFFERED": "1"}
-    env.pop("GRPO_INJECT_OOM", None)
-    attempt = tmp_path / "attempt-01"
-    sets = [
+
+def _sets(loss: str, level: str) -> list[str]:
+    return [
         f"loss_type={loss}",
         f"importance_sampling_level={level}",
         "max_steps=2",
@@ -205,11 +211,44 @@ def test_each_loss_type_and_level_trains_on_cpu(tmp_path, tiny_cache, loss, leve
         "train_samples=32",
         "num_iterations=2" if loss == "grpo" else "beta=0.0",
     ]
-    args = ["--profile", str(CPU), "--attempt-dir", str(attempt)]
-    for item in sets:
-        args += ["--set", item]
-    result = train_py(*args, env=env, timeout=900)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def loss_attempts(tmp_path_factory, tiny_cache) -> tuple[Path, dict[str, int], str]:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path_factory.mktemp("loss-types")
+    env = {**os.environ, "GRPO_TRAIN_CACHE": str(tiny_cache), "PYTHONUNBUFFERED": "1"}
+    env.pop("GRPO_INJECT_OOM", None)
+    runs = {f"{loss}-{level}": _sets(loss, level) for loss, level in RUNS}
+    done = subprocess.run(
+        [sys.executable, "-c", _ATTEMPTS, str(out), str(CPU), json.dumps(runs)],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    codes = {}
+    for line in done.stdout.splitlines():
+        if line.startswith('{"attempt"'):
+            row = json.loads(line)
+            codes[row["attempt"]] = row["exit"]
+    return out, codes, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loss, level", RUNS)
+def test_each_loss_type_and_level_trains_on_cpu(loss_attempts, loss, level):
+    import json
+    import math
+
+    out, codes, output = loss_attempts
+    attempt = out / f"{loss}-{level}"
+    assert codes.get(attempt.name) == 0, output
     summary = json.loads((attempt / "summary.json").read_text())
     held = summary["loss_settings"]  # read from the trainer's own config
     assert (held["loss_type"], held["importance_sampling_level"]) == (loss, level)
