@@ -66,6 +66,10 @@ def image_env(root: Path) -> dict:
                 break
         env[name] = value
     env.update(PATH=os.environ.get("PATH", ""), COLUMNS="400", HF_HUB_OFFLINE="1")
+    # the suite's thread policy (`make test`: one torch thread a run), or a run on every core beside the other
+    # worker's takes ten times as long
+    if "OMP_NUM_THREADS" in os.environ:
+        env["OMP_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"]
     return env
 
 
