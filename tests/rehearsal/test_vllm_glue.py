@@ -141,8 +141,11 @@ print(json.dumps({
 
 
 @pytest.fixture(scope="module")
-def vllm_facts() -> dict:
-    return probe(VLLM_FACTS)
+def vllm_facts(tmp_path_factory) -> dict:
+    from support.once import once_per_run
+
+    # once for the whole run (vLLM's import is seconds), whichever pytest-xdist workers get the module's tests
+    return once_per_run(tmp_path_factory, "vllm-facts", lambda folder: probe(VLLM_FACTS))[1]
 
 
 def test_the_side_folder_holds_the_pinned_vllm(vllm_facts):

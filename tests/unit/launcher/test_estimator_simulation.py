@@ -53,19 +53,25 @@ TOLERANCE = 0.10
 
 
 @pytest.fixture(scope="module")
-def simulated():
-    configs = [[model, rank, gc, BATCH, prompt, completion] for model, rank, gc, prompt, completion in SUBSET]
-    start = time.perf_counter()
-    result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.step_simulation", json.dumps(configs)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    parts = json.loads(result.stdout.strip().splitlines()[-1])
-    print(f"simulated {len(SUBSET)} steps in {time.perf_counter() - start:.1f} s")
+def simulated(tmp_path_factory):
+    from support.once import once_per_run
+
+    def simulate(folder: Path) -> list:
+        configs = [[model, rank, gc, BATCH, prompt, completion] for model, rank, gc, prompt, completion in SUBSET]
+        start = time.perf_counter()
+        result = subprocess.run(
+            [sys.executable, "-m", "benchmarks.step_simulation", json.dumps(configs)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        print(f"simulated {len(SUBSET)} steps in {time.perf_counter() - start:.1f} s")
+        return json.loads(result.stdout.strip().splitlines()[-1])
+
+    # once for the whole run: the module's tests may be spread over several pytest-xdist workers
+    _, parts = once_per_run(tmp_path_factory, "step-simulation", simulate)
     return dict(zip(SUBSET, parts))
 
 

@@ -220,24 +220,28 @@ def loss_attempts(tmp_path_factory, tiny_cache) -> tuple[Path, dict[str, int], s
     import subprocess
     import sys
 
-    out = tmp_path_factory.mktemp("loss-types")
-    env = {**os.environ, "GRPO_TRAIN_CACHE": str(tiny_cache), "PYTHONUNBUFFERED": "1"}
-    env.pop("GRPO_INJECT_OOM", None)
-    runs = {f"{loss}-{level}": _sets(loss, level) for loss, level in RUNS}
-    done = subprocess.run(
-        [sys.executable, "-c", _ATTEMPTS, str(out), str(CPU), json.dumps(runs)],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    codes = {}
-    for line in done.stdout.splitlines():
-        if line.startswith('{"attempt"'):
-            row = json.loads(line)
-            codes[row["attempt"]] = row["exit"]
-    return out, codes, done.stdout[-3000:] + done.stderr[-3000:]
+    from support.once import once_per_run
+
+    def attempts(out: Path) -> dict:
+        env = {**os.environ, "GRPO_TRAIN_CACHE": str(tiny_cache), "PYTHONUNBUFFERED": "1"}
+        env.pop("GRPO_INJECT_OOM", None)
+        runs = {f"{loss}-{level}": _sets(loss, level) for loss, level in RUNS}
+        done = subprocess.run(
+            [sys.executable, "-c", _ATTEMPTS, str(out), str(CPU), json.dumps(runs)],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+        rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith('{"attempt"')]
+        return {
+            "codes": {row["attempt"]: row["exit"] for row in rows},
+            "output": done.stdout[-3000:] + done.stderr[-3000:],
+        }
+
+    out, result = once_per_run(tmp_path_factory, "loss-types", attempts)
+    return out, result["codes"], result["output"]
 
 
 @pytest.mark.slow
