@@ -19,20 +19,28 @@ STOP_GRACE_S = 10.0  # a child told to stop (SIGINT) gets this long before SIGKI
 SETTLE_S = 10.0  # SIGKILL is delivered at once, but a loaded machine may take a moment to run the deaths
 
 
-def group_members(pgid: int) -> dict[int, str]:
-    """{pid: state letter} of the live processes in process group `pgid` (from /proc; empty where there is none)."""
-    members = {}
+def process_stats() -> dict[int, list[str]]:
+    """{pid: the fields of /proc/PID/stat after the command} for every process (empty where there is no /proc):
+    [0] state, [1] ppid, [2] pgrp, ... [11] utime, [12] stime, [13] cutime, [14] cstime, in clock ticks."""
+    stats = {}
     for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
         if not entry.name.isdigit():
             continue
         try:
             # pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses, so read after its last ")"
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            stats[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            members[int(entry.name)] = fields[0]
-    return members
+    return stats
+
+
+def group_members(pgid: int) -> dict[int, str]:
+    """{pid: state letter} of the live processes in process group `pgid` (empty where there is none)."""
+    return {
+        pid: fields[0]
+        for pid, fields in process_stats().items()
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X")
+    }
 
 
 def end_group(pgid: int) -> dict[int, str]:

@@ -62,19 +62,12 @@ def wait_until(
 def process_tree_cpu_s(pid: int) -> float:
     """CPU seconds (user and system) used so far by process `pid` and every live process below it: a clock of the
     work a run has done, which a loaded machine slows down as much as the run itself."""
+    from measure.processes import process_stats
+
     ticks = os.sysconf("SC_CLK_TCK")
-    parents: dict[int, int] = {}
-    used: dict[int, float] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        # after the command: state ppid ... utime (12th) stime (13th) cutime cstime (counted from state as 0)
-        parents[int(entry.name)] = int(fields[1])
-        used[int(entry.name)] = sum(int(value) for value in fields[11:15]) / ticks
+    stats = process_stats()
+    parents = {member: int(fields[1]) for member, fields in stats.items()}
+    used = {member: sum(int(value) for value in fields[11:15]) / ticks for member, fields in stats.items()}
     tree, frontier = {pid}, [pid]
     while frontier:
         parent = frontier.pop()
