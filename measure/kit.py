@@ -34,12 +34,14 @@ from measure import report as tables
 from measure.cases import CPU_TIMED_LENGTHS, GPU_TIMED_LENGTHS, PLAIN, UNSLOTH, plan_cases
 from measure.child import KIT_FILE
 from measure.oom_check import OFFLINE, oom_fallback_on_cpu
-from measure.processes import Stopper, import_check, log_tail, run_bounded, versions
+from measure.processes import STOP_WORST_S, Stopper, import_check, log_tail, run_bounded, versions
 
 # One call of a GPU machine is 600 s; the install before the kit takes some of it (scripts/gpu-kit.sh).
 BUDGET_S = 540.0
 PROBE_TIMEOUT_S = 240.0
-FINISH_RESERVE_S = 15.0  # stopping a child that ran past its time, and the last report
+# stopping a child that ran past its time at worst, then removing its random weights and writing the last report
+# (an H100 call with 15 s kept for this ended 5 s past its budget: the 14B's stop and removal took 20 s)
+FINISH_RESERVE_S = STOP_WORST_S + 10.0
 MAX_FAILURE_LOGS = 2  # a failed probe's whole log beside the table (one call returns at most 8 files)
 MIN_PROBE_S = 45.0  # less than this left: a probe could not even import its libraries
 GPU_OOM_LEFT_OUT = (

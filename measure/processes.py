@@ -17,6 +17,8 @@ from measure.cases import REPO
 
 STOP_GRACE_S = 10.0  # a child told to stop (SIGINT) gets this long before SIGKILL
 SETTLE_S = 10.0  # SIGKILL is delivered at once, but a loaded machine may take a moment to run the deaths
+# the longest a child told to stop can keep run_bounded: SIGINT's grace, SIGKILL's wait, the group's deaths
+STOP_WORST_S = 2 * STOP_GRACE_S + SETTLE_S
 
 
 def process_stats() -> dict[int, list[str]]:

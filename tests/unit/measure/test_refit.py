@@ -32,14 +32,16 @@ def test_the_h100_table_refits_the_launch_cost_to_unsloths_generate():
     result = _refit(H100, "--path", "unsloth", "--constants", "KERNEL_LAUNCH_S")
     assert result["card_known"] and result["fitted"] == ["KERNEL_LAUNCH_S"]
     launch = result["constants"]["KERNEL_LAUNCH_S"]
-    assert 0.0009 < launch["after"] < 0.0012  # about 1 ms a layer a decode step, measured
+    # 1.66 ms a layer a decode step: generate() called plainly after the training steps (the shipped 1.1 ms was
+    # fitted to the published runs, whose rollouts go through Unsloth's own generation context)
+    assert 0.0014 < launch["after"] < 0.0019
     assert _factor(result, "after") <= _factor(result, "before")
     # the other constants are kept as they are
     assert all(
         pair["before"] == pair["after"] for name, pair in result["constants"].items() if name != "KERNEL_LAUNCH_S"
     )
-    # steps taken in Unsloth's inference mode (the probe before it switched to training mode) are not fitted
-    assert result["left_out"] and all(item["kind"] == "training" for item in result["left_out"])
+    # every Unsloth step was warmed at its shape and taken in training mode: none is left out
+    assert result["left_out"] == []
     assert {"all", "clean"} <= set(result["published_errors"]["after"])
 
 
@@ -50,9 +52,12 @@ def test_every_constant_refits_and_the_memory_terms_come_by_component():
     assert _factor(result, "after") <= _factor(result, "before")
     terms = {(t["path"], t["component"]): t for t in result["memory"]}
     # the CUDA context and the weights were read as estimated; the step's terms are the ones that move
-    assert 0.9 < terms[("unsloth", "cuda_context")]["median_measured_over_estimate"] < 1.1
+    assert 0.95 < terms[("trl+peft", "cuda_context")]["median_measured_over_estimate"] < 1.05
+    assert 1.05 < terms[("unsloth", "cuda_context")]["median_measured_over_estimate"] < 1.15  # 0.82 GiB, not 0.75
     assert 0.85 < terms[("trl+peft", "weights")]["median_measured_over_estimate"] < 1.1
-    assert terms[("unsloth", "forward")]["note"]  # inference mode: not the training pass's own figure
+    # Unsloth's training pass, measured in training mode (checkpointing on): near the estimate, no caveat
+    forward = terms[("unsloth", "forward")]
+    assert not forward["note"] and 0.7 < forward["median_measured_over_estimate"] < 1.8
 
 
 @pytest.mark.slow
