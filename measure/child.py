@@ -160,6 +160,32 @@ def _left_padded(prompts: list[list[int]], pad: int, device):
     return ids.to(device), mask.to(device), width
 
 
+# the trainer's methods that generate, the first one found is read (TRL 1.x: _generate_single_turn)
+GENERATING_METHODS = ("_generate_single_turn", "_generate")
+
+
+def generation_unwrap(trainer):
+    """The context the trainer generates its completions in: `unwrap_model_for_generation` as the method that
+    generates sees it (Unsloth rebinds it to its own, which switches the model to inference mode and decodes
+    with CUDA graphs, then back to training mode), so that a timed wave is one generation as the trainer runs
+    it. (a function of the trainer returning that context, its dotted name)."""
+    import sys
+    from contextlib import nullcontext
+
+    spaces = [getattr(getattr(type(trainer), name, None), "__globals__", None) for name in GENERATING_METHODS]
+    spaces += [
+        vars(module)
+        for name in (type(trainer).__module__, "trl.trainer.grpo_trainer")
+        if (module := sys.modules.get(name))
+    ]
+    for space in spaces:
+        unwrap = (space or {}).get("unwrap_model_for_generation")
+        if callable(unwrap):
+            dotted = f"{getattr(unwrap, '__module__', '?')}.{getattr(unwrap, '__qualname__', 'unwrap')}"
+            return (lambda t, bound=unwrap: bound(getattr(t, "model_wrapped", t.model), t.accelerator)), dotted
+    return (lambda t: nullcontext(t.accelerator.unwrap_model(t.model))), "accelerator.unwrap_model"
+
+
 def timed_waves(trainer, loaded, lengths, reader: MemoryReader) -> list[dict]:
     """One generation wave (the generation batch TRL generates at once, every completion exactly `length`
     tokens) per length, after an untimed short wave (decoding compiles nothing per length: an H100 gave the same
@@ -177,12 +203,12 @@ def timed_waves(trainer, loaded, lengths, reader: MemoryReader) -> list[dict]:
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     prompts = longest_prompts(loaded.train_rows, tokenizer, wave, generations, getattr(loaded, "switches", None))
     ids, mask, width = _left_padded(prompts, pad, next(model.parameters()).device)
-    generator = trainer.accelerator.unwrap_model(model)
     was_training = model.training
+    generation_context, through = generation_unwrap(trainer)
 
     def one_wave(length: int):
         def run() -> list[int]:
-            with torch.no_grad():
+            with torch.no_grad(), generation_context(trainer) as generator:
                 generated = generator.generate(
                     input_ids=ids,
                     attention_mask=mask,
@@ -217,6 +243,7 @@ def timed_waves(trainer, loaded, lengths, reader: MemoryReader) -> list[dict]:
                     "seconds": timed["seconds"],
                     "tokens_per_s": timed["tokens_per_s"],
                     "warmed_at_this_shape": False,
+                    "through": through,
                     "peak_above_start_gib": _r(reader.peak() - base),
                     "peak_above_before_waves_gib": _r(max(reader.peak() - before_waves, warm_peak)),
                     "held_after_gib": _r(reader.allocated() - before_waves),

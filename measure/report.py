@@ -308,7 +308,9 @@ def markdown(report: dict) -> str:
             "",
             "Seconds, measured / predicted by the step-time model at exactly that shape (sequences at once, "
             "prompt and completion tokens): one generation wave by transformers' generate, every completion "
-            "exactly that long, and one training step (loss, backward, optimizer) over one micro-batch.",
+            "exactly that long, in the context the trainer generates in (a row's `through` in the JSON; Unsloth's "
+            "switches to inference mode and decodes with CUDA graphs), and one training step (loss, backward, "
+            "optimizer) over one micro-batch.",
             "",
             "| architecture | path | precision | sequences x prompt | wave: tokens, measured / predicted | "
             "step: tokens, measured / predicted |",

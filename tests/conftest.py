@@ -163,7 +163,8 @@ def tiny_tools_model(tiny_cache, tiny_seed) -> Path:
         "print(ensure_tiny_tools('arithmetic', seed=int(sys.argv[1])))"
     )
     env = {**os.environ, "GRPO_TRAIN_CACHE": str(tiny_cache)}
-    with open(tiny_cache / ".build.lock", "w") as lock:
+    # a lock of its own: the workers that only need the base model do not wait for this build
+    with open(tiny_cache / ".build-tools.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         result = subprocess.run(
             [sys.executable, "-c", code, str(tiny_seed)],

@@ -168,6 +168,8 @@ def test_the_documented_call_runs_as_written_and_leaves_its_files_in_out(tmp_pat
         assert [w["completion_tokens"] for w in timed["generation"]] == report["lengths_timed"]
         assert all(e["seconds"] > 0 and e["predicted_s"] > 0 for e in timed["generation"] + timed["training"])
         assert timed["predicted"]["completion_tokens"] == max(report["lengths_timed"])
+        # generated as the trainer generates: through the unwrap its generating method binds
+        assert all(w["through"].endswith("unwrap_model_for_generation") for w in timed["generation"])
         assert {c["component"] for c in row["component_rows"]} >= {"weights", "lora", "forward", "optimizer"}
         assert row["measured"]["peak_gib"] > 0 and 0.2 < row["measured_over_estimate"] < 5
         assert f"| tiny | {row['path']} | float32 | adamw_torch |" in table
