@@ -34,6 +34,15 @@ PROFILE = REPO / "profiles" / "cpu-tiny-8gen.yaml"
 GENERATIONS = 8
 
 
+def default_prompts() -> int:
+    """The prompts per step the CPU default runs, read from its profile."""
+    sys.path.insert(0, str(REPO))
+    from profiles.load import load_profile
+
+    profile = load_profile(PROFILE)
+    return profile.effective_batch // profile.num_generations
+
+
 def run(prompts: int, seed: int, hours: float, held_out: int, out: Path) -> dict:
     """One budgeted run; its summary's figures."""
     sets = [
@@ -148,7 +157,7 @@ def main() -> int:
     best = max(means, key=means.get)
     updates = {p: statistics.mean(r["updates_per_minute"] for r in rows if r["prompts"] == p) for p in prompts}
     planned = max(prompts, key=lambda p: updates[p] * p / (p + b))  # the objective with the fitted B
-    profile_prompts = 8  # profiles/cpu-tiny-8gen.yaml: 64 completions of 8 generations
+    profile_prompts = default_prompts()
     spread = {p: statistics.pstdev(r["gain_per_minute"] for r in rows if r["prompts"] == p) for p in prompts}
     close = [p for p in prompts if means[p] >= means[best] - spread[best]]
     lines = [
@@ -167,7 +176,7 @@ def main() -> int:
         f"- best measured: P = {best} ({100 * means[best]:+.2f} points a minute, mean of the seeds)",
         f"- the objective with the fitted B chooses P = {planned} ({100 * means[planned]:+.2f}, "
         f"{means[planned] / means[best]:.2f} of the best)",
-        f"- the CPU default (profiles/cpu-tiny-8gen.yaml) runs P = {profile_prompts} "
+        f"- the CPU default ({PROFILE.relative_to(REPO)}) runs P = {profile_prompts} "
         f"({100 * means[profile_prompts]:+.2f}, {means[profile_prompts] / means[best]:.2f} of the best)"
         if profile_prompts in means
         else "",

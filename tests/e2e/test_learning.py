@@ -92,7 +92,7 @@ def test_well_formed_share_counts_full_layouts_only():
 
 # ------------------------------------------------------------------ the learning regression test
 
-SHORT_RUN_STEPS = 150  # the profile's settings, fewer steps: the gain must show well before the profile's end
+SHORT_RUN_STEPS = 75  # the profile's settings, fewer steps: the gain must show well before the profile's end
 LEARNING_STEPS = os.environ.get("GRPO_LEARNING_TEST_STEPS", "")  # longer runs by hand, e.g. 300
 OTHER_SEED = 2  # not the profile's: where the former fixed warm start left GRPO nothing to learn (+0.5 points)
 

@@ -69,8 +69,8 @@ def test_the_training_split_is_counted_without_loading_it(tmp_path):
 def test_an_attempt_started_by_hand_gets_a_run_length():
     profile = load_profile(PROFILES / "cpu-tiny-8gen.yaml", ["max_steps=auto"])
     assert profile.max_steps == 0
-    # 2,000 training problems at 8 prompts a step: one epoch
-    assert with_run_length(profile).max_steps == 250
+    # 2,000 training problems at 16 prompts a step: one epoch
+    assert with_run_length(profile).max_steps == 125
 
 
 def test_no_default_plan_of_the_shipped_ladder_predicts_more_than_the_default_hours():
