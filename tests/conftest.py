@@ -121,61 +121,51 @@ TEST_MODEL_CACHE = Path(os.environ.get("GRPO_TEST_CACHE") or REPO / ".cache" / "
 READY_MARK = ".session-ready"
 
 
-@pytest.fixture(scope="session")
-def tiny_cache(tiny_seed) -> Path:
-    """A model cache (GRPO_TRAIN_CACHE) shared by the CPU runs, holding the CPU profiles' tiny model, warm start
-    included, built here (or found from an earlier test run) so that no run pays for the build inside its own
-    time limit. Built in a child process, as train.py builds it, so this process imports no torch/Unsloth for
-    it. `READY_MARK` is touched when it is ready: a folder newer than the mark was built by a run."""
+def _build_under_lock(code: str, seed: int, root: Path, lock_name: str) -> Path:
+    """Run `code` (which prints the folder it built or found) in a child process, as train.py builds a model,
+    holding `root/lock_name`: one build for all the suite's processes (pytest-xdist's workers), the others wait,
+    then find it built. This process imports no torch/Unsloth for it."""
     import fcntl
 
-    root = TEST_MODEL_CACHE
     root.mkdir(parents=True, exist_ok=True)
-    code = (
-        "import sys; from tiny_model.build import ensure_tiny; print(ensure_tiny('arithmetic', seed=int(sys.argv[1])))"
-    )
-    env = {**os.environ, "GRPO_TRAIN_CACHE": str(root)}
-    # one build for all the suite's processes (pytest-xdist's workers): the others wait, then find it built
-    with open(root / ".build.lock", "w") as lock:
+    with open(root / lock_name, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         result = subprocess.run(
-            [sys.executable, "-c", code, str(tiny_seed)],
+            [sys.executable, "-c", code, str(seed)],
             cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=TINY_BUILD_TIMEOUT_S,
-        )
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-        assert Path(result.stdout.strip().splitlines()[-1]).parent == root
-        (root / READY_MARK).touch()
-    return root
-
-
-@pytest.fixture(scope="session")
-def tiny_tools_model(tiny_cache, tiny_seed) -> Path:
-    """The CPU profiles' tiny model with the tool-call markup and its tool-using warm start
-    (tiny_model.tool_variant), built in the same cache and in a child process, as tiny_cache builds its model."""
-    import fcntl
-
-    code = (
-        "import sys; from tiny_model.tool_variant import ensure_tiny_tools; "
-        "print(ensure_tiny_tools('arithmetic', seed=int(sys.argv[1])))"
-    )
-    env = {**os.environ, "GRPO_TRAIN_CACHE": str(tiny_cache)}
-    # a lock of its own: the workers that only need the base model do not wait for this build
-    with open(tiny_cache / ".build-tools.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        result = subprocess.run(
-            [sys.executable, "-c", code, str(tiny_seed)],
-            cwd=REPO,
-            env=env,
+            env={**os.environ, "GRPO_TRAIN_CACHE": str(root)},
             capture_output=True,
             text=True,
             timeout=TINY_BUILD_TIMEOUT_S,
         )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return Path(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def tiny_cache(tiny_seed) -> Path:
+    """A model cache (GRPO_TRAIN_CACHE) shared by the CPU runs, holding the CPU profiles' tiny model, warm start
+    included, built here (or found from an earlier test run) so that no run pays for the build inside its own
+    time limit. `READY_MARK` is touched when it is ready: a folder newer than the mark was built by a run."""
+    root = TEST_MODEL_CACHE
+    code = (
+        "import sys; from tiny_model.build import ensure_tiny; print(ensure_tiny('arithmetic', seed=int(sys.argv[1])))"
+    )
+    assert _build_under_lock(code, tiny_seed, root, ".build.lock").parent == root
+    (root / READY_MARK).touch()
+    return root
+
+
+@pytest.fixture(scope="session")
+def tiny_tools_model(tiny_cache, tiny_seed) -> Path:
+    """The CPU profiles' tiny model with the tool-call markup and its tool-using warm start
+    (tiny_model.tool_variant), built in the same cache, as tiny_cache builds its model; under a lock of its own,
+    so that the workers that only need the base model do not wait for this build."""
+    code = (
+        "import sys; from tiny_model.tool_variant import ensure_tiny_tools; "
+        "print(ensure_tiny_tools('arithmetic', seed=int(sys.argv[1])))"
+    )
+    return _build_under_lock(code, tiny_seed, tiny_cache, ".build-tools.lock")
 
 
 def pytest_collection_modifyitems(config, items):

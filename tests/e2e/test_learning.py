@@ -107,7 +107,7 @@ def test_grpo_raises_held_out_accuracy_well_above_the_warm_start(
     which, tmp_path, tiny_cache, tiny_seed, record_property
 ):
     """Held-out accuracy (200 problems, greedy) after GRPO must beat the warm start by 10 points or more.
-    "the default": `python train.py --auto` without a GPU, exactly as a user runs it (the CPU ladder's first
+    "the default": `python train.py train` without a GPU, exactly as a user runs it (the CPU ladder's first
     rung at the profile's seed, its tiny model built once for the session); it also leaves its adapter, report
     and plots, and its sampled answers get right more often and stay well-formed. "other seed": a shorter
     seeded run of the CPU default at another seed, its own tiny model built inside the run."""
@@ -117,7 +117,7 @@ def test_grpo_raises_held_out_accuracy_well_above_the_warm_start(
         env.pop(name, None)
     if which == "the default":
         env["CUDA_VISIBLE_DEVICES"] = ""
-        args = ["--auto", "--output-dir", str(tmp_path / "out")]
+        args = ["train", "--output-dir", str(tmp_path / "out")]
         if LEARNING_STEPS:
             args += ["--set", f"max_steps={LEARNING_STEPS}"]
     else:
