@@ -26,15 +26,24 @@ def gpu_gib(text: str) -> float:
     return value
 
 
-def gpu_count(text: str) -> int:
-    """--gpus: a whole number of GPUs from 1 to MAX_GPUS."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of GPUs") from None
-    if not 1 <= value <= MAX_GPUS:
-        raise argparse.ArgumentTypeError(f"--gpus {text}: must be 1 or more (and at most {MAX_GPUS})")
-    return value
+def _whole_count(option: str, noun: str):
+    """The argparse type of `option`: a whole number of `noun` from 1 to MAX_GPUS."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of {noun}") from None
+        if not 1 <= value <= MAX_GPUS:
+            raise argparse.ArgumentTypeError(f"{option} {text}: must be 1 or more (and at most {MAX_GPUS})")
+        return value
+
+    parse.__name__ = f"{noun} count"  # argparse names the type by it in its own errors
+    return parse
+
+
+gpu_count = _whole_count("--gpus", "GPUs")
+node_count = _whole_count("--nodes", "nodes")
 
 
 def add_card(parser: argparse.ArgumentParser) -> None:
@@ -57,17 +66,6 @@ def add_card(parser: argparse.ArgumentParser) -> None:
         type=gpu_count,
         help="plan for N GPUs (with --gpu-memory: N such cards; else the first N found)",
     )
-
-
-def node_count(text: str) -> int:
-    """--nodes: a whole number of nodes from 1 to MAX_GPUS."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of nodes") from None
-    if not 1 <= value <= MAX_GPUS:
-        raise argparse.ArgumentTypeError(f"--nodes {text}: must be 1 or more (and at most {MAX_GPUS})")
-    return value
 
 
 def add_nodes(parser: argparse.ArgumentParser) -> None:
