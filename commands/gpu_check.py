@@ -56,13 +56,14 @@ def _seconds(low: float):
 
 
 def add_arguments(parser) -> None:
-    from measure.kit import BUDGET_S, PROBE_TIMEOUT_S
+    from measure.kit import BUDGET_S, MIN_BUDGET_S, PROBE_TIMEOUT_S
 
     parser.add_argument(
         "--budget-s",
-        type=_seconds(60.0),
+        type=_seconds(MIN_BUDGET_S),
         default=BUDGET_S,
-        help="everything, the last table included, ends within this many seconds (default %(default)g)",
+        help=f"everything, the last table included, ends within this many seconds (at least {MIN_BUDGET_S:g}: one "
+        "probe and the finish; default %(default)g)",
     )
     parser.add_argument(
         "--probe-timeout-s",

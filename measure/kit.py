@@ -44,6 +44,8 @@ PROBE_TIMEOUT_S = 240.0
 FINISH_RESERVE_S = STOP_WORST_S + 10.0
 MAX_FAILURE_LOGS = 2  # a failed probe's whole log beside the table (one call returns at most 8 files)
 MIN_PROBE_S = 45.0  # less than this left: a probe could not even import its libraries
+# the shortest budget in which one probe can run at all: a smaller one would end with every row "not run"
+MIN_BUDGET_S = MIN_PROBE_S + FINISH_RESERVE_S
 GPU_OOM_LEFT_OUT = (
     "on a GPU the check needs a rung the planner accepts that still runs out of memory, which only an estimate "
     "too low makes; the probes above hold every estimate against the card instead, and the fallback itself is "

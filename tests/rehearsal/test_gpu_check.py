@@ -39,6 +39,7 @@ def _kit(*args, env=None, timeout=60):
         ("--budget-s", "1e308"),
         ("--budget-s", "nan"),
         ("--budget-s", "-5"),
+        ("--budget-s", "84"),  # under MIN_BUDGET_S: not one probe could run, every row would say "not run"
         ("--probe-timeout-s", "inf"),
         ("--probe-timeout-s", "abc"),
     ],

@@ -6,6 +6,7 @@ one call may take."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -106,6 +107,17 @@ def test_another_python_is_refused_unless_asked(capsys):
     assert "--other-python" in capsys.readouterr().err
     assert fetch_gpu_kit.main(["--python-version", "three"]) == 2
     assert fetch_gpu_kit.main(["--cuda", "13.0"]) == 2
+
+
+def test_the_script_leaves_the_kit_no_less_than_gpu_check_accepts():
+    # a shorter budget would pass the script and be refused by gpu-check, after the install took its time
+    import re
+
+    from measure.kit import MIN_BUDGET_S
+
+    script = (REPO / "scripts" / "gpu-kit.sh").read_text(encoding="utf-8")
+    (floor,) = re.findall(r'if \[ "\$budget" -lt (\d+) \]', script)
+    assert int(floor) == math.ceil(MIN_BUDGET_S)
 
 
 def _documented_call() -> str:
