@@ -70,6 +70,25 @@ def test_warm_start_stops_once_the_numbers_are_read_and_the_sums_still_weak(monk
     assert [c["step"] for c in done["checks"]] == [2, 3, 4, 5, 6, 7, 8] and calls == [4] * 7
 
 
+def test_the_long_variant_stops_at_its_first_check_inside_the_band(monkeypatch, tiny_parts):
+    # the readings that keep the default going to step 8 stop the long variant at step 5, the first check in the band
+    tokenizer, shape = tiny_parts
+    _short(monkeypatch)
+    readings = [(0.5, 0.45), (0.99, 0.7), (0.97, 0.2), (0.96, 0.45), (0.9, 0.45), (0.96, 0.41), (0.99, 0.5), (0.2, 0.2)]
+    calls = _scripted(monkeypatch, readings)
+    model = tiny._build_model(tokenizer, shape, 0)
+    done = warm_start.train_warm_start(model, tokenizer, seed=0, long_answers=True)
+    assert done["stopped"] == "criterion" and done["steps"] == 5 and calls == [4] * 4
+
+
+def test_the_long_variants_stop_is_part_of_its_build_only(monkeypatch):
+    shape = tiny.tiny_shape()
+    plain, long = tiny.build_key("arithmetic", 0, shape), tiny.build_key("arithmetic", 0, shape, long_answers=True)
+    monkeypatch.setattr(warm_start, "LONG_BAND_CHECKS", 2)
+    assert tiny.build_key("arithmetic", 0, shape) == plain
+    assert tiny.build_key("arithmetic", 0, shape, long_answers=True) != long
+
+
 def test_at_its_limit_the_warm_start_keeps_the_reading_state_nearest_the_band(monkeypatch, tiny_parts):
     import torch
 
