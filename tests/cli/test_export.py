@@ -6,14 +6,13 @@ and how to get it, before any heavy work."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 from commands import main
 from contract.environment import ENV_LLAMA_CPP
-from support.cli import train_py
+from support.cli import cpu_run_env, train_py
 from trainer import export
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,8 +57,7 @@ def converter() -> Path | None:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, tiny_cache):
-    env = {**os.environ, "GRPO_TRAIN_CACHE": str(tiny_cache), "PYTHONUNBUFFERED": "1"}
-    env.pop("GRPO_INJECT_OOM", None)
+    env = cpu_run_env(tiny_cache)
     attempt = tmp_path_factory.mktemp("export") / "attempt-01-cpu-tiny-4gen"
     result = train_py(
         "--profile",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from support.cli import train_py
+from support.cli import cpu_run_env, train_py
 from support.recipes import OPEN_R1_RECIPE, TRL_CONFIG, write
 
 
@@ -24,11 +24,8 @@ def test_both_recipes_plan_on_cpu(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("name, text", [("trl-config", TRL_CONFIG), ("open-r1-recipe", OPEN_R1_RECIPE)])
 def test_both_recipes_train_on_cpu(tmp_path, tiny_cache, name, text):
-    import os
-
     path = write(tmp_path, f"{name}.yaml", text)
-    env = {**os.environ, "GRPO_TRAIN_CACHE": str(tiny_cache), "PYTHONUNBUFFERED": "1"}
-    env.pop("GRPO_INJECT_OOM", None)
+    env = cpu_run_env(tiny_cache)
     out = tmp_path / "outputs"
     result = train_py(
         "train",

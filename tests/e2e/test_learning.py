@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rewards import for_layout
-from support.cli import train_py
+from support.cli import cpu_run_env, train_py
 from tasks import arithmetic, load_task
 from tiny_model import build as tiny
 from tiny_model import warm_start
@@ -112,9 +112,7 @@ def test_grpo_raises_held_out_accuracy_well_above_the_warm_start(
     and plots, and its sampled answers get right more often and stay well-formed. "other seed": a shorter
     seeded run of the CPU default at another seed, its own tiny model built inside the run."""
     # the CPU default's two threads, unless the caller asks for another count (one on a busy machine)
-    env = {**os.environ, "GRPO_TRAIN_CACHE": str(tiny_cache), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
-    for name in ("GRPO_INJECT_OOM", "GRPO_TRAIN_NO_UNSLOTH", "GRPO_ATTEMPT_ESTIMATE_GIB"):
-        env.pop(name, None)
+    env = cpu_run_env(tiny_cache, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"))
     if which == "the default":
         env["CUDA_VISIBLE_DEVICES"] = ""
         args = ["train", "--output-dir", str(tmp_path / "out")]

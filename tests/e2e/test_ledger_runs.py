@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from support.cli import REPO, train_py
+from support.cli import REPO, cpu_run_env, train_py
 
 QUICK = ["--set", "max_steps=2", "--set", "save_steps=2", "--set", "eval_samples=0", "--set", "train_samples=32"]
 
@@ -33,10 +33,7 @@ def _run(args, env, timeout=600):
 
 
 def _env(cache: Path, ledger: Path, **extra) -> dict:
-    env = dict(os.environ, GRPO_TRAIN_CACHE=str(cache), GRPO_TRAIN_LEDGER=str(ledger), **extra)
-    env.pop("GRPO_INJECT_OOM", None)
-    env.update(extra)
-    return env
+    return cpu_run_env(cache, GRPO_TRAIN_LEDGER=str(ledger), **extra)
 
 
 def _attempts(output: Path) -> list[dict]:

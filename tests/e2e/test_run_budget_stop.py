@@ -4,17 +4,15 @@ exits 0, and attempts.jsonl says it stopped for the budget (slow: it trains the 
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
-from support.cli import REPO, train_py
+from support.cli import REPO, cpu_run_env, train_py
 
 
 @pytest.mark.slow
 def test_train_stops_at_its_budget_with_a_checkpoint_the_adapter_and_the_report(tmp_path, tiny_cache):
-    env = dict(os.environ, GRPO_TRAIN_CACHE=str(tiny_cache), PYTHONUNBUFFERED="1")
-    env.pop("GRPO_INJECT_OOM", None)
+    env = cpu_run_env(tiny_cache)
     result = train_py(
         "train",
         "--profile",

@@ -3,11 +3,9 @@ with TensorBoard's own reader (the training reward per step, the evaluation duri
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from support.cli import REPO, train_py
+from support.cli import REPO, cpu_run_env, train_py
 
 SMALL = REPO / "profiles" / "cpu-tiny-4gen.yaml"
 
@@ -17,14 +15,7 @@ def test_tensorboard_event_files_in_the_attempt_folder_read_back(tmp_path, tiny_
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    env = {
-        **os.environ,
-        "GRPO_TRAIN_CACHE": str(tiny_cache),
-        "PYTHONUNBUFFERED": "1",
-        "WANDB_MODE": "offline",
-        "HF_HUB_OFFLINE": "1",
-    }
-    env.pop("GRPO_INJECT_OOM", None)
+    env = cpu_run_env(tiny_cache, WANDB_MODE="offline", HF_HUB_OFFLINE="1")
     env.pop("TENSORBOARD_LOGGING_DIR", None)
     attempt_dir = tmp_path / "attempt-01-cpu-tiny-4gen"
     result = train_py(

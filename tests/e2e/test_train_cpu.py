@@ -5,14 +5,13 @@ runs it: tests/e2e/test_learning.py)."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from support.cli import REPO, start_train_py, train_py
+from support.cli import REPO, cpu_run_env, start_train_py, tiny_model_folder, train_py
 from support.waiting import wait_until
 
 SMALL = REPO / "profiles" / "cpu-tiny-4gen.yaml"
@@ -23,13 +22,7 @@ REWARD_NAMES = ["xml_count", "xml_soft", "number", "accuracy"]
 
 @pytest.fixture(scope="session")
 def train_env(tiny_cache):
-    env = dict(os.environ)
-    env["GRPO_TRAIN_CACHE"] = str(tiny_cache)  # the tiny model is built once per session, before any run
-    env.pop("GRPO_INJECT_OOM", None)
-    env.pop("GRPO_TRAIN_NO_UNSLOTH", None)
-    env.pop("GRPO_ATTEMPT_ESTIMATE_GIB", None)
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
+    return cpu_run_env(tiny_cache)
 
 
 def attempt(attempt_dir: Path, env: dict, *extra: str, profile: Path = SMALL, timeout: int = 300):
@@ -86,21 +79,16 @@ def test_outcome_of_a_finished_attempt(quick_run):
 def test_runs_reuse_the_session_tiny_model(quick_run, tiny_cache, tiny_seed):
     from test_learning import OTHER_SEED
 
-    from tiny_model.build import build_key, tiny_shape
-    from tiny_model.tool_variant import tools_folder_name
-
-    def folder(seed: int) -> str:
-        return f"tiny-{build_key('arithmetic', seed, tiny_shape())}"
-
     from conftest import READY_MARK
+    from tiny_model.tool_variant import tools_folder_name
 
     ready = (tiny_cache / READY_MARK).stat().st_mtime
     built = {p.name for p in tiny_cache.iterdir() if p.name.startswith("tiny-") and p.stat().st_mtime > ready}
     # train.py found the cached build instead of building its own; the learning test, sharing the cache,
     # may build its other seed's model there too, and the tools tests their variant of the session's model
     # (whenever xdist schedules them); nothing else may be built after the cache was ready
-    assert (tiny_cache / folder(tiny_seed) / "config.json").is_file()
-    assert built <= {folder(OTHER_SEED), tools_folder_name(folder(tiny_seed))}, built
+    assert (tiny_cache / tiny_model_folder(tiny_seed) / "config.json").is_file()
+    assert built <= {tiny_model_folder(OTHER_SEED), tools_folder_name(tiny_model_folder(tiny_seed))}, built
 
 
 def test_every_output_is_written(quick_run):

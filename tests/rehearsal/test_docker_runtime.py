@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from support.cli import REPO, train_py
+from support.cli import REPO, tiny_model_folder, train_py
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_docker import read_image  # noqa: E402
@@ -220,12 +220,10 @@ def test_two_runs_as_another_uid_share_the_ledger_on_the_volume(base, tiny_cache
     outputs folder and records the attempt in the ledger on the cache volume; the next `plan` reads it. The
     volume already holds the tiny model, as an earlier run by that uid left it (the session's build, copied:
     the build itself is the same code as every CPU run's)."""
-    from tiny_model.build import build_key, tiny_shape
-
     root = image_root(base)
     outputs = host_folder(base, "outputs", OTHER_UID)
     env = image_env(root)
-    model = f"tiny-{build_key('arithmetic', tiny_seed, tiny_shape())}"
+    model = tiny_model_folder(tiny_seed)
     volume = root / "home" / "app" / ".cache" / "grpo-train"
     shutil.copytree(tiny_cache / model, volume / model)
     for path in [volume, *volume.rglob("*")]:

@@ -74,3 +74,22 @@ def start_train_py(
         env=train_py_env(env, **(extra_env or {})),
         **popen,
     )
+
+
+# Variables a test sets to inject a failure or force a path; a run meant to go as a user's goes without them.
+INJECTED = ("GRPO_INJECT_OOM", "GRPO_TRAIN_NO_UNSLOTH", "GRPO_ATTEMPT_ESTIMATE_GIB")
+
+
+def cpu_run_env(model_cache: Path | str, **extra_env: str) -> dict[str, str]:
+    """The environment of a test's CPU training run, as a user's would be: this process's without INJECTED,
+    `model_cache` as the model cache (the session's tiny models, built before any run), unbuffered output;
+    then `extra_env`."""
+    environ = {key: value for key, value in os.environ.items() if key not in INJECTED}
+    return {**environ, "GRPO_TRAIN_CACHE": str(model_cache), "PYTHONUNBUFFERED": "1", **extra_env}
+
+
+def tiny_model_folder(seed: int) -> str:
+    """The folder, under a model cache, of the arithmetic tiny model a CPU profile at `seed` trains."""
+    from tiny_model.build import build_key, tiny_shape
+
+    return f"tiny-{build_key('arithmetic', seed, tiny_shape())}"

@@ -216,15 +216,14 @@ def _sets(loss: str, level: str) -> list[str]:
 @pytest.fixture(scope="module")
 def loss_attempts(tmp_path_factory, tiny_cache) -> tuple[Path, dict[str, int], str]:
     import json
-    import os
     import subprocess
     import sys
 
+    from support.cli import cpu_run_env
     from support.once import once_per_run
 
     def attempts(out: Path) -> dict:
-        env = {**os.environ, "GRPO_TRAIN_CACHE": str(tiny_cache), "PYTHONUNBUFFERED": "1"}
-        env.pop("GRPO_INJECT_OOM", None)
+        env = cpu_run_env(tiny_cache)
         runs = {f"{loss}-{level}": _sets(loss, level) for loss, level in RUNS}
         done = subprocess.run(
             [sys.executable, "-c", _ATTEMPTS, str(out), str(CPU), json.dumps(runs)],
