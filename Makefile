@@ -3,6 +3,7 @@
 #   make test    create .venv, install the pinned CPU set and what CI installs beside it (the vLLM side folder,
 #                llama.cpp's converter), run the whole test suite
 #   make test-fast   every test that neither trains a model nor starts train.py (the inner loop)
+#   make durations   the whole suite, rewriting tests/durations.json (what orders the suite for its workers)
 #   make lint    ruff check and format check, and mypy
 #   make plan    `python train.py plan`: what would run on this machine (instant)
 PYTHON ?= python3
@@ -16,7 +17,7 @@ STAMP  := $(VENV)/.installed-$(shell cat constraints.txt pyproject.toml | cksum 
 TORCH_INDEX_URL ?=
 TORCH_INDEX := $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL),)
 
-.PHONY: venv train plan test test-unit test-fast test-vllm lint clean vllm-side llama-cpp
+.PHONY: venv train plan test test-unit test-fast test-vllm lint clean vllm-side llama-cpp durations
 
 venv: $(STAMP)
 
@@ -42,14 +43,20 @@ plan: venv
 # The suite runs in one process per core (pytest-xdist; TEST_WORKERS=0 runs it in this process alone), and
 # each training run on one torch thread: two runs' threads on the same cores wait on each other (steps of 2 s
 # took 6-23 s that way). Work stealing: a worker left without tests takes half of the other's queue (plain
-# `load` left one worker idle for minutes while the other ran its queue of long runs alone; with the slow tests
-# scheduled first, tests/conftest.py). pytest exits 5 when it collected no test: that is a failure here, not a pass.
+# `load` left one worker idle for minutes while the other ran its queue of long runs alone). Each worker's first
+# slice starts with its share of the long tests, by tests/durations.json (tests/support/schedule.py), so that
+# what the others take from its end is quick. pytest exits 5 when it collected no test: that is a failure here, not a pass.
 # One worker more than cores: some tests wait (a rendezvous, a budget, a stopped process) and leave a core idle;
 # on 2 cores the suite used 1.83 of them with 2 workers, 1.96 with 3.
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 TEST_THREADS ?= 1
 test: venv vllm-side llama-cpp
 	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=20; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
+
+# The suite as `make test` runs it, timing each test into tests/durations.json: tests/conftest.py deals the costly
+# ones out to the workers by it (tests/support/schedule.py). After adding or changing long tests; commit the file.
+durations: venv vllm-side llama-cpp
+	GRPO_TEST_WRITE_DURATIONS=1 OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 # The unit tests of every package, on every core (no training run, no subprocess of train.py).
 test-unit: venv

@@ -168,7 +168,57 @@ def tiny_tools_model(tiny_cache, tiny_seed) -> Path:
     return _build_under_lock(code, tiny_seed, tiny_cache, ".build-tools.lock")
 
 
+# `make durations` sets this: the suite's run writes tests/durations.json, which orders the next runs
+ENV_WRITE_DURATIONS = "GRPO_TEST_WRITE_DURATIONS"
+SHARED_SCOPES = ("class", "module", "package")
+
+
+def _unit(item) -> str:
+    """The tests that must go to one worker: those sharing a module- or class-scoped fixture (on two workers it
+    would be set up twice); any other test is a unit of its own."""
+    info = getattr(item, "_fixtureinfo", None)
+    definitions = info.name2fixturedefs.values() if info is not None else ()
+    shared = {defs[-1].scope for defs in definitions if defs and defs[-1].scope in SHARED_SCOPES}
+    if not shared:
+        return item.nodeid
+    if "package" in shared or "module" in shared:
+        return item.nodeid.split("::")[0]
+    return item.nodeid.rsplit("::", 1)[0]
+
+
 def pytest_collection_modifyitems(config, items):
-    """The slow tests first: the workers of `pytest -n` take the long runs while the quick tests are still there to
-    fill the gaps, instead of one worker finishing a long run alone at the end (on 2 cores, minutes)."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """The costly tests first, spread over the workers (tests/support/schedule.py): each worker of `pytest -n`
+    starts on its share of the long runs while the quick tests are still there to fill the gaps, instead of one
+    worker finishing a long run alone at the end (on 2 cores, minutes)."""
+    from support.schedule import UNKNOWN_SLOW_S, group_units, order, read_durations
+
+    durations = read_durations()
+
+    def cost(item) -> float:
+        if item.nodeid in durations:
+            return durations[item.nodeid]
+        return UNKNOWN_SLOW_S if item.get_closest_marker("slow") is not None else 0.0
+
+    worker = getattr(config, "workerinput", None)
+    workers = int(worker["workercount"]) if worker and config.getoption("dist", "no") == "worksteal" else 1
+    items[:] = order(group_units(items, _unit), cost, workers)
+
+
+_took: dict[str, float] = {}
+_slow: set[str] = set()
+
+
+def pytest_runtest_logreport(report):
+    if os.environ.get(ENV_WRITE_DURATIONS):
+        _took[report.nodeid] = _took.get(report.nodeid, 0.0) + report.duration
+        if "slow" in report.keywords:
+            _slow.add(report.nodeid)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    # on the controller only (a worker has workerinput), which sees every worker's reports
+    if os.environ.get(ENV_WRITE_DURATIONS) and not hasattr(session.config, "workerinput") and _took:
+        from support.schedule import write_durations
+
+        kept = write_durations(_took, _slow)
+        print(f"\ntests/durations.json: {kept} of {len(_took)} tests kept (the slow ones, and those of 0.5 s or more)")
