@@ -85,10 +85,16 @@ def test_runs_reuse_the_session_tiny_model(quick_run, tiny_cache, tiny_seed):
     ready = (tiny_cache / READY_MARK).stat().st_mtime
     built = {p.name for p in tiny_cache.iterdir() if p.name.startswith("tiny-") and p.stat().st_mtime > ready}
     # train.py found the cached build instead of building its own; the learning test, sharing the cache,
-    # may build its other seed's model there too, and the tools tests their variant of the session's model
-    # (whenever xdist schedules them); nothing else may be built after the cache was ready
+    # may build its other seed's model there too, the tools tests their variant of the session's model and the
+    # measured-lengths test the long one (whenever xdist schedules them); nothing else may be built after the cache
+    # was ready
     assert (tiny_cache / tiny_model_folder(tiny_seed) / "config.json").is_file()
-    assert built <= {tiny_model_folder(OTHER_SEED), tools_folder_name(tiny_model_folder(tiny_seed))}, built
+    others = {
+        tiny_model_folder(OTHER_SEED),
+        tools_folder_name(tiny_model_folder(tiny_seed)),
+        tiny_model_folder(tiny_seed, long_answers=True),
+    }
+    assert built <= others, built
 
 
 def test_every_output_is_written(quick_run):

@@ -1,14 +1,17 @@
 """Every shipped single-GPU rung, loaded on a card it targets by the real Unsloth + vLLM code, up to the point
 where vLLM would allocate (tests/support/gpu_rehearsal.py says what is stood in for and why).
 
-Each rehearsal runs in its own interpreter with the vLLM side folder (`make vllm-side`: vLLM's Python code,
-the bitsandbytes plugin, bitsandbytes) importable, and skips where the folder is absent. It asserts the engine
-the rung implies: 4-bit through bitsandbytes (the out-of-tree plugin), the dtype the card computes in, vLLM's
-share after Unsloth's own adjustment, the context length, the LoRA slot and sleep mode.
+The rehearsals run in an interpreter of their own with the vLLM side folder (`make vllm-side`: vLLM's Python
+code, the bitsandbytes plugin, bitsandbytes) importable, and skip where the folder is absent. Cases that Unsloth
+cannot tell apart at import (one compute capability, standby or not, the same packages) share one import, each
+loading in a fork of it, once per test run however xdist spreads the tests. Each asserts the engine the rung
+implies: 4-bit through bitsandbytes (the out-of-tree plugin), the dtype the card computes in, vLLM's share after
+Unsloth's own adjustment, the context length, the LoRA slot and sleep mode.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -49,6 +52,35 @@ RUNG_CARDS = {
 }
 
 
+# Every rehearsal the suite makes: id -> (rung, card, --set overrides, packages left out). "tools" is
+# tests/rehearsal/test_tool_contracts.py's.
+STANDBY_CARDS = {
+    "24gb": ("NVIDIA GeForce RTX 4090", 23.99, (8, 9)),
+    "a100-40": ("NVIDIA A100-SXM4-40GB", 39.39, (8, 0)),
+}
+CASES: dict[str, tuple[str, tuple, tuple[str, ...], tuple[str, ...]]] = {
+    **{rung: (rung, card, (), ()) for rung, card in RUNG_CARDS.items()},
+    "without-bnb-plugin": ("gpu-12gb-llama3.2-3b", RUNG_CARDS["gpu-12gb-llama3.2-3b"], (), ("vllm_bnb_plugin",)),
+    **{
+        f"standby-{card_id}": ("gpu-24gb-llama3.1-8b", card, ("vllm_standby=true",), ())
+        for card_id, card in STANDBY_CARDS.items()
+    },
+    "tools": (
+        "gpu-8gb-qwen2.5-0.5b",
+        RUNG_CARDS["gpu-8gb-qwen2.5-0.5b"],
+        ("tools=[calculate]", "max_tool_calls=2"),
+        (),
+    ),
+}
+
+
+def import_group(case_id: str) -> tuple:
+    """What Unsloth's import depends on in a case: the card's compute capability, standby, the packages."""
+    rung, card, overrides, without = CASES[case_id]
+    standby = load_profile(REPO / "profiles" / f"{rung}.yaml", list(overrides)).vllm_standby
+    return card[2], standby, without
+
+
 def single_gpu_rungs() -> list[str]:
     names = []
     for path in sorted((REPO / "profiles").glob("gpu-*.yaml")):
@@ -58,21 +90,23 @@ def single_gpu_rungs() -> list[str]:
     return names
 
 
-def rehearse(profile: str, card: tuple, overrides: tuple[str, ...] = (), without: tuple[str, ...] = ()) -> dict:
-    name, total, capability = card
-    argv = [
-        sys.executable,
-        str(REPO / "tests" / "support" / "gpu_rehearsal.py"),
-        str(REPO / "profiles" / f"{profile}.yaml"),
-        str(total),
-        ".".join(map(str, capability)),
-        "--free-gib",
-        str(total - CONTEXT_GIB),
-        "--name",
-        name,
-    ]
-    for item in overrides:
-        argv += ["--set", item]
+def rehearse_group(case_ids: list[str]) -> dict[str, dict]:
+    """The cases' results, rehearsed in one interpreter: one import, a fork per case."""
+    (without,) = {CASES[case_id][3] for case_id in case_ids}
+    cases = []
+    for case_id in case_ids:
+        rung, (name, total, capability), overrides, _ = CASES[case_id]
+        cases.append(
+            {
+                "profile": str(REPO / "profiles" / f"{rung}.yaml"),
+                "total_gib": total,
+                "capability": ".".join(map(str, capability)),
+                "free_gib": total - CONTEXT_GIB,
+                "name": name,
+                "overrides": list(overrides),
+            }
+        )
+    argv = [sys.executable, str(REPO / "tests" / "support" / "gpu_rehearsal.py"), "--cases", json.dumps(cases)]
     for module in without:
         argv += ["--without", module]
     env = dict(os.environ)
@@ -80,10 +114,21 @@ def rehearse(profile: str, card: tuple, overrides: tuple[str, ...] = (), without
     with tempfile.TemporaryDirectory() as scratch:  # Unsloth writes its compiled cache into the working folder
         done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=scratch, timeout=900)
     lines = [line for line in done.stdout.splitlines() if line.startswith('{"reached"')]
-    assert done.returncode == 0 and lines, (
+    assert done.returncode == 0 and len(lines) == len(case_ids), (
         f"rehearsal failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     )
-    return json.loads(lines[-1])
+    return dict(zip(case_ids, map(json.loads, lines)))
+
+
+def rehearsed(tmp_path_factory, case_id: str) -> dict:
+    """The case's result: the cases of its import group are rehearsed together, once per test run."""
+    from support.once import once_per_run
+
+    group = import_group(case_id)
+    members = [other for other in CASES if import_group(other) == group]
+    name = "rehearsal-" + hashlib.sha256(repr(group).encode()).hexdigest()[:12]
+    _, results = once_per_run(tmp_path_factory, name, lambda _folder: rehearse_group(members))
+    return results[case_id]
 
 
 def expected_engine(profile, card: tuple) -> dict:
@@ -106,10 +151,10 @@ def test_every_shipped_single_gpu_rung_has_a_card_to_rehearse_on():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("rung", sorted(RUNG_CARDS))
-def test_the_rung_reaches_vllm_with_the_engine_it_implies(rung):
+def test_the_rung_reaches_vllm_with_the_engine_it_implies(rung, tmp_path_factory):
     card = RUNG_CARDS[rung]
     profile = load_profile(REPO / "profiles" / f"{rung}.yaml")
-    result = rehearse(rung, card)
+    result = rehearsed(tmp_path_factory, rung)
     assert result["reached"], result.get("error", "") + "\n" + result.get("traceback", "")
     engine = result["engine"]
     want = expected_engine(profile, card)
@@ -125,24 +170,21 @@ def test_the_rung_reaches_vllm_with_the_engine_it_implies(rung):
 
 
 @pytest.mark.slow
-def test_without_the_bitsandbytes_plugin_a_4bit_rung_cannot_start_vllm():
+def test_without_the_bitsandbytes_plugin_a_4bit_rung_cannot_start_vllm(tmp_path_factory):
     # vLLM 0.28 moved bitsandbytes out of its tree; unsloth_zoo refuses 4-bit + fast_inference without the plugin
-    result = rehearse("gpu-12gb-llama3.2-3b", RUNG_CARDS["gpu-12gb-llama3.2-3b"], without=("vllm_bnb_plugin",))
+    result = rehearsed(tmp_path_factory, "without-bnb-plugin")
     assert not result["reached"]
     assert "vllm-bnb-plugin" in result["error"]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "card",
-    [("NVIDIA GeForce RTX 4090", 23.99, (8, 9)), ("NVIDIA A100-SXM4-40GB", 39.39, (8, 0))],
-    ids=["24gb", "a100-40"],
-)
-def test_standby_share_is_unsloths(card):
+@pytest.mark.parametrize("card_id", sorted(STANDBY_CARDS))
+def test_standby_share_is_unsloths(card_id, tmp_path_factory):
     # under UNSLOTH_VLLM_STANDBY, Unsloth replaces the profile's share with its own tier, both ways
+    card = STANDBY_CARDS[card_id]
     rung = "gpu-24gb-llama3.1-8b"
     profile = load_profile(REPO / "profiles" / f"{rung}.yaml", ["vllm_standby=true"])
-    result = rehearse(rung, card, overrides=("vllm_standby=true",))
+    result = rehearsed(tmp_path_factory, f"standby-{card_id}")
     assert result["reached"], result.get("error", "") + "\n" + result.get("traceback", "")
     engine = result["engine"]
     assert engine["enable_sleep_mode"] is True

@@ -74,19 +74,18 @@ def test_trls_reply_suffix_is_where_evaluation_borrows_it():
 
 
 @pytest.mark.slow
-def test_a_rung_with_tools_reaches_vllm_with_the_engine_it_implies():
+def test_a_rung_with_tools_reaches_vllm_with_the_engine_it_implies(tmp_path_factory):
     """The GPU load path is the same with tools (they reach TRL only when the trainer is built): rehearsed to
     the CUDA boundary as every rung is, where the vLLM side folder is (`make vllm-side`)."""
-    from test_gpu_rehearsal import RUNG_CARDS, SIDE, expected_engine, rehearse
+    from test_gpu_rehearsal import CASES, RUNG_CARDS, SIDE, expected_engine, rehearsed
 
     from profiles.load import load_profile
 
     if not (SIDE / "vllm" / "__init__.py").is_file() or not (SIDE / "vllm_bnb_plugin" / "__init__.py").is_file():
         pytest.skip(f"no vLLM side folder with vllm-bnb-plugin at {SIDE} (run `make vllm-side`)")
-    rung = "gpu-8gb-qwen2.5-0.5b"
-    overrides = ("tools=[calculate]", "max_tool_calls=2")
+    rung, _, overrides, _ = CASES["tools"]
     profile = load_profile(Path(__file__).resolve().parents[2] / "profiles" / f"{rung}.yaml", list(overrides))
-    result = rehearse(rung, RUNG_CARDS[rung], overrides)
+    result = rehearsed(tmp_path_factory, "tools")
     assert result["reached"], result.get("error", "") + "\n" + result.get("traceback", "")
     want = expected_engine(profile, RUNG_CARDS[rung])
     assert result["engine"]["gpu_memory_utilization"] == pytest.approx(want.pop("gpu_memory_utilization"), abs=1e-6)

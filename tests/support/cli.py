@@ -88,8 +88,9 @@ def cpu_run_env(model_cache: Path | str, **extra_env: str) -> dict[str, str]:
     return {**environ, "GRPO_TRAIN_CACHE": str(model_cache), "PYTHONUNBUFFERED": "1", **extra_env}
 
 
-def tiny_model_folder(seed: int) -> str:
-    """The folder, under a model cache, of the arithmetic tiny model a CPU profile at `seed` trains."""
+def tiny_model_folder(seed: int, long_answers: bool = False) -> str:
+    """The folder, under a model cache, of the arithmetic tiny model a CPU profile at `seed` trains (`long_answers`:
+    of its variant `tiny-long`)."""
     from tiny_model.build import build_key, tiny_shape
 
-    return f"tiny-{build_key('arithmetic', seed, tiny_shape())}"
+    return f"tiny-{build_key('arithmetic', seed, tiny_shape(), long_answers)}"

@@ -3,6 +3,7 @@
 Run as a script in a fresh interpreter (tests/rehearsal/test_gpu_rehearsal.py does):
 
     python tests/support/gpu_rehearsal.py PROFILE.yaml CARD_GIB MAJOR.MINOR [--free-gib F] [--set KEY=VALUE ...]
+    python tests/support/gpu_rehearsal.py --cases JSON [--without PACKAGE]   (several cards of one capability)
 
 It loads the profile as an attempt does, then calls the real `FastLanguageModel.from_pretrained` with the
 keywords trainer.backends builds for it. Unsloth, unsloth_zoo's `load_vllm`, vLLM's `LLM`, `EngineArgs` and
@@ -190,6 +191,30 @@ class Card:
         self.name = name
 
 
+# The card every stand-in answers for. Set once before the imports; a fork that rehearses another card of the
+# same compute capability sets it again (use_card), so that whatever Unsloth wrapped around the stand-ins at
+# import stays in place and answers for the new card.
+_CARD: list[Card] = []
+_PROPERTIES = types.SimpleNamespace(
+    multi_processor_count=108,
+    uuid="GPU-00000000-0000-0000-0000-000000000000",
+    L2_cache_size=40 * 2**20,
+    warp_size=32,
+    gcnArchName="",
+    is_integrated=False,
+    max_threads_per_multi_processor=2048,
+)
+_MEMORY = types.SimpleNamespace()
+
+
+def use_card(card: Card) -> None:
+    """Make every stand-in answer as `card` does."""
+    _CARD[:] = [card]
+    _PROPERTIES.name, _PROPERTIES.total_memory = card.name, card.total
+    _PROPERTIES.major, _PROPERTIES.minor = card.capability
+    _MEMORY.total, _MEMORY.free, _MEMORY.used = card.total, card.free, card.total - card.free
+
+
 class _EventStandIn:
     """A CUDA event: nothing to wait for without a device."""
 
@@ -220,33 +245,22 @@ class _StreamStandIn(_EventStandIn):
 
 
 def stand_in_for_the_card(card: Card) -> None:
-    """torch.cuda's and NVML's device queries answer as `card` would."""
+    """torch.cuda's and NVML's device queries answer as `card` would (and as the card use_card sets later)."""
     import pynvml
     import torch
 
-    properties = types.SimpleNamespace(
-        name=card.name,
-        total_memory=card.total,
-        major=card.capability[0],
-        minor=card.capability[1],
-        multi_processor_count=108,
-        uuid="GPU-00000000-0000-0000-0000-000000000000",
-        L2_cache_size=40 * 2**20,
-        warp_size=32,
-        gcnArchName="",
-        is_integrated=False,
-        max_threads_per_multi_processor=2048,
-    )
+    use_card(card)
+    properties = _PROPERTIES
     cuda = torch.cuda
     cuda.is_available = lambda: True
     cuda.is_initialized = lambda: True
     cuda.device_count = lambda: 1
     cuda.current_device = lambda: 0
-    cuda.get_device_capability = lambda *a, **k: card.capability
-    cuda.get_device_name = lambda *a, **k: card.name
+    cuda.get_device_capability = lambda *a, **k: _CARD[0].capability
+    cuda.get_device_name = lambda *a, **k: _CARD[0].name
     cuda.get_device_properties = lambda *a, **k: properties
-    cuda.mem_get_info = lambda *a, **k: (card.free, card.total)
-    cuda.is_bf16_supported = lambda *a, **k: card.capability >= (8, 0)
+    cuda.mem_get_info = lambda *a, **k: (_CARD[0].free, _CARD[0].total)
+    cuda.is_bf16_supported = lambda *a, **k: _CARD[0].capability >= (8, 0)
     for name in ("set_device", "synchronize", "empty_cache", "reset_peak_memory_stats", "init"):
         setattr(cuda, name, lambda *a, **k: None)
     for name in ("memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved"):
@@ -271,14 +285,14 @@ def stand_in_for_the_card(card: Card) -> None:
         setattr(torch, name, unpinned)
     torch.Tensor.pin_memory = lambda self, *a, **k: self
 
-    memory = types.SimpleNamespace(total=card.total, free=card.free, used=card.total - card.free)
+    memory = _MEMORY
     answers = {
         "nvmlInit": lambda *a: None,
         "nvmlShutdown": lambda *a: None,
         "nvmlDeviceGetCount": lambda: 1,
         "nvmlDeviceGetHandleByIndex": lambda index: ("card", index),
-        "nvmlDeviceGetCudaComputeCapability": lambda handle: card.capability,
-        "nvmlDeviceGetName": lambda handle: card.name,
+        "nvmlDeviceGetCudaComputeCapability": lambda handle: _CARD[0].capability,
+        "nvmlDeviceGetName": lambda handle: _CARD[0].name,
         "nvmlDeviceGetMemoryInfo": lambda handle: memory,
         "nvmlDeviceGetUUID": lambda handle: properties.uuid,
         "nvmlSystemGetDriverVersion": lambda: "580.95.05",
@@ -435,23 +449,44 @@ def engine_facts(vllm_config) -> dict:
     }
 
 
-def rehearse(profile_path: str, card: Card, overrides: list[str], without: set[str] = frozenset()) -> dict:
+class Case:
+    """One rehearsal: a profile (with --set overrides) on a card."""
+
+    def __init__(self, profile: str, card: Card, overrides: list[str]):
+        self.profile, self.card, self.overrides = profile, card, list(overrides)
+
+
+def prepare(cases: list[Case], without: set[str] = frozenset()):
+    """Everything before the load, once for `cases`: the offline hub with every case's repositories, the
+    environment, the stand-ins (answering for the first case's card), then Unsloth's import. The cases must be
+    ones Unsloth cannot tell apart at import: one compute capability (it caches what it derives from it) and
+    one attempt environment (standby or not). Returns (loaded profiles, FastLanguageModel, unsloth)."""
     sys.path.insert(0, str(REPO))
     if without:
         sys.meta_path.insert(0, _Absent(set(without)))
+    from contract.attempt import apply_attempt_environment, attempt_environment
     from profiles.catalog import resolve
     from profiles.load import load_profile
 
-    profile = load_profile(Path(profile_path), overrides)
-    arch = resolve(profile.model)
+    profiles = [load_profile(Path(case.profile), case.overrides) for case in cases]
+    if len({case.card.capability for case in cases}) > 1:
+        raise ValueError(
+            "the cases of one import must share a compute capability: "
+            + str(sorted({case.card.capability for case in cases}))
+        )
+    if len({json.dumps(attempt_environment(p, {}), sort_keys=True) for p in profiles}) > 1:
+        raise ValueError("the cases of one import must share the attempt environment (standby, or not)")
 
     hub = Path(tempfile.mkdtemp(prefix="rehearsal-hub-"))
     atexit.register(shutil.rmtree, hub, True)
-    repos = {profile.model: config_json(arch, quantized=False)}
-    if profile.load_in_4bit:
-        # Unsloth loads its pre-quantized repository for a 4-bit run (unsloth.models.loader_utils mappers)
-        repos[profile.model + "-unsloth-bnb-4bit"] = config_json(arch, quantized=True)
-        repos[profile.model + "-bnb-4bit"] = config_json(arch, quantized=True)
+    repos = {}
+    for profile in profiles:
+        arch = resolve(profile.model)
+        repos[profile.model] = config_json(arch, quantized=False)
+        if profile.load_in_4bit:
+            # Unsloth loads its pre-quantized repository for a 4-bit run (unsloth.models.loader_utils mappers)
+            repos[profile.model + "-unsloth-bnb-4bit"] = config_json(arch, quantized=True)
+            repos[profile.model + "-bnb-4bit"] = config_json(arch, quantized=True)
     offline_hub(hub, repos)
     os.environ.update(
         HF_HOME=str(hub),
@@ -461,12 +496,9 @@ def rehearse(profile_path: str, card: Card, overrides: list[str], without: set[s
         VLLM_LOGGING_LEVEL="WARNING",
         UNSLOTH_DISABLE_STATISTICS="1",
     )
+    apply_attempt_environment(profiles[0])  # standby and the allocator, before Unsloth is imported
 
-    from contract.attempt import apply_attempt_environment
-
-    apply_attempt_environment(profile)  # standby and the allocator, before Unsloth is imported
-
-    stand_in_for_the_card(card)
+    stand_in_for_the_card(cases[0].card)
     stand_in_for_native_libraries()
     names = compiled_modules("vllm") | {"vllm._C", "vllm._moe_C", "vllm._rocm_C"}
     sys.meta_path.insert(0, _CompiledFinder(names))
@@ -479,10 +511,16 @@ def rehearse(profile_path: str, card: Card, overrides: list[str], without: set[s
     import unsloth  # noqa: F401
     from unsloth import FastLanguageModel
 
+    stop_where_vllm_would_allocate()
+    return profiles, FastLanguageModel, unsloth
+
+
+def load(profile, card: Card, fast_language_model, unsloth) -> dict:
+    """The profile's model load on `card`, as an attempt starts it, up to where vLLM would allocate."""
     from contract.attempt import bf16_capable
     from trainer.backends import Backend, from_pretrained_kwargs, model_dtype
 
-    stop_where_vllm_would_allocate()
+    use_card(card)
     backend = Backend(
         name="unsloth",
         device="cuda",
@@ -493,7 +531,7 @@ def rehearse(profile_path: str, card: Card, overrides: list[str], without: set[s
     )
     kwargs = from_pretrained_kwargs(profile, profile.model, model_dtype(backend), fast_inference=True)
     try:
-        FastLanguageModel.from_pretrained(**kwargs)
+        fast_language_model.from_pretrained(**kwargs)
     except ReachedTheGpu as reached:
         return {"reached": True, "engine": engine_facts(reached.vllm_config)}
     except Exception as exc:  # noqa: BLE001 - what stopped the load is the finding
@@ -501,22 +539,65 @@ def rehearse(profile_path: str, card: Card, overrides: list[str], without: set[s
     return {"reached": False, "error": "from_pretrained returned without starting vLLM"}
 
 
+def rehearse(cases: list[Case], without: set[str] = frozenset()) -> list[dict]:
+    """Each case's result. One case loads in this process, as a fresh attempt does. Several load each in a fork
+    of this process taken after the one import (Unsloth's takes about 15 s of the 18 s a rehearsal costs): a
+    fork starts from the state the import left, as the fresh process of that card would have it."""
+    profiles, fast_language_model, unsloth = prepare(cases, without)
+    if len(cases) == 1:
+        return [load(profiles[0], cases[0].card, fast_language_model, unsloth)]
+    results = []
+    for profile, case in zip(profiles, cases):
+        read, write = os.pipe()
+        child = os.fork()
+        if child == 0:  # the child: one load, its result down the pipe, and out without running atexit hooks
+            os.close(read)
+            try:
+                result = load(profile, case.card, fast_language_model, unsloth)
+            except BaseException as exc:  # noqa: BLE001 - anything that escaped the load is this case's finding
+                result = {"reached": False, "error": f"{type(exc).__name__}: {exc}"}
+            with os.fdopen(write, "w") as pipe:
+                pipe.write(json.dumps(result))
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as pipe:
+            text = pipe.read()
+        _, status = os.waitpid(child, 0)
+        results.append(json.loads(text) if text else {"reached": False, "error": f"the fork ended ({status})"})
+    return results
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("profile")
-    parser.add_argument("total_gib", type=float)
-    parser.add_argument("capability")
+    parser.add_argument("profile", nargs="?")
+    parser.add_argument("total_gib", type=float, nargs="?")
+    parser.add_argument("capability", nargs="?")
     parser.add_argument("--free-gib", type=float, default=None)
     parser.add_argument("--name", default="NVIDIA rehearsal card")
     parser.add_argument("--set", action="append", default=[], dest="overrides")
     parser.add_argument("--without", action="append", default=[], help="a package to rehearse without")
-    args = parser.parse_args(argv)
-    capability = tuple(int(x) for x in args.capability.split("."))
-    free = args.free_gib if args.free_gib is not None else args.total_gib
-    result = rehearse(
-        args.profile, Card(args.total_gib, capability, free, args.name), args.overrides, set(args.without)
+    parser.add_argument(
+        "--cases",
+        help="a JSON list of cases instead of the one above, each {profile, total_gib, capability, free_gib, "
+        "name, overrides}: one import, a fork per case; one JSON line each, in order",
     )
-    print(json.dumps(result), flush=True)
+    args = parser.parse_args(argv)
+
+    def card(total_gib: float, capability: str, free_gib: float | None, name: str) -> Card:
+        major_minor = tuple(int(x) for x in capability.split("."))
+        return Card(total_gib, major_minor, total_gib if free_gib is None else free_gib, name)  # type: ignore[arg-type]
+
+    if args.cases:
+        cases = [
+            Case(c["profile"], card(c["total_gib"], c["capability"], c.get("free_gib"), c["name"]), c["overrides"])
+            for c in json.loads(args.cases)
+        ]
+    elif args.profile and args.total_gib and args.capability:
+        cases = [Case(args.profile, card(args.total_gib, args.capability, args.free_gib, args.name), args.overrides)]
+    else:
+        parser.error("give PROFILE CARD_GIB MAJOR.MINOR, or --cases")
+    for result in rehearse(cases, set(args.without)):
+        print(json.dumps(result), flush=True)
     return 0
 
 
