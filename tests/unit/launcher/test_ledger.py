@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
 
 import pytest
 
@@ -88,23 +87,28 @@ def test_damaged_lines_are_skipped_with_one_warning(tmp_path, cpu_profile):
     assert "line 2: not JSON" in warnings[0] and "line 3: not a JSON object" in warnings[0]
 
 
-def _append_many(args):
-    path, worker, count = args
-    from profiles.load import load_profile as load
-
-    profile = load("profiles/cpu-tiny-8gen.yaml")
-    machine = _cpu()
-    for i in range(count):
-        entry = ledger_record.make_entry(profile, machine, status="ok", peak_gib=worker + i / 1000)
-        entry.vllm = {"padding": "x" * 3000}  # lines longer than a pipe buffer must not interleave either
-        ledger_store.append(entry, path)
+# one writer of the ledger: `count` lines of its own, longer than a pipe buffer (they must not interleave either)
+_APPEND_MANY = """
+import sys
+from pathlib import Path
+from launcher.memory.ledger import record, store
+from profiles.load import load_profile
+from support.ledger_machines import cpu
+path, worker, count = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+profile, machine = load_profile("profiles/cpu-tiny-8gen.yaml"), cpu()
+for i in range(count):
+    entry = record.make_entry(profile, machine, status="ok", peak_gib=worker + i / 1000)
+    entry.vllm = {"padding": "x" * 3000}
+    store.append(entry, path)
+"""
 
 
 def test_concurrent_appends_lose_nothing(tmp_path):
+    from support.at_once import run_at_once
+
     path = tmp_path / "ledger.jsonl"
     workers, count = 4, 60
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
-        pool.map(_append_many, [(path, w, count) for w in range(workers)])
+    run_at_once(_APPEND_MANY, [[path, w, count] for w in range(workers)])
     lines = path.read_text(encoding="utf-8").splitlines()
     assert len(lines) == workers * count
     peaks = sorted(json.loads(line)["peak_gib"] for line in lines)
@@ -207,29 +211,33 @@ def test_forget_removes_a_profile_a_fingerprint_or_all(tmp_path, cpu_profile, gp
     assert path.read_text() == ""
 
 
-def _append_while_forgetting(args):
-    path, worker, count = args
-    from profiles.load import load_profile as load
-
-    profile = load("profiles/cpu-tiny-4gen.yaml")
-    for i in range(count):
-        ledger_store.append(
-            ledger_record.make_entry(profile, _cpu(), status="ok", peak_gib=1 + worker + i / 1000), path
-        )
+# a run's writer of the ledger, appending while --forget rewrites the file
+_APPEND_WHILE_FORGETTING = """
+import sys
+from pathlib import Path
+from launcher.memory.ledger import record, store
+from profiles.load import load_profile
+from support.ledger_machines import cpu
+path, worker, count = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+profile = load_profile("profiles/cpu-tiny-4gen.yaml")
+for i in range(count):
+    store.append(record.make_entry(profile, cpu(), status="ok", peak_gib=1 + worker + i / 1000), path)
+"""
 
 
 def test_appends_while_forget_rewrites_the_file_lose_nothing(tmp_path, cpu_profile):
     """--forget replaces the file; a run appending at that moment must land its line in the new one."""
+    from support.at_once import finish, start_at_once
+
     path = tmp_path / "ledger.jsonl"
     workers, count = 3, 40
     ledger_store.append(ledger_record.make_entry(cpu_profile, _cpu(), status="ok", peak_gib=0.5), path)
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
-        pending = pool.map_async(_append_while_forgetting, [(path, w, count) for w in range(workers)])
-        forgotten = 0
-        while not pending.ready():
-            ledger_store.append(ledger_record.make_entry(cpu_profile, _cpu(), status="ok", peak_gib=0.5), path)
-            forgotten += ledger_store.forget("cpu-tiny-8gen", path)
-        pending.get()
+    writers = start_at_once(_APPEND_WHILE_FORGETTING, [[path, w, count] for w in range(workers)])
+    forgotten = 0
+    while any(writer.poll() is None for writer in writers):
+        ledger_store.append(ledger_record.make_entry(cpu_profile, _cpu(), status="ok", peak_gib=0.5), path)
+        forgotten += ledger_store.forget("cpu-tiny-8gen", path)
+    finish(writers)
     entries = ledger_store.read(path)
     assert forgotten >= 1 and not [e for e in entries if e.profile == "cpu-tiny-8gen"]
     assert sorted(e.peak_gib for e in entries) == sorted(1 + w + i / 1000 for w in range(workers) for i in range(count))
