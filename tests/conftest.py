@@ -170,38 +170,15 @@ def tiny_tools_model(tiny_cache, tiny_seed) -> Path:
 
 # `make durations` sets this: the suite's run writes tests/durations.json, which orders the next runs
 ENV_WRITE_DURATIONS = "GRPO_TEST_WRITE_DURATIONS"
-SHARED_SCOPES = ("class", "module", "package")
-
-
-def _unit(item) -> str:
-    """The tests that must go to one worker: those sharing a module- or class-scoped fixture (on two workers it
-    would be set up twice); any other test is a unit of its own."""
-    info = getattr(item, "_fixtureinfo", None)
-    definitions = info.name2fixturedefs.values() if info is not None else ()
-    shared = {defs[-1].scope for defs in definitions if defs and defs[-1].scope in SHARED_SCOPES}
-    if not shared:
-        return item.nodeid
-    if "package" in shared or "module" in shared:
-        return item.nodeid.split("::")[0]
-    return item.nodeid.rsplit("::", 1)[0]
 
 
 def pytest_collection_modifyitems(config, items):
     """The costly tests first, spread over the workers (tests/support/schedule.py): each worker of `pytest -n`
     starts on its share of the long runs while the quick tests are still there to fill the gaps, instead of one
     worker finishing a long run alone at the end (on 2 cores, minutes)."""
-    from support.schedule import UNKNOWN_SLOW_S, group_units, order, read_durations
+    from support.schedule import deal, read_durations
 
-    durations = read_durations()
-
-    def cost(item) -> float:
-        if item.nodeid in durations:
-            return durations[item.nodeid]
-        return UNKNOWN_SLOW_S if item.get_closest_marker("slow") is not None else 0.0
-
-    worker = getattr(config, "workerinput", None)
-    workers = int(worker["workercount"]) if worker and config.getoption("dist", "no") == "worksteal" else 1
-    items[:] = order(group_units(items, _unit), cost, workers)
+    deal(config, items, read_durations())
 
 
 _took: dict[str, float] = {}

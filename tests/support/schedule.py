@@ -71,6 +71,37 @@ def order(units: Sequence[Sequence[T]], cost: Callable[[T], float], workers: int
     return [item for part in slices for item in part] + list(rest)
 
 
+SHARED_SCOPES = ("class", "module", "package")
+
+
+def unit_of(item) -> str:
+    """The tests that must go to one worker: those sharing a module- or class-scoped fixture (on two workers it
+    would be set up twice); any other test is a unit of its own."""
+    info = getattr(item, "_fixtureinfo", None)
+    definitions = info.name2fixturedefs.values() if info is not None else ()
+    shared = {defs[-1].scope for defs in definitions if defs and defs[-1].scope in SHARED_SCOPES}
+    if not shared:
+        return item.nodeid
+    if "package" in shared or "module" in shared:
+        return item.nodeid.split("::")[0]
+    return item.nodeid.rsplit("::", 1)[0]
+
+
+def deal(config, items: list, durations: dict[str, float]) -> None:
+    """Put pytest's `items` in the order above (pytest_collection_modifyitems). On an xdist worker (the controller
+    collects nothing) they are dealt for worksteal's slices, as `make test` runs the suite; elsewhere the costly
+    go first."""
+
+    def cost(item) -> float:
+        if item.nodeid in durations:
+            return durations[item.nodeid]
+        return UNKNOWN_SLOW_S if item.get_closest_marker("slow") is not None else 0.0
+
+    worker = getattr(config, "workerinput", None)
+    workers = int(worker["workercount"]) if worker else 1
+    items[:] = order(group_units(items, unit_of), cost, workers)
+
+
 def read_durations(path: Path = DURATIONS) -> dict[str, float]:
     """{test id: seconds} from `path`; empty when it is missing or unreadable (the order then only knows slow)."""
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import types
+from pathlib import Path
 
 import pytest
 
@@ -95,3 +96,55 @@ def test_the_committed_durations_name_tests_that_exist_and_unknown_slow_ones_cou
     data = json.loads(DURATIONS.read_text(encoding="utf-8"))
     assert data and all(key.startswith("tests/") and "::" in key for key in data)
     assert UNKNOWN_SLOW_S >= COSTLY_S
+
+
+_CONFTEST = """
+import json, os
+from pathlib import Path
+from support.schedule import deal
+
+def pytest_collection_modifyitems(config, items):
+    deal(config, items, json.loads(Path(os.environ["SCHEDULE_DURATIONS"]).read_text()))
+"""
+
+_TESTS = """
+import os, pytest
+from pathlib import Path
+
+@pytest.mark.parametrize("name", [f"long{i}" for i in range(4)] + [f"quick{i}" for i in range(20)])
+def test_case(name):
+    with open(Path(os.environ["SCHEDULE_LOG"]) / os.environ["PYTEST_XDIST_WORKER"], "a") as log:
+        log.write(name + "\\n")
+"""
+
+
+def test_under_xdist_each_worker_starts_on_its_share_of_the_long_tests(tmp_path):
+    """A real `pytest -n 2 --dist worksteal` run: each worker's first test is one of the long ones, so that
+    neither ends up running them all (the dealing needs to know it runs on a worker, which xdist tells only
+    through config.workerinput)."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "conftest.py").write_text(_CONFTEST)
+    (tmp_path / "test_cases.py").write_text(_TESTS)
+    costs = {f"test_cases.py::test_case[long{i}]": 50.0 - i for i in range(4)}
+    (tmp_path / "durations.json").write_text(json.dumps(costs))
+    log = tmp_path / "log"
+    log.mkdir()
+    tests_dir = str(Path(__file__).resolve().parents[1])
+    env = dict(
+        os.environ,
+        SCHEDULE_DURATIONS=str(tmp_path / "durations.json"),
+        SCHEDULE_LOG=str(log),
+        PYTHONPATH=os.pathsep.join([tests_dir, os.environ.get("PYTHONPATH", "")]),
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "worksteal", "-c",
+         os.devnull, "--rootdir", str(tmp_path), str(tmp_path)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    ran = {path.name: path.read_text().split() for path in log.iterdir()}
+    assert sorted(ran) == ["gw0", "gw1"] and sum(map(len, ran.values())) == 24
+    assert sorted(names[0] for names in ran.values()) == ["long0", "long1"]  # one long test each, first
