@@ -177,15 +177,18 @@ def test_ctrl_c_in_the_first_moments_exits_130_without_a_traceback(tmp_path, aft
         stderr=subprocess.STDOUT,
         text=True,
     )
-    while proc.poll() is None and process_tree_cpu_s(proc.pid) < after_cpu_s:
+    used = 0.0
+    while proc.poll() is None and (used := process_tree_cpu_s(proc.pid)) < after_cpu_s:
         time.sleep(0.02)
+    running = proc.poll() is None  # what a failure must tell apart: a lost signal, or a run over before it came
     proc.send_signal(signal.SIGINT)
     try:
         output, _ = proc.communicate(timeout=120)
     except subprocess.TimeoutExpired:  # the signal was lost: stop the run (its attempt follows the supervisor)
         proc.terminate()
         output, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 130, output[-2000:]
+    said = f"signalled {'while running' if running else 'after the run had ended'} at {used:.2f} CPU-s:\n"
+    assert proc.returncode == 130, said + output[:1500] + "\n...\n" + output[-1500:]
     assert "Traceback" not in output, output[-2000:]
 
 
