@@ -11,6 +11,7 @@ Unsloth's own adjustment, the context length, the LoRA slot and sleep mode.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -74,6 +75,7 @@ CASES: dict[str, tuple[str, tuple, tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
+@functools.cache  # every test asks it of every case, to find its group
 def import_group(case_id: str) -> tuple:
     """What Unsloth's import depends on in a case: the card's compute capability, standby, the packages."""
     rung, card, overrides, without = CASES[case_id]

@@ -9,9 +9,9 @@ import os
 import subprocess
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from support.cli import REPO
+
 HANG_S = 600  # only a hang runs this long: the processes' own work takes seconds
 
 

@@ -87,18 +87,20 @@ def test_damaged_lines_are_skipped_with_one_warning(tmp_path, cpu_profile):
     assert "line 2: not JSON" in warnings[0] and "line 3: not a JSON object" in warnings[0]
 
 
-# one writer of the ledger: `count` lines of its own, longer than a pipe buffer (they must not interleave either)
-_APPEND_MANY = """
+# one run writing the ledger: `count` lines of a profile, their peaks counting up from `first` by 0.001, each padded
+# with `padding` characters (a line longer than a pipe buffer must not interleave either)
+_WRITER = """
 import sys
 from pathlib import Path
 from launcher.memory.ledger import record, store
 from profiles.load import load_profile
 from support.ledger_machines import cpu
-path, worker, count = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-profile, machine = load_profile("profiles/cpu-tiny-8gen.yaml"), cpu()
+path, profile, machine = Path(sys.argv[1]), load_profile(sys.argv[2]), cpu()
+first, count, padding = float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 for i in range(count):
-    entry = record.make_entry(profile, machine, status="ok", peak_gib=worker + i / 1000)
-    entry.vllm = {"padding": "x" * 3000}
+    entry = record.make_entry(profile, machine, status="ok", peak_gib=first + i / 1000)
+    if padding:
+        entry.vllm = {"padding": "x" * padding}
     store.append(entry, path)
 """
 
@@ -108,7 +110,7 @@ def test_concurrent_appends_lose_nothing(tmp_path):
 
     path = tmp_path / "ledger.jsonl"
     workers, count = 4, 60
-    run_at_once(_APPEND_MANY, [[path, w, count] for w in range(workers)])
+    run_at_once(_WRITER, [[path, "profiles/cpu-tiny-8gen.yaml", w, count, 3000] for w in range(workers)])
     lines = path.read_text(encoding="utf-8").splitlines()
     assert len(lines) == workers * count
     peaks = sorted(json.loads(line)["peak_gib"] for line in lines)
@@ -211,20 +213,6 @@ def test_forget_removes_a_profile_a_fingerprint_or_all(tmp_path, cpu_profile, gp
     assert path.read_text() == ""
 
 
-# a run's writer of the ledger, appending while --forget rewrites the file
-_APPEND_WHILE_FORGETTING = """
-import sys
-from pathlib import Path
-from launcher.memory.ledger import record, store
-from profiles.load import load_profile
-from support.ledger_machines import cpu
-path, worker, count = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-profile = load_profile("profiles/cpu-tiny-4gen.yaml")
-for i in range(count):
-    store.append(record.make_entry(profile, cpu(), status="ok", peak_gib=1 + worker + i / 1000), path)
-"""
-
-
 def test_appends_while_forget_rewrites_the_file_lose_nothing(tmp_path, cpu_profile):
     """--forget replaces the file; a run appending at that moment must land its line in the new one."""
     from support.at_once import finish, start_at_once
@@ -232,7 +220,7 @@ def test_appends_while_forget_rewrites_the_file_lose_nothing(tmp_path, cpu_profi
     path = tmp_path / "ledger.jsonl"
     workers, count = 3, 40
     ledger_store.append(ledger_record.make_entry(cpu_profile, _cpu(), status="ok", peak_gib=0.5), path)
-    writers = start_at_once(_APPEND_WHILE_FORGETTING, [[path, w, count] for w in range(workers)])
+    writers = start_at_once(_WRITER, [[path, "profiles/cpu-tiny-4gen.yaml", 1 + w, count, 0] for w in range(workers)])
     forgotten = 0
     while any(writer.poll() is None for writer in writers):
         ledger_store.append(ledger_record.make_entry(cpu_profile, _cpu(), status="ok", peak_gib=0.5), path)
