@@ -195,7 +195,10 @@ def pytest_runtest_logreport(report):
 def pytest_sessionfinish(session, exitstatus):
     # on the controller only (a worker has workerinput), which sees every worker's reports
     if os.environ.get(ENV_WRITE_DURATIONS) and not hasattr(session.config, "workerinput") and _took:
-        from support.schedule import write_durations
+        from support.schedule import KEPT_S, write_durations
 
         kept = write_durations(_took, _slow)
-        print(f"\ntests/durations.json: {kept} of {len(_took)} tests kept (the slow ones, and those of 0.5 s or more)")
+        print(
+            f"\ntests/durations.json: {len(_took)} tests timed (the slow ones and those of {KEPT_S:g} s or more "
+            f"kept); {kept} entries in all"
+        )

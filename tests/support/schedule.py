@@ -114,8 +114,14 @@ def read_durations(path: Path = DURATIONS) -> dict[str, float]:
 
 
 def write_durations(seconds: dict[str, float], slow: set[str], path: Path = DURATIONS) -> int:
-    """Keep the tests that took KEPT_S or more, and every slow one (missing, it would count UNKNOWN_SLOW_S),
-    sorted, rounded to 0.1 s; how many were kept."""
-    kept = {k: round(v, 1) for k, v in sorted(seconds.items()) if v >= KEPT_S or k in slow}
-    path.write_text(json.dumps(kept, indent=0, sort_keys=True) + "\n", encoding="utf-8")
+    """Record this run's tests in `path`: those that took KEPT_S or more, and every slow one (missing, it would
+    count UNKNOWN_SLOW_S), rounded to 0.1 s; a quicker one leaves. Tests the run did not reach keep their entries,
+    so a run of part of the suite updates that part only. How many entries the file holds."""
+    kept = read_durations(path)
+    for test, took in seconds.items():
+        if took >= KEPT_S or test in slow:
+            kept[test] = round(took, 1)
+        else:
+            kept.pop(test, None)
+    path.write_text(json.dumps(dict(sorted(kept.items())), indent=0) + "\n", encoding="utf-8")
     return len(kept)

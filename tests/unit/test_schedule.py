@@ -82,6 +82,13 @@ def test_durations_keep_the_slow_and_the_long_and_read_back(tmp_path):
     assert kept == 2 and read_durations(path) == {"long": 12.3, "slow-but-quick": 0.2}
 
 
+def test_a_run_of_part_of_the_suite_updates_that_part_only(tmp_path):
+    path = tmp_path / "durations.json"
+    write_durations({"a": 5.0, "b": 7.0, "c": 3.0}, set(), path)
+    kept = write_durations({"a": 6.04, "c": 0.1}, set(), path)  # `a` again, `c` now quick, `b` not run
+    assert kept == 2 and read_durations(path) == {"a": 6.0, "b": 7.0}
+
+
 @pytest.mark.parametrize("text", ["", "not json", "[1, 2]", '{"a": "x", "b": -1}'])
 def test_an_unreadable_durations_file_orders_by_the_slow_mark_alone(tmp_path, text):
     path = tmp_path / "durations.json"
