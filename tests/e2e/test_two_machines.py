@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from launcher.card.topology import free_port
 from launcher.run.attempts import read_attempts
 from support.cli import start_train_py
 from support.waiting import wait_until
+from trainer.ranks import MACHINE_LOST
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 900  # a 2-core machine shared with other work: each attempt loads torch in four processes
@@ -199,10 +199,8 @@ def test_a_lost_machine_fails_the_attempt_and_resume_continues(tmp_path):
             process=zero,
             what="machine 0's fourth checkpoint",
         )
-        killed_at = time.monotonic()
         kill_tree(one.pid)  # machine 1 lost whole: its supervisor, accelerate's agent, its rank
         code = zero.wait(timeout=WAIT_S)
-        took = time.monotonic() - killed_at
     finally:
         for proc in (one, zero):
             if proc.poll() is None:
@@ -212,10 +210,11 @@ def test_a_lost_machine_fails_the_attempt_and_resume_continues(tmp_path):
     run = the_run(tmp_path)
     records = read_attempts(run)
     assert len(records) == 1 and records[0]["status"] == "node", text[-4000:]
-    assert "a machine of the run is lost" in records[0]["error"] or "Connection" in records[0]["error"]
+    # what ended it, rather than how soon: the peer's lost connection, or (after a restart from the newest
+    # checkpoint) the ranks' check-in timing out at the rendezvous limit this test set
+    error = records[0]["error"]
+    assert "Connection" in error or f"did not check in within {RDZV_S} s (GRPO_RDZV_TIMEOUT): {MACHINE_LOST}" in error
     assert "not falling back: this is no memory problem" in text and "--resume" in text
-    # the peer's lost connection, a restart from the newest checkpoint, then the ranks' check-in timing out
-    assert took < RDZV_S + 240, took
     kept = records[0]["checkpoint"]
     assert kept and int(kept.rsplit("-", 1)[1]) >= 4
 
