@@ -1,7 +1,7 @@
 # Two commands set everything up on a machine without a GPU:
 #   make train   create .venv, install the pinned CPU set, run `python train.py train`
 #   make test    create .venv, install the pinned CPU set and what CI installs beside it (the vLLM side folder,
-#                llama.cpp's converter), run the whole test suite
+#                llama.cpp's converter) and build the tiny model the tests train, run the whole test suite
 #   make test-fast   every test that neither trains a model nor starts train.py (the inner loop)
 #   make durations   the whole suite, rewriting tests/durations.json (what orders the suite for its workers)
 #   make lint    ruff check and format check, and mypy
@@ -17,7 +17,7 @@ STAMP  := $(VENV)/.installed-$(shell cat constraints.txt pyproject.toml | cksum 
 TORCH_INDEX_URL ?=
 TORCH_INDEX := $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL),)
 
-.PHONY: venv train plan test test-unit test-fast test-vllm lint clean vllm-side llama-cpp durations
+.PHONY: venv train plan test test-unit test-fast test-vllm lint clean vllm-side llama-cpp durations test-models
 
 venv: $(STAMP)
 
@@ -50,13 +50,21 @@ plan: venv
 # on 2 cores the suite used 1.83 of them with 2 workers, 1.96 with 3.
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 TEST_THREADS ?= 1
-test: venv vllm-side llama-cpp
+test: venv
+	$(MAKE) --no-print-directory -j3 vllm-side llama-cpp test-models
 	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=20; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
 
 # The suite as `make test` runs it, timing each test into tests/durations.json: tests/conftest.py deals the costly
 # ones out to the workers by it (tests/support/schedule.py). After adding or changing long tests; commit the file.
-durations: venv vllm-side llama-cpp
+durations: venv
+	$(MAKE) --no-print-directory -j3 vllm-side llama-cpp test-models
 	GRPO_TEST_WRITE_DURATIONS=1 OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
+
+# The CPU profiles' tiny model, warm start included, in the suite's model cache (tests/support/tiny_models.py;
+# found there when an earlier run built it). `make test` builds it beside the installs of the vLLM side folder
+# and llama.cpp, which keep one core busy, instead of inside the suite, where the workers would wait for it.
+test-models: venv
+	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) tests/support/tiny_models.py
 
 # The unit tests of every package, on every core (no training run, no subprocess of train.py).
 test-unit: venv

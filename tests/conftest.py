@@ -9,13 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from support import tiny_models
+
 REPO = Path(__file__).resolve().parents[1]
 # GSM8K lies next to the repository (../shared/data/gsm8k); it is never copied into it.
 GSM8K_DIR = REPO.parent / "shared" / "data" / "gsm8k"
-CPU_DEFAULT = REPO / "profiles" / "cpu-tiny-8gen.yaml"
-# Building the tiny model includes its warm start: under a minute on an idle 2-core machine, several times
-# that when the machine is busy.
-TINY_BUILD_TIMEOUT_S = 1200
 
 
 @pytest.fixture(scope="session")
@@ -110,62 +108,26 @@ def own_ledger(tmp_path, monkeypatch):
 @pytest.fixture(scope="session")
 def tiny_seed() -> int:
     """The seed of the CPU profiles, which is also the seed their tiny model is built with."""
-    from profiles.load import load_profile
-
-    return load_profile(CPU_DEFAULT).seed
-
-
-# The tiny models the tests train, kept across test runs: a build is reused wherever its key (task, seed, shape,
-# warm-start settings) matches, so only the first run of a clone pays for it. GRPO_TEST_CACHE moves it.
-TEST_MODEL_CACHE = Path(os.environ.get("GRPO_TEST_CACHE") or REPO / ".cache" / "test-models")
-READY_MARK = ".session-ready"
-
-
-def _build_under_lock(code: str, seed: int, root: Path, lock_name: str) -> Path:
-    """Run `code` (which prints the folder it built or found) in a child process, as train.py builds a model,
-    holding `root/lock_name`: one build for all the suite's processes (pytest-xdist's workers), the others wait,
-    then find it built. This process imports no torch/Unsloth for it."""
-    import fcntl
-
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / lock_name, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        result = subprocess.run(
-            [sys.executable, "-c", code, str(seed)],
-            cwd=REPO,
-            env={**os.environ, "GRPO_TRAIN_CACHE": str(root)},
-            capture_output=True,
-            text=True,
-            timeout=TINY_BUILD_TIMEOUT_S,
-        )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return Path(result.stdout.strip().splitlines()[-1])
+    return tiny_models.cpu_seed()
 
 
 @pytest.fixture(scope="session")
 def tiny_cache(tiny_seed) -> Path:
     """A model cache (GRPO_TRAIN_CACHE) shared by the CPU runs, holding the CPU profiles' tiny model, warm start
-    included, built here (or found from an earlier test run) so that no run pays for the build inside its own
-    time limit. `READY_MARK` is touched when it is ready: a folder newer than the mark was built by a run."""
-    root = TEST_MODEL_CACHE
-    code = (
-        "import sys; from tiny_model.build import ensure_tiny; print(ensure_tiny('arithmetic', seed=int(sys.argv[1])))"
-    )
-    assert _build_under_lock(code, tiny_seed, root, ".build.lock").parent == root
-    (root / READY_MARK).touch()
+    included, built here (or found: `make test` builds it before the suite, and an earlier test run leaves it) so
+    that no run pays for the build inside its own time limit. `READY_MARK` is touched when it is ready: a folder
+    newer than the mark was built by a run."""
+    root = tiny_models.TEST_MODEL_CACHE
+    assert tiny_models.build_under_lock(tiny_models.BASE, tiny_seed, root, tiny_models.BASE_LOCK).parent == root
+    (root / tiny_models.READY_MARK).touch()
     return root
 
 
 @pytest.fixture(scope="session")
 def tiny_tools_model(tiny_cache, tiny_seed) -> Path:
     """The CPU profiles' tiny model with the tool-call markup and its tool-using warm start
-    (tiny_model.tool_variant), built in the same cache, as tiny_cache builds its model; under a lock of its own,
-    so that the workers that only need the base model do not wait for this build."""
-    code = (
-        "import sys; from tiny_model.tool_variant import ensure_tiny_tools; "
-        "print(ensure_tiny_tools('arithmetic', seed=int(sys.argv[1])))"
-    )
-    return _build_under_lock(code, tiny_seed, tiny_cache, ".build-tools.lock")
+    (tiny_model.tool_variant), built in the same cache, as tiny_cache builds its model."""
+    return tiny_models.build_under_lock(tiny_models.TOOLS, tiny_seed, tiny_cache, tiny_models.TOOLS_LOCK)
 
 
 # `make durations` sets this: the suite's run writes tests/durations.json, which orders the next runs

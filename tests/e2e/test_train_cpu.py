@@ -79,7 +79,7 @@ def test_outcome_of_a_finished_attempt(quick_run):
 def test_runs_reuse_the_session_tiny_model(quick_run, tiny_cache, tiny_seed):
     from test_learning import OTHER_SEED
 
-    from conftest import READY_MARK
+    from support.tiny_models import READY_MARK
     from tiny_model.tool_variant import tools_folder_name
 
     ready = (tiny_cache / READY_MARK).stat().st_mtime
