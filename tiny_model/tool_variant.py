@@ -24,7 +24,7 @@ from pathlib import Path
 
 from tiny_model import tool_template
 
-TOOL_BUILD_VERSION = 2
+TOOL_BUILD_VERSION = 3  # 3: the record's held-out figures rendered with thinking off, as the pass taught
 RECORD_FILE = "tool_warm_start.json"
 STEPS = 300
 BATCH = 32
@@ -239,10 +239,12 @@ def measure_heldout(model, tokenizer, rows: int = HELDOUT_ROWS) -> dict:
     """Greedy held-out accuracy with the calculator offered, and in the guessing game, with tool figures."""
     from evaluation.score import evaluate
     from tasks import load_task
+    from tiny_model.warm_start import switches
     from tools import load_environment, load_tools
     from tools.guess import solved
 
     held_out = load_task("arithmetic", "test", limit=rows)
+    rendering = switches(tokenizer)  # as the pass taught it and every attempt renders prompts: thinking off
     calculator = evaluate(
         model,
         tokenizer,
@@ -251,6 +253,7 @@ def measure_heldout(model, tokenizer, rows: int = HELDOUT_ROWS) -> dict:
         use_vllm=False,
         tools=load_tools(["calculate"]),
         max_tool_calls=MAX_CALLS,
+        switches=rendering,
     )
     game = evaluate(
         model,
@@ -261,6 +264,7 @@ def measure_heldout(model, tokenizer, rows: int = HELDOUT_ROWS) -> dict:
         reward=solved,
         environment=load_environment("guess"),
         max_tool_calls=MAX_CALLS,
+        switches=rendering,
     )
     keep = ("accuracy", "well_formed", "tool_calls_per_answer", "answers_with_tool", "tool_success")
     return {

@@ -149,3 +149,35 @@ def test_evaluation_plays_the_turns_as_trl_lays_them_out(tiny_tools_model):
     shown = figures(results)
     assert shown["tool_calls"] == sum(r.calls for r in results) > 0
     assert shown["model_turns_per_answer"] == sum(r.answered + 1 for r in results) / len(results)
+
+
+def test_the_builds_record_is_measured_as_attempts_render_prompts(tiny_tools_model):
+    """The record the report quotes ("with the calculator offered: accuracy ...") is measured with the prompts
+    rendered as the pass taught them and as every attempt renders them (thinking off), not with the template's
+    default (a <think> opened, which the tiny model never saw)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from evaluation.score import evaluate
+    from tasks import load_task
+    from tiny_model.tool_variant import HELDOUT_TOKENS, MAX_CALLS, build_record, measure_heldout
+    from tools import load_tools
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_tools_model)
+    model = AutoModelForCausalLM.from_pretrained(tiny_tools_model)
+    model.eval()
+    rows = 24
+    as_attempts = evaluate(
+        model,
+        tokenizer,
+        load_task("arithmetic", "test", limit=rows),
+        max_new_tokens=HELDOUT_TOKENS,
+        use_vllm=False,
+        tools=load_tools(["calculate"]),
+        max_tool_calls=MAX_CALLS,
+        switches={"enable_thinking": False},
+    )
+    measured = measure_heldout(model, tokenizer, rows=rows)["calculator"]
+    assert measured == {key: as_attempts.get(key) for key in measured}
+    assert measured["well_formed"] > 0.5  # thinking left on, no answer of the tiny model is well-formed
+    record = build_record(tiny_tools_model)
+    assert record is not None and record["calculator"]["well_formed"] > 0.5, record
