@@ -61,6 +61,7 @@ ENV_RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
 # Other tools' variables that grpo-train sets for an attempt
 ENV_ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
 ENV_VLLM_STANDBY = "UNSLOTH_VLLM_STANDBY"
+ENV_GOMP_SPINCOUNT = "GOMP_SPINCOUNT"
 
 VARIABLES: tuple[Variable, ...] = (
     Variable(
@@ -194,6 +195,12 @@ VARIABLES: tuple[Variable, ...] = (
         "unless vLLM standby is on; a user's own settings are kept",
     ),
     Variable(ENV_VLLM_STANDBY, SUPERVISOR, "Unsloth's vLLM standby, set from the profile's vllm_standby"),
+    Variable(
+        ENV_GOMP_SPINCOUNT,
+        SUPERVISOR,
+        "how long torch's OpenMP threads spin before they sleep: 1000 for a CPU attempt, so that a core "
+        "another process keeps busy does not stall every step; a user's own value is kept",
+    ),
     Variable(
         SLURM_NUM_NODES, SLURM, "machines that train (the nodes of this srun step), when GRPO_NUM_MACHINES is unset"
     ),

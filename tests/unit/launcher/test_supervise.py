@@ -261,6 +261,12 @@ def test_attempt_environment_sets_expandable_segments_on_cuda_except_under_stand
     assert env["GRPO_INJECT_OOM"] == "s"  # passes through unchanged
 
 
+def test_a_cpu_attempts_openmp_threads_spin_briefly_unless_the_user_says_otherwise():
+    assert attempt_environment(cpu_profile("a", 1), {})["GOMP_SPINCOUNT"] == "1000"
+    assert attempt_environment(cpu_profile("a", 1), {"GOMP_SPINCOUNT": "50"})["GOMP_SPINCOUNT"] == "50"
+    assert "GOMP_SPINCOUNT" not in attempt_environment(gpu_profile("g", 1), {})
+
+
 # ---------------------------------------------------------------------------------------------------
 # Runs with the fake child
 
