@@ -243,6 +243,8 @@ def sample(
     target = find_target(given)
     sampling = profile_of(target, overrides or [], run_rewards)
     profile = sampling.profile
+    # as an attempt of this profile runs, e.g. OpenMP's short spin on the CPU (set before torch loads)
+    contract.apply_attempt_environment(profile)
     from tiny_model.source import base_model_path
     from trainer.sample import answer, rows_to_answer
 

@@ -71,3 +71,23 @@ def test_from_test_beyond_the_test_split_answers_all_of_it_and_says_so(capsys):
     rows = rows_to_answer(profile, None, 100_000)
     assert len(rows) == 500  # the arithmetic task's held-out problems
     assert "--from-test 100000: the test split holds 500 rows; answering all of them" in capsys.readouterr().err
+
+
+def test_sampling_runs_in_the_environment_of_an_attempt_of_its_profile(attempt, monkeypatch):
+    """Set before the model loads (torch reads OpenMP's settings once): on the CPU, the short spin that keeps a
+    busy core from stalling every generated token."""
+    import trainer.sample
+
+    for key in ("GOMP_SPINCOUNT", "PYTHONUNBUFFERED", "TOKENIZERS_PARALLELISM", "CUDA_DEVICE_ORDER"):
+        monkeypatch.delenv(key, raising=False)  # restored afterwards, whatever sample sets
+    seen = {}
+
+    def answer(*args, **kwargs):
+        import os
+
+        seen["spin"] = os.environ.get("GOMP_SPINCOUNT")
+        return []
+
+    monkeypatch.setattr(trainer.sample, "answer", answer)
+    sample(attempt, prompt="What is 2 + 2?", overrides=["rewards={accuracy: 1.0}"])
+    assert seen == {"spin": "1000"}
