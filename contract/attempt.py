@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from contract.environment import (
+    CPU_SPINCOUNT,
     ENV_ALLOC_CONF,
-    ENV_CACHE,
     ENV_ESTIMATE_GIB,
     ENV_EXPECTED_TOKENS,
     ENV_GOMP_SPINCOUNT,
@@ -334,8 +334,6 @@ def latest_checkpoint(attempt_dir: Path, skipped: list[str] | None = None) -> Pa
 # ---------------------------------------------------------------------------------------------------
 # The environment an attempt starts with
 
-CPU_SPINCOUNT = "1000"  # a CPU attempt's GOMP_SPINCOUNT (attempt_environment)
-
 
 def attempt_environment(profile, base: dict | None = None) -> dict:
     """The attempt's environment: expandable segments against fragmentation, except under vLLM standby
@@ -360,10 +358,7 @@ def attempt_environment(profile, base: dict | None = None) -> dict:
     else:
         env.pop(ENV_ALLOC_CONF, None)
     if profile.device == "cpu":
-        # libgomp's threads spin up to 300,000 rounds at each op's barrier: beside a process that keeps one of two
-        # cores busy, the thread that lost its core kept the other spinning, and the CPU default's step took
-        # 23.9 s instead of 0.3. A short spin: 0.55 s there, about 3% slower on idle cores.
-        env.setdefault(ENV_GOMP_SPINCOUNT, CPU_SPINCOUNT)
+        env.setdefault(ENV_GOMP_SPINCOUNT, CPU_SPINCOUNT)  # why: contract.environment.CPU_SPINCOUNT
     return env
 
 
@@ -417,27 +412,6 @@ def run_budget_from_env(environ: dict | None = None) -> tuple[float, float] | No
 def random_weights_requested(environ=None) -> bool:
     """Whether this attempt runs on random weights (the supervisor sets ENV_RANDOM_WEIGHTS)."""
     return (os.environ if environ is None else environ).get(ENV_RANDOM_WEIGHTS, "") not in ("", "0")
-
-
-def cache_root() -> Path:
-    """Where grpo-train keeps what it builds and measures (the tiny model, the ledger): $GRPO_TRAIN_CACHE, or
-    ~/.cache/grpo-train."""
-    env = os.environ.get(ENV_CACHE)
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "grpo-train"
-
-
-def hub_cache() -> Path:
-    """Where huggingface_hub keeps downloaded repositories, in its own order of precedence: HF_HUB_CACHE (or
-    its older name HUGGINGFACE_HUB_CACHE), else HF_HOME/hub, else XDG_CACHE_HOME or ~/.cache, then
-    huggingface/hub. The one place this project works it out (the catalogue reads configs there, the
-    supervisor checks it can be written)."""
-    for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        if os.environ.get(name):
-            return Path(os.environ[name]).expanduser()
-    home = os.environ.get("HF_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface"
-    )
-    return Path(home).expanduser() / "hub"
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -291,8 +291,8 @@ def read_config(path: Path, name: str) -> Architecture:
 
 
 def hf_cache_dirs() -> list[Path]:
-    """Where huggingface_hub keeps downloaded repositories (contract.attempt.hub_cache)."""
-    from contract.attempt import hub_cache
+    """Where huggingface_hub keeps downloaded repositories (contract.environment.hub_cache)."""
+    from contract.environment import hub_cache
 
     return [hub_cache()]
 

@@ -13,7 +13,7 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from contract.attempt import cache_root
+from contract.environment import cache_root
 from contract.safe_write import write_atomic
 from profiles.catalog import hf_cache_dirs, is_tiny
 from tasks.lengths import WORKED_SAMPLE

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from contract.environment import cache_root
 from rewards.parse import TAGS as XML_TAGS  # the answer format the rewards score
 
 ROLE_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>")
@@ -81,11 +81,6 @@ def tiny_shape() -> TinyShape:
                 values[field_name] = type(getattr(shape, field_name))(value)
                 break
     return TinyShape(**{**asdict(shape), **values})
-
-
-def cache_root() -> Path:
-    env = os.environ.get("GRPO_TRAIN_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "grpo-train"
 
 
 def _corpus(dataset: str, seed: int) -> list[str]:

@@ -31,8 +31,8 @@ def idle_server_node(plan) -> str | None:
 
 def cache_folders(profile=None) -> list[Path]:
     """The caches an attempt writes outside the run folder: grpo-train's own (the tiny model, random weights,
-    the ledger's folder) and, for a model from the hub, Hugging Face's (contract.attempt.hub_cache)."""
-    from contract.attempt import cache_root, hub_cache
+    the ledger's folder) and, for a model from the hub, Hugging Face's (contract.environment.hub_cache)."""
+    from contract.environment import cache_root, hub_cache
 
     folders = [cache_root()]
     from profiles.catalog import is_tiny

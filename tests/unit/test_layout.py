@@ -168,3 +168,11 @@ def test_the_trainer_never_names_the_tiny_model():
     for path in (ROOT / "trainer").glob("*.py"):
         text = path.read_text(encoding="utf-8")
         assert "tiny_model" not in text, f"trainer/{path.name} reaches into tiny_model"
+
+
+MAX_MODULE_LINES = 500  # a module past this answers more than one question: split it by what it answers
+
+
+def test_no_source_module_passes_the_line_limit():
+    long = {name: n for name, path in modules().items() if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long, long

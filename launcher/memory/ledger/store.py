@@ -18,8 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from contract.attempt import cache_root
-from contract.environment import ENV_LEDGER
+from contract.environment import ENV_LEDGER, cache_root
 from contract.errors import UsageError
 from contract.safe_write import dangling_link
 from profiles.schema import MEMORY_KEYS  # the keys that change how much memory a step needs
