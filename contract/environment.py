@@ -1,7 +1,7 @@
 """Every environment variable grpo-train reads or sets, in one table: its name, who sets it, who reads it,
 and what it means. The attempt's own variables are set by the supervisor for each child process; the user's
 are read at start. `docs/interfaces.md` lists this table, and a test holds the code to it (every `GRPO_`
-name in the source is a row here)."""
+name in the source is a row here). Also where the caches that variables name are (`cache_root`, `hub_cache`)."""
 
 from __future__ import annotations
 
