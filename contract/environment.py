@@ -235,10 +235,6 @@ def markdown() -> str:
     return "\n".join(rows) + "\n"
 
 
-if __name__ == "__main__":
-    print(markdown(), end="")
-
-
 def cache_root() -> Path:
     """Where grpo-train keeps what it builds and measures (the tiny model, the ledger): $GRPO_TRAIN_CACHE, or
     ~/.cache/grpo-train."""
@@ -258,3 +254,7 @@ def hub_cache() -> Path:
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface"
     )
     return Path(home).expanduser() / "hub"
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")
