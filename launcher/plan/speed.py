@@ -58,10 +58,12 @@ PREFILL_MATMUL_EFFICIENCY = 0.5  # prefill's large GEMMs
 VLLM_DECODE_STEP_S = 0.008  # one vLLM decode step beyond its reads: scheduling, sampling, detokenising
 KERNEL_LAUNCH_S = 0.0011  # one layer's kernels launched once, forward or backward, by eager PyTorch (no CUDA
 #                                   graphs): some twenty kernels at ~10 us each, and Python's dispatch of each;
-#                                   the H100 kit measured 1.07-1.63 ms a layer a token in Unsloth's generate and
-#                                   3.3-3.9 ms a layer per training pass of small micro-batches (three passes)
+#                                   the H100 kit measured 0.44-0.62 ms a layer a token in Unsloth's rollout context
+#                                   on Llama (CUDA graphs), 1.17-1.46 ms on Qwen, and 3.3-3.9 ms a layer per
+#                                   training pass of small micro-batches (three passes)
 # The plain TRL + PEFT path (several GPUs) against Unsloth's, measured by the H100 kit at the same shapes
-# (benchmarks/gpu/nvidia-h100-80gb-hbm3.md): generate 2.3-2.9x slower a token, a training step 1.5-2.1x
+# (benchmarks/gpu/nvidia-h100-80gb-hbm3.md): generate 2.1-11.8x slower a token than its rollout context (2.3-2.9x
+# than its plain generate()), a training step 0.87-1.89x (docs/planning.md)
 PLAIN_GENERATE_SLOWDOWN = 2.5
 PLAIN_TRAINING_SLOWDOWN = 1.6
 STEP_FIXED_S = 2.0  # per optimizer step: rewards, logging, the adapter handed to vLLM, Python

@@ -32,9 +32,9 @@ def test_the_h100_table_refits_the_launch_cost_to_unsloths_generate():
     result = _refit(H100, "--path", "unsloth", "--constants", "KERNEL_LAUNCH_S")
     assert result["card_known"] and result["fitted"] == ["KERNEL_LAUNCH_S"]
     launch = result["constants"]["KERNEL_LAUNCH_S"]
-    # 1.66 ms a layer a decode step: generate() called plainly after the training steps (the shipped 1.1 ms was
-    # fitted to the published runs, whose rollouts go through Unsloth's own generation context)
-    assert 0.0014 < launch["after"] < 0.0019
+    # 1.18 ms a layer a decode step with every wave in Unsloth's rollout context (Llama's CUDA-graph decode 0.44-0.62
+    # ms, Qwen's 1.17-1.46): beside the shipped 1.1 ms, which was fitted to the published runs
+    assert 0.0010 < launch["after"] < 0.0014
     assert _factor(result, "after") <= _factor(result, "before")
     # the other constants are kept as they are
     assert all(
