@@ -158,14 +158,21 @@ def keep_failure_log(log: Path, out_dir: Path, card: str, case: dict) -> Path | 
 def run_kit(options: KitOptions) -> tuple[int, dict]:
     """Measure this card within options.budget_s; (exit status, the report). 0: every probe run measured and
     the OOM check passed or was left out for its stated reason; 1: a probe or the check failed, or nothing was
-    measured; 130: stopped by a signal."""
+    measured; 130: stopped by a signal. The kit's signal handlers are in place while it runs, and only then."""
+    stopper = Stopper().install()
+    try:
+        return _measure(options, stopper)
+    finally:
+        stopper.restore()
+
+
+def _measure(options: KitOptions, stopper: Stopper) -> tuple[int, dict]:
     from launcher.card.detect import detect_machine
 
     say: Callable[[str], None] = options.say or (lambda line: print(line, file=sys.stderr, flush=True))
     clock, probe = options.clock, options.probe or run_probe
     started = clock()
     deadline = started + options.budget_s
-    stopper = Stopper().install()
     machine = detect_machine()
     gpu = machine.primary
     card = gpu.name if gpu else "cpu"

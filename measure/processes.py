@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from measure.cases import REPO
 
@@ -64,11 +65,18 @@ class Stopper:
     def __init__(self):
         self.signal: int | None = None
         self.child: subprocess.Popen | None = None
+        self._previous: dict[int, Any] = {}
 
     def install(self) -> Stopper:
         for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, self._handle)
+            self._previous[signum] = signal.signal(signum, self._handle)
         return self
+
+    def restore(self) -> None:
+        """The handlers from before install(): the kit also runs inside other programs (the suite's tests)."""
+        for signum, handler in self._previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+        self._previous.clear()
 
     def _handle(self, signum, frame) -> None:
         self.signal = signum

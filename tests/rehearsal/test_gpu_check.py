@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -178,7 +179,10 @@ def test_the_budget_is_kept_by_the_kits_own_clock(tmp_path):
         say=lambda line: None,
     )
     (tmp_path / "out").mkdir()
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     code, report = kit.run_kit(options)
+    # the kit's handlers were its own while it ran: this process (a test worker) gets its own back
+    assert {signum: signal.getsignal(signum) for signum in before} == before
     # 110 s: the first probe gets min(100, 110 - the reserve); what its stop leaves is under MIN_PROBE_S
     assert given == [110.0 - kit.FINISH_RESERVE_S]
     assert [row["status"] for row in report["probes"]] == ["ok", kit.tables.NOT_RUN_TIME]
