@@ -11,6 +11,7 @@ command each (commands/legacy.py). Training runs in a child process per attempt.
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -31,8 +32,17 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
-if __name__ == "__main__":
+def cli() -> int:
+    """The program: `python train.py ...` and the `grpo-train` script."""
+    # A shell starts a background job with SIGINT ignored, and the interpreter keeps it so; the run's own handlers
+    # take SIGINT as "save and stop" once they are in, so it ends the run from the first instant as well
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        sys.exit(main())
+        return main()
     except KeyboardInterrupt:  # during the first imports, before main's own handling
-        sys.exit(130)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(cli())
