@@ -58,6 +58,7 @@ from launcher.memory.parts import (  # noqa: F401 - re-exported: other modules i
     standby_utilisation,
     training_pass,
     unsloth_engine,
+    unsloth_generate_kv_cache,
     unsloth_lora_rank,
     unsloth_trains_in_float32,
     unsloth_vllm_utilisation,
@@ -195,6 +196,10 @@ def estimate(profile, arch: Architecture | None = None, gpu=None, backend: str |
                 overlap = min(lent, max(comp["vllm_cache"] - workspace, 0.0))
                 comp["standby_reuse"] = -overlap
                 notes.append("vLLM standby: training reuses the sleeping KV cache")
+        elif backend == "unsloth":
+            comp["generate_kv_cache"] = unsloth_generate_kv_cache(
+                arch, generation_batch, profile.max_prompt_length, profile.max_completion_length, HALF_BYTES
+            )
         else:
             comp["generate_kv_cache"] = generate_kv_cache(arch, generation_batch, seq, HALF_BYTES)
 

@@ -332,6 +332,42 @@ def generate_kv_cache(arch: Architecture, completions: int, seq: int, element: i
     return completions * seq * arch.kv_bytes_per_token(element)
 
 
+# Unsloth's own decode (its generate without vLLM) keeps its KV cache in rows it allocates ahead
+# (unsloth/models/llama.py KV_CACHE_INCREMENT, unsloth/models/_decode_graphs.py): the prompt, one row and 512
+# more, grown by 512 when full; under its CUDA graphs rounded up to 256 rows and doubled when full. The H100 kit
+# read 2.2-3.6x the token count's cache around Unsloth's waves (docs/measurement.md).
+UNSLOTH_KV_INCREMENT = 512
+UNSLOTH_GRAPH_BUCKET = 256
+UNSLOTH_DECODE_FAMILIES = frozenset(
+    {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "cohere", "granite", "falcon_h1"}
+)
+UNSLOTH_GRAPH_FAMILIES = frozenset({"llama", "qwen3"})
+
+
+def unsloth_decode_rows(prompt: int, completion: int, graphs: bool) -> int:
+    """The rows of Unsloth's decode cache once `completion` tokens are generated after a `prompt`-token prefill:
+    a step writes row L of a cache of L tokens and grows it first when L + 1 reaches the rows."""
+
+    def bucket(rows: int) -> int:
+        return -(-rows // UNSLOTH_GRAPH_BUCKET) * UNSLOTH_GRAPH_BUCKET if graphs else rows
+
+    rows = bucket(prompt + 1 + UNSLOTH_KV_INCREMENT)
+    while rows < prompt + completion:
+        rows = bucket(max(rows + UNSLOTH_KV_INCREMENT, 2 * rows)) if graphs else rows + UNSLOTH_KV_INCREMENT
+    return rows
+
+
+def unsloth_generate_kv_cache(
+    arch: Architecture, completions: int, prompt: int, completion: int, element: int
+) -> float:
+    """Unsloth's generate (no vLLM): its decode cache where the family decodes through Unsloth's own kernels,
+    else transformers' cache of full-length sequences."""
+    if arch.family not in UNSLOTH_DECODE_FAMILIES:
+        return generate_kv_cache(arch, completions, prompt + completion, element)
+    rows = unsloth_decode_rows(prompt, completion, arch.family in UNSLOTH_GRAPH_FAMILIES)
+    return completions * rows * arch.kv_bytes_per_token(element)
+
+
 def cpu_process(arch: Architecture, completions: int, seq: int) -> dict[str, float]:
     """What a cpu process holds besides the model and the training pass: generate's fp32 KV cache, the runtime."""
     return {

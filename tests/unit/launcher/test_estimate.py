@@ -178,6 +178,39 @@ def test_without_vllm_the_generate_kv_cache_is_counted():
     assert est.components["generate_kv_cache"] == pytest.approx(8 * 1024 * 128 * 1024 / GIB)  # 1 GiB
 
 
+def test_unsloths_own_decode_cache_is_counted_in_the_rows_it_allocates():
+    from launcher.memory.parts import unsloth_decode_rows
+
+    # the H100 kit's waves (63 + 320 tokens): eager (Qwen2) and CUDA graphs (Llama)
+    assert unsloth_decode_rows(63, 320, graphs=False) == 576
+    assert unsloth_decode_rows(63, 320, graphs=True) == 768
+    # a step at a cache of L tokens grows it first when L + 1 reaches the rows: 1,024 rows hold 256 + 768
+    assert unsloth_decode_rows(256, 768, graphs=True) == 1024
+    assert unsloth_decode_rows(256, 1024, graphs=True) == 2048  # doubled
+    assert unsloth_decode_rows(256, 1024, graphs=False) == 1281  # 512 more
+    assert unsloth_decode_rows(256, 4096, graphs=False) == 769 + 7 * 512
+    keys = dict(
+        model="unsloth/Llama-3.2-3B-Instruct",
+        fast_inference=False,
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=4,
+        num_generations=8,
+        max_prompt_length=256,
+        max_completion_length=1024,
+        max_seq_length=1280,
+    )
+    arch = resolve("unsloth/Llama-3.2-3B-Instruct")
+    est = estimate(make(**keys), gpu=card(24))
+    assert est.components["generate_kv_cache"] == pytest.approx(8 * 2048 * arch.kv_bytes_per_token(2) / GIB)
+    # plain TRL + PEFT generates through transformers' cache: the tokens
+    plain = estimate(make(**keys), gpu=card(24), backend="trl")
+    assert plain.components["generate_kv_cache"] == pytest.approx(8 * 1280 * arch.kv_bytes_per_token(2) / GIB)
+    # Gemma 3 is not decoded by Unsloth's kernels: the tokens too
+    gemma = resolve("unsloth/gemma-3-1b-it")
+    est = estimate(make(**{**keys, "model": "unsloth/gemma-3-1b-it"}), gpu=card(24))
+    assert est.components["generate_kv_cache"] == pytest.approx(8 * 1280 * gemma.kv_bytes_per_token(2) / GIB)
+
+
 def test_cpu_profile_is_host_ram_without_cuda_or_vllm():
     est = estimate(make(device="cpu", model="tiny", load_in_4bit=False, fast_inference=False, optim="adamw_torch"))
     assert est.memory == "host" and est.backend == "trl"
