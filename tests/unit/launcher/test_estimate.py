@@ -162,18 +162,21 @@ def test_standby_uses_unsloths_tier_and_lends_the_kv_cache():
     assert standby.components["standby_reuse"] == pytest.approx(-lent)
 
 
+# A rung without vLLM: 8 sequences generated at once (2 x 4), 256 + 768 tokens each
+WITHOUT_VLLM = dict(
+    model="unsloth/Llama-3.1-8B-Instruct",
+    fast_inference=False,
+    per_device_train_batch_size=2,
+    gradient_accumulation_steps=4,
+    num_generations=8,
+    max_prompt_length=256,
+    max_completion_length=768,
+    max_seq_length=1024,
+)
+
+
 def test_without_vllm_the_generate_kv_cache_is_counted():
-    keys = dict(
-        model="unsloth/Llama-3.1-8B-Instruct",
-        fast_inference=False,
-        per_device_train_batch_size=2,
-        gradient_accumulation_steps=4,
-        num_generations=8,
-        max_prompt_length=256,
-        max_completion_length=768,
-        max_seq_length=1024,
-    )
-    est = estimate(make(**keys), gpu=card(24))
+    est = estimate(make(**WITHOUT_VLLM), gpu=card(24))
     assert "vllm_cache" not in est.components and est.vllm_share_gib is None
     assert est.components["generate_kv_cache"] == pytest.approx(8 * 1024 * 128 * 1024 / GIB)  # 1 GiB
 
@@ -189,16 +192,12 @@ def test_unsloths_own_decode_cache_is_counted_in_the_rows_it_allocates():
     assert unsloth_decode_rows(256, 1024, graphs=True) == 2048  # doubled
     assert unsloth_decode_rows(256, 1024, graphs=False) == 1281  # 512 more
     assert unsloth_decode_rows(256, 4096, graphs=False) == 769 + 7 * 512
-    keys = dict(
-        model="unsloth/Llama-3.2-3B-Instruct",
-        fast_inference=False,
-        per_device_train_batch_size=2,
-        gradient_accumulation_steps=4,
-        num_generations=8,
-        max_prompt_length=256,
-        max_completion_length=1024,
-        max_seq_length=1280,
-    )
+    keys = {
+        **WITHOUT_VLLM,
+        "model": "unsloth/Llama-3.2-3B-Instruct",
+        "max_completion_length": 1024,
+        "max_seq_length": 1280,
+    }
     arch = resolve("unsloth/Llama-3.2-3B-Instruct")
     est = estimate(make(**keys), gpu=card(24))
     assert est.components["generate_kv_cache"] == pytest.approx(8 * 2048 * arch.kv_bytes_per_token(2) / GIB)
