@@ -38,9 +38,9 @@ CHECKS = {
     "Unsloth and unsloth_zoo's vLLM loader": "\n".join(
         [
             "from trl import GRPOTrainer",
-            "import trl.generation.vllm_client",
+            "from trl.generation.vllm_client import VLLMClient",
             "import unsloth",
-            "import unsloth_zoo.vllm_utils",
+            "from unsloth_zoo.vllm_utils import load_vllm",
         ]
     ),
 }

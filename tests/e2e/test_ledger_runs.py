@@ -83,6 +83,16 @@ def test_the_poisoning_sequence_leaves_the_machine_training(tmp_path, shared_cac
         _user_env(shared_cache, GRPO_INJECT_OOM="cpu-tiny-8gen,cpu-tiny-4gen"),
     )
     assert first.returncode == 3, first.stdout[-3000:] + first.stderr[-3000:]
+    # every attempt OOMs at its first step, before any checkpoint: each rung as planned and shrunk, none resumes,
+    # and the ladder runs out (exit 3)
+    records = _attempts(tmp_path / "one")
+    assert [(r["status"], r["steps"], r["resumed_from"], bool(r["shrink"])) for r in records] == [
+        ("oom", 0, None, False),
+        ("oom", 0, None, True),
+    ] * 2
+    assert [r["profile"] for r in records] == ["cpu-tiny-8gen"] * 2 + ["cpu-tiny-4gen"] * 2
+    assert records[0]["oom"]["site"] == "logits/log-probs"
+    assert "no profile left on the ladder" in first.stdout
     assert "GRPO_INJECT_OOM is set: this run adds nothing to the ledger" in first.stdout
     assert not default_ledger.exists() or not default_ledger.read_text().strip()
 

@@ -340,6 +340,10 @@ def test_csv_with_renamed_columns_and_a_reward_file_trains_then_samples(project,
             "question_field=problem",
             "answer_field=result",
             "rewards={accuracy: 1.0, my_rewards.py:brevity: 0.5}",
+            # the tiny model built for this data is untrained: its answers run into any cap, so the length probe
+            # would re-plan the cap twice before training at four times it (tests/e2e/test_measured_lengths.py
+            # holds the re-plan)
+            "length_probe=0",
         ),
         *QUICK,
         "--output-dir",
@@ -348,8 +352,8 @@ def test_csv_with_renamed_columns_and_a_reward_file_trains_then_samples(project,
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "data for 'cpu-tiny-8gen': 16 of 18 training rows (train_samples), 2 test rows" in result.stdout
     run_dir = next((project / "outputs").glob("run-*"))
-    # the tiny model built for this data is untrained: most of its answers run into the cap, and the run may
-    # re-plan the cap before it trains (attempts `replanned`); RUN/final is the attempt that trained
+    records = [json.loads(line) for line in (run_dir / "attempts.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in records] == ["ok"]
     attempt_dir = (run_dir / "final").resolve()
     rows = metrics(attempt_dir)
     assert len(rows) == 3 and all(set(r["rewards"]) == {"accuracy", "brevity"} for r in rows)

@@ -20,7 +20,7 @@ def test_train_stops_at_its_budget_with_a_checkpoint_the_adapter_and_the_report(
         "--output-dir",
         str(tmp_path),
         "--hours",
-        "0.015",
+        "0.01",  # 36 s: the attempt stops when a step and its finishing (20 s and an evaluation) would not fit
         *("--set", "max_steps=100000", "--set", "save_steps=100000", "--set", "warmup_ratio=0"),
         *("--set", "eval_samples=8", "--set", "eval_steps=0", "--set", "train_samples=64"),
         env=env,

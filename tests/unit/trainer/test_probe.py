@@ -265,7 +265,10 @@ def test_probe_oom_ends_the_attempt_and_without_it_training_runs(backend, tmp_pa
     assert json.loads((tmp_path / "plain" / "summary.json").read_text())["probe"] == probe
     assert "worst-case probe: 4 x (" in (tmp_path / "plain" / "report.md").read_text()
 
-    # a resumed attempt probes before its resumed training as well
+    # a resumed attempt probes before its resumed training as well (the trainer's order, whichever backend:
+    # shown once)
+    if backend != "unsloth-cpu":
+        return
     resumed = _attempt(
         tmp_path / "resumed",
         dict(env, GRPO_INJECT_OOM="cpu-tiny-4gen@probe"),
