@@ -92,7 +92,7 @@ def test_the_poisoning_sequence_leaves_the_machine_training(tmp_path, shared_cac
     ] * 2
     assert [r["profile"] for r in records] == ["cpu-tiny-8gen"] * 2 + ["cpu-tiny-4gen"] * 2
     assert records[0]["oom"]["site"] == "logits/log-probs"
-    assert "no profile left on the ladder" in first.stdout
+    assert "attempts" in first.stdout and "no profile left on the ladder" in first.stdout
     assert "GRPO_INJECT_OOM is set: this run adds nothing to the ledger" in first.stdout
     assert not default_ledger.exists() or not default_ledger.read_text().strip()
 

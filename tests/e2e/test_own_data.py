@@ -15,6 +15,7 @@ import pytest
 
 from commands.sample import _shown_text
 from contract.errors import ProfileError
+from launcher.run.attempts import read_attempts
 from profiles.load import load_profile, profile_from_dict
 from support.cli import REPO, start_train_py, train_py
 
@@ -352,8 +353,7 @@ def test_csv_with_renamed_columns_and_a_reward_file_trains_then_samples(project,
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "data for 'cpu-tiny-8gen': 16 of 18 training rows (train_samples), 2 test rows" in result.stdout
     run_dir = next((project / "outputs").glob("run-*"))
-    records = [json.loads(line) for line in (run_dir / "attempts.jsonl").read_text().splitlines()]
-    assert [r["status"] for r in records] == ["ok"]
+    assert [r["status"] for r in read_attempts(run_dir)] == ["ok"]
     attempt_dir = (run_dir / "final").resolve()
     rows = metrics(attempt_dir)
     assert len(rows) == 3 and all(set(r["rewards"]) == {"accuracy", "brevity"} for r in rows)
