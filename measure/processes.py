@@ -132,8 +132,11 @@ def log_tail(log: Path, lines: int = 40) -> str:
 
 # ------------------------------------------------------------------------------------------------ libraries
 
+# the collector paused, as an attempt imports the libraries (trainer.backends.collector_paused): the seconds
+# reported are an attempt's
 _IMPORT = (
-    "import json, sys, time\n"
+    "import gc, json, sys, time\n"
+    "gc.disable()\n"
     "started = time.monotonic()\n"
     "module = __import__(sys.argv[1])\n"
     "print(json.dumps({'seconds': round(time.monotonic() - started, 2), "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -131,6 +132,17 @@ def tiny_tools_model(tiny_cache, tiny_seed) -> Path:
 
 # `make durations` sets this: the suite's run writes tests/durations.json, which orders the next runs
 ENV_WRITE_DURATIONS = "GRPO_TEST_WRITE_DURATIONS"
+
+
+def pytest_configure(config):
+    # Collection imports torch, PEFT and every test module; the collector, run as they grow, walked them again and
+    # again (a fifth of a worker's collection). Off while they import, then frozen (pytest_collection_finish).
+    gc.disable()
+
+
+def pytest_collection_finish(session):
+    gc.freeze()  # what collection imported lives to the end of the session: later collections skip it
+    gc.enable()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -498,19 +498,23 @@ def prepare(cases: list[Case], without: set[str] = frozenset()):
     )
     apply_attempt_environment(profiles[0])  # standby and the allocator, before Unsloth is imported
 
-    stand_in_for_the_card(cases[0].card)
-    stand_in_for_native_libraries()
-    names = compiled_modules("vllm") | {"vllm._C", "vllm._moe_C", "vllm._rocm_C"}
-    sys.meta_path.insert(0, _CompiledFinder(names))
-    import torch
+    from trainer.backends import collector_paused, import_training_libraries
 
-    for namespace in VLLM_OP_NAMESPACES:
-        setattr(torch.ops, namespace, _OpsStandIn(namespace))
-    stand_in_for_the_cuda_runtime()
+    with collector_paused():  # as an attempt imports the libraries (trainer.backends.open_backend)
+        stand_in_for_the_card(cases[0].card)
+        stand_in_for_native_libraries()
+        names = compiled_modules("vllm") | {"vllm._C", "vllm._moe_C", "vllm._rocm_C"}
+        sys.meta_path.insert(0, _CompiledFinder(names))
+        import torch
 
-    import unsloth  # noqa: F401
-    from unsloth import FastLanguageModel
+        for namespace in VLLM_OP_NAMESPACES:
+            setattr(torch.ops, namespace, _OpsStandIn(namespace))
+        stand_in_for_the_cuda_runtime()
 
+        import unsloth  # noqa: F401
+        from unsloth import FastLanguageModel
+
+        import_training_libraries()
     stop_where_vllm_would_allocate()
     return profiles, FastLanguageModel, unsloth
 
