@@ -21,7 +21,8 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
-DURATIONS = Path(__file__).resolve().parents[1] / "durations.json"
+REPO = Path(__file__).resolve().parents[2]
+DURATIONS = REPO / "tests" / "durations.json"
 UNKNOWN_SLOW_S = 10.0  # a slow test not yet measured: among the costly ones, behind the measured long runs
 COSTLY_S = 0.5  # a unit costing less fills the slices instead of leading them
 KEPT_S = 0.5  # `make durations` keeps the tests that took at least this long
@@ -113,11 +114,24 @@ def read_durations(path: Path = DURATIONS) -> dict[str, float]:
     return {str(k): float(v) for k, v in data.items() if isinstance(v, (int, float)) and v >= 0}
 
 
+def gone_from_its_file(node_id: str, root: Path = REPO) -> bool:
+    """Whether a pytest node id ("tests/x.py::test_y[case]") names a test function its file no longer defines
+    (the file gone, or the function renamed or removed). Anything else is not a node id, and not gone."""
+    file, separator, rest = node_id.partition("::")
+    if not separator:
+        return False
+    name = rest.split("[", 1)[0].rpartition("::")[2]
+    try:
+        return f"def {name}(" not in (root / file).read_text(encoding="utf-8")
+    except OSError:
+        return True
+
+
 def write_durations(seconds: dict[str, float], slow: set[str], path: Path = DURATIONS) -> int:
     """Record this run's tests in `path`: those that took KEPT_S or more, and every slow one (missing, it would
     count UNKNOWN_SLOW_S), rounded to 0.1 s; a quicker one leaves. Tests the run did not reach keep their entries,
-    so a run of part of the suite updates that part only. How many entries the file holds."""
-    kept = read_durations(path)
+    so a run of part of the suite updates that part only, unless their test is gone. How many entries it holds."""
+    kept = {test: took for test, took in read_durations(path).items() if not gone_from_its_file(test)}
     for test, took in seconds.items():
         if took >= KEPT_S or test in slow:
             kept[test] = round(took, 1)

@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from support.schedule import UNKNOWN_SLOW_S, group_units, order, read_durations, slice_sizes, write_durations
+from support.schedule import (
+    UNKNOWN_SLOW_S,
+    gone_from_its_file,
+    group_units,
+    order,
+    read_durations,
+    slice_sizes,
+    write_durations,
+)
 
 
 class _Node:
@@ -97,11 +105,24 @@ def test_an_unreadable_durations_file_orders_by_the_slow_mark_alone(tmp_path, te
     assert read_durations(tmp_path / "missing.json") == {}
 
 
+def test_an_entry_whose_gone_from_its_file_leaves_at_the_next_write(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_x.py").write_text("def test_kept():\n    pass\n")
+    assert not gone_from_its_file("tests/test_x.py::test_kept[case]", tmp_path)
+    assert gone_from_its_file("tests/test_x.py::test_removed", tmp_path)
+    assert gone_from_its_file("tests/test_gone.py::test_kept", tmp_path)
+    assert not gone_from_its_file("not a node id", tmp_path)
+    path = tmp_path / "durations.json"
+    path.write_text('{"tests/unit/test_schedule.py::test_removed_long_ago": 9.0, "b": 7.0}')
+    assert write_durations({"a": 6.0}, set(), path) == 2 and read_durations(path) == {"a": 6.0, "b": 7.0}
+
+
 def test_the_committed_durations_name_tests_that_exist_and_unknown_slow_ones_count_among_the_costly():
     from support.schedule import COSTLY_S, DURATIONS
 
     data = json.loads(DURATIONS.read_text(encoding="utf-8"))
     assert data and all(key.startswith("tests/") and "::" in key for key in data)
+    assert [key for key in data if gone_from_its_file(key)] == []
     assert UNKNOWN_SLOW_S >= COSTLY_S
 
 
