@@ -136,8 +136,10 @@ ENV_WRITE_DURATIONS = "GRPO_TEST_WRITE_DURATIONS"
 
 def pytest_configure(config):
     # Collection imports torch, PEFT and every test module; the collector, run as they grow, walked them again and
-    # again (a fifth of a worker's collection). Off while they import, then frozen (pytest_collection_finish).
-    gc.disable()
+    # again (a fifth of a worker's collection). Off while they import, then frozen (pytest_collection_finish), in a
+    # process that collects: an xdist worker, or pytest alone (xdist's controller collects nothing)
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        gc.disable()
 
 
 def pytest_collection_finish(session):

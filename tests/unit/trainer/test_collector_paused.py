@@ -24,6 +24,11 @@ class Node:
         self.other = self  # a cycle: only the collector frees it
 
 
+def test_the_suites_own_collector_is_on_again_once_collection_is_done():
+    # tests/conftest.py turns it off while the test modules import and freezes what they built
+    assert gc.isenabled() and gc.get_freeze_count() > 0
+
+
 def test_off_inside_back_on_after_with_what_was_built_inside_frozen():
     assert gc.isenabled()
     frozen = gc.get_freeze_count()
