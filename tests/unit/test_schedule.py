@@ -105,7 +105,7 @@ def test_an_unreadable_durations_file_orders_by_the_slow_mark_alone(tmp_path, te
     assert read_durations(tmp_path / "missing.json") == {}
 
 
-def test_an_entry_whose_gone_from_its_file_leaves_at_the_next_write(tmp_path):
+def test_an_entry_whose_test_function_is_gone_leaves_at_the_next_write(tmp_path):
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_x.py").write_text("def test_kept():\n    pass\n")
     assert not gone_from_its_file("tests/test_x.py::test_kept[case]", tmp_path)
