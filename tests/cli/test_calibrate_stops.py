@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from launcher.memory.ledger import store as ledger_store
+from support.waiting import finish
 
 REPO = Path(__file__).resolve().parents[2]
 HARNESS = [sys.executable, str(REPO / "tests" / "support" / "calibrate_harness.py")]
@@ -61,7 +62,7 @@ def test_a_signal_to_the_process_group_stops_it_keeping_what_was_measured(tmp_pa
     wait_for(proc, lambda: list(out.glob("calibrate-*/probe-02-b/ready")))
     for signum in signals:
         os.killpg(proc.pid, signum)  # as a terminal's Ctrl-C pressed twice, or a job scheduler, does
-    output, _ = proc.communicate(timeout=600)
+    output, _ = finish(proc)
     assert proc.returncode == 130, output[-3000:]
     result = summary(out)
     assert result["exit_code"] == 130 and result["recorded"] == 1
@@ -79,7 +80,7 @@ def test_a_signal_to_the_process_group_stops_it_keeping_what_was_measured(tmp_pa
 
 def test_every_probe_failing_is_exit_1_and_nothing_is_said_recorded(tmp_path):
     proc, out = start(tmp_path, {"a": {"do": "error"}, "b": {"do": "error"}})
-    output, _ = proc.communicate(timeout=600)
+    output, _ = finish(proc)
     assert proc.returncode == 1
     result = summary(out)
     assert result["recorded"] == 0 and [row["status"] for row in result["probes"]] == ["error", "error"]
@@ -98,7 +99,7 @@ def test_a_full_disk_is_found_before_the_first_probe(tmp_path, small_disk):
         except OSError:
             pass
     proc, out = start(tmp_path, {}, ledger)
-    output, _ = proc.communicate(timeout=600)
+    output, _ = finish(proc)
     assert proc.returncode == 2 and "cannot write the ledger" in output and "free some space" in output
     assert not list(out.glob("calibrate-*/probe-*"))
 
@@ -107,7 +108,7 @@ def test_a_disk_that_fills_during_the_calibration_costs_the_figure_said_so(tmp_p
     ledger = small_disk / "ledger.jsonl"
     ledger.write_text("")
     proc, out = start(tmp_path, {"a": {"do": "ok", "fill_disk": str(small_disk / "filler")}}, ledger)
-    output, _ = proc.communicate(timeout=600)
+    output, _ = finish(proc)
     assert proc.returncode == 1, output[-3000:]
     result = summary(out)
     assert result["recorded"] == 0 and not any(row["recorded"] for row in result["probes"])

@@ -17,6 +17,7 @@ from commands import main
 from launcher.card.detect import detect_machine
 from profiles.load import load_profile, load_profiles
 from support.cli import start_train_py
+from support.waiting import finish, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 GPU_RUNG = "gpu-24gb-llama3.1-8b"
@@ -78,11 +79,8 @@ def test_a_reader_that_stops_early_ends_no_traceback(tmp_path):
         text=True,
     )
     try:
-        _, stderr = proc.communicate(timeout=120)
+        _, stderr = finish(proc)
     finally:
-        if proc.poll() is None:  # past its time, as subprocess.run's timeout: stopped
-            proc.kill()
-            proc.wait()
         os.close(write_end)
     assert "Traceback" not in stderr and "BrokenPipeError" not in stderr
     assert proc.returncode == 0
@@ -145,7 +143,6 @@ def test_the_interrupted_runs_resume_command_quotes_the_run(tmp_path, monkeypatc
     import io
     import signal
     import threading
-    import time
 
     from rich.console import Console
 
@@ -163,11 +160,11 @@ def test_the_interrupted_runs_resume_command_quotes_the_run(tmp_path, monkeypatc
     out = tmp_path / "my $(echo) runs"
 
     def interrupt_when_the_attempt_waits():
-        for _ in range(1200):  # the fake attempt writes `ready` once it waits for the signal
-            if list(out.glob("run-*/attempt-*/ready")):
-                os.kill(os.getpid(), signal.SIGINT)
-                return
-            time.sleep(0.05)
+        # the fake attempt writes `ready` once it waits for the signal
+        wait_until(
+            lambda: bool(list(out.glob("run-*/attempt-*/ready"))), watch=[tmp_path], what="the attempt's `ready`"
+        )
+        os.kill(os.getpid(), signal.SIGINT)
 
     threading.Thread(target=interrupt_when_the_attempt_waits, daemon=True).start()
     text = io.StringIO()

@@ -20,7 +20,7 @@ from launcher.plan.choose import make_plan
 from launcher.run.inputs import check_run_inputs
 from profiles.load import load_profiles
 from support.cli import start_train_py
-from support.waiting import process_tree_cpu_s
+from support.waiting import finish, process_tree_cpu_s
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE = str(ROOT / "profiles" / "cpu-tiny-4gen.yaml")
@@ -242,11 +242,7 @@ def test_ctrl_c_in_the_first_moments_exits_130_without_a_traceback(tmp_path, aft
     # how the supervisor held SIGINT as it came (blocked, ignored, caught): where a lost one was lost
     held = signal_masks(proc.pid)
     proc.send_signal(signal.SIGINT)
-    try:
-        output, _ = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:  # the signal was lost: stop the run (its attempt follows the supervisor)
-        proc.terminate()
-        output, _ = proc.communicate(timeout=120)
+    output, _ = finish(proc)  # a lost signal lets the two-step run end by itself, with exit 0
     said = f"signalled {'while running' if running else 'after the run had ended'} at {used:.2f} CPU-s ({held}):\n"
     assert proc.returncode == 130, said + output[:1500] + "\n...\n" + output[-1500:]
     assert "Traceback" not in output, output[-2000:]

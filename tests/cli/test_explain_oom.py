@@ -19,9 +19,9 @@ def text(name: str) -> str:
 
 @pytest.mark.slow
 def test_train_py_explain_oom_from_stdin():
-    done = train_py("--explain-oom", "-", input=text("torch_logits_gib.txt"), timeout=120)
+    done = train_py("--explain-oom", "-", input=text("torch_logits_gib.txt"))
     assert done.returncode == 0, done.stderr
     assert "shortfall 3.29 GiB (asked - free)" in done.stdout
-    missing = train_py("--explain-oom", "no-such-file.txt", timeout=120)
+    missing = train_py("--explain-oom", "no-such-file.txt")
     assert missing.returncode == 2
     assert "no-such-file.txt: file not found" in missing.stderr

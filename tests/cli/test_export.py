@@ -73,7 +73,6 @@ def trained(tmp_path_factory, tiny_cache):
         "--set",
         "train_samples=32",
         env=env,
-        timeout=900,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     (attempt / "profile.yaml").write_text(SMALL.read_text())  # as the supervisor leaves it
@@ -83,7 +82,7 @@ def trained(tmp_path_factory, tiny_cache):
 @pytest.mark.slow
 def test_the_merged_model_loads_in_transformers_and_answers_as_the_adapter_did(trained):
     attempt, env = trained
-    result = train_py("export", str(attempt), "--check", "6", "--json", env=env, timeout=900)
+    result = train_py("export", str(attempt), "--check", "6", "--json", env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     record = json.loads((attempt / "export" / "export.json").read_text())
     merged = record["merged"]
@@ -116,7 +115,6 @@ def test_gguf_reads_back_with_the_gguf_package(trained, tmp_path):
         "--gguf-pre-tokenizer",
         "default",
         env=env,
-        timeout=900,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     path = out / "cpu-tiny-4gen-Q8_0.gguf"

@@ -19,6 +19,7 @@ import pytest
 
 from commands import main
 from contract.environment import ENV_LLAMA_CPP
+from support.waiting import finish
 from trainer import export
 
 REPO = Path(__file__).resolve().parents[2]
@@ -204,6 +205,6 @@ def test_latest_naming_a_live_run_names_the_finished_one(tmp_path, fake_merge, c
         point_latest(out, live)
         code, _, err = run([command, str(out / "latest")], capsys)
     finally:
-        supervisor.communicate(b"")
+        finish(supervisor, input=b"")  # its stdin closed: it ends
     assert code == 2 and f"still training (process {supervisor.pid})" in err and str(finished) in err
     assert fake_merge == []

@@ -27,7 +27,7 @@ def fifo(tmp_path):
 @pytest.mark.parametrize("kind", ["device", "fifo"])
 def test_a_ledger_that_is_no_regular_file_is_refused(kind, fifo):
     path = "/dev/zero" if kind == "device" else str(fifo)
-    done = train_py("plan", "--json", GRPO_TRAIN_LEDGER=path, timeout=120)
+    done = train_py("plan", "--json", GRPO_TRAIN_LEDGER=path)
     assert done.returncode == 2 and "GRPO_TRAIN_LEDGER" in done.stderr and "regular file" in done.stderr
 
 
@@ -35,7 +35,7 @@ def test_a_ledger_that_is_no_regular_file_is_refused(kind, fifo):
 @pytest.mark.parametrize("kind", ["device", "fifo"])
 def test_explain_oom_of_a_file_that_is_no_regular_file_is_refused(kind, fifo):
     path = "/dev/zero" if kind == "device" else str(fifo)
-    done = train_py("explain-oom", path, timeout=120)
+    done = train_py("explain-oom", path)
     assert done.returncode == 2 and path in done.stderr and "regular file" in done.stderr
 
 

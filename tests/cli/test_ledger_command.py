@@ -26,7 +26,7 @@ def l4():
 
 def _train(args, ledger_path: Path, **env):
     full = dict(os.environ, GRPO_TRAIN_LEDGER=str(ledger_path), **env)
-    return train_py(*args, env=full, timeout=120)
+    return train_py(*args, env=full)
 
 
 @pytest.mark.slow
@@ -108,6 +108,6 @@ def test_calibrate_refuses_a_ledger_it_cannot_write_before_any_probe(tmp_path):
 def test_calibrate_with_injection_and_no_ledger_of_its_own_is_refused(tmp_path):
     env = dict(os.environ, GRPO_INJECT_OOM="cpu-tiny-8gen", GRPO_TRAIN_CACHE=str(tmp_path / "cache"))
     env.pop("GRPO_TRAIN_LEDGER", None)
-    done = train_py("--calibrate", "--output-dir", str(tmp_path / "out"), env=env, timeout=120)
+    done = train_py("--calibrate", "--output-dir", str(tmp_path / "out"), env=env)
     assert done.returncode == 2 and "an injected OOM is no measurement" in done.stderr
     assert not (tmp_path / "cache" / "ledger.jsonl").exists()

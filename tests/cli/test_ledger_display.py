@@ -44,7 +44,7 @@ def ledger_with(tmp_path: Path, *records: dict) -> Path:
 
 
 def train_py(*args: str, ledger: Path) -> subprocess.CompletedProcess:
-    return cli.train_py(*args, timeout=300, env=dict(os.environ, GRPO_TRAIN_LEDGER=str(ledger)))
+    return cli.train_py(*args, env=dict(os.environ, GRPO_TRAIN_LEDGER=str(ledger)))
 
 
 @pytest.mark.slow

@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def train_py(*args: str):
-    return cli.train_py(*args, timeout=300, HF_HUB_OFFLINE="1")
+    return cli.train_py(*args, HF_HUB_OFFLINE="1")
 
 
 @pytest.mark.slow

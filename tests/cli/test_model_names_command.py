@@ -23,7 +23,7 @@ def model_folder(tmp_path: Path, name: str) -> Path:
 
 def train_py(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, GRPO_TRAIN_LEDGER=str(tmp_path / "ledger.jsonl"), HF_HUB_OFFLINE="1")
-    return cli.train_py(*args, env=env, timeout=300)
+    return cli.train_py(*args, env=env)
 
 
 @pytest.mark.slow

@@ -29,7 +29,8 @@ def test_a_device_file_is_refused_at_once():
 def test_a_fifo_is_refused_without_blocking(tmp_path):
     fifo = tmp_path / "pipe.yaml"
     os.mkfifo(fifo)
-    result = train("--profile", str(fifo), "--dry-run")  # the timeout fails the test if the read blocks
+    # a read that blocks shows no progress (no output, no CPU): the runner fails the test, naming the command
+    result = train("--profile", str(fifo), "--dry-run")
     assert result.returncode == EXIT_BAD_INPUT and "not a regular file" in result.stderr
 
 

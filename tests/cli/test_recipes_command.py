@@ -15,7 +15,7 @@ from support.recipes import OPEN_R1_RECIPE, TRL_CONFIG, write
 def test_both_recipes_plan_on_cpu(tmp_path):
     for name, text in (("trl.yaml", TRL_CONFIG), ("open-r1.yaml", OPEN_R1_RECIPE)):
         path = write(tmp_path, name, text)
-        result = train_py("plan", "--profile", str(path), "--json", timeout=120)
+        result = train_py("plan", "--profile", str(path), "--json")
         assert result.returncode == 0, result.stderr[-2000:]
         plan = json.loads(result.stdout)
         assert plan["chosen"] == Path(name).stem
@@ -38,7 +38,6 @@ def test_both_recipes_train_on_cpu(tmp_path, tiny_cache, name, text):
         "--set",
         "train_samples=64",
         env=env,
-        timeout=900,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     attempt = next(out.glob("run-*/attempt-01-*"))

@@ -113,9 +113,7 @@ def test_trust_remote_code_from_the_folder_needs_the_users_own_set(tmp_path):
         profile_of(Target(folder, folder / "adapter"), [])
     assert profile_of(Target(folder, folder / "adapter"), ["trust_remote_code=true"]).profile.trust_remote_code
     assert not profile_of(Target(folder, folder / "adapter"), ["trust_remote_code=false"]).profile.trust_remote_code
-    done = train_py(
-        "sample", str(folder), timeout=300, env=dict(os.environ, GRPO_TRAIN_LEDGER=str(tmp_path / "ledger.jsonl"))
-    )
+    done = train_py("sample", str(folder), env=dict(os.environ, GRPO_TRAIN_LEDGER=str(tmp_path / "ledger.jsonl")))
     assert done.returncode == 2 and "Traceback" not in done.stderr and "trust_remote_code" in done.stderr
 
 

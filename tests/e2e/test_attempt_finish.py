@@ -4,13 +4,13 @@ nothing left to train, a second signal once the outcome is written, and the rewa
 from __future__ import annotations
 
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from profiles.load import profile_from_dict
+from support.waiting import run_to_end
 from trainer.signals import StopFlag
 from trainer.state import AttemptState
 
@@ -58,7 +58,7 @@ def test_a_signal_after_the_outcome_is_written_exits_130_not_143():
         "os.kill(os.getpid(), signal.SIGTERM)\n"
         "time.sleep(10)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    done = run_to_end([sys.executable, "-c", code], text=False)
     assert done.returncode == 130, (done.returncode, done.stderr[-1000:])
 
 

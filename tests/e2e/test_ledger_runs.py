@@ -28,8 +28,8 @@ def shared_cache(tiny_cache, tmp_path):
     return own
 
 
-def _run(args, env, timeout=600):
-    return train_py(*args, env=env, timeout=timeout)
+def _run(args, env):
+    return train_py(*args, env=env)
 
 
 def _env(cache: Path, ledger: Path, **extra) -> dict:

@@ -18,6 +18,7 @@ from contract.errors import ProfileError
 from launcher.run.attempts import read_attempts
 from profiles.load import load_profile, profile_from_dict
 from support.cli import REPO, start_train_py, train_py
+from support.waiting import finish, run_to_end
 
 CPU = REPO / "profiles" / "cpu-tiny-8gen.yaml"
 QUICK = ["--set", "max_steps=3", "--set", "save_steps=3", "--set", "eval_samples=2", "--set", "train_samples=16"]
@@ -61,8 +62,8 @@ def env(tmp_path):
     return values
 
 
-def train(cwd: Path, env: dict, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    return train_py(*args, cwd=cwd, env=env, timeout=timeout)
+def train(cwd: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
+    return train_py(*args, cwd=cwd, env=env)
 
 
 def own(*pairs: str) -> list[str]:
@@ -161,7 +162,7 @@ def test_dry_run_with_your_data_imports_nothing_heavy_and_runs_no_user_code(proj
         "                       'question_field=problem', '--set', 'rewards={accuracy: 1, loud.py:score: 1}'])\n"
         "print(code, sorted(m for m in ('torch', 'trl', 'transformers', 'datasets') if m in sys.modules))\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True, timeout=120)
+    result = run_to_end([sys.executable, "-c", code], cwd=project)
     assert result.stdout.strip() == "0 []", result.stderr[-2000:]
     assert not (project / "ran").exists()
 
@@ -194,7 +195,7 @@ def test_bad_data_is_refused_before_any_model_loads(project, env, setup, sets, w
         sets = [*sets, "answer_pattern=answer=(\\d+)"]
     offline = dict(env, HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", HF_HOME=str(project / "hf"))
     offline.pop("HF_DATASETS_CACHE", None)
-    result = train(project, offline, "--profile", str(CPU), *own(*sets), "--output-dir", "out", timeout=180)
+    result = train(project, offline, "--profile", str(CPU), *own(*sets), "--output-dir", "out")
     assert result.returncode == 2, result.stdout[-1500:] + result.stderr[-1500:]
     assert words in result.stderr and "Traceback" not in result.stderr, result.stderr[-1500:]
     assert [line for line in result.stderr.splitlines() if line.strip()][-1].startswith("error: ")
@@ -314,10 +315,10 @@ def test_push_sends_the_adapter_and_never_shows_the_token(tmp_path, monkeypatch)
 
 @pytest.mark.slow
 def test_sample_refuses_what_is_not_a_run(tmp_path, env):
-    result = train(tmp_path, env, "--sample", str(tmp_path / "nothing"), timeout=120)
+    result = train(tmp_path, env, "--sample", str(tmp_path / "nothing"))
     assert result.returncode == 2 and "no such folder" in result.stderr and "Traceback" not in result.stderr
     (tmp_path / "run").mkdir()
-    result = train(tmp_path, env, "--sample", str(tmp_path / "run"), timeout=120)
+    result = train(tmp_path, env, "--sample", str(tmp_path / "run"))
     assert result.returncode == 2 and "no attempt there finished" in result.stderr
 
 
@@ -371,12 +372,7 @@ def test_csv_with_renamed_columns_and_a_reward_file_trains_then_samples(project,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )  # bytes: a '\r' in the answer stays one
-    try:
-        out, err = sampled.communicate(timeout=300)
-    finally:
-        if sampled.poll() is None:  # past its time, as subprocess.run's timeout: stopped
-            sampled.kill()
-            sampled.wait()
+    out, err = finish(sampled)
     stdout = out.decode("utf-8", errors="replace")
     assert sampled.returncode == 0, err[-3000:]
     assert "rewards: accuracy " in stdout and "| brevity " in stdout
@@ -449,13 +445,10 @@ def test_hub_id_with_config_and_named_splits(tmp_path, env):
             "rewards={accuracy: 1.0, xml_count: 1.0}",
         ),
     ]
-    result = subprocess.run(
+    result = run_to_end(
         [sys.executable, "-c", HUB_RUN.format(repo=str(REPO)), *args],
         cwd=tmp_path,
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     summary = json.loads((attempt_dir / "summary.json").read_text())

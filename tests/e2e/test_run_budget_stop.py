@@ -24,7 +24,6 @@ def test_train_stops_at_its_budget_with_a_checkpoint_the_adapter_and_the_report(
         *("--set", "max_steps=100000", "--set", "save_steps=100000", "--set", "warmup_ratio=0"),
         *("--set", "eval_samples=8", "--set", "eval_steps=0", "--set", "train_samples=64"),
         env=env,
-        timeout=600,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run = next(tmp_path.glob("run-*"))

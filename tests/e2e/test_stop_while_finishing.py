@@ -46,7 +46,7 @@ def test_sigterm_in_the_final_evaluation_stops_then_resume_finishes_without_a_st
         f"correctness={tmp_path / 'judge.py'}:judge",
     ]
     args = [arg for pair in sets for arg in ("--set", pair)]
-    first = train_py("--profile", str(CPU), *args, "--output-dir", str(out), cwd=tmp_path, env=env, timeout=900)
+    first = train_py("--profile", str(CPU), *args, "--output-dir", str(out), cwd=tmp_path, env=env)
     text = first.stdout + first.stderr
     assert first.returncode == 130, text[-4000:]
     assert "SIGTERM received while finishing: the adapter is saved; stopping without the final evaluation" in text
@@ -56,7 +56,7 @@ def test_sigterm_in_the_final_evaluation_stops_then_resume_finishes_without_a_st
     assert outcome["status"] == "interrupted" and outcome["steps"] == 2, outcome
     assert not (attempt / "summary.json").exists()  # the report was left for --resume
 
-    second = train_py("--resume", "--output-dir", str(out), cwd=tmp_path, env=env, timeout=900)
+    second = train_py("--resume", "--output-dir", str(out), cwd=tmp_path, env=env)
     text = second.stdout + second.stderr
     assert second.returncode == 0, text[-4000:]
     assert "already holds max_steps (2): nothing left to train" in text

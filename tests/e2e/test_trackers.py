@@ -36,7 +36,6 @@ def test_tensorboard_event_files_in_the_attempt_folder_read_back(tmp_path, tiny_
         "--set",
         "train_samples=64",
         env=env,
-        timeout=900,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     board = attempt_dir / "tensorboard"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from support.cli import REPO, cpu_run_env, start_train_py, tiny_model_folder, train_py
-from support.waiting import wait_until
+from support.waiting import finish, wait_until
 
 SMALL = REPO / "profiles" / "cpu-tiny-4gen.yaml"
 SUPERVISOR_ESTIMATE_GIB = 2.5  # what a supervisor would have judged the quick run by
@@ -25,8 +25,8 @@ def train_env(tiny_cache):
     return cpu_run_env(tiny_cache)
 
 
-def attempt(attempt_dir: Path, env: dict, *extra: str, profile: Path = SMALL, timeout: int = 300):
-    return train_py("--profile", str(profile), "--attempt-dir", str(attempt_dir), *extra, env=env, timeout=timeout)
+def attempt(attempt_dir: Path, env: dict, *extra: str, profile: Path = SMALL):
+    return train_py("--profile", str(profile), "--attempt-dir", str(attempt_dir), *extra, env=env)
 
 
 def outcome(attempt_dir: Path) -> dict:
@@ -232,7 +232,7 @@ def test_sigterm_saves_and_exits_130(tmp_path, train_env):
             what="three logged steps",
         )
         process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=120)
+        _, stderr = finish(process)
     finally:
         if process.poll() is None:
             process.kill()

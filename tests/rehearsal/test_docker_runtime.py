@@ -24,6 +24,8 @@ from support.cli import REPO, tiny_model_folder, train_py
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_docker import read_image  # noqa: E402
 
+from support.waiting import run_to_end
+
 SETPRIV = shutil.which("setpriv")
 pytestmark = pytest.mark.skipif(
     not hasattr(os, "geteuid") or os.geteuid() != 0 or SETPRIV is None,
@@ -120,23 +122,20 @@ def as_uid(uid: int) -> list[str]:
     return [SETPRIV, "--reuid", str(uid), "--regid", str(uid), "--clear-groups"]
 
 
-def run_as(uid: int, argv: list[str], env: dict, timeout: int = 300) -> subprocess.CompletedProcess:
+def run_as(uid: int, argv: list[str], env: dict) -> subprocess.CompletedProcess:
     """`argv` as `uid` (see as_uid)."""
     if argv[0] == sys.executable:
         argv = [PYTHON, *argv[1:]]
-    return subprocess.run(
+    return run_to_end(
         [*as_uid(uid), *argv],
         cwd=REPO,
         env={**env, **PYTHON_ENV},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
     )
 
 
-def train_py_as(uid: int, *args: str, env: dict, timeout: int = 300) -> subprocess.CompletedProcess:
+def train_py_as(uid: int, *args: str, env: dict) -> subprocess.CompletedProcess:
     """`python train.py ARGS` as `uid` (see as_uid), through the one runner."""
-    return train_py(*args, env={**env, **PYTHON_ENV}, timeout=timeout, python=PYTHON, prefix=as_uid(uid))
+    return train_py(*args, env={**env, **PYTHON_ENV}, python=PYTHON, prefix=as_uid(uid))
 
 
 WRITES = r"""
@@ -238,7 +237,6 @@ def test_two_runs_as_another_uid_share_the_ledger_on_the_volume(base, tiny_cache
         "--set",
         "eval_samples=2",
         env=env,
-        timeout=1500,
     )
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     ledger = root / "home" / "app" / ".cache" / "grpo-train" / "ledger.jsonl"

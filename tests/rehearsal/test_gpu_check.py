@@ -13,9 +13,7 @@ from pathlib import Path
 import pytest
 
 from support.cli import start_train_py, train_py
-
-# two or three probe processes and a supervised two-rung run, each importing the trainer: minutes when busy
-KIT_TIMEOUT_S = 1500
+from support.waiting import finish
 
 
 def _env(tmp_path: Path) -> dict:
@@ -28,8 +26,8 @@ def _env(tmp_path: Path) -> dict:
     return env
 
 
-def _kit(*args, env=None, timeout=60):
-    return train_py("gpu-check", *args, env=env, timeout=timeout)
+def _kit(*args, env=None):
+    return train_py("gpu-check", *args, env=env)
 
 
 @pytest.mark.slow
@@ -72,7 +70,7 @@ def test_other_bad_options_are_refused_up_front(tmp_path):
         done = _kit(*args)
         assert done.returncode == 2 and words in done.stderr and "Traceback" not in done.stderr, done.stderr
     # through the CLI command too
-    done = train_py("gpu-check", "--budget-s", "inf", timeout=60)
+    done = train_py("gpu-check", "--budget-s", "inf")
     assert done.returncode == 2 and "--budget-s" in done.stderr
 
 
@@ -197,7 +195,7 @@ def test_the_budget_is_kept_by_the_kits_own_clock(tmp_path):
 @pytest.mark.slow
 def test_calibrate_on_random_weights_feeds_the_ledger_marked(tmp_path):
     env = _env(tmp_path)
-    done = train_py("--calibrate", "--random-weights", "--output-dir", tmp_path / "out", env=env, timeout=KIT_TIMEOUT_S)
+    done = train_py("--calibrate", "--random-weights", "--output-dir", tmp_path / "out", env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     # what it did, from its structured record (the terminal's text wraps with the clone's path length)
     (folder,) = (tmp_path / "out").glob("calibrate-*")
@@ -212,7 +210,7 @@ def test_calibrate_on_random_weights_feeds_the_ledger_marked(tmp_path):
 
 @pytest.mark.slow
 def test_random_weights_only_with_calibrate(tmp_path):
-    done = train_py("--auto", "--random-weights", "--output-dir", tmp_path, env=_env(tmp_path), timeout=120)
+    done = train_py("--auto", "--random-weights", "--output-dir", tmp_path, env=_env(tmp_path))
     assert done.returncode == 2 and "--random-weights only applies to --calibrate" in done.stderr
 
 
@@ -287,7 +285,7 @@ def test_a_kit_stopped_by_a_signal_leaves_its_table(tmp_path):
     while not (out / "cpu.json").is_file() and proc.poll() is None:
         time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=KIT_TIMEOUT_S)
+    _, err = finish(proc)
     assert proc.returncode == 130, err[-3000:]
     report = json.loads((out / "cpu.json").read_text(encoding="utf-8"))
     assert report["probes"] and all(

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
 import sys
 import zipfile
 from importlib import metadata
@@ -18,6 +17,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from support.cli import train_py
+from support.waiting import run_to_end
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
@@ -131,7 +131,7 @@ def _documented_call() -> str:
 @pytest.mark.slow
 def test_the_documented_call_runs_as_written_and_leaves_its_files_in_out(tmp_path):
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    laid = subprocess.run(
+    laid = run_to_end(
         [
             sys.executable,
             str(REPO / "scripts" / "fetch_gpu_kit.py"),
@@ -143,9 +143,6 @@ def test_the_documented_call_runs_as_written_and_leaves_its_files_in_out(tmp_pat
             "--json",
         ],
         cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=1800,
     )
     assert laid.returncode == 0, laid.stderr[-3000:]
     sizes = json.loads(laid.stdout)
@@ -162,9 +159,7 @@ def test_the_documented_call_runs_as_written_and_leaves_its_files_in_out(tmp_pat
         GRPO_TRAIN_CACHE=str(tmp_path / "cache"),
         TMPDIR=str(tmp_path),
     )
-    done = subprocess.run(
-        ["bash", "-c", _documented_call()], cwd=REPO, env=env, capture_output=True, text=True, timeout=1800
-    )
+    done = run_to_end(["bash", "-c", _documented_call()], cwd=REPO, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     names = sorted(p.name for p in out.iterdir())
     assert names == ["cpu.json", "cpu.md", "env.txt", "kit.log"]
@@ -197,7 +192,7 @@ def test_the_documented_call_runs_as_written_and_leaves_its_files_in_out(tmp_pat
     assert not list(tmp_path.glob("grpo-kit-site.*"))  # the install folder goes with the call
     # a second run on the same card and libraries continues the table: nothing measured again
     env.pop("OUT")
-    again = train_py("gpu-check", "--out-dir", out, env=env, timeout=1800)
+    again = train_py("gpu-check", "--out-dir", out, env=env)
     assert again.returncode == 0, again.stderr[-3000:]
     continued = json.loads((out / "cpu.json").read_text(encoding="utf-8"))
     assert len(continued["runs"]) == 2 and continued["probes"] == report["probes"]

@@ -15,7 +15,6 @@ import functools
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -24,6 +23,7 @@ import pytest
 
 from launcher.memory.parts import unsloth_vllm_utilisation
 from profiles.load import load_profile
+from support.waiting import run_to_end
 from trainer.backends import vllm_lora_rank
 
 REPO = Path(__file__).resolve().parents[2]
@@ -116,7 +116,7 @@ def rehearse_group(case_ids: list[str]) -> dict[str, dict]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(SIDE), str(REPO)])
     with tempfile.TemporaryDirectory() as scratch:  # Unsloth writes its compiled cache into the working folder
-        done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=scratch, timeout=900)
+        done = run_to_end(argv, env=env, cwd=scratch)
     lines = [line for line in done.stdout.splitlines() if line.startswith('{"reached"')]
     assert done.returncode == 0 and len(lines) == len(case_ids), (
         f"rehearsal failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"

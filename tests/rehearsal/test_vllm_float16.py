@@ -120,7 +120,7 @@ def test_the_attempt_runs_the_profile_the_plan_chose(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_the_dry_run_shows_the_gemma_rung_without_vllm_on_a_t4_and_with_it_on_an_l4():
     def gemma(*card: str) -> dict:
-        done = train_py("--auto", "--dry-run", "--json", "--ignore-ledger", *card, timeout=120)
+        done = train_py("--auto", "--dry-run", "--json", "--ignore-ledger", *card)
         assert done.returncode == 0, done.stderr
         out = json.loads(done.stdout)
         return out, next(c for c in out["candidates"] if c["profile"] == "gpu-16gb-gemma3-1b")

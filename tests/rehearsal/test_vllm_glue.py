@@ -16,12 +16,13 @@ import ast
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+
+from support.waiting import run_to_end
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -44,15 +45,13 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def probe(code: str, timeout: float = 300.0) -> dict:
+def probe(code: str) -> dict:
     """Run `code` in a fresh interpreter with the side folder importable; it prints one JSON object last."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(SIDE), str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     with tempfile.TemporaryDirectory() as scratch:  # Unsloth writes its compiled cache into the working folder
-        done = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout, cwd=scratch
-        )
+        done = run_to_end([sys.executable, "-c", code], env=env, cwd=scratch)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     assert done.returncode == 0 and lines, (
         f"probe failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
@@ -159,13 +158,10 @@ def test_the_image_builds_import_check_passes():
     # bitsandbytes plugin, then Unsloth and unsloth_zoo's vLLM loader imported after TRL's vLLM client
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(SIDE), str(REPO)])
-    done = subprocess.run(
+    done = run_to_end(
         [sys.executable, str(REPO / "scripts" / "check_imports.py")],
         cwd=REPO,
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert done.stdout.count("ok: ") == 3

@@ -11,8 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from support.cli import REPO
-
-HANG_S = 600  # only a hang runs this long: the processes' own work takes seconds
+from support.waiting import finish_all
 
 
 def start_at_once(code: str, arguments: Sequence[Sequence[object]]) -> list[subprocess.Popen]:
@@ -33,10 +32,10 @@ def start_at_once(code: str, arguments: Sequence[Sequence[object]]) -> list[subp
 
 
 def finish(processes: Sequence[subprocess.Popen]) -> list[str]:
-    """Wait for every process; their standard outputs, in order. An exit other than 0 fails with its errors."""
+    """Wait for every process, for as long as one of them makes progress (they may wait on each other); their
+    standard outputs, in order. An exit other than 0 fails with its errors."""
     outputs = []
-    for process in processes:
-        out, err = process.communicate(timeout=HANG_S)
+    for process, (out, err) in zip(processes, finish_all(processes)):
         assert process.returncode == 0, err[-3000:]
         outputs.append(out)
     return outputs

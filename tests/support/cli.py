@@ -11,6 +11,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from support.waiting import run_to_end
+
 REPO = Path(__file__).resolve().parents[2]
 TRAIN_PY = REPO / "train.py"
 
@@ -35,7 +37,7 @@ def train_py(
     *args: object,
     env: dict | None = None,
     cwd: Path | str = REPO,
-    timeout: float = 120,
+    timeout: float | None = None,
     input: str | None = None,
     python: str | None = None,
     script: str | Path = TRAIN_PY,
@@ -44,14 +46,15 @@ def train_py(
 ) -> subprocess.CompletedProcess:
     """Run `python train.py ARGS` to its end; its CompletedProcess (text). `env` replaces the environment,
     `extra_env` adds to it; `prefix` goes before the interpreter (a wrapper that switches the user, say);
-    `python` and `script` name another interpreter or another copy of train.py (a moved checkout)."""
-    return subprocess.run(
+    `python` and `script` name another interpreter or another copy of train.py (a moved checkout).
+
+    The run is bounded by its progress (support.waiting.run_to_end), never by wall time: `timeout` is accepted
+    from callers written when it was a limit, and ignored."""
+    del timeout
+    return run_to_end(
         [*prefix, *train_py_argv(*args, python=python, script=script)],
-        capture_output=True,
-        text=True,
         cwd=cwd,
         env=train_py_env(env, **extra_env),
-        timeout=timeout,
         input=input,
     )
 

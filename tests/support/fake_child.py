@@ -38,6 +38,10 @@ from contract.attempt import mark_checkpoint_complete, relative_path  # noqa: E4
 
 DATA = Path(__file__).resolve().parents[2] / "tests" / "data" / "oom"
 RANK = int(os.environ.get("RANK", "0"))
+# `wait_signal` gives up after this long: only a signal that never comes reaches it, however busy the machine
+WAIT_SIGNAL_S = 600
+# an answer to /health: a loaded machine delays it by seconds, a server that hangs never gives it
+HEALTH_S = 60
 
 
 def ranked(name: str) -> str:
@@ -53,7 +57,7 @@ def server_status() -> int | None:
         return None
     url = f"http://{os.environ.get('GRPO_VLLM_HOST', '127.0.0.1')}:{port}/health"
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:
+        with urllib.request.urlopen(url, timeout=HEALTH_S) as response:
             return response.status
     except (urllib.error.URLError, OSError):
         return -1
@@ -220,8 +224,8 @@ def main() -> int:
         signal.signal(signal.SIGTERM, lambda s, f: received.append(s))
         signal.signal(signal.SIGINT, lambda s, f: received.append(s))
         (attempt_dir / "ready").write_text(str(os.getpid()))
-        deadline = time.time() + 60
-        while not received and time.time() < deadline:
+        deadline = time.monotonic() + WAIT_SIGNAL_S
+        while not received and time.monotonic() < deadline:
             time.sleep(0.05)
         checkpoint = write_checkpoint(attempt_dir, at + 1)
         (attempt_dir / "adapter").mkdir(exist_ok=True)

@@ -36,8 +36,8 @@ def main() -> int:
     if args.pid_file:
         with open(args.pid_file, "a") as handle:
             handle.write(f"{os.getpid()}\n")
-    if args.hang:
-        time.sleep(60)
+    if args.hang:  # stuck while it loads, until stopped: only a stop that never comes outlasts this
+        time.sleep(600)
         return 1
     if args.fail_with:
         print(open(args.fail_with).read(), flush=True)

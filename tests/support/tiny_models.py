@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,9 +20,6 @@ CPU_DEFAULT = REPO / "profiles" / "cpu-tiny-8gen.yaml"
 TEST_MODEL_CACHE = Path(os.environ.get("GRPO_TEST_CACHE") or REPO / ".cache" / "test-models")
 # Touched when the session's models are ready: a model folder newer than it was built by a run
 READY_MARK = ".session-ready"
-# A build includes its warm start: under a minute on an idle 2-core machine, several times that on a busy one
-BUILD_TIMEOUT_S = 1200
-
 BASE = "import sys; from tiny_model.build import ensure_tiny; print(ensure_tiny('arithmetic', seed=int(sys.argv[1])))"
 BASE_LOCK = ".build.lock"
 TOOLS = (
@@ -46,17 +42,15 @@ def cpu_seed() -> int:
 def build_under_lock(code: str, seed: int, root: Path, lock_name: str) -> Path:
     """Run `code` (which prints the folder it built or found) in a child process, as train.py builds a model,
     holding `root/lock_name`: one build for all the suite's processes, the others wait, then find it built. The
-    calling process imports no torch for it."""
+    calling process imports no torch for it. The build (its warm start included: under a minute on an idle
+    2-core machine, several times that on a busy one) is bounded by its progress, not by wall time."""
+    from support.waiting import run_to_end
+
     root.mkdir(parents=True, exist_ok=True)
     with open(root / lock_name, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        result = subprocess.run(
-            [sys.executable, "-c", code, str(seed)],
-            cwd=REPO,
-            env={**os.environ, "GRPO_TRAIN_CACHE": str(root)},
-            capture_output=True,
-            text=True,
-            timeout=BUILD_TIMEOUT_S,
+        result = run_to_end(
+            [sys.executable, "-c", code, str(seed)], cwd=REPO, env={**os.environ, "GRPO_TRAIN_CACHE": str(root)}
         )
     if result.returncode != 0:
         raise RuntimeError(f"building a tiny model failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
@@ -71,6 +65,8 @@ def build_base(seed: int) -> Path:
 
 
 def main() -> int:
+    # run as a script, from tests/support: the repository and tests/ importable, as under pytest
+    sys.path[:0] = [str(REPO), str(REPO / "tests")]
     print(f"the CPU profiles' tiny model: {build_base(cpu_seed())}")
     return 0
 

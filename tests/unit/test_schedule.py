@@ -17,6 +17,7 @@ from support.schedule import (
     slice_sizes,
     write_durations,
 )
+from support.waiting import run_to_end
 
 
 class _Node:
@@ -151,7 +152,6 @@ def test_under_xdist_each_worker_starts_on_its_share_of_the_long_tests(tmp_path)
     neither ends up running them all (the dealing needs to know it runs on a worker, which xdist tells only
     through config.workerinput)."""
     import os
-    import subprocess
     import sys
 
     (tmp_path / "conftest.py").write_text(_CONFTEST)
@@ -167,10 +167,10 @@ def test_under_xdist_each_worker_starts_on_its_share_of_the_long_tests(tmp_path)
         SCHEDULE_LOG=str(log),
         PYTHONPATH=os.pathsep.join([tests_dir, os.environ.get("PYTHONPATH", "")]),
     )
-    done = subprocess.run(
+    done = run_to_end(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "worksteal", "-c",
          os.devnull, "--rootdir", str(tmp_path), str(tmp_path)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        cwd=tmp_path, env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     ran = {path.name: path.read_text().split() for path in log.iterdir()}

@@ -95,7 +95,6 @@ def test_e2e_full_disk_ends_with_one_line_and_nothing_poisoned(small_disk, tmp_p
         "--output-dir",
         str(small_disk),
         env=env,
-        timeout=600,
     )
     output = done.stdout + done.stderr
     assert done.returncode == 1, output[-4000:]

@@ -15,6 +15,7 @@ from rich.console import Console
 
 from contract.errors import SecondSignal
 from support.fake_runs import CPU_SETTINGS, FAKE_CHILD
+from support.waiting import finish, run_to_end
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -29,8 +30,8 @@ end_within_grace(3, grace_s=0.5)
 
 
 def test_a_thread_left_running_does_not_hold_the_attempts_exit():
-    done = subprocess.run(
-        [sys.executable, "-c", LINGERING.format(repo=str(REPO))], capture_output=True, text=True, timeout=300
+    done = run_to_end(
+        [sys.executable, "-c", LINGERING.format(repo=str(REPO))]
     )  # a safety net: without the watchdog this never ends
     assert done.returncode == 3
     assert "threads still running: 'left-by-a-reward' (time.sleep)" in done.stderr
@@ -41,7 +42,7 @@ def test_a_process_without_stray_threads_exits_as_usual():
         f"import sys; sys.path.insert(0, {str(REPO)!r})\nfrom trainer.run import end_within_grace\n"
         "end_within_grace(0, grace_s=600)\nsys.exit(4)"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    done = run_to_end([sys.executable, "-c", code])
     assert done.returncode == 4 and "note:" not in done.stderr  # the watchdog (a daemon) held nothing up
 
 
@@ -133,6 +134,6 @@ def test_a_signal_during_the_first_use_build_stops_it_at_once(tmp_path):
         assert proc.poll() is None, proc.stderr.read()
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGINT)
-    out, err = proc.communicate(timeout=300)
+    out, err = finish(proc)
     assert out.strip() == "interrupted|stopped by a signal", err
     assert "while building" in err and "thrown away" in err

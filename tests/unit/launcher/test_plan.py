@@ -1,7 +1,6 @@
 """launcher.plan.choose and the planning CLI: verdicts, the choice, --dry-run, --json, --fit-table, lean imports."""
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from launcher.plan.margins import margin_for
 from profiles.load import load_profile, load_profiles, profile_from_dict
 from support.cli import train_py as run_cli
 from support.fake_nvml import FakeNvml
+from support.waiting import run_to_end
 
 REPO = Path(__file__).resolve().parents[3]
 PROFILES = REPO / "profiles"
@@ -225,7 +225,7 @@ def test_dry_run_imports_no_heavy_library_and_is_quick():
         "               if m in sys.modules)\n"
         "print(code, ','.join(heavy))\n"
     )
-    result = subprocess.run([sys.executable, "-c", probe_code], capture_output=True, text=True, cwd=REPO, timeout=60)
+    result = run_to_end([sys.executable, "-c", probe_code], cwd=REPO)
     assert result.returncode == 0, result.stderr
     code, _, heavy = result.stdout.strip().partition(" ")
     assert code == "0"
@@ -242,7 +242,7 @@ def test_console_script_plans_like_train_py():
     if script is None:
         pytest.skip("the project is not installed in this environment (pip install -e .)")
     args = ["--auto", "--dry-run", "--json", "--gpu-memory", "24", "--gpu-name", "NVIDIA GeForce RTX 4090"]
-    from_script = subprocess.run([script, *args], capture_output=True, text=True, timeout=60)
-    from_file = run_cli(*args, timeout=60)
+    from_script = run_to_end([script, *args])
+    from_file = run_cli(*args)
     assert from_script.returncode == from_file.returncode == 0, from_script.stderr
     assert json.loads(from_script.stdout)["chosen"] == json.loads(from_file.stdout)["chosen"] == "gpu-24gb-llama3.1-8b"

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from launcher.card.topology import free_port
+from support.waiting import finish_all
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -69,8 +70,7 @@ def test_every_rank_joins_before_rank_0_evaluates(tmp_path):
             )
         )
     results = []
-    for proc in ranks:
-        out, err = proc.communicate(timeout=300)
+    for proc, (out, err) in zip(ranks, finish_all(ranks)):  # one piece of work: each rank waits on the other
         assert proc.returncode == 0, err[-3000:]
         results.append(json.loads(out.strip().splitlines()[-1]))
     for result in results:

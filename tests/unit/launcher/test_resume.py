@@ -190,7 +190,8 @@ def test_every_checkpoint_damaged_says_it_starts_at_step_1(tmp_path, monkeypatch
 
 def test_a_second_resume_while_the_run_trains_is_refused(tmp_path, monkeypatch):
     run_dir = stopped_run(tmp_path, monkeypatch)
-    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "train.py"])  # a supervisor
+    # a stand-in that lives until the test kills it (an hour: no busy machine makes the test outlast it)
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)", "train.py"])  # a supervisor
     try:
         (run_dir / "run.lock").write_text(f"{owner.pid}\n")
         with pytest.raises(UsageError, match=f"in use by process {owner.pid}"):
@@ -249,7 +250,6 @@ def test_an_attempt_given_a_damaged_checkpoint_refuses_it_before_loading(tmp_pat
         "--resume-from",
         str(damaged),
         env=env,
-        timeout=300,
     )
     assert done.returncode == 2, done.stderr[-3000:]
     assert "adapter_model.safetensors is 10 bytes" in done.stderr and "Traceback" not in done.stderr

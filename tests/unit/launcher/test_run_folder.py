@@ -45,7 +45,8 @@ def test_a_lock_older_than_the_process_holding_its_pid_is_stale(tmp_path):
 
     from launcher.run.folder import LOCK_FILE
 
-    later = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "train.py"])
+    # a stand-in that lives until the test kills it (an hour: no busy machine makes the test outlast it)
+    later = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)", "train.py"])
     try:
         path = tmp_path / LOCK_FILE
         path.write_text(f"{later.pid}\n")
@@ -66,7 +67,7 @@ def test_a_lock_held_by_a_live_supervisor_is_refused(tmp_path):
     from contract.errors import UsageError
     from launcher.run.folder import LOCK_FILE
 
-    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "train.py", "train"])
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)", "train.py", "train"])
     try:
         (tmp_path / LOCK_FILE).write_text(f"{owner.pid}\n")
         with pytest.raises(UsageError, match=f"kill -INT {owner.pid}"):

@@ -111,11 +111,9 @@ def test_point_replaces_in_one_rename_and_never_a_real_folder(tmp_path):
 @pytest.mark.slow
 def test_train_resume_accepts_latest(tmp_path, monkeypatch, capsys):
     supervised(tmp_path, monkeypatch, {"a": {"do": "ok"}})
-    result = train_py(
-        "train", "--resume", str(tmp_path / "out" / LATEST), "--profiles-dir", str(tmp_path / "none"), timeout=120
-    )
+    result = train_py("train", "--resume", str(tmp_path / "out" / LATEST), "--profiles-dir", str(tmp_path / "none"))
     # the run is found through latest (its folder named in the error of the missing profiles folder, or
     # resumed); a path that is no run is refused by name
     assert "not a run folder" not in result.stderr
-    bad = train_py("train", "--resume", str(tmp_path), timeout=120)
+    bad = train_py("train", "--resume", str(tmp_path))
     assert bad.returncode == 2 and "not a run folder" in bad.stderr

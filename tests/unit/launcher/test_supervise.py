@@ -36,7 +36,7 @@ from launcher.run.supervise import supervise
 from profiles.load import load_profile, profile_from_dict
 from support import cli
 from support.fake_runs import CPU_SETTINGS, FAKE_CHILD
-from support.waiting import wait_until
+from support.waiting import finish, wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
 DATA = Path(__file__).resolve().parents[3] / "tests" / "data" / "oom"
@@ -783,10 +783,10 @@ def test_server_failure_result_reads_the_servers_words():
 E2E_SETTINGS = ["--set", "max_steps=2", "--set", "save_steps=1", "--set", "eval_samples=0", "--set", "train_samples=32"]
 
 
-def train_py(tmp_path: Path, *args: str, env_extra: dict | None = None, timeout: int = 600):
+def train_py(tmp_path: Path, *args: str, env_extra: dict | None = None):
     env = dict(os.environ, **(env_extra or {}))
     env.pop("FAKE_CHILD_PLAN", None)
-    return cli.train_py("--auto", "--output-dir", str(tmp_path / "out"), *E2E_SETTINGS, *args, env=env, timeout=timeout)
+    return cli.train_py("--auto", "--output-dir", str(tmp_path / "out"), *E2E_SETTINGS, *args, env=env)
 
 
 def e2e_records(tmp_path: Path) -> list[dict]:
@@ -862,7 +862,7 @@ def test_e2e_two_processes_through_the_supervisor(tmp_path):
     env = dict(os.environ)
     for name in ("FAKE_CHILD_PLAN", "GRPO_INJECT_OOM", "GRPO_NUM_MACHINES", "CUDA_VISIBLE_DEVICES"):
         env.pop(name, None)
-    done = cli.train_py("--profile", str(path), "--output-dir", str(tmp_path / "out"), env=env, timeout=600)
+    done = cli.train_py("--profile", str(path), "--output-dir", str(tmp_path / "out"), env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     records = e2e_records(tmp_path)
     assert [(r["profile"], r["status"], r["steps"]) for r in records] == [("cpu-tiny-pair", "ok", 2)]
@@ -899,7 +899,7 @@ def test_e2e_sigterm_saves_and_exits_130(tmp_path):
         if re.search(r"\] step \d+/200", line):
             break
     proc.send_signal(signal.SIGTERM)
-    rest, _ = proc.communicate(timeout=300)
+    rest, _ = finish(proc)
     output = "".join(lines) + rest
     assert proc.returncode == 130, output[-3000:]
     records = e2e_records(tmp_path)

@@ -17,7 +17,7 @@ CPU = REPO / "benchmarks" / "gpu" / "cpu.json"
 
 
 def _refit(*args: str) -> dict:
-    done = train_py("refit", *map(str, args), "--json", timeout=300)
+    done = train_py("refit", *map(str, args), "--json")
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
 
@@ -79,5 +79,5 @@ def test_what_is_not_a_table_is_refused_with_the_fix(tmp_path):
         ([no_probes], "not a gpu-check table"),
         ([H100, "--constants", "NOT_A_CONSTANT"], "not fitted constants"),
     ):
-        done = train_py("refit", *map(str, args), timeout=120)
+        done = train_py("refit", *map(str, args))
         assert done.returncode == 2 and words in done.stderr and "Traceback" not in done.stderr, done.stderr

@@ -11,6 +11,7 @@ import pytest
 from contract.errors import ProfileError
 from launcher.memory.estimate import estimate
 from profiles.load import load_profile
+from support.waiting import run_to_end
 from trainer.config import LOSS_SETTINGS, PROFILE_LOSS_KEYS, grpo_config_kwargs
 
 REPO = Path(__file__).resolve().parents[3]
@@ -216,7 +217,6 @@ def _sets(loss: str, level: str) -> list[str]:
 @pytest.fixture(scope="module")
 def loss_attempts(tmp_path_factory, tiny_cache) -> tuple[Path, dict[str, int], str]:
     import json
-    import subprocess
     import sys
 
     from support.cli import cpu_run_env
@@ -225,13 +225,10 @@ def loss_attempts(tmp_path_factory, tiny_cache) -> tuple[Path, dict[str, int], s
     def attempts(out: Path) -> dict:
         env = cpu_run_env(tiny_cache)
         runs = {f"{loss}-{level}": _sets(loss, level) for loss, level in RUNS}
-        done = subprocess.run(
+        done = run_to_end(
             [sys.executable, "-c", _ATTEMPTS, str(out), str(CPU), json.dumps(runs)],
             env=env,
             cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=1800,
         )
         rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith('{"attempt"')]
         return {

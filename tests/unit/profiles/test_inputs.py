@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from contract.errors import ProfileError, UsageError
@@ -285,7 +285,7 @@ _VALUES = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(st.sampled_from(KEYS), _VALUES, max_size=4))
 def test_any_values_give_a_profile_or_a_profile_error(keys):
     try:

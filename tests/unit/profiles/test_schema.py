@@ -1,7 +1,6 @@
 """profiles.help: profiles/schema.json is current, every shipped YAML points editors at it, --help lists each key."""
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -9,6 +8,7 @@ import yaml
 
 from profiles.help import SCHEMA_PATH, schema_help, schema_json
 from profiles.schema import KEYS, Profile
+from support.waiting import run_to_end
 
 REPO = Path(__file__).resolve().parents[3]
 SCHEMA_LINE = "# yaml-language-server: $schema=schema.json"
@@ -22,9 +22,7 @@ def test_committed_schema_is_current():
 
 
 def test_schema_module_prints_the_schema():
-    result = subprocess.run(
-        [sys.executable, "-m", "profiles.help"], cwd=REPO, capture_output=True, text=True, check=True, timeout=60
-    )
+    result = run_to_end([sys.executable, "-m", "profiles.help"], cwd=REPO, check=True)
     assert result.stdout == schema_json()
 
 

@@ -102,7 +102,6 @@ def test_the_command_line_refuses_them_with_exit_2_and_no_traceback(tmp_path):
             "plan",
             "--profile",
             str(path),
-            timeout=300,
             env=dict(os.environ, GRPO_TRAIN_LEDGER=str(tmp_path / "ledger.jsonl")),
         )
         assert done.returncode == 2, done.stderr[-2000:]

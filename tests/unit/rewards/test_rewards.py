@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ from rewards import (
 from rewards.accuracy import accuracy
 from rewards.format import number, xml_count, xml_soft, xml_strict
 from rewards.parse import MAX_COMPLETION_CHARS, completion_text, find_numbers
+from support.waiting import run_to_end
 
 REPO = Path(__file__).resolve().parents[3]
 NAMES = ["xml_strict", "xml_soft", "xml_count", "think_format", "think_count", "number", "accuracy", "math", "tool_ok"]
@@ -101,7 +101,7 @@ def test_rewards_import_no_heavy_library():
         "import sys, rewards, rewards.format, rewards.accuracy, rewards.parse; "
         "print(sorted(m for m in ('torch', 'transformers', 'trl', 'unsloth', 'datasets') if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    out = run_to_end([sys.executable, "-c", code], cwd=REPO, check=True)
     assert out.stdout.strip() == "[]"
 
 
@@ -572,7 +572,7 @@ def test_rewards_never_raise(completions, answer):
         assert all(type(s) is float and 0.0 <= s <= 1.0 for s in scores), name
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=st.text() | tag_soup)
 def test_parsers_never_raise(text):
     value = parse_number(text)
@@ -581,7 +581,7 @@ def test_parsers_never_raise(text):
     assert answer is None or isinstance(answer, str)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     reasoning=st.text(min_size=1).filter(lambda s: s.strip() and "<" not in s and "\x00" not in s),
     value=st.integers(-(10**12), 10**12),

@@ -6,7 +6,6 @@ trains nothing."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 from contract.attempt import ERROR, REWARD_RUNNING_FILE, Outcome
 from launcher.run.attempts import read_result
 from rewards import user
+from support.waiting import run_to_end
 from trainer.run import _record_failure, classify
 
 REWARDS = """import math, sys, os
@@ -129,7 +129,7 @@ def test_os_exit_in_a_reward_is_reported_as_the_rewards_doing(reward_file, tmp_p
         f"reward = user.load(user.parse_spec({str(reward_file) + ':leaves_hard'!r}))\n"
         "reward(prompts=['p'], completions=['c'])\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    done = run_to_end([sys.executable, "-c", code])
     assert done.returncode == 7
     assert json.loads((attempt_dir / REWARD_RUNNING_FILE).read_text())["reward"] == "leaves_hard"
     result = read_result(attempt_dir, 7, "", 1.0, interrupted=False)

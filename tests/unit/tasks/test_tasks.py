@@ -15,6 +15,7 @@ import pytest
 
 from contract.errors import UsageError
 from rewards import REWARDS, for_layout
+from support.waiting import run_to_end
 from tasks import ARITHMETIC_TEST_SIZE, ARITHMETIC_TRAIN_SIZE, TASKS, describe, load_task, task_names
 from tasks.arithmetic import LEVELS, TEMPLATES, generate
 from tasks.gsm8k import extract_gold, load_gsm8k
@@ -155,9 +156,7 @@ def run_loader(split: str, hf_home: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
     env.pop("HF_DATASETS_CACHE", None)
     env.pop("HF_HUB_CACHE", None)
-    return subprocess.run(
-        [sys.executable, "-c", LOAD_SCRIPT, split], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
-    )
+    return run_to_end([sys.executable, "-c", LOAD_SCRIPT, split], cwd=REPO, env=env)
 
 
 def test_hub_loader_offline_without_cache_is_a_clear_usage_error(tmp_path):
@@ -201,7 +200,7 @@ def test_tasks_import_no_heavy_library():
         "import sys, tasks, tasks.gsm8k, tasks.arithmetic; "
         "print(sorted(m for m in ('torch', 'transformers', 'trl', 'unsloth', 'datasets') if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    out = run_to_end([sys.executable, "-c", code], cwd=REPO, check=True)
     assert out.stdout.strip() == "[]"
 
 
@@ -336,7 +335,7 @@ def test_the_registry_imports_nothing_heavy():
         "import sys, tasks; tasks.task_names(); "
         "print(sorted(m for m in ('torch', 'datasets', 'transformers', 'trl') if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    out = run_to_end([sys.executable, "-c", code], cwd=REPO, check=True)
     assert out.stdout.strip() == "[]"
 
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 import gc
 import json
 import os
-import subprocess
 import sys
 import weakref
 from pathlib import Path
 
 import pytest
 
+from support.waiting import run_to_end
 from trainer.backends import collector_paused
 
 REPO = Path(__file__).resolve().parents[3]
@@ -85,7 +85,7 @@ def test_an_attempt_imports_its_libraries_with_the_collector_off(no_unsloth):
     env = {k: v for k, v in os.environ.items() if k != "GRPO_TRAIN_NO_UNSLOTH"}
     if no_unsloth:
         env["GRPO_TRAIN_NO_UNSLOTH"] = no_unsloth
-    done = subprocess.run([sys.executable, "-c", PROBE], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    done = run_to_end([sys.executable, "-c", PROBE], cwd=REPO, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["backend"] == ("transformers" if no_unsloth else "unsloth-cpu")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import traceback
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from support.cli import REPO, train_py
+from support.waiting import run_to_end
 
 SMALL = REPO / "profiles" / "cpu-tiny-4gen.yaml"
 QUICK = ["max_steps=1", "save_steps=1", "eval_samples=2", "train_samples=48"]
@@ -236,7 +236,7 @@ def test_report_line_names_the_probe():
 def _attempt(attempt_dir: Path, env: dict, *overrides: str, resume_from: Path | None = None):
     sets = [arg for pair in overrides for arg in ("--set", pair)]
     resume = ["--resume-from", str(resume_from)] if resume_from else []
-    return train_py("--profile", str(SMALL), "--attempt-dir", str(attempt_dir), *sets, *resume, env=env, timeout=300)
+    return train_py("--profile", str(SMALL), "--attempt-dir", str(attempt_dir), *sets, *resume, env=env)
 
 
 @pytest.mark.slow
@@ -308,13 +308,10 @@ def test_probe_leaves_learning_unchanged(backend, tmp_path, cache_env):
 
     env = dict(cache_env, **BACKENDS[backend])
     sets = ["max_steps=3", "save_steps=3", "eval_samples=0", "train_samples=48", "lora_dropout=0.1"]
-    result = subprocess.run(
+    result = run_to_end(
         [sys.executable, "-c", _TWO_ATTEMPTS, str(tmp_path), str(SMALL), *sets],
         env=env,
         cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     outcomes = {run: json.loads((tmp_path / run / "outcome.json").read_text()) for run in ("with", "without")}

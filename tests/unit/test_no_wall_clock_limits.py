@@ -1,0 +1,90 @@
+"""No verdict on wall time in the suite: a test runs a process to its end through tests/support/waiting.py (bounded
+by the process's progress), never with a timeout that a loaded machine can reach. Read from the tests' source:
+a call that waits on a process or a thread with a timeout, or runs a process past the helper, fails here unless
+it is listed below with its reason."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SOURCES = ("tests", "tests_vllm")
+
+# Calls that wait on a process or a thread: a `timeout` given to one is a wall-clock limit
+WAITS = {"run", "communicate", "wait", "check_output", "check_call", "call", "join"}
+# Calls that run a process to its end without the helper
+RUNS = {("subprocess", "run"), ("subprocess", "check_output"), ("subprocess", "check_call"), ("subprocess", "call")}
+
+# (file, enclosing function): why its limit or its direct run is no verdict on the machine's speed
+ALLOWED = {
+    ("tests/support/waiting.py", "finish_all"): "the helper itself: a poll interval, not a limit",
+    ("tests_vllm/scenarios.py", "server"): "a stopped server's cleanup: killed when it outlasts the wait",
+    ("tests/unit/launcher/test_supervise.py", "test_signal_is_forwarded_child_saves_and_run_exits_130"): (
+        "joins a thread that has already signalled; its result is not judged"
+    ),
+    ("tests/unit/launcher/test_supervise.py", "test_resume_continues_the_latest_run_from_its_checkpoint"): (
+        "joins a thread that has already signalled; its result is not judged"
+    ),
+    ("tests/unit/launcher/test_supervise.py", "test_a_signal_while_the_server_loads_stops_it_and_the_run"): (
+        "joins a thread that has already signalled; its result is not judged"
+    ),
+    (
+        "tests/e2e/test_learning.py",
+        "test_grpo_raises_held_out_accuracy_well_above_the_warm_start",
+    ): "train_py's timeout is accepted and ignored",
+    ("tests/conftest.py", "small_disk"): "mount and umount: a system call, no work of the suite's",
+    ("tests/cli/test_cli_input.py", "test_output_dir_on_a_read_only_mount"): "mount and umount, as small_disk",
+    (
+        "tests/cli/test_export_writes_whole.py",
+        "test_an_out_on_a_read_only_mount_is_refused_before_loading",
+    ): "mount and umount",
+    ("tests/rehearsal/test_docker_runtime.py", "image_root"): "a shell script that makes folders",
+}
+
+
+def _functions(tree: ast.AST):
+    """(enclosing function name, call) for every call; module-level calls under the name '<module>'."""
+    stack = [("<module>", tree)]
+    while stack:
+        name, node = stack.pop()
+        for child in ast.iter_child_nodes(node):
+            inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else name
+            if isinstance(child, ast.Call):
+                yield name, child
+            stack.append((inner, child))
+
+
+def _findings(path: Path) -> list[tuple[str, int, str]]:
+    found = []
+    for function, call in _functions(ast.parse(path.read_text(encoding="utf-8"))):
+        func = call.func
+        attribute = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        owner = func.value.id if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) else ""
+        timed = any(keyword.arg == "timeout" for keyword in call.keywords)
+        if attribute == "wait" and call.args:  # Popen.wait(60)
+            timed = True
+        if attribute in WAITS and timed:
+            found.append((function, call.lineno, f"{attribute}(..., timeout): a wall-clock limit"))
+        elif attribute in ("train_py", "start_train_py") and timed:
+            found.append((function, call.lineno, "train_py(..., timeout): ignored, and reads as a limit"))
+        elif (owner, attribute) in RUNS or (attribute == "communicate" and not timed):
+            found.append((function, call.lineno, f"{owner or '...'}.{attribute}: a run past the helper"))
+    return found
+
+
+def test_no_test_waits_on_a_process_with_a_wall_clock_limit():
+    offending, used = [], set()
+    for folder in SOURCES:
+        for path in sorted((REPO / folder).rglob("*.py")):
+            relative = path.relative_to(REPO).as_posix()
+            for function, line, what in _findings(path):
+                if (relative, function) in ALLOWED:
+                    used.add((relative, function))
+                else:
+                    offending.append(f"{relative}:{line} ({function}): {what}")
+    assert not offending, (
+        "run it with tests/support/waiting.py (run_to_end, finish, finish_all: bounded by progress), or list it in "
+        "ALLOWED with the reason it is no verdict on the machine's speed:\n" + "\n".join(offending)
+    )
+    assert not set(ALLOWED) - used, f"listed but no longer there: {sorted(set(ALLOWED) - used)}"
