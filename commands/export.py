@@ -1,7 +1,8 @@
 """`export RUN_OR_ATTEMPT`: the trained adapter as a model others can run, as Unsloth's notebooks end. A merged
 16-bit model (on CPU and GPU alike; a 4-bit run merged into its 16-bit base, which is downloaded), and with
 `--gguf TYPE` one GGUF file through llama.cpp's converter where it is present. Writes into ATTEMPT/export/ (or
---out DIR): merged/, <profile>-<TYPE>.gguf and export.json, the record of what was done."""
+--out DIR): merged/, <profile>-<TYPE>.gguf and export.json, the record of what was done. `--best` exports the model
+of the best held-out evaluation during training (best-adapter/) instead, into ATTEMPT/export-best/."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ SUMMARY = "the trained model merged at 16 bits, and as GGUF through llama.cpp wh
 EXAMPLES = (
     "python train.py export outputs/latest",
     "python train.py export outputs/latest --gguf q8_0",
+    "python train.py export outputs/latest --best",
     "python train.py export outputs/run-.../attempt-02-cpu-tiny-4gen --out my-model --check 5",
 )
 EXPORT_DIR = "export"
+EXPORT_BEST_DIR = "export-best"  # --best: beside the final model's export, never over it
 
 
 def add_arguments(parser) -> None:
@@ -30,7 +33,14 @@ def add_arguments(parser) -> None:
         metavar="RUN_OR_ATTEMPT",
         help="a run folder (its final attempt), outputs/latest, an attempt folder or RUN/final",
     )
-    parser.add_argument("--out", metavar="DIR", help="where to write (default: the attempt's export/ folder)")
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        help=f"where to write (default: the attempt's {EXPORT_DIR}/ folder, {EXPORT_BEST_DIR}/ with --best)",
+    )
+    from commands.sample import add_best
+
+    add_best(parser)
     parser.add_argument(
         "--dtype",
         choices=("auto", "float16", "bfloat16"),
@@ -87,7 +97,7 @@ def run(args) -> int:
 
 
 def _export(args) -> int:
-    from commands.sample import find_target, profile_of
+    from commands.sample import best_of, find_target, profile_of
     from contract import attempt as contract
     from contract.failure import write_failure_text, write_problem
     from launcher.run.folder import check_output_dir
@@ -96,6 +106,8 @@ def _export(args) -> int:
     if args.check < 0:
         raise UsageError(f"--check {args.check}: give a number of questions >= 0")
     target = find_target(args.run_dir)
+    if args.best:
+        target = best_of(target, lambda text: print(text, file=sys.stderr, flush=True))
     profile = profile_of(target, args.overrides).profile  # exporting scores nothing: no reward code runs
     converter = None
     if args.gguf:  # before the heavy work: say plainly where it is not, and how to get it
@@ -106,7 +118,8 @@ def _export(args) -> int:
                 f"{where}) (fix: {HOW_TO_GET}; or export without --gguf for the merged model)"
             )
         quantizer_for(args.gguf, converter)  # llama-quantize, where the type needs it
-    out = Path(args.out).expanduser() if args.out else target.attempt_dir / EXPORT_DIR
+    kept = target.adapter_dir.name == contract.BEST_ADAPTER_DIR
+    out = Path(args.out).expanduser() if args.out else target.attempt_dir / (EXPORT_BEST_DIR if kept else EXPORT_DIR)
     check_output_dir(out, option="--out" if args.out else "export into")  # before any model loads
     from tiny_model.source import base_model_path
     from trainer.export import ConversionError, compare_answers, merge, to_gguf, write_record

@@ -1,6 +1,7 @@
 """`sample RUN_DIR_OR_ADAPTER [--prompt TEXT | --from-test N]`: a quick look at the trained model. Loads the
 adapter a run folder's last finished attempt saved (or an attempt folder, or an adapter folder), answers greedily,
-and prints each answer with the profile's reward scores and the correctness verdict.
+and prints each answer with the profile's reward scores and the correctness verdict. `--best` loads the model of the
+attempt's best held-out evaluation during training (its best-adapter/) instead of the final one.
 
 The profile comes from the attempt folder (profile.yaml as the supervisor wrote it, else summary.json), so
 the rewards, prompts and lengths are the ones trained with; `--set KEY=VALUE` overrides it as for training.
@@ -23,7 +24,11 @@ if TYPE_CHECKING:  # profiles loads only when a command reads one
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
 SUMMARY = "answers of a trained model, with every reward's score"
-EXAMPLES = ("python train.py sample outputs/latest", "python train.py sample outputs/run-... --prompt 'What is 7 + 5?'")
+EXAMPLES = (
+    "python train.py sample outputs/latest",
+    "python train.py sample outputs/latest --best",
+    "python train.py sample outputs/run-... --prompt 'What is 7 + 5?'",
+)
 
 
 def add_arguments(parser) -> None:
@@ -37,6 +42,7 @@ def add_arguments(parser) -> None:
     what.add_argument(
         "--from-test", metavar="N", type=int, default=None, help="answer the first N test questions (default 3)"
     )
+    add_best(parser)
     parser.add_argument(
         "--run-rewards",
         action="store_true",
@@ -48,6 +54,16 @@ def add_arguments(parser) -> None:
     add_set(parser)
 
 
+def add_best(parser) -> None:
+    """--best, for sample and export alike."""
+    parser.add_argument(
+        "--best",
+        action="store_true",
+        help=f"the model of the best held-out evaluation during training (the attempt's {contract.BEST_ADAPTER_DIR}/) "
+        f"instead of the final one ({contract.ADAPTER_DIR}/); the final one where it scored as well",
+    )
+
+
 def run(args) -> int:
     return sample_main(
         args.run_dir,
@@ -55,6 +71,7 @@ def run(args) -> int:
         from_test=args.from_test,
         overrides=args.overrides,
         run_rewards=args.run_rewards,
+        best=args.best,
     )
 
 
@@ -80,8 +97,8 @@ def find_target(given: str | Path) -> Target:
             f"sample {given}: no such folder (fix: give a run folder outputs/run-..., one of its "
             "attempt-* folders, or an adapter/ folder)"
         )
-    if (path / "adapter_config.json").is_file() or (path / ADAPTER_WEIGHTS).is_file():
-        return Target(path.parent, path)
+    if any((path / name).is_file() for name in ("adapter_config.json", ADAPTER_WEIGHTS, contract.BEST_MARKER)):
+        return Target(path.parent, path)  # best.json: a best-adapter/, a whole model at lora_rank 0
     if (path / contract.ADAPTER_DIR).is_dir():
         return Target(path, path / contract.ADAPTER_DIR)
     final = follow(path / FINAL)  # the run's result, as the supervisor marked it
@@ -95,6 +112,44 @@ def find_target(given: str | Path) -> Target:
     if not finished:
         raise UsageError(f"sample {given}: no attempt there finished with an adapter{_elsewhere(path)}")
     return Target(finished[-1], finished[-1] / contract.ADAPTER_DIR)
+
+
+def best_of(target: Target, say) -> Target:
+    """--best: the attempt's best-adapter/ (the model of its best held-out evaluation during training); the
+    final adapter, said through `say`, where the run's summary names it the best (it scored at least as well,
+    and best-adapter/ was removed). UsageError, saying why none was kept, otherwise."""
+    from trainer.best_model import read_kept
+
+    attempt_dir = target.attempt_dir
+    folder = attempt_dir / contract.BEST_ADAPTER_DIR
+    if target.adapter_dir.name == contract.BEST_ADAPTER_DIR or read_kept(folder) is not None:
+        return Target(attempt_dir, folder)
+    try:
+        evaluation = json.loads((attempt_dir / contract.SUMMARY_FILE).read_text(encoding="utf-8"))["evaluation"]
+        best = evaluation.get("best") or {}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        evaluation, best = None, {}
+    final = attempt_dir / contract.ADAPTER_DIR
+    if best.get("saved_in") == contract.ADAPTER_DIR and final.is_dir():
+        say(
+            f"note: --best: the final model is the best of {attempt_dir.name} (accuracy {best.get('accuracy')} at "
+            f"step {best.get('step')}; no evaluation during training scored higher): using {final}"
+        )
+        return Target(attempt_dir, final)
+    fix = f"drop --best for the final model in {final}"
+    if best.get("step") == 0 and best.get("accuracy") is not None:
+        why = (
+            f"its best held-out accuracy ({best['accuracy']}) was before training: no trained model scored higher, "
+            "so none was kept"
+        )
+    elif folder.exists():
+        why = f"{folder.name}/ is not whole (no {contract.BEST_MARKER}, or a file it lists is missing)"
+    elif evaluation is not None and not evaluation.get("every"):
+        why = "it evaluated nothing during training"
+        fix += ", or train with evaluations during it (--set eval_steps=N, with eval_samples above 0)"
+    else:
+        why = "no evaluation during training has beaten the ones before it"
+    raise UsageError(f"--best: {attempt_dir} holds no {contract.BEST_ADAPTER_DIR}/: {why} (fix: {fix})")
 
 
 def _elsewhere(run_dir: Path) -> str:
@@ -234,13 +289,18 @@ def sample(
     overrides: list[str] | None = None,
     run_rewards: bool = False,
     say=None,
+    best: bool = False,
 ):
-    """(sampling, what was loaded, the answers); `say(text)` hears what runs whose code, before it runs."""
+    """(sampling, what was loaded, the answers); `say(text)` hears what runs whose code, before it runs, and
+    which model --best (`best`) takes where it is not best-adapter/."""
     if prompt is not None and from_test is not None:
         raise UsageError("sample: give --prompt TEXT or --from-test N, not both")
     if from_test is not None and from_test < 1:
         raise UsageError(f"--from-test {from_test}: give a number of test questions >= 1")
+    say = say or (lambda text: None)
     target = find_target(given)
+    if best:
+        target = best_of(target, say)
     sampling = profile_of(target, overrides or [], run_rewards)
     profile = sampling.profile
     # as an attempt of this profile runs, e.g. OpenMP's short spin on the CPU (set before torch loads)
@@ -250,7 +310,6 @@ def sample(
 
     rows = rows_to_answer(profile, prompt, from_test)
     base = profile.model if not profile.uses_lora else base_model_path(profile, target.adapter_dir)
-    say = say or (lambda text: None)
     for entry in sampling.left_out:
         say(
             f"note: reward {entry} is Python code named by the run's profile: not run (--run-rewards runs it, "
@@ -291,11 +350,18 @@ def sample_main(
     from_test: int | None = None,
     overrides: list[str] | None = None,
     run_rewards: bool = False,
+    best: bool = False,
 ) -> int:
     import sys
 
     sampling, target, answers = sample(
-        given, prompt, from_test, overrides, run_rewards, say=lambda text: print(text, file=sys.stderr, flush=True)
+        given,
+        prompt,
+        from_test,
+        overrides,
+        run_rewards,
+        say=lambda text: print(text, file=sys.stderr, flush=True),
+        best=best,
     )
     profile = sampling.profile
     print(f"adapter {target.adapter_dir} (profile '{profile.name}', model {profile.model}, dataset {profile.dataset})")

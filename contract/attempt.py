@@ -76,6 +76,10 @@ SERVER_LOG = "vllm-server.log"
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 ADAPTER_DIR = "adapter"
+# The model of the best held-out evaluation during training, where one beat every earlier evaluation and the final
+# model did not match it (trainer.best_model); BEST_MARKER, written last, holds its step and accuracy
+BEST_ADAPTER_DIR = "best-adapter"
+BEST_MARKER = "best.json"
 TENSORBOARD_DIR = "tensorboard"  # report_to: tensorboard writes its event files here
 MERGED_DIR = "merged"  # save_merged / `export`: the merged 16-bit model
 CHECKPOINT_PREFIX = "checkpoint-"

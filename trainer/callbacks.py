@@ -150,13 +150,15 @@ class EvaluateDuringTraining(TrainerCallback):
     """Every `every` steps (trainer.config.eval_interval), score the test rows with the model as it is: the
     accuracy and the well-formed share go into that step's metrics.jsonl line (TelemetryCallback takes them).
     A signal during it stops it between two batches, as the final evaluation stops; the step's checkpoint is
-    then saved and training stops."""
+    then saved and training stops. An evaluation that beats every earlier one keeps the model as it is now
+    (`best`, trainer.best_model.BestKeeper: best-adapter/)."""
 
-    def __init__(self, every: int, evaluate, signals, say=None):
+    def __init__(self, every: int, evaluate, signals, say=None, best=None):
         self.every = every
         self.evaluate = evaluate  # () -> evaluation.score.evaluate's result for the test rows
         self.signals = signals
         self.say = say
+        self.best = best
         self.points: list[dict] = []
         self.seconds = 0.0
 
@@ -189,13 +191,20 @@ class EvaluateDuringTraining(TrainerCallback):
             "well_formed": result.get("well_formed"),
             "correct": result["correct"],
             "total": result["total"],
-            "seconds": round(time.perf_counter() - started, 3),
         }
+        keeping = time.perf_counter()
+        kept = self.best is not None and self.best.offer(point)
+        if kept:
+            point["kept_best"] = True  # metrics.jsonl says which evaluation best-adapter/ holds
+        # keeping the model counts with the evaluation: the step's step_time leaves both out
+        self.seconds += time.perf_counter() - keeping
+        point["seconds"] = round(time.perf_counter() - started, 3)
         self.points.append(point)
         if self.say is not None:
             self.say(
                 f"evaluation at step {step}: accuracy {point['accuracy']}, well-formed {point['well_formed']} "
                 f"({point['correct']}/{point['total']}, {point['seconds']:.1f} s)"
+                + (f"; the best so far, kept in {self.best.folder.name}/" if kept else "")
             )
         return control
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from contract.attempt import ADAPTER_DIR, BEST_ADAPTER_DIR, CHECKPOINT_PREFIX
 from contract.safe_write import write_atomic
+from trainer.best_model import beats
 from trainer.plots import write_plots  # noqa: F401 - re-exported: tests import it from here
 
 WINDOW = 10  # steps averaged for the "first" and "last" reward figures
@@ -69,10 +71,13 @@ def evaluation_figures(
     seconds: float,
     train_seconds: float,
     attempt_dir: Path,
+    kept: dict | None = None,
 ) -> dict:
     """The held-out accuracy over the run: before training (step 0), every evaluation during it, and after it
-    (the final step); the best of them (accuracy, then well-formed share, then the later step), with the
-    checkpoint that holds it where there is one; and what evaluating during training cost."""
+    (the final step); the final model and the best, with the folder that holds each; and what evaluating
+    during training cost. The best before the final evaluation is the first of the highest accuracy, or the
+    one best-adapter/ holds (`kept`, its marker: trainer.best_model, which may come from the attempt resumed);
+    the final model is the best when it scores at least as well (adapter/ holds it)."""
     curve = []
     if before.get("accuracy") is not None:
         curve.append(
@@ -91,18 +96,34 @@ def evaluation_figures(
                 "when": "after",
             }
         )
+    earlier = None  # the best before the final evaluation
+    for point in curve:
+        if point["when"] != "after" and beats(point, earlier):
+            earlier = point
+    if kept is not None:
+        earlier = {"step": kept["step"], "accuracy": kept["accuracy"], "well_formed": kept.get("well_formed")}
+    final = None
+    if curve and curve[-1]["when"] == "after":
+        final = {key: curve[-1][key] for key in ("step", "accuracy", "well_formed")} | {"saved_in": ADAPTER_DIR}
     best = None
-    if curve:
-        top = max(curve, key=lambda p: (p["accuracy"], p["well_formed"] or 0.0, p["step"]))
-        holder = "adapter" if top["when"] == "after" else None
-        if top["when"] == "during" and (attempt_dir / f"checkpoint-{top['step']}").is_dir():
-            holder = f"checkpoint-{top['step']}"
-        best = {"step": top["step"], "accuracy": top["accuracy"], "well_formed": top["well_formed"], "saved_in": holder}
+    if final is not None and (earlier is None or final["accuracy"] >= earlier["accuracy"]):
+        best = dict(final)
+    elif earlier is not None:
+        holder = None
+        if kept is not None:
+            holder = BEST_ADAPTER_DIR
+        elif earlier["step"] and (attempt_dir / f"{CHECKPOINT_PREFIX}{earlier['step']}").is_dir():
+            holder = f"{CHECKPOINT_PREFIX}{earlier['step']}"  # a trainer checkpoint of that step
+        best = {"step": earlier["step"], "accuracy": earlier["accuracy"], "well_formed": earlier["well_formed"]}
+        best["saved_in"] = holder
+        if kept is not None and kept.get("chosen_by"):
+            best["chosen_by"] = kept["chosen_by"]  # an evaluation of the attempt this one resumed
     return {
         "every": every,
         "why": why,
         "points": curve,
         "best": best,
+        "final": final,
         "seconds_during_training": round(seconds, 2),
         "share_of_training_time": round(seconds / train_seconds, 3) if train_seconds > 0 else None,
     }
@@ -173,6 +194,8 @@ def _warm_start_lines(warm: dict | None, acc: dict) -> list[str]:
         how += f", stopped on its criterion{restated}"
     elif warm.get("stopped") == "max_steps":
         how += f", the checked step nearest its criterion once it reached its step limit{restated}"
+    if warm.get("weights") == "shipped":  # tiny_model.shipped: the same bytes on every machine
+        how += f" on {warm.get('cpu_capability') or 'one machine'}, shipped with the project"
     tools = warm.get("tools")
     if tools:  # the tool-calling build: a second pass with some answers through the tools
         how += (
@@ -233,11 +256,41 @@ def _evaluation_lines(evaluation: dict | None) -> list[str]:
         lines.append(
             f"| {point['step']} | {point['when']} | {_fmt(point['accuracy'])} | {_fmt(point['well_formed'])} |"
         )
-    best = evaluation.get("best")
-    if best:
-        kept = f", kept in `{best['saved_in']}`" if best.get("saved_in") else ", not saved (no checkpoint at that step)"
-        lines += ["", f"Best: step {best['step']}, accuracy {_fmt(best['accuracy'])}{kept}."]
+    lines += _final_and_best_lines(evaluation.get("final"), evaluation.get("best"))
     return lines
+
+
+def _final_and_best_lines(final: dict | None, best: dict | None) -> list[str]:
+    """Which folder holds the final model and which the best: the same one, or best-adapter/ beside adapter/."""
+    words = []
+    if final:
+        also = "; it is also the best of the run" if best and best.get("saved_in") == final["saved_in"] else ""
+        words.append(
+            f"Final: step {final['step']}, accuracy {_fmt(final['accuracy'])}, in `{final['saved_in']}/`{also}."
+        )
+    if best and (not final or best.get("saved_in") != final["saved_in"]):
+        head = f"Best: step {best['step']}, accuracy {_fmt(best['accuracy'])}"
+        if best.get("saved_in") == BEST_ADAPTER_DIR:
+            chosen = f"chosen by {best['chosen_by']}'s evaluation; " if best.get("chosen_by") else ""
+            words.append(f"{head}, in `{BEST_ADAPTER_DIR}/` ({chosen}`python train.py sample RUN --best`).")
+        elif best.get("saved_in"):
+            words.append(f"{head}, in `{best['saved_in']}/` (a trainer checkpoint).")
+        elif best["step"] == 0:
+            words.append(f"{head} (before training): no trained model scored higher, so none is kept.")
+        else:
+            words.append(f"{head}, not saved.")
+    return ["", " ".join(words)] if words else []
+
+
+def _best_output_lines(evaluation: dict | None) -> list[str]:
+    """best-adapter/'s line in the outputs, where it holds the best."""
+    best = (evaluation or {}).get("best") or {}
+    if best.get("saved_in") != BEST_ADAPTER_DIR:
+        return []
+    return [
+        f"- `{BEST_ADAPTER_DIR}/`: the model of the best held-out evaluation during training (step {best['step']}), "
+        "as `adapter/` holds the final one; `sample --best` and `export --best` take it"
+    ]
 
 
 def _tool_lines(tools: dict | None) -> list[str]:
@@ -313,6 +366,7 @@ def write_report(attempt_dir: Path, summary: dict) -> None:
         "",
         "- `adapter/`: the trained LoRA adapter (or the full model at lora_rank 0) and the tokenizer, "
         "Hugging Face format",
+        *_best_output_lines(summary.get("evaluation")),
         "- `metrics.jsonl`: one line per step (rewards, learning signal per group, loss, completion length, memory)",
         "- `checkpoint-N/`: trainer checkpoints, for `train --resume`",
         "",

@@ -415,6 +415,8 @@ def _train(state: AttemptState, signals, after_probe=None) -> str:
     if signals.stopped:
         return INTERRUPTED
     session = build_trainer(state, loaded, signals)
+    if session.best is not None:  # the best so far: before training, or kept by the attempt resumed
+        session.best.start(before, state.resume_from)
     if nothing_left_to_train(state):
         load_trained_checkpoint(state, session)
         return finish(state, loaded, session, before, 0.0, signals)

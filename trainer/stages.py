@@ -21,6 +21,7 @@ from trainer.state import AttemptState, say
 from trainer.summary import build_summary
 
 if TYPE_CHECKING:  # they import transformers, which each stage imports in its turn
+    from trainer.best_model import BestKeeper
     from trainer.budget import BudgetCallback
     from trainer.callbacks import EvaluateDuringTraining
 
@@ -37,6 +38,7 @@ class Session:
     eval_every: int = 0
     eval_why: str = ""
     budget: BudgetCallback | None = None  # under train --hours
+    best: BestKeeper | None = None  # the best evaluation so far and best-adapter/ (the main process)
 
 
 def evaluate_rows(
@@ -71,6 +73,14 @@ def evaluate_rows(
 TENSORBOARD_DIR_VARIABLE = "TENSORBOARD_LOGGING_DIR"
 # The name Unsloth's vLLM engine knows the live adapter by during training's evaluations (no file is needed)
 EVAL_LORA_NAME = ".eval-lora"
+
+
+def save_model(loaded: Loaded, folder: Path) -> None:
+    """The model as it is now (the LoRA adapter, or the whole model at lora_rank 0) and the tokenizer, in
+    `folder`: adapter/ at the end, best-adapter/ during training. Rank 0 alone, with no collective call: during
+    training only where rank 0 holds every weight (never under ZeRO-3, which evaluates nothing during it)."""
+    loaded.model.save_pretrained(str(folder))
+    loaded.tokenizer.save_pretrained(str(folder))
 
 
 def nothing_left_to_train(state: AttemptState) -> bool:
@@ -146,6 +156,10 @@ def build_trainer(state: AttemptState, loaded: Loaded, signals) -> Session:
     from trainer.config import eval_interval
 
     session.eval_every, session.eval_why = eval_interval(profile)
+    if state.main:
+        from trainer.best_model import BestKeeper
+
+        session.best = BestKeeper(state.attempt_dir, lambda folder: save_model(loaded, folder), say)
     if session.eval_every and state.main and loaded.eval_rows:
         from trainer.callbacks import EvaluateDuringTraining
 
@@ -154,6 +168,7 @@ def build_trainer(state: AttemptState, loaded: Loaded, signals) -> Session:
             lambda: evaluate_rows(state, loaded, loaded.eval_rows, signals=signals, live=True),
             signals,
             say,
+            best=session.best,
         )
         session.telemetry.evaluation = session.evaluation
         callbacks.append(session.evaluation)
@@ -289,8 +304,7 @@ def finish(state: AttemptState, loaded: Loaded, session: Session, before: dict, 
     if profile.distributed:
         session.trainer.save_model(str(adapter_dir))  # ZeRO gathers the weights; the main process writes
     elif state.main:
-        model.save_pretrained(str(adapter_dir))
-        tokenizer.save_pretrained(str(adapter_dir))
+        save_model(loaded, adapter_dir)
     signals.phase = "finishing"
     if signals.stopped:
         return INTERRUPTED
@@ -358,7 +372,10 @@ def finish(state: AttemptState, loaded: Loaded, session: Session, before: dict, 
         during.seconds if during else 0.0,
         train_seconds,
         attempt_dir,
+        kept=session.best.kept if session.best is not None else None,
     )
+    if session.best is not None:
+        session.best.settle(summary["evaluation"]["best"])
     summary["hub"] = push(profile, attempt_dir, say)
     summary["plots"] = write_plots(
         attempt_dir,
@@ -375,9 +392,12 @@ def finish(state: AttemptState, loaded: Loaded, session: Session, before: dict, 
         if rows
         else "no step trained in this attempt"
     )
+    best = summary["evaluation"]["best"] or {}
+    elsewhere = best.get("saved_in") not in (None, contract.ADAPTER_DIR)
+    kept = f" (best {best['accuracy']} at step {best['step']}, in {best['saved_in']}/)" if elsewhere else ""
     say(
         f"attempt '{profile.name}' done: {summary['steps']} steps in {train_seconds:.1f} s, {trained}, accuracy "
-        f"{before['accuracy']} -> {after['accuracy']}, peak "
+        f"{before['accuracy']} -> {after['accuracy']}{kept}, peak "
         f"{summary['memory']['peak_gib']:.2f} GiB ({summary['memory']['measure']}); report: "
         f"{attempt_dir / 'report.md'}"
     )

@@ -12,6 +12,7 @@ import pytest
 
 from profiles.load import load_profile
 from support.cli import start_train_py, train_py
+from support.waiting import finish
 from trainer.config import EVAL_TIME_SHARE, eval_interval
 from trainer.report import evaluation_figures
 
@@ -90,7 +91,6 @@ def test_the_curve_of_a_cpu_run(tmp_path, train_env):
         "--set",
         "save_steps=2",
         env=train_env,
-        timeout=900,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     rows = [json.loads(line) for line in (attempt_dir / "metrics.jsonl").read_text().splitlines()]
@@ -104,6 +104,23 @@ def test_the_curve_of_a_cpu_run(tmp_path, train_env):
     assert [(p["step"], p["when"]) for p in curve] == [(0, "before"), (2, "during"), (4, "during"), (6, "after")]
     assert curve[1]["accuracy"] == evaluated[2]["accuracy"]
     assert summary["evaluation"]["best"]["step"] in (0, 2, 4, 6)
+    # the evaluations that beat every earlier one (a tie keeps the earlier) kept the model in best-adapter/
+    best_so_far, beaten = curve[0]["accuracy"], []
+    for step in (2, 4):
+        if evaluated[step]["accuracy"] > best_so_far:
+            best_so_far, beaten = evaluated[step]["accuracy"], [*beaten, step]
+    assert [step for step, point in evaluated.items() if point.get("kept_best")] == beaten
+    final, best = summary["evaluation"]["final"], summary["evaluation"]["best"]
+    assert (final["step"], final["accuracy"], final["saved_in"]) == (6, curve[3]["accuracy"], "adapter")
+    kept = attempt_dir / "best-adapter"
+    if final["accuracy"] >= best_so_far:  # the final model is the best: adapter/ holds it, best-adapter/ goes
+        assert best["saved_in"] == "adapter" and not kept.exists()
+    elif beaten:
+        assert best["saved_in"] == "best-adapter" and best["step"] == beaten[-1]
+        assert json.loads((kept / "best.json").read_text())["step"] == beaten[-1]
+        assert (kept / "adapter_config.json").is_file()  # saved as adapter/ is
+    else:  # the model before training: nothing trained is kept beside the final one
+        assert best["step"] == 0 and best["saved_in"] is None and not kept.exists()
     assert "evaluation.png" in summary["plots"]
     report = (attempt_dir / "report.md").read_text()
     assert "## Held-out evaluation over the run" in report and "| 4 | during |" in report
@@ -138,7 +155,7 @@ def test_a_signal_during_an_evaluation_stops_it_and_saves_the_step(tmp_path, tra
             if line.startswith("evaluating at step 2"):
                 break
         process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=300)
+        _, stderr = finish(process)
     finally:
         if process.poll() is None:
             process.kill()
