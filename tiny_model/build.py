@@ -37,7 +37,7 @@ CHAT_TEMPLATE = (
     "{% endif %}"
 )
 # Bump when the build below changes, so old caches are not reused.
-BUILD_VERSION = 5
+BUILD_VERSION = 6
 WARM_START_FILE = "warm_start.json"
 CORPUS_ROWS = 2000
 
@@ -177,19 +177,32 @@ def build_key(dataset: str, seed: int, shape: TinyShape, long_answers: bool = Fa
 
 
 def ensure_tiny(
-    dataset: str = "arithmetic", seed: int = 0, root: Path | None = None, long_answers: bool = False
+    dataset: str = "arithmetic",
+    seed: int = 0,
+    root: Path | None = None,
+    long_answers: bool = False,
+    train_warm_start: bool = False,
 ) -> Path:
     """The folder of the tiny model for this task (built on first use, then reused); `long_answers`: the variant
-    warm-started to write long answers (tiny_model.warm_start.long_completion)."""
+    warm-started to write long answers (tiny_model.warm_start.long_completion). The warm start's weights come
+    from tiny_model/shipped/ where an entry answers this build (the same bytes on every machine), else it is
+    trained here; `train_warm_start` trains it here regardless (what the shipped entries are made with)."""
+    from tiny_model import shipped
+
     shape = tiny_shape()
     root = Path(root) if root else cache_root()
-    target = root / f"tiny-{build_key(dataset, seed, shape, long_answers)}"
+    key = build_key(dataset, seed, shape, long_answers)
+    target = root / f"tiny-{key}"
     if (target / "config.json").is_file() and (target / "tokenizer.json").is_file():
         return target
     root.mkdir(parents=True, exist_ok=True)
     tokenizer = _build_tokenizer(_corpus(dataset, seed), shape)
     model = _build_model(tokenizer, shape, seed)
-    record = _warm_start(model, tokenizer, dataset, seed, long_answers)
+    found = None if train_warm_start or long_answers else shipped.find(dataset, seed, key, tokenizer)
+    if found is not None:
+        record = shipped.load_into(model, *found)
+    else:
+        record = _warm_start(model, tokenizer, dataset, seed, long_answers)
     # Build beside the target and rename: a concurrent build or an interrupted one never leaves half a model.
     staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=root))
     try:
@@ -253,6 +266,13 @@ def _warm_start(model, tokenizer, dataset: str, seed: int, long_answers: bool = 
     }
 
 
+def load_tokenizer(folder: Path):
+    """A built tiny model's tokenizer, as the runs load it."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(folder))
+
+
 def read_warm_start(model_path) -> dict | None:
     """The build-time record beside a tiny model (None for any other model)."""
     path = Path(model_path) / WARM_START_FILE
@@ -290,4 +310,40 @@ def build_record(model_path) -> dict | None:
         "stopped": record.get("stopped"),
         "restated": kept[-1]["restated"] if kept else None,
         "cpu_capability": record.get("cpu_capability"),
+        "weights": record.get("weights", "trained"),
     }
+
+
+def ship(seeds: list[int]) -> None:
+    """Train each seed's warm start here, in a fresh cache, and ship its weights (tiny_model/shipped/)."""
+    import torch
+
+    from tiny_model import shipped
+
+    with tempfile.TemporaryDirectory() as root:
+        for seed in seeds:
+            folder = ensure_tiny("arithmetic", seed=seed, root=Path(root), train_warm_start=True)
+            path = shipped.write(
+                folder, "arithmetic", seed, build_key("arithmetic", seed, tiny_shape()), load_tokenizer(folder)
+            )
+            record = read_warm_start(folder) or {}
+            print(
+                f"{path.name}: seed {seed}, {record.get('steps')} steps ({record.get('stopped')}), held-out "
+                f"{record.get('warm_start', {}).get('accuracy')} on {torch.backends.cpu.get_cpu_capability()}"
+            )
+
+
+if __name__ == "__main__":
+    import argparse
+
+    from tiny_model.shipped import SHIPPED_SEEDS
+
+    parser = argparse.ArgumentParser(prog="python -m tiny_model.build", description="build the tiny model")
+    parser.add_argument(
+        "--ship", nargs="*", type=int, metavar="SEED", help=f"ship these seeds' warm starts (default {SHIPPED_SEEDS})"
+    )
+    args = parser.parse_args()
+    if args.ship is None:
+        print(ensure_tiny())
+    else:
+        ship(args.ship or list(SHIPPED_SEEDS))

@@ -39,6 +39,8 @@ def build_summary(
             "total_gib": None,
             "compute_capability": None,
             "bf16": False,
+            # the vector unit torch's kernels ran on (AVX512, AVX2, DEFAULT): they round differently
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         }
         measure = "process peak RSS"
     return {

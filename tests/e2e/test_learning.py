@@ -95,6 +95,8 @@ def test_well_formed_share_counts_full_layouts_only():
 SHORT_RUN_STEPS = 75  # the profile's settings, fewer steps: the gain must show well before the profile's end
 LEARNING_STEPS = os.environ.get("GRPO_LEARNING_TEST_STEPS", "")  # longer runs by hand, e.g. 300
 OTHER_SEED = 2  # not the profile's: where the former fixed warm start left GRPO nothing to learn (+0.5 points)
+DEFAULT_GAIN_FLOOR = 0.15  # the issue's bar for the first impression; measured +24 to +26 on three kernels
+SHORT_RUN_GAIN_FLOOR = 0.10  # 75 steps at seed 2
 
 
 def _metrics(attempt_dir: Path) -> list[dict]:
@@ -106,7 +108,9 @@ def _metrics(attempt_dir: Path) -> list[dict]:
 def test_grpo_raises_held_out_accuracy_well_above_the_warm_start(
     which, tmp_path, tiny_cache, tiny_seed, record_property
 ):
-    """Held-out accuracy (200 problems, greedy) after GRPO must beat the warm start by 10 points or more.
+    """Held-out accuracy (all 500 held-out problems, greedy) after GRPO must beat the warm start by 15 points at
+    the default (it gains 24-26 on AVX-512, AVX2 and torch's `default` kernels: docs/cpu-demo.md) and by 10 at the
+    shorter other seed.
     "the default": `python train.py train` without a GPU, exactly as a user runs it (the CPU ladder's first
     rung at the profile's seed, its tiny model built once for the session); it also leaves its adapter, report
     and plots, and its sampled answers get right more often and stay well-formed. "other seed": a shorter
@@ -123,7 +127,7 @@ def test_grpo_raises_held_out_accuracy_well_above_the_warm_start(
         # evaluated before and after (eval_samples), not during: the curve has its own test
         overrides = [
             f"seed={OTHER_SEED}",
-            "eval_samples=200",
+            "eval_samples=500",
             f"max_steps={steps}",
             f"save_steps={steps}",
             "eval_steps=0",
@@ -141,13 +145,15 @@ def test_grpo_raises_held_out_accuracy_well_above_the_warm_start(
     record_property("wall_seconds", round(time.time() - started, 1))
     record_property("train_seconds", summary["train_seconds"])
     accuracy, warm = summary["accuracy"], summary["warm_start"]
-    assert accuracy["samples"] == 200
+    assert accuracy["samples"] == 500
     # "before" is the warm-started policy (batching may flip a near-tie in greedy decoding, no more)
     assert warm["warm_start_accuracy"] == pytest.approx(accuracy["before"], abs=0.02)
     assert warm["random_accuracy"] <= 0.05
     assert warm["restated"] >= 0.95, warm  # the warm start's answers read the problem's numbers
     assert 0.05 <= accuracy["before"] <= 0.6, accuracy  # weak enough to leave GRPO room
-    assert accuracy["after"] >= accuracy["before"] + 0.10, (which, accuracy["before"], accuracy["after"])
+    floor = DEFAULT_GAIN_FLOOR if which == "the default" else SHORT_RUN_GAIN_FLOOR
+    assert accuracy["after"] >= accuracy["before"] + floor, (which, accuracy["before"], accuracy["after"])
+    assert warm["weights"] == "shipped", warm  # the same warm-start bytes on every machine (tiny_model.shipped)
     assert accuracy["well_formed_after"] >= 0.9, accuracy  # greedy held-out answers keep the layout
     assert summary["steps"] == (summary["max_steps"] if which == "the default" else steps)
     if which == "the default":
