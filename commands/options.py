@@ -195,9 +195,15 @@ def machine_of(args):
     if name is not None and not name.strip():
         raise UsageError("--gpu-name is empty (fix: the card's name, e.g. --gpu-name 'RTX 4090', or leave it out)")
     if name is not None and memory is None:
-        from launcher.card.facts import card_facts
+        from launcher.card.facts import card_facts, normalized
 
         card = card_facts(name)
+        if card is None and "mig" in normalized(name).split():
+            raise UsageError(
+                f"--gpu-name {name!r}: no MIG slice of a card in the card table, so its memory is not known (fix: "
+                "the card and the slice's profile as `nvidia-smi -L` shows them, e.g. --gpu-name 'NVIDIA H100 80GB "
+                "HBM3 MIG 1g.10gb', or add --gpu-memory GIB, the slice's memory)"
+            )
         if card is None or card.memory_gib is None:
             raise UsageError(
                 f"--gpu-name {name!r}: not in the card table, so its memory is not known (fix: add --gpu-memory "
@@ -209,9 +215,8 @@ def machine_of(args):
         raise UsageError(f"--gpus {count} and --gpus-per-node {per_node} disagree (fix: give one of them)")
     machine = detect_machine(what_if_gib=memory, what_if_name=name, what_if_count=per_node or count)
     if from_table is not None:
-        machine.notes.append(
-            f"{from_table.name}: {memory:g} GiB, its memory in the card table (--gpu-memory to say otherwise)"
-        )
+        whose = "its MIG profile's" if from_table.sources[0] == "mig" else "its memory in the card table"
+        machine.notes.append(f"{from_table.name}: {memory:g} GiB, {whose} (--gpu-memory to say otherwise)")
     return machine
 
 
@@ -277,6 +282,11 @@ def plan_of(args):
         from launcher.plan.derive import derive_rungs
 
         profiles, notes, written, refused = derive_rungs(profiles, machine, measurements=measurements, limits=limits)
+    else:
+        # the CPU: no fit solver, but a completion cap written `auto` is still the task's, never a placeholder
+        from launcher.plan.derive import derive_cpu_lengths
+
+        profiles, notes = derive_cpu_lengths(profiles, measurements=measurements)
     # a profile the user named is never refused by the ledger, only warned about
     plan = make_plan(
         profiles,

@@ -10,6 +10,7 @@ reading files and `--set` overrides live in profiles.load.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
@@ -116,17 +117,65 @@ SHAPE_KEYS = keys_tagged(SHAPE)
 LOSS_KEYS = (*keys_in("loss"), "beta")
 
 
+def floor_of(key: str) -> int:
+    """The least whole value a key takes (its `ge`), 0 where it sets none."""
+    return next((int(rule.ge) for rule in Profile.model_fields[key].metadata if hasattr(rule, "ge")), 0)
+
+
+def _whole(value) -> int | None:
+    """A value written as a whole number (not a bool), else None (the schema reports what it is)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _written(values: dict, key: str) -> int | None:
+    """A whole-number key as written, else its default."""
+    return _whole(values.get(key, Profile.model_fields[key].default))
+
+
+def _completion_placeholder(values: dict) -> int:
+    """max_completion_length's placeholder: the schema's default, within the room a pinned max_seq_length leaves
+    after the prompt and no shorter than a pinned expected_completion_length, so that the rules between them
+    judge only what was written; KeyProblem, naming the written keys, where they leave it no value."""
+    cap = Profile.model_fields["max_completion_length"].default
+    prompt, expected = _written(values, "max_prompt_length"), _whole(values.get("expected_completion_length"))
+    seq = _whole(values.get("max_seq_length"))
+    if seq is None or prompt is None:
+        return cap if expected is None else max(cap, expected)
+    room = seq - prompt
+    if room < 1 or (expected is not None and expected > room):
+        need = prompt + max(1, expected or 0)
+        beyond = f", less than expected_completion_length {expected}" if expected and expected > room else ""
+        raise KeyProblem(
+            f"max_completion_length is auto, and max_seq_length {seq} - max_prompt_length {prompt} leaves "
+            f"{max(room, 0)} tokens for a completion{beyond}",
+            f"raise max_seq_length to at least {need} (or write it auto), or shorten max_prompt_length"
+            + (" or expected_completion_length" if beyond else ""),
+            "max_seq_length",
+        )
+    cap = min(cap, room)
+    return cap if expected is None else max(cap, expected)
+
+
 def auto_placeholders(values: dict, derived) -> dict:
     """Values for the keys written `auto` until the plan derives them, chosen so that the rules tying them to
-    the keys written stand: one group per micro-batch and step, the sequence as long as prompt and
-    completion, nothing expected beyond the cap, standby off, the run length the plan's."""
+    the keys written stand, and never enforced against them: whole groups per step (one group a micro-batch
+    where the batch is auto, the fewest micro-batches a step that make whole groups of the batch written), the
+    completion cap within the sequence written and no shorter than the expected length written, the sequence
+    as long as prompt and completion, nothing expected beyond the cap, standby off, the run length the plan's.
+    KeyProblem where the keys written leave a placeholder no value (its rule's refusal, in their numbers)."""
     defaults = {name: Profile.model_fields[name].get_default(call_default_factory=True) for name in derived}
     out = dict(defaults)
-    generations = values.get("num_generations", Profile.model_fields["num_generations"].default)
+    generations = _written(values, "num_generations")
     if "per_device_train_batch_size" in out:
-        out["per_device_train_batch_size"] = generations if isinstance(generations, int) else 1
+        out["per_device_train_batch_size"] = generations if generations and generations > 0 else 1
     if "gradient_accumulation_steps" in out:
-        out["gradient_accumulation_steps"] = 1
+        batch = _written(values, "per_device_train_batch_size") if "per_device_train_batch_size" not in out else None
+        gpus = _written(values, "num_gpus")
+        accumulation = 1
+        if generations is not None and batch is not None and gpus is not None and min(generations, batch, gpus) > 0:
+            # the fewest micro-batches a step whose completions make whole groups (TRL's generation batch)
+            accumulation = generations // math.gcd(generations, batch * gpus)
+        out["gradient_accumulation_steps"] = accumulation
     if "expected_completion_length" in out:
         out["expected_completion_length"] = 0
     if "vllm_standby" in out:
@@ -137,12 +186,15 @@ def auto_placeholders(values: dict, derived) -> dict:
         out["vllm_max_num_seqs"] = 0
     if "max_steps" in out:
         out["max_steps"] = 0
+    if "max_completion_length" in out:
+        out["max_completion_length"] = _completion_placeholder(values)
     if "max_seq_length" in out:
         prompt = values.get("max_prompt_length", Profile.model_fields["max_prompt_length"].default)
         completion = values.get("max_completion_length", out.get("max_completion_length"))
         completion = completion or Profile.model_fields["max_completion_length"].default
         if isinstance(prompt, int) and isinstance(completion, int):
-            out["max_seq_length"] = prompt + completion
+            # never below the key's own floor, which a short prompt and completion would take it under
+            out["max_seq_length"] = max(floor_of("max_seq_length"), prompt + completion)
     return out
 
 
@@ -236,7 +288,10 @@ def profile_from_dict(data: Any, source: str) -> Profile:
         if value is not None:  # an empty value keeps the default
             values[key] = value
     if derived:
-        values.update({key: value for key, value in auto_placeholders(values, derived).items()})
+        try:
+            values.update(auto_placeholders(values, derived))
+        except KeyProblem as problem:
+            raise ProfileError(source, problem.key, problem.reason, problem.fix) from None
     if not values.get("name"):
         # made up here, so made safe here: a file named `modèle 2.yaml` is the profile `modele-2`
         values["name"] = safe_name(Path(source).stem) if source and not source.startswith("<") else "profile"

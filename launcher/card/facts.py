@@ -83,6 +83,9 @@ SOURCES = {
     "hf_h20": "https://huggingface.co/hardware/h20",
     "reported": "reported by cloud vendors (no NVIDIA datasheet)",
     "as_a100_80": "taken as the A100-SXM4-80GB (same board, export variant)",
+    "mig": "a MIG slice (NVML's 'MIG <c>c.<g>g.<N>gb'): its memory N GB as its profile names it, at most the "
+    "card's; its compute the slice's share of the card's (g of 7 slices, of 4 on A30 and RTX PRO 6000); its "
+    "bandwidth its memory's share of the card's",
 }
 
 CARDS: tuple[CardFacts, ...] = (
@@ -211,10 +214,18 @@ _BY_NAME = {normalized(n): card for card in CARDS for n in (card.name, *card.ali
 def card_facts(name: str | None, memory_gib: float | None = None) -> CardFacts | None:
     """The table's card for a name NVML reports (or a user types: "RTX 4090", "A100 40GB", "Tesla T4"), None
     when no card of that model is listed. An inexact name picks, among the cards of its model, the one sharing
-    most of its words, then the one whose memory is nearest `memory_gib`."""
+    most of its words, then the one whose memory is nearest `memory_gib`. A MIG slice ("NVIDIA H100 80GB HBM3
+    MIG 1g.10gb") is its card's share (mig_slice), None when the name does not say which slice."""
     if not name or not name.strip():
         return None
-    normal = normalized(name)
+    normal = _MIG_RUN_TOGETHER.sub("mig ", normalized(name))
+    if "mig" in normal.split():
+        return mig_slice(normal)
+    return _listed(normal, memory_gib)
+
+
+def _listed(normal: str, memory_gib: float | None) -> CardFacts | None:
+    """The table's card for a normalized name (card_facts, without MIG)."""
     exact = _BY_NAME.get(normal) or _BY_NAME.get(_spaced(normal))
     if exact is not None:
         return exact
@@ -230,3 +241,78 @@ def card_facts(name: str | None, memory_gib: float | None = None) -> CardFacts |
         return (-shared, distance)
 
     return min(matches, key=score)
+
+
+# ---------------------------------------------------------------------------------------------------
+# MIG: a slice of a card is a card of its own, with a share of the card's memory, bandwidth and compute
+
+# "MIG1g.10gb", typed run together
+_MIG_RUN_TOGETHER = re.compile(r"\bmig(?=\d)")
+# NVML's MIG profile: [<c>c.]<g>g.<N>gb[+me|+gfx...]: c compute slices of a g-slice instance, N GB of memory
+_MIG_PROFILE = re.compile(r"^(?:(\d+)c\.)?(\d+)g\.(\d+)gb(?:\+[a-z]+)*$")
+# The compute slices a whole card is cut into: 7 (A100, A800, H100, H800, H20, H200, GH200, B200, GB200), except
+# for the cards whose largest instance is 4g
+_COMPUTE_SLICES = {"a30": 4, "rtx pro 6000": 4}
+_GB = 1e9 / 1024**3  # GiB in a decimal GB
+
+
+def compute_slices(card: CardFacts) -> int:
+    """How many compute slices MIG cuts `card` into (its full instance's g)."""
+    family = " ".join(_family(normalized(card.name)))
+    return _COMPUTE_SLICES.get(family, 7)
+
+
+def mig_slice(normal: str) -> CardFacts | None:
+    """The facts of a MIG slice, from its normalized name ("h100 80gb hbm3 mig 1g.10gb"): the card it is cut
+    from (the words before "mig"), with the memory its profile names (at most the card's), the compute share
+    of its slices (c, else g, of compute_slices) and the bandwidth share of its memory. None when the card is
+    not in the table or the name gives no profile the slice can be read from (its speed is then the
+    default's, which errs long)."""
+    words = normal.split()
+    at = words.index("mig")
+    profile = next((m for m in map(_MIG_PROFILE.match, words[at + 1 :]) if m), None)
+    if profile is None or at == 0:
+        return None
+    compute, instance, gb = (int(x) if x else 0 for x in profile.groups())
+    slices = compute or instance
+    if slices < 1 or instance < 1 or gb < 1:
+        return None
+    # a card named by its model alone ("A100 MIG 1g.10gb"): the one whose memory the slice is a share of
+    parent = _listed(" ".join(words[:at]), gb * _GB * 7 / instance)
+    if parent is None or not parent.memory_gib:
+        return None
+    total = compute_slices(parent)
+    if compute > instance or instance > total or gb * _GB > parent.memory_gib * 1.05:
+        return None  # no slice of this card: a typo, planned as a card the table does not know
+    memory = min(parent.memory_gib, gb * _GB)
+    compute_share = min(1.0, slices / total)
+    memory_share = min(1.0, memory / parent.memory_gib)
+    return CardFacts(
+        f"{parent.name} MIG {profile.group(0)}",
+        round(memory, 2),
+        parent.bandwidth_gb_s * memory_share,
+        parent.tflops_16bit * compute_share,
+        parent.capability,
+        ("mig", "mig", "mig", parent.sources[3]),
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# The cards like one the table does not name
+
+# A card of about this memory: within 15% of it either way (24 GiB: the L4, A10, RTX 3090 and 4090 classes)
+CLASS_SPREAD = 1.15
+
+
+def cards_like(memory_gib: float | None, min_capability: tuple[int, int] = (0, 0)) -> tuple[CardFacts, ...]:
+    """The table's cards with about `memory_gib` of memory (within CLASS_SPREAD either way) and at least
+    `min_capability`: what a card the table does not name, with that memory, may be. Empty when none is
+    near (or the memory is not known)."""
+    if not memory_gib or memory_gib <= 0:
+        return ()
+    low, high = memory_gib / CLASS_SPREAD, memory_gib * CLASS_SPREAD
+    return tuple(
+        card
+        for card in CARDS
+        if card.memory_gib is not None and low <= card.memory_gib <= high and card.capability >= min_capability
+    )

@@ -46,6 +46,38 @@ def _with_speed(candidate: Candidate, arch, gpu, limits: dict | None, measuremen
     return candidate
 
 
+def _judged_run(profile, candidate: Candidate, arch, gpu, hours: float | None, measurements=None):
+    """(the run the data-coverage rule judges, the card it is timed as; None: the card's own). A card the card
+    table does not know is timed at the default card's speed, which errs long on purpose, so its run's epochs
+    say nothing of what the card can do: the rule judges instead the run `profile` (before its run length is
+    set) would have on the fastest card the table knows with about its memory, so that a rung is passed over
+    only where no known card of that memory could run enough of the data. No known card of that memory: not
+    judged (None, None). A step of the shape measured on this machine is the card's own speed."""
+    speed = candidate.speed
+    if speed is None or speed.card_known or speed.measured_s is not None:
+        return candidate.run, None
+    from dataclasses import replace
+
+    from launcher.card.detect import MIN_CAPABILITY
+    from launcher.card.facts import cards_like
+    from launcher.plan.duration import run_length
+    from launcher.plan.lengths import completion_plan
+    from launcher.plan.speed import predict
+    from tasks.size import train_rows
+
+    like = cards_like(gpu.total_gib, MIN_CAPABILITY)
+    if not like:
+        return None, None
+    lengths = completion_plan(profile, arch, measurements=measurements)
+    step_s, card = min(
+        (predict(profile, arch, replace(gpu, name=card.name), candidate.estimate, lengths).step_s, card.name)
+        for card in like
+    )
+    rows, basis = train_rows(profile.dataset, profile.train_samples)
+    prompts = profile.generation_batch // profile.num_generations
+    return run_length(profile, step_s, prompts, hours=hours, rows=rows, rows_basis=basis), card
+
+
 def _with_run(candidate: Candidate, hours: float | None) -> Candidate:
     """The candidate with its run (steps, prompts, epochs, predicted hours) and its profile's max_steps set to
     the run's steps (the attempt trains exactly what the plan says)."""
@@ -131,6 +163,8 @@ def make_plan(
 
     archs: dict[str, Architecture] = {}
     candidates: list[Candidate] = []
+    # the rungs whose run at the default speed alone is too short: the card each was judged as (None: not judged)
+    guessed: dict[str, str | None] = {}
     for profile in profiles:
         if profile.device == "cuda" and gpu is None:
             candidates.append(
@@ -171,9 +205,12 @@ def make_plan(
         elif candidate.written is not None and candidate.fits and candidate.run is not None and not named:
             from launcher.plan.duration import too_short
 
-            brief = too_short(candidate.run)
+            judged, timed_as = _judged_run(profile, candidate, archs[profile.model], gpu, hours, measurements)
+            brief = too_short(judged, timed_as) if judged is not None else None
             if brief:
                 candidate.fits, candidate.reason = False, f"{brief}; {candidate.reason}"
+            elif judged is not candidate.run and too_short(candidate.run):
+                guessed[candidate.profile.name] = timed_as
         candidates.append(candidate)
     if gpu is not None and any(c.reason.startswith("vLLM off") for c in candidates):
         notes.append(
@@ -182,6 +219,8 @@ def make_plan(
         )
     notes.extend(c.ledger_note for c in candidates if c.ledger_note)
     chosen = next((c.profile for c in candidates if c.fits), None)
+    if gpu is not None and chosen is not None and chosen.name in guessed:
+        notes.append(_guessed_speed_note(gpu, chosen.name, guessed[chosen.name]))
     for cand in candidates:
         run = cand.run
         if cand.profile is chosen and run is not None and run.hours and run.budget_hours:
@@ -199,3 +238,20 @@ def make_plan(
             f"itself: {STANDBY_FAILURES}; vllm_standby: false avoids it"
         )
     return Plan(machine, candidates, chosen, margin_gib, notes)
+
+
+def _guessed_speed_note(gpu, chosen: str, timed_as: str | None) -> str:
+    """Why a rung whose run at the default card's speed covers too little of the data is still chosen."""
+    from launcher.plan.duration import DEFAULT_HOURS, MIN_RUN_EPOCHS
+
+    judged = (
+        f"judged as the fastest card of about {gpu.total_gib:g} GiB the table knows ({timed_as}) would run it"
+        if timed_as
+        else f"not judged: the table knows no card of about {gpu.total_gib:g} GiB"
+    )
+    return (
+        f"{gpu.name} is not in the card table: its steps are timed at the default card's speed, which errs long, "
+        f"so whether a rung's run covers {MIN_RUN_EPOCHS:g} epochs of the data is {judged}; {chosen}'s run is the "
+        f"steps the default speed fits into {DEFAULT_HOURS:g} h, so on a faster card it ends sooner (--hours H "
+        "or --set max_steps=N for a longer run)"
+    )

@@ -15,6 +15,7 @@ from launcher.plan.search import Solver
 from launcher.plan.solve import SINGLE_GPU, fit
 from launcher.plan.wording import nothing_fits
 from profiles.catalog import catalogue_key, resolve
+from profiles.schema import floor_of
 
 
 def _intent(base, amb) -> tuple:
@@ -453,6 +454,32 @@ def derive_rungs(profiles, machine, *, measurements=None, limits: dict | None = 
             "every other key as written (plan --json: `written` beside `settings`)"
         )
     return out, notes, written, refused
+
+
+def derive_cpu_lengths(profiles, measurements=None) -> tuple[list, list[str]]:
+    """(profiles, notes): each cpu profile's completion cap and sequence written `auto` as the task needs them
+    (launcher.plan.lengths), within a max_seq_length written and no shorter than an expected length written: no
+    fit solver runs on the CPU, and the schema's placeholder must never run as if written."""
+    keys = ("max_completion_length", "max_seq_length")
+    out, notes = [], []
+    for profile in profiles:
+        derived = set(getattr(profile, "derived", ()) or ()) & set(keys)
+        if profile.device != "cpu" or not derived:
+            out.append(profile)
+            continue
+        cap = profile.max_completion_length
+        if "max_completion_length" in derived:
+            cap = completion_plan(profile, resolve(profile.model), measurements=measurements).cap
+            if "max_seq_length" not in derived:
+                cap = min(cap, profile.max_seq_length - profile.max_prompt_length)
+            cap = max(cap, profile.expected_completion_length)  # 0 where the plan derives it
+        changes = {"max_completion_length": cap}
+        if "max_seq_length" in derived:
+            changes["max_seq_length"] = max(floor_of("max_seq_length"), profile.max_prompt_length + cap)
+        out.append(profile.model_copy(update=changes))
+        done = ", ".join(f"{key}: auto -> {changes[key]}" for key in keys if key in derived)
+        notes.append(f"{profile.name}: {done} (the completion the task needs; the CPU has no fit solver)")
+    return out, notes
 
 
 def derived_text(profile) -> str:

@@ -65,16 +65,19 @@ class RunLength:
         return text
 
 
-def too_short(run: RunLength) -> str | None:
+def too_short(run: RunLength, timed_as: str | None = None) -> str | None:
     """Why a derived rung's run is too little of the data to be the ladder's choice (MIN_RUN_EPOCHS), or None
-    (a pinned length, or data of unknown size, is never judged)."""
+    (a pinned length, or data of unknown size, is never judged). The run judged must be timed at a speed that
+    does not err long: on a card the table does not know, the run of `timed_as`, the fastest card of its
+    memory that the table knows (launcher.plan.choose), never the default card's (which errs long on purpose)."""
     if run.epochs is None or run.epochs >= MIN_RUN_EPOCHS or run.basis.startswith(("max_steps", "num_train")):
         return None
     within = f"{duration_text(run.hours)}" if run.hours is not None else "its run"
+    timed = f" even timed as the fastest card of its memory the card table knows ({timed_as})" if timed_as else ""
     return (
-        f"derived for this card it covers {run.epochs:.2f} epochs of the data in {within} ({run.steps:,} steps), "
-        f"less than the {MIN_RUN_EPOCHS:g} a rung must reach: the next rung (a smaller model) sees more of it "
-        "(--hours H for a longer run, or --profile to run this rung anyway)"
+        f"derived for this card it covers {run.epochs:.2f} epochs of the data in {within} ({run.steps:,} steps)"
+        f"{timed}, less than the {MIN_RUN_EPOCHS:g} a rung must reach: the next rung (a smaller model) sees more "
+        "of it (--hours H for a longer run, or --profile to run this rung anyway)"
     )
 
 
