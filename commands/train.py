@@ -97,6 +97,7 @@ def run(args) -> int:
         profiles, plan, gpu_memory=args.gpu_memory, resume=args.resume, gpu_name=getattr(args, "gpu_name", None)
     )
     from launcher.run.supervise import machine_command, supervise
+    from launcher.run.supervisor import written_keys
 
     return supervise(
         plan,
@@ -109,4 +110,6 @@ def run(args) -> int:
         named_profile=named if args.resume else None,
         command=machine_command(args.overrides, named),
         hours=args.hours,
+        # `--profile FILE` runs the file as written: its keys are pinned as --set ones are
+        pinned=written_keys(args.profile) if args.profile is not None else (),
     )

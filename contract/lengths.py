@@ -40,7 +40,9 @@ class MeasuredLengths:
         return self.p95 >= self.cap
 
     def to_json(self) -> dict:
-        return {**asdict(self), "mean": round(self.mean, 1), "cut_share": round(self.cut_share, 4)}
+        """The figures, and whether they are censored (a lower bound: read back from p95 and cap, not from this)."""
+        figures = {**asdict(self), "mean": round(self.mean, 1), "cut_share": round(self.cut_share, 4)}
+        return {**figures, "censored": self.censored}
 
     @classmethod
     def from_json(cls, data) -> MeasuredLengths | None:
@@ -88,13 +90,13 @@ def round_cap(tokens: float) -> int:
 
 def overruled(measured: MeasuredLengths, cap: int, expected: int | None) -> str | None:
     """Why the measured answers overrule the plan (a cap or expected length), or None when they agree:
-    the 95th percentile reaches the cap (answers are cut), or the mean lies more than EXPECTED_TOLERANCE
-    times from the expected length."""
+    the 95th percentile reaches the cap (answers are cut: they run longer than the cap, however many), or the
+    mean lies more than EXPECTED_TOLERANCE times from the expected length."""
     if measured.cut_share >= 1.0:
+        # a lower bound, not a verdict on the model: every answer runs past the cap, by how much is not known
         return (
-            f"none of the {measured.samples} answers ended within the cap of {cap} tokens: the model does not end "
-            "its answers on its own (an untrained model, or a chat template it was not trained with), so a larger "
-            "cap would only cost more"
+            f"none of the {measured.samples} answers ended within the cap of {cap} tokens: they run longer than "
+            f"{cap} (by how much is not measured yet)"
         )
     if measured.p95 >= cap:
         return (
@@ -111,9 +113,9 @@ def overruled(measured: MeasuredLengths, cap: int, expected: int | None) -> str 
 
 def needs_larger_cap(measured: MeasuredLengths, cap: int) -> bool:
     """Whether the answers call for a larger cap than `cap` (memory must be planned again): a restart. Answers
-    that all ran into the cap say nothing of where they would end (a model that does not stop): they call for
-    none."""
-    return measured.p95 >= cap and measured.cut_share < 1.0
+    cut at the cap, some or all of them, say only that they run longer: the cap grows (lengths_after) and they
+    are measured again."""
+    return measured.p95 >= cap
 
 
 def lengths_after(measured: MeasuredLengths, cap: int, expected: int | None = None) -> tuple[int, int]:
@@ -130,14 +132,20 @@ def lengths_after(measured: MeasuredLengths, cap: int, expected: int | None = No
     return int(new_cap), max(1, min(int(round(new_expected)), int(new_cap)))
 
 
-def planned_from(measured: MeasuredLengths) -> tuple[int, int]:
-    """(cap, expected length) a plan takes from a measurement alone (the ledger's): the 95th percentile with
-    CAP_MARGIN, and the mean; a cut measurement is a lower bound, so its cap doubles until measured uncut."""
+def planned_from(measured: MeasuredLengths, estimate: tuple[int, int] | None = None) -> tuple[int, int]:
+    """(cap, expected length) a plan takes from a measurement (the ledger's): the 95th percentile with
+    CAP_MARGIN, and the mean. A cut (censored) measurement is a lower bound, never the answers' length: its
+    cap doubles until measured uncut, and neither figure falls below the plan's own `estimate` (cap,
+    expected) when one is given (answers cut at 8 tokens say nothing of answers of 300)."""
     if measured.censored:
         cap = max(2 * measured.cap, round_cap(CAP_MARGIN * measured.p95))
+        expected = measured.mean
+        if estimate is not None:
+            cap, expected = max(cap, int(estimate[0])), max(expected, float(estimate[1]))
     else:
         cap = round_cap(CAP_MARGIN * measured.p95)
-    return int(cap), max(1, min(int(round(measured.mean)), int(cap)))
+        expected = measured.mean
+    return int(cap), max(1, min(int(round(expected)), int(cap)))
 
 
 def cut_warning(shares: list[float | None], cap: int, window: int = CUT_WARNING_WINDOW) -> str | None:

@@ -21,7 +21,7 @@ from profiles.keys import (
     ScaleRewardsMode,
     shown,
 )
-from tasks.prompts import RENDER_ARGUMENTS
+from tasks.prompts import switch_problem
 
 # The value that asks the plan to derive a key tagged `derived` (profiles.fields)
 AUTO = "auto"
@@ -99,11 +99,9 @@ def _template_switches(value: Any) -> dict[str, Any]:
     for name, setting in value.items():
         if not isinstance(name, str) or not name.isidentifier():
             raise KeyProblem(f"{shown(name)} is not a template variable name", "use names such as enable_thinking")
-        if name in RENDER_ARGUMENTS:
-            raise KeyProblem(
-                f"'{name}' is an argument of apply_chat_template itself, not a switch of the template",
-                f"remove {name}",
-            )
+        problem = switch_problem(name, setting)  # a name the renderer takes itself, a thinking switch not a bool
+        if problem is not None:
+            raise KeyProblem(*problem)
         if setting is not None and not isinstance(setting, (bool, int, float, str)):
             raise KeyProblem(
                 f"switch '{name}' is {shown(setting)}; a switch is true/false, a number or a word",

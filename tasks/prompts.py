@@ -42,6 +42,18 @@ RENDER_ARGUMENTS = (
     "return_assistant_tokens_mask",
     "tokenizer_kwargs",
 )
+# Names the renderers beneath apply_chat_template take for themselves, the template's own functions, and the
+# arguments of TRL's apply_chat_template that passes the switches on: a switch of one of these names fails
+# every rendering with a TypeError ("got multiple values for keyword argument 'messages'") or breaks a call
+TAKEN_NAMES = (
+    "messages",
+    "conversations",
+    "self",
+    "example",
+    "processing_class",
+    "raise_exception",
+    "strftime_now",
+)
 
 
 def reads_thinking_switch(template) -> bool:
@@ -62,10 +74,32 @@ def template_switches(given: dict | None, reads_thinking: bool) -> dict:
     return switches
 
 
+def switch_problem(name: str, value) -> tuple[str, str] | None:
+    """(why, fix) when a chat-template switch cannot be given as `name: value`, else None: a name the renderer
+    takes for itself, or a thinking switch that is not true or false (Qwen3's template thinks unless it is
+    `false` itself, so 0, "false" or an empty value all think; the tiny model's reads it as Python does)."""
+    if name in RENDER_ARGUMENTS:
+        return f"'{name}' is an argument of apply_chat_template itself, not a switch of the template", f"remove {name}"
+    if name in TAKEN_NAMES:
+        return (
+            f"'{name}' is a name the chat template's renderer gives the template itself (a switch of that name fails "
+            "every prompt's rendering after the model loads)",
+            f"remove {name}",
+        )
+    if name == THINKING_SWITCH and not isinstance(value, bool):
+        return (
+            f"{THINKING_SWITCH} is {value!r}, not true or false: Qwen3's template thinks unless it is false itself "
+            '(0, an empty value or "false" in quotes all think), other templates read it otherwise',
+            f"write {THINKING_SWITCH}: false (no thinking) or {THINKING_SWITCH}: true, unquoted",
+        )
+    return None
+
+
 def thinks(switches: dict, reads_thinking: bool) -> bool:
-    """Whether a template that reads the thinking switch writes a thinking block with these switches (as
-    Qwen3's: unless told false)."""
-    return bool(reads_thinking) and bool(switches.get(THINKING_SWITCH, True))
+    """Whether a template that reads the thinking switch writes a thinking block with these switches. As
+    Qwen3's (`enable_thinking is false` turns it off): anything but false itself thinks, 0 and "" included
+    (profiles refuse such values: switch_problem)."""
+    return bool(reads_thinking) and switches.get(THINKING_SWITCH, True) is not False
 
 
 def render_ids(prompt: list[dict] | str, tokenizer, switches: dict | None = None, tools: list | None = None) -> list:

@@ -45,6 +45,13 @@ def run_length_probe(state: AttemptState, loaded) -> dict | None:
     if profile.distributed:
         say("length probe: skipped under accelerate; the training steps' answers are measured instead")
         return None
+    if profile.tools or profile.environment:
+        # TRL runs a tools profile's turns (calls, the tools' replies, the answer) inside one completion: one
+        # answer sampled without them measures another thing
+        say(
+            "length probe: skipped (with tools the answers take turns); the training steps' answers are measured instead"
+        )
+        return None
     from contract.attempt import random_weights_requested
 
     if random_weights_requested():
@@ -99,9 +106,11 @@ def run_length_probe(state: AttemptState, loaded) -> dict | None:
 
 def stops_for_replan(state: AttemptState, figures: dict | None) -> bool:
     """Whether the attempt stops before training for the supervisor to re-plan a larger cap: the answers were
-    cut at the cap and the supervisor re-plans (ENV_LENGTH_REPLAN); what is said either way."""
+    cut at the cap (some or all of them: a cut answer says only that it runs longer) and the supervisor
+    re-plans (ENV_LENGTH_REPLAN); what is said either way, with the cap the measurement calls for when it
+    trains as it is."""
     from contract.attempt import length_replan_allowed
-    from contract.lengths import MeasuredLengths
+    from contract.lengths import MeasuredLengths, lengths_after
 
     if figures is None:
         return False
@@ -109,16 +118,17 @@ def stops_for_replan(state: AttemptState, figures: dict | None) -> bool:
     cap = state.profile.max_completion_length
     if figures.get("overruled") is None or measured is None:
         return False
-    if measured.cut_share >= 1.0:
-        say(f"warning: {figures['overruled']}; training at the cap of {cap} tokens")
-        return False
     if needs_larger_cap(measured, cap):
         if length_replan_allowed():
             say(f"lengths overrule the plan: {figures['overruled']}; stopping before training to re-plan the cap")
             return True
+        wanted, _ = lengths_after(measured, cap, figures.get("planned_expected"))
+        prompt = state.profile.max_prompt_length
         say(
-            f"warning: {figures['overruled']}; training at the cap of {cap} tokens as it is (fix: --set "
-            "max_completion_length=N, with max_seq_length to match)"
+            f"warning: {figures['overruled']}; training at the cap of {cap} tokens as it is (nothing re-plans it "
+            f"here: the cap is pinned, the run's re-plans are spent, or no supervisor runs it): the answers call for max_completion_length {wanted} or more (fix: --set "
+            f"max_completion_length={wanted} --set max_seq_length="
+            f"{max(state.profile.max_seq_length, prompt + wanted)}, or write them in the profile)"
         )
         return False
     say(

@@ -54,6 +54,7 @@ class CompletionPlan:
     thinking: bool = False  # the template writes a thinking block before the answer
     rate: str = ""  # the characters per token estimated from, and where that figure comes from
     turns: TurnPlan | None = None  # with tools: the turns assumed (launcher.plan.turns), in cap and expected
+    record: str = ""  # MEASURED: the ledger record read, and how to forget it
 
     def to_json(self) -> dict:
         out = {
@@ -65,6 +66,7 @@ class CompletionPlan:
             "source": self.source,
             "thinking": self.thinking,
             "rate": self.rate,
+            "record": self.record or None,
         }
         if self.turns is not None:
             out["turns"] = self.turns.to_json()
@@ -146,13 +148,20 @@ def completion_plan(profile, arch: Architecture, pinned=(), measurements=None) -
 
         found = measured_lengths(measurements, profile, switches)
     if found is not None:
-        measured, day = found
-        cap, expected = planned_from(measured)
+        measured = found.measured
+        # a cut measurement is a lower bound: it raises the estimate, never lowers it
+        cap, expected = planned_from(measured, (cap, int(round(expected))))
         source = MEASURED
         basis = (
-            f"{MEASURED} ({day}): {measured.samples} answers ({measured.source}) of {measured.mean:.0f} tokens on "
-            f"average, {measured.p95} at the 95th percentile, {measured.cut_share:.0%} cut at {measured.cap}"
-            + ("; they were cut, so the cap doubles until they are measured whole" if measured.censored else "")
+            f"{MEASURED} ({found.day}): {measured.samples} answers ({measured.source}) of {measured.mean:.0f} tokens "
+            f"on average, {measured.p95} at the 95th percentile, {measured.cut_share:.0%} cut at {measured.cap}"
+            + (
+                "; they were cut, so they run longer than measured: the cap doubles until they are measured whole, "
+                "and neither figure falls below the estimate"
+                if measured.censored
+                else ""
+            )
+            + f"; {found.record_text()}"
         )
     if "max_completion_length" in pinned:
         cap = profile.max_completion_length
@@ -179,6 +188,7 @@ def completion_plan(profile, arch: Architecture, pinned=(), measurements=None) -
         thinking=thinking,
         rate=rate_note,
         turns=turns,
+        record=found.record_text() if found is not None else "",
     )
 
 
@@ -226,9 +236,10 @@ def lengths_notes(profile, measurements=None) -> list[str]:
     needs = f" (the answers need {plan.cap})" if plan.cap != cap else ""
     task = profile.dataset if profile.dataset in SHIPPED else profile.dataset.rsplit("/", 1)[-1]
     source = plan.source if plan.source == MEASURED else f"{plan.source}; {plan.rate}"
+    record = f", {plan.record}" if plan.source == MEASURED and plan.record else ""
     notes = [
         f"lengths of {profile.model} on {task}: cap {cap}{needs}, expected {min(plan.expected, cap)} tokens "
-        f"({source}); template switches: "
+        f"({source}){record}; template switches: "
         + (", ".join(f"{k} {str(v).lower()}" for k, v in plan.switches.items()) or "none")
         + ("; the template thinks before answering" if plan.thinking else "")
     ]

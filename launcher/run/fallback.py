@@ -315,7 +315,7 @@ def replan_lengths(
     and expected length the measurement calls for (contract.lengths.lengths_after) and max_seq_length to hold
     them, when it fits this machine as the plan judges; else, on one GPU, the solver's configuration that keeps
     the new cap (other levers given up in its order); else the next profile of the ladder that fits. A key the
-    user pinned (--set) is not moved."""
+    user pinned (--set, or written in the --profile file) is not moved."""
     from contract.lengths import MeasuredLengths, lengths_after
 
     measured = MeasuredLengths.from_json(lengths)
@@ -327,6 +327,8 @@ def replan_lengths(
     cap, expected = lengths_after(measured, old_cap, (lengths or {}).get("planned_expected"))
     if "max_completion_length" in pinned:
         cap = old_cap
+    elif "max_seq_length" in pinned:  # the cap grows only as far as the pinned sequence holds it
+        cap = max(old_cap, min(cap, profile.max_seq_length - profile.max_prompt_length))
     if "expected_completion_length" in pinned:
         expected = old_expected
     expected = min(expected, cap)

@@ -67,6 +67,7 @@ def supervise(
     named_profile: str | None = None,
     command: dict | None = None,
     hours: float | None = None,
+    pinned: frozenset[str] | set[str] | tuple[str, ...] = (),
 ) -> int:
     """Run the plan's chosen profile (or, with resume, continue the latest run); exit status per design.
 
@@ -77,7 +78,8 @@ def supervise(
     `--profile FILE` names beside --resume, which must be one the run trained; `command` (machine_command):
     this command line, which the other machines compare with theirs. `hours` (train --hours): the run's
     wall-clock budget from now; one machine only (the attempts of several machines would each need machine 0's
-    deadline: not given to them, so the budget is not kept there).
+    deadline: not given to them, so the budget is not kept there). `pinned`: keys never re-planned besides
+    those --set (a --profile file's written keys: launcher.run.supervisor.written_keys); plan.json keeps both.
     On several machines this is machine 0's supervisor (the others follow: launcher.run.follow).
     """
     console = console or narrate.make_console()
@@ -136,6 +138,7 @@ def supervise(
         server_command=server_command,
         machines=machines,
         hours=None if others else hours,
+        pinned=pinned,
     )
     if not resume:
         supervisor._say_problem(point_latest(output_dir, run_dir))  # OUTPUT_DIR/latest: this run
@@ -174,7 +177,8 @@ def supervise(
                         taken_up=lambda: supervisor._say_problem(point_latest(output_dir, run_dir)),
                     )
                 else:
-                    write_atomic(run_dir / PLAN_FILE, json.dumps(plan.to_json(), indent=2) + "\n")
+                    planned = {**plan.to_json(), "pinned": sorted(supervisor.pinned)}
+                    write_atomic(run_dir / PLAN_FILE, json.dumps(planned, indent=2) + "\n")
                     console.print(f"run folder: {run_dir}", markup=False)
                     narrate.print_plan_choice(console, plan)
                     code = supervisor.run(plan.chosen)

@@ -68,6 +68,42 @@ from profiles.schema import Profile, shape_of
 MAX_LENGTH_REPLANS = 2
 
 
+def written_keys(path: str | Path) -> frozenset[str]:
+    """The keys a profile file writes (a value, not `auto` or empty), in the project's names: `--profile FILE`
+    runs the file as written, so these are pinned as --set keys are."""
+    from profiles.load import read_profile_data
+    from profiles.schema import AUTO
+
+    data = read_profile_data(Path(path))
+    return frozenset(
+        str(key)
+        for key, value in data.items()
+        if value is not None and not (isinstance(value, str) and value.strip().lower() == AUTO)
+    )
+
+
+def pins_of_run(run_dir: Path) -> frozenset[str]:
+    """The pinned keys a run's plan.json holds (written when the run started): none for a new run."""
+    import json
+
+    from contract.attempt import PLAN_FILE
+
+    try:
+        pins = json.loads((Path(run_dir) / PLAN_FILE).read_text(encoding="utf-8")).get("pinned")
+    except (OSError, ValueError, AttributeError):
+        return frozenset()
+    return frozenset(k for k in pins if isinstance(k, str)) if isinstance(pins, list) else frozenset()
+
+
+def cap_may_grow(profile: Profile, pinned) -> bool:
+    """Whether a re-plan may raise this profile's completion cap: the cap is not pinned, nor a pinned
+    max_seq_length already full with the prompt and the cap."""
+    if "max_completion_length" in pinned:
+        return False
+    room = profile.max_seq_length - profile.max_prompt_length
+    return "max_seq_length" not in pinned or room > profile.max_completion_length
+
+
 class Supervisor:
     """One run folder's attempts: what was tried, shrunk and checkpointed, and the next attempt."""
 
@@ -82,6 +118,7 @@ class Supervisor:
         machines: machineslib.Coordinator | None = None,
         hours: float | None = None,
         clock=time.time,
+        pinned: frozenset[str] | set[str] | tuple[str, ...] = (),
     ):
         self.plan = plan
         # train --hours: the run's deadline and length, from when this supervisor started (a resumed run gets
@@ -95,7 +132,9 @@ class Supervisor:
         self.overrides = list(overrides or [])
         from profiles.load import parse_overrides
 
-        self.pinned = frozenset(parse_overrides(self.overrides))  # the keys the user set: never re-planned
+        # the keys the user set (--set) or wrote (the --profile file, `pinned`): never re-planned; a resumed run
+        # keeps those its plan.json holds
+        self.pinned = frozenset(parse_overrides(self.overrides)) | frozenset(pinned) | pins_of_run(run_dir)
         self.records = [AttemptRecord.from_dict(data) for data in read_attempts(run_dir)]
         self.shrunk: set[str] = {r.profile for r in self.records if r.shrink}
         self.tried: set[str] = {r.profile for r in self.records}
@@ -234,7 +273,7 @@ class Supervisor:
             estimate_gib,
             predicted,
             expected_tokens=self._expected_for(profile),
-            replan_lengths=self._replans_left() and "max_completion_length" not in self.pinned,
+            replan_lengths=self._replans_left() and cap_may_grow(profile, self.pinned),
             budget=self.budget,
         )
         result = self._run(profile, attempt_dir, str(resume_from) if resume_from else None, env, started)

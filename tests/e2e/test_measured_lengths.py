@@ -1,7 +1,8 @@
 """The answers measured before the plan is trusted, end to end on CPU through `python train.py train`: the CPU
 default's length probe, its cut share per step and summary.json's completion_lengths; and the tiny model's variant
-that writes long answers (`model: tiny-long`), whose first attempt is cut at the cap and re-planned, the next
-attempt training at the new cap, and the next plan reading the measured lengths from the ledger."""
+that writes long answers (`model: tiny-long`, a rung of a ladder: a cap written in a --profile file is pinned),
+whose first attempt is cut at the cap and re-planned, the next attempt training at the new cap, and the next plan
+reading the measured lengths from the ledger."""
 
 from __future__ import annotations
 
@@ -25,12 +26,17 @@ def profile_file(tmp_path: Path, **changes) -> Path:
     return path
 
 
-def run_train(tmp_path: Path, profile: Path, tiny_cache: Path):
+def run_train(tmp_path: Path, profile: Path, tiny_cache: Path, ladder: bool = False):
+    """`train --profile FILE`, or with `ladder` the file as the one rung of a profiles folder: a cap written in a
+    --profile file is pinned (never re-planned), a rung's is the plan's."""
     ledger = tmp_path / "ledger.jsonl"
+    if ladder:
+        folder = tmp_path / "ladder"
+        folder.mkdir(exist_ok=True)
+        (folder / profile.name).write_text(profile.read_text())
     done = train_py(
         "train",
-        "--profile",
-        str(profile),
+        *(("--profiles-dir", str(tmp_path / "ladder")) if ladder else ("--profile", str(profile))),
         "--output-dir",
         str(tmp_path / "out"),
         GRPO_TRAIN_CACHE=str(tiny_cache),
@@ -68,7 +74,7 @@ def test_the_cpu_defaults_answers_are_measured_and_fit_its_cap(tmp_path, tiny_ca
 @pytest.mark.slow
 def test_long_answers_replan_the_cap_end_to_end(tmp_path, tiny_cache):
     profile = profile_file(tmp_path, name="cpu-tiny-long", model="tiny-long", expected_completion_length=0)
-    run, records, done = run_train(tmp_path, profile, tiny_cache)
+    run, records, done = run_train(tmp_path, profile, tiny_cache, ladder=True)
     statuses = [r["status"] for r in records]
     # cut at 48, then (at most twice a run) at each doubled cap until the answers end within it
     assert statuses in (["replanned", "ok"], ["replanned", "replanned", "ok"]), statuses

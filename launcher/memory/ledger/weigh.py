@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from contract.environment import ENV_LEDGER
 from launcher.memory.ledger.store import Entry, fingerprint, ledger_path, machine_identity, read_lines, same_machine
@@ -27,6 +28,18 @@ def injected_record(entry: Entry) -> bool:
         and entry.oom_lower_bound_gib is not None
         and entry.oom_kind in (None, "cuda", "cublas", "vllm")
     )
+
+
+def _lengths_only_text(entry: Entry) -> str:
+    from contract.lengths import MeasuredLengths
+
+    measured = MeasuredLengths.from_json(entry.lengths)
+    if measured is not None and measured.censored:
+        return (
+            f"no memory figure: the answers' lengths only, cut at the cap of {measured.cap} (a lower bound: plans "
+            "of its model and task plan longer answers than that)"
+        )
+    return "no memory figure: the answers' lengths only (plans of its model and task read them)"
 
 
 @dataclass
@@ -53,10 +66,7 @@ def _weigh_group(group: list[Entry], now: datetime) -> tuple[dict[int, Effect], 
             effects[id(e)] = Effect(False, "dated in the future (a clock set wrong?): no effect")
         elif not e.succeeded and e.oom_lower_bound_gib is None:
             effects[id(e)] = Effect(
-                False,
-                "no memory figure: the answers' lengths only (plans of its model and task read them)"
-                if e.lengths
-                else "no figure: the attempt measured nothing",
+                False, _lengths_only_text(e) if e.lengths else "no figure: the attempt measured nothing"
             )
         else:
             live.append(e)
@@ -294,31 +304,66 @@ def ledger_report(machine, path: Path | None = None, warn=None, now: datetime | 
 
 def lengths_identity(profile, switches: dict) -> dict:
     """What measured lengths are kept under: the model (its catalogue name: a mirror or a 4-bit checkpoint
-    writes alike), the task (data and system prompt) and the chat template's switches."""
+    writes alike), the task (data and system prompt), the chat template's switches, the tools offered (a tools
+    run answers in turns, and the tiny model's tool-calling build is another model under the same name) and
+    the sampling settings (a hotter temperature writes other answers). A record lacking any of these was
+    measured under settings no longer known: it matches nothing."""
     import hashlib
     import json
 
     from profiles.catalog import catalogue_key
 
     prompt = hashlib.sha256((profile.system_prompt or "").encode("utf-8")).hexdigest()[:12]
+    tools = sorted(str(t) for t in (getattr(profile, "tools", None) or ()))
+    environment = str(getattr(profile, "environment", "") or "")
+    offered = (
+        {"tools": tools, "environment": environment, "max_tool_calls": profile.max_tool_calls}
+        if tools or environment
+        else {}
+    )
+    sampling = {
+        key: getattr(profile, key, None) for key in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+    }
+    sampling["min_p"] = float(sampling["min_p"] or 0.0)  # unset and 0 sample alike
     return {
         "model": catalogue_key(profile.model),
         "task": profile.dataset,
         "prompt": prompt,
         "switches": json.loads(json.dumps(dict(switches or {}), sort_keys=True, default=str)),
+        "tools": json.loads(json.dumps(offered, sort_keys=True, default=str)),
+        "sampling": json.loads(json.dumps(sampling, sort_keys=True, default=str)),
     }
 
 
-def measured_lengths(entries, profile, switches: dict, now: datetime | None = None):
-    """(the newest measurement of the answers' lengths for this model, task and switches, its date), or None.
-    Records older than MAX_AGE_DAYS do not count."""
+@dataclass(frozen=True)
+class LengthsFound:
+    """The measurement of the answers' lengths a plan reads, and the ledger record it comes from (named in the
+    plan's notes, so that `ledger --forget` can drop it)."""
+
+    measured: Any  # contract.lengths.MeasuredLengths
+    day: str  # YYYY-MM-DD
+    profile: str  # the profile whose attempt measured it
+    fingerprint: str  # that record's fingerprint: what `ledger --forget` takes
+
+    def record_text(self) -> str:
+        return (
+            f"measured by {self.profile} on {self.day} (ledger record {self.fingerprint}: "
+            f"`python train.py ledger --forget {self.fingerprint}` forgets it)"
+        )
+
+
+def measured_lengths(entries, profile, switches: dict, now: datetime | None = None) -> LengthsFound | None:
+    """The measurement of the answers' lengths for this model, task, switches, tools and sampling settings, or
+    None: the newest whose answers ended within the cap, else the newest cut one (a lower bound: the plan
+    reads it as one, contract.lengths.planned_from). Records older than MAX_AGE_DAYS do not count."""
     from contract.lengths import MeasuredLengths
 
     if not entries:
         return None
     now = now or datetime.now()
     wanted = lengths_identity(profile, switches)
-    found = None
+    whole: tuple | None = None
+    cut: tuple | None = None
     for entry in entries:
         data = entry.lengths
         if not isinstance(data, dict) or any(data.get(k) != v for k, v in wanted.items()):
@@ -326,6 +371,16 @@ def measured_lengths(entries, profile, switches: dict, now: datetime | None = No
         if entry.when < now - timedelta(days=MAX_AGE_DAYS) or entry.when > now + timedelta(days=1):
             continue
         measured = MeasuredLengths.from_json(data)
-        if measured is not None and (found is None or entry.when >= found[1]):
-            found = (measured, entry.when)
-    return (found[0], found[1].date().isoformat()) if found else None
+        if measured is None:
+            continue
+        best = cut if measured.censored else whole
+        if best is None or entry.when >= best[1].when:
+            if measured.censored:
+                cut = (measured, entry)
+            else:
+                whole = (measured, entry)
+    found = whole or cut
+    if found is None:
+        return None
+    measured, entry = found
+    return LengthsFound(measured, entry.when.date().isoformat(), entry.profile, entry.fingerprint)

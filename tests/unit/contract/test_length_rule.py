@@ -65,11 +65,16 @@ def test_overruled_when_answers_reach_the_cap_or_the_mean_is_far_from_the_plan(l
         assert why in text
 
 
-def test_only_answers_at_the_cap_need_a_larger_one_and_only_when_some_end():
+def test_answers_at_the_cap_need_a_larger_one_all_cut_or_not():
     assert needs_larger_cap(measure([30] + [48] * 19, [False] + [True] * 19, 48), 48)
     assert not needs_larger_cap(measure([20] * 20, [False] * 20, 48), 48)
-    # not one answer ended: the model does not stop (untrained, a foreign template); a larger cap only costs more
-    assert not needs_larger_cap(measure([48] * 20, [True] * 20, 48), 48)
+    # not one answer ended: they run longer than the cap (the tiny model at a cap of 20 answers in 21): a cut
+    # measurement is a lower bound, never a verdict that the model does not stop
+    every = measure([48] * 20, [True] * 20, 48)
+    assert needs_larger_cap(every, 48)
+    assert lengths_after(every, 48, 39) == (96, 48)
+    why = overruled(every, 48, 39)
+    assert "run longer than 48" in why and "does not end" not in why and "only cost more" not in why
 
 
 def test_round_cap_steps():
@@ -95,6 +100,20 @@ def test_a_plan_from_a_measurement_covers_its_percentile_or_doubles_a_cut_one():
     assert planned_from(measure([20] * 19 + [23], [False] * 20, 48)) == (32, 20)
     assert planned_from(measure([400] * 19 + [700], [False] * 20, 768)) == (512, 415)
     assert planned_from(measure([768] * 20, [True] * 20, 768)) == (1536, 768)
+
+
+def test_a_cut_measurement_is_a_lower_bound_never_the_answers_length():
+    # a smoke run's answers all cut at 2 tokens, or at 8: the plan's estimate (cap 384, expected 190) stands
+    for cap in (2, 8):
+        cut = measure([cap] * 24, [True] * 24, cap)
+        assert cut.to_json()["censored"] is True
+        assert planned_from(cut, (384, 190)) == (384, 190)
+    # a cut measurement longer than the estimate raises both
+    assert planned_from(measure([768] * 20, [True] * 20, 768), (512, 200)) == (1536, 768)
+    # half of them cut: still censored, the mean a lower bound
+    assert planned_from(measure([10] * 10 + [48] * 10, [False] * 10 + [True] * 10, 48), (64, 40)) == (96, 40)
+    # answers measured whole replace the estimate, shorter or longer
+    assert planned_from(measure([20] * 19 + [23], [False] * 20, 48), (384, 190)) == (32, 20)
 
 
 def test_the_cut_warning_reads_a_window_of_steps():

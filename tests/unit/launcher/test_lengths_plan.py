@@ -64,8 +64,7 @@ def test_thinking_turned_on_sizes_the_cap_for_it_and_says_the_rewards_cannot_sco
     assert len(lengths_notes(agreed)) == 1
 
 
-def measured_entry(profile, switches, lengths, cut=None, days_ago=0):
-    cap = 768
+def measured_entry(profile, switches, lengths, cut=None, days_ago=0, cap=768):
     figures = {
         "samples": len(lengths),
         "mean": sum(lengths) / len(lengths),
@@ -108,6 +107,65 @@ def test_cut_measurements_double_the_cap_until_measured_whole():
     entry = measured_entry(profile, {"enable_thinking": False}, [768] * 20, cut=[True] * 20)
     plan = completion_plan(profile, resolve(profile.model), measurements=[entry])
     assert plan.cap == 1536 and "the cap doubles until they are measured whole" in plan.basis
+
+
+def test_answers_cut_at_a_small_cap_are_a_lower_bound_and_never_lower_the_plan():
+    """A smoke run (`--set max_completion_length=8`) measured every answer cut at 8 tokens: the next plan of that
+    model and task keeps the estimate (a step planned for 8 tokens a completion would run four times longer)."""
+    profile = rung("model=meta-llama/Llama-3.2-3B-Instruct")
+    arch = resolve(profile.model)
+    estimated = completion_plan(profile, arch)
+    for cap in (2, 8):
+        smoke = measured_entry(profile, {}, [cap] * 24, cut=[True] * 24, cap=cap)
+        plan = completion_plan(profile, arch, measurements=[smoke])
+        assert (plan.cap, plan.expected) == (estimated.cap, estimated.expected), cap
+        assert smoke.lengths["censored"] is True  # stored as what it is: a lower bound
+        assert plan.source == MEASURED and "they run longer than measured" in plan.basis
+        note = lengths_notes(profile, [smoke])[0]
+        assert f"expected {min(estimated.expected, profile.max_completion_length)} tokens" in note
+    # a newer cut measurement does not outweigh an older one of whole answers
+    whole = measured_entry(profile, {}, [150] * 19 + [200], days_ago=2)
+    smoke = measured_entry(profile, {}, [8] * 24, cut=[True] * 24, cap=8)
+    plan = completion_plan(profile, arch, measurements=[whole, smoke])
+    assert (plan.cap, plan.expected) == (256, 152)
+
+
+def test_the_notes_name_the_ledger_record_read():
+    profile = rung("model=Qwen/Qwen3-4B")
+    entry = measured_entry(profile, {"enable_thinking": False}, [360] * 19 + [420])
+    note = lengths_notes(profile, [entry])[0]
+    day = datetime.now().date().isoformat()
+    assert f"measured by {profile.name} on {day} (ledger record {'0' * 16}" in note
+    assert f"`python train.py ledger --forget {'0' * 16}` forgets it" in note
+    assert (
+        completion_plan(profile, resolve(profile.model), measurements=[entry])
+        .to_json()["record"]
+        .startswith(f"measured by {profile.name}")
+    )
+
+
+def test_lengths_are_kept_apart_by_tools_and_sampling():
+    """A tools run's answers (calls, replies) or a hotter temperature's are not the plain run's answers."""
+    profile = rung("model=Qwen/Qwen3-4B")
+    arch = resolve(profile.model)
+    hot = rung("model=Qwen/Qwen3-4B", "temperature=1.8")
+    tools = rung("model=Qwen/Qwen3-4B", "tools=[calculate]")
+    for other in (hot, tools):
+        entry = measured_entry(other, {"enable_thinking": False}, [8] * 19 + [9])
+        assert completion_plan(profile, arch, measurements=[entry]).source == "estimated"
+        assert completion_plan(other, arch, measurements=[entry]).source == MEASURED
+    # the tools offered and how many calls: part of the key
+    more_calls = rung("model=Qwen/Qwen3-4B", "tools=[calculate]", "max_tool_calls=5")
+    entry = measured_entry(tools, {"enable_thinking": False}, [40] * 20)
+    assert completion_plan(more_calls, arch, measurements=[entry]).source == "estimated"
+    # another spelling of the same settings is the same key: min_p unset or 0, the same float written otherwise
+    same = rung("model=Qwen/Qwen3-4B", "min_p=0", f"temperature={profile.temperature:.3f}")
+    entry = measured_entry(profile, {"enable_thinking": False}, [40] * 20)
+    assert completion_plan(same, arch, measurements=[entry]).source == MEASURED
+    # a record written before the key held tools and sampling: measured under settings no longer known
+    old = measured_entry(profile, {"enable_thinking": False}, [8] * 20)
+    old.lengths = {k: v for k, v in old.lengths.items() if k not in ("tools", "sampling")}
+    assert completion_plan(profile, arch, measurements=[old]).source == "estimated"
 
 
 @pytest.mark.slow

@@ -4,14 +4,18 @@ next rung. The supervisor's side runs the fake child (tests/support/fake_child.p
 
 from __future__ import annotations
 
+import io
 import json
 
+from rich.console import Console
 from test_supervise import CPU_MACHINE, call_of, card, cpu_profile, gpu_profile, in_run, run
 
 from contract.lengths import measure
 from launcher.plan.choose import make_plan
+from launcher.run.attempts import read_attempts
 from launcher.run.fallback import replan_lengths
-from launcher.run.supervise import MAX_LENGTH_REPLANS
+from launcher.run.supervise import MAX_LENGTH_REPLANS, supervise
+from support.fake_runs import FAKE_CHILD
 
 
 def cut_at(cap: int) -> dict:
@@ -115,3 +119,113 @@ def test_a_cap_pinned_with_set_is_never_replanned(tmp_path, monkeypatch):
     assert code == 0 and [r["status"] for r in records] == ["ok"]
     assert call_of(records[0], tmp_path)["GRPO_LENGTH_REPLAN"] is None
     assert records[0]["lengths"]["cut_share"] == 0.5  # measured all the same
+
+
+# ---------------------------------------------------------------------------------------------------
+# A value written in the --profile file is pinned like a --set one
+
+
+def written_profile(tmp_path, **keys):
+    from support.fake_runs import CPU_SETTINGS
+
+    data = dict(CPU_SETTINGS, name="mine", num_generations=8, per_device_train_batch_size=8, max_steps=4, **keys)
+    path = tmp_path / "mine.yaml"
+    path.write_text("\n".join(f"{k}: {v}" for k, v in data.items()) + "\n")
+    return path
+
+
+def test_the_keys_a_profile_file_writes_are_its_pins(tmp_path):
+    from launcher.run.supervisor import written_keys
+
+    path = written_profile(tmp_path, max_completion_length=22, save_steps=2, eval_samples=0)
+    pins = written_keys(path)
+    assert {"max_completion_length", "max_seq_length", "num_generations"} <= pins
+    assert "expected_completion_length" not in pins and "lora_rank" not in pins  # not written: the plan's
+    # TRL's name for a key pins the project's key; `auto` is the plan's to derive, not a written value
+    path.write_text(path.read_text() + "lora_r: 8\n")
+    assert "lora_rank" in written_keys(path)
+    path.write_text(path.read_text().replace("max_completion_length: 22\n", "max_completion_length: AUTO\n"))
+    assert "max_completion_length" not in written_keys(path)
+
+
+def test_a_cap_written_in_the_profile_file_is_never_replanned(tmp_path, monkeypatch):
+    """`train --profile FILE` runs the file as written: its cap of 22 stays (the attempt says what the answers
+    call for, and trains); before, only --set keys were pinned and the cap went 22 -> 44."""
+    from contract.attempt import PLAN_FILE
+    from launcher.run.supervisor import written_keys
+    from profiles.load import load_profile
+
+    path = written_profile(tmp_path, max_completion_length=22, save_steps=2, eval_samples=0)
+    plan = make_plan([load_profile(path)], CPU_MACHINE)
+    monkeypatch.setenv("FAKE_CHILD_PLAN", json.dumps({"mine": {"do": "long_answers", "answers": 30}}))
+    out = io.StringIO()
+    code = supervise(
+        plan,
+        output_dir=tmp_path / "out",
+        child_command=FAKE_CHILD,
+        console=Console(file=out, width=200, highlight=False),
+        pinned=written_keys(path),
+    )
+    records = read_attempts(sorted((tmp_path / "out").glob("run-*"))[-1])
+    assert code == 0 and [r["status"] for r in records] == ["ok"], out.getvalue()
+    assert records[0]["settings"]["max_completion_length"] == 22
+    assert call_of(records[0], tmp_path)["GRPO_LENGTH_REPLAN"] is None
+    # a resumed run keeps the pins its plan.json holds, whatever its command line says
+    run_dir = sorted((tmp_path / "out").glob("run-*"))[-1]
+    assert "max_completion_length" in json.loads((run_dir / PLAN_FILE).read_text())["pinned"]
+    from launcher.run.supervisor import pins_of_run
+
+    assert "max_completion_length" in pins_of_run(run_dir)
+
+
+def test_train_with_a_profile_file_runs_its_written_cap(tmp_path, monkeypatch, capsys):
+    """`python train.py train --profile FILE` (in this process, the attempt the fake child): the cap of 22 the
+    file writes is trained as written; before, the probe's cut answers re-planned it 22 -> 44."""
+    import launcher.run.supervise as supervise_module
+    from train import main
+
+    path = written_profile(tmp_path, max_completion_length=22, save_steps=2, eval_samples=0)
+    real = supervise_module.supervise
+
+    def with_the_fake_child(plan, **kwargs):
+        return real(plan, child_command=FAKE_CHILD, console=Console(file=io.StringIO(), width=200), **kwargs)
+
+    monkeypatch.setattr(supervise_module, "supervise", with_the_fake_child)
+    monkeypatch.setenv("FAKE_CHILD_PLAN", json.dumps({"mine": {"do": "long_answers", "answers": 30}}))
+    assert main(["train", "--profile", str(path), "--output-dir", str(tmp_path / "out")]) == 0
+    records = read_attempts(sorted((tmp_path / "out").glob("run-*"))[-1])
+    assert [r["status"] for r in records] == ["ok"]
+    assert records[0]["settings"]["max_completion_length"] == 22
+    assert call_of(records[0], tmp_path)["GRPO_LENGTH_REPLAN"] is None
+
+
+def test_a_pinned_sequence_length_bounds_the_replanned_cap(tmp_path):
+    from launcher.run.supervisor import cap_may_grow
+
+    profile = cpu_profile("a", 1, completion=48)  # 128 prompt + 48 of the 256 of max_seq_length
+    plan = make_plan([profile], CPU_MACHINE)
+    decision = replan_lengths(plan, profile, cut_at(48), frozenset({"max_seq_length"}), {"a"}, None)
+    assert decision.changes["max_completion_length"] == [48, 96] and "max_seq_length" not in decision.changes
+    # answers cut at 112 would call for 224: the 256 of the pinned sequence holds 128 of them
+    wide = cpu_profile("w", 1, completion=112)
+    decision = replan_lengths(
+        make_plan([wide], CPU_MACHINE), wide, cut_at(112), frozenset({"max_seq_length"}), {"w"}, None
+    )
+    assert decision.changes["max_completion_length"] == [112, 128] and "max_seq_length" not in decision.changes
+    full = cpu_profile("b", 1, completion=128)
+    assert cap_may_grow(profile, {"max_seq_length"}) and not cap_may_grow(full, {"max_seq_length"})
+    assert not cap_may_grow(profile, {"max_completion_length"}) and cap_may_grow(full, set())
+
+
+def test_a_run_folders_pins_read_back_whatever_its_plan_json_holds(tmp_path):
+    from launcher.run.supervisor import pins_of_run
+
+    assert pins_of_run(tmp_path) == frozenset()
+    for text, pins in (
+        ('{"pinned": ["max_completion_length", 3, null]}', {"max_completion_length"}),
+        ('{"pinned": "max_completion_length"}', set()),
+        ("[1, 2]", set()),
+        ("not json", set()),
+    ):
+        (tmp_path / "plan.json").write_text(text)
+        assert pins_of_run(tmp_path) == pins, text

@@ -34,12 +34,59 @@ def test_template_switches_are_a_mapping_of_names_to_plain_values():
         ("[enable_thinking]", "expected a mapping of switch name to value"),
         ("{tokenize: false}", "'tokenize' is an argument of apply_chat_template itself"),
         ("{add_generation_prompt: false}", "fix: remove add_generation_prompt"),
-        ("{enable_thinking: [1, 2]}", "a switch is true/false, a number or a word"),
+        ("{reasoning_effort: [1, 2]}", "a switch is true/false, a number or a word"),
+        ("{enable_thinking: [1, 2]}", "enable_thinking is [1, 2], not true or false"),
         ("{'not a name': 1}", "is not a template variable name"),
+        # names the renderer beneath apply_chat_template takes itself: a TypeError after the model loads
+        ("{messages: 1}", "'messages' is a name the chat template's renderer gives the template itself"),
+        ("{conversations: []}", "fix: remove conversations"),
+        ("{processing_class: x}", "fix: remove processing_class"),
+        ("{raise_exception: 0}", "fix: remove raise_exception"),
+        # Qwen3 thinks unless enable_thinking is false itself: 0, "", "false" in quotes and an empty value think
+        ("{enable_thinking: 0}", "enable_thinking is 0, not true or false"),
+        ("{enable_thinking: ''}", "enable_thinking is '', not true or false"),
+        ("{enable_thinking: 'false'}", "write enable_thinking: false (no thinking) or enable_thinking: true"),
+        ("{enable_thinking: }", "enable_thinking is None, not true or false"),
+        ("{enable_thinking: 1.0}", "enable_thinking is 1.0"),
     ):
         with pytest.raises(ProfileError, match="chat_template_kwargs") as info:
             load_profile(CPU, [f"chat_template_kwargs={value}"])
         assert words in str(info.value)
+    assert load_profile(CPU, ["chat_template_kwargs={enable_thinking: false}"]).chat_template_kwargs == {
+        "enable_thinking": False
+    }
+
+
+def test_the_planner_reads_the_thinking_switch_as_qwen3s_template_does():
+    from tasks.prompts import thinks
+
+    assert not thinks({"enable_thinking": False}, True)
+    for value in (True, 0, "", None, "false", 0.0):  # Qwen3: `enable_thinking is false` alone turns it off
+        assert thinks({"enable_thinking": value}, True), value
+    assert thinks({}, True) and not thinks({"enable_thinking": True}, False)
+
+
+@pytest.mark.parametrize(
+    "switches, words",
+    [
+        ("{messages: 1}", "key 'chat_template_kwargs': 'messages' is a name the chat template's renderer gives"),
+        ("{enable_thinking: 0}", "key 'chat_template_kwargs': enable_thinking is 0, not true or false"),
+    ],
+)
+def test_profiles_check_refuses_a_switch_that_cannot_render_with_exit_2(tmp_path, capsys, switches, words):
+    """Before, `{messages: 1}` passed `profiles check` and the run died after the model loaded with a TypeError;
+    `{enable_thinking: 0}` passed and was planned as not thinking, while Qwen3's template thinks."""
+    from train import main
+
+    path = write(
+        tmp_path,
+        "switch.yaml",
+        "model: tiny\ndevice: cpu\nload_in_4bit: false\nfast_inference: false\noptim: adamw_torch\n"
+        f"chat_template_kwargs: {switches}\n",
+    )
+    assert main(["profiles", "check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"switch.yaml: {words}" in err and "fix: " in err and "Traceback" not in err
 
 
 def test_length_probe_counts_prompts_and_zero_turns_it_off():

@@ -137,10 +137,33 @@ def test_the_probe_stops_for_a_replan_only_when_the_supervisor_replans(tmp_path,
     assert stops_for_replan(state, figures)
     roomy, loaded = _loaded(tmp_path / "roomy", tiny_dir, "max_completion_length=48")
     assert not stops_for_replan(roomy, run_length_probe(roomy, loaded))
-    # not one answer ends within 12 tokens: nothing says where they would end, and a larger cap is no cure
+    # not one answer ends within 12 tokens (they run 21 or 23): they run longer, and the cap is re-planned; the
+    # model is not blamed for it
     short, loaded = _loaded(tmp_path / "short", tiny_dir, "max_completion_length=12", "expected_completion_length=0")
-    assert not stops_for_replan(short, run_length_probe(short, loaded))
-    assert "none of the 24 answers ended within the cap of 12 tokens" in capsys.readouterr().out
+    figures = run_length_probe(short, loaded)
+    assert figures["cut_share"] == 1.0
+    capsys.readouterr()
+    assert stops_for_replan(short, figures)
+    said = capsys.readouterr().out
+    assert "none of the 24 answers ended within the cap of 12 tokens: they run longer than 12" in said
+    assert "stopping before training to re-plan the cap" in said and "does not end" not in said
+    # pinned (or started by hand): it trains as it is, and says what the answers call for
+    monkeypatch.delenv(ENV_LENGTH_REPLAN)
+    assert not stops_for_replan(short, figures)
+    said = capsys.readouterr().out
+    assert "training at the cap of 12 tokens as it is" in said
+    assert "the answers call for max_completion_length 24 or more (fix: --set max_completion_length=24" in said
+
+
+def test_a_tools_profile_is_not_probed_without_its_turns(tmp_path, capsys):
+    """The probe samples one answer without the tools' turns: a tools profile's answers are measured from its
+    training steps instead (its tiny build answers in 8 tokens without the tools, in 21 with them)."""
+    from trainer.lengths import run_length_probe
+    from trainer.state import AttemptState
+
+    state = AttemptState(_profile("tools=[calculate]"), tmp_path, None, resolve_model=lambda p: ("unused", None))
+    assert run_length_probe(state, None) is None and state.lengths is None
+    assert "length probe: skipped (with tools the answers take turns)" in capsys.readouterr().out
 
 
 def test_the_length_probe_is_off_at_zero(tmp_path, tiny_dir):
