@@ -194,7 +194,7 @@ def _warm_start_lines(warm: dict | None, acc: dict) -> list[str]:
         how += f", stopped on its criterion{restated}"
     elif warm.get("stopped") == "max_steps":
         how += f", the checked step nearest its criterion once it reached its step limit{restated}"
-    if warm.get("weights") == "shipped":  # tiny_model.shipped: the same bytes on every machine
+    if warm.get("weights") == "shipped":  # the same warm-start bytes on every machine
         how += f" on {warm.get('cpu_capability') or 'one machine'}, shipped with the project"
     tools = warm.get("tools")
     if tools:  # the tool-calling build: a second pass with some answers through the tools
