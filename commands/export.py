@@ -99,7 +99,7 @@ def run(args) -> int:
 def _export(args) -> int:
     from commands.sample import best_of, find_target, profile_of
     from contract import attempt as contract
-    from contract.failure import write_failure_text, write_problem
+    from contract.failure import DISK_FULL, TOO_LARGE, write_failure_text, write_problem
     from launcher.run.folder import check_output_dir
     from trainer.export import HOW_TO_GET, find_converter, quantizer_for
 
@@ -152,7 +152,9 @@ def _export(args) -> int:
     except Exception as exc:  # the disk refused (safetensors' writer raises its own error type, not OSError)
         if not write_problem(exc, out):
             raise
-        print(f"error: {write_failure_text(exc, out)}; no merged/ was left half-written", file=sys.stderr)
+        print(
+            f"error: {write_failure_text(exc, out, option='--out')}; no merged/ was left half-written", file=sys.stderr
+        )
         return EXIT_FAILURE
     merged = record["merged"]
     say(
@@ -171,7 +173,14 @@ def _export(args) -> int:
             )
         except ConversionError as exc:
             write_record(out, record)  # the merged model stands; the record says so
-            print(f"error: {exc}\n(the merged model is in {record['merged']['folder']})", file=sys.stderr)
+            if write_problem(exc, out) in (DISK_FULL, TOO_LARGE):  # the disk refused the GGUF file
+                print(
+                    f"error: {write_failure_text(exc, out, option='--out')}; no GGUF file was kept (the merged model "
+                    f"is in {record['merged']['folder']})",
+                    file=sys.stderr,
+                )
+            else:
+                print(f"error: {exc}\n(the merged model is in {record['merged']['folder']})", file=sys.stderr)
             return EXIT_FAILURE
         gguf = record["gguf"]
         for note in gguf["notes"]:

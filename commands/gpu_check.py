@@ -56,20 +56,20 @@ def _seconds(low: float):
 
 
 def add_arguments(parser) -> None:
-    from measure.kit import BUDGET_S, MIN_BUDGET_S, PROBE_TIMEOUT_S
+    from measure.kit import BUDGET_S, MIN_BUDGET_S, MIN_PROBE_S, PROBE_TIMEOUT_S
 
     parser.add_argument(
         "--budget-s",
         type=_seconds(MIN_BUDGET_S),
         default=BUDGET_S,
-        help=f"everything, the last table included, ends within this many seconds (at least {MIN_BUDGET_S:g}: one "
-        "probe and the finish; default %(default)g)",
+        help=f"everything, the last table included, ends within this many seconds (at least {MIN_BUDGET_S:g}: the "
+        "libraries' import check, one probe and the finish; default %(default)g)",
     )
     parser.add_argument(
         "--probe-timeout-s",
-        type=_seconds(10.0),
-        default=PROBE_TIMEOUT_S,
-        help="stop one probe's process after this many seconds (default %(default)g)",
+        type=_seconds(MIN_PROBE_S),  # in less a probe could not even import its libraries
+        help=f"stop one probe's process after this many seconds (at least {MIN_PROBE_S:g}; default "
+        f"{PROBE_TIMEOUT_S:g}, or --budget-s where that is shorter)",
     )
     parser.add_argument(
         "--out-dir",
@@ -114,7 +114,10 @@ def writable_folder(option: str, path: Path) -> Path:
 def check_options(args) -> None:
     """Every option checked before anything heavy loads: UsageError (exit 2) naming the option and the fix."""
     from contract.errors import UsageError
+    from measure.kit import PROBE_TIMEOUT_S
 
+    if args.probe_timeout_s is None:  # the default gives way to a shorter budget; one asked for does not
+        args.probe_timeout_s = min(PROBE_TIMEOUT_S, args.budget_s)
     if args.probe_timeout_s > args.budget_s:
         raise UsageError(
             f"--probe-timeout-s {args.probe_timeout_s:g} is longer than --budget-s {args.budget_s:g} "

@@ -53,6 +53,8 @@ TABLE: dict[str, OldFlag] = {
     "--ignore-ledger": OldFlag(None, "--ignore-ledger"),
     "--nodes": OldFlag(None, "--nodes", True, only_with="plan"),
     "--gpus-per-node": OldFlag(None, "--gpus-per-node", True, only_with="plan"),
+    # newer than the old interface, taken before the command like the rest: `--hours 2` alone is `train --hours 2`
+    "--hours": OldFlag(None, "--hours", True),
     "--help": OldFlag(None, "--help"),
     "-h": OldFlag(None, "--help"),
 }

@@ -59,7 +59,13 @@ def run(args) -> int:
         print(f"  left out: {item['case']} {item['kind']} at {item['tokens']} tokens: {item['why']}")
     print("constants (before -> after):")
     for name, pair in result["constants"].items():
-        mark = "" if name in result["fitted"] else "  (kept)"
+        mark = (
+            ""
+            if name in result["fitted"]
+            else "  (kept: no timed wave or step here depends on it)"
+            if name in result["unconstrained"]
+            else "  (kept)"
+        )
         print(f"  {name:28} {pair['before']:.6g} -> {pair['after']:.6g}{mark}")
     print("errors on the table, predicted / measured (before -> after):")
     for key in result["table_errors"]["before"]:

@@ -154,15 +154,17 @@ def killed_by_kernel_oom(pid: int | None, count_before: int | None) -> bool | No
 
 
 # ---------------------------------------------------------------------------------------------------
-# A write refused by the file system: full, read-only, or a folder this user may not write
+# A write refused by the file system: full, read-only, a folder this user may not write, or a file larger than
+# the file system (FAT32: 4 GiB) or this process (`ulimit -f`) allows
 
-DISK_FULL, READ_ONLY, NO_PERMISSION = "full", "read-only", "permission"
+DISK_FULL, READ_ONLY, NO_PERMISSION, TOO_LARGE = "full", "read-only", "permission", "too large"
 _ERRNO_PROBLEM = {
     errno.ENOSPC: DISK_FULL,
     errno.EDQUOT: DISK_FULL,
     errno.EROFS: READ_ONLY,
     errno.EACCES: NO_PERMISSION,
     errno.EPERM: NO_PERMISSION,
+    errno.EFBIG: TOO_LARGE,
 }
 _TEXT_PROBLEM = (
     ("No space left on device", DISK_FULL),
@@ -170,7 +172,13 @@ _TEXT_PROBLEM = (
     ("Disk quota exceeded", DISK_FULL),
     ("Read-only file system", READ_ONLY),
     ("Permission denied", NO_PERMISSION),
+    ("File too large", TOO_LARGE),
+    ("FileTooLarge", TOO_LARGE),
 )
+# A Rust writer (safetensors) words an OSError as "... (os error 27)", without an errno attribute
+_OS_ERROR_NUMBER = re.compile(r"\(os error (\d+)\)")
+_FAT = ("vfat", "msdos", "fat", "umsdos")  # every file under 4 GiB (exFAT has no such limit)
+MOUNTS = Path("/proc/self/mounts")
 # torch.save's zip writer words a full disk as its own failure, without the errno
 _TORCH_WRITER_TEXTS = ("PytorchStreamWriter failed writing", "inline_container.cc", "file write failed")
 # Below this much free space a failed torch.save is the disk's doing
@@ -178,11 +186,14 @@ _NEARLY_FULL_BYTES = 64 * 2**20
 
 
 def write_problem(exc: BaseException, folder: Path | None = None) -> str | None:
-    """DISK_FULL, READ_ONLY or NO_PERMISSION when `exc` is a refused write (by its errno or its words, or
-    torch's writer failing on a nearly full disk under `folder`), else None."""
+    """DISK_FULL, READ_ONLY, NO_PERMISSION or TOO_LARGE when `exc` is a refused write (by its errno, the errno a
+    Rust writer quotes, its words, or torch's writer failing on a nearly full disk under `folder`), else None."""
     if isinstance(exc, OSError) and exc.errno in _ERRNO_PROBLEM:
         return _ERRNO_PROBLEM[exc.errno]
     text = str(exc)
+    number = _OS_ERROR_NUMBER.search(text)
+    if number and int(number.group(1)) in _ERRNO_PROBLEM:
+        return _ERRNO_PROBLEM[int(number.group(1))]
     for words, problem in _TEXT_PROBLEM:
         if words in text:
             return problem
@@ -213,10 +224,59 @@ def in_image() -> bool:
     return os.environ.get(ENV_IMAGE, "") == "1"
 
 
-def write_fix(problem: str | None, folder: Path) -> str:
+def _mount_of(path: Path) -> tuple[str, str] | None:
+    """(mount point, file system type) of the nearest existing folder at or above `path`, from /proc/self/mounts;
+    None where it cannot be read."""
+    probe = Path(os.path.abspath(path))
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        real = os.path.realpath(probe)
+        lines = MOUNTS.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    best: tuple[str, str] | None = None
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        # the kernel writes a space, tab, newline or backslash in a mount point as an octal escape
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[1])
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and (best is None or len(point) >= len(best[0])):
+            best = (point, fields[2])
+    return best
+
+
+def _file_size_rlimit() -> int | None:
+    """The most bytes this process may write to one file (`ulimit -f`), None when unlimited or unknown."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    except (ImportError, OSError, ValueError, AttributeError):
+        return None
+    return None if soft == resource.RLIM_INFINITY or soft < 0 else soft
+
+
+def size_limit_text(folder: Path) -> str:
+    """Which limit refused a file this large under `folder`: FAT's 4 GiB, this process's `ulimit -f`, or the
+    file system's own limit or a quota, naming the file system and its mount point where they can be read."""
+    mount = _mount_of(folder)
+    where = f"{mount[1]} at {mount[0]}" if mount else "its file system"
+    rlimit = _file_size_rlimit()
+    if mount and mount[1].lower() in _FAT:
+        return f"{where} is FAT, which keeps every file under 4 GiB"
+    if rlimit is not None:
+        return f"this process may write files of at most {rlimit / 2**20:.1f} MiB (`ulimit -f`), on {where}"
+    return f"{where} refuses a file this large (a size limit of its own, or a quota)"
+
+
+def write_fix(problem: str | None, folder: Path, option: str = "--output-dir") -> str:
     """The fix for a refused write, in parentheses: a permission problem names the folder's owner and how to
     give it to this user (in the image: as `docker run` options, since the folder is a mount whose owner is
-    fixed on the host); a full or read-only disk asks for space or another folder."""
+    fixed on the host); a full or read-only disk asks for space or another folder (`option` names where that
+    folder is given); a file too large, a file system without the limit."""
     if problem == NO_PERMISSION:
         if in_image():
             return (
@@ -230,19 +290,31 @@ def write_fix(problem: str | None, folder: Path) -> str:
             f"{quoted(folder)}`, or, in Docker, run with `--user $(id -u):$(id -g)` and mount folders this user owns)"
         )
     if problem == READ_ONLY:
-        return "(fix: choose a writable --output-dir)"
-    return "(fix: free disk space, or choose a writable --output-dir)"
+        return f"(fix: choose a writable {option})"
+    if problem == TOO_LARGE:
+        limited = " (or lift this shell's limit: `ulimit -f unlimited`)" if _file_size_rlimit() is not None else ""
+        return (
+            f"(fix: give {option} a folder on a file system without a 4 GiB file limit (ext4, XFS, NTFS or exFAT; "
+            f"not FAT32){limited})"
+        )
+    return f"(fix: free disk space, or choose a writable {option})"
 
 
-def write_failure_text(exc: BaseException, folder: Path, needed_bytes: int | None = None) -> str:
+def write_failure_text(
+    exc: BaseException, folder: Path, needed_bytes: int | None = None, option: str = "--output-dir"
+) -> str:
     """One line for a refused write: which folder and why; a full disk names the disk and its free space
-    (contract.safe_write.disk_error_text), a permission problem the folder's owner; then the fix."""
+    (contract.safe_write.disk_error_text), a permission problem the folder's owner, a file too large the limit
+    that refused it; then the fix (`option`: where the user gives the folder)."""
     from contract.safe_write import disk_error_text
 
     where = Path(getattr(exc, "filename", None) or folder)
     problem = write_problem(exc, folder)
+    if problem == TOO_LARGE:
+        limit = size_limit_text(where)
+        return f"cannot write to {where}: {os.strerror(errno.EFBIG)} ({limit}) {write_fix(problem, where, option)}"
     if problem == DISK_FULL and isinstance(exc, OSError) and exc.errno:
-        return f"{disk_error_text(exc, where, needed_bytes)} {write_fix(problem, where)}"
+        return f"{disk_error_text(exc, where, needed_bytes)} {write_fix(problem, where, option)}"
     if isinstance(exc, OSError) and exc.errno:
         what = os.strerror(exc.errno)
     else:
@@ -250,4 +322,4 @@ def write_failure_text(exc: BaseException, folder: Path, needed_bytes: int | Non
             next((w for w, _ in _TEXT_PROBLEM if w in str(exc)), None)
             or f"{os.strerror(errno.ENOSPC)} ({line_of(str(exc), 0)})"
         )
-    return f"cannot write to {where}: {what} {write_fix(problem, where)}"
+    return f"cannot write to {where}: {what} {write_fix(problem, where, option)}"

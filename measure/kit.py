@@ -44,8 +44,13 @@ PROBE_TIMEOUT_S = 240.0
 FINISH_RESERVE_S = STOP_WORST_S + 10.0
 MAX_FAILURE_LOGS = 2  # a failed probe's whole log beside the table (one call returns at most 8 files)
 MIN_PROBE_S = 45.0  # less than this left: a probe could not even import its libraries
+# Before the first probe: whether Unsloth and bitsandbytes import (the H100's took 27 s), then the card read, the
+# cases planned and the first table written. The import check gets what the budget leaves beyond these, one probe
+# and the finish, so that however long the imports take, one probe still starts.
+IMPORT_CHECK_S = 30.0
+SETUP_S = 5.0
 # the shortest budget in which one probe can run at all: a smaller one would end with every row "not run"
-MIN_BUDGET_S = MIN_PROBE_S + FINISH_RESERVE_S
+MIN_BUDGET_S = IMPORT_CHECK_S + SETUP_S + MIN_PROBE_S + FINISH_RESERVE_S
 GPU_OOM_LEFT_OUT = (
     "on a GPU the check needs a rung the planner accepts that still runs out of memory, which only an estimate "
     "too low makes; the probes above hold every estimate against the card instead, and the fallback itself is "
@@ -178,9 +183,9 @@ def _measure(options: KitOptions, stopper: Stopper) -> tuple[int, dict]:
     card = gpu.name if gpu else "cpu"
     say(f"gpu-check: {gpu.name + f', {gpu.total_gib:.1f} GiB' if gpu else 'no GPU: the tiny architecture on the CPU'}")
     plain_env = dict(os.environ, **{ENV_NO_UNSLOTH: "1"}, **OFFLINE)
-    imports = options.imports or import_check(
-        ("bitsandbytes", "unsloth"), plain_env, max(deadline - clock(), 1.0), stopper
-    )
+    # what is left once one probe and the finish are kept back (a budget at the floor: IMPORT_CHECK_S)
+    import_s = max(deadline - clock() - SETUP_S - MIN_PROBE_S - FINISH_RESERVE_S, 1.0)
+    imports = options.imports or import_check(("bitsandbytes", "unsloth"), plain_env, import_s, stopper)
     for module, seen in imports.items():
         say(
             f"gpu-check: {module} "

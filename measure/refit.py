@@ -13,8 +13,9 @@ import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
+from contract.errors import UsageError
 from measure.cases import PLAIN, REPO, UNSLOTH, kit_profile, predict_timed
 
 if TYPE_CHECKING:  # profiles loads only when a table is read
@@ -32,6 +33,14 @@ BOUNDS = {
 }
 SWEEPS = 6
 GOLDEN_STEPS = 40
+# A table gpu-check writes holds a few dozen timed waves and steps in a few hundred KiB; the fit predicts every
+# entry some 1,600 times (about 0.1 ms each), so these bound a table that is not one at a few minutes
+MAX_TABLE_BYTES = 64 * 2**20
+MAX_ENTRIES = 1000
+MAX_COUNT = 10**7  # sequences or tokens of one timed wave or step
+# the times a wave or step can take: NaN, zero, a negative or an infinite time says nothing of the model
+SHORTEST_S, LONGEST_S = 1e-6, 1e6
+FIX_TABLE = "give the <card>.json gpu-check wrote, or take that row out of it"
 
 
 class TableError(ValueError):
@@ -64,17 +73,54 @@ class Timed:
         )
 
 
+def _shown(value) -> str:
+    """A value of the table as an error shows it: short, whatever it is."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _is_number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def read_table(path: Path) -> dict:
+    """The table as gpu-check wrote it, its shape checked: TableError naming the file, the key and the fix."""
+    from contract.safe_read import read_tail
+
     try:
-        table = json.loads(Path(path).read_text(encoding="utf-8"))
+        data, size = read_tail(path, MAX_TABLE_BYTES)
     except OSError as exc:
         raise TableError(
-            f"{path}: cannot be read ({exc.strerror or exc}) (fix: give a table gpu-check wrote)"
+            f"{path}: cannot be read ({getattr(exc, 'strerror', None) or exc}) (fix: give a table gpu-check wrote)"
         ) from None
-    except ValueError as exc:
-        raise TableError(f"{path}: not JSON ({exc}) (fix: give the .json gpu-check wrote, not the .md)") from None
+    if size > MAX_TABLE_BYTES:
+        raise TableError(
+            f"{path}: {size / 2**20:.0f} MiB, larger than any table gpu-check writes (at most "
+            f"{MAX_TABLE_BYTES / 2**20:.0f} MiB) (fix: give the <card>.json gpu-check wrote)"
+        )
+    try:
+        table = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, RecursionError, ValueError) as exc:
+        raise TableError(
+            f"{path}: not JSON ({str(exc)[:200]}) (fix: give the .json gpu-check wrote, not the .md)"
+        ) from None
     if not isinstance(table, dict) or not isinstance(table.get("probes"), list) or "card" not in table:
         raise TableError(f"{path}: not a gpu-check table (no card and probes) (fix: give <card>.json from gpu-check)")
+    if not isinstance(table["card"], str) or not table["card"].strip():
+        raise TableError(f"{path}: card is {_shown(table['card'])}, not a card's name (fix: {FIX_TABLE})")
+    total = table.get("total_gib")
+    if total is not None and not (_is_number(total) and math.isfinite(total) and total >= 0):
+        raise TableError(f"{path}: total_gib is {_shown(total)}, not the card's memory in GiB (fix: {FIX_TABLE})")
+    lengths = table.get("lengths_timed")
+    if lengths is not None and not (
+        isinstance(lengths, list) and all(_is_number(n) and math.isfinite(n) for n in lengths)
+    ):
+        raise TableError(
+            f"{path}: lengths_timed is {_shown(lengths)}, not a list of completion lengths (fix: {FIX_TABLE})"
+        )
+    for index, row in enumerate(table["probes"]):
+        if not isinstance(row, dict):
+            raise TableError(f"{path}: probes[{index}] is {_shown(row)}, not a probe's row (fix: {FIX_TABLE})")
     return table
 
 
@@ -98,30 +144,72 @@ def table_gpu(table: dict):
     )
 
 
-def timed_entries(table: dict, paths: tuple[str, ...]) -> tuple[list[Timed], list[dict]]:
+def _count(value, low: int, where: str) -> int:
+    """A whole number of sequences or tokens from the table, within [low, MAX_COUNT]; TableError otherwise."""
+    if not (_is_number(value) and math.isfinite(value) and value == int(value) and low <= value <= MAX_COUNT):
+        raise TableError(f"{where} is {_shown(value)}, not a whole number from {low} to {MAX_COUNT} (fix: {FIX_TABLE})")
+    return int(value)
+
+
+def usable_seconds(value: object) -> bool:
+    """Whether a timed wave's or step's seconds can be fitted to: a finite time a wave or step can take."""
+    return _is_number(value) and math.isfinite(value) and SHORTEST_S <= value <= LONGEST_S
+
+
+def timed_entries(
+    table: dict, paths: tuple[str, ...], source: Path | str = "the table"
+) -> tuple[list[Timed], list[dict]]:
     """(what the refit fits, what it leaves out and why). Left out: a step timed at a shape it had not run
-    before (the kit before it warmed each length: the first step compiles), and a step on Unsloth's path taken
-    in its inference mode (a table from before the probe switched to training mode: no checkpointing)."""
+    before (the kit before it warmed each length: the first step compiles), a step on Unsloth's path taken in
+    its inference mode (a table from before the probe switched to training mode: no checkpointing), and a time
+    that is no time (NaN, zero, negative, infinite). A row that is not as gpu-check writes it: TableError naming
+    `source`, the key and the fix."""
     cuda = table.get("card") != "cpu"
     lengths = table.get("lengths_timed") or []
     used, left_out = [], []
-    for row in table["probes"]:
+    profiles: dict[tuple[str, ...], Profile] = {}
+    for index, row in enumerate(table["probes"]):
+        where = f"{source}: probes[{index}]"
         timed = row.get("timed") or {}
         if row.get("status") != "ok" or not timed or row.get("path") not in paths or not row.get("settings"):
             continue
-        profile = kit_profile(row["settings"], cuda)
-        in_training_mode = "checkpointing" in (row.get("components") or {})
-        case = f"{row['architecture'].rpartition('/')[2]} ({row['path']}, {row['precision']})"
+        if not isinstance(timed, dict):
+            raise TableError(f"{where}.timed is {_shown(timed)}, not the waves and steps timed (fix: {FIX_TABLE})")
+        settings = row["settings"]
+        if not isinstance(settings, list) or not all(isinstance(item, str) for item in settings):
+            raise TableError(f"{where}.settings is {_shown(settings)}, not a list of KEY=VALUE (fix: {FIX_TABLE})")
+        if tuple(settings) not in profiles:
+            try:
+                profiles[tuple(settings)] = kit_profile(settings, cuda)
+            except UsageError as exc:  # a ProfileError: the key and the value it cannot use
+                raise TableError(f"{where}.settings: {str(exc)[:300]} (fix: {FIX_TABLE})") from None
+        profile = profiles[tuple(settings)]
+        in_training_mode = isinstance(row.get("components"), dict) and "checkpointing" in row["components"]
+        case = f"{str(row.get('architecture')).rpartition('/')[2]} ({row['path']}, {row.get('precision')})"
         for kind in ("generation", "training"):
-            for entry in timed.get(kind) or []:
+            entries = timed.get(kind) or []
+            if not isinstance(entries, list):
+                raise TableError(f"{where}.timed.{kind} is {_shown(entries)}, not a list (fix: {FIX_TABLE})")
+            for number, entry in enumerate(entries):
+                at = f"{where}.timed.{kind}[{number}]"
+                if not isinstance(entry, dict):
+                    raise TableError(f"{at} is {_shown(entry)}, not a timed {kind} (fix: {FIX_TABLE})")
+                sequences = _count(entry.get("sequences"), 1, f"{at}.sequences")
+                prompt_tokens = _count(entry.get("prompt_tokens"), 0, f"{at}.prompt_tokens")
+                completion_tokens = _count(entry.get("completion_tokens"), 1, f"{at}.completion_tokens")
+                seconds = entry.get("seconds")
+                if not _is_number(seconds):
+                    raise TableError(f"{at}.seconds is {_shown(seconds)}, not a number of seconds (fix: {FIX_TABLE})")
                 why = None
-                if kind == "training" and not entry.get("warmed_at_this_shape") and lengths:
-                    if entry["completion_tokens"] != max(lengths):
+                if not usable_seconds(seconds):
+                    why = f"no usable time (seconds {seconds:g}: not {SHORTEST_S:g} to {LONGEST_S:g})"
+                elif kind == "training" and not entry.get("warmed_at_this_shape") and lengths:
+                    if completion_tokens != max(lengths):
                         why = "the first step at this shape (it compiled)"
-                if kind == "training" and row["path"] == UNSLOTH and cuda and not in_training_mode:
+                if not why and kind == "training" and row["path"] == UNSLOTH and cuda and not in_training_mode:
                     why = "stepped in Unsloth's inference mode (no gradient checkpointing)"
                 if why:
-                    left_out.append({"case": case, "kind": kind, "tokens": entry["completion_tokens"], "why": why})
+                    left_out.append({"case": case, "kind": kind, "tokens": completion_tokens, "why": why})
                     continue
                 used.append(
                     Timed(
@@ -129,10 +217,10 @@ def timed_entries(table: dict, paths: tuple[str, ...]) -> tuple[list[Timed], lis
                         row["path"],
                         kind,
                         profile,
-                        int(entry["sequences"]),
-                        int(entry["prompt_tokens"]),
-                        int(entry["completion_tokens"]),
-                        float(entry["seconds"]),
+                        sequences,
+                        prompt_tokens,
+                        completion_tokens,
+                        float(seconds),
                     )
                 )
     return used, left_out
@@ -142,8 +230,10 @@ def _log_errors(entries: list[Timed], gpu, constants: dict) -> list[float]:
     out = []
     for entry in entries:
         predicted = entry.predicted(gpu, constants)
-        if predicted and predicted > 0 and entry.seconds > 0:
-            out.append(math.log(predicted / entry.seconds))
+        if _is_number(predicted) and math.isfinite(predicted) and predicted > 0 and usable_seconds(entry.seconds):
+            error = math.log(predicted / entry.seconds)
+            if math.isfinite(error):
+                out.append(error)
     return out
 
 
@@ -194,9 +284,26 @@ def fit(entries: list[Timed], gpu, names: tuple[str, ...]) -> dict:
                     d = a + ratio * (b - a)
                     fd = at(d)
             best = math.exp((a + b) / 2)
-            if at(math.log(best)) <= loss(current):
+            if at(math.log(best)) < loss(current):  # a constant the rows do not move stays where it is
                 current[name] = best
     return current
+
+
+def unconstrained(entries: list[Timed], gpu, names: tuple[str, ...]) -> list[str]:
+    """The constants of `names` no entry's prediction depends on (the plain path's factors when only Unsloth's
+    rows are fitted): the error is the same at either bound as at the model's own value, so the rows say nothing
+    of them and the fit keeps them."""
+    from launcher.plan import speed
+
+    current = {name: float(getattr(speed, name)) for name in names}
+    base = _log_errors(entries, gpu, current)
+    flat = []
+    for name in names:
+        low, high = BOUNDS[name]
+        trials = (low, high, math.sqrt(low * high))
+        if all(_log_errors(entries, gpu, {**current, name: value}) == base for value in trials):
+            flat.append(name)
+    return flat
 
 
 def _published_module():
@@ -246,16 +353,26 @@ def memory_terms(table: dict) -> list[dict]:
     grouped: dict[tuple[str, str], list[float]] = {}
     labels = {}
     for row in table["probes"]:
-        for comp in row.get("component_rows") or []:
+        comps = row.get("component_rows")
+        if not isinstance(row.get("path"), str) or not isinstance(comps, list):
+            continue
+        for comp in comps:  # what is not a component as gpu-check writes it says nothing of the estimator
+            if not isinstance(comp, dict) or not isinstance(comp.get("component"), str):
+                continue
             ratio = comp.get("measured_over_estimate")
-            if isinstance(ratio, (int, float)) and ratio > 0:
+            if _is_number(ratio) and math.isfinite(ratio) and ratio > 0:
                 grouped.setdefault((row["path"], comp["component"]), []).append(ratio)
-                labels[comp["component"]] = comp.get("estimate_terms") or []
+                terms = comp.get("estimate_terms")
+                labels[comp["component"]] = (
+                    [str(t) for t in terms] if isinstance(terms, list) else [] if terms is None else [str(terms)]
+                )
     out = []
     for (path, component), ratios in sorted(grouped.items()):
         note = None
         if path == UNSLOTH and component == "forward" and table.get("card") != "cpu":
-            if not any("checkpointing" in (r.get("components") or {}) for r in table["probes"]):
+            if not any(
+                isinstance(r.get("components"), dict) and "checkpointing" in r["components"] for r in table["probes"]
+            ):
                 note = "stepped in Unsloth's inference mode (no checkpointing): not the training pass's own figure"
         out.append(
             {
@@ -276,7 +393,7 @@ def refit(table_path: Path, names: tuple[str, ...] | None = None, paths: tuple[s
     from launcher.card.facts import card_facts
     from launcher.plan import speed
 
-    names = tuple(names or speed.FITTED_CONSTANTS)
+    names = tuple(dict.fromkeys(names or speed.FITTED_CONSTANTS))  # each once, however often it was given
     unknown = [n for n in names if n not in speed.FITTED_CONSTANTS]
     if unknown:
         raise TableError(
@@ -284,14 +401,42 @@ def refit(table_path: Path, names: tuple[str, ...] | None = None, paths: tuple[s
         )
     table = read_table(table_path)
     gpu = table_gpu(table)
-    entries, left_out = timed_entries(table, paths)
-    if not entries:
-        raise TableError(
-            f"{table_path}: no timed wave or step to fit on the {' and '.join(paths)} path(s) (fix: a table "
-            "whose probes ran, or another --path)"
-        )
+    entries, left_out = timed_entries(table, paths, table_path)
     before = {name: float(getattr(speed, name)) for name in speed.FITTED_CONSTANTS}
-    fitted = {**before, **fit(entries, gpu, names)}
+    predictable = []
+    for entry in entries:  # an architecture outside the catalogue: the model cannot say, nothing to fit
+        if _log_errors([entry], gpu, before):
+            predictable.append(entry)
+        else:
+            left_out.append(
+                {
+                    "case": entry.case,
+                    "kind": entry.kind,
+                    "tokens": entry.completion_tokens,
+                    "why": "the step-time model cannot predict it (an architecture outside the catalogue?)",
+                }
+            )
+    entries = predictable
+    on = f"on the {' and '.join(paths)} path(s)"
+    if not entries:
+        why = f": {len(left_out)} left out, the first for {left_out[0]['why']}" if left_out else ""
+        raise TableError(
+            f"{table_path}: no timed wave or step to fit {on}{why} (fix: a table whose probes ran and timed "
+            "their waves and steps, or another --path)"
+        )
+    if len(entries) > MAX_ENTRIES:
+        raise TableError(
+            f"{table_path}: {len(entries)} timed waves and steps {on}, more than a gpu-check table holds (at most "
+            f"{MAX_ENTRIES} are fitted) (fix: {FIX_TABLE}, or fit one --path)"
+        )
+    kept = unconstrained(entries, gpu, names)
+    movable = tuple(name for name in names if name not in kept)
+    if not movable:
+        raise TableError(
+            f"--constants {' '.join(names)}: no timed wave or step {on} depends on {'it' if len(names) == 1 else 'them'}"
+            f" (fix: --path all, or --constants that the rows of {table_path} time)"
+        )
+    fitted = {**before, **fit(entries, gpu, movable)}
 
     def table_errors(constants: dict) -> dict:
         out = {"all": error_summary(_log_errors(entries, gpu, constants))}
@@ -314,7 +459,8 @@ def refit(table_path: Path, names: tuple[str, ...] | None = None, paths: tuple[s
         "card": table["card"],
         "card_known": known,
         "paths": list(paths),
-        "fitted": list(names),
+        "fitted": list(movable),
+        "unconstrained": kept,
         "entries": len(entries),
         "left_out": left_out,
         "constants": {

@@ -23,6 +23,12 @@ out="$(cd "$out" && pwd)"
 python="${PYTHON:-python3}"
 carry="${KIT_CARRY:-wheels/kit-carry}"
 call_s="${KIT_CALL_S:-570}"
+case "$call_s" in
+    '' | *[!0-9]* | 0*[0-9]* | ???????*)
+        echo "error: KIT_CALL_S=$call_s is not a whole number of seconds under 1000000 (fix: the call's limit, e.g. KIT_CALL_S=570)" >&2
+        exit 2
+        ;;
+esac
 log="$out/kit.log"
 : >"$log"
 say() { echo "$*" | tee -a "$log" >&2; }
@@ -57,8 +63,8 @@ torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_availa
     "$python" -m pip list --format=freeze --disable-pip-version-check 2>/dev/null
 } >"$out/env.txt"
 budget=$((call_s - (SECONDS - started)))
-# measure/kit.py's MIN_BUDGET_S: in less, not one probe could run
-if [ "$budget" -lt 85 ]; then
+# measure/kit.py's MIN_BUDGET_S: in less, not one probe could run after the import check
+if [ "$budget" -lt 120 ]; then
     say "error: $budget s left of KIT_CALL_S=$call_s after the install (fix: a longer call)"
     exit 2
 fi

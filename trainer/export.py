@@ -241,6 +241,7 @@ def to_gguf(merged_dir: Path, out_file: Path, quant: str, converter: Path, say, 
         text=True,
     )
     if done.returncode != 0:
+        first.unlink(missing_ok=True)  # what a failed converter wrote (a full disk, a file system's limit) is no model
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-6:])
         hint = (
             " (fix: --gguf-pre-tokenizer default writes the file for a tokenizer llama.cpp does not know; "
@@ -255,6 +256,7 @@ def to_gguf(merged_dir: Path, out_file: Path, quant: str, converter: Path, say, 
         say("quantising: " + " ".join(argv))
         done = subprocess.run(argv, capture_output=True, text=True)
         if done.returncode != 0:
+            out_file.unlink(missing_ok=True)
             tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-6:])
             raise ConversionError(f"{QUANTIZER} failed (exit {done.returncode}):\n{tail}")
         first.unlink(missing_ok=True)

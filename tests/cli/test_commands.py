@@ -72,6 +72,9 @@ SPELLINGS = [
     ("--auto --set max_steps=-5", "train --set max_steps=-5"),
     ("--fresh-attempt", "train --fresh-attempt"),
     ("--auto --gpu-memory nan", "train --gpu-memory nan"),
+    ("--hours 2 --dry-run --json", "plan --hours 2 --json"),
+    ("--hours=2 --output-dir {file}", "train --hours 2 --output-dir {file}"),
+    ("--auto --hours 0 --output-dir {file}", "train --hours 0 --output-dir {file}"),
 ]
 
 # Flags that ask for two commands: refused with exit 2, naming both (the old interface did one silently).
@@ -143,6 +146,27 @@ def test_options_alone_mean_train(paths, capsys):
     assert translate(["--profile", CPU]) == ["train", "--profile", CPU]
     code, _, err = run(["--set", "max_steps=2", "--output-dir", paths["file"]], capsys)
     assert code == 2 and "is a file, not a folder" in err
+    # --hours, as every other option of train: alone, before the other options, or before the command
+    assert translate(["--hours", "2"]) == ["train", "--hours", "2"]
+    code, _, err = run(["--hours", "2", "--output-dir", paths["file"]], capsys)
+    assert code == 2 and "is a file, not a folder" in err and "unknown flag" not in err
+    code, out, _ = run(["--hours", "2", "plan", "--json"], capsys)
+    assert code == 0 and {c["run"]["budget_hours"] for c in json.loads(out)["candidates"]} == {2.0}
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--hours"], "--hours needs a value"),
+        (["--hours", "nan"], "--hours nan"),
+        (["--hours", "-1"], "--hours -1"),
+        (["--hours", "1e999"], "--hours 1e999"),
+        (["--hours", "2", "--ledger"], "--hours"),  # the ledger has no budget: refused, not ignored
+    ],
+)
+def test_hours_before_the_command_is_checked_as_the_commands_own(argv, words, capsys):
+    code, out, err = run(argv, capsys)
+    assert code == 2 and words in err and "Traceback" not in err, err
 
 
 def test_the_top_help_is_one_screen_and_names_every_command(capsys):

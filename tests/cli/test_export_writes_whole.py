@@ -8,6 +8,7 @@ are written, not the merge itself, which tests/cli/test_export.py runs on the ti
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -126,6 +127,82 @@ def test_a_full_disk_leaves_no_half_merged_folder(tmp_path, fake_merge, capsys, 
     assert not [p for p in (small_disk / "model").iterdir() if p.name.startswith(".")]
 
 
+def _refusals():
+    from safetensors import SafetensorError  # what transformers' save_pretrained raises from safetensors' writer
+
+    too_large, quota = ("File too large", "4 GiB"), ("Disk quota exceeded",)
+    return [
+        pytest.param(
+            SafetensorError("Error while serializing: I/O error: File too large (os error 27)"), too_large, id="efbig"
+        ),
+        pytest.param(OSError(errno.EFBIG, os.strerror(errno.EFBIG)), too_large, id="efbig-oserror"),
+        pytest.param(
+            SafetensorError("Error while serializing: I/O error: Disk quota exceeded (os error 122)"),
+            quota,
+            id="edquot",
+        ),
+        pytest.param(OSError(errno.EDQUOT, os.strerror(errno.EDQUOT)), quota, id="edquot-oserror"),
+    ]
+
+
+@pytest.mark.parametrize("refusal, words", _refusals())
+def test_a_file_system_that_refuses_a_large_file_ends_in_one_line_and_keeps_the_earlier_export(
+    tmp_path, monkeypatch, capsys, refusal, words
+):
+    """FAT32 stops a file at 4 GiB, a quota or `ulimit -f` sooner: safetensors' writer fails part way through the
+    weights. Exit 1, one line naming the folder, the limit and the fix; the earlier export stands, whole."""
+    folder = attempt(tmp_path)
+    out = tmp_path / "usb-stick"
+    monkeypatch.setattr(
+        export, "merged_model", lambda *a: export.Merged(FakeModel(), FakeTokenizer(), "tiny", "cpu", "float16", 1)
+    )
+    assert run(["export", str(folder), "--out", str(out)], capsys)[0] == 0
+    earlier = sorted(p.name for p in (out / "merged").iterdir())
+
+    class RefusedModel(FakeModel):
+        def save_pretrained(self, folder, **_):
+            super().save_pretrained(folder)  # the config and part of the weights are written, then refused
+            raise refusal
+
+    monkeypatch.setattr(
+        export, "merged_model", lambda *a: export.Merged(RefusedModel(), FakeTokenizer(), "tiny", "cpu", "float16", 1)
+    )
+    code, _, err = run(["export", str(folder), "--out", str(out)], capsys)
+    lines = err.strip().splitlines()
+    assert code == 1 and "Traceback" not in err and len(lines) == 1, err
+    assert lines[0].startswith(f"error: cannot write to {out}: ") and "(fix: " in lines[0]
+    assert "--out" in lines[0] and "--output-dir" not in lines[0]  # export's own option, not train's
+    assert all(w in lines[0] for w in words), lines[0]
+    assert sorted(p.name for p in (out / "merged").iterdir()) == earlier  # the earlier export, whole
+    assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []  # no half-written folder beside it
+
+
+def test_the_limit_that_refused_a_large_file_is_named(tmp_path, monkeypatch):
+    import resource
+
+    from contract import failure
+
+    usb = tmp_path / "usb"
+    usb.mkdir()
+    mounts = tmp_path / "mounts"
+    mounts.write_text(f"/dev/root / ext4 rw 0 0\n/dev/sdb1 {usb} vfat rw,relatime 0 0\n")
+    monkeypatch.setattr(failure, "MOUNTS", mounts)
+    efbig = OSError(errno.EFBIG, os.strerror(errno.EFBIG))
+    assert failure.write_problem(efbig) == failure.TOO_LARGE
+    text = failure.write_failure_text(efbig, usb / "model", option="--out")
+    assert f"vfat at {usb} is FAT, which keeps every file under 4 GiB" in text and "(fix: give --out" in text
+    # another file system: named, with its own limit or a quota as the cause
+    text = failure.write_failure_text(efbig, tmp_path / "elsewhere")
+    assert "ext4 at / refuses a file this large" in text and "--output-dir" in text
+    # a process limit (`ulimit -f`) is the cause where one is set, and the fix says how to lift it
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (2**20, resource.RLIM_INFINITY))
+    text = failure.write_failure_text(efbig, tmp_path / "elsewhere")
+    assert "at most 1.0 MiB (`ulimit -f`)" in text and "ulimit -f unlimited" in text
+    # a mounts table that cannot be read still gives the line
+    monkeypatch.setattr(failure, "MOUNTS", tmp_path / "no-such-file")
+    assert "File too large" in failure.write_failure_text(efbig, tmp_path)
+
+
 # ---------------------------------------------------------------------------------------------------
 # GGUF
 
@@ -160,6 +237,24 @@ def test_a_gguf_the_reader_cannot_parse_is_recorded(tmp_path, fake_merge, conver
     assert code == 1 and "Traceback" not in err and "cannot be read back" in err
     record = json.loads((folder / "export" / "export.json").read_text())
     assert record["gguf"]["header"] is None and "read_back_error" in record["gguf"]
+
+
+def test_a_gguf_the_file_system_refuses_is_not_left_and_ends_in_one_line(tmp_path, fake_merge, converter, capsys):
+    """A 7B model's q8_0 file is over FAT32's 4 GiB: the converter fails part way through; its part is removed."""
+    (converter / export.CONVERTER).write_text(
+        "import errno, os, sys\n"
+        "def main():\n"
+        "    out = sys.argv[sys.argv.index('--outfile') + 1]\n"
+        "    open(out, 'wb').write(b'GGUF and then nothing')\n"
+        "    raise OSError(errno.EFBIG, os.strerror(errno.EFBIG), out)\n"
+    )
+    folder = attempt(tmp_path)
+    code, _, err = run(["export", str(folder), "--gguf", "q8_0"], capsys)
+    lines = err.strip().splitlines()
+    assert code == 1 and "Traceback" not in err and len(lines) == 1, err
+    assert "File too large" in lines[0] and "4 GiB" in lines[0] and "(fix: give --out" in lines[0]
+    assert [p.name for p in (folder / "export").glob("*.gguf")] == []  # no half a GGUF file looking like one
+    assert (folder / "export" / "merged" / "model.safetensors").is_file()  # the merged model stands
 
 
 # ---------------------------------------------------------------------------------------------------

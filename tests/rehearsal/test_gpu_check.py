@@ -192,6 +192,89 @@ def test_the_budget_is_kept_by_the_kits_own_clock(tmp_path):
     assert code == 1  # the OOM check did not run
 
 
+def _gpu_check_args(*argv):
+    from commands import parser_for
+    from commands.gpu_check import check_options
+
+    args = parser_for("gpu-check").parse_args([str(a) for a in argv])
+    check_options(args)
+    return args
+
+
+@pytest.mark.parametrize("budget", ["120", "150", "239.5"])
+def test_a_budget_under_the_default_probe_timeout_is_taken_with_the_probe_timeout_cut_to_it(tmp_path, budget):
+    """docs/gpu.md's short second call, and scripts/gpu-kit.sh with a short KIT_CALL_S: only --budget-s given."""
+    args = _gpu_check_args("--budget-s", budget, "--out-dir", tmp_path / "out")
+    assert args.budget_s == float(budget) and args.probe_timeout_s == float(budget)
+    assert _gpu_check_args("--out-dir", tmp_path / "out").probe_timeout_s == 240.0  # the default, as before
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--budget-s", "119"], "--budget-s"),  # under MIN_BUDGET_S: not one probe could start after the import check
+        (["--probe-timeout-s", "10"], "--probe-timeout-s"),  # a probe could not even import its libraries
+        (["--probe-timeout-s", "44.9"], "--probe-timeout-s"),
+        (["--probe-timeout-s", "-0"], "--probe-timeout-s"),
+        (["--budget-s", "200", "--probe-timeout-s", "300"], "longer than --budget-s"),  # asked for: not cut
+    ],
+)
+def test_a_budget_or_probe_timeout_no_probe_could_use_is_refused_up_front(tmp_path, capsys, argv, words):
+    from commands import main
+
+    code = main(["gpu-check", *argv, "--out-dir", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and words in err and "Traceback" not in err, err
+    assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+@pytest.mark.parametrize("probe_timeout", [None, 45.0, 60.0])
+def test_at_the_floor_a_probe_runs_however_long_the_import_check_takes(tmp_path, monkeypatch, probe_timeout):
+    """--budget-s at its floor (MIN_BUDGET_S), the import check taking all the time it is given and each probe and
+    its stop as long as they can be: one probe still runs, for at least MIN_PROBE_S, and the kit ends in time."""
+    from measure import kit
+    from measure.processes import STOP_WORST_S
+
+    now = [1000.0]
+    given = []
+    import_given = []
+
+    def import_check(modules, env, timeout_s, stopper):
+        import_given.append(timeout_s)
+        now[0] += timeout_s  # Unsloth's import on a slow machine: cut at its limit
+        return {m: {"imports": m == "bitsandbytes", "error": "its import outlasted the kit's time"} for m in modules}
+
+    def probe(case, work, cache, timeout_s, stopper, command, lengths):
+        given.append(timeout_s)
+        now[0] += timeout_s + STOP_WORST_S
+        return {
+            "status": "ok",
+            "error": None,
+            "probe": {"peak_gib": 0.5, "held_before_gib": 0.4},
+            "backend": "transformers",
+            "seconds": timeout_s + STOP_WORST_S,
+            "timeout_s": timeout_s,
+            "log_tail": None,
+        }
+
+    monkeypatch.setattr(kit, "import_check", import_check)
+    options = kit.KitOptions(
+        out_dir=tmp_path / "out",
+        budget_s=kit.MIN_BUDGET_S,
+        probe_timeout_s=min(kit.PROBE_TIMEOUT_S, kit.MIN_BUDGET_S) if probe_timeout is None else probe_timeout,
+        work_dir=tmp_path / "work",
+        clock=lambda: now[0],
+        probe=probe,
+        say=lambda line: None,
+    )
+    (tmp_path / "out").mkdir()
+    code, report = kit.run_kit(options)
+    assert len(given) == 1 and given[0] >= kit.MIN_PROBE_S
+    assert import_given == [kit.IMPORT_CHECK_S]  # the floor's share: the rest is one probe's and the finish's
+    assert [row["status"] for row in report["probes"]].count("ok") == 1
+    assert report["runs"][-1]["seconds"] <= kit.MIN_BUDGET_S - 10.0  # the weights removed and the table written
+
+
 @pytest.mark.slow
 def test_calibrate_on_random_weights_feeds_the_ledger_marked(tmp_path):
     env = _env(tmp_path)

@@ -120,6 +120,14 @@ def test_the_script_leaves_the_kit_no_less_than_gpu_check_accepts():
     assert int(floor) == math.ceil(MIN_BUDGET_S)
 
 
+@pytest.mark.parametrize("call_s", ["abc", "1e9", "-5", "0570", "99999999999999999999"])
+def test_a_call_limit_that_is_not_a_number_of_seconds_is_refused_before_the_install(tmp_path, call_s):
+    env = dict(os.environ, KIT_CALL_S=call_s, KIT_CARRY=str(tmp_path / "no-carry"))
+    done = run_to_end(["bash", REPO / "scripts" / "gpu-kit.sh", tmp_path / "out"], env=env)
+    assert done.returncode == 2 and f"KIT_CALL_S={call_s} is not a whole number" in done.stderr, done.stderr
+    assert not (tmp_path / "out" / "kit.log").exists()  # nothing installed, nothing run
+
+
 def _documented_call() -> str:
     """The command line docs/gpu.md gives for the GPU machine, exactly as written there."""
     text = (REPO / "docs" / "gpu.md").read_text(encoding="utf-8")
