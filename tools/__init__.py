@@ -10,6 +10,7 @@ imported, until the attempt). The attempt imports them here and hands TRL guarde
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 SHIPPED_TOOLS = {"calculate": "tools.calculator:calculate"}
@@ -42,7 +43,46 @@ def check_entry(text: str, kind: str, base_dir: Path | None = None) -> str:
         )
     spec = user.parse_spec(text, base_dir=base_dir)
     user.check_spec(spec, kind=kind)
+    _check_described(spec, kind)
     return f"{spec.path.resolve()}:{spec.function}" if spec.path is not None else text
+
+
+def _check_described(spec, kind: str) -> None:
+    """ValueError when the tool (or one of the environment's tools) as its file defines it could not be
+    described to the model (tools.described): found now, not after the model has loaded."""
+    from tools import described
+
+    tree = described.parsed(described.source_of(spec))
+    node = described.definitions(tree).get(spec.function) if tree is not None else None
+    if kind == "tool" and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        found = {spec.function: node}
+    elif kind == "environment" and isinstance(node, ast.ClassDef):
+        found = described.tool_methods(node, described.definitions(tree))
+    else:  # something the parse cannot judge (a callable object, a name imported from elsewhere): the attempt will
+        return
+    for name, function in found.items():
+        problem = described.description_problem(function)
+        if problem:
+            what = f"tool {name}" if kind == "tool" else f"environment {spec.function}: its method {name}"
+            raise ValueError(f"{what} ({spec.text}, line {function.lineno}) {problem}")
+
+
+def environment_tool_names(entry: str) -> set[str]:
+    """The names of the tools an environment entry (as check_entry returned it) offers the model, as far as
+    its file shows them (methods inherited from another module are not seen)."""
+    from rewards import user
+    from tools import described
+
+    try:
+        spec = user.parse_spec(entry_target(entry, "environment"))
+    except ValueError:
+        return set()
+    tree = described.parsed(described.source_of(spec))
+    if tree is None:
+        return set()
+    defined = described.definitions(tree)
+    node = defined.get(spec.function)
+    return set(described.tool_methods(node, defined)) if isinstance(node, ast.ClassDef) else set()
 
 
 def entry_name(text: str, kind: str = "tool") -> str:
@@ -76,7 +116,12 @@ def load_tools(entries, time_limit_s: float | None = None) -> list:
     from tools.guard import TIME_LIMIT_S, guarded
 
     limit = TIME_LIMIT_S if time_limit_s is None else time_limit_s
-    return [guarded(_import(entry, "tool"), entry_name(entry), limit) for entry in entries or ()]
+    loaded = []
+    for entry in entries or ():
+        function = _import(entry, "tool")
+        _check_schema(function, f"tool '{entry}'")
+        loaded.append(guarded(function, entry_name(entry), limit))
+    return loaded
 
 
 def load_environment(entry: str, time_limit_s: float | None = None):
@@ -86,7 +131,35 @@ def load_environment(entry: str, time_limit_s: float | None = None):
     from tools.guard import TIME_LIMIT_S, guarded_environment
 
     limit = TIME_LIMIT_S if time_limit_s is None else time_limit_s
-    return guarded_environment(_import(entry, "environment"), entry_name(entry, "environment"), limit)
+    factory = _import(entry, "environment")
+    if isinstance(factory, type):
+        for method in tool_methods_of(factory):
+            _check_schema(method, f"environment '{entry}': its method {method.__name__}")
+    return guarded_environment(factory, entry_name(entry, "environment"), limit)
+
+
+def _check_schema(function, what: str) -> None:
+    """ToolCodeError, before the model loads, when transformers cannot describe `function` to the model (what
+    the file's parse could not see: a tool made at run time, a method inherited from another module)."""
+    import inspect
+
+    from tools.guard import ToolCodeError
+
+    try:
+        from transformers.utils import get_json_schema
+    except ImportError:  # without transformers nothing describes tools: nothing to check
+        return
+    try:
+        get_json_schema(function)
+    except Exception as exc:
+        code = getattr(inspect.unwrap(function), "__code__", None)
+        where = f"{code.co_filename}:{code.co_firstlineno}" if code is not None else "unknown"
+        raise ToolCodeError(
+            what,
+            where,
+            f"cannot be described to the model: {exc} (fix: a docstring saying what it does, a type hint on "
+            "every argument, and a line `Args:` then `name: what it is` per argument)",
+        ) from exc
 
 
 def check_environment_starts(factory, rows: list[dict]) -> None:
@@ -107,5 +180,16 @@ def tool_methods(environment) -> list:
     return [
         getattr(environment, name)
         for name, _ in inspect.getmembers(type(environment), predicate=inspect.isfunction)
+        if name not in ("reset", "get_reward") and not name.startswith("_")
+    ]
+
+
+def tool_methods_of(cls: type) -> list:
+    """The functions of an environment class that TRL offers the model as tools, unbound."""
+    import inspect
+
+    return [
+        function
+        for name, function in inspect.getmembers(cls, predicate=inspect.isfunction)
         if name not in ("reset", "get_reward") and not name.startswith("_")
     ]

@@ -12,17 +12,26 @@ tool's name, signature, type hints and docstring, which TRL and transformers rea
 model. A signal the run itself receives (Ctrl-C, SIGTERM) is never swallowed.
 
 The time limit uses SIGALRM, so it holds where the tool runs in the main thread of a Unix process, as TRL runs
-synchronous tools; elsewhere the call runs unbounded (said once). A tool stuck inside one long C call (a huge
-regular expression) is stopped when that call returns to Python.
+synchronous tools; elsewhere the call runs unbounded (said once). The limit does not depend on the tool's
+cooperation: a tool that swallows the stop (a bare `except:`) is raised into again every REPEAT_S; UNWIND_AFTER_S
+later each line it runs raises (a trace function on its frames), which no handler of its own survives; and a call
+still running END_AFTER_S past its limit (stuck inside one long C call, a huge regular expression) ends the
+process, saying which tool, rather than hold the run for good.
+
+An `async def` tool (or method) is run to its end here, under the same limits (TRL calls the guarded tool as a
+synchronous one): the model reads what it returns, never a coroutine.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import inspect
 import io
+import os
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -34,6 +43,12 @@ MAX_OUTPUT_CHARS = 2000  # characters of a tool's result the model is shown
 MAX_CAPTURED_CHARS = 10_000  # printed characters kept while a call runs (the rest is counted, not kept)
 # After the limit, the alarm fires again this often while the tool keeps going (code that catches the first)
 REPEAT_S = 0.5
+# Past the limit, a tool still running this long swallows the stop: every line it runs raises from then on
+UNWIND_AFTER_S = 2.0
+# Past the limit, a call still running this long cannot be stopped from inside the process: it ends
+END_AFTER_S = 30.0
+# Frames never raised into while a tool is unwound: the guard's own, and the machinery it runs tools with
+_NEVER_UNWOUND = ("tools.guard", "asyncio", "contextlib", "threading", "selectors")
 
 
 class ToolFailed(Exception):
@@ -125,12 +140,19 @@ def shown_text(result, limit: int = MAX_OUTPUT_CHARS) -> tuple[str, bool]:
 
 
 class _Alarm:
-    """Raise ToolTimeout in the main thread `limit_s` from now, then every REPEAT_S until cleared."""
+    """Raise ToolTimeout in the main thread `limit_s` from now, then every REPEAT_S until cleared; UNWIND_AFTER_S
+    past the limit, make every line of the tool's own frames raise it (a tool that catches everything cannot
+    keep going); END_AFTER_S past it, end the process (the watchdog thread)."""
 
-    def __init__(self, limit_s: float | None):
+    def __init__(self, limit_s: float | None, name: str = "tool"):
         self.limit_s = limit_s
+        self.name = name
         self.armed = False
         self.previous = None
+        self.started = 0.0
+        self.home = None  # the frame that calls the tool: the unwinding stops there
+        self.unwinding = False
+        self.previous_trace = self.previous_profile = None
 
     def __enter__(self):
         usable = (
@@ -144,19 +166,154 @@ class _Alarm:
         if signal.getitimer(signal.ITIMER_REAL)[0] > 0:
             return self  # someone else's timer runs: leave it alone
         self.previous = signal.signal(signal.SIGALRM, self._fire)
+        self.started = time.monotonic()
         signal.setitimer(signal.ITIMER_REAL, self.limit_s, REPEAT_S)
         self.armed = True
+        _WATCHDOG.begin(self.name, self.started + self.limit_s + END_AFTER_S)
         return self
 
-    @staticmethod
-    def _fire(signum, frame):
+    def call(self, function, args, kwargs):
+        """function(*args, **kwargs), an awaitable it returns awaited, in a frame the unwinding stops at."""
+        self.home = sys._getframe()
+        try:
+            result = function(*args, **kwargs)
+            if inspect.isawaitable(result):
+                result = _awaited(result, self.limit_s if not self.armed else None)
+            return result
+        finally:
+            unwound, self.unwinding = self.unwinding, False  # first: the trace and profile functions stand down
+            if self.armed:  # done: no alarm may reach the guard's own clean-up
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            if unwound:
+                sys.setprofile(self.previous_profile)
+                sys.settrace(self.previous_trace)
+
+    def _fire(self, signum, frame):
+        if self.home is not None and time.monotonic() - self.started >= (self.limit_s or 0.0) + UNWIND_AFTER_S:
+            self._unwind(frame)  # again at each alarm: a tool may have switched it off
         raise ToolTimeout()
+
+    def _unwind(self, frame) -> None:
+        """From now on each line the tool runs (in the frames between the call and `frame`, and in any it
+        starts) raises ToolTimeout, so a handler that swallows one meets the next on its own first line.
+        Python switches a trace function off at the first exception it raises: a profile function (called at
+        every call the tool makes, raising nothing) switches it on again."""
+        if not self.unwinding:
+            self.unwinding = True
+            self.previous_trace, self.previous_profile = sys.gettrace(), sys.getprofile()
+        self._trace_from(frame)
+        sys.setprofile(self._rearm)
+
+    def _trace_from(self, frame) -> None:
+        while frame is not None and frame is not self.home:
+            if not _spared(frame):
+                frame.f_trace = self._raise
+            frame = frame.f_back
+        sys.settrace(self._raise)
+
+    def _raise(self, frame, event, arg):
+        if not self.unwinding or _spared(frame):
+            return None
+        if event in ("call", "line"):
+            raise ToolTimeout()
+        return self._raise
+
+    def _rearm(self, frame, event, arg) -> None:
+        if self.unwinding and sys.gettrace() is None:
+            self._trace_from(frame)
 
     def __exit__(self, *exc_info):
         if self.armed:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self.previous or signal.SIG_DFL)
+            _WATCHDOG.end()
         return False
+
+
+def _spared(frame) -> bool:
+    module = frame.f_globals.get("__name__") or ""
+    return any(module == name or module.startswith(name + ".") for name in _NEVER_UNWOUND)
+
+
+def _awaited(awaitable, limit_s: float | None):
+    """What an async tool's awaitable returns, run to its end here. In a thread without a running event loop
+    (where TRL calls tools) it runs in this thread, under the caller's alarm; beside a running loop, in a thread
+    of its own, given `limit_s` (the caller's alarm cannot reach it there)."""
+
+    async def run():
+        return await awaitable
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(run())
+    box: dict = {}
+
+    def in_thread() -> None:
+        try:
+            box["result"] = asyncio.run(asyncio.wait_for(run(), limit_s) if limit_s else run())
+        except BaseException as exc:  # handed to the caller as it would have been raised
+            box["error"] = exc
+
+    worker = threading.Thread(target=in_thread, name="async tool", daemon=True)
+    worker.start()
+    worker.join()
+    if "error" in box:
+        if isinstance(box["error"], (asyncio.TimeoutError, TimeoutError)):
+            raise ToolTimeout()
+        raise box["error"]
+    return box.get("result")
+
+
+class _Watchdog:
+    """One thread, started with the first timed call: a call still running at its deadline (a tool no alarm
+    reaches: inside one long C call, or defeating the unwinding) ends the process, saying which tool; the
+    supervisor reads that line as the attempt's error."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.deadline: float | None = None
+        self.name = ""
+        self.thread: threading.Thread | None = None
+
+    def begin(self, name: str, deadline: float) -> None:
+        with self.lock:
+            self.name, self.deadline = name, deadline
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._watch, name="tool watchdog", daemon=True)
+                self.thread.start()
+
+    def end(self) -> None:
+        with self.lock:
+            self.deadline = None
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(REPEAT_S)
+            with self.lock:
+                late = self.deadline is not None and time.monotonic() > self.deadline
+                name = self.name
+                if late:
+                    self.deadline = None
+            if late:
+                _end_process(
+                    f"\nerror: the tool {name} ran {END_AFTER_S:g} s past its time limit and could not be stopped "
+                    "(stuck inside one long call, or catching every stop); the attempt ends (fix: bound the work "
+                    f"the tool {name} does, and catch Exception, never everything, inside it)\n"
+                )
+
+
+def _end_process(text: str) -> None:
+    from contract.errors import EXIT_FAILURE
+
+    try:
+        os.write(2, text.encode("utf-8", "replace"))
+    except OSError:
+        pass
+    os._exit(EXIT_FAILURE)
+
+
+_WATCHDOG = _Watchdog()
 
 
 class _Printed(io.TextIOBase):
@@ -190,10 +347,10 @@ def guarded(function, name: str | None = None, time_limit_s: float | None = TIME
         record.add(record.calls, name)
         printed = _Printed()
         started = time.monotonic()
-        alarm = _Alarm(time_limit_s)
+        alarm = _Alarm(time_limit_s, name)
         try:
             with alarm, contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
-                result = function(*args, **kwargs)
+                result = alarm.call(function, args, kwargs)
                 text, cut = shown_text(result)
         except ToolTimeout:
             record.add(record.failures, name)

@@ -7,6 +7,13 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
+import time
+
+# Once the process that started the attempt (the supervisor) is gone, the attempt has this long to save and
+# stop; then it ends, whatever runs in it (a tool, a library that never lets the stop through)
+ORPHAN_GRACE_S = 120.0
+ORPHAN_POLL_S = 1.0
 
 
 class StopFlag:
@@ -28,12 +35,14 @@ class StopFlag:
         self.phase = "loading"
         self._previous = {}
 
-    def install(self) -> StopFlag:
+    def install(self, orphan_grace_s: float | None = ORPHAN_GRACE_S) -> StopFlag:
         for signum in (signal.SIGINT, signal.SIGTERM):
             try:
                 self._previous[signum] = signal.signal(signum, self._handle)
             except ValueError:  # not the main thread: the default handlers stay
                 pass
+        if orphan_grace_s is not None:
+            die_with_parent(self, orphan_grace_s)
         return self
 
     def uninstall(self) -> None:
@@ -79,3 +88,38 @@ def exit_on_signal(code: int) -> None:
             signal.signal(signum, _exit)
         except ValueError:  # not the main thread
             pass
+
+
+def die_with_parent(flag: StopFlag, grace_s: float = ORPHAN_GRACE_S, poll_s: float = ORPHAN_POLL_S):
+    """A daemon thread tying this process's life to its parent's (the supervisor's, or accelerate's for a
+    rank): once the parent is gone, the attempt is asked to stop as by a signal (on Linux the supervisor's
+    PR_SET_PDEATHSIG already sent it SIGTERM), and `grace_s` later, if it is still running, it ends at once,
+    saying why. None when there is no parent to outlive (started by PID 1)."""
+    parent = os.getppid()
+    if parent <= 1:
+        return None
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        if not flag.stopped:
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+            except OSError:
+                pass
+        time.sleep(grace_s)
+        try:
+            os.write(
+                2,
+                f"\nthe process that started this attempt (pid {parent}) is gone and the attempt did not stop "
+                f"within {grace_s:g} s of being asked: ending it now\n".encode(),
+            )
+        except OSError:
+            pass
+        from contract.errors import EXIT_INTERRUPTED
+
+        os._exit(EXIT_INTERRUPTED)
+
+    thread = threading.Thread(target=watch, name="orphan watch", daemon=True)
+    thread.start()
+    return thread

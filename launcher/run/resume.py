@@ -115,16 +115,52 @@ def _check_shape(supervisor: Supervisor, as_run: Profile, profile: Profile, fres
             f"{escape(profile.name)}; {escape(dropped)}"
         )
         return
-    if checkpoint is None or shape_of(as_run) == shape_of(profile):
+    if checkpoint is None:
+        return
+    step = checkpoint_step(checkpoint)
+    builds = tiny_build(as_run), tiny_build(profile)
+    if None not in builds and builds[0] != builds[1]:  # another model altogether: the shape check says so
+        old_keys, new_keys = _tool_keys(as_run), _tool_keys(profile)
+        raise UsageError(
+            f"--resume: {old_keys} -> {new_keys} changes the base model ({as_run.model!r} trained "
+            f"{_build_name(tiny_build(as_run))} and would load {_build_name(tiny_build(profile))}), so "
+            f"{supervisor.in_run(checkpoint)} (step {step}) of {supervisor.run_dir} would continue on other weights "
+            f"(fix: drop that --set to continue from step {step}, or add --fresh-attempt to start this run over "
+            "on the other build, or start a new run with `python train.py train`)"
+        )
+    if shape_of(as_run) == shape_of(profile):
         return
     old, new = as_run.to_dict(), profile.to_dict()
     differs = ", ".join(
         f"{key} {old.get(key)!r} -> {new.get(key)!r}" for key in SHAPE_KEYS if old.get(key) != new.get(key)
     )
-    step = checkpoint_step(checkpoint)
     raise UsageError(
         f"--resume: {differs} changes the model/LoRA shape, so {supervisor.in_run(checkpoint)} "
         f"(step {step}) of {supervisor.run_dir} cannot be loaded; resuming would silently start "
         f"over at step 1 (fix: drop that --set to continue from step {step}, or add --fresh-attempt "
         "to start this run over with the new shape, or start a new run with `python train.py train`)"
     )
+
+
+# The offline model's names (tiny_model.source.TINY, TINY_LONG): the planner imports no tiny_model
+_TINY_MODELS = ("tiny", "tiny-long")
+
+
+def tiny_build(profile: Profile) -> str | None:
+    """Which build of the offline model a profile trains: "tools" (the tool-calling build, chosen when the
+    profile offers tools or an environment: tiny_model.source.uses_tools) or "plain"; None for any other
+    model. A checkpoint trained on one build continues on it only."""
+    if profile.model not in _TINY_MODELS:
+        return None
+    return "tools" if (profile.tools or profile.environment) else "plain"
+
+
+def _build_name(build: str | None) -> str:
+    return "its tool-calling build" if build == "tools" else "its plain build"
+
+
+def _tool_keys(profile: Profile) -> str:
+    keys = [f"tools={list(profile.tools)!r}"]
+    if profile.environment:
+        keys.append(f"environment={profile.environment!r}")
+    return ", ".join(keys)

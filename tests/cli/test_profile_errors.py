@@ -40,3 +40,13 @@ def test_gpu_memory_that_is_not_a_card_exits_2(flag):
     result = train("--auto", "--dry-run", "--gpu-memory", flag)
     assert result.returncode == EXIT_BAD_INPUT, result.stderr
     assert "--gpu-memory" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_a_tool_without_a_docstring_exits_2_at_the_profile_check(tmp_path):
+    (tmp_path / "t.py").write_text("def bare(word: str) -> str:\n    return word\n", encoding="utf-8")
+    path = write(tmp_path, "dataset: arithmetic\ntools: [t.py:bare]\n")
+    result = train("profiles", "check", str(path))
+    assert result.returncode == EXIT_BAD_INPUT, result.stderr
+    assert "key 'tools'" in result.stderr and "tool bare (t.py:bare, line 1) has no docstring" in result.stderr
+    assert "fix:" in result.stderr and "Traceback" not in result.stderr

@@ -137,3 +137,47 @@ def test_a_signal_during_the_first_use_build_stops_it_at_once(tmp_path):
     out, err = finish(proc)
     assert out.strip() == "interrupted|stopped by a signal", err
     assert "while building" in err and "thrown away" in err
+
+
+# A supervisor killed outright (SIGKILL) while its attempt runs a tool that swallows every stop: the attempt is
+# asked to stop, and ends within the grace all the same; never an attempt left holding the GPU. The supervisor
+# here starts the attempt as launcher.run.child does (its own session, the parent-death signal) and kills itself
+# once the attempt is in its tool; the attempt gives up swallowing after STUBBORN_TURNS (counted, not timed), so
+# that without the watch it ends by itself saying "survived" (and the test fails on that).
+STUBBORN_TURNS = 2000
+ORPHAN = """
+import sys, time
+sys.path.insert(0, {repo!r})
+import trainer.signals as signals
+signals.ORPHAN_POLL_S = 0.05
+flag = signals.StopFlag().install(orphan_grace_s=0.5)
+open({ready!r}, "w").close()
+for _ in range({turns}):
+    try:
+        time.sleep(0.05)
+    except:  # noqa: E722 - a tool that retries whatever happens
+        pass
+print("survived", flush=True)
+"""
+SUPERVISOR = """
+import os, signal, subprocess, sys, time
+sys.path.insert(0, {repo!r})
+from launcher.run.child import parent_death_signal
+attempt = subprocess.Popen([sys.executable, "-c", {attempt!r}], start_new_session=True, preexec_fn=parent_death_signal())
+while not os.path.exists({ready!r}):
+    if attempt.poll() is not None:
+        sys.exit("the attempt ended before its tool ran")
+    time.sleep(0.05)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_an_attempt_dies_with_its_supervisor_even_inside_a_stubborn_tool(tmp_path):
+    ready = tmp_path / "in-the-tool"
+    attempt = ORPHAN.format(repo=str(REPO), ready=str(ready), turns=STUBBORN_TURNS)
+    supervisor = SUPERVISOR.format(repo=str(REPO), attempt=attempt, ready=str(ready))
+    # the attempt inherits the pipes: the run ends when the attempt has ended too
+    done = run_to_end([sys.executable, "-c", supervisor])
+    assert done.returncode == -9
+    assert "survived" not in done.stdout
+    assert "is gone and the attempt did not stop within 0.5 s of being asked: ending it now" in done.stderr

@@ -108,6 +108,48 @@ def test_resume_fresh_attempt_starts_over_and_says_so_loudly(tmp_path, monkeypat
     assert (run_dir / "attempt-01-a" / "checkpoint-4").is_dir()
 
 
+def test_resume_that_drops_the_tools_does_not_swap_the_tiny_models_build(tmp_path, monkeypatch):
+    # The tiny model with tools is its tool-calling build; without, the plain one: other weights entirely
+    plan = make_plan([profile_from_dict(dict(BASE, name="a", tools=["calculate"]), "<test a>")], CPU_MACHINE)
+    code, records, _ = run(tmp_path / "out", monkeypatch, {"a": {"do": "error", "at_step": 5}}, plan=plan)
+    assert code == 1 and records[0]["steps"] == 5
+    run_dir = next((tmp_path / "out").glob("run-*"))
+    for change in (["tools=[]"], ["tools=[]", "max_steps=10"]):
+        with pytest.raises(UsageError) as refused:
+            run(tmp_path / "out", monkeypatch, {}, resume=True, overrides=change, plan=plan)
+        text = str(refused.value)
+        assert "tools=['calculate'] -> tools=[] changes the base model" in text
+        assert "its tool-calling build and would load its plain build" in text
+        assert "attempt-01-a/checkpoint-4 (step 4)" in text and "--fresh-attempt" in text
+    assert len(read_attempts(run_dir)) == 1  # nothing ran
+    code, records, out = run(
+        tmp_path / "out", monkeypatch, {}, resume=True, overrides=["tools=[]"], fresh=True, plan=plan
+    )
+    assert code == 0 and "--fresh-attempt: starting over at step 1" in out
+    assert records[-1]["resumed_from"] is None
+
+
+def test_resume_that_adds_an_environment_to_a_plain_run_is_refused(tmp_path, monkeypatch):
+    run_dir = stopped_run(tmp_path, monkeypatch)
+    with pytest.raises(
+        UsageError,
+        match=r"environment='guess' changes the base model .* its plain build and would "
+        r"load its tool-calling build",
+    ):
+        run(tmp_path / "out", monkeypatch, {}, resume=True, overrides=["environment=guess"])
+    assert len(read_attempts(run_dir)) == 1
+
+
+def test_the_planners_tiny_build_is_the_one_the_model_source_loads():
+    from launcher.run.resume import tiny_build
+    from tiny_model.source import uses_tools
+
+    for extra in ({}, {"tools": ["calculate"]}, {"environment": "guess"}, {"model": "tiny-long"}):
+        profile = profile_from_dict(dict(BASE, name="a", **extra), "<test a>")
+        assert tiny_build(profile) == ("tools" if uses_tools(profile) else "plain")
+    assert tiny_build(profile_from_dict(dict(BASE, name="a", model="Qwen/Qwen2.5-0.5B"), "<test a>")) is None
+
+
 def test_fresh_attempt_without_resume_is_refused(tmp_path, monkeypatch):
     with pytest.raises(UsageError, match="--fresh-attempt only applies to --resume"):
         run(tmp_path / "out", monkeypatch, {}, fresh=True)

@@ -61,7 +61,10 @@ def test_the_cap_and_expected_length_hold_every_call_and_reply(calls):
 
 def test_a_users_tool_is_planned_at_the_guards_cap_on_a_reply(tmp_path):
     path = tmp_path / "t.py"
-    path.write_text("raise SystemExit('never imported by the planner')\n\ndef look(q: str) -> str:\n    return q\n")
+    path.write_text(
+        "raise SystemExit('never imported by the planner')\n\n"
+        'def look(q: str) -> str:\n    """Look a word up.\n\n    Args:\n        q: the word\n    """\n    return q\n'
+    )
     turns = turn_plan(profile(tools=[f"{path}:look"], max_tool_calls=2), 4.0)
     assert turns.reply_tokens == MAX_OUTPUT_CHARS // 4 + TURN_MARKER_TOKENS
     assert "the guard's cap" in turns.basis

@@ -146,3 +146,181 @@ def test_profiles_with_tools_are_not_rungs_of_the_ladder(tmp_path):
     done = train_py("plan", "--json", "--gpu-memory", "24", "--set", "tools=[calculate]")
     chosen = json.loads(done.stdout)["chosen"]
     assert chosen.startswith("gpu-"), chosen  # the user's --set gives every rung the tools: they stay rungs
+
+
+# A tool transformers cannot describe (no docstring, an argument without a type hint or a description) is
+# refused by the profile check, not after the model has loaded; so is a tool named as one of the environment's
+# methods (TRL keys both by name: one would silently stand in for the other).
+ODD_TOOLS = '''
+import sys
+sys.exit("never run by the profile check")
+
+
+def bare(word: str) -> str:
+    return word
+
+
+def untyped(word) -> str:
+    """Looks a word up.
+
+    Args:
+        word: the word
+    """
+    return word
+
+
+def half_documented(word: str, times: int = 1) -> str:
+    """Repeats a word.
+
+    Args:
+        word: the word
+    """
+    return word * times
+
+
+def typed_in_the_docstring(word: str) -> str:
+    """transformers reads `name: what`, not `name (type): what`.
+
+    Args:
+        word (str): the word
+    """
+    return word
+
+
+def starred(*words: str, **options) -> str:
+    """Joins words.
+
+    Args:
+        words: the words
+        options: ignored
+    """
+    return " ".join(words)
+
+
+async def fetch(url: str) -> str:
+    """Fetches a page.
+
+    Args:
+        url: the address
+    """
+    return url
+
+
+def guess(number: float) -> str:
+    """Same name as the shipped environment's tool.
+
+    Args:
+        number: a number
+    """
+    return str(number)
+
+
+class Base:
+    def peek(self, card: int) -> str:
+        return str(card)
+
+
+class Table(Base):
+    """A card game."""
+
+    def reset(self, **row):
+        pass
+
+    def get_reward(self):
+        return 0.0
+
+    def _private(self):
+        pass
+
+    @property
+    def state(self):
+        return None
+
+    @classmethod
+    def make(cls):
+        return cls()
+
+
+class Shop:
+    def reset(self, **row):
+        pass
+
+    def lookup(self, item: str) -> str:
+        """The price of an item.
+
+        Args:
+            item: the item
+        """
+        return item
+
+
+if sys.version_info > (3,):
+    class Later(Shop):
+        """Its tools come from Shop, defined in the same file."""
+'''
+
+
+@pytest.fixture
+def odd_file(tmp_path):
+    path = tmp_path / "odd_tools.py"
+    path.write_text(ODD_TOOLS, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    "keys, key, words",
+    [
+        ({"tools": ["{file}:bare"]}, "tools", "tool bare ({file}:bare, line 6) has no docstring"),
+        ({"tools": ["{file}:untyped"]}, "tools", "has no type hint on 'word' (fix: give every argument a type hint"),
+        ({"tools": ["{file}:half_documented"]}, "tools", "has no description of 'times' in its docstring (fix:"),
+        ({"tools": ["{file}:typed_in_the_docstring"]}, "tools", "has no description of 'word'"),
+        ({"tools": ["{file}:starred"]}, "tools", "has no type hint on 'options'"),
+        ({"environment": "{file}:Table"}, "environment", "environment Table: its method peek ({file}:Table, line"),
+        ({"tools": ["{file}:lookup"], "environment": "{file}:Shop"}, "tools", "the method lookup of the environment"),
+        ({"tools": ["{file}:lookup"], "environment": "{file}:Later"}, "tools", "would both be offered to the model"),
+        ({"tools": ["{file}:guess"], "environment": "guess"}, "tools", "drop '{file}:guess' from tools"),
+    ],
+)
+def test_a_tool_the_model_could_not_be_told_of_is_refused(odd_file, tmp_path, keys, key, words):
+    if "lookup" in str(keys.get("tools")):  # a file holding the tool alone, beside the environment's
+        (tmp_path / "lookup.py").write_text(TOOL_FILE, encoding="utf-8")
+        keys = {**keys, "tools": [str(tmp_path / "lookup.py") + ":lookup"]}
+    keys = {
+        k: [v.format(file=odd_file) for v in value] if isinstance(value, list) else value.format(file=odd_file)
+        for k, value in keys.items()
+    }
+    error = refused(valid(**keys))
+    assert error.key == key
+    assert words.format(file=odd_file) in str(error)
+
+
+def test_what_transformers_describes_passes(odd_file):
+    profile = profile_from_dict(valid(tools=[f"{odd_file}:fetch", f"{odd_file}:guess"]), "<test>")
+    assert [t.rpartition(":")[2] for t in profile.tools] == ["fetch", "guess"]
+    # the shipped entries, and a tool beside an environment whose methods are other names
+    profile_from_dict(valid(tools=["calculate"], environment="guess"), "<test>")
+
+
+def test_the_attempt_refuses_what_the_parse_could_not_see(tmp_path, monkeypatch):
+    """A tool made at run time has no source to read: the attempt checks the imported tool the same way,
+    before the model loads, and ends `error` naming it (never a traceback after the model loaded)."""
+    from tools import load_environment, load_tools
+    from tools.guard import ToolCodeError
+
+    path = tmp_path / "made.py"
+    path.write_text(
+        "def _make():\n    def shout(word):\n        return word.upper()\n    return shout\n\n\nshout = _make()\n\n\n"
+        "from made_base import Base as Env\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "made_base.py").write_text(
+        "class Base:\n    def reset(self, **row):\n        pass\n\n    def peek(self, card: int) -> str:\n"
+        "        return str(card)\n",
+        encoding="utf-8",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    profile = profile_from_dict(valid(tools=[f"{path}:shout"], environment=f"{path}:Env"), "<test>")
+    with pytest.raises(ToolCodeError, match=r"tool '.*made.py:shout' cannot be described to the model: .*no docstring"):
+        load_tools(profile.tools)
+    with pytest.raises(ToolCodeError, match=r"its method peek cannot be described to the model"):
+        load_environment(profile.environment)

@@ -238,3 +238,240 @@ def test_a_tool_file_that_fails_at_import_is_named(tmp_path):
     path.write_text("import not_a_module_anywhere\n\ndef f(x: int) -> int:\n    return x\n", encoding="utf-8")
     with pytest.raises(ToolCodeError, match="could not be imported: ModuleNotFoundError"):
         load_tools([f"{path}:f"])
+
+
+# ---------------------------------------------------------------------------------------------------
+# A limit that does not depend on the tool's cooperation. Each of these tools swallows the guard's stop and
+# counts what it swallowed; past GIVES_UP swallows (the alarm repeats every 0.5 s: far beyond the unwinding's
+# 2 s) it returns "survived", which a guard that relies on the tool would hand the model. Counting, not a clock.
+
+GIVES_UP = 40
+
+
+def _bare_except(expression: str) -> str:
+    """Retries whatever happens.
+
+    Args:
+        expression: anything
+    """
+    swallowed = 0
+    while swallowed < GIVES_UP:
+        try:
+            time.sleep(0.01)
+        except:  # noqa: E722 - the point of the test
+            swallowed += 1
+    return "survived"
+
+
+def _base_exception_in_a_helper(expression: str) -> str:
+    """Retries in a helper, and cleans up in a finally that retries too.
+
+    Args:
+        expression: anything
+    """
+    swallowed = [0]
+
+    def attempt():
+        try:
+            time.sleep(0.01)
+        except BaseException:
+            swallowed[0] += 1
+
+    try:
+        while swallowed[0] < GIVES_UP:
+            attempt()
+    finally:
+        while swallowed[0] < GIVES_UP:
+            try:
+                time.sleep(0.01)
+            except BaseException:
+                swallowed[0] += 1
+    return "survived"
+
+
+def _suppresses(expression: str) -> str:
+    """Retries under contextlib.suppress, and turns the tracing off in its handler.
+
+    Args:
+        expression: anything
+    """
+    import contextlib
+
+    for _ in range(GIVES_UP * 50):
+        with contextlib.suppress(BaseException):
+            try:
+                time.sleep(0.01)
+            except BaseException:
+                sys.settrace(None)
+    return "survived"
+
+
+@pytest.mark.parametrize("tool", [_bare_except, _base_exception_in_a_helper, _suppresses])
+def test_a_tool_that_swallows_every_stop_is_stopped_all_the_same(record, tool, capsys):
+    before = sys.gettrace()
+    reply = trl_reply(guarded(tool, time_limit_s=0.2, record=record), expression="1")
+    assert reply.startswith(TOOL_ERROR_PREFIX) and "ran past its limit of 0.2 s and was stopped" in reply
+    assert record.timeouts == {tool.__name__: 1}
+    assert sys.gettrace() is before  # the unwinding leaves no trace function behind
+    # the run goes on as before: the next tool answers, its printing is still kept out
+    assert guarded(_prints, time_limit_s=RETURNS_S, record=record)(expression="1") == "12"
+    assert "PRINTED-BY-TOOL" not in capsys.readouterr().out
+
+
+def test_a_call_no_alarm_reaches_ends_the_process_naming_the_tool(record, monkeypatch):
+    """A tool no alarm reaches (here it ignores SIGALRM; one inside a long C call alike) is ended by the
+    watchdog thread: the process ends (here recorded instead), saying which tool and the fix."""
+    import signal
+    import threading
+
+    from tools import guard
+
+    ended = threading.Event()
+    said = []
+    monkeypatch.setattr(guard, "END_AFTER_S", 0.5)
+    monkeypatch.setattr(guard, "_end_process", lambda text: (said.append(text), ended.set()))
+
+    def _deaf(expression: str) -> str:
+        """Hears no alarm.
+
+        Args:
+            expression: anything
+        """
+        previous = signal.signal(signal.SIGALRM, signal.SIG_IGN)
+        try:
+            for _ in range(GIVES_UP * 100):
+                if ended.is_set():
+                    break
+                time.sleep(0.01)
+        finally:
+            signal.signal(signal.SIGALRM, previous)
+        return "survived"
+
+    trl_reply(guarded(_deaf, time_limit_s=0.2, record=record), expression="1")
+    assert ended.is_set(), "the watchdog never ended the call"
+    assert "the tool _deaf ran 0.5 s past its time limit and could not be stopped" in said[0]
+    assert "fix:" in said[0]
+
+
+# ---------------------------------------------------------------------------------------------------
+# An async tool is awaited under the same limits: the model reads its result, never a coroutine.
+
+
+async def _async_answers(expression: str) -> str:
+    """Answers after a pause.
+
+    Args:
+        expression: anything
+    """
+    import asyncio
+
+    await asyncio.sleep(0)
+    return "12"
+
+
+async def _async_raises(expression: str) -> str:
+    """Refuses its input.
+
+    Args:
+        expression: anything
+    """
+    raise ValueError("not arithmetic")
+
+
+async def _async_hangs(expression: str) -> str:
+    """Never answers.
+
+    Args:
+        expression: anything
+    """
+    import asyncio
+
+    await asyncio.sleep(3600)
+    return "late"
+
+
+async def _async_swallows(expression: str) -> str:
+    """Retries whatever happens, cancellation included.
+
+    Args:
+        expression: anything
+    """
+    import asyncio
+
+    swallowed = 0
+    while swallowed < GIVES_UP:
+        try:
+            await asyncio.sleep(0.01)
+        except:  # noqa: E722 - the point of the test
+            swallowed += 1
+    return "survived"
+
+
+class _AsyncCallable:
+    """An object whose __call__ is async."""
+
+    __name__ = "async_callable"
+
+    async def __call__(self, expression: str) -> str:
+        return "called"
+
+
+def test_an_async_tool_is_awaited_and_its_result_read(record):
+    assert trl_reply(guarded(_async_answers, time_limit_s=RETURNS_S, record=record), expression="1") == "12"
+    assert trl_reply(guarded(_AsyncCallable(), time_limit_s=RETURNS_S, record=record), expression="1") == "called"
+    reply = trl_reply(guarded(_async_raises, time_limit_s=RETURNS_S, record=record), expression="1")
+    assert reply == f"{TOOL_ERROR_PREFIX}'ValueError: not arithmetic'}}"
+    assert record.failures == {"_async_raises": 1} and "coroutine" not in reply
+
+
+@pytest.mark.parametrize("tool", [_async_hangs, _async_swallows], ids=["hangs", "swallows"])
+def test_an_async_tool_keeps_the_time_limit(record, tool):
+    import asyncio
+
+    reply = trl_reply(guarded(tool, time_limit_s=0.2, record=record), expression="1")
+    assert "ran past its limit of 0.2 s and was stopped" in reply
+    assert guarded(_async_answers, time_limit_s=RETURNS_S, record=record)(expression="1") == "12"
+    with pytest.raises(RuntimeError):  # no event loop left running or set in this thread
+        asyncio.get_running_loop()
+
+
+def test_an_async_tool_called_inside_a_running_loop_is_awaited_and_bounded(record):
+    import asyncio
+
+    async def caller():
+        return (
+            guarded(_async_answers, time_limit_s=RETURNS_S, record=record)(expression="1"),
+            trl_reply(guarded(_async_hangs, time_limit_s=0.2, record=record), expression="1"),
+        )
+
+    answered, hung = asyncio.run(caller())
+    assert answered == "12" and "ran past its limit of 0.2 s" in hung
+
+
+ASYNC_ENVIRONMENT = '''
+import asyncio
+
+
+class Counter:
+    def reset(self, **row):
+        self.count = 0
+
+    async def add(self, number: int) -> str:
+        """Adds a number.
+
+        Args:
+            number: what to add
+        """
+        await asyncio.sleep(0)
+        self.count += number
+        return str(self.count)
+'''
+
+
+def test_an_environments_async_method_is_awaited(tmp_path):
+    path = tmp_path / "counter.py"
+    path.write_text(ASYNC_ENVIRONMENT, encoding="utf-8")
+    instance = load_environment(f"{path}:Counter")()
+    instance.reset()
+    assert trl_reply(instance.add, number=3) == "3" and trl_reply(instance.add, number=4) == "7"
+    assert instance.count == 7
