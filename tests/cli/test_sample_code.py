@@ -181,7 +181,7 @@ def sent_tool_attempt(tmp_path):
     marker = tmp_path / "imported"
     code = (
         f"from pathlib import Path\nPath({str(marker)!r}).write_text('ran')\n"
-        "def lookup(word: str) -> str:\n    return word\n"
+        'def lookup(word: str) -> str:\n    """Look a word up.\n\n    Args:\n        word: the word\n    """\n    return word\n'
         "class Game:\n    def reset(self, **row):\n        pass\n"
     )
     (folder / "own_tools.py").write_text(code)
