@@ -239,7 +239,7 @@ _WEIGHT_FILES = (
 )
 
 
-def _fsync_path(path: Path, directory: bool = False) -> None:
+def fsync_path(path: Path, directory: bool = False) -> None:
     fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
     try:
         os.fsync(fd)
@@ -253,7 +253,7 @@ def mark_checkpoint_complete(folder: Path) -> Path:
     folder = Path(folder)
     files = {}
     for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != COMPLETE_MARKER):
-        _fsync_path(path)
+        fsync_path(path)
         files[path.relative_to(folder).as_posix()] = path.stat().st_size
     marker = folder / COMPLETE_MARKER
     tmp = folder / (COMPLETE_MARKER + ".tmp")
@@ -262,7 +262,7 @@ def mark_checkpoint_complete(folder: Path) -> Path:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, marker)
-    _fsync_path(folder, directory=True)
+    fsync_path(folder, directory=True)
     return marker
 
 

@@ -65,14 +65,6 @@ def kept_best(attempt_dir: Path) -> tuple[Path, dict] | None:
     return None
 
 
-def _fsync(path: Path, directory: bool = False) -> None:
-    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def keep(folder: Path, write: Callable[[Path], None], record: dict) -> dict:
     """Put a model in `folder` whole or not at all: `write(staged)` fills a hidden folder beside it, every file
     is flushed to disk, the marker (`record` and each file's size) is written last, and the staged folder takes
@@ -87,15 +79,15 @@ def keep(folder: Path, write: Callable[[Path], None], record: dict) -> dict:
         write(staged)
         files = {}
         for path in sorted(p for p in staged.rglob("*") if p.is_file()):
-            _fsync(path)
+            contract.fsync_path(path)
             files[path.relative_to(staged).as_posix()] = path.stat().st_size
         marker = {**record, "files": files}
         write_atomic(staged / contract.BEST_MARKER, json.dumps(marker, indent=1) + "\n")
-        _fsync(staged, directory=True)
+        contract.fsync_path(staged, directory=True)
         if folder.exists():
             os.replace(folder, earlier)
         os.replace(staged, folder)
-        _fsync(folder.parent, directory=True)
+        contract.fsync_path(folder.parent, directory=True)
     finally:
         shutil.rmtree(staged, ignore_errors=True)
     for leftover in _leftovers(folder):  # this save's earlier one, and any a killed process left
