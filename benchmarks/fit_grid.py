@@ -29,11 +29,11 @@ sys.path.insert(0, str(REPO))
 from launcher.card.detect import detect_machine  # noqa: E402
 from launcher.memory.estimate import estimate  # noqa: E402
 from launcher.plan.choose import make_plan  # noqa: E402
-from launcher.plan.derive import derive_ladder  # noqa: E402
+from launcher.plan.completion_lengths import completion_plan  # noqa: E402
 from launcher.plan.duration import DEFAULT_HOURS  # noqa: E402
-from launcher.plan.lengths import completion_plan  # noqa: E402
 from launcher.plan.levers import objective  # noqa: E402
 from launcher.plan.margins import ESTIMATE_MAX_USE  # noqa: E402
+from launcher.plan.request import PlanRequest  # noqa: E402
 from launcher.plan.speed import predict  # noqa: E402
 from launcher.plan.value import critical_batch, learning_per_hour  # noqa: E402
 from profiles.catalog import CATALOGUE, resolve  # noqa: E402
@@ -95,9 +95,8 @@ def before_row(row: dict, machine) -> dict | None:
 def after_row(model: str, machine, profiles_dir: Path) -> dict:
     rungs = load_profiles(profiles_dir, [f"model={model}"], device="cuda")
     started = time.process_time()  # CPU time: what the plan costs, whatever else the machine runs
-    limits: dict = {}
-    ladder, notes = derive_ladder(rungs, model, machine, limits=limits)
-    plan = make_plan(ladder, machine, limits=limits)
+    plan = make_plan(PlanRequest(rungs, machine, model=model))
+    notes = plan.notes
     seconds = time.process_time() - started
     chosen = next((c for c in plan.candidates if c.fits), None)
     usable = machine.primary.free_gib - plan.margin_gib

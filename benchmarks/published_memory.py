@@ -28,6 +28,7 @@ from launcher.card.detect import detect_machine  # noqa: E402
 from launcher.memory.estimate import GIB, estimate  # noqa: E402
 from launcher.memory.parts import vllm_workspace_bytes  # noqa: E402
 from launcher.plan.choose import make_plan  # noqa: E402
+from launcher.plan.request import PlanRequest  # noqa: E402
 from profiles.catalog import resolve  # noqa: E402
 from profiles.schema import profile_from_dict  # noqa: E402
 
@@ -106,7 +107,7 @@ def t4_runs() -> dict:
     for key, settings in (("phi4", PHI4_T4), ("qwen3", QWEN3_T4)):
         profile = profile_from_dict(dict(settings), f"<{settings['name']}>")
         est = estimate(profile, resolve(profile.model), machine.primary)
-        plan = make_plan([profile], machine, ledger_refuses=False)
+        plan = make_plan(PlanRequest([profile], machine, named=True, derive=False))
         out[key] = {
             "estimate_gib": est.total_gib,
             "fits": plan.candidates[0].fits,

@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 
 from launcher.card.detect import GpuInfo  # noqa: E402
 from launcher.card.facts import card_facts  # noqa: E402
-from launcher.plan.lengths import CompletionPlan  # noqa: E402
+from launcher.plan.completion_lengths import CompletionPlan  # noqa: E402
 from launcher.plan.speed import generation_time, shape_of, step_time, training_time  # noqa: E402
 from profiles.catalog import Architecture, resolve  # noqa: E402
 from profiles.schema import profile_from_dict  # noqa: E402

@@ -11,12 +11,12 @@ import json
 import sys
 
 from commands import options
-from commands.plan_words import fit_reason, limit_text, pin_problem
 from contract.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_OUT_OF_MEMORY
 from launcher.plan.derive import fit_for_machine
 from launcher.plan.levers import OBJECTIVE, STANDBY_FAILURES, objective
 from launcher.plan.outcome import Fit
 from launcher.plan.settings import settings_of
+from launcher.plan.wording import fit_reason, limit_text, pin_problem
 
 SUMMARY = "the profile of any model that learns most per hour on the card, as loadable YAML"
 EXAMPLES = (

@@ -237,12 +237,12 @@ def ladder_rungs(profiles: list) -> list:
     return plain or profiles
 
 
-def plan_of(args):
-    """(plan, profiles) for the options: the ladder (or --profile FILE) on the machine they name, from the
-    ledger unless told not to; a --set model=X of the user's gets configurations derived for it."""
+def plan_request_of(args):
+    """The plan the options ask for: the ladder (or --profile FILE) on the machine they name, from the ledger
+    unless told not to; a --set model=X of the user's gets configurations derived for it."""
     from contract.errors import UsageError
     from launcher.card.topology import topology
-    from launcher.plan.choose import make_plan
+    from launcher.plan.request import PlanRequest
     from profiles.load import load_profile, load_profiles, set_keys
 
     topology()  # GRPO_* and SLURM's variables are checked on any machine, with or without a GPU
@@ -253,55 +253,29 @@ def plan_of(args):
             f"--nodes {nodes} plans GPU nodes, and this machine has no GPU to take them after ({machine.message}) "
             "(fix: add --gpu-memory GIB, the memory of one of the nodes' cards)"
         )
-    if getattr(args, "profile", None) is not None:
+    named = getattr(args, "profile", None) is not None
+    overrides = set_keys(args.overrides)  # checked with each profile as it loads
+    if named:
         profiles = [load_profile(args.profile, args.overrides)]
     else:  # a --set is checked against the profiles that can run on this machine
         profiles = load_profiles(args.profiles_dir, args.overrides, device="cuda" if machine.gpus else "cpu")
-        if not {"tools", "environment"} & set(set_keys(args.overrides)):
+        if not {"tools", "environment"} & set(overrides):
             profiles = ladder_rungs(profiles)  # (with --set tools=..., the user gives the ladder tools)
-    measurements = measurements_of(args)
-    notes: list[str] = []
-    limits: dict = {}
-    written: dict = {}
-    refused: dict = {}
-    overrides = set_keys(args.overrides)  # checked with each profile above
-    if machine.gpus and not getattr(args, "profile", None) and "model" in overrides:
-        # a model of the user's: derive its configurations from the rungs' intents instead of borrowing theirs
-        from launcher.plan.derive import derive_ladder
-
-        profiles, notes = derive_ladder(
-            profiles,
-            overrides["model"],
-            machine,
-            pinned=set(overrides) - {"model"},
-            measurements=measurements,
-            limits=limits,
-        )
-    elif machine.gpus:
-        # the rungs (or the profile named) as written, their `auto` keys derived for this card
-        from launcher.plan.derive import derive_rungs
-
-        profiles, notes, written, refused = derive_rungs(profiles, machine, measurements=measurements, limits=limits)
-    else:
-        # the CPU: no fit solver, but a completion cap written `auto` is still the task's, never a placeholder
-        from launcher.plan.derive import derive_cpu_lengths
-
-        profiles, notes = derive_cpu_lengths(profiles, measurements=measurements)
-    # a profile the user named is never refused by the ledger, only warned about
-    plan = make_plan(
+    return PlanRequest(
         profiles,
         machine,
-        measurements=measurements,
-        ledger_refuses=not getattr(args, "profile", None),
-        limits=limits,
+        model=overrides["model"] if "model" in overrides and not named else None,
+        pinned=set(overrides) - {"model"},
+        named=named,
         nodes=nodes,
         hours=getattr(args, "hours", None),
-        written=written,
-        refused=refused,
-        named=bool(getattr(args, "profile", None)),
+        measurements=measurements_of(args),
     )
-    plan.notes.extend(notes)
-    from launcher.plan.lengths import lengths_notes
 
-    plan.notes.extend(lengths_notes(plan.chosen, measurements))
-    return plan, profiles
+
+def plan_of(args):
+    """(plan, the profiles planned) for the options (plan_request_of)."""
+    from launcher.plan.choose import make_plan
+
+    plan = make_plan(plan_request_of(args))
+    return plan, plan.ladder

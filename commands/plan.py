@@ -96,10 +96,10 @@ def _speed_line(cand) -> str:
     t = cand.speed
     measured = " (measured on this machine)" if t.measured_s is not None else ""
     card = "" if t.card_known else f"; {t.notes[0]}" if t.notes else ""
-    from commands.plan_words import limit_text
     from launcher.plan.candidate import AS_WRITTEN
     from launcher.plan.levers import objective
     from launcher.plan.value import critical_batch
+    from launcher.plan.wording import limit_text
 
     limit = (
         "prompts per step as the profile writes them"

@@ -127,6 +127,7 @@ def plan_cases(machine, unsloth: bool, bitsandbytes: bool, models: list[str] | N
     whether the plan says it fits, and why it cannot run here (a missing library) if so."""
     from launcher.memory.estimate import estimate
     from launcher.plan.choose import make_plan
+    from launcher.plan.request import PlanRequest
 
     gpu = machine.primary
     cuda = gpu is not None
@@ -139,7 +140,7 @@ def plan_cases(machine, unsloth: bool, bitsandbytes: bool, models: list[str] | N
                     continue
                 settings = kit_settings(arch.name, path, precision, cuda, bitsandbytes)
                 profile = kit_profile(settings, cuda)
-                candidate = make_plan([profile], machine).candidates[0]
+                candidate = make_plan(PlanRequest([profile], machine, derive=False)).candidates[0]
                 est = estimate(profile, gpu=gpu, backend=("trl" if path == PLAIN else "unsloth") if cuda else None)
                 cases.append(
                     {

@@ -16,8 +16,8 @@ from pathlib import Path
 from contract.environment import cache_root
 from contract.safe_write import write_atomic
 from profiles.catalog import hf_cache_dirs, is_tiny
-from tasks.lengths import WORKED_SAMPLE
 from tasks.prompts import reads_thinking_switch
+from tasks.reference_lengths import WORKED_SAMPLE
 
 RATES_FILE = "tokenizer-rates.json"
 TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")  # transformers 5 saves the template beside

@@ -249,6 +249,24 @@ def split_over_machines(num_gpus: int, machines: int, name: str = "the profile")
     return num_gpus // machines
 
 
+def local_gpus_needed(profile, machines: int = 1, server_node: bool = False) -> int:
+    """GPUs one machine must show: its share of the training GPUs, and the vLLM server's on the first (unless
+    the server has a node of its own). UsageError for a split over machines the launcher would refuse."""
+    if profile.device == "cpu":
+        return 0
+    per_machine = split_over_machines(profile.num_gpus, machines, profile.name)
+    return per_machine + (profile.vllm_server_gpus if profile.uses_vllm_server and not server_node else 0)
+
+
+def split_refusal(profile, machines: int) -> str | None:
+    """Why the launcher would refuse to divide the profile's training GPUs over the machines, else None."""
+    try:
+        split_over_machines(profile.num_gpus, machines, profile.name)
+    except UsageError as exc:
+        return str(exc)
+    return None
+
+
 def processes_per_machine(profile, topo: Topology) -> int:
     return split_over_machines(profile.num_gpus, topo.num_machines, profile.name)
 

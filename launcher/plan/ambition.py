@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from launcher.plan.lengths import CompletionPlan, completion_plan
+from launcher.plan.completion_lengths import CompletionPlan, completion_plan
 from launcher.plan.levers import GENERATIONS_AMBITION, pinned_prompts
 from profiles.catalog import Architecture, resolve
 

@@ -1,5 +1,6 @@
-"""WHAT a plan holds: every candidate profile with its estimate, verdict, predicted step and run, the one
-chosen, the notes, and the whole as `plan --json` writes it (docs/interfaces.md)."""
+"""WHAT a plan holds: every candidate profile with what each stage of the planning added to it (its estimate,
+verdict, predicted step and run), the one chosen, the notes, and the whole as `plan --json` writes it
+(docs/interfaces.md)."""
 
 from __future__ import annotations
 
@@ -21,10 +22,13 @@ AS_WRITTEN = "as written"
 
 @dataclass
 class Candidate:
+    """One rung as it goes through the stages (launcher.plan.stages): each fills the fields it decides. A stage
+    that refuses it sets `settled`, and the later stages leave it as it is."""
+
     profile: Profile
-    estimate: Estimate | None
-    fits: bool
-    reason: str
+    estimate: Estimate | None = None
+    fits: bool = True
+    reason: str = ""
     measured: Measured | None = None  # what this machine measured of this shape
     ledger_note: str = ""  # one line when the measurement turned the estimate's verdict (verdict._ledger_note)
     speed: StepTime | None = None  # the predicted step (None on the CPU)
@@ -32,6 +36,12 @@ class Candidate:
     layout: NodeLayout | None = None  # several nodes: which node does what
     run: RunLength | None = None  # its steps, prompts, epochs and predicted hours
     written: dict | None = None  # a rung derived for the card: its settings as written ("auto" where derived)
+    not_derived: str | None = None  # a rung whose `auto` keys nothing could be derived for: why
+    vllm_off: str | None = None  # why vLLM cannot generate for it on this card (transformers does instead)
+    # a derived rung: (the run the data-coverage rule judges, the known card it is timed as; None: this card's)
+    coverage: tuple[RunLength | None, str | None] | None = None
+    speed_note: str = ""  # why its run, timed at the default card's speed, still stands (for the plan's notes)
+    settled: bool = False  # refused before its memory was judged: the later stages pass it by
 
     def speed_json(self) -> dict | None:
         """`speed` of `plan --json`: step_s, generation_s, training_s, prompts_per_hour, learning_per_hour (the
@@ -57,6 +67,7 @@ class Plan:
     chosen: Profile | None
     margin_gib: float
     notes: list[str] = field(default_factory=list)
+    ladder: list[Profile] = field(default_factory=list)  # the profiles planned, as the ladder derived them
 
     def gpu_json(self) -> dict:
         gpu = self.machine.primary

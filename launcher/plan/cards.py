@@ -7,7 +7,7 @@ from contract.attempt import bf16_capable
 from contract.errors import UsageError
 from launcher.card.detect import GpuInfo, Machine
 from launcher.plan.choose import make_plan
-from launcher.plan.derive import derive_rungs
+from launcher.plan.request import PlanRequest
 
 # Cards for `cards`: (name, total GiB as NVML reports it, compute capability, the card the step-time model
 # times it as: one common card of the class, from the card table)
@@ -44,9 +44,7 @@ def fit_table(profiles, cards=COMMON_CARDS) -> list[dict]:
             source="what-if",
         )
         machine = Machine([gpu], f"{name}: what-if", 0.0, 0.0)
-        limits: dict = {}
-        rungs, _notes, written, refused = derive_rungs(cuda, machine, limits=limits)
-        plan = make_plan(rungs, machine, limits=limits, written=written, refused=refused)
+        plan = make_plan(PlanRequest(cuda, machine))
         chosen = next((c for c in plan.candidates if c.fits), None)
         rows.append(
             {

@@ -7,8 +7,9 @@ from __future__ import annotations
 from contract.errors import ProfileError, UsageError
 from launcher.card.detect import GpuInfo
 from launcher.plan.ambition import ambition_of
-from launcher.plan.judge import usable_of
-from launcher.plan.lengths import completion_plan
+from launcher.plan.candidate import AS_WRITTEN, Candidate
+from launcher.plan.completion_lengths import completion_plan
+from launcher.plan.judge import Ledger, usable_of
 from launcher.plan.levers import objective, quality_key
 from launcher.plan.outcome import Fit
 from launcher.plan.search import Solver
@@ -45,7 +46,7 @@ def best_fit(rungs, model: str, gpu: GpuInfo, *, pinned=(), machine=None, measur
     values = dict(pinned) if isinstance(pinned, dict) else {}
     fits = []
     for base, amb in _intents(rungs, model, values, set(pinned), arch, measurements):
-        result = fit(base, gpu, arch=arch, ambition=amb, machine=machine, measurements=measurements)
+        result = fit(base, gpu, arch=arch, ambition=amb, ledger=Ledger(machine, measurements))
         fits.append(result)
         if result.at_ambition:  # the intents come richest first: a poorer one cannot be worth more
             break
@@ -76,16 +77,13 @@ def _own_model(rung, load_profile) -> str | None:
         return None
 
 
-def derive_ladder(
-    profiles, model: str, machine, *, pinned=(), measurements=None, limits: dict | None = None
-) -> tuple[list, list[str]]:
+def derive_ladder(profiles, model: str, machine, *, pinned=(), measurements=None) -> tuple[list[Candidate], list[str]]:
     """The ladder for a model of the user's (`train --set model=...`, `plan --set model=...`): a rung written for that model that fits
     as written (its GPUs there) is kept; every single-GPU rung's intent becomes an ambition the solver
     derives a configuration from, and with several GPUs the best of those intents is also spread over them
     (data parallel, or beside a vLLM server). Multi-GPU rungs of other models give way to that search. All are
     ordered by value, the most prompts per hour first (ladder 100 on); identical derivations appear once.
-    Returns (profiles, notes for the plan); `limits`, when given, is filled with each derived profile's name
-    and what stopped its prompts per step (for make_plan)."""
+    Returns (the candidates, each derived one with what stopped its prompts per step, notes for the plan)."""
     from profiles.load import load_profile
 
     gpu = machine.primary
@@ -93,14 +91,14 @@ def derive_ladder(
     cuda = [p for p in profiles if p.device == "cuda"]
     others = [p for p in profiles if p.device != "cuda"]
     if gpu is None or not any(p.gpus_needed == 1 for p in cuda):
-        return profiles, []
+        return as_written(profiles), []
     if arch.max_positions and all(r.max_prompt_length >= arch.max_positions for r in cuda):
-        return profiles, [
+        return as_written(profiles), [
             f"fit solver for {arch.name}: it reads {arch.max_positions} positions (max_position_embeddings), "
             "and the rungs' max_prompt_length leaves no room for a completion (fix: --set "
             f"max_prompt_length={arch.max_positions // 2})"
         ]
-    solver = Solver(arch, gpu, usable_of(gpu), machine, measurements)
+    solver = Solver(arch, gpu, usable_of(gpu), Ledger(machine, measurements))
     need = completion_plan(cuda[0], arch, set(pinned), measurements).cap if cuda else None  # the cap the task needs
     chosen: dict[str, tuple] = {}
     kept, failed, refused = [], [], []
@@ -117,12 +115,12 @@ def derive_ladder(
             and rung.gpus_needed <= len(machine.gpus)
             and solver.fits(runnable)
         ):
-            chosen.setdefault(rung.name, (rung, quality_key(runnable, solver.speed(runnable), need)))
+            chosen.setdefault(rung.name, (rung, quality_key(runnable, solver.speed(runnable), need), AS_WRITTEN))
             kept.append(rung.name)  # and still derived from: its intent may fit better than as written
     by_name = {rung.name: rung for rung in cuda}
     for base, amb in _intents(cuda, model, {}, set(pinned), arch, measurements):
         try:
-            result = fit(base, gpu, arch=arch, ambition=amb, machine=machine, measurements=measurements)
+            result = fit(base, gpu, arch=arch, ambition=amb, ledger=Ledger(machine, measurements))
         except ProfileError as exc:  # a pinned key the derived shape cannot take: that rung gives nothing
             failed.append(str(exc))
             refused.append(str(exc))
@@ -137,9 +135,7 @@ def derive_ladder(
         ):
             same = chosen.get(profile.name)  # one name per shape: keep its most valuable batch and share
             if same is None or key > same[1]:
-                chosen[profile.name] = (profile, key)
-                if limits is not None:
-                    limits[profile.name] = limit
+                chosen[profile.name] = (profile, key, limit)
         if best_result is None or result.key() > best_result.key():
             best_rung, best_result = by_name[amb.source], result
         if result.at_ambition:  # the intents come richest first: a poorer one cannot be worth more
@@ -150,9 +146,7 @@ def derive_ladder(
             key = spread.key()[1]
             if best_result is not None and spread_wins(spread, best_result):
                 key = (_EVERY_GPU,) + key  # ahead of every configuration that leaves GPUs idle
-            chosen.setdefault(spread.profile.name, (spread.profile, key))
-            if limits is not None:
-                limits.setdefault(spread.profile.name, spread.limited_by)
+            chosen.setdefault(spread.profile.name, (spread.profile, key, spread.limited_by))
     if not chosen and failed and len(refused) == len(failed):
         # every derivation refused, none for memory: the shipped rungs as written (sized for other cards, an
         # 80 GB rung on a 16 GiB card) are no answer for this model; say why instead
@@ -161,9 +155,9 @@ def derive_ladder(
             f"every rung's derivation was refused, the first: {refused[0]}"
         )
     if not chosen:  # the rungs as the user set them, with their verdicts, and why nothing could be derived
-        return profiles, [f"fit solver for {arch.name}: {failed[0]}"] if failed else []
-    ordered = [p for p, _ in sorted(chosen.values(), key=lambda item: _ordered(item[1]), reverse=True)]
-    derived = [p.replace(ladder=100 + i) for i, p in enumerate(ordered)]
+        return as_written(profiles), [f"fit solver for {arch.name}: {failed[0]}"] if failed else []
+    ordered = sorted(chosen.values(), key=lambda item: _ordered(item[1]), reverse=True)
+    derived = [Candidate(p.replace(ladder=100 + i), limited_by=limit) for i, (p, _, limit) in enumerate(ordered)]
     notes = [
         f"fit solver: {len(derived)} configuration(s) of {arch.name} for this machine, most prompts per hour "
         f"first (derived from the rungs' intents" + (f"; kept as written: {', '.join(kept)}" if kept else "") + ")"
@@ -177,7 +171,11 @@ def derive_ladder(
                 f"usable here (a card of {best_result.card_for_ambition_gib:.1f} GiB would hold it); given "
                 "up: " + "; ".join(g.text() for g in best_result.given_up)
             )
-    return others + derived, notes
+    return as_written(others) + derived, notes
+
+
+def as_written(profiles) -> list[Candidate]:
+    return [Candidate(p) for p in profiles]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -259,7 +257,7 @@ def fit_gpus(rung, model: str, machine, *, pinned=(), measurements=None) -> Fit 
     for topology in candidate_topologies(len(machine.gpus)):
         try:
             found.append(
-                fit(base, gpu, arch=arch, ambition=amb, machine=machine, measurements=measurements, topology=topology)
+                fit(base, gpu, arch=arch, ambition=amb, ledger=Ledger(machine, measurements), topology=topology)
             )
         except ProfileError:  # a pinned key this split cannot take (e.g. standby on accelerate)
             continue
@@ -363,8 +361,7 @@ def fit_for_machine(rungs, model: str, machine, *, pinned=(), measurements=None)
                     gpu,
                     arch=arch,
                     ambition=ambition_of(base, set(values), rung.name, arch, measurements=measurements),
-                    machine=machine,
-                    measurements=measurements,
+                    ledger=Ledger(machine, measurements),
                     topology=topology,
                 )
             )
@@ -402,25 +399,26 @@ def written_settings(profile) -> dict:
     return {key: (AUTO if key in derived else getattr(profile, key)) for key in SETTINGS_KEYS}
 
 
-def derive_rungs(profiles, machine, *, measurements=None, limits: dict | None = None):
+def derive_rungs(profiles, machine, *, measurements=None) -> tuple[list[Candidate], list[str]]:
     """The profiles with every single-GPU rung that writes keys `auto` derived for the machine's card: the fit
     solver chooses those keys, every key written (the model, precision, LoRA rank, generations, task, rewards,
-    and any value a user wrote in place of `auto`) is pinned. Returns (profiles, notes, written: {name: the
-    rung's settings as written}, refused: {name: why nothing could be derived}); a derived profile keeps its
-    rung's name, place on the ladder and description. `limits` is filled as derive_ladder fills it."""
+    and any value a user wrote in place of `auto`) is pinned. Returns (the candidates, notes): each derived rung
+    with its settings as written and what stopped its prompts per step, or why nothing could be derived; a
+    derived profile keeps its rung's name, place on the ladder and description."""
     from profiles.schema import KEYS
 
     gpu = machine.primary
     if gpu is None:
-        return profiles, [], {}, {}
-    out, notes, written, refused = [], [], {}, {}
+        return as_written(profiles), []
+    out = []
     for rung in profiles:
         derived = tuple(getattr(rung, "derived", ()) or ())
         solvable = [k for k in derived if k != "max_steps"]
         if rung.device != "cuda" or rung.gpus_needed != 1 or not solvable:
-            out.append(rung)
+            out.append(Candidate(rung))
             continue
-        written[rung.name] = written_settings(rung)
+        candidate = Candidate(rung, written=written_settings(rung))
+        out.append(candidate)
         pinned = set(KEYS) - set(derived)
         arch = resolve(rung.model)
         try:
@@ -429,43 +427,37 @@ def derive_rungs(profiles, machine, *, measurements=None, limits: dict | None = 
                 gpu,
                 arch=arch,
                 ambition=ambition_of(rung, pinned, rung.name, arch),
-                machine=machine,
-                measurements=measurements,
-                name=rung.name,
+                ledger=Ledger(machine, measurements),
             )
         except ProfileError as exc:
-            refused[rung.name] = f"nothing derived for this card: {exc}"
-            out.append(rung)
+            candidate.not_derived = f"nothing derived for this card: {exc}"
             continue
         if result.profile is None:
             assert result.shortfall is not None  # the solver says why whenever nothing fits
-            refused[rung.name] = nothing_fits(result.shortfall)
-            out.append(rung)
+            candidate.not_derived = nothing_fits(result.shortfall)
             continue
-        profile = result.profile.model_copy(
-            update={"description": rung.description, "ladder": rung.ladder, "source": rung.source}
+        candidate.profile = result.profile.model_copy(
+            update={"name": rung.name, "description": rung.description, "ladder": rung.ladder, "source": rung.source}
         )
-        out.append(profile)
-        if limits is not None:
-            limits[rung.name] = result.limited_by
-    if written:
-        notes.append(
-            f"{len(written)} rung(s) derived for {gpu.name}: the keys they write `auto` chosen for this card, "
-            "every other key as written (plan --json: `written` beside `settings`)"
-        )
-    return out, notes, written, refused
+        candidate.limited_by = result.limited_by
+    written = sum(c.written is not None for c in out)
+    notes = [
+        f"{written} rung(s) derived for {gpu.name}: the keys they write `auto` chosen for this card, "
+        "every other key as written (plan --json: `written` beside `settings`)"
+    ]
+    return out, notes if written else []
 
 
-def derive_cpu_lengths(profiles, measurements=None) -> tuple[list, list[str]]:
+def derive_cpu_lengths(profiles, measurements=None) -> tuple[list[Candidate], list[str]]:
     """(profiles, notes): each cpu profile's completion cap and sequence written `auto` as the task needs them
-    (launcher.plan.lengths), within a max_seq_length written and no shorter than an expected length written: no
+    (launcher.plan.completion_lengths), within a max_seq_length written and no shorter than an expected length written: no
     fit solver runs on the CPU, and the schema's placeholder must never run as if written."""
     keys = ("max_completion_length", "max_seq_length")
     out, notes = [], []
     for profile in profiles:
         derived = set(getattr(profile, "derived", ()) or ()) & set(keys)
         if profile.device != "cpu" or not derived:
-            out.append(profile)
+            out.append(Candidate(profile))
             continue
         cap = profile.max_completion_length
         if "max_completion_length" in derived:
@@ -476,7 +468,7 @@ def derive_cpu_lengths(profiles, measurements=None) -> tuple[list, list[str]]:
         changes = {"max_completion_length": cap}
         if "max_seq_length" in derived:
             changes["max_seq_length"] = max(floor_of("max_seq_length"), profile.max_prompt_length + cap)
-        out.append(profile.model_copy(update=changes))
+        out.append(Candidate(profile.model_copy(update=changes)))
         done = ", ".join(f"{key}: auto -> {changes[key]}" for key in keys if key in derived)
         notes.append(f"{profile.name}: {done} (the completion the task needs; the CPU has no fit solver)")
     return out, notes

@@ -6,11 +6,12 @@ completions at the most). launcher.plan.search builds the search on this."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-from launcher.card.detect import GpuInfo, bf16_supported
+from launcher.card.detect import GpuInfo, Machine, bf16_supported
 from launcher.memory.estimate import GIB, Estimate, estimate, standby_utilisation, vllm_sizes, weights_bytes
 from launcher.memory.ledger.weigh import Measured, measured_for
-from launcher.plan.lengths import CompletionPlan
+from launcher.plan.completion_lengths import CompletionPlan
 from launcher.plan.levers import SHARE_CAP
 from launcher.plan.margins import estimate_limit, margin_for
 from launcher.plan.speed import StepTime, predict
@@ -34,26 +35,36 @@ def profile_key(p) -> tuple:
     return tuple(tuple(v) if isinstance(v, list) else v for v in (getattr(p, k) for k in KEY_FIELDS))
 
 
+@dataclass(frozen=True)
+class Ledger:
+    """This machine's measurements of shapes (launcher.memory.ledger) and the machine they must have been
+    taken on to count."""
+
+    machine: Machine | None = None
+    measurements: list | None = None
+
+
+NO_LEDGER = Ledger()
+
+
 class Judge:
     """One model, one card, one budget (GiB the need must stay under), optionally this machine's ledger.
-    `headroom`: a shape judged by the estimate alone keeps the estimate's headroom (off for the OOM shrink,
-    whose budget already holds one)."""
+    `shrink` (the OOM shrink): the components not held at the moment the OOM struck; its budget already holds
+    the headroom, so a shape judged by the estimate alone keeps no second one (a plan's judging, None, does)."""
 
     def __init__(
         self,
         arch: Architecture,
         gpu: GpuInfo,
         budget_gib: float,
-        machine=None,
-        measurements=None,
-        not_live=(),
-        headroom: bool = True,
+        ledger: Ledger = NO_LEDGER,
+        shrink: tuple | None = None,
         lengths: CompletionPlan | None = None,
     ):
         self.arch, self.gpu, self.budget = arch, gpu, budget_gib
-        self.limit = estimate_limit(budget_gib) if headroom else budget_gib
-        self.machine, self.measurements = machine, measurements
-        self.not_live = tuple(not_live)  # components not held at the moment judged (an OOM's site)
+        self.limit = estimate_limit(budget_gib) if shrink is None else budget_gib
+        self.machine, self.measurements = ledger.machine, ledger.measurements
+        self.not_live = tuple(shrink or ())  # components not held at the moment judged (an OOM's site)
         self.vllm_refused = vllm_refuses(arch, bf16_supported(gpu))
         self.share_cap = SHARE_CAP
         self.lengths = lengths

@@ -25,6 +25,12 @@ from launcher.plan.outcome import Choice, GivenUp
 from profiles.keys import VLLM_LORA_RANKS
 
 
+def learned_levers(learned: tuple) -> dict:
+    """The learning levers (completion length, generations, LoRA rank, 4-bit) as the profile keys they set."""
+    length, gens, rank, four_bit = learned
+    return {"max_completion_length": length, "num_generations": gens, "lora_rank": rank, "load_in_4bit": four_bit}
+
+
 class Solver(Judge):
     """The search for one model, one card, one budget (launcher.plan.judge: how each configuration is judged)."""
 
@@ -104,7 +110,10 @@ class Solver(Judge):
             return [completions // steps] if completions % steps == 0 else []
         return [b for b in range(completions, 0, -1) if completions % b == 0]
 
-    def shaped(self, base, amb: Ambition, gens: int, length: int, levers: dict, prompts: int, batch: int):
+    def shaped(self, base, amb: Ambition, levers: dict, prompts: int, batch: int):
+        """`base` with `levers` (num_generations and max_completion_length among them) at `prompts` per step in
+        micro-batches of `batch`, its sequence and expected length following the completion cap."""
+        gens, length = levers["num_generations"], levers["max_completion_length"]
         completions = prompts * gens
         rank = levers["lora_rank"]
         seq = base.max_seq_length if "max_seq_length" in amb.pinned else amb.prompt + length
@@ -116,8 +125,6 @@ class Solver(Judge):
             else 0
         )
         update = {
-            "num_generations": gens,
-            "max_completion_length": length,
             "max_prompt_length": amb.prompt,
             "max_seq_length": seq,
             "per_device_train_batch_size": batch,
@@ -134,8 +141,9 @@ class Solver(Judge):
         """The fewest prompts per step whose completions a (pinned) batch cuts into whole groups."""
         return next((p for p in opts["prompts"] if self.batches(base, amb, p * gens)), None)
 
-    def _least(self, base, amb, opts, gens, length, rank, four_bit) -> bool:
-        """Whether the learning levers fit with every throughput lever at its least."""
+    def _least(self, base, amb, opts, learned: tuple) -> bool:
+        """Whether the learning levers `learned` fit with every throughput lever at its least."""
+        length, gens, rank, four_bit = learned
         prompts = self.least_prompts(base, amb, opts, gens)
         if prompts is None:
             return False
@@ -144,12 +152,11 @@ class Solver(Judge):
             if not self.standby_allowed(amb, four_bit, standby):
                 continue
             levers = {
-                "lora_rank": rank,
-                "load_in_4bit": four_bit,
+                **learned_levers(learned),
                 "gradient_checkpointing": opts["gradient_checkpointing"][-1],
                 "vllm_standby": standby,
             }
-            p = self.shaped(base, amb, gens, length, levers, prompts, batches[-1])
+            p = self.shaped(base, amb, levers, prompts, batches[-1])
             if self.with_share(p, amb.pinned, "floor") is not None:
                 return True
         return False
@@ -160,12 +167,12 @@ class Solver(Judge):
         cheapest_rank, cheapest_bits = opts["lora_rank"][-1], opts["load_in_4bit"][-1]
         for length in opts["lengths"]:
             for gens in opts["gens"]:
-                if self._least(base, amb, opts, gens, length, cheapest_rank, cheapest_bits):
+                if self._least(base, amb, opts, (length, gens, cheapest_rank, cheapest_bits)):
                     rank = next(
-                        r for r in opts["lora_rank"] if self._least(base, amb, opts, gens, length, r, cheapest_bits)
+                        r for r in opts["lora_rank"] if self._least(base, amb, opts, (length, gens, r, cheapest_bits))
                     )
                     four_bit = next(
-                        b for b in opts["load_in_4bit"] if self._least(base, amb, opts, gens, length, rank, b)
+                        b for b in opts["load_in_4bit"] if self._least(base, amb, opts, (length, gens, rank, b))
                     )
                     return length, gens, rank, four_bit
         return None
@@ -179,15 +186,10 @@ class Solver(Judge):
             for standby in opts["vllm_standby"]:
                 if not self.standby_allowed(amb, four_bit, standby):
                     continue
-                levers = {
-                    "lora_rank": rank,
-                    "load_in_4bit": four_bit,
-                    "gradient_checkpointing": checkpointing,
-                    "vllm_standby": standby,
-                }
+                levers = {**learned_levers(learned), "gradient_checkpointing": checkpointing, "vllm_standby": standby}
 
                 def placed(batch, levers=levers):
-                    return self.with_share(self.shaped(base, amb, gens, length, levers, prompts, batch), amb.pinned)
+                    return self.with_share(self.shaped(base, amb, levers, prompts, batch), amb.pinned)
 
                 # the largest batch that fits (memory grows with the batch: a binary search), and the next
                 # smaller one, whose vLLM share may be larger
@@ -283,14 +285,13 @@ class Solver(Judge):
         prompts = self.least_prompts(base, amb, opts, gens) or opts["prompts"][0]
         batches = self.batches(base, amb, prompts * gens)
         levers = {
-            "lora_rank": rank,
-            "load_in_4bit": four_bit,
+            **learned_levers(learned),
             "gradient_checkpointing": opts["gradient_checkpointing"][-1],
             "vllm_standby": opts["vllm_standby"][0] if "vllm_standby" in amb.pinned else False,
         }
         if not batches:
             return None
-        p = self.with_share(self.shaped(base, amb, gens, length, levers, prompts, batches[-1]), amb.pinned, "floor")
+        p = self.with_share(self.shaped(base, amb, levers, prompts, batches[-1]), amb.pinned, "floor")
         return Choice(p, self.speed(p), "fallback") if p is not None else None
 
     # --- the ambition and what was given up ---------------------------------------------------------
@@ -303,14 +304,13 @@ class Solver(Judge):
         if "gradient_checkpointing" in amb.pinned:
             checkpointing = amb.checkpointing
         levers = {
-            "lora_rank": amb.rank,
-            "load_in_4bit": not amb.sixteen_bit,
+            **learned_levers((amb.completion, amb.generations, amb.rank, not amb.sixteen_bit)),
             "gradient_checkpointing": checkpointing,
             "vllm_standby": amb.standby and base.fast_inference and "vllm_standby" in amb.pinned,
         }
         completions = amb.prompts_per_step * amb.generations
         batches = self.batches(base, amb, completions) or [1]
-        p = self.shaped(base, amb, amb.generations, amb.completion, levers, amb.prompts_per_step, batches[-1])
+        p = self.shaped(base, amb, levers, amb.prompts_per_step, batches[-1])
         return self.least_share(p, amb.pinned)
 
     def given_up(self, ambition_profile, chosen) -> list[GivenUp]:

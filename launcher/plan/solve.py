@@ -4,7 +4,7 @@ The objective is learning per hour (launcher.plan.value): optimizer updates per 
 for P prompts (GRPO groups) per update and B the critical batch; the step-time model (launcher.plan.speed)
 predicts how long a step takes. The levers, in order of value (decided first, given up last):
 
-  learning    1. the completion cap the task needs (launcher.plan.lengths): a cap above it buys nothing, one
+  learning    1. the completion cap the task needs (launcher.plan.completion_lengths): a cap above it buys nothing, one
                  below it truncates answers
               2. generations per group: ambition 8, floor 4 (16 where the card has room for them at little cost
                  in learning per hour: LARGE_GROUP_COST)
@@ -41,8 +41,8 @@ from dataclasses import replace
 from launcher.card.detect import GpuInfo
 from launcher.memory.estimate import estimate
 from launcher.plan.ambition import Ambition, ambition_of
-from launcher.plan.judge import profile_key, usable_of
-from launcher.plan.lengths import completion_plan
+from launcher.plan.completion_lengths import completion_plan
+from launcher.plan.judge import NO_LEDGER, Ledger, profile_key, usable_of
 from launcher.plan.levers import (
     GENERATIONS_AMBITION,
     MIN_COMPLETION_LENGTH,
@@ -52,7 +52,7 @@ from launcher.plan.levers import (
 )
 from launcher.plan.margins import card_for
 from launcher.plan.outcome import BATCH, MEMORY, REFUSED, VLLM, Fit, Shortfall
-from launcher.plan.search import Solver
+from launcher.plan.search import Solver, learned_levers
 from launcher.plan.wording import pinned_vllm_refused
 from profiles.catalog import Architecture, catalogue_key, resolve
 from profiles.keys import safe_name
@@ -70,21 +70,20 @@ def fit(
     *,
     arch: Architecture | None = None,
     ambition: Ambition | None = None,
-    pinned=(),
-    machine=None,
-    measurements=None,
-    budget_gib: float | None = None,
-    name: str | None = None,
+    ledger: Ledger = NO_LEDGER,
     topology: dict | None = None,
 ) -> Fit:
     """The configuration of `base`'s model with the most prompts per hour that fits `gpu` (free memory less the
-    margin, or `budget_gib`), from `ambition` (default: `base`'s own intent), on one GPU or the `topology`
-    given (num_gpus, vllm_mode, vllm_server_gpus, vllm_tensor_parallel; `gpu` is then each GPU's card)."""
+    margin), from `ambition` (default: `base`'s own intent), judged by this machine's `ledger` where it has
+    measured a shape, on one GPU or the `topology` given (num_gpus, vllm_mode, vllm_server_gpus,
+    vllm_tensor_parallel; `gpu` is then each GPU's card). The derived profile is named for what it is
+    (derived_name); with a smaller fallback of the same intent where the search found one."""
     arch = arch or resolve(base.model)
-    lengths = completion_plan(base, arch, ambition.pinned if ambition is not None else frozenset(pinned), measurements)
-    amb = ambition or ambition_of(base, pinned, arch=arch, lengths=lengths)
-    usable = usable_of(gpu) if budget_gib is None else budget_gib
-    solver = Solver(arch, gpu, usable, machine, measurements, lengths=lengths)
+    measurements = ledger.measurements
+    lengths = completion_plan(base, arch, ambition.pinned if ambition is not None else frozenset(), measurements)
+    amb = ambition or ambition_of(base, arch=arch, lengths=lengths)
+    usable = usable_of(gpu)
+    solver = Solver(arch, gpu, usable, ledger, lengths=lengths)
     base = base.model_copy(update={"device": "cuda", "zero_stage": 0, **(topology or SINGLE_GPU)})
     if solver.vllm_refused and base.fast_inference and "fast_inference" in amb.pinned:
         raise pinned_vllm_refused(solver.vllm_refused)
@@ -107,12 +106,12 @@ def fit(
     updates = {k: getattr(chosen, k) for k in LEVER_KEYS}
     derived = base.replace(
         **updates,
-        name=name or derived_name(arch, chosen),
+        name=derived_name(arch, chosen),
         description=f"derived by the fit solver for {arch.name} on a {gpu.total_gib:g} GiB "
         f"card from the intent of {amb.source}",
     )
     fallbacks = []
-    if found.smaller is not None and name is None and profile_key(found.smaller.profile) != profile_key(chosen):
+    if found.smaller is not None and profile_key(found.smaller.profile) != profile_key(chosen):
         smaller = found.smaller.profile
         fallbacks.append(
             (
@@ -154,8 +153,14 @@ def shortfall(solver: Solver, base, amb: Ambition) -> Shortfall:
     if solver.vllm_refused and base.fast_inference:
         base = base.model_copy(update={"fast_inference": False, "vllm_standby": False, "vllm_max_num_seqs": 0})
     levers = {
-        "lora_rank": (opts["lora_rank"] or [least.rank])[-1],
-        "load_in_4bit": (opts["load_in_4bit"] or [True])[-1],
+        **learned_levers(
+            (
+                least.completion,
+                least.generations,
+                (opts["lora_rank"] or [least.rank])[-1],
+                (opts["load_in_4bit"] or [True])[-1],
+            )
+        ),
         "gradient_checkpointing": (opts["gradient_checkpointing"] or ["true"])[-1],
         "vllm_standby": False,
     }
@@ -163,9 +168,7 @@ def shortfall(solver: Solver, base, amb: Ambition) -> Shortfall:
     batches = solver.batches(base, least, prompts * least.generations)
     if not batches:
         return Shortfall(BATCH, least.generations, least.completion, prompts)
-    p = solver.least_share(
-        solver.shaped(base, least, least.generations, least.completion, levers, prompts, batches[-1]), amb.pinned
-    )
+    p = solver.least_share(solver.shaped(base, least, levers, prompts, batches[-1]), amb.pinned)
     est = estimate(p, solver.arch, solver.gpu)
     if p.fast_inference and "fast_inference" not in amb.pinned:  # the last resort, transformers generating
         hf = p.model_copy(update={"fast_inference": False, "vllm_standby": False, "vllm_max_num_seqs": 0})

@@ -402,9 +402,9 @@ FORCE_FLOAT32_FAMILIES = ("gemma3", "gemma3_text", "gemma3n", "gemma4", "gpt_oss
 def shape_of(profile, arch, gpu, est=None, lengths=None) -> StepShape:
     """The StepShape of `profile` (a profiles.schema.Profile) with `arch` on `gpu` (a GpuInfo or None); `est`:
     its memory estimate (vLLM's sequences at once and KV cache come from it); `lengths`: its
-    launcher.plan.lengths.CompletionPlan (derived when not given)."""
+    launcher.plan.completion_lengths.CompletionPlan (derived when not given)."""
     from contract.attempt import bf16_capable
-    from launcher.plan.lengths import completion_plan
+    from launcher.plan.completion_lengths import completion_plan
 
     if lengths is None:
         lengths = completion_plan(profile, arch)

@@ -265,7 +265,7 @@ def shrink_after_oom(profile: Profile, report: oomlib.OomReport, machine) -> tup
         expected=profile.expected_completion_length,
     )
     # the budget already keeps the shortfall's headroom: no second one for the estimate's error
-    solver = Solver(arch, gpu, budget, not_live=not_live, headroom=False)
+    solver = Solver(arch, gpu, budget, shrink=not_live)
     solver.share_cap = min(SHARE_CAP, profile.gpu_memory_utilization)  # never a larger share than the one that ran
     found = solver.solve(profile, amb)
     if found is None:
@@ -303,8 +303,9 @@ def shrink_after_oom(profile: Profile, report: oomlib.OomReport, machine) -> tup
 def _verdict_here(profile: Profile, plan) -> tuple[bool, str]:
     """(fits, why) of a changed profile on the plan's machine, judged as the plan judges a candidate."""
     from launcher.plan.choose import make_plan
+    from launcher.plan.request import PlanRequest
 
-    judged = make_plan([profile], plan.machine, margin_gib=plan.margin_gib).candidates[0]
+    judged = make_plan(PlanRequest([profile], plan.machine, margin_gib=plan.margin_gib, derive=False)).candidates[0]
     return judged.fits, judged.reason
 
 
@@ -312,11 +313,11 @@ def replan_lengths(
     plan, profile: Profile, lengths: dict | None, pinned, tried: set[str], ceiling: tuple[float, str] | None
 ) -> Decision:
     """What runs after an attempt whose answers were cut at the cap (status replanned): the profile with the cap
-    and expected length the measurement calls for (contract.lengths.lengths_after) and max_seq_length to hold
+    and expected length the measurement calls for (contract.length_rule.lengths_after) and max_seq_length to hold
     them, when it fits this machine as the plan judges; else, on one GPU, the solver's configuration that keeps
     the new cap (other levers given up in its order); else the next profile of the ladder that fits. A key the
     user pinned (--set, or written in the --profile file) is not moved."""
-    from contract.lengths import MeasuredLengths, lengths_after
+    from contract.length_rule import MeasuredLengths, lengths_after
 
     measured = MeasuredLengths.from_json(lengths)
     if measured is None:
@@ -356,14 +357,14 @@ def replan_lengths(
         )
     gpu = plan.machine.primary if plan.machine is not None else None
     if profile.device == "cuda" and not profile.distributed and gpu is not None:
+        from launcher.plan.ambition import ambition_of
+        from launcher.plan.judge import Ledger
         from launcher.plan.solve import fit
 
+        arch = resolve(candidate.model)
+        kept = frozenset({"max_completion_length", "expected_completion_length"}) | frozenset(pinned)
         found = fit(
-            candidate,
-            gpu,
-            arch=resolve(candidate.model),
-            pinned=frozenset({"max_completion_length", "expected_completion_length"}) | frozenset(pinned),
-            machine=plan.machine,
+            candidate, gpu, arch=arch, ambition=ambition_of(candidate, kept, arch=arch), ledger=Ledger(plan.machine)
         )
         if found.profile is not None:
             solved = found.profile.replace(name=profile.name)

@@ -218,7 +218,7 @@ class Supervisor:
             return profile.expected_completion_length
         try:
             from launcher.memory.ledger.store import read as read_ledger
-            from launcher.plan.lengths import expected_length
+            from launcher.plan.completion_lengths import expected_length
             from profiles.catalog import resolve
 
             return expected_length(profile, resolve(profile.model), read_ledger(warn=lambda text: None))

@@ -66,7 +66,6 @@ def test_help_before_a_command_is_that_commands_help(argv, capsys):
     assert code == 0 and out.startswith("usage: train.py plan")
 
 
-@pytest.mark.slow  # starts train.py
 def test_a_reader_that_stops_early_ends_no_traceback(tmp_path):
     read_end, write_end = os.pipe()
     os.close(read_end)  # the reader is gone before the first line, as `| head -0`
@@ -148,6 +147,7 @@ def test_the_interrupted_runs_resume_command_quotes_the_run(tmp_path, monkeypatc
 
     from launcher.card.detect import Machine
     from launcher.plan.choose import make_plan
+    from launcher.plan.request import PlanRequest
     from launcher.run.supervise import supervise
     from profiles.load import profile_from_dict
     from support.fake_runs import CPU_SETTINGS, FAKE_CHILD
@@ -155,7 +155,7 @@ def test_the_interrupted_runs_resume_command_quotes_the_run(tmp_path, monkeypatc
     settings = dict(CPU_SETTINGS, name="a", max_steps=4, save_steps=2, eval_samples=0, num_generations=4)
     settings.update(max_completion_length=64, per_device_train_batch_size=4, gradient_accumulation_steps=1)
     machine = Machine([], "no GPU", host_ram_gib=24.0, host_free_gib=20.0)
-    plan = make_plan([profile_from_dict(settings, "<test>")], machine)
+    plan = make_plan(PlanRequest([profile_from_dict(settings, "<test>")], machine))
     monkeypatch.setenv("FAKE_CHILD_PLAN", json.dumps({"a": {"do": "wait_signal", "at_step": 2}}))
     out = tmp_path / "my $(echo) runs"
 

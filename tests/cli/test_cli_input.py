@@ -17,6 +17,7 @@ import train
 from contract.errors import UsageError
 from launcher.card.detect import Machine, detect_machine
 from launcher.plan.choose import make_plan
+from launcher.plan.request import PlanRequest
 from launcher.run.inputs import check_run_inputs
 from profiles.load import load_profiles
 from support.cli import start_train_py
@@ -126,7 +127,7 @@ def test_gpu_memory_for_a_run_on_a_machine_without_a_gpu(capsys, tmp_path):
 
 def test_inject_oom_names_are_checked_against_the_profiles(monkeypatch):
     profiles = load_profiles(ROOT / "profiles")
-    plan = make_plan(profiles, Machine(gpus=[], message="no GPU", host_ram_gib=24.0, host_free_gib=20.0))
+    plan = make_plan(PlanRequest(profiles, Machine(gpus=[], message="no GPU", host_ram_gib=24.0, host_free_gib=20.0)))
     monkeypatch.setenv("GRPO_INJECT_OOM", "cpu-tiny-8gen@2,cpu-tiny-4gen@probe,cpu-tiny-8gen")
     check_run_inputs(profiles, plan, gpu_memory=None, resume=True)  # the three forms are accepted
     monkeypatch.setenv("GRPO_INJECT_OOM", "cpu-tiny-8gen,cpu-tiny-9gen")
@@ -216,7 +217,6 @@ def test_the_program_takes_an_ignored_sigint_back_before_anything_loads(monkeypa
 MOMENTS = [(0.1, "ignored"), (0.3, "ignored"), (0.3, "default"), (1.0, "default"), (2.0, "default")]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("after_cpu_s, at_start", MOMENTS)
 def test_ctrl_c_in_the_first_moments_exits_130_without_a_traceback(tmp_path, after_cpu_s, at_start):
     """Ctrl-C once the run has done this much work (CPU seconds of the supervisor and its attempt: about as many

@@ -102,7 +102,6 @@ def test_rewards_the_user_sets_are_the_users_own_choice(sent_attempt, tmp_path):
     assert all("evil.py" in entry for entry in sampling.left_out)  # the folder's correctness is still left out
 
 
-@pytest.mark.slow
 def test_trust_remote_code_from_the_folder_needs_the_users_own_set(tmp_path):
     folder = tmp_path / "attempt-01-x"
     (folder / "adapter").mkdir(parents=True)
@@ -120,6 +119,7 @@ def test_trust_remote_code_from_the_folder_needs_the_users_own_set(tmp_path):
 def test_trust_remote_code_is_said_once_per_model_before_the_first_attempt(tmp_path, monkeypatch):
     from launcher.card.detect import Machine
     from launcher.plan.choose import make_plan
+    from launcher.plan.request import PlanRequest
     from launcher.run.supervise import supervise
     from profiles.load import profile_from_dict
 
@@ -142,7 +142,9 @@ def test_trust_remote_code_is_said_once_per_model_before_the_first_attempt(tmp_p
             "<test b>",
         ),
     ]
-    plan = make_plan(rungs, Machine(gpus=[], message="test machine: no GPU", host_ram_gib=24.0, host_free_gib=20.0))
+    plan = make_plan(
+        PlanRequest(rungs, Machine(gpus=[], message="test machine: no GPU", host_ram_gib=24.0, host_free_gib=20.0))
+    )
     monkeypatch.setenv("FAKE_CHILD_PLAN", json.dumps({"a": {"do": "oom", "text": "torch_logits_gib.txt"}}))
     out = io.StringIO()
     fake_child = [sys.executable, str(REPO / "tests" / "support" / "fake_child.py")]

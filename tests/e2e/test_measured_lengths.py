@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 import yaml
 
 from support.cli import train_py
@@ -53,7 +52,6 @@ def summary(run: Path, record: dict) -> dict:
     return json.loads((run / record["attempt_dir"] / "summary.json").read_text())
 
 
-@pytest.mark.slow
 def test_the_cpu_defaults_answers_are_measured_and_fit_its_cap(tmp_path, tiny_cache):
     run, records, done = run_train(tmp_path, profile_file(tmp_path), tiny_cache)
     assert [r["status"] for r in records] == ["ok"]
@@ -71,7 +69,6 @@ def test_the_cpu_defaults_answers_are_measured_and_fit_its_cap(tmp_path, tiny_ca
     assert "length probe: 24 answers sampled at the cap of 48 tokens" in done.stdout
 
 
-@pytest.mark.slow
 def test_long_answers_replan_the_cap_end_to_end(tmp_path, tiny_cache):
     profile = profile_file(tmp_path, name="cpu-tiny-long", model="tiny-long", expected_completion_length=0)
     run, records, done = run_train(tmp_path, profile, tiny_cache, ladder=True)

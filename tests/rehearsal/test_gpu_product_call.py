@@ -11,8 +11,6 @@ import sys
 import tarfile
 from pathlib import Path
 
-import pytest
-
 from support.cli import REPO, cpu_run_env
 from support.waiting import run_to_end
 
@@ -65,6 +63,7 @@ def test_the_oom_rung_is_sized_past_the_card_and_planned_on_a_card_that_holds_it
     from launcher.card.detect import GpuInfo, Machine
     from launcher.memory.estimate import estimate
     from launcher.plan.choose import make_plan
+    from launcher.plan.request import PlanRequest
     from profiles.schema import profile_from_dict
 
     for total in (79.6, 139.8):
@@ -74,12 +73,11 @@ def test_the_oom_rung_is_sized_past_the_card_and_planned_on_a_card_that_holds_it
         assert needed >= gpu_product.OOM_OVER * total  # a real out-of-memory on this card
         larger = GpuInfo("what-if", what_if, what_if, 0.0, (9, 0), None, None, 0, "what-if")
         machine = Machine([larger], "what-if", 64.0, 60.0)
-        plan = make_plan([profile_from_dict(big, "big"), profile_from_dict(small, "small")], machine)
+        plan = make_plan(PlanRequest([profile_from_dict(big, "big"), profile_from_dict(small, "small")], machine))
         assert plan.chosen is not None and plan.chosen.name == "oom-big"  # judged to fit the card it is told of
         assert all(c.fits for c in plan.candidates)
 
 
-@pytest.mark.slow
 def test_the_documented_call_runs_as_written_and_brings_back_what_the_closing_note_needs(tmp_path, tiny_cache):
     out = tmp_path / "out"  # fresh, as $OUT is at every call
     env = cpu_run_env(

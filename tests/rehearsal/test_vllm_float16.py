@@ -21,6 +21,7 @@ from contract import failure
 from contract import oom as oom
 from launcher.card.detect import detect_machine, known_capability
 from launcher.plan.choose import make_plan
+from launcher.plan.request import PlanRequest
 from launcher.run.supervise import supervise
 from profiles.catalog import CATALOGUE, VLLM_FLOAT16_REFUSED, resolve, vllm_refuses
 from profiles.load import load_profile
@@ -69,7 +70,7 @@ def test_the_refused_families_are_in_the_catalogue():
 
 
 def gemma_candidate(card_name: str, gib: float):
-    plan = make_plan([load_profile(GEMMA)], detect_machine(what_if_gib=gib, what_if_name=card_name))
+    plan = make_plan(PlanRequest([load_profile(GEMMA)], detect_machine(what_if_gib=gib, what_if_name=card_name)))
     return plan, plan.candidates[0]
 
 
@@ -97,7 +98,7 @@ def test_a_vllm_server_for_a_refused_model_is_not_planned_below_8_0():
     server = load_profile(GEMMA).replace(
         vllm_mode="server", vllm_server_gpus=1, vllm_standby=False, gradient_checkpointing="true"
     )
-    plan = make_plan([server], detect_machine(what_if_gib=15, what_if_name="Tesla T4", what_if_count=2))
+    plan = make_plan(PlanRequest([server], detect_machine(what_if_gib=15, what_if_name="Tesla T4", what_if_count=2)))
     assert not plan.candidates[0].fits and "refuses float16" in plan.candidates[0].reason
 
 
@@ -117,7 +118,6 @@ def test_the_attempt_runs_the_profile_the_plan_chose(tmp_path, monkeypatch):
     assert yaml.safe_load(written.read_text())["fast_inference"] is False
 
 
-@pytest.mark.slow
 def test_the_dry_run_shows_the_gemma_rung_without_vllm_on_a_t4_and_with_it_on_an_l4():
     def gemma(*card: str) -> dict:
         done = train_py("--auto", "--dry-run", "--json", "--ignore-ledger", *card)

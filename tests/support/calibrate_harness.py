@@ -14,6 +14,7 @@ from fake_runs import CPU_SETTINGS, FAKE_CHILD  # noqa: E402
 from commands.calibrate import run_calibration  # noqa: E402
 from launcher.card.detect import Machine  # noqa: E402
 from launcher.plan.choose import make_plan  # noqa: E402
+from launcher.plan.request import PlanRequest
 from profiles.load import profile_from_dict  # noqa: E402
 
 BASE = dict(
@@ -42,7 +43,7 @@ def main() -> int:
     from contract.errors import UsageError
 
     machine = Machine(gpus=[], message="test machine: no GPU", host_ram_gib=24.0, host_free_gib=20.0)
-    plan = make_plan(rungs(), machine)
+    plan = make_plan(PlanRequest(rungs(), machine))
     try:
         return run_calibration(plan, output_dir=Path(sys.argv[1]), child_command=FAKE_CHILD)
     except UsageError as exc:  # as train.py reports it

@@ -185,7 +185,7 @@ def lengths_record(profile, figures) -> dict | None:
     """The ledger's record of an attempt's measured answer lengths (the outcome's `lengths`): the figures with
     what they were measured under (model, task, chat-template switches: weigh.lengths_identity), or None when
     the outcome holds no sound measurement."""
-    from contract.lengths import MeasuredLengths
+    from contract.length_rule import MeasuredLengths
     from launcher.memory.ledger.weigh import lengths_identity
 
     measured = MeasuredLengths.from_json(figures)

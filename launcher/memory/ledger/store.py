@@ -119,7 +119,7 @@ class Entry:
     step_s: float | None = None  # measured seconds per optimizer step (steady state)
     predicted_step_s: float | None = None  # what the plan predicted for it
     completion_mean: float | None = None  # the mean completion length the measured steps generated
-    # the answers' measured lengths (contract.lengths.MeasuredLengths) and what they were measured with:
+    # the answers' measured lengths (contract.length_rule.MeasuredLengths) and what they were measured with:
     # {"model", "task", "prompt", "switches", "samples", "mean", "p95", "longest", "cut_share", "cap", "source"}
     lengths: dict | None = None
     settings: dict = field(default_factory=dict)

@@ -31,7 +31,7 @@ def injected_record(entry: Entry) -> bool:
 
 
 def _lengths_only_text(entry: Entry) -> str:
-    from contract.lengths import MeasuredLengths
+    from contract.length_rule import MeasuredLengths
 
     measured = MeasuredLengths.from_json(entry.lengths)
     if measured is not None and measured.censored:
@@ -340,7 +340,7 @@ class LengthsFound:
     """The measurement of the answers' lengths a plan reads, and the ledger record it comes from (named in the
     plan's notes, so that `ledger --forget` can drop it)."""
 
-    measured: Any  # contract.lengths.MeasuredLengths
+    measured: Any  # contract.length_rule.MeasuredLengths
     day: str  # YYYY-MM-DD
     profile: str  # the profile whose attempt measured it
     fingerprint: str  # that record's fingerprint: what `ledger --forget` takes
@@ -355,8 +355,8 @@ class LengthsFound:
 def measured_lengths(entries, profile, switches: dict, now: datetime | None = None) -> LengthsFound | None:
     """The measurement of the answers' lengths for this model, task, switches, tools and sampling settings, or
     None: the newest whose answers ended within the cap, else the newest cut one (a lower bound: the plan
-    reads it as one, contract.lengths.planned_from). Records older than MAX_AGE_DAYS do not count."""
-    from contract.lengths import MeasuredLengths
+    reads it as one, contract.length_rule.planned_from). Records older than MAX_AGE_DAYS do not count."""
+    from contract.length_rule import MeasuredLengths
 
     if not entries:
         return None

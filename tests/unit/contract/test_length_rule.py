@@ -1,10 +1,10 @@
-"""contract.lengths: the figures of measured answers, when they overrule a plan, and what they call for."""
+"""contract.length_rule: the figures of measured answers, when they overrule a plan, and what they call for."""
 
 from __future__ import annotations
 
 import pytest
 
-from contract.lengths import (
+from contract.length_rule import (
     CUT_WARNING_SHARE,
     MeasuredLengths,
     cut_warning,

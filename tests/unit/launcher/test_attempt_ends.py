@@ -49,6 +49,7 @@ def test_a_process_without_stray_threads_exits_as_usual():
 def test_the_supervisor_ends_an_attempt_that_lingers_after_its_outcome(tmp_path, monkeypatch):
     from launcher.card.detect import Machine
     from launcher.plan.choose import make_plan
+    from launcher.plan.request import PlanRequest
     from launcher.run import child
     from launcher.run.attempts import read_attempts
     from launcher.run.supervise import supervise
@@ -71,7 +72,7 @@ def test_the_supervisor_ends_an_attempt_that_lingers_after_its_outcome(tmp_path,
         ),
         "<test a>",
     )
-    plan = make_plan([profile], Machine(gpus=[], message="test", host_ram_gib=24.0, host_free_gib=20.0))
+    plan = make_plan(PlanRequest([profile], Machine(gpus=[], message="test", host_ram_gib=24.0, host_free_gib=20.0)))
     code = supervise(
         plan, output_dir=tmp_path / "out", child_command=FAKE_CHILD, console=Console(file=io.StringIO(), width=200)
     )
@@ -84,10 +85,11 @@ def test_the_supervisor_ends_an_attempt_that_lingers_after_its_outcome(tmp_path,
 def test_a_keyboard_interrupt_no_signal_caused_is_an_error_naming_the_reward(tmp_path):
     from rewards import user
     from trainer.run import classify
+    from usercode.entry import parse_spec
 
     path = tmp_path / "r.py"
     path.write_text("def stop(completions, **kw):\n    raise KeyboardInterrupt\n")
-    reward = user.load(user.parse_spec(f"{path}:stop"))
+    reward = user.load(parse_spec(f"{path}:stop"))
     try:
         reward(prompts=["p"], completions=["c"])
     except KeyboardInterrupt as exc:

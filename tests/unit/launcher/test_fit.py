@@ -18,12 +18,13 @@ from launcher.memory.estimate import estimate
 from launcher.memory.ledger import record as ledger_record
 from launcher.memory.ledger import store as ledger_store
 from launcher.plan.choose import make_plan
+from launcher.plan.completion_lengths import completion_plan
 from launcher.plan.derive import best_fit, derive_ladder, fit_gpus, topologies
 from launcher.plan.judge import usable_of
-from launcher.plan.lengths import completion_plan
 from launcher.plan.levers import GENERATIONS_AMBITION, MIN_COMPLETION_LENGTH, MIN_GENERATIONS
 from launcher.plan.margins import ESTIMATE_MAX_USE
 from launcher.plan.outcome import MEMORY
+from launcher.plan.request import PlanRequest
 from launcher.plan.search import Solver
 from launcher.plan.solve import fit
 from launcher.plan.speed import predict
@@ -86,9 +87,9 @@ def test_each_learning_lever_is_the_most_that_fits_with_throughput_at_its_least(
     assert length == amb.completion  # the cap the task needs is the last thing given up
     richer_rank = [r for r in opts["lora_rank"] if r > chosen.lora_rank]
     if richer_rank:
-        assert not solver._least(base, amb, opts, gens, length, richer_rank[-1], True)
+        assert not solver._least(base, amb, opts, (length, gens, richer_rank[-1], True))
     if chosen.load_in_4bit:
-        assert not solver._least(base, amb, opts, gens, length, chosen.lora_rank, False)
+        assert not solver._least(base, amb, opts, (length, gens, chosen.lora_rank, False))
 
 
 def test_levers_are_given_up_cheapest_first():
@@ -189,7 +190,7 @@ def test_t4_phi_4_fits_as_unsloths_notebook_ran_it_and_the_solver_does_at_least_
             optim="paged_adamw_8bit",
         )
     )
-    plan = make_plan([theirs], machine(15.0, "Tesla T4"))
+    plan = make_plan(PlanRequest([theirs], machine(15.0, "Tesla T4")))
     assert plan.chosen is not None, plan.candidates[0].reason
     result = best("microsoft/phi-4", 15.0, "Tesla T4")
     p = result.profile
@@ -218,9 +219,7 @@ def test_grid_subset_keeps_the_planners_promises():
     for model in SUBSET_MODELS:
         for gib, name in SUBSET_CARDS:
             m = machine(gib, name)
-            limits: dict = {}
-            ladder, _ = derive_ladder(rungs([f"model={model}"]), model, m, limits=limits)
-            plan = make_plan(ladder, m, limits=limits)
+            plan = make_plan(PlanRequest(rungs([f"model={model}"]), m, model=model))
             chosen = next((c for c in plan.candidates if c.fits), None)
             arch = resolve(model)
             if chosen is None:
@@ -250,8 +249,7 @@ def test_fourteen_b_on_eight_gib_cannot_fit_and_says_why():
 def test_planning_a_model_stays_instant():
     m = machine(24.0)
     started = time.process_time()  # this process's CPU seconds: what another process's load leaves alone
-    ladder, _ = derive_ladder(rungs(["model=Qwen/Qwen3-8B"]), "Qwen/Qwen3-8B", m)
-    make_plan(ladder, m)
+    make_plan(PlanRequest(rungs(["model=Qwen/Qwen3-8B"]), m, model="Qwen/Qwen3-8B"))
     assert time.process_time() - started < 0.5
 
 
@@ -262,11 +260,11 @@ def test_planning_a_model_stays_instant():
 def test_a_rung_written_whole_for_its_own_model_is_kept_as_written():
     m = machine(24.0)
     ladder, notes = derive_ladder(rungs(["model=unsloth/gemma-3-1b-it"]), "unsloth/gemma-3-1b-it", m)
-    assert "gpu-16gb-gemma3-1b" in [p.name for p in ladder]
+    assert "gpu-16gb-gemma3-1b" in [c.profile.name for c in ladder]
     assert "kept as written: gpu-16gb-gemma3-1b" in notes[0]
     # a rung that writes `auto` has no shape as written: it is derived from, never kept
     ladder, notes = derive_ladder(rungs(["model=unsloth/Llama-3.1-8B-Instruct"]), "unsloth/Llama-3.1-8B-Instruct", m)
-    assert "gpu-24gb-llama3.1-8b" not in [p.name for p in ladder] and "kept as written" not in notes[0]
+    assert "gpu-24gb-llama3.1-8b" not in [c.profile.name for c in ladder] and "kept as written" not in notes[0]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -312,7 +310,7 @@ def test_several_gpus_search_spreads_the_run_and_each_gpu_fits():
     spread = fit_gpus(rung, "unsloth/Llama-3.1-8B-Instruct", m)
     p = spread.profile
     assert p.gpus_needed == 2 and spread.speed.prompts_per_hour > single.speed.prompts_per_hour
-    plan = make_plan([p], m)
+    plan = make_plan(PlanRequest([p], m))
     assert plan.chosen is not None, plan.candidates[0].reason
     assert fit_gpus(rung, "unsloth/Llama-3.1-8B-Instruct", machine(24.0)) is None  # one GPU: nothing to spread
 

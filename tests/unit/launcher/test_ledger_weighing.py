@@ -13,6 +13,7 @@ from launcher.memory.ledger import record as ledger_record
 from launcher.memory.ledger import store as ledger_store
 from launcher.memory.ledger import weigh as ledger_weigh
 from launcher.plan.choose import make_plan
+from launcher.plan.request import PlanRequest
 from profiles.load import load_profile
 from support.ledger_machines import card as _card
 from support.ledger_machines import cpu as _cpu
@@ -35,7 +36,7 @@ def l4():
 
 
 def _verdict(entries, profile, machine, **plan_kwargs):
-    (cand,) = make_plan([profile], machine, measurements=entries, **plan_kwargs).candidates
+    (cand,) = make_plan(PlanRequest([profile], machine, measurements=entries, derive=False, **plan_kwargs)).candidates
     return cand
 
 
@@ -102,7 +103,7 @@ def test_an_injected_oom_written_by_an_older_version_is_not_a_measurement(tmp_pa
     path = tmp_path / "ledger.jsonl"
     path.write_text("".join(json.dumps(_legacy_injected_line(p, _cpu())) + "\n" for p in (eight, four)))
     entries = ledger_store.read(path)
-    plan = make_plan([eight, four], _cpu(), measurements=entries)
+    plan = make_plan(PlanRequest([eight, four], _cpu(), measurements=entries))
     assert plan.chosen.name == "cpu-tiny-8gen" and all(c.measured is None for c in plan.candidates)
     effects = ledger_weigh.record_effects(entries, _cpu())
     assert all(not e.counts and "injected" in e.text for e in effects)
@@ -111,17 +112,17 @@ def test_an_injected_oom_written_by_an_older_version_is_not_a_measurement(tmp_pa
 def test_the_plan_says_in_one_line_when_the_ledger_refused_a_shape_and_the_way_out(l4):
     small = load_profile("profiles/gpu-16gb-gemma3-1b.yaml")
     oom = _entry(l4, _card(), status="oom", oom_report=_oom(21.0))
-    plan = make_plan([l4, small], _card(), measurements=[oom])
+    plan = make_plan(PlanRequest([l4, small], _card(), measurements=[oom], derive=False))
     assert plan.chosen.name == small.name
     (note,) = [n for n in plan.notes if "ledger" in n]
     assert note.startswith(f"the ledger refused {l4.name}, which the estimate fits")
     assert f"--forget {l4.name}" in note and "--ignore-ledger" in note and "\n" not in note
-    assert make_plan([l4, small], _card(), measurements=[]).chosen.name == l4.name
+    assert make_plan(PlanRequest([l4, small], _card(), measurements=[], derive=False)).chosen.name == l4.name
 
 
 def test_an_explicit_profile_is_warned_never_refused_by_the_ledger(l4):
     oom = _entry(l4, _card(), status="oom", oom_report=_oom(21.0))
-    plan = make_plan([l4], _card(), measurements=[oom], ledger_refuses=False)
+    plan = make_plan(PlanRequest([l4], _card(), measurements=[oom], named=True, derive=False))
     (cand,) = plan.candidates
     assert plan.chosen is not None and cand.fits
     assert "the ledger warns: ran out of memory here needing at least 23.00 GiB" in cand.reason
@@ -130,7 +131,7 @@ def test_an_explicit_profile_is_warned_never_refused_by_the_ledger(l4):
     assert note.startswith(f"warning: {l4.name} may run out of memory") and f"--forget {l4.name}" in note
     # what the estimate itself refuses stays refused
     tiny_card = _card(free=6.0, total=8.0)
-    assert not make_plan([l4], tiny_card, measurements=[oom], ledger_refuses=False).candidates[0].fits
+    assert not make_plan(PlanRequest([l4], tiny_card, measurements=[oom], named=True, derive=False)).candidates[0].fits
 
 
 def test_records_of_another_machine_have_no_effect_here(l4):
@@ -153,5 +154,5 @@ def test_a_calibration_counts_over_an_earlier_injected_oom(tmp_path):
     legacy["date"] = (datetime.now() - timedelta(hours=1)).isoformat(timespec="seconds")
     path.write_text(json.dumps(legacy) + "\n")
     ledger_store.append(_entry(eight, _cpu(), status="probe-ok", peak_gib=0.68), path)
-    (cand,) = make_plan([eight], _cpu(), measurements=ledger_store.read(path)).candidates
+    (cand,) = make_plan(PlanRequest([eight], _cpu(), measurements=ledger_store.read(path))).candidates
     assert cand.fits and cand.measured.need_gib == 0.68 and "measured 0.68 GiB" in cand.reason

@@ -12,7 +12,7 @@ import pytest
 
 from launcher.memory.ledger.record import lengths_record
 from launcher.memory.ledger.store import Entry
-from launcher.plan.lengths import MEASURED, THINKING_CAP, completion_plan, lengths_notes, planned_switches
+from launcher.plan.completion_lengths import MEASURED, THINKING_CAP, completion_plan, lengths_notes, planned_switches
 from profiles.catalog import resolve
 from profiles.load import load_profile
 from support.cli import train_py
@@ -168,7 +168,6 @@ def test_lengths_are_kept_apart_by_tools_and_sampling():
     assert completion_plan(profile, arch, measurements=[old]).source == "estimated"
 
 
-@pytest.mark.slow
 def test_the_fit_solver_derives_from_the_measured_cap(tmp_path, monkeypatch):
     """`plan --set model=M` reads the ledger: the derived configurations hold the measured answers."""
     profile = rung("model=Qwen/Qwen3-4B")
@@ -201,7 +200,7 @@ def cached_model(tmp_path, monkeypatch):
     reads the thinking switch."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-    from tasks.lengths import WORKED_SAMPLE
+    from tasks.reference_lengths import WORKED_SAMPLE
 
     hub = tmp_path / "hub"
     snapshot = hub / "models--someone--maths-7b" / "snapshots" / "abc"

@@ -16,6 +16,7 @@ from contract.errors import UsageError
 from launcher.card.detect import Machine
 from launcher.card.topology import MAX_MACHINES, topology
 from launcher.plan.choose import make_plan
+from launcher.plan.request import PlanRequest
 from launcher.run.follow import command_differences
 from launcher.run.supervise import supervise
 from profiles.load import profile_from_dict
@@ -58,7 +59,7 @@ def test_a_server_node_for_a_profile_without_a_server_is_refused(tmp_path, monke
     monkeypatch.setenv("GRPO_MACHINE_TIMEOUT", "5")
     settings = dict(CPU_SETTINGS, name="a", max_steps=4, save_steps=2, eval_samples=0, num_generations=4)
     settings.update(max_completion_length=64, per_device_train_batch_size=4, gradient_accumulation_steps=1)
-    plan = make_plan([profile_from_dict(settings, "<test>")], CPU_MACHINE)
+    plan = make_plan(PlanRequest([profile_from_dict(settings, "<test>")], CPU_MACHINE))
     text = io.StringIO()
     code = supervise(plan, tmp_path / "out", child_command=FAKE_CHILD, console=Console(file=text, width=400))
     assert code == 2, text.getvalue()

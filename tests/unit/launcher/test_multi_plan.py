@@ -12,6 +12,7 @@ from launcher.card.detect import GpuInfo, Machine, detect_machine
 from launcher.memory.estimate import GIB, estimate, zero_model_state_bytes
 from launcher.plan.cards import fit_table
 from launcher.plan.choose import make_plan
+from launcher.plan.request import PlanRequest
 from profiles.catalog import resolve
 from profiles.load import load_profile, load_profiles, profile_from_dict
 from support.cli import train_py as run_cli
@@ -57,7 +58,6 @@ def test_zero_stage_divides_exactly_what_the_paper_says():
 # The shipped tiers against hand computations
 
 
-@pytest.mark.slow
 def test_2x24_plan_by_hand():
     """Llama-3.1-8B, 16-bit, LoRA 32, training on one 24 GiB card, vLLM server on the other."""
     result = run_cli("--auto", "--dry-run", "--json", "--gpu-memory", "24", "--gpus", "2")
@@ -122,7 +122,6 @@ def test_2x24_plan_by_hand():
     assert server["vllm_problem"] is None
 
 
-@pytest.mark.slow
 def test_8x80_plan_by_hand():
     """Qwen2.5-14B, 16-bit, LoRA 64: six GPUs train with DDP, two serve vLLM."""
     result = run_cli("--auto", "--dry-run", "--json", "--gpu-memory", "80", "--gpus", "8")
@@ -214,7 +213,7 @@ def test_full_fine_tuning_under_zero3_on_8_gpus():
 
 
 def test_one_gpu_lists_multi_gpu_profiles_but_never_chooses_them():
-    plan = make_plan(load_profiles(PROFILES), cards(80, 1))
+    plan = make_plan(PlanRequest(load_profiles(PROFILES), cards(80, 1)))
     multi = [c for c in plan.candidates if c.profile.name.startswith("multi-")]
     assert len(multi) == len(MULTI) == 3
     for cand in multi:
@@ -232,7 +231,7 @@ def test_one_gpu_lists_multi_gpu_profiles_but_never_chooses_them():
 
 
 def test_single_gpu_profiles_stay_candidates_on_many_gpus():
-    plan = make_plan(load_profiles(PROFILES), cards(80, 4))
+    plan = make_plan(PlanRequest(load_profiles(PROFILES), cards(80, 4)))
     verdicts = {c.profile.name: c for c in plan.candidates}
     assert not verdicts["multi-8x80gb-qwen2.5-14b"].fits
     assert verdicts["multi-2x24gb-llama3.1-8b"].fits and verdicts["gpu-80gb-qwen2.5-14b"].fits
@@ -242,14 +241,14 @@ def test_single_gpu_profiles_stay_candidates_on_many_gpus():
 def test_a_busy_gpu_decides_for_all_training_gpus():
     machine = cards(24, 2)
     machine.gpus[0].free_gib = 18.0  # another process holds 6 GiB of the first training GPU
-    plan = make_plan([load_profile(PROFILES / "multi-2x24gb-llama3.1-8b.yaml")], machine)
+    plan = make_plan(PlanRequest([load_profile(PROFILES / "multi-2x24gb-llama3.1-8b.yaml")], machine))
     cand = plan.candidates[0]
     assert not cand.fits
     assert "training GPU: too large: needs 18.43 GiB, 16.80 usable (18.00 free - 1.20 margin)" == cand.reason
 
 
 def test_one_profile_ladder_without_its_gpus_says_how_many():
-    plan = make_plan([load_profile(PROFILES / "multi-8x80gb-qwen2.5-14b.yaml")], cards(80, 2))
+    plan = make_plan(PlanRequest([load_profile(PROFILES / "multi-8x80gb-qwen2.5-14b.yaml")], cards(80, 2)))
     assert plan.chosen is None
     assert plan.candidates[0].reason == (
         "needs 8 GPUs on this machine, 2 visible (plan for them with --gpus 8 --gpu-memory GIB)"
@@ -260,12 +259,12 @@ def test_server_too_small_names_the_tensor_parallel_that_fits():
     p = load_profile(PROFILES / "multi-2x24gb-llama3.1-8b.yaml").replace(
         model="unsloth/Qwen2.5-14B-Instruct", vllm_server_gpus=2
     )
-    plan = make_plan([p], cards(24, 3))
+    plan = make_plan(PlanRequest([p], cards(24, 3)))
     cand = plan.candidates[0]
     assert not cand.fits
     assert cand.reason.startswith("vLLM server GPU too small: 0.9 x 24.0 GiB = 21.60 GiB < weights 27.51")
     assert cand.reason.endswith("vllm_tensor_parallel: 2 would")
-    split = make_plan([p.replace(vllm_tensor_parallel=2)], cards(24, 3)).candidates[0]
+    split = make_plan(PlanRequest([p.replace(vllm_tensor_parallel=2)], cards(24, 3))).candidates[0]
     assert split.estimate.server.components["weights"] == pytest.approx(27.511 / 2, abs=1e-3)
     assert split.estimate.server.vllm_problem is None
 
@@ -292,8 +291,8 @@ def test_colocated_vllm_holds_its_own_copy_on_every_gpu():
 def test_cpu_processes_each_need_their_ram():
     p = load_profile(PROFILES / "cpu-tiny-4gen.yaml", ["num_gpus=2"])
     machine = Machine([], "no GPU", 10.0, 2.0)  # 1 GiB margin: 1 GiB usable
-    one = make_plan([load_profile(PROFILES / "cpu-tiny-4gen.yaml")], machine).candidates[0]
-    two = make_plan([p], machine).candidates[0]
+    one = make_plan(PlanRequest([load_profile(PROFILES / "cpu-tiny-4gen.yaml")], machine)).candidates[0]
+    two = make_plan(PlanRequest([p], machine)).candidates[0]
     each = two.estimate.total_gib
     assert two.estimate.world_size == 2 and 0.5 < each < 1.0
     assert one.fits and one.reason == f"fits: {one.estimate.total_gib:.2f} of 1.00 GiB usable RAM"
@@ -310,7 +309,6 @@ def test_fit_table_stays_single_gpu():
     assert not any(name and name.startswith("multi-") for name in chosen)
 
 
-@pytest.mark.slow
 def test_gpus_flag_needs_a_card_size_without_a_driver():
     class NoDriver:
         class NVMLError(Exception):
@@ -329,7 +327,7 @@ def test_machine_count_changes_gpus_needed_per_machine(monkeypatch):
     monkeypatch.setenv("GRPO_NUM_MACHINES", "2")
     monkeypatch.setenv("GRPO_MAIN_ADDRESS", "10.0.0.1")
     p = load_profile(PROFILES / "multi-8x80gb-qwen2.5-14b.yaml")  # 6 training GPUs, 2 server GPUs
-    plan = make_plan([p], cards(80, 5))  # 3 training GPUs here + the server's 2
+    plan = make_plan(PlanRequest([p], cards(80, 5)))  # 3 training GPUs here + the server's 2
     assert plan.candidates[0].fits, plan.candidates[0].reason
 
 
@@ -353,7 +351,7 @@ def test_multi_profile_header_matches_the_estimator(path):
     train, server, card, count = float(match[1]), float(match[2]), float(match[3]), int(match[4])
     p = load_profile(path)
     assert p.gpus_needed == count
-    plan = make_plan([p], cards(card, count))
+    plan = make_plan(PlanRequest([p], cards(card, count)))
     cand = plan.candidates[0]
     assert cand.fits, cand.reason
     assert cand.estimate.total_gib == pytest.approx(train, abs=0.05)
@@ -407,7 +405,7 @@ def test_defaults_keep_every_single_gpu_profile_on_the_unsloth_path():
 
 def test_zero_profile_on_real_gpus_needs_deepspeed_installed(monkeypatch):
     """Found through NVML (not a what-if), a ZeRO profile is chosen only where deepspeed can be imported."""
-    import launcher.plan.verdict as plan_module
+    import launcher.plan.stages.memory as plan_module
 
     real = [GpuInfo(f"NVIDIA H100 {i}", 80.0, 80.0, 0.0, (9, 0), "580.65", "13.0", i, "nvml") for i in range(8)]
     machine = Machine(real, "8 x H100", 64.0, 60.0)
@@ -418,14 +416,14 @@ def test_zero_profile_on_real_gpus_needs_deepspeed_installed(monkeypatch):
     ]
 
     monkeypatch.setattr(plan_module, "_deepspeed_installed", lambda: False)
-    plan = make_plan(profiles, machine)
+    plan = make_plan(PlanRequest(profiles, machine))
     zero = next(c for c in plan.candidates if c.profile.name == "multi-8x80gb-qwen2.5-14b")
     assert not zero.fits
     assert zero.reason.startswith("needs the deepspeed package for ZeRO stage 2")
     assert plan.chosen.name == "multi-4x80gb-qwen2.5-14b"
 
     monkeypatch.setattr(plan_module, "_deepspeed_installed", lambda: True)
-    assert make_plan(profiles, machine).chosen.name == "multi-8x80gb-qwen2.5-14b"
+    assert make_plan(PlanRequest(profiles, machine)).chosen.name == "multi-8x80gb-qwen2.5-14b"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -451,8 +449,7 @@ def _grid_profile(num_gpus: int, server: bool):
 
 
 def test_planner_never_marks_as_fitting_a_split_the_launcher_refuses(tmp_path, monkeypatch):
-    from launcher.card.topology import gpu_assignment
-    from launcher.plan.verdict import local_gpus_needed
+    from launcher.card.topology import gpu_assignment, local_gpus_needed
     from launcher.run import distributed as dist
 
     disagreements, fitting = [], 0
@@ -465,7 +462,7 @@ def test_planner_never_marks_as_fitting_a_split_the_launcher_refuses(tmp_path, m
         for num_gpus in range(1, 17):
             for server in (False, True):
                 p = _grid_profile(num_gpus, server)
-                fits = make_plan([p], cards(80, 20)).candidates[0].fits
+                fits = make_plan(PlanRequest([p], cards(80, 20))).candidates[0].fits
                 fitting += fits
                 if not p.distributed:
                     continue  # one plain process: no split, nothing for the launcher to refuse

@@ -11,8 +11,8 @@ from contract.errors import EXIT_OUT_OF_MEMORY
 from launcher.card.detect import GpuInfo, Machine, detect_machine
 from launcher.plan.cards import COMMON_CARDS, fit_table
 from launcher.plan.choose import make_plan
-from launcher.plan.derive import derive_rungs
 from launcher.plan.margins import margin_for
+from launcher.plan.request import PlanRequest
 from profiles.load import load_profile, load_profiles, profile_from_dict
 from support.cli import train_py as run_cli
 from support.fake_nvml import FakeNvml
@@ -30,9 +30,7 @@ def what_if(total, free=None, name="card"):
 
 def planned(machine, profiles=None):
     """The shipped ladder as `train` plans it: each rung's `auto` keys derived for the machine's card."""
-    limits: dict = {}
-    rungs, _notes, written, refused = derive_rungs(profiles or gpu_ladder(), machine, limits=limits)
-    return make_plan(rungs, machine, limits=limits, written=written, refused=refused)
+    return make_plan(PlanRequest(profiles or gpu_ladder(), machine))
 
 
 def cpu_machine(ram=24.0, free=20.0):
@@ -109,7 +107,7 @@ def test_first_fitting_rung_is_chosen_and_verdicts_name_their_reason():
 
 def test_vllm_share_must_fit_in_free_memory():
     profile = load_profile(PROFILES / "gpu-16gb-gemma3-1b.yaml")  # 0.5 x total
-    plan = make_plan([profile], what_if(16, free=7.5))
+    plan = make_plan(PlanRequest([profile], what_if(16, free=7.5)))
     assert not plan.candidates[0].fits
     assert plan.candidates[0].reason.startswith(
         "vLLM asks 8.00 GiB (gpu_memory_utilization x total) but only 7.50 GiB is free"
@@ -118,7 +116,7 @@ def test_vllm_share_must_fit_in_free_memory():
 
 def test_nothing_fits_exits_3(capsys):
     profile = load_profile(PROFILES / "gpu-80gb-qwen2.5-14b.yaml")
-    plan = make_plan([profile], what_if(24))
+    plan = make_plan(PlanRequest([profile], what_if(24)))
     assert plan.chosen is None
     assert print_plan(plan, as_json=True) == EXIT_OUT_OF_MEMORY
     assert json.loads(capsys.readouterr().out)["chosen"] is None
@@ -126,7 +124,7 @@ def test_nothing_fits_exits_3(capsys):
 
 def test_cpu_machine_plans_the_cpu_profiles_only():
     profiles = gpu_ladder() + [cpu_profile("cpu-b", 910), cpu_profile("cpu-a", 900)]
-    plan = make_plan(profiles, cpu_machine())
+    plan = make_plan(PlanRequest(profiles, cpu_machine()))
     assert [c.profile.name for c in plan.candidates] == ["cpu-a", "cpu-b"]
     assert plan.chosen.name == "cpu-a"
     assert plan.candidates[0].estimate.memory == "host"
@@ -135,7 +133,7 @@ def test_cpu_machine_plans_the_cpu_profiles_only():
 
 
 def test_cuda_profile_without_a_gpu_does_not_fit():
-    plan = make_plan([load_profile(PROFILES / "gpu-16gb-gemma3-1b.yaml")], cpu_machine())
+    plan = make_plan(PlanRequest([load_profile(PROFILES / "gpu-16gb-gemma3-1b.yaml")], cpu_machine()))
     assert plan.chosen is None
     assert plan.candidates[0].reason.startswith("needs an NVIDIA GPU and none was found")
 
@@ -165,7 +163,6 @@ def test_fake_nvml_machine_is_planned_on_its_free_memory():
 # The command line
 
 
-@pytest.mark.slow
 def test_dry_run_json_is_the_design_object():
     result = run_cli("--auto", "--dry-run", "--json", "--gpu-memory", "16", "--gpu-name", "RTX 4080")
     assert result.returncode == 0, result.stderr
@@ -187,7 +184,6 @@ def test_dry_run_json_is_the_design_object():
     assert "5% of the card" in out["margin"]
 
 
-@pytest.mark.slow
 def test_dry_run_with_one_profile_gives_one_candidate():
     result = run_cli("--profile", "profiles/gpu-16gb-gemma3-1b.yaml", "--dry-run", "--json", "--gpu-memory", "15")
     out = json.loads(result.stdout)
@@ -195,7 +191,6 @@ def test_dry_run_with_one_profile_gives_one_candidate():
     assert out["chosen"] == "gpu-16gb-gemma3-1b"
 
 
-@pytest.mark.slow
 def test_dry_run_table_shows_gpu_candidates_and_choice():
     result = run_cli("--auto", "--dry-run", "--gpu-memory", "24", "--gpu-name", "NVIDIA GeForce RTX 4090")
     assert result.returncode == 0, result.stderr
@@ -206,7 +201,6 @@ def test_dry_run_table_shows_gpu_candidates_and_choice():
     assert "chosen: gpu-24gb-llama3.1-8b" in text
 
 
-@pytest.mark.slow
 def test_fit_table_json():
     result = run_cli("--fit-table", "--json")
     assert result.returncode == 0, result.stderr
@@ -233,7 +227,6 @@ def test_dry_run_imports_no_heavy_library_and_is_quick():
     # The speed itself (target <= 0.5 s) is measured by benchmarks/dry_run_time.py, not asserted here.
 
 
-@pytest.mark.slow
 def test_console_script_plans_like_train_py():
     """`grpo-train` (pyproject's console script) runs the same main as `python train.py`."""
     import shutil

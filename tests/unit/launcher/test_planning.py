@@ -26,16 +26,17 @@ from launcher.memory.ledger.weigh import measured_for
 from launcher.memory.parts import UNSLOTH_ENGINE_TIERS, UNSLOTH_GRAPH_RESERVE
 from launcher.plan import levers, solve
 from launcher.plan.choose import make_plan
-from launcher.plan.lengths import DEFAULT_CAP, completion_plan
+from launcher.plan.completion_lengths import DEFAULT_CAP, completion_plan
 from launcher.plan.margins import ESTIMATE_MAX_USE, estimate_limit
+from launcher.plan.request import PlanRequest
 from launcher.plan.speed import predict
-from launcher.plan.verdict import _judge
+from launcher.plan.stages.memory import _judge, _Room
 from launcher.run.attempts import AttemptRecord
 from profiles.catalog import resolve
 from profiles.load import load_profile
 from profiles.schema import profile_from_dict
 from tasks import arithmetic
-from tasks.lengths import ARITHMETIC, GSM8K, measure, reference_lengths
+from tasks.reference_lengths import ARITHMETIC, GSM8K, measure, reference_lengths
 from trainer.timing import calibration, measured_step, time_generation_wave, time_training_step
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -320,9 +321,10 @@ def test_an_estimate_alone_keeps_headroom_a_measurement_may_pack_close():
     profile = load_profile(PROFILES / "gpu-24gb-llama3.1-8b.yaml")
     est = estimate(profile, resolve(profile.model), gpu)
     est.total_gib = 0.95 * usable  # inside usable memory, past what an estimate alone may use
-    fits, reason = _judge(profile, est, gpu, m, 1.2)
+    room = _Room(gpu, m, 1.2)
+    fits, reason = _judge(est, room)
     assert not fits and reason.startswith("too close")
-    fits, reason = _judge(profile, est, gpu, m, 1.2, headroom_refuses=False)  # a profile the user named
+    fits, reason = _judge(est, room, headroom_refuses=False)  # a profile the user named
     assert fits and "it may run out of memory" in reason
 
     class Measured:
@@ -331,7 +333,7 @@ def test_an_estimate_alone_keeps_headroom_a_measurement_may_pack_close():
         def text(self):
             return "measured here"
 
-    assert _judge(profile, est, gpu, m, 1.2, Measured())[0]
+    assert _judge(est, room, Measured())[0]
 
 
 def test_standby_is_never_chosen_with_4bit_and_a_pinned_one_says_why(capsys):
@@ -435,7 +437,7 @@ def test_the_ledger_keeps_a_shapes_step_time_and_the_next_plan_uses_it():
     again = Entry.from_dict(json.loads(entry.to_json()))
     measured = measured_for([again], profile, m)
     assert measured.step_s == 42.5
-    plan = make_plan([profile], m, measurements=[again])
+    plan = make_plan(PlanRequest([profile], m, measurements=[again], derive=False))
     assert plan.candidates[0].speed.step_s == 42.5 and plan.candidates[0].speed.measured_s == 42.5
     with pytest.raises(ValueError, match="step_s"):
         Entry.from_dict({**json.loads(entry.to_json()), "step_s": -1})

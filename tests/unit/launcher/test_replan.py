@@ -10,11 +10,13 @@ import json
 from rich.console import Console
 from test_supervise import CPU_MACHINE, call_of, card, cpu_profile, gpu_profile, in_run, run
 
-from contract.lengths import measure
+from contract.length_rule import measure
 from launcher.plan.choose import make_plan
+from launcher.plan.request import PlanRequest
 from launcher.run.attempts import read_attempts
 from launcher.run.fallback import replan_lengths
-from launcher.run.supervise import MAX_LENGTH_REPLANS, supervise
+from launcher.run.supervise import supervise
+from launcher.run.supervisor import MAX_LENGTH_REPLANS
 from support.fake_runs import FAKE_CHILD
 
 
@@ -25,7 +27,7 @@ def cut_at(cap: int) -> dict:
 
 def test_cut_answers_double_the_cap_where_it_fits():
     profile = cpu_profile("a", 1, completion=48)
-    plan = make_plan([profile], CPU_MACHINE)
+    plan = make_plan(PlanRequest([profile], CPU_MACHINE))
     decision = replan_lengths(plan, profile, cut_at(48), frozenset(), {"a"}, None)
     assert decision.action == "replan" and decision.profile.name == "a"
     # 128 prompt + 96 completion still fit the profile's max_seq_length of 256
@@ -38,35 +40,37 @@ def test_cut_answers_double_the_cap_where_it_fits():
 
 def test_the_sequence_length_grows_to_hold_the_new_cap():
     profile = cpu_profile("a", 1, completion=128)  # 128 prompt + 128 completion = the 256 of max_seq_length
-    decision = replan_lengths(make_plan([profile], CPU_MACHINE), profile, cut_at(128), frozenset(), {"a"}, None)
+    decision = replan_lengths(
+        make_plan(PlanRequest([profile], CPU_MACHINE)), profile, cut_at(128), frozenset(), {"a"}, None
+    )
     assert decision.changes["max_completion_length"] == [128, 256]
     assert decision.changes["max_seq_length"] == [256, 384]
 
 
 def test_a_pinned_cap_stays_and_only_the_expected_length_moves():
     profile = cpu_profile("a", 1, completion=48)
-    plan = make_plan([profile], CPU_MACHINE)
+    plan = make_plan(PlanRequest([profile], CPU_MACHINE))
     decision = replan_lengths(plan, profile, cut_at(48), frozenset({"max_completion_length"}), {"a"}, None)
     assert decision.changes == {"expected_completion_length": [0, 48]}
 
 
 def test_a_cap_that_does_not_fit_takes_the_solvers_configuration_on_one_gpu():
     profile = gpu_profile("g", 1, per_device_train_batch_size=8, num_generations=8, max_seq_length=1280)
-    plan = make_plan([profile], card(8))
+    plan = make_plan(PlanRequest([profile], card(8)))
     assert plan.candidates[0].fits
     decision = replan_lengths(plan, profile, cut_at(1024), frozenset(), {"g"}, None)
     assert decision.action == "replan" and decision.profile.name == "g"
     assert decision.changes["max_completion_length"] == [1024, 2048]
     assert "at the cap of 2048 this configuration does not fit" in decision.text
     assert len(decision.changes) > 3  # the solver gave up other levers to hold the cap
-    again = make_plan([decision.profile], card(8)).candidates[0]
+    again = make_plan(PlanRequest([decision.profile], card(8))).candidates[0]
     assert again.fits, again.reason
 
 
 def test_nothing_holds_the_cap_here_falls_back_to_the_next_rung():
     big = gpu_profile("g", 1, per_device_train_batch_size=8, num_generations=8, max_seq_length=1280)
     small = gpu_profile("small", 2, model="Qwen/Qwen3-0.6B", max_completion_length=256, max_seq_length=512)
-    plan = make_plan([big, small], card(6, free=6))
+    plan = make_plan(PlanRequest([big, small], card(6, free=6)))
     decision = replan_lengths(plan, big, cut_at(1024), frozenset(), {"g"}, None)
     assert decision.action == "next" and decision.profile.name == "small"
     assert decision.text.startswith("the answers need a cap of 2048 (24 answers: 1024 tokens at the 95th percentile")
@@ -74,7 +78,9 @@ def test_nothing_holds_the_cap_here_falls_back_to_the_next_rung():
 
 def test_unreadable_lengths_fall_back_instead_of_guessing():
     profile = cpu_profile("a", 1)
-    decision = replan_lengths(make_plan([profile], CPU_MACHINE), profile, {"mean": "x"}, frozenset(), {"a"}, None)
+    decision = replan_lengths(
+        make_plan(PlanRequest([profile], CPU_MACHINE)), profile, {"mean": "x"}, frozenset(), {"a"}, None
+    )
     assert decision.action == "stop" and decision.text.startswith("the attempt's measured lengths cannot be read")
 
 
@@ -83,7 +89,7 @@ def test_unreadable_lengths_fall_back_instead_of_guessing():
 
 
 def test_a_run_whose_answers_are_cut_replans_and_trains_at_the_new_cap(tmp_path, monkeypatch):
-    plan = make_plan([cpu_profile("a", 1, completion=48)], CPU_MACHINE)
+    plan = make_plan(PlanRequest([cpu_profile("a", 1, completion=48)], CPU_MACHINE))
     code, records, text = run(plan, tmp_path, monkeypatch, {"a": {"do": "long_answers", "answers": 70}})
     assert code == 0
     assert [r["status"] for r in records] == ["replanned", "ok"]
@@ -104,7 +110,7 @@ def test_a_run_whose_answers_are_cut_replans_and_trains_at_the_new_cap(tmp_path,
 
 
 def test_replans_stop_after_the_limit_and_the_run_trains_with_what_it_has(tmp_path, monkeypatch):
-    plan = make_plan([cpu_profile("a", 1, completion=32)], CPU_MACHINE)
+    plan = make_plan(PlanRequest([cpu_profile("a", 1, completion=32)], CPU_MACHINE))
     code, records, _ = run(plan, tmp_path, monkeypatch, {"a": {"do": "long_answers", "answers": 5000}})
     assert code == 0
     assert [r["status"] for r in records] == ["replanned"] * MAX_LENGTH_REPLANS + ["ok"]
@@ -113,7 +119,7 @@ def test_replans_stop_after_the_limit_and_the_run_trains_with_what_it_has(tmp_pa
 
 
 def test_a_cap_pinned_with_set_is_never_replanned(tmp_path, monkeypatch):
-    plan = make_plan([cpu_profile("a", 1, completion=48)], CPU_MACHINE)
+    plan = make_plan(PlanRequest([cpu_profile("a", 1, completion=48)], CPU_MACHINE))
     behaviour = {"a": {"do": "long_answers", "answers": 70}}
     code, records, _ = run(plan, tmp_path, monkeypatch, behaviour, overrides=["max_completion_length=48"])
     assert code == 0 and [r["status"] for r in records] == ["ok"]
@@ -156,7 +162,7 @@ def test_a_cap_written_in_the_profile_file_is_never_replanned(tmp_path, monkeypa
     from profiles.load import load_profile
 
     path = written_profile(tmp_path, max_completion_length=22, save_steps=2, eval_samples=0)
-    plan = make_plan([load_profile(path)], CPU_MACHINE)
+    plan = make_plan(PlanRequest([load_profile(path)], CPU_MACHINE))
     monkeypatch.setenv("FAKE_CHILD_PLAN", json.dumps({"mine": {"do": "long_answers", "answers": 30}}))
     out = io.StringIO()
     code = supervise(
@@ -203,13 +209,13 @@ def test_a_pinned_sequence_length_bounds_the_replanned_cap(tmp_path):
     from launcher.run.supervisor import cap_may_grow
 
     profile = cpu_profile("a", 1, completion=48)  # 128 prompt + 48 of the 256 of max_seq_length
-    plan = make_plan([profile], CPU_MACHINE)
+    plan = make_plan(PlanRequest([profile], CPU_MACHINE))
     decision = replan_lengths(plan, profile, cut_at(48), frozenset({"max_seq_length"}), {"a"}, None)
     assert decision.changes["max_completion_length"] == [48, 96] and "max_seq_length" not in decision.changes
     # answers cut at 112 would call for 224: the 256 of the pinned sequence holds 128 of them
     wide = cpu_profile("w", 1, completion=112)
     decision = replan_lengths(
-        make_plan([wide], CPU_MACHINE), wide, cut_at(112), frozenset({"max_seq_length"}), {"w"}, None
+        make_plan(PlanRequest([wide], CPU_MACHINE)), wide, cut_at(112), frozenset({"max_seq_length"}), {"w"}, None
     )
     assert decision.changes["max_completion_length"] == [112, 128] and "max_seq_length" not in decision.changes
     full = cpu_profile("b", 1, completion=128)

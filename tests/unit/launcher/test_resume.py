@@ -26,6 +26,7 @@ from contract.attempt import COMPLETE_MARKER, checkpoint_problem, checkpoint_ste
 from contract.errors import UsageError
 from launcher.card.detect import Machine
 from launcher.plan.choose import make_plan
+from launcher.plan.request import PlanRequest
 from launcher.run.attempts import read_attempts
 from launcher.run.supervise import supervise
 from profiles.load import profile_from_dict
@@ -51,7 +52,7 @@ def plan_of(*names: str):
         profile_from_dict(dict(BASE, name=name, ladder=i + 1), f"<test {name}>")
         for i, name in enumerate(names or ("a",))
     ]
-    return make_plan(profiles, CPU_MACHINE)
+    return make_plan(PlanRequest(profiles, CPU_MACHINE))
 
 
 def run(out: Path, monkeypatch, behaviour: dict, resume=False, overrides=(), fresh=False, plan=None):
@@ -110,7 +111,9 @@ def test_resume_fresh_attempt_starts_over_and_says_so_loudly(tmp_path, monkeypat
 
 def test_resume_that_drops_the_tools_does_not_swap_the_tiny_models_build(tmp_path, monkeypatch):
     # The tiny model with tools is its tool-calling build; without, the plain one: other weights entirely
-    plan = make_plan([profile_from_dict(dict(BASE, name="a", tools=["calculate"]), "<test a>")], CPU_MACHINE)
+    plan = make_plan(
+        PlanRequest([profile_from_dict(dict(BASE, name="a", tools=["calculate"]), "<test a>")], CPU_MACHINE)
+    )
     code, records, _ = run(tmp_path / "out", monkeypatch, {"a": {"do": "error", "at_step": 5}}, plan=plan)
     assert code == 1 and records[0]["steps"] == 5
     run_dir = next((tmp_path / "out").glob("run-*"))
@@ -278,7 +281,6 @@ def test_the_interrupted_line_says_only_what_was_saved(tmp_path):
     assert saved_text(state) == "the adapter and checkpoint-2 were saved"
 
 
-@pytest.mark.slow
 def test_an_attempt_given_a_damaged_checkpoint_refuses_it_before_loading(tmp_path):
     damaged = tmp_path / "old" / "checkpoint-4"
     _whole_checkpoint(damaged)
@@ -401,7 +403,6 @@ def _newest_whole_checkpoint(run_dir: Path) -> Path | None:
 FAULT_RUN_STEPS = 16
 
 
-@pytest.mark.slow
 def test_fault_injection_sigkill_during_checkpoint_writes_never_loses_a_whole_checkpoint(tmp_path):
     profiles = tmp_path / "profiles"
     profiles.mkdir()

@@ -13,6 +13,7 @@ import train
 from contract.errors import UsageError
 from launcher.card.detect import Machine
 from launcher.plan.choose import make_plan
+from launcher.plan.request import PlanRequest
 from launcher.run.inputs import check_run_inputs
 from profiles.load import load_profile, load_profiles
 from profiles.rules import missing_tracker
@@ -24,7 +25,7 @@ CPU_MACHINE = Machine(gpus=[], message="no GPU", host_ram_gib=24.0, host_free_gi
 
 def cpu_plan(overrides):
     profiles = load_profiles(CPU_DIR, overrides, device="cpu")
-    return profiles, make_plan(profiles, CPU_MACHINE)
+    return profiles, make_plan(PlanRequest(profiles, CPU_MACHINE))
 
 
 def without(monkeypatch, *modules):

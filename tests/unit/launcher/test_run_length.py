@@ -13,8 +13,8 @@ from commands.plan import print_plan
 from contract.errors import ProfileError
 from launcher.card.detect import detect_machine
 from launcher.plan.choose import make_plan
-from launcher.plan.derive import derive_rungs
 from launcher.plan.duration import DEFAULT_HOURS, DEFAULT_STEPS, MIN_RUN_EPOCHS, run_length
+from launcher.plan.request import PlanRequest
 from profiles.load import load_profile, load_profiles
 from tasks import ARITHMETIC_TRAIN_SIZE
 from tasks.size import ARITHMETIC_TRAIN_ROWS, GSM8K_TRAIN_ROWS, train_rows
@@ -77,9 +77,7 @@ def test_no_default_plan_of_the_shipped_ladder_predicts_more_than_the_default_ho
     for gib, name in (("15", "Tesla T4"), ("24", "NVIDIA GeForce RTX 4090"), H100):
         machine = detect_machine(what_if_gib=float(gib), what_if_name=name)
         rungs = [p for p in load_profiles(PROFILES) if p.device == "cuda"]
-        limits: dict = {}
-        derived, _notes, written, refused = derive_rungs(rungs, machine, limits=limits)
-        plan = make_plan(derived, machine, limits=limits, written=written, refused=refused)
+        plan = make_plan(PlanRequest(rungs, machine))
         for cand in plan.candidates:
             if cand.fits and cand.written is not None:  # a rung whose run the plan decides
                 assert cand.run.hours <= DEFAULT_HOURS + 1e-9, (name, cand.profile.name, cand.run)
@@ -97,7 +95,7 @@ def test_plan_prints_and_carries_the_run_with_its_finishing_time(capsys):
     assert chosen["run"]["hours"] == pytest.approx(chosen["run"]["steps"] * chosen["speed"]["step_s"] / 3600, rel=0.01)
 
     machine = detect_machine(what_if_gib=float(H100[0]), what_if_name=H100[1])
-    plan = make_plan([load_profile(PROFILES / "gpu-16gb-gemma3-1b.yaml")], machine)
+    plan = make_plan(PlanRequest([load_profile(PROFILES / "gpu-16gb-gemma3-1b.yaml")], machine))
     print_plan(plan, now=datetime(2030, 1, 2, 3, 4))
     text = capsys.readouterr().out
     run = plan.candidates[0].run

@@ -14,6 +14,7 @@ from rich.console import Console
 from commands import main
 from launcher.card.detect import Machine
 from launcher.plan.choose import make_plan
+from launcher.plan.request import PlanRequest
 from launcher.run import supervise as supervise_module
 from launcher.run.attempts import read_attempts
 from launcher.run.inputs import check_run_inputs
@@ -37,7 +38,7 @@ SETTINGS = dict(
 def test_a_push_is_said_before_training_with_what_and_where(monkeypatch, capsys):
     monkeypatch.setenv("HF_TOKEN", "hf_secret_never_shown")
     profiles = load_profiles(ROOT / "profiles", ["hub_model_id=me/my-model", "eval_samples=0"], device="cpu")
-    plan = make_plan(profiles, CPU_MACHINE)
+    plan = make_plan(PlanRequest(profiles, CPU_MACHINE))
     check_run_inputs(profiles, plan, gpu_memory=None, resume=False)
     captured = capsys.readouterr()
     said = captured.out + captured.err

@@ -9,12 +9,12 @@ import io
 import json
 import os
 
-import pytest
 from rich.console import Console
 from test_supervise import CPU_MACHINE, FAKE_CHILD, ladder
 
 from commands.sample import find_target
 from launcher.plan.choose import make_plan
+from launcher.plan.request import PlanRequest
 from launcher.run import folder
 from launcher.run.folder import FINAL, LATEST, follow, latest_run_dir, point, run_folder_of, stable_target
 from launcher.run.supervise import supervise
@@ -27,7 +27,7 @@ def supervised(tmp_path, monkeypatch, behaviour: dict, resume: bool = False) -> 
     monkeypatch.setenv("FAKE_CHILD_PLAN", json.dumps(behaviour))
     monkeypatch.delenv("GRPO_INJECT_OOM", raising=False)
     out = io.StringIO()
-    plan = make_plan(ladder(), CPU_MACHINE)
+    plan = make_plan(PlanRequest(ladder(), CPU_MACHINE))
     # "a" shrinks once and fails again, then falls back to "b"
     code = supervise(
         plan,
@@ -108,7 +108,6 @@ def test_point_replaces_in_one_rename_and_never_a_real_folder(tmp_path):
     assert "a folder of its own" in point(mine / LATEST, one)
 
 
-@pytest.mark.slow
 def test_train_resume_accepts_latest(tmp_path, monkeypatch, capsys):
     supervised(tmp_path, monkeypatch, {"a": {"do": "ok"}})
     result = train_py("train", "--resume", str(tmp_path / "out" / LATEST), "--profiles-dir", str(tmp_path / "none"))

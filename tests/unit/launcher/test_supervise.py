@@ -29,6 +29,7 @@ from contract.environment import ENV_ESTIMATE_GIB
 from contract.errors import UsageError
 from launcher.card.detect import GpuInfo, Machine
 from launcher.plan.choose import make_plan
+from launcher.plan.request import PlanRequest
 from launcher.run.attempts import AttemptRecord, read_attempts, server_failure_result
 from launcher.run.child import attempt_command
 from launcher.run.fallback import adjust_vllm_share, decide, next_profile, shrink_batch, shrink_for, shrink_optimizer
@@ -222,7 +223,7 @@ def test_next_profile_skips_tried_unfit_and_those_estimated_above_a_failure():
         cpu_profile("a-twin", 2),
         cpu_profile("b", 3, generations=4, completion=64, batch=4),
     ]
-    plan = make_plan(profiles, CPU_MACHINE)
+    plan = make_plan(PlanRequest(profiles, CPU_MACHINE))
     est_a = plan.candidates[0].estimate.total_gib
     d = next_profile(plan, "a", {"a"}, (est_a, "a"))
     assert d.action == "next" and d.profile.name == "b"
@@ -233,7 +234,9 @@ def test_next_profile_skips_tried_unfit_and_those_estimated_above_a_failure():
 
 
 def test_decide_shrinks_once_per_profile_then_falls_back():
-    plan = make_plan([cpu_profile("a", 1), cpu_profile("b", 2, generations=4, completion=64, batch=4)], CPU_MACHINE)
+    plan = make_plan(
+        PlanRequest([cpu_profile("a", 1), cpu_profile("b", 2, generations=4, completion=64, batch=4)], CPU_MACHINE)
+    )
     a = plan.candidates[0].profile
     first = decide(plan, a, "oom", report("torch_logits_gib.txt"), set(), {"a"}, None)
     assert first.action == "shrink" and first.profile.per_device_train_batch_size == 4
@@ -282,7 +285,7 @@ def ladder():
 def test_oom_then_shrink_then_ok(tmp_path, monkeypatch):
     monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
     monkeypatch.delenv("GRPO_INJECT_OOM", raising=False)
-    plan = make_plan(ladder(), CPU_MACHINE)
+    plan = make_plan(PlanRequest(ladder(), CPU_MACHINE))
     code, records, out = run(
         plan, tmp_path, monkeypatch, {"a": {"do": "oom", "text": "torch_logits_gib.txt", "oom_if_batch_above": 4}}
     )
@@ -326,7 +329,7 @@ def test_oom_then_shrink_then_ok(tmp_path, monkeypatch):
 
 def test_each_attempt_gets_the_estimate_its_record_holds(tmp_path, monkeypatch):
     monkeypatch.setenv(ENV_ESTIMATE_GIB, "99.5")  # a figure from elsewhere must not reach the child
-    plan = make_plan(ladder(), CPU_MACHINE)
+    plan = make_plan(PlanRequest(ladder(), CPU_MACHINE))
     code, records, _out = run(
         plan, tmp_path, monkeypatch, {"a": {"do": "oom", "text": "torch_logits_gib.txt", "oom_if_batch_above": 4}}
     )
@@ -377,7 +380,7 @@ def test_attempt_record_keeps_every_key_of_attempts_jsonl():
 
 
 def test_oom_everywhere_exits_3_with_the_table(tmp_path, monkeypatch):
-    plan = make_plan(ladder(), CPU_MACHINE)
+    plan = make_plan(PlanRequest(ladder(), CPU_MACHINE))
     every = {name: {"do": "oom", "text": "torch_logits_gib.txt"} for name in ("a", "b", "c")}
     code, records, out = run(plan, tmp_path, monkeypatch, every)
     assert code == 3
@@ -401,7 +404,7 @@ def test_profile_estimated_above_a_failed_one_is_skipped(tmp_path, monkeypatch):
         cpu_profile("a-twin", 2, batch=1, accumulation=8),
         cpu_profile("c", 3, generations=2, completion=32, batch=2),
     ]
-    plan = make_plan(profiles, CPU_MACHINE)
+    plan = make_plan(PlanRequest(profiles, CPU_MACHINE))
     code, records, out = run(plan, tmp_path, monkeypatch, {"a": {"do": "oom", "text": "torch_logits_gib.txt"}})
     assert code == 0
     assert [(r["profile"], r["status"]) for r in records] == [("a", "oom"), ("c", "ok")]
@@ -415,7 +418,7 @@ def test_next_attempt_resumes_from_the_failed_attempts_checkpoint(tmp_path, monk
         cpu_profile("a", 1, batch=1, accumulation=8),
         cpu_profile("b", 2, generations=4, completion=64, batch=1, accumulation=4),
     ]
-    plan = make_plan(profiles, CPU_MACHINE)
+    plan = make_plan(PlanRequest(profiles, CPU_MACHINE))
     code, records, out = run(
         plan, tmp_path, monkeypatch, {"a": {"do": "oom", "text": "torch_logits_gib.txt", "at_step": 3}}
     )
@@ -435,7 +438,7 @@ def test_other_lora_shape_starts_fresh(tmp_path, monkeypatch):
         cpu_profile("a", 1, batch=1, accumulation=8),
         cpu_profile("b", 2, generations=4, completion=64, batch=1, accumulation=4, lora_rank=8),
     ]
-    plan = make_plan(profiles, CPU_MACHINE)
+    plan = make_plan(PlanRequest(profiles, CPU_MACHINE))
     code, records, _ = run(
         plan, tmp_path, monkeypatch, {"a": {"do": "oom", "text": "torch_logits_gib.txt", "at_step": 3}}
     )
@@ -445,7 +448,7 @@ def test_other_lora_shape_starts_fresh(tmp_path, monkeypatch):
 
 
 def test_unsupported_goes_to_the_next_profile_without_shrinking(tmp_path, monkeypatch):
-    plan = make_plan(ladder(), CPU_MACHINE)
+    plan = make_plan(PlanRequest(ladder(), CPU_MACHINE))
     code, records, out = run(plan, tmp_path, monkeypatch, {"a": {"do": "unsupported", "text": "vllm_unsupported.txt"}})
     assert code == 0
     assert [(r["profile"], r["status"]) for r in records] == [("a", "unsupported"), ("b", "ok")]
@@ -454,7 +457,7 @@ def test_unsupported_goes_to_the_next_profile_without_shrinking(tmp_path, monkey
 
 
 def test_error_stops_with_exit_1(tmp_path, monkeypatch):
-    plan = make_plan(ladder(), CPU_MACHINE)
+    plan = make_plan(PlanRequest(ladder(), CPU_MACHINE))
     code, records, out = run(plan, tmp_path, monkeypatch, {"a": {"do": "error"}})
     assert code == 1
     assert [(r["profile"], r["status"]) for r in records] == [("a", "error")]
@@ -464,7 +467,7 @@ def test_error_stops_with_exit_1(tmp_path, monkeypatch):
 def test_sigkill_the_kernel_reports_is_read_as_host_ram_and_falls_back_without_shrink(tmp_path, monkeypatch):
     counts = iter([0, 1])  # the cgroup's OOM-kill count before and after the attempt: the kernel killed it
     monkeypatch.setattr(failure, "oom_kill_count", lambda: next(counts, 1))
-    plan = make_plan(ladder(), CPU_MACHINE)
+    plan = make_plan(PlanRequest(ladder(), CPU_MACHINE))
     code, records, out = run(plan, tmp_path, monkeypatch, {"a": {"do": "sigkill"}})
     assert code == 0
     assert records[0]["status"] == "oom" and records[0]["exit_code"] == -9
@@ -476,7 +479,7 @@ def test_sigkill_the_kernel_reports_is_read_as_host_ram_and_falls_back_without_s
 def test_plain_sigkill_is_not_called_host_oom_and_still_gets_its_line(tmp_path, monkeypatch):
     monkeypatch.setattr(failure, "oom_kill_count", lambda: 0)  # the kernel counts no OOM kill
     monkeypatch.setattr(failure, "_dmesg_names", lambda pid: False)
-    plan = make_plan(ladder(), CPU_MACHINE)
+    plan = make_plan(PlanRequest(ladder(), CPU_MACHINE))
     code, records, out = run(plan, tmp_path, monkeypatch, {"a": {"do": "sigkill"}})
     assert code == 1
     assert [(r["profile"], r["status"], r["exit_code"]) for r in records] == [("a", "error", -9)]
@@ -488,14 +491,14 @@ def test_plain_sigkill_is_not_called_host_oom_and_still_gets_its_line(tmp_path, 
 def test_sigkill_with_no_word_from_the_kernel_says_cause_unknown(tmp_path, monkeypatch):
     monkeypatch.setattr(failure, "oom_kill_count", lambda: None)
     monkeypatch.setattr(failure, "_dmesg_names", lambda pid: None)
-    plan = make_plan(ladder(), CPU_MACHINE)
+    plan = make_plan(PlanRequest(ladder(), CPU_MACHINE))
     code, records, _out = run(plan, tmp_path, monkeypatch, {"a": {"do": "sigkill"}})
     assert code == 1 and records[0]["status"] == "error"
     assert records[0]["error"].startswith("killed by SIGKILL (cause unknown")
 
 
 def test_oom_read_from_output_when_the_child_wrote_no_outcome(tmp_path, monkeypatch):
-    plan = make_plan(ladder(), CPU_MACHINE)
+    plan = make_plan(PlanRequest(ladder(), CPU_MACHINE))
     code, records, _ = run(
         plan,
         tmp_path,
@@ -511,7 +514,7 @@ def test_oom_read_from_output_when_the_child_wrote_no_outcome(tmp_path, monkeypa
 
 def test_vllm_refusal_reported_as_error_is_treated_as_oom(tmp_path, monkeypatch):
     # outcome.json says error; its text is vLLM's start-up refusal: the supervisor reads it as an OOM
-    plan = make_plan(ladder(), CPU_MACHINE)
+    plan = make_plan(PlanRequest(ladder(), CPU_MACHINE))
     code, records, _ = run(plan, tmp_path, monkeypatch, {"a": {"do": "error", "text": "vllm_kv_cache.txt"}})
     assert records[0]["status"] == "oom"
     assert records[0]["oom"]["vllm_problem"] == oom.VLLM_SHARE_TOO_SMALL
@@ -519,7 +522,7 @@ def test_vllm_refusal_reported_as_error_is_treated_as_oom(tmp_path, monkeypatch)
 
 def test_nothing_fits_exits_3_before_any_attempt(tmp_path, monkeypatch):
     tiny_machine = Machine(gpus=[], message="test machine: almost no RAM", host_ram_gib=1.0, host_free_gib=0.1)
-    plan = make_plan(ladder(), tiny_machine)
+    plan = make_plan(PlanRequest(ladder(), tiny_machine))
     assert plan.chosen is None
     code, records, out = run(plan, tmp_path, monkeypatch, {})
     assert code == 3 and records == []
@@ -540,7 +543,7 @@ def _send_when_ready(tmp_path: Path, signum: int) -> threading.Thread:
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_signal_is_forwarded_child_saves_and_run_exits_130(tmp_path, monkeypatch, signum):
-    plan = make_plan(ladder(), CPU_MACHINE)
+    plan = make_plan(PlanRequest(ladder(), CPU_MACHINE))
     thread = _send_when_ready(tmp_path, signum)
     code, records, out = run(plan, tmp_path, monkeypatch, {"a": {"do": "wait_signal", "at_step": 2}})
     thread.join(timeout=5)
@@ -555,7 +558,7 @@ def test_signal_is_forwarded_child_saves_and_run_exits_130(tmp_path, monkeypatch
 
 
 def test_resume_continues_the_latest_run_from_its_checkpoint(tmp_path, monkeypatch):
-    plan = make_plan(ladder(), CPU_MACHINE)
+    plan = make_plan(PlanRequest(ladder(), CPU_MACHINE))
     thread = _send_when_ready(tmp_path, signal.SIGTERM)
     code, records, _ = run(plan, tmp_path, monkeypatch, {"a": {"do": "wait_signal", "at_step": 2}})
     thread.join(timeout=5)
@@ -573,7 +576,7 @@ def test_resume_continues_the_latest_run_from_its_checkpoint(tmp_path, monkeypat
 
 
 def test_resume_after_an_unrecorded_oom_takes_the_decision(tmp_path, monkeypatch):
-    plan = make_plan(ladder(), CPU_MACHINE)
+    plan = make_plan(PlanRequest(ladder(), CPU_MACHINE))
     run(plan, tmp_path, monkeypatch, {"a": {"do": "oom", "text": "torch_logits_gib.txt"}, "b": {"do": "error"}})
     # the run stopped at b's error; resume re-runs b (the last attempt) from the start
     code, records, out = run(plan, tmp_path, monkeypatch, {}, resume=True)
@@ -583,7 +586,7 @@ def test_resume_after_an_unrecorded_oom_takes_the_decision(tmp_path, monkeypatch
 
 def test_resume_without_a_run_is_a_usage_error(tmp_path, monkeypatch):
     with pytest.raises(UsageError, match="no run-\\* folder"):
-        run(make_plan(ladder(), CPU_MACHINE), tmp_path, monkeypatch, {}, resume=True)
+        run(make_plan(PlanRequest(ladder(), CPU_MACHINE)), tmp_path, monkeypatch, {}, resume=True)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -625,7 +628,7 @@ def test_attempt_command_is_the_plain_script_on_one_gpu_and_accelerate_on_severa
 def test_two_processes_are_launched_through_accelerate(tmp_path, monkeypatch):
     for name in ("GRPO_NUM_MACHINES", "CUDA_VISIBLE_DEVICES", "RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
-    plan = make_plan([cpu_profile("pair", 1, num_gpus=2, gradient_checkpointing="true")], CPU_MACHINE)
+    plan = make_plan(PlanRequest([cpu_profile("pair", 1, num_gpus=2, gradient_checkpointing="true")], CPU_MACHINE))
     assert plan.chosen is not None and plan.chosen.num_gpus == 2
     code, records, out = run(plan, tmp_path, monkeypatch, {})
     assert code == 0, out
@@ -647,7 +650,9 @@ FAKE_SERVER = [sys.executable, str(Path(__file__).resolve().parents[3] / "tests"
 def server_plan():
     p = load_profile(ROOT / "profiles" / "multi-2x24gb-llama3.1-8b.yaml", ["max_steps=4", "save_steps=2"])
     gpus = [GpuInfo(f"24 GiB card {i}", 24.0, 24.0, 0.0, (8, 9), None, None, i, "what-if") for i in range(2)]
-    plan = make_plan([p], Machine(gpus=gpus, message="2 test cards", host_ram_gib=64.0, host_free_gib=60.0))
+    plan = make_plan(
+        PlanRequest([p], Machine(gpus=gpus, message="2 test cards", host_ram_gib=64.0, host_free_gib=60.0))
+    )
     assert plan.chosen is not None and plan.chosen.uses_vllm_server
     return plan
 
@@ -794,7 +799,6 @@ def e2e_records(tmp_path: Path) -> list[dict]:
     return read_attempts(runs[-1])
 
 
-@pytest.mark.slow
 def test_e2e_injected_oom_shrinks_falls_back_and_resumes_from_the_checkpoint(tmp_path):
     # 8gen OOMs at its second step as planned and again shrunk (the injection names the profile), then 4gen
     # trains on from the first attempt's checkpoint. (An OOM before any checkpoint, on every rung:
@@ -818,7 +822,6 @@ def test_e2e_injected_oom_shrinks_falls_back_and_resumes_from_the_checkpoint(tmp
     assert f"halving per_device_train_batch_size {batch} -> {batch // 2}" in done.stdout
 
 
-@pytest.mark.slow
 def test_e2e_unsupported_architecture_goes_to_the_next_profile(tmp_path):
     # a test ladder whose first rung is a local model folder with an architecture nothing can load
     model_dir = tmp_path / "model-unknown"
@@ -853,7 +856,6 @@ def test_e2e_unsupported_architecture_goes_to_the_next_profile(tmp_path):
     ]
 
 
-@pytest.mark.slow
 def test_e2e_two_processes_through_the_supervisor(tmp_path):
     profile = yaml.safe_load((ROOT / "profiles" / "cpu-tiny-4gen.yaml").read_text())
     profile.update(name="cpu-tiny-pair", num_gpus=2, max_steps=2, save_steps=2, eval_samples=0, train_samples=32)
@@ -872,7 +874,6 @@ def test_e2e_two_processes_through_the_supervisor(tmp_path):
     assert done.stdout.count("attempt 'cpu-tiny-pair' done:") == 1  # rank 0 alone reports
 
 
-@pytest.mark.slow
 def test_e2e_sigterm_saves_and_exits_130(tmp_path):
     env = dict(os.environ)
     env.pop("FAKE_CHILD_PLAN", None)

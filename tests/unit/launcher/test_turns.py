@@ -9,7 +9,7 @@ import json
 import pytest
 
 from launcher.card.detect import GpuInfo
-from launcher.plan.lengths import CAP_STEP, completion_plan
+from launcher.plan.completion_lengths import CAP_STEP, completion_plan
 from launcher.plan.speed import predict
 from launcher.plan.turns import CALL_TOKENS, TURN_MARKER_TOKENS, rounds, turn_plan
 from profiles.catalog import chars_per_token, resolve
@@ -94,7 +94,6 @@ def test_step_time_grows_with_the_turns_memory_does_not_at_a_pinned_cap():
     assert times[0].training_s <= times[1].training_s <= times[2].training_s
 
 
-@pytest.mark.slow
 def test_plan_json_shows_the_turns_assumed(tmp_path):
     done = train_py(
         "plan", "--gpu-memory", "24", "--gpu-name", "NVIDIA L4", "--profile", "profiles/gpu-24gb-llama3.1-8b.yaml",

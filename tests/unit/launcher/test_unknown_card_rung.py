@@ -11,9 +11,10 @@ import pytest
 from commands import main
 from launcher.card.detect import MIN_CAPABILITY, detect_machine
 from launcher.card.facts import DEFAULT, card_facts, cards_like
-from launcher.plan.choose import _judged_run, make_plan
-from launcher.plan.derive import derive_rungs
+from launcher.plan.choose import make_plan
 from launcher.plan.duration import MIN_RUN_EPOCHS, RunLength, too_short
+from launcher.plan.request import PlanRequest
+from launcher.plan.stages.run_length import _coverage_run
 from profiles.load import load_profiles
 from support.fake_nvml import FakeNvml
 
@@ -23,9 +24,7 @@ GIB = 1024**3
 
 def planned(machine):
     rungs = [p for p in load_profiles(PROFILES) if p.device == "cuda"]
-    limits: dict = {}
-    derived, _notes, written, refused = derive_rungs(rungs, machine, limits=limits)
-    return make_plan(derived, machine, limits=limits, written=written, refused=refused)
+    return make_plan(PlanRequest(rungs, machine))
 
 
 # `plan --gpu-memory N`: the rung the fastest known card of about N GiB gets (as `cards` lists them: the RTX
@@ -105,10 +104,10 @@ def test_a_measured_step_is_the_cards_own_speed_and_is_judged():
     run = RunLength(steps=10, prompts=80, epochs=0.01, hours=4.0, basis="default: 4 h")
     # timed at the default speed, nothing measured: judged at another speed (here no known card of 1 TiB)
     guessed = SimpleNamespace(speed=SimpleNamespace(card_known=False, measured_s=None), run=run, estimate=None)
-    gpu = SimpleNamespace(total_gib=1024.0)
-    assert _judged_run(None, guessed, None, gpu, None) == (None, None)
+    planning = SimpleNamespace(gpu=SimpleNamespace(total_gib=1024.0))
+    assert _coverage_run(guessed, planning) == (None, None)
     # measured on this machine: the run's own, judged as it is
     measured = SimpleNamespace(speed=SimpleNamespace(card_known=False, measured_s=5.0), run=run, estimate=None)
-    assert _judged_run(None, measured, None, gpu, None) == (run, None)
+    assert _coverage_run(measured, planning) == (run, None)
     assert too_short(run) is not None and run.epochs < MIN_RUN_EPOCHS
     assert DEFAULT.known is False

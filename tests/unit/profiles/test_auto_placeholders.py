@@ -11,8 +11,8 @@ import yaml
 from commands import main
 from contract.errors import EXIT_BAD_INPUT, ProfileError
 from launcher.card.detect import detect_machine
+from launcher.plan.completion_lengths import completion_plan
 from launcher.plan.derive import derive_cpu_lengths, derive_rungs
-from launcher.plan.lengths import completion_plan
 from profiles.catalog import resolve
 from profiles.load import load_profile
 from profiles.schema import Profile, profile_from_dict
@@ -41,8 +41,9 @@ def test_a_pinned_sequence_is_not_refused_for_the_caps_placeholder(tmp_path):
 def test_the_plan_derives_the_cap_within_the_pinned_sequence(tmp_path):
     rung = load_profile(written(RUNG, tmp_path, max_seq_length=512))
     machine = detect_machine(what_if_gib=24.0, what_if_name="NVIDIA GeForce RTX 4090")
-    (derived,), _notes, written_settings, refused = derive_rungs([rung], machine)
-    assert not refused and written_settings[rung.name]["max_completion_length"] == "auto"
+    (candidate,), _notes = derive_rungs([rung], machine)
+    assert candidate.not_derived is None and candidate.written["max_completion_length"] == "auto"
+    derived = candidate.profile
     assert derived.max_seq_length == 512
     assert derived.max_prompt_length + derived.max_completion_length <= 512
 
@@ -91,6 +92,7 @@ def test_the_cpu_derives_the_tasks_cap_instead_of_running_the_placeholder(tmp_pa
     profile = load_profile(written(CPU, tmp_path, max_completion_length="auto", max_seq_length="auto"))
     need = completion_plan(profile, resolve(profile.model)).cap
     (derived,), notes = derive_cpu_lengths([profile])
+    derived = derived.profile
     assert derived.max_completion_length == need != DEFAULT_CAP
     assert derived.max_seq_length == derived.max_prompt_length + need
     assert any("max_completion_length: auto ->" in note for note in notes)
@@ -99,6 +101,7 @@ def test_the_cpu_derives_the_tasks_cap_instead_of_running_the_placeholder(tmp_pa
 def test_the_cpu_keeps_a_written_sequence(tmp_path):
     profile = load_profile(written(CPU, tmp_path, max_completion_length="auto", max_seq_length=200))
     (derived,), _notes = derive_cpu_lengths([profile])
+    derived = derived.profile
     assert derived.max_seq_length == 200
     assert derived.max_completion_length == min(200 - derived.max_prompt_length, 128)
 

@@ -106,8 +106,8 @@ def test_trl_renders_the_prompts_it_generates_from_with_the_switches(tmp_path, t
 def test_the_length_probe_samples_training_prompts_at_the_cap_and_leaves_the_random_state(tmp_path, tiny_dir):
     import torch
 
-    from contract.lengths import MeasuredLengths
-    from trainer.lengths import run_length_probe
+    from contract.length_rule import MeasuredLengths
+    from trainer.answer_lengths import run_length_probe
 
     state, loaded = _loaded(tmp_path, tiny_dir, "max_completion_length=22", "expected_completion_length=0")
     before = torch.get_rng_state()
@@ -126,7 +126,7 @@ def test_the_length_probe_samples_training_prompts_at_the_cap_and_leaves_the_ran
 
 def test_the_probe_stops_for_a_replan_only_when_the_supervisor_replans(tmp_path, tiny_dir, monkeypatch, capsys):
     from contract.environment import ENV_LENGTH_REPLAN
-    from trainer.lengths import run_length_probe, stops_for_replan
+    from trainer.answer_lengths import run_length_probe, stops_for_replan
 
     state, loaded = _loaded(tmp_path, tiny_dir, "max_completion_length=22", "expected_completion_length=0")
     figures = run_length_probe(state, loaded)
@@ -158,7 +158,7 @@ def test_the_probe_stops_for_a_replan_only_when_the_supervisor_replans(tmp_path,
 def test_a_tools_profile_is_not_probed_without_its_turns(tmp_path, capsys):
     """The probe samples one answer without the tools' turns: a tools profile's answers are measured from its
     training steps instead (its tiny build answers in 8 tokens without the tools, in 21 with them)."""
-    from trainer.lengths import run_length_probe
+    from trainer.answer_lengths import run_length_probe
     from trainer.state import AttemptState
 
     state = AttemptState(_profile("tools=[calculate]"), tmp_path, None, resolve_model=lambda p: ("unused", None))
@@ -167,7 +167,7 @@ def test_a_tools_profile_is_not_probed_without_its_turns(tmp_path, capsys):
 
 
 def test_the_length_probe_is_off_at_zero(tmp_path, tiny_dir):
-    from trainer.lengths import run_length_probe
+    from trainer.answer_lengths import run_length_probe
 
     state, loaded = _loaded(tmp_path, tiny_dir, "length_probe=0")
     assert run_length_probe(state, loaded) is None and state.lengths is None
@@ -182,7 +182,7 @@ def test_sampled_lengths_count_the_end_token_and_flag_the_cut():
 
 
 def test_probe_rows_spread_over_the_data():
-    from trainer.lengths import probe_rows
+    from trainer.answer_lengths import probe_rows
 
     rows = [{"i": i} for i in range(100)]
     assert [r["i"] for r in probe_rows(rows, 4)] == [0, 25, 50, 75]
@@ -190,7 +190,7 @@ def test_probe_rows_spread_over_the_data():
 
 
 def test_training_lengths_and_summary_figures(tmp_path):
-    from trainer.lengths import LengthRecorder, completion_lengths, cut_share_warning, training_lengths
+    from trainer.answer_lengths import LengthRecorder, completion_lengths, cut_share_warning, training_lengths
     from trainer.state import AttemptState
 
     recorder = LengthRecorder()
@@ -218,8 +218,8 @@ def test_training_lengths_and_summary_figures(tmp_path):
 
 
 def test_training_warns_once_when_a_fifth_of_the_answers_are_cut(tmp_path):
+    from trainer.answer_lengths import LengthRecorder
     from trainer.callbacks import TelemetryCallback
-    from trainer.lengths import LengthRecorder
 
     class Memory:
         def sample(self):
@@ -265,7 +265,7 @@ def test_the_report_says_how_long_the_answers_ran():
 
 def test_random_weights_have_no_answers_worth_measuring(tmp_path, tiny_dir, monkeypatch):
     from contract.environment import ENV_RANDOM_WEIGHTS
-    from trainer.lengths import run_length_probe
+    from trainer.answer_lengths import run_length_probe
 
     state, loaded = _loaded(tmp_path, tiny_dir)
     monkeypatch.setenv(ENV_RANDOM_WEIGHTS, "1")

@@ -1,5 +1,5 @@
 """HOW LONG a task's questions and reference solutions run, in characters: what the planner turns into the
-completion cap the task needs and the length a completion is expected to run (launcher.plan.lengths does the
+completion cap the task needs and the length a completion is expected to run (launcher.plan.completion_lengths does the
 tokens, with the model's tokenizer).
 
 The shipped tasks' figures are constants here (GSM8K is not on every machine; a test recomputes them from the

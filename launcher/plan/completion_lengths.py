@@ -1,7 +1,7 @@
 """HOW LONG completions are planned: the cap the task needs (memory is planned at it) and the length a
 completion is expected to run (time is planned at it), from what this machine measured of the model's answers
 on the task with the same chat-template switches (the ledger) when it has, else from the task's reference
-solutions under the model's tokenizer (tasks.lengths gives the characters; the rate is measured from the
+solutions under the model's tokenizer (tasks.reference_lengths gives the characters; the rate is measured from the
 tokenizer's own file when it is on this machine, profiles.tokenizer, else profiles.catalog's estimate).
 
 A template that thinks (Qwen3 unless enable_thinking is false) writes a <think> block before the answer: its
@@ -21,12 +21,12 @@ import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from contract.lengths import CAP_MARGIN, CAP_STEP, planned_from
+from contract.length_rule import CAP_MARGIN, CAP_STEP, planned_from
 from launcher.plan.turns import TurnPlan, turn_plan
 from profiles.catalog import Architecture, chars_per_token
 from profiles.tokenizer import measured_chars_per_token, template_reads_thinking
-from tasks.lengths import SHIPPED, reference_lengths
 from tasks.prompts import THINKING_SWITCH, template_switches, thinks
+from tasks.reference_lengths import SHIPPED, reference_lengths
 
 __all__ = ["CAP_MARGIN", "CAP_STEP", "CompletionPlan", "completion_plan", "expected_length", "planned_switches"]
 

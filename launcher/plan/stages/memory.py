@@ -1,19 +1,35 @@
-"""WHETHER one profile fits this machine, and why in words: its estimate (or this machine's measurement of the
-shape) against the card's free memory less the margin, every GPU of a multi-GPU profile and its vLLM server
-against theirs, a cpu profile against the host's RAM; the split over machines the launcher would refuse, vLLM
-that cannot start, sequences past the model's positions. A verdict's reason is what `plan --json` carries."""
+"""The memory verdict, the stage that adds WHETHER a candidate fits this machine, and why in words: its estimate
+(or this machine's measurement of the shape) against the card's free memory less the margin, every GPU of a
+multi-GPU profile and its vLLM server against theirs, a cpu profile against the host's RAM; the split over
+machines the launcher would refuse, vLLM that cannot start. A verdict's reason is what `plan --json` carries."""
 
 from __future__ import annotations
 
-from contract.errors import UsageError
+from dataclasses import dataclass
+
 from contract.shell import command_line
-from launcher.card.detect import GpuInfo, Machine, bf16_supported
-from launcher.card.topology import NodeLayout, split_over_machines
+from launcher.card.detect import GpuInfo, Machine
+from launcher.card.topology import NodeLayout, local_gpus_needed, split_over_machines, split_refusal
 from launcher.memory.estimate import Estimate, estimate
 from launcher.memory.ledger.weigh import Measured, measured_for
 from launcher.plan.candidate import Candidate
 from launcher.plan.margins import ESTIMATE_HEADROOM_TEXT, estimate_limit, margin_for
-from profiles.catalog import vllm_refuses
+from launcher.plan.request import Planning
+
+
+def add(candidate: Candidate, planning: Planning) -> Candidate:
+    """The candidate with its estimate (and this machine's measurement), whether it fits, and why; on several
+    GPUs or nodes, per GPU and with which node does what."""
+    profile = candidate.profile
+    arch, layout = planning.arch(profile.model), planning.layout(profile)
+    if profile.device == "cuda" and (profile.distributed or layout.training_nodes > 1):
+        # on several training machines a one-GPU profile is refused by the split (each machine must train)
+        _judge_gpus(candidate, arch, planning.machine, layout, planning.margin_gib)
+    else:
+        _judge_one_device(candidate, arch, planning)
+    if candidate.vllm_off:
+        candidate.reason = vllm_off_text(candidate.vllm_off) + candidate.reason
+    return candidate
 
 
 def _need(est: Estimate, measured: Measured | None) -> tuple[float, str]:
@@ -24,17 +40,21 @@ def _need(est: Estimate, measured: Measured | None) -> tuple[float, str]:
     return measured.need_gib, f" ({measured.text()}; est. {est.total_gib:.2f})"
 
 
+@dataclass(frozen=True)
+class _Room:
+    """Where a shape must fit: a card (None: the host's RAM of `machine`) less `margin` GiB."""
+
+    gpu: GpuInfo | None
+    machine: Machine | None
+    margin: float
+
+
 def _judge(
-    profile,
-    est: Estimate,
-    gpu: GpuInfo | None,
-    machine: Machine | None,
-    margin: float,
-    measured: Measured | None = None,
-    headroom_refuses: bool = True,
+    est: Estimate, room: _Room, measured: Measured | None = None, headroom_refuses: bool = True
 ) -> tuple[bool, str]:
     """(fits, why). On a GPU a shape judged by the estimate alone keeps the estimate's headroom
     (margins.estimate_limit); `headroom_refuses` off (a profile the user named) only warns inside it."""
+    gpu, machine, margin = room.gpu, room.machine, room.margin
     need, source = _need(est, measured)
     if est.memory == "host":
         assert machine is not None  # only the per-GPU judgement of a distributed profile leaves it out
@@ -92,7 +112,7 @@ def _judge_distributed(profile, est: Estimate, train_gpus, server_gpus, margin: 
     if est.server is not None and est.server.vllm_problem:
         return False, est.server.vllm_problem  # the server would refuse to start: say that first
     tightest = min(train_gpus, key=lambda g: g.free_gib)
-    fits, reason = _judge(profile, est, tightest, None, margin)
+    fits, reason = _judge(est, _Room(tightest, None, margin))
     if profile.num_gpus == 1:
         where = "training GPU"
     else:
@@ -115,59 +135,40 @@ def _judge_distributed(profile, est: Estimate, train_gpus, server_gpus, margin: 
     return True, text
 
 
-def local_gpus_needed(profile, machines: int = 1, server_node: bool = False) -> int:
-    """GPUs one machine must show: its share of the training GPUs, and the vLLM server's on the first (unless
-    the server has a node of its own). UsageError for a split over machines the launcher would refuse."""
-    if profile.device == "cpu":
-        return 0
-    per_machine = split_over_machines(profile.num_gpus, machines, profile.name)
-    return per_machine + (profile.vllm_server_gpus if profile.uses_vllm_server and not server_node else 0)
-
-
-def split_refusal(profile, machines: int) -> str | None:
-    """Why the launcher would refuse to divide the profile's training GPUs over the machines, else None."""
-    try:
-        split_over_machines(profile.num_gpus, machines, profile.name)
-    except UsageError as exc:
-        return str(exc)
-    return None
-
-
 def _deepspeed_installed() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("deepspeed") is not None
 
 
-def distributed_candidate(profile, arch, machine: Machine, layout: NodeLayout, margin: float) -> Candidate:
+def _judge_gpus(candidate: Candidate, arch, machine: Machine, layout: NodeLayout, margin: float) -> None:
     """The verdict on a profile of several GPUs (or a vLLM server): its split over the training machines (the
     launcher's own rule), the GPUs each machine must show (the server node's included), and each GPU's
     estimate."""
+    profile = candidate.profile
+    candidate.layout = layout
     machines, own_server = layout.training_nodes, layout.server_node
     refusal = split_refusal(profile, machines)
     if refusal:
-        return Candidate(profile, None, False, refusal, layout=layout)
+        candidate.fits, candidate.reason = False, refusal
+        return
     need = local_gpus_needed(profile, machines, own_server)
     if need > len(machine.gpus):
         # estimated as if every missing GPU were like the first one, so the table still says per GPU
         each = "each training node" if machines > 1 else "this machine"
-        return Candidate(
-            profile,
-            estimate(profile, arch, machine.primary),
-            False,
+        candidate.estimate, candidate.fits = estimate(profile, arch, machine.primary), False
+        candidate.reason = (
             f"needs {need} GPUs on {each}, {len(machine.gpus)} visible "
-            f"(plan for them with --gpus {need} --gpu-memory GIB)",
-            layout=layout,
+            f"(plan for them with --gpus {need} --gpu-memory GIB)"
         )
+        return
     if own_server and profile.vllm_server_gpus > len(machine.gpus):
-        return Candidate(
-            profile,
-            estimate(profile, arch, machine.primary),
-            False,
+        candidate.estimate, candidate.fits = estimate(profile, arch, machine.primary), False
+        candidate.reason = (
             f"its vLLM server needs {profile.vllm_server_gpus} GPUs on the server node, which has "
-            f"{len(machine.gpus)} like the others",
-            layout=layout,
+            f"{len(machine.gpus)} like the others"
         )
+        return
     train_gpus, server_gpus = split_gpus(profile, machine, machines, own_server)
     est = estimate(profile, arch, min(train_gpus, key=lambda g: g.free_gib))
     if est.server is not None:
@@ -175,39 +176,38 @@ def distributed_candidate(profile, arch, machine: Machine, layout: NodeLayout, m
     fits, reason = _judge_distributed(profile, est, train_gpus, server_gpus, margin)
     if fits and profile.zero_stage and machine.gpus[0].source == "nvml" and not _deepspeed_installed():
         # a real run here would fail at launch; a what-if plan is about the card, not this install
-        fits, reason = (
-            False,
-            (
-                f"needs the deepspeed package for ZeRO stage {profile.zero_stage} "
-                "(fix: pip install deepspeed -c constraints.txt); " + reason
-            ),
+        fits = False
+        reason = (
+            f"needs the deepspeed package for ZeRO stage {profile.zero_stage} "
+            "(fix: pip install deepspeed -c constraints.txt); " + reason
         )
     if layout.training_nodes > 1 or layout.server_node:
         reason += f"; {layout.text(profile)}"
-    return Candidate(profile, est, fits, reason, layout=layout)
+    candidate.estimate, candidate.fits, candidate.reason = est, fits, reason
 
 
-def single_candidate(
-    profile, arch, machine: Machine, margin: float, measurements, ledger_refuses: bool = True
-) -> Candidate:
+def _judge_one_device(candidate: Candidate, arch, planning: Planning) -> None:
     """The verdict on a profile of one device: its estimate (or this machine's measurement) against the card,
     or against the host's RAM for a cpu profile. Where the measurement turns the estimate's verdict, the
-    candidate says so in `ledger_note`; with `ledger_refuses` off (an explicit --profile) the ledger only
-    warns: the estimate's verdict stands."""
+    candidate says so in `ledger_note`; for a profile the user named the ledger only warns: the estimate's
+    verdict stands."""
+    profile, machine, margin = candidate.profile, planning.machine, planning.margin_gib
+    ledger_refuses = not planning.request.named
     gpu = machine.primary
     est = estimate(profile, arch, gpu if profile.device == "cuda" else None)
+    measurements = planning.request.measurements
     measured = measured_for(measurements, profile, machine) if measurements else None
     if profile.device == "cpu" and machine.device == "cuda":
         gpu, margin = None, margin_for(machine.host_ram_gib, "cpu")
-    fits, reason = _judge(profile, est, gpu, machine, margin, measured, headroom_refuses=ledger_refuses)
-    candidate = Candidate(profile, est, fits, reason, measured)
+    room = _Room(gpu, machine, margin)
+    fits, reason = _judge(est, room, measured, headroom_refuses=ledger_refuses)
+    candidate.estimate, candidate.fits, candidate.reason, candidate.measured = est, fits, reason, measured
     if measured is not None:
-        by_estimate, estimate_reason = _judge(profile, est, gpu, machine, margin, headroom_refuses=ledger_refuses)
+        by_estimate, estimate_reason = _judge(est, room, headroom_refuses=ledger_refuses)
         if by_estimate != fits:
             candidate.ledger_note = _ledger_note(profile.name, measured, fits, ledger_refuses)
             if by_estimate and not ledger_refuses:
                 candidate.fits, candidate.reason = True, f"{estimate_reason}; the ledger warns: {measured.text()}"
-    return candidate
 
 
 def _ledger_note(name: str, measured, fits: bool, ledger_refuses: bool) -> str:
@@ -229,42 +229,5 @@ def _ledger_note(name: str, measured, fits: bool, ledger_refuses: bool) -> str:
     )
 
 
-def without_refused_vllm(profile, arch, gpu: GpuInfo | None):
-    """(the profile as it can run on `gpu`, why vLLM is off or None). vLLM refuses float16 for some model
-    families, and a card below compute capability 8.0 has nothing else to give it: such a profile generates with
-    transformers instead (fast_inference off), and is estimated and run that way. A vLLM server cannot be
-    turned into that: (None, why)."""
-    if profile.device != "cuda" or not profile.fast_inference or gpu is None:
-        return profile, None
-    refusal = vllm_refuses(arch, bf16_supported(gpu))
-    if refusal is None:
-        return profile, None
-    if profile.uses_vllm_server:
-        return None, refusal
-    return profile.replace(fast_inference=False, vllm_standby=False, vllm_tensor_parallel=1), refusal
-
-
 def vllm_off_text(refusal: str) -> str:
     return f"vLLM off: {refusal}; transformers generates (estimated so); "
-
-
-def past_positions(profile, arch) -> str | None:
-    """Why `profile` asks for longer sequences than the positions its model reads (config.json's
-    max_position_embeddings), with the fix; None when it stays within them or the model does not say."""
-    positions = arch.max_positions
-    if not positions:
-        return None
-    reads = f"the {positions} positions {profile.model} reads (max_position_embeddings)"
-    if profile.max_prompt_length >= positions:
-        return (
-            f"max_prompt_length {profile.max_prompt_length} leaves no room for a completion within {reads} "
-            f"(fix: --set max_prompt_length={positions // 2} --set max_completion_length={positions // 2} "
-            f"--set max_seq_length={positions})"
-        )
-    if profile.max_seq_length > positions:
-        room = positions - profile.max_prompt_length
-        return (
-            f"max_seq_length {profile.max_seq_length} is past {reads} (fix: --set max_seq_length={positions} "
-            f"--set max_completion_length={min(room, profile.max_completion_length)})"
-        )
-    return None

@@ -2,8 +2,8 @@
 probe at the start of an attempt, or by the training steps), the rule that says when they overrule the plan,
 and the cap and expected length they call for.
 
-The attempt measures and judges (trainer.lengths); the supervisor re-plans from the same figures by the same
-rule (launcher.run.fallback), and the planner reads them back from the ledger (launcher.plan.lengths).
+The attempt measures and judges (trainer.answer_lengths); the supervisor re-plans from the same figures by the
+same rule (launcher.run.fallback), and the planner reads them back from the ledger (launcher.plan.completion_lengths).
 """
 
 from __future__ import annotations
