@@ -83,6 +83,7 @@ COPY trainer/ trainer/
 COPY tasks/ tasks/
 COPY rewards/ rewards/
 COPY tools/ tools/
+COPY usercode/ usercode/
 COPY tiny_model/ tiny_model/
 COPY profiles/ profiles/
 # The card's measurement kit (`gpu-check`; its table goes to outputs/gpu-check in the image)

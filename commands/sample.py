@@ -191,7 +191,7 @@ def _without_folder_code(data: dict, changes: dict, run_rewards: bool, where: st
     """The folder's profile data with the reward entries that are Python code (file.py:function,
     package.module:function) taken out, unless asked to run them; what the user sets with --set is the user's
     own choice and kept. (data, the entries left out, whether correctness was one of them)."""
-    from rewards.user import is_user_reward
+    from usercode.entry import is_user_code
 
     left_out: list[str] = []
     correctness_left = False
@@ -201,12 +201,12 @@ def _without_folder_code(data: dict, changes: dict, run_rewards: bool, where: st
     data = dict(data)
     rewards = data.get("rewards")
     if "rewards" not in changes and isinstance(rewards, dict):
-        left_out = [str(name) for name in rewards if is_user_reward(str(name))]
+        left_out = [str(name) for name in rewards if is_user_code(str(name))]
         if left_out:
             # the profile needs a reward to be valid; the stand-in is never scored (Sampling.rewards)
-            data["rewards"] = {k: v for k, v in rewards.items() if not is_user_reward(str(k))} or {"accuracy": 1.0}
+            data["rewards"] = {k: v for k, v in rewards.items() if not is_user_code(str(k))} or {"accuracy": 1.0}
     correctness = data.get("correctness")
-    if "correctness" not in changes and isinstance(correctness, str) and is_user_reward(correctness):
+    if "correctness" not in changes and isinstance(correctness, str) and is_user_code(correctness):
         left_out.append(correctness)
         correctness_left = True
         data["correctness"] = "accuracy"
@@ -245,7 +245,7 @@ def profile_of(target: Target, overrides: list[str], run_rewards: bool = False) 
     """The profile the adapter was trained with, with --set overrides applied. The folder's own reward code is
     left out unless `run_rewards` (a folder someone sends must not run code on `sample`)."""
     from profiles.load import parse_overrides, profile_from_dict, read_profile_data
-    from rewards.user import is_user_reward
+    from usercode.entry import is_user_code
 
     changes = parse_overrides(overrides)
     profile_file = target.attempt_dir / contract.PROFILE_FILE
@@ -278,7 +278,7 @@ def profile_of(target: Target, overrides: list[str], run_rewards: bool = False) 
             profile = profile_from_dict({**profile.to_dict(), **changes}, f"{source} with --set")
     rewards = dict(profile.rewards)
     if left_out and "rewards" not in changes and isinstance(original.get("rewards"), dict):
-        rewards = {k: v for k, v in rewards.items() if k in original["rewards"] and not is_user_reward(k)}
+        rewards = {k: v for k, v in rewards.items() if k in original["rewards"] and not is_user_code(k)}
     return Sampling(profile, rewards, left_out, not correctness_left)
 
 
@@ -316,10 +316,10 @@ def sample(
             "for a run you trust)"
         )
     if run_rewards:
-        from rewards.user import is_user_reward
+        from usercode.entry import is_user_code
 
         for entry in [*sampling.rewards, profile.correctness]:
-            if is_user_reward(entry):
+            if is_user_code(entry):
                 say(f"note: running reward code {entry} (asked by --run-rewards)")
     from profiles.rules import remote_code_notice
 

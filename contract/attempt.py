@@ -28,7 +28,7 @@ from contract.environment import (
     ENV_VLLM_STANDBY,
 )
 from contract.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUT_OF_MEMORY
-from contract.safe_write import write_atomic
+from contract.safe_write import flushed_files, fsync_path, write_atomic
 
 # ---------------------------------------------------------------------------------------------------
 # Statuses of an attempt (attempts.jsonl `status`, outcome.json `status`)
@@ -147,7 +147,7 @@ class Outcome:
     # seconds per optimizer step measured (steady state) beside the plan's prediction: {step_s, steps_timed,
     # first_step_s, completion_mean, predicted_step_s, ratio} (trainer.timing.measured_step)
     timing: dict | None = None
-    # the answers' measured lengths (contract.lengths.MeasuredLengths' figures) with the chat template's
+    # the answers' measured lengths (contract.length_rule.MeasuredLengths' figures) with the chat template's
     # switches and the plan's cap and expected length: the length probe's, else the training steps'
     lengths: dict | None = None
     stopped_by: str | None = None  # STOPPED_BY_BUDGET: training stopped at the run's --hours budget
@@ -239,29 +239,14 @@ _WEIGHT_FILES = (
 )
 
 
-def fsync_path(path: Path, directory: bool = False) -> None:
-    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def mark_checkpoint_complete(folder: Path) -> Path:
     """Flush every file of a just-written checkpoint to disk, then record them in COMPLETE_MARKER (written to a
     temporary name and renamed): the marker exists only when the checkpoint does, whole."""
     folder = Path(folder)
-    files = {}
-    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != COMPLETE_MARKER):
-        fsync_path(path)
-        files[path.relative_to(folder).as_posix()] = path.stat().st_size
-    marker = folder / COMPLETE_MARKER
-    tmp = folder / (COMPLETE_MARKER + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump({"step": checkpoint_step(folder), "files": files}, handle, indent=1)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, marker)
+    files = flushed_files(folder, but=COMPLETE_MARKER)
+    marker = write_atomic(
+        folder / COMPLETE_MARKER, json.dumps({"step": checkpoint_step(folder), "files": files}, indent=1)
+    )
     fsync_path(folder, directory=True)
     return marker
 

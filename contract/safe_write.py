@@ -1,10 +1,13 @@
-"""HOW a file is written so that a crash or a full disk never leaves half of one: whole-file replacement,
-whole-line appends, and the one line that says which disk is full and by how much."""
+"""HOW a file or a folder is written so that a crash or a full disk never leaves half of one: whole-file
+replacement, whole folders put in place by renames, whole-line appends, and the one line that says which disk
+is full and by how much."""
 
 from __future__ import annotations
 
 import errno
 import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -40,6 +43,84 @@ def write_atomic(path: Path, data: str | bytes) -> Path:
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def fsync_path(path: Path, directory: bool = False) -> None:
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def flushed_files(folder: Path, but: str = "") -> dict[str, int]:
+    """Flush every file under `folder` (but the one named `but`) to disk: {relative path: size}, what a marker
+    records so that a reader can tell the folder whole (each file there, at that size)."""
+    files = {}
+    for path in sorted(p for p in Path(folder).rglob("*") if p.is_file() and p.name != but):
+        fsync_path(path)
+        files[path.relative_to(folder).as_posix()] = path.stat().st_size
+    return files
+
+
+def publish_folder(
+    folder: Path,
+    write: Callable[[Path], None],
+    seal: Callable[[Path, dict[str, int]], None] | None = None,
+    shared: bool = False,
+) -> None:
+    """Put `folder` in place whole or not at all: `write(staged)` fills a hidden folder beside it, every file is
+    flushed to disk, `seal(staged, sizes)` writes what marks it whole (last), and the staged folder takes the
+    earlier one's place by two renames. A kill or a full disk at any point leaves the earlier folder or this one,
+    each whole (between the renames under its hidden name, which staged_leftovers finds); never half a folder
+    under the real name. `shared`: other processes may publish the same folder at once (a cache): the first
+    one in place stands (its readers keep their files), and no other's staged folder is touched."""
+    folder = Path(folder)
+    staged, earlier = _hidden(folder, "partial"), _hidden(folder, "earlier")
+    shutil.rmtree(staged, ignore_errors=True)
+    try:
+        staged.mkdir(parents=True)
+        write(staged)
+        sizes = flushed_files(staged)
+        if seal is not None:
+            seal(staged, sizes)
+        fsync_path(staged, directory=True)
+        if folder.exists() and not shared:
+            os.replace(folder, earlier)
+        try:
+            os.replace(staged, folder)
+        except OSError:
+            if not (shared and folder.is_dir()):
+                raise  # else another process's came first, and stands
+        fsync_path(folder.parent, directory=True)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+    for leftover in [] if shared else staged_leftovers(folder):  # this one's earlier folder, a killed one's
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def remove_folder(folder: Path) -> None:
+    """Remove a published folder, renamed away first so that no half-deleted folder keeps the real name, and
+    the hidden folders a killed process left beside it."""
+    folder = Path(folder)
+    if folder.exists():
+        gone = _hidden(folder, "earlier")
+        os.replace(folder, gone)
+        shutil.rmtree(gone, ignore_errors=True)
+    for leftover in staged_leftovers(folder):
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def staged_leftovers(folder: Path) -> list[Path]:
+    """The hidden folders a process killed while publishing `folder` left beside it: staged (newest first,
+    then the one it was replacing)."""
+    staged = sorted(folder.parent.glob(f".{folder.name}.partial-*"))
+    earlier = sorted(folder.parent.glob(f".{folder.name}.earlier-*"))
+    return [p for p in staged + earlier if p.is_dir()]
+
+
+def _hidden(folder: Path, kind: str) -> Path:
+    return folder.with_name(f".{folder.name}.{kind}-{os.getpid()}")
 
 
 def append_line(path: Path, line: str) -> None:

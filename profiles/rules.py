@@ -153,7 +153,8 @@ def _reward_entry(text: str, base: Path | None, key: str) -> str:
     with its file's absolute path, so that the attempt and `sample` find it from any folder."""
     import importlib.util
 
-    from rewards import REWARDS, user
+    from rewards import REWARDS
+    from usercode.entry import check_spec, is_user_code, parse_spec
 
     if text in REWARDS:
         if text == "math" and importlib.util.find_spec("math_verify") is None:
@@ -163,7 +164,7 @@ def _reward_entry(text: str, base: Path | None, key: str) -> str:
                 key,
             )
         return text
-    if not user.is_user_reward(text):
+    if not is_user_code(text):
         raise KeyProblem(
             f"unknown reward '{text}'; known: {', '.join(REWARDS)}, or path/to/file.py:function, "
             "or package.module:function",
@@ -171,22 +172,22 @@ def _reward_entry(text: str, base: Path | None, key: str) -> str:
             key,
         )
     try:
-        spec = user.parse_spec(text, base_dir=base)
-        user.check_spec(spec)
+        spec = parse_spec(text, base_dir=base)
+        check_spec(spec)
     except ValueError as exc:
         raise KeyProblem(str(exc), None, key) from None
     return f"{spec.path.resolve()}:{spec.function}" if spec.path is not None else text
 
 
 def _check_rewards(p, base: Path | None) -> None:
-    from rewards.user import is_user_reward
+    from usercode.entry import is_user_code
 
     resolved = {}
     for name, weight in p.rewards.items():
         resolved[_reward_entry(name, base, "rewards")] = weight
     logged: dict[str, str] = {}
     for entry in resolved:  # TRL logs each reward under its function's name: two of one name would merge
-        shown_as = entry.rpartition(":")[2] if is_user_reward(entry) else entry
+        shown_as = entry.rpartition(":")[2] if is_user_code(entry) else entry
         if shown_as in logged:
             raise KeyProblem(
                 f"'{entry}' and '{logged[shown_as]}' would both be logged as rewards/{shown_as}",

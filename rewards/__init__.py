@@ -55,9 +55,10 @@ def get_reward(name: str) -> RewardFn:
     """The reward function registered as name, or the user's function for `file.py:function` /
     `package.module:function` (imported now); ValueError listing the known names otherwise."""
     from rewards import user
+    from usercode.entry import is_user_code, parse_spec
 
-    if user.is_user_reward(name):
-        return user.load(user.parse_spec(name))
+    if is_user_code(name):
+        return user.load(parse_spec(name))
     try:
         return REWARDS[name]
     except (KeyError, TypeError):

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from contract.environment import cache_root
+from contract.safe_write import publish_folder
 from rewards.parse import TAGS as XML_TAGS  # the answer format the rewards score
 
 ROLE_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>")
@@ -203,22 +203,16 @@ def ensure_tiny(
         record = shipped.load_into(model, *found)
     else:
         record = _warm_start(model, tokenizer, dataset, seed, long_answers)
-    # Build beside the target and rename: a concurrent build or an interrupted one never leaves half a model.
-    staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=root))
-    try:
-        model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        _pin_tokenizer_class(staging)
+
+    def write(staged: Path) -> None:
+        model.save_pretrained(staged)
+        tokenizer.save_pretrained(staged)
+        _pin_tokenizer_class(staged)
         if record is not None:
-            (staging / WARM_START_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        try:
-            staging.rename(target)
-        except OSError:
-            if not (target / "config.json").is_file():
-                raise
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+            (staged / WARM_START_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+
+    # Built beside the target and renamed: a concurrent build or an interrupted one never leaves half a model.
+    publish_folder(target, write, shared=True)
     return target
 
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
-import tempfile
 from pathlib import Path
+
+from contract.safe_write import publish_folder
 
 BUILD_VERSION = 1
 RECORD_FILE = "random_weights.json"
@@ -81,10 +81,10 @@ def ensure_random_model(
     if (target / "config.json").is_file() and (target / RECORD_FILE).is_file():
         return target
     root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=root))
-    try:
-        _build(arch, staging, dataset=dataset, seed=seed, max_positions=max_positions, dtype=dtype, device=device)
-        (staging / RECORD_FILE).write_text(
+
+    def write(staged: Path) -> None:
+        _build(arch, staged, dataset=dataset, seed=seed, max_positions=max_positions, dtype=dtype, device=device)
+        (staged / RECORD_FILE).write_text(
             json.dumps(
                 {
                     "architecture": arch.name,
@@ -98,14 +98,8 @@ def ensure_random_model(
             + "\n",
             encoding="utf-8",
         )
-        try:
-            staging.rename(target)
-        except OSError:
-            if not (target / "config.json").is_file():
-                raise
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+
+    publish_folder(target, write, shared=True)
     return target
 
 

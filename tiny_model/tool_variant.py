@@ -19,9 +19,9 @@ import json
 import random
 import re
 import shutil
-import tempfile
 from pathlib import Path
 
+from contract.safe_write import publish_folder
 from tiny_model import tool_template
 
 TOOL_BUILD_VERSION = 3  # 3: the record's held-out figures rendered with thinking off, as the pass taught
@@ -77,24 +77,18 @@ def ensure_tiny_tools(dataset: str = "arithmetic", seed: int = 0, root: Path | N
         return target
     model, tokenizer = _with_markup(base)
     record = _warm_start(model, tokenizer, seed) if dataset == "arithmetic" else None
-    staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=root))
-    try:
-        model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        _pin_tokenizer(staging)
+
+    def write(staged: Path) -> None:
+        model.save_pretrained(staged)
+        tokenizer.save_pretrained(staged)
+        _pin_tokenizer(staged)
         for name in ("warm_start.json",):  # the base's record: the report's random -> warm start figures
             if (base / name).is_file():
-                shutil.copy(base / name, staging / name)
+                shutil.copy(base / name, staged / name)
         if record is not None:
-            (staging / RECORD_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        try:
-            staging.rename(target)
-        except OSError:
-            if not (target / "config.json").is_file():
-                raise
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+            (staged / RECORD_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+
+    publish_folder(target, write, shared=True)
     return target
 
 

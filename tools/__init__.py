@@ -4,8 +4,8 @@ that keeps any of them from taking a run down.
 A profile's `tools` lists functions the model may call (TRL's `tools`), `environment` names a class whose
 instances hold one rollout's state and whose public methods are its tools (TRL's `environment_factory`). Each
 entry is a shipped name (SHIPPED_TOOLS, SHIPPED_ENVIRONMENTS), `path/to/file.py:name` or
-`package.module:name`, found and checked like a reward of the user's own (rewards.user: the file is parsed, not
-imported, until the attempt). The attempt imports them here and hands TRL guarded versions (tools.guard).
+`package.module:name`, found and checked as any user's code is (usercode: the file is parsed, not imported,
+until the attempt). The attempt imports them here and hands TRL guarded versions (tools.guard).
 """
 
 from __future__ import annotations
@@ -29,20 +29,20 @@ def check_entry(text: str, kind: str, base_dir: Path | None = None) -> str:
     """Without importing anything of the user's: the entry as the attempt will load it (a file's absolute path,
     so that the attempt finds it from any folder); ValueError saying what is wrong and the fix. `kind`:
     "tool" or "environment"."""
-    from rewards import user
+    from usercode.entry import check_spec, is_user_code, parse_spec
 
     shipped = SHIPPED_TOOLS if kind == "tool" else SHIPPED_ENVIRONMENTS
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"expected a {kind} entry, got {text!r}")
     if text in shipped:
         return text
-    if not user.is_user_reward(text):
+    if not is_user_code(text):
         known = ", ".join(shipped)
         raise ValueError(
             f"unknown {kind} '{text}' (fix: a shipped {kind} ({known}), path/to/file.py:name or package.module:name)"
         )
-    spec = user.parse_spec(text, base_dir=base_dir)
-    user.check_spec(spec, kind=kind)
+    spec = parse_spec(text, base_dir=base_dir)
+    check_spec(spec, kind=kind)
     _check_described(spec, kind)
     return f"{spec.path.resolve()}:{spec.function}" if spec.path is not None else text
 
@@ -70,11 +70,11 @@ def _check_described(spec, kind: str) -> None:
 def environment_tool_names(entry: str) -> set[str]:
     """The names of the tools an environment entry (as check_entry returned it) offers the model, as far as
     its file shows them (methods inherited from another module are not seen)."""
-    from rewards import user
     from tools import described
+    from usercode.entry import parse_spec
 
     try:
-        spec = user.parse_spec(entry_target(entry, "environment"))
+        spec = parse_spec(entry_target(entry, "environment"))
     except ValueError:
         return set()
     tree = described.parsed(described.source_of(spec))
@@ -92,23 +92,10 @@ def entry_name(text: str, kind: str = "tool") -> str:
 
 def _import(text: str, kind: str):
     """The function or class an entry names, imported now (in the attempt)."""
-    from rewards import user
-    from tools.guard import ToolCodeError, raised_text, short_trace
+    from usercode.entry import parse_spec
+    from usercode.load import load
 
-    spec = user.parse_spec(entry_target(text, kind))
-    try:
-        module = user.import_spec(spec, prefix=f"grpo_user_{kind}")
-    except KeyboardInterrupt:
-        raise
-    except (Exception, SystemExit) as exc:
-        source = str(spec.path) if spec.path is not None else spec.module
-        raise ToolCodeError(
-            f"{kind} '{text}'", source, f"could not be imported: {raised_text(exc)}", short_trace(exc)
-        ) from exc
-    target = getattr(module, spec.function, None)
-    if target is None or not callable(target):
-        raise ToolCodeError(f"{kind} '{text}'", str(spec.path or spec.module), f"has no callable '{spec.function}'")
-    return target
+    return load(parse_spec(entry_target(text, kind)), f"{kind} '{text}'", kind)
 
 
 def load_tools(entries, time_limit_s: float | None = None) -> list:
@@ -139,11 +126,11 @@ def load_environment(entry: str, time_limit_s: float | None = None):
 
 
 def _check_schema(function, what: str) -> None:
-    """ToolCodeError, before the model loads, when transformers cannot describe `function` to the model (what
+    """UserCodeError, before the model loads, when transformers cannot describe `function` to the model (what
     the file's parse could not see: a tool made at run time, a method inherited from another module)."""
     import inspect
 
-    from tools.guard import ToolCodeError
+    from usercode.failure import UserCodeError
 
     try:
         from transformers.utils import get_json_schema
@@ -154,7 +141,7 @@ def _check_schema(function, what: str) -> None:
     except Exception as exc:
         code = getattr(inspect.unwrap(function), "__code__", None)
         where = f"{code.co_filename}:{code.co_firstlineno}" if code is not None else "unknown"
-        raise ToolCodeError(
+        raise UserCodeError(
             what,
             where,
             f"cannot be described to the model: {exc} (fix: a docstring saying what it does, a type hint on "
@@ -164,7 +151,7 @@ def _check_schema(function, what: str) -> None:
 
 def check_environment_starts(factory, rows: list[dict]) -> None:
     """Make one environment and reset it with each of `rows` (the first training rows), as TRL will: an
-    environment that cannot start is found before the model loads (tools.guard.ToolCodeError)."""
+    environment that cannot start is found before the model loads (usercode.failure.UserCodeError)."""
     if factory is None:
         return
     instance = factory()

@@ -4,7 +4,7 @@ described under `Args:` as `name: what it is`; a tool without them would stop th
 loaded. Also the names of an environment's tools (its public methods), so that the profile's rules can refuse
 a tool and a method the model would know by one name.
 
-The file is parsed with `ast`, as rewards.user checks an entry; what the parse cannot see (a method inherited
+The file is parsed with `ast`, as usercode.entry checks an entry; what the parse cannot see (a method inherited
 from another module, a function made at run time) is left to the attempt, which checks the imported tools the
 same way before the model loads (tools.load_tools)."""
 
@@ -21,14 +21,14 @@ _SECTION_ENDS = ("Returns:", "Raises:")
 
 
 def source_of(spec) -> Path | None:
-    """The .py file an entry's spec (rewards.user.RewardSpec) names or whose module it names; None when it has
+    """The .py file an entry's spec (usercode.entry.UserCodeSpec) names or whose module it names; None when it has
     none to read (a compiled module, a namespace)."""
     if spec.path is not None:
         return spec.path
-    from rewards import user
+    from usercode.entry import find_module
 
     try:
-        found = user._find_module(spec.module)  # found without importing, as check_spec found it
+        found = find_module(spec.module)  # found without importing, as check_spec found it
     except ValueError:
         return None
     origin = getattr(found, "origin", None)
@@ -36,13 +36,13 @@ def source_of(spec) -> Path | None:
 
 
 def parsed(path: Path | None) -> ast.Module | None:
-    """The file's syntax tree, or None when it cannot be read or parsed (rewards.user said so already)."""
-    from rewards.user import MAX_REWARD_FILE_BYTES
+    """The file's syntax tree, or None when it cannot be read or parsed (usercode.entry said so already)."""
+    from usercode.entry import MAX_FILE_BYTES
 
     if path is None:
         return None
     try:
-        if path.stat().st_size > MAX_REWARD_FILE_BYTES:  # someone's library, not a tool file: the attempt checks
+        if path.stat().st_size > MAX_FILE_BYTES:  # someone's library, not a tool file: the attempt checks
             return None
         return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError, MemoryError):

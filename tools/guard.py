@@ -34,9 +34,10 @@ import signal
 import sys
 import threading
 import time
-import traceback
 import typing
 import warnings
+
+from usercode.failure import failed_in, last_user_frame, raised_text
 
 TIME_LIMIT_S = 10.0  # a tool call's wall-clock limit
 MAX_OUTPUT_CHARS = 2000  # characters of a tool's result the model is shown
@@ -58,17 +59,6 @@ class ToolFailed(Exception):
 class ToolTimeout(BaseException):
     """Raised inside a tool that ran past its limit: a BaseException, so `except Exception` in the tool
     does not swallow it."""
-
-
-class ToolCodeError(RuntimeError):
-    """The user's tool or environment code failed where the run cannot go on without it (an environment's
-    `reset`, or its construction): the attempt ends `error` naming the code, its line and the fix."""
-
-    def __init__(self, name: str, where: str, what: str, trace: str = ""):
-        self.tool = name
-        self.where = where
-        self.trace = trace
-        super().__init__(f"{name} {what} (at {where})")
 
 
 class ToolRecord:
@@ -119,15 +109,6 @@ def _note(key, text: str, record: ToolRecord | None = None) -> None:
 
 class ToolNote(UserWarning):
     """Something a tool did that the run survived (it printed, its output was cut, it could not be timed)."""
-
-
-def _user_line(exc: BaseException, code) -> str:
-    """file:line of the last frame in the tool's own file, else the tool's first line."""
-    own = getattr(code, "co_filename", None)
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if own and f.filename == own]
-    if frames:
-        return f"{frames[-1].filename}:{frames[-1].lineno}"
-    return f"{own}:{getattr(code, 'co_firstlineno', '?')}" if own else "unknown"
 
 
 def shown_text(result, limit: int = MAX_OUTPUT_CHARS) -> tuple[str, bool]:
@@ -364,7 +345,7 @@ def guarded(function, name: str | None = None, time_limit_s: float | None = TIME
             if not isinstance(exc, ValueError):  # a ValueError is the tool refusing its input; others are bugs
                 _note(
                     ("raised", name),
-                    f"tool {name} raised {type(exc).__name__} (at {_user_line(exc, code)}); the "
+                    f"tool {name} raised {type(exc).__name__} (at {last_user_frame(exc, code)}); the "
                     "model is told the error and training goes on (said once)",
                     record,
                 )
@@ -405,7 +386,7 @@ def guarded(function, name: str | None = None, time_limit_s: float | None = TIME
 def guarded_environment(factory, name: str | None = None, time_limit_s: float | None = TIME_LIMIT_S):
     """A factory whose environments TRL may use as it does the user's: the same public methods (its tools),
     each guarded like a tool; `reset` and `get_reward` are the user's own, and a failing `reset` ends the
-    attempt as ToolCodeError naming the environment's line (an environment that cannot start has nothing to
+    attempt as usercode's UserCodeError naming the environment's line (an environment that cannot start has nothing to
     offer the model)."""
     name = name or getattr(factory, "__name__", "environment")
     cls = factory if isinstance(factory, type) else None
@@ -416,11 +397,8 @@ def guarded_environment(factory, name: str | None = None, time_limit_s: float | 
         except KeyboardInterrupt:
             raise
         except (Exception, SystemExit) as exc:
-            raise ToolCodeError(
-                f"environment {name}",
-                _user_line(exc, _code_of(factory)),
-                f"could not be created: {raised_text(exc)}",
-                short_trace(exc),
+            raise failed_in(
+                f"environment {name}", exc, _code_of(factory), f"could not be created: {raised_text(exc)}"
             ) from exc
         return _wrap_instance(instance, name, time_limit_s)
 
@@ -469,12 +447,12 @@ def _guarded_reset(reset, name: str):
             raise
         except (Exception, SystemExit) as exc:
             row = ", ".join(f"{k}={str(v)[:40]!r}" for k, v in list(kwargs.items())[:4])
-            raise ToolCodeError(
+            raise failed_in(
                 f"environment {name}",
-                _user_line(exc, code),
+                exc,
+                code,
                 f"reset failed: {raised_text(exc)} (row: {row or 'none'}); fix its reset for such rows, or "
                 "leave them out of the data",
-                short_trace(exc),
             ) from exc
 
     return guarded_reset
@@ -483,15 +461,3 @@ def _guarded_reset(reset, name: str):
 def _code_of(factory):
     target = factory.__init__ if isinstance(factory, type) else factory
     return getattr(inspect.unwrap(target), "__code__", None)
-
-
-def raised_text(exc: BaseException) -> str:
-    if isinstance(exc, SystemExit):
-        return f"it called sys.exit({exc.code!r})"
-    return f"{type(exc).__name__}: {exc}"
-
-
-def short_trace(exc: BaseException) -> str:
-    frames = traceback.extract_tb(exc.__traceback__)[-3:]
-    lines = [f'  File "{f.filename}", line {f.lineno}, in {f.name}\n    {(f.line or "").strip()}' for f in frames]
-    return "\n".join(lines + [f"{type(exc).__name__}: {exc}"])

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from contract import attempt as contract
-from contract.safe_write import write_atomic
+from contract.safe_write import publish_folder, remove_folder, staged_leftovers, write_atomic
 
 # What the marker records of the evaluation that chose the model (and `files`: each file's size)
 POINT_KEYS = ("step", "accuracy", "well_formed", "correct", "total")
@@ -42,23 +42,11 @@ def read_kept(folder: Path) -> dict | None:
     return record
 
 
-def _hidden(folder: Path, kind: str) -> Path:
-    return folder.with_name(f".{folder.name}.{kind}-{os.getpid()}")
-
-
-def _leftovers(folder: Path) -> list[Path]:
-    """The hidden folders a process killed while keeping a model left beside `folder`: staged (newest first,
-    then the one it was replacing)."""
-    staged = sorted(folder.parent.glob(f".{folder.name}.partial-*"))
-    earlier = sorted(folder.parent.glob(f".{folder.name}.earlier-*"))
-    return [p for p in staged + earlier if p.is_dir()]
-
-
 def kept_best(attempt_dir: Path) -> tuple[Path, dict] | None:
     """(folder, marker) of the attempt's kept best model: best-adapter/ when whole, else a whole one a kill
     left under its hidden name between the two renames that put it in place; None when there is none."""
     folder = Path(attempt_dir) / contract.BEST_ADAPTER_DIR
-    for candidate in [folder, *_leftovers(folder)]:
+    for candidate in [folder, *staged_leftovers(folder)]:
         record = read_kept(candidate)
         if record is not None:
             return candidate, record
@@ -66,44 +54,17 @@ def kept_best(attempt_dir: Path) -> tuple[Path, dict] | None:
 
 
 def keep(folder: Path, write: Callable[[Path], None], record: dict) -> dict:
-    """Put a model in `folder` whole or not at all: `write(staged)` fills a hidden folder beside it, every file
-    is flushed to disk, the marker (`record` and each file's size) is written last, and the staged folder takes
-    the earlier one's place by two renames. A kill or a full disk at any point leaves the earlier folder or
-    this one, each whole (between the renames under its hidden name, which kept_best finds); never a folder
-    without its marker under the real name. The marker written."""
-    folder = Path(folder)
-    staged, earlier = _hidden(folder, "partial"), _hidden(folder, "earlier")
-    shutil.rmtree(staged, ignore_errors=True)
-    try:
-        staged.mkdir(parents=True)
-        write(staged)
-        files = {}
-        for path in sorted(p for p in staged.rglob("*") if p.is_file()):
-            contract.fsync_path(path)
-            files[path.relative_to(staged).as_posix()] = path.stat().st_size
-        marker = {**record, "files": files}
+    """Put a model in `folder` whole or not at all (contract.safe_write.publish_folder): `write(staged)` fills a
+    hidden folder beside it, and the marker (`record` and each file's size) is written last, once every file
+    is on disk; never a folder without its marker under the real name. The marker written."""
+    marker = dict(record)
+
+    def seal(staged: Path, sizes: dict[str, int]) -> None:
+        marker["files"] = sizes
         write_atomic(staged / contract.BEST_MARKER, json.dumps(marker, indent=1) + "\n")
-        contract.fsync_path(staged, directory=True)
-        if folder.exists():
-            os.replace(folder, earlier)
-        os.replace(staged, folder)
-        contract.fsync_path(folder.parent, directory=True)
-    finally:
-        shutil.rmtree(staged, ignore_errors=True)
-    for leftover in _leftovers(folder):  # this save's earlier one, and any a killed process left
-        shutil.rmtree(leftover, ignore_errors=True)
+
+    publish_folder(folder, write, seal)
     return marker
-
-
-def remove(folder: Path) -> None:
-    """Remove a kept folder: renamed away first, so that no half-deleted folder keeps the real name."""
-    folder = Path(folder)
-    if folder.exists():
-        gone = _hidden(folder, "earlier")
-        os.replace(folder, gone)
-        shutil.rmtree(gone, ignore_errors=True)
-    for leftover in _leftovers(folder):
-        shutil.rmtree(leftover, ignore_errors=True)
 
 
 def _copy_files(source: Path, staged: Path) -> None:
@@ -168,7 +129,7 @@ class BestKeeper:
         second copy of a whole model on disk)."""
         if not best or best.get("saved_in") != contract.ADAPTER_DIR or not self.folder.exists():
             return
-        remove(self.folder)
+        remove_folder(self.folder)
         self.kept = None
         self.say(
             f"the final model scores at least as well as every evaluation before it: {contract.ADAPTER_DIR}/ is "

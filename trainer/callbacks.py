@@ -46,7 +46,7 @@ class TelemetryCallback(TrainerCallback):
         masks_cut: bool = False,
     ):
         self.evaluation = evaluation  # EvaluateDuringTraining: the evaluation made at this step, if any
-        self.lengths = lengths  # trainer.lengths.LengthRecorder: the answers' lengths, step by step
+        self.lengths = lengths  # trainer.answer_lengths.LengthRecorder: the answers' lengths, step by step
         self.cap = cap  # max_completion_length: what an answer is cut at
         self.masks_cut = masks_cut
         self.cut_warning: str | None = None  # the "answers are cut" line, once it has been said
@@ -121,7 +121,7 @@ class TelemetryCallback(TrainerCallback):
             if self.warning is not None and self.progress is not None:
                 self.progress.warn(self.warning)
         if self.cut_warning is None and self.cap:
-            from trainer.lengths import cut_share_warning
+            from trainer.answer_lengths import cut_share_warning
 
             self.cut_warning = cut_share_warning(self.rows, self.cap)
             if self.cut_warning is not None and self.progress is not None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from contract.environment import ENV_LLAMA_CPP
 from contract.errors import UsageError
-from contract.safe_write import write_atomic
+from contract.safe_write import publish_folder, write_atomic
 
 CONVERTER = "convert_hf_to_gguf.py"
 QUANTIZER = "llama-quantize"
@@ -166,22 +166,14 @@ def merged_model(profile, adapter_dir: Path, base: str, dtype: str, say) -> Merg
 def save_whole(merged: Merged, out_dir: Path) -> None:
     """Save the model and tokenizer into `out_dir` whole or not at all: into a hidden folder beside it, moved
     into place once everything is written (a full disk or a stop leaves the earlier `out_dir`, or none, never
-    config files without weights). OSError when the disk refuses; nothing half-written is left."""
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    partial = out_dir.with_name(f".{out_dir.name}.partial-{os.getpid()}")
-    shutil.rmtree(partial, ignore_errors=True)
-    try:
-        partial.mkdir()
-        merged.model.save_pretrained(str(partial), safe_serialization=True)
-        merged.tokenizer.save_pretrained(str(partial))
-        earlier = out_dir.with_name(f".{out_dir.name}.earlier-{os.getpid()}")
-        if out_dir.exists():
-            os.replace(out_dir, earlier)  # an export before this one: kept until the new one is in place
-        os.replace(partial, out_dir)
-        shutil.rmtree(earlier, ignore_errors=True)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
+    config files without weights; contract.safe_write.publish_folder). OSError when the disk refuses; nothing
+    half-written is left."""
+
+    def write(staged: Path) -> None:
+        merged.model.save_pretrained(str(staged), safe_serialization=True)
+        merged.tokenizer.save_pretrained(str(staged))
+
+    publish_folder(out_dir, write)
 
 
 def merge(profile, adapter_dir: Path, base: str, out_dir: Path, dtype: str, say) -> dict:

@@ -134,7 +134,7 @@ ENVIRONMENT_CHECK_ROWS = 8
 def load_tools(state: AttemptState, rows: list) -> tuple[list, Any]:
     """The profile's tools and environment, imported (the user's code runs from here on) and guarded, and the
     environment reset with the first training rows: one that cannot start ends the attempt before the model
-    loads (tools.guard.ToolCodeError names its line)."""
+    loads (usercode.failure.UserCodeError names its line)."""
     profile = state.profile
     if not profile.tools and not profile.environment:
         return [], None

@@ -11,7 +11,6 @@ from pathlib import Path
 from contract.attempt import ADAPTER_DIR, BEST_ADAPTER_DIR, CHECKPOINT_PREFIX
 from contract.safe_write import write_atomic
 from trainer.best_model import beats
-from trainer.plots import write_plots  # noqa: F401 - re-exported: tests import it from here
 
 WINDOW = 10  # steps averaged for the "first" and "last" reward figures
 

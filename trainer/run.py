@@ -36,12 +36,11 @@ def _one_line(text: str) -> str:
 def user_reward_error(exc: BaseException):
     """The failure of the user's own code (a reward; a tool's or an environment's) behind exc (TRL or accelerate
     may wrap it), or None."""
-    from rewards.user import UserRewardError
-    from tools.guard import ToolCodeError
+    from usercode.failure import UserCodeError
 
     seen = set()
     while exc is not None and id(exc) not in seen:
-        if isinstance(exc, (UserRewardError, ToolCodeError)):
+        if isinstance(exc, UserCodeError):
             return exc
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
@@ -291,10 +290,10 @@ def _record_failure(
 
 def _lengths(state: AttemptState) -> dict | None:
     """The answers' measured lengths for the outcome (and the ledger): the length probe's figures, else the
-    training steps' (trainer.lengths), with the chat template's switches they were rendered with."""
+    training steps' (trainer.answer_lengths), with the chat template's switches they were rendered with."""
     if state.lengths is not None:
         return state.lengths
-    from trainer.lengths import training_lengths
+    from trainer.answer_lengths import training_lengths
 
     figures = training_lengths(state.length_recorder, _metric_rows(state), state.profile.max_completion_length)
     return {**figures, "switches": dict(state.switches)} if figures else None
@@ -395,7 +394,7 @@ def _train(state: AttemptState, signals, after_probe=None) -> str:
         say("probe only: stopping before training")
         return OK
     if state.main:  # the answers measured before the plan's cap and expected length are trusted
-        from trainer.lengths import run_length_probe, stops_for_replan
+        from trainer.answer_lengths import run_length_probe, stops_for_replan
 
         if stops_for_replan(state, run_length_probe(state, loaded)):
             return REPLANNED

@@ -137,7 +137,7 @@ def build_trainer(state: AttemptState, loaded: Loaded, signals) -> Session:
         correctness = getattr(loaded.correctness, "__name__", None)
         signal = GroupSignal(dict(zip(reward_names, weights)), profile.num_generations, correctness)
         reward_funcs = [signal.wrap(name, fn) for name, fn in zip(reward_names, reward_funcs)]
-        from trainer.lengths import LengthRecorder
+        from trainer.answer_lengths import LengthRecorder
 
         state.length_recorder = LengthRecorder()  # the answers' lengths, from the first reward's calls
         reward_funcs[0] = state.length_recorder.wrap(reward_funcs[0])
@@ -349,7 +349,7 @@ def finish(state: AttemptState, loaded: Loaded, session: Session, before: dict, 
     )
     summary["generation"] = loaded.generation
     summary["tools"] = tool_summary(state, loaded, before, after)
-    from trainer.lengths import completion_lengths
+    from trainer.answer_lengths import completion_lengths
 
     summary["completion_lengths"] = completion_lengths(state, state.length_recorder, rows)
     from trainer.config import PROFILE_LOSS_KEYS

@@ -34,8 +34,8 @@ class AttemptState:
         # gives it (it knows the offline models); without one, the profile's model is loaded as it is
         self.resolve_model = resolve_model or (lambda profile: (profile.model, None))
         self.probe = None  # the worst-case probe's figures (trainer.probe), once it has run
-        self.lengths = None  # the length probe's figures (trainer.lengths), once it has run
-        self.length_recorder = None  # trainer.lengths.LengthRecorder: the training steps' answer lengths
+        self.lengths = None  # the length probe's figures (trainer.answer_lengths), once it has run
+        self.length_recorder = None  # trainer.answer_lengths.LengthRecorder: the training steps' answer lengths
         self.switches: dict = {}  # the chat template's switches the prompts are rendered with
         self.model_built = None  # how the project built the model, when it did (resolve_model says)
         # False for an attempt that only finishes a run (nothing left to train): its memory peak measures no

@@ -36,19 +36,10 @@ from launcher.card.topology import elastic, server_node, topology
 from launcher.run import machines as machineslib
 from launcher.run import narrate
 from launcher.run.child import ChildRunner, signals_forwarded
-from launcher.run.environment import attempt_env  # noqa: F401 - re-exported: tests import it from here
 from launcher.run.folder import RunLock, latest_run_dir, new_run_dir, point_latest
-from launcher.run.preflight import (  # noqa: F401 - cache_folders re-exported: tests import it from here
-    cache_folders,
-    idle_server_node,
-    job_name,
-    unwritable_cache,
-)
+from launcher.run.preflight import idle_server_node, job_name, unwritable_cache
 from launcher.run.resume import resume_run
-from launcher.run.supervisor import (  # noqa: F401 - MAX_LENGTH_REPLANS re-exported: tests import it from here
-    MAX_LENGTH_REPLANS,
-    Supervisor,
-)
+from launcher.run.supervisor import Supervisor
 
 # ---------------------------------------------------------------------------------------------------
 # Entry point

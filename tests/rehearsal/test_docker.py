@@ -342,7 +342,6 @@ def test_code_lands_where_the_entrypoint_and_train_py_look_for_it(image: Image):
         assert copied.get(package) == entry_dir / package, f"{package}/ must be copied to {entry_dir / package}"
 
 
-@pytest.mark.slow
 def test_arguments_given_to_docker_run_plan_like_the_documented_commands(image: Image):
     # `docker run grpo-train ARGS` runs the ENTRYPOINT with ARGS in place of CMD: `--dry-run` alone must plan
     # the ladder (exit 0 with a choice), not stop at "choose --auto".

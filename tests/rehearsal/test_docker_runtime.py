@@ -143,7 +143,7 @@ import getpass, json, sys
 from pathlib import Path
 from launcher.memory.ledger.store import ledger_path
 from launcher.run.folder import new_run_dir
-from launcher.run.supervise import cache_folders, unwritable_cache
+from launcher.run.preflight import cache_folders, unwritable_cache
 from profiles.load import load_profile
 
 hub_model = load_profile("profiles/gpu-24gb-llama3.1-8b.yaml")
@@ -178,7 +178,6 @@ def test_the_documented_run_writes_everything_it_needs_as_any_uid(base, uid):
     assert Path(found["run_dir"]).stat().st_uid == uid  # the user's own files on the host
 
 
-@pytest.mark.slow  # starts train.py
 @pytest.mark.parametrize("owner", [0, THIRD_UID], ids=["made-by-docker", "another-uids"])
 def test_an_outputs_folder_the_user_did_not_make_is_named_with_its_owner_and_the_fix(base, owner):
     root = image_root(base)
@@ -193,7 +192,6 @@ def test_an_outputs_folder_the_user_did_not_make_is_named_with_its_owner_and_the
     assert "free disk space" not in text and "Traceback" not in text
 
 
-@pytest.mark.slow  # starts train.py
 @pytest.mark.parametrize("owner", [0, THIRD_UID], ids=["made-by-docker", "another-uids"])
 def test_a_hugging_face_cache_mount_the_user_cannot_write_is_named_before_any_download(base, owner):
     """The old documented command mounted $HOME/.cache/huggingface: where the host folder did not exist Docker
@@ -213,7 +211,6 @@ def test_a_hugging_face_cache_mount_the_user_cannot_write_is_named_before_any_do
     assert not list(outputs.glob("run-*/attempt-*"))  # no attempt was started
 
 
-@pytest.mark.slow
 def test_two_runs_as_another_uid_share_the_ledger_on_the_volume(base, tiny_cache, tiny_seed):
     """The whole documented sequence as uid 1234 on the CPU: `train` trains the tiny model into the user's
     outputs folder and records the attempt in the ledger on the cache volume; the next `plan` reads it. The

@@ -4,7 +4,8 @@
              commands -> launcher (planning, supervising; no torch)
                          -> [child process] trainer (one attempt) -> evaluation -> tools, rewards
                          -> tiny_model (the offline models)       -> evaluation
-    launcher, trainer, tiny_model -> profiles (what a profile may say) -> tasks, tools -> rewards -> contract
+    launcher, trainer, tiny_model -> profiles (what a profile may say) -> tasks, tools -> rewards
+    rewards, tools -> usercode (the user's own code: found, checked, imported; its failures) -> contract
 
 Neither the trainer nor the tiny model imports the other: the command that starts an attempt hands the
 trainer a model to load. Function-level imports count: a cycle that only closes inside a function still ties
@@ -30,20 +31,22 @@ EVERYTHING = {
     "tools",
     "trainer",
     "train",
+    "usercode",
 }
 
 # package -> the project packages it may import (besides itself); anything else is against the layout
 ALLOWED = {
     "contract": set(),
-    "rewards": {"contract"},
-    "tools": {"contract", "rewards"},
+    "usercode": {"contract"},
+    "rewards": {"contract", "usercode"},
+    "tools": {"contract", "rewards", "usercode"},
     "tasks": {"contract"},
-    "profiles": {"contract", "tasks", "rewards", "tools"},
-    "evaluation": {"contract", "rewards", "tools"},
-    "tiny_model": {"contract", "tasks", "rewards", "tools", "profiles", "evaluation"},
-    "trainer": {"contract", "tasks", "rewards", "tools", "profiles", "evaluation"},
-    "launcher": {"contract", "tasks", "rewards", "tools", "profiles"},
-    "measure": {"contract", "tasks", "rewards", "tools", "profiles", "evaluation", "launcher", "trainer"},
+    "profiles": {"contract", "tasks", "rewards", "tools", "usercode"},
+    "evaluation": {"contract", "rewards", "tools", "usercode"},
+    "tiny_model": {"contract", "tasks", "rewards", "tools", "profiles", "evaluation", "usercode"},
+    "trainer": {"contract", "tasks", "rewards", "tools", "profiles", "evaluation", "usercode"},
+    "launcher": {"contract", "tasks", "rewards", "tools", "profiles", "usercode"},
+    "measure": {"contract", "tasks", "rewards", "tools", "profiles", "evaluation", "launcher", "trainer", "usercode"},
     "commands": EVERYTHING - {"train", "commands"},
     "train": {"commands", "contract"},
 }

@@ -78,7 +78,6 @@ def test_write_atomic_keeps_the_old_file_when_the_disk_is_full(small_disk):
     assert [p.name for p in small_disk.iterdir() if p.name.startswith(".")] == []  # no temporary file left
 
 
-@pytest.mark.slow
 def test_e2e_full_disk_ends_with_one_line_and_nothing_poisoned(small_disk, tmp_path, tiny_cache):
     env = {k: v for k, v in os.environ.items() if k not in ("FAKE_CHILD_PLAN", "GRPO_INJECT_OOM")}
     env["GRPO_TRAIN_CACHE"] = str(tiny_cache)  # the session's tiny model, off the small disk

@@ -121,7 +121,7 @@ def test_slurm_counts_machines_only_inside_an_srun_step_of_one_task_per_node():
 
 
 def trainers_are_told(rank: int, **extra) -> tuple:
-    from launcher.run.supervise import attempt_env
+    from launcher.run.environment import attempt_env
 
     env = {"GRPO_NUM_MACHINES": "2", "GRPO_MACHINE_RANK": str(rank), "GRPO_MAIN_ADDRESS": "10.0.0.1", **extra}
     told = attempt_env(profile("multi-4x80gb-qwen2.5-14b"), 30.0, base=env)

@@ -11,7 +11,7 @@ from launcher.card.detect import detect_machine
 from launcher.card.facts import card_facts
 from launcher.plan import levers, speed
 from launcher.plan.ambition import ambition_of
-from launcher.plan.judge import usable_of
+from launcher.plan.judge import Ledger, usable_of
 from launcher.plan.search import Solver
 from launcher.plan.value import CRITICAL_BATCH_GPU, critical_batch, learning_per_hour, update_value
 from profiles.catalog import Architecture, resolve
@@ -41,7 +41,7 @@ def test_the_solver_takes_the_prompts_per_step_with_the_most_learning_per_hour()
     arch = resolve(model)
     base = load_profile(PROFILES / "gpu-80gb-qwen2.5-14b.yaml").model_copy(update={"model": model})
     amb = ambition_of(base, set(), base.name, arch)
-    solver = Solver(arch, machine.primary, usable_of(machine.primary), machine)
+    solver = Solver(arch, machine.primary, usable_of(machine.primary), Ledger(machine))
     found = solver.search(base.model_copy(update={"device": "cuda"}), amb)
     opts = solver.options(base, amb)
     learned = solver.learning(base, amb, opts)

@@ -17,6 +17,18 @@ from launcher.run.attempts import read_result
 from rewards import user
 from support.waiting import run_to_end
 from trainer.run import _record_failure, classify
+from usercode.entry import check_spec, parse_spec
+from usercode.failure import UserCodeError
+
+
+@pytest.fixture(autouse=True)
+def detached():
+    """Warnings through the warnings module, each said anew: an attempt run earlier in this process (a trainer
+    test) may have attached its printer and said its own warnings."""
+    user.attach(None)
+    user._warned.clear()
+    yield
+    user.attach(None)
 
 REWARDS = """import math, sys, os
 
@@ -63,7 +75,7 @@ def reward_file(tmp_path):
 
 
 def call(reward_file, name):
-    reward = user.load(user.parse_spec(f"{reward_file}:{name}"))
+    reward = user.load(parse_spec(f"{reward_file}:{name}"))
     return reward(prompts=PROMPTS, completions=COMPLETIONS)
 
 
@@ -124,9 +136,9 @@ def test_os_exit_in_a_reward_is_reported_as_the_rewards_doing(reward_file, tmp_p
     attempt_dir.mkdir()
     code = (
         f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[3])!r})\n"
-        "from pathlib import Path\nfrom rewards import user\n"
+        "from pathlib import Path\nfrom rewards import user\nfrom usercode.entry import parse_spec\n"
         f"user.attach(Path({str(attempt_dir)!r}))\n"
-        f"reward = user.load(user.parse_spec({str(reward_file) + ':leaves_hard'!r}))\n"
+        f"reward = user.load(parse_spec({str(reward_file) + ':leaves_hard'!r}))\n"
         "reward(prompts=['p'], completions=['c'])\n"
     )
     done = run_to_end([sys.executable, "-c", code])
@@ -169,8 +181,8 @@ def test_a_reward_that_returns_leaves_no_marker(reward_file, tmp_path):
 def test_an_error_while_importing_the_reward_names_it_and_its_file(tmp_path, source, words):
     path = tmp_path / "loud.py"
     path.write_text(source)
-    with pytest.raises(user.UserRewardError) as info:
-        user.load(user.parse_spec(f"{path}:f"))
+    with pytest.raises(UserCodeError) as info:
+        user.load(parse_spec(f"{path}:f"))
     assert str(info.value) == "reward 'f' " + words.format(file=path)
     assert classify(info.value)[0] == ERROR
 
@@ -207,14 +219,14 @@ def package(tmp_path, monkeypatch):
 )
 def test_a_misspelled_module_path_is_refused_at_load(package, entry, words):
     with pytest.raises(ValueError) as info:
-        user.check_spec(user.parse_spec(entry))
+        check_spec(parse_spec(entry))
     assert words in str(info.value), str(info.value)
     assert not (package / "ran").exists()  # no package __init__ ran
 
 
 def test_a_right_module_path_passes_without_running_it(package):
-    user.check_spec(user.parse_spec("mypkg.scores:exact"))
-    user.check_spec(user.parse_spec("mypkg.scores:quick"))  # defined inside try / except
+    check_spec(parse_spec("mypkg.scores:exact"))
+    check_spec(parse_spec("mypkg.scores:quick"))  # defined inside try / except
     assert not (package / "ran").exists()
 
 
@@ -237,7 +249,7 @@ def test_a_slow_reward_is_said_once(tmp_path, monkeypatch):
     said = []
     user.attach(None, said.append)
     try:
-        reward = user.load(user.parse_spec(f"{path}:slow"))
+        reward = user.load(parse_spec(f"{path}:slow"))
         reward(prompts=["p"], completions=["c"])
         reward(prompts=["p"], completions=["c"])
     finally:

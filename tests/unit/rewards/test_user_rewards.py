@@ -8,6 +8,7 @@ import pytest
 
 from rewards import user
 from rewards.latex import math as math_reward
+from usercode.entry import check_spec, is_user_code, parse_spec
 
 REWARD_FILE = """
 import re
@@ -33,14 +34,14 @@ def reward_file(tmp_path):
 
 
 def test_spec_forms(tmp_path, reward_file):
-    spec = user.parse_spec("my_rewards.py:brevity", base_dir=tmp_path)
-    assert spec.path == reward_file and spec.function == "brevity" and spec.name == "brevity"
-    spec = user.parse_spec("pkg.sub.mod:score")
+    spec = parse_spec("my_rewards.py:brevity", base_dir=tmp_path)
+    assert spec.path == reward_file and spec.function == "brevity"
+    spec = parse_spec("pkg.sub.mod:score")
     assert spec.module == "pkg.sub.mod" and spec.path is None
     for bad in ("file.py:", ":f", "file.py:not-a-name", "bad module!:f"):
         with pytest.raises(ValueError):
-            user.parse_spec(bad)
-    assert user.is_user_reward("a.py:f") and not user.is_user_reward("accuracy")
+            parse_spec(bad)
+    assert is_user_code("a.py:f") and not is_user_code("accuracy")
 
 
 def test_check_reads_the_file_without_running_it(tmp_path, reward_file):
@@ -48,35 +49,35 @@ def test_check_reads_the_file_without_running_it(tmp_path, reward_file):
     (tmp_path / "side_effect.py").write_text(
         f"open({str(touched)!r}, 'w').write('x')\ndef f(completions, **kw):\n    return [0.0] * len(completions)\n"
     )
-    user.check_spec(user.parse_spec(str(tmp_path / "side_effect.py") + ":f"))
+    check_spec(parse_spec(str(tmp_path / "side_effect.py") + ":f"))
     assert not touched.exists()
-    user.check_spec(user.parse_spec(f"{reward_file}:scorer"))  # an assigned name counts as defined
+    check_spec(parse_spec(f"{reward_file}:scorer"))  # an assigned name counts as defined
     with pytest.raises(ValueError, match=r"defines no 'missing' \(functions there: brevity, broken, wrong_length\)"):
-        user.check_spec(user.parse_spec(f"{reward_file}:missing"))
+        check_spec(parse_spec(f"{reward_file}:missing"))
     with pytest.raises(ValueError, match="not found"):
-        user.check_spec(user.parse_spec(f"{tmp_path / 'nope.py'}:f"))
+        check_spec(parse_spec(f"{tmp_path / 'nope.py'}:f"))
     (tmp_path / "bad.py").write_text("def f(:\n")
     with pytest.raises(ValueError, match="syntax error at line 1"):
-        user.check_spec(user.parse_spec(f"{tmp_path / 'bad.py'}:f"))
+        check_spec(parse_spec(f"{tmp_path / 'bad.py'}:f"))
     with pytest.raises(ValueError, match="not importable"):
-        user.check_spec(user.parse_spec("no_such_package_here.mod:f"))
-    user.check_spec(user.parse_spec("rewards.accuracy:accuracy"))
+        check_spec(parse_spec("no_such_package_here.mod:f"))
+    check_spec(parse_spec("rewards.accuracy:accuracy"))
 
 
 def test_loaded_reward_scores_and_keeps_its_name(reward_file):
-    reward = user.load(user.parse_spec(f"{reward_file}:brevity"))
+    reward = user.load(parse_spec(f"{reward_file}:brevity"))
     assert reward.__name__ == "brevity"
     assert reward(prompts=["p", "p"], completions=["short", "x" * 30], answer=["1", "1"]) == [1.0, 0.0]
 
 
 def test_a_failing_reward_names_itself_and_the_users_line(reward_file):
-    reward = user.load(user.parse_spec(f"{reward_file}:broken"))
+    reward = user.load(parse_spec(f"{reward_file}:broken"))
     with pytest.raises(user.UserRewardError) as info:
         reward(prompts=["p"], completions=["c"])
     assert info.value.reward == "broken"
     assert info.value.where.startswith(f"{reward_file}:8 in ")
     assert "ZeroDivisionError" in str(info.value)
-    wrong = user.load(user.parse_spec(f"{reward_file}:wrong_length"))
+    wrong = user.load(parse_spec(f"{reward_file}:wrong_length"))
     with pytest.raises(user.UserRewardError, match="returned 1 scores for 2 completions"):
         wrong(prompts=["p", "q"], completions=["a", "b"])
 
@@ -89,7 +90,7 @@ def test_module_reward(tmp_path, monkeypatch):
         "def exact(completions, answer, **kw):\n    return [float(c == a) for c, a in zip(completions, answer)]\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    reward = user.load(user.parse_spec("myproj.scoring:exact"))
+    reward = user.load(parse_spec("myproj.scoring:exact"))
     assert reward(prompts=["p", "p"], completions=["4", "5"], answer=["4", "4"]) == [1.0, 0.0]
     sys.modules.pop("myproj.scoring", None)
     sys.modules.pop("myproj", None)

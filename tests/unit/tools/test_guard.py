@@ -13,7 +13,8 @@ import pytest
 
 from rewards.tool_use import TOOL_ERROR_PREFIX, call_figures, tool_ok
 from tools import check_environment_starts, load_environment, load_tools
-from tools.guard import MAX_OUTPUT_CHARS, ToolCodeError, ToolFailed, ToolRecord, guarded
+from tools.guard import MAX_OUTPUT_CHARS, ToolFailed, ToolRecord, guarded
+from usercode.failure import UserCodeError
 
 
 def _raises(expression: str) -> str:
@@ -215,7 +216,7 @@ def environment_file(tmp_path):
 def test_an_environment_whose_reset_fails_is_named_with_its_line(environment_file):
     factory = load_environment(f"{environment_file}:Breaks")
     check_environment_starts(factory, [{"answer": "2"}])  # starts on an even answer
-    with pytest.raises(ToolCodeError) as caught:
+    with pytest.raises(UserCodeError) as caught:
         check_environment_starts(factory, [{"answer": "2"}, {"answer": "3"}])
     text = str(caught.value)
     assert "environment Breaks reset failed: KeyError: 'odd'" in text
@@ -229,14 +230,14 @@ def test_an_environment_method_that_raises_is_a_tool_message(environment_file):
 
 
 def test_an_environment_that_cannot_be_made_is_named(environment_file):
-    with pytest.raises(ToolCodeError, match=r"environment WontStart could not be created: OSError: no server"):
+    with pytest.raises(UserCodeError, match=r"environment WontStart could not be created: OSError: no server"):
         load_environment(f"{environment_file}:WontStart")()
 
 
 def test_a_tool_file_that_fails_at_import_is_named(tmp_path):
     path = tmp_path / "broken.py"
     path.write_text("import not_a_module_anywhere\n\ndef f(x: int) -> int:\n    return x\n", encoding="utf-8")
-    with pytest.raises(ToolCodeError, match="could not be imported: ModuleNotFoundError"):
+    with pytest.raises(UserCodeError, match="could not be imported from .*broken.py: ModuleNotFoundError"):
         load_tools([f"{path}:f"])
 
 

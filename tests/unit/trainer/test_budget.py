@@ -77,7 +77,7 @@ def test_the_budget_reaches_the_attempt_and_its_outcome_says_why_it_stopped(tmp_
 
 
 def test_the_supervisor_gives_the_deadline_to_every_attempt():
-    from launcher.run.supervise import Supervisor
+    from launcher.run.supervisor import Supervisor
     from profiles.load import load_profile
     from support.cli import REPO
 

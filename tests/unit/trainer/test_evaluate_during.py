@@ -72,7 +72,6 @@ def train_env(tiny_cache):
     return env
 
 
-@pytest.mark.slow
 def test_the_curve_of_a_cpu_run(tmp_path, train_env):
     attempt_dir = tmp_path / "attempt-01"
     result = train_py(
@@ -127,7 +126,6 @@ def test_the_curve_of_a_cpu_run(tmp_path, train_env):
     assert "![evaluation](evaluation.png)" in report
 
 
-@pytest.mark.slow
 def test_a_signal_during_an_evaluation_stops_it_and_saves_the_step(tmp_path, train_env):
     attempt_dir = tmp_path / "attempt-sig"
     process = start_train_py(

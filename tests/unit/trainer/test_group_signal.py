@@ -9,7 +9,8 @@ import json
 import pytest
 
 from trainer.group_signal import GroupSignal, group_figures, no_signal_share, no_signal_warning
-from trainer.report import signal_figures, write_plots, write_report
+from trainer.plots import write_plots
+from trainer.report import signal_figures, write_report
 
 WEIGHTS = {"xml_soft": 0.5, "accuracy": 2.0}
 

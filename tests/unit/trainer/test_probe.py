@@ -239,7 +239,6 @@ def _attempt(attempt_dir: Path, env: dict, *overrides: str, resume_from: Path | 
     return train_py("--profile", str(SMALL), "--attempt-dir", str(attempt_dir), *sets, *resume, env=env)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_probe_oom_ends_the_attempt_and_without_it_training_runs(backend, tmp_path, cache_env):
     from contract.attempt import EXIT_FOR_STATUS, OOM
@@ -298,7 +297,6 @@ for probe in (True, False):
 """
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_probe_leaves_learning_unchanged(backend, tmp_path, cache_env):
     """Same seed, three steps, with and without the probe: every trainable weight is identical. LoRA

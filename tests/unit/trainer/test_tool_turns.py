@@ -4,10 +4,6 @@ Nothing of TRL is stood in for; the model is the real tiny one on the CPU."""
 
 from __future__ import annotations
 
-import pytest
-
-pytestmark = pytest.mark.slow  # builds the tiny tool-calling model on first use (its warm start trains)
-
 
 def _trainer(model_path, tmp_path, **trainer_kwargs):
     from datasets import Dataset

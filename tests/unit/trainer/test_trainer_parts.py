@@ -375,7 +375,7 @@ def test_reward_figures():
 
 
 def test_plots_are_written(tmp_path):
-    from trainer.report import write_plots
+    from trainer.plots import write_plots
 
     written = write_plots(tmp_path, _rows(25), ["xml_count", "accuracy"], "cpu", 0.6, "test")
     assert written == ["rewards.png", "completion_length.png", "memory.png"]

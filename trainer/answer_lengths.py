@@ -4,7 +4,7 @@ lengths of the training steps' answers, and summary.json's `completion_lengths`.
 
 When the probe finds the answers cut at the cap and the supervisor re-plans (contract.attempt's
 ENV_LENGTH_REPLAN), the attempt stops before its first step with the status `replanned`; the supervisor plans the
-larger cap (launcher.run.fallback). The rule is the contract's (contract.lengths), so both sides read a
+larger cap (launcher.run.fallback). The rule is the contract's (contract.length_rule), so both sides read a
 measurement alike.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import time
 
-from contract.lengths import PROBE, TRAINING, cut_warning, measure, needs_larger_cap, overruled
+from contract.length_rule import PROBE, TRAINING, cut_warning, measure, needs_larger_cap, overruled
 from trainer.state import AttemptState, say
 
 
@@ -35,7 +35,7 @@ def planned_expected(profile) -> int | None:
 
 def run_length_probe(state: AttemptState, loaded) -> dict | None:
     """Sample one answer for each of `length_probe` training prompts with training's tokenizer, chat template
-    switches, sampling settings and cap; their figures (contract.lengths.MeasuredLengths' and what they were
+    switches, sampling settings and cap; their figures (contract.length_rule.MeasuredLengths' and what they were
     held against), kept in state.lengths. None when the profile turns it off, accelerate runs the processes, or
     the weights are random (calibrate --random-weights, the measurement kit)."""
     profile = state.profile
@@ -110,7 +110,7 @@ def stops_for_replan(state: AttemptState, figures: dict | None) -> bool:
     re-plans (ENV_LENGTH_REPLAN); what is said either way, with the cap the measurement calls for when it
     trains as it is."""
     from contract.attempt import length_replan_allowed
-    from contract.lengths import MeasuredLengths, lengths_after
+    from contract.length_rule import MeasuredLengths, lengths_after
 
     if figures is None:
         return False
@@ -201,5 +201,5 @@ def completion_lengths(state: AttemptState, recorder: LengthRecorder | None, row
 
 
 def cut_share_warning(rows: list[dict], cap: int) -> str | None:
-    """The warning of contract.lengths.cut_warning over metrics.jsonl's rows."""
+    """The warning of contract.length_rule.cut_warning over metrics.jsonl's rows."""
     return cut_warning([r.get("cut_share") for r in rows], cap)
