@@ -2,8 +2,10 @@
 #   make train   create .venv, install the pinned CPU set, run `python train.py train`
 #   make test    create .venv, install the pinned CPU set and what CI installs beside it (the vLLM side folder,
 #                llama.cpp's converter) and build the tiny model the tests train, run the whole test suite
-#   make test-fast   every test that neither trains a model nor starts train.py (the inner loop)
-#   make durations   the whole suite, rewriting tests/durations.json (what orders the suite for its workers)
+#   make test-fast   the tests that are not slow: under 3 s each by tests/durations.json, none training a model
+#                (the inner loop; tests/conftest.py marks the slow ones: docs/development.md)
+#   make durations   the whole suite, rewriting tests/durations.json (what orders the suite for its workers and
+#                says which tests are slow)
 #   make lint    ruff check and format check, and mypy
 #   make plan    `python train.py plan`: what would run on this machine (instant)
 PYTHON ?= python3
@@ -55,7 +57,8 @@ test: venv
 	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=20; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
 
 # The suite as `make test` runs it, timing each test into tests/durations.json: tests/conftest.py deals the costly
-# ones out to the workers by it (tests/support/schedule.py). After adding or changing long tests; commit the file.
+# ones out to the workers by it (tests/support/schedule.py) and marks slow those of 3 s or more. After adding or
+# changing long tests, or tests that start train.py or need a tiny model; commit the file.
 durations: venv
 	$(MAKE) --no-print-directory -j3 vllm-side llama-cpp test-models
 	GRPO_TEST_WRITE_DURATIONS=1 OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
@@ -66,7 +69,7 @@ durations: venv
 test-models: venv
 	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) tests/support/tiny_models.py
 
-# The unit tests of every package, on every core (no training run, no subprocess of train.py).
+# The unit tests of every package that are not slow, on every core.
 test-unit: venv
 	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not slow" tests/unit
 

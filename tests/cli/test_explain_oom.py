@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from contract import oom as oom
 from contract import oom_site as oom_site
 from support.cli import train_py
@@ -17,7 +15,6 @@ def text(name: str) -> str:
     return (DATA / name).read_text(encoding="utf-8")
 
 
-@pytest.mark.slow
 def test_train_py_explain_oom_from_stdin():
     done = train_py("--explain-oom", "-", input=text("torch_logits_gib.txt"))
     assert done.returncode == 0, done.stderr

@@ -79,7 +79,6 @@ def trained(tmp_path_factory, tiny_cache):
     return attempt, env
 
 
-@pytest.mark.slow
 def test_the_merged_model_loads_in_transformers_and_answers_as_the_adapter_did(trained):
     attempt, env = trained
     result = train_py("export", str(attempt), "--check", "6", "--json", env=env)
@@ -97,7 +96,6 @@ def test_the_merged_model_loads_in_transformers_and_answers_as_the_adapter_did(t
     assert check["total"] == 6 and check["same"] == 6, list(zip(check["adapter"], check["merged"]))
 
 
-@pytest.mark.slow
 def test_gguf_reads_back_with_the_gguf_package(trained, tmp_path):
     gguf = pytest.importorskip("gguf")
     found = converter()

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from contract import oom as oom
 from profiles.load import load_profile
 from profiles.schema import profile_from_dict
@@ -20,7 +18,6 @@ def notebook(settings: dict):
     return profile_from_dict({"dataset": "gsm8k", **settings}, "<notebook>")
 
 
-@pytest.mark.slow
 def test_fit_prints_a_profile_that_loads(tmp_path):
     done = train_py("--fit", "--set", "model=Qwen/Qwen3-4B", "--gpu-memory", "15", "--gpu-name", "Tesla T4")
     assert done.returncode == 0, done.stderr
@@ -36,7 +33,6 @@ def test_fit_prints_a_profile_that_loads(tmp_path):
     assert plan["chosen"] == profile.name and plan["candidates"][0]["fits"]
 
 
-@pytest.mark.slow
 def test_fit_refusals_and_nothing_fits(tmp_path):
     no_model = train_py("--fit", "--gpu-memory", "24")
     assert no_model.returncode == 2 and "--set model=" in no_model.stderr
@@ -49,7 +45,6 @@ def test_fit_refusals_and_nothing_fits(tmp_path):
     assert data["settings"]["model"] == "Qwen/Qwen3-4B" and data["need_gib"] <= data["usable_gib"]
 
 
-@pytest.mark.slow
 def test_auto_with_a_model_plans_derived_configurations_with_settings(tmp_path):
     done = train_py(
         "--auto",
@@ -73,7 +68,6 @@ def test_auto_with_a_model_plans_derived_configurations_with_settings(tmp_path):
     assert all(c["settings"]["model"] == "microsoft/phi-4" for c in plan["candidates"])
 
 
-@pytest.mark.slow
 def test_auto_with_gpus_chooses_the_spread_configuration(tmp_path):
     done = train_py(
         "--auto", "--dry-run", "--json", "--set", "model=Qwen/Qwen3-8B", "--gpu-memory", "24", "--gpus", "2"

@@ -23,7 +23,6 @@ def fifo(tmp_path):
     return path
 
 
-@pytest.mark.slow  # starts train.py
 @pytest.mark.parametrize("kind", ["device", "fifo"])
 def test_a_ledger_that_is_no_regular_file_is_refused(kind, fifo):
     path = "/dev/zero" if kind == "device" else str(fifo)
@@ -31,7 +30,6 @@ def test_a_ledger_that_is_no_regular_file_is_refused(kind, fifo):
     assert done.returncode == 2 and "GRPO_TRAIN_LEDGER" in done.stderr and "regular file" in done.stderr
 
 
-@pytest.mark.slow  # starts train.py
 @pytest.mark.parametrize("kind", ["device", "fifo"])
 def test_explain_oom_of_a_file_that_is_no_regular_file_is_refused(kind, fifo):
     path = "/dev/zero" if kind == "device" else str(fifo)

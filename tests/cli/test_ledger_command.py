@@ -29,7 +29,6 @@ def _train(args, ledger_path: Path, **env):
     return train_py(*args, env=full)
 
 
-@pytest.mark.slow
 def test_wrongly_typed_lines_never_stop_the_plan_nor_the_report(tmp_path):
     path = tmp_path / "ledger.jsonl"
     eight = load_profile("profiles/cpu-tiny-8gen.yaml")
@@ -46,7 +45,6 @@ def test_wrongly_typed_lines_never_stop_the_plan_nor_the_report(tmp_path):
         ), (args, done.stdout, done.stderr)
 
 
-@pytest.mark.slow
 def test_ledger_json_gives_each_record_its_effect(tmp_path):
     path = tmp_path / "ledger.jsonl"
     eight = load_profile("profiles/cpu-tiny-8gen.yaml")
@@ -63,7 +61,6 @@ def test_ledger_json_gives_each_record_its_effect(tmp_path):
     assert table.returncode == 0 and "effect" in table.stdout and "--forget" in table.stdout
 
 
-@pytest.mark.slow
 def test_forget_on_the_command_line(tmp_path):
     path = tmp_path / "ledger.jsonl"
     eight = load_profile("profiles/cpu-tiny-8gen.yaml")
@@ -82,7 +79,6 @@ def test_forget_on_the_command_line(tmp_path):
     assert gone.returncode == 0 and "nothing to forget" in gone.stdout
 
 
-@pytest.mark.slow
 def test_calibrate_dry_run_says_what_it_would_probe(tmp_path):
     path = tmp_path / "ledger.jsonl"
     done = _train(["--calibrate", "--dry-run", "--json"], path)
@@ -95,7 +91,6 @@ def test_calibrate_dry_run_says_what_it_would_probe(tmp_path):
     assert both.returncode == 2 and "--calibrate asks for `calibrate` and --resume for `train`" in both.stderr
 
 
-@pytest.mark.slow
 def test_calibrate_refuses_a_ledger_it_cannot_write_before_any_probe(tmp_path):
     path = tmp_path / "ledger.jsonl"
     path.mkdir()
@@ -104,7 +99,6 @@ def test_calibrate_refuses_a_ledger_it_cannot_write_before_any_probe(tmp_path):
     assert not list((tmp_path / "out").glob("calibrate-*"))
 
 
-@pytest.mark.slow
 def test_calibrate_with_injection_and_no_ledger_of_its_own_is_refused(tmp_path):
     env = dict(os.environ, GRPO_INJECT_OOM="cpu-tiny-8gen", GRPO_TRAIN_CACHE=str(tmp_path / "cache"))
     env.pop("GRPO_TRAIN_LEDGER", None)

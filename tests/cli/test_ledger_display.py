@@ -47,7 +47,6 @@ def train_py(*args: str, ledger: Path) -> subprocess.CompletedProcess:
     return cli.train_py(*args, env=dict(os.environ, GRPO_TRAIN_LEDGER=str(ledger)))
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "change, why",
     [
@@ -69,7 +68,6 @@ def test_a_display_field_of_the_wrong_type_is_a_skipped_line_in_both_listings(tm
     assert why in report["skipped_lines"][0]["why"]
 
 
-@pytest.mark.slow
 def test_names_holding_rich_markup_are_shown_as_written(tmp_path):
     path = ledger_with(tmp_path, {**GOOD, "profile": "[/bold]x", "status": "[red]y"})
     out = io.StringIO()
@@ -89,7 +87,6 @@ def test_settings_of_the_wrong_type_show_as_unknown():
     assert shape_text({"lora_rank": [16]}) == "? / ? / ? r?"
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["loop", "dangling"])
 def test_a_ledger_link_that_leads_nowhere_is_refused_by_name(tmp_path, kind):
     link = tmp_path / "ledger.jsonl"

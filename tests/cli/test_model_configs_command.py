@@ -28,7 +28,6 @@ def train_py(*args: str):
     return cli.train_py(*args, HF_HUB_OFFLINE="1")
 
 
-@pytest.mark.slow
 def test_mixtral_weights_are_every_expert_and_nothing_fits_a_24_gib_card_in_16_bit(tmp_path):
     arch = from_config(MIXTRAL_8X7B, "mixtral", "config.json")
     assert weights_bytes(arch, load_in_4bit=False) / GIB == pytest.approx(46.7e9 * 2 / GIB, rel=0.01)  # ~87 GiB
@@ -40,7 +39,6 @@ def test_mixtral_weights_are_every_expert_and_nothing_fits_a_24_gib_card_in_16_b
     assert result["profile"] is None and result["ambition"]["need_gib"] > 87
 
 
-@pytest.mark.slow
 def test_qwen3_moe_does_not_fit_in_16_gib_and_its_estimate_holds_every_expert(tmp_path):
     arch = from_config(QWEN3_30B_A3B, "qwen3-moe", "config.json")
     profile = load_profile(REPO / "profiles" / "gpu-24gb-llama3.1-8b.yaml").model_copy(update={"model": "x"})
@@ -53,7 +51,6 @@ def test_qwen3_moe_does_not_fit_in_16_gib_and_its_estimate_holds_every_expert(tm
     assert json.loads(done.stdout)["profile"] is None
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "change, key",
     [
@@ -71,7 +68,6 @@ def test_an_architecture_the_estimator_cannot_count_is_refused_by_name(tmp_path,
     assert f"'{key}'" in done.stderr and "fix:" in done.stderr and "Traceback" not in done.stderr
 
 
-@pytest.mark.slow
 def test_absurd_sizes_end_in_exit_2_on_the_command_line(tmp_path):
     for number, change in enumerate(
         (

@@ -7,8 +7,6 @@ import os
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from profiles.load import load_profile
 from support import cli
 from support.model_configs import LLAMA_1B
@@ -26,7 +24,6 @@ def train_py(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
     return cli.train_py(*args, env=env)
 
 
-@pytest.mark.slow
 def test_fit_of_a_folder_with_a_non_ascii_name_prints_a_profile_that_loads_back(tmp_path):
     folder = model_folder(tmp_path, "modèle-été")
     done = train_py("fit", str(folder), "--gpu-memory", "16", tmp_path=tmp_path)
@@ -37,7 +34,6 @@ def test_fit_of_a_folder_with_a_non_ascii_name_prints_a_profile_that_loads_back(
     assert profile.name.startswith("fit-modele-ete-") and profile.model == str(folder)
 
 
-@pytest.mark.slow
 def test_auto_with_a_non_ascii_model_folder_plans_from_the_derivation_not_the_shipped_rungs(tmp_path):
     folder = model_folder(tmp_path, "modèle-été")
     done = train_py("plan", "--gpu-memory", "16", "--set", f"model={folder}", "--json", tmp_path=tmp_path)

@@ -9,7 +9,6 @@ from support.cli import train_py as train
 from support.profile_data import write
 
 
-@pytest.mark.slow
 def test_an_empty_profile_exits_2_naming_the_file(tmp_path):
     path = write(tmp_path, "")
     result = train("--profile", str(path), "--dry-run")
@@ -17,14 +16,12 @@ def test_an_empty_profile_exits_2_naming_the_file(tmp_path):
     assert str(path) in result.stderr and "the file is empty" in result.stderr
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
 def test_a_device_file_is_refused_at_once():
     result = train("--profile", "/dev/zero", "--dry-run")
     assert result.returncode == EXIT_BAD_INPUT and "not a regular file" in result.stderr
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs fifos")
 def test_a_fifo_is_refused_without_blocking(tmp_path):
     fifo = tmp_path / "pipe.yaml"
@@ -34,7 +31,6 @@ def test_a_fifo_is_refused_without_blocking(tmp_path):
     assert result.returncode == EXIT_BAD_INPUT and "not a regular file" in result.stderr
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("flag", ["nan", "inf", "-inf", "1e308", "0", "-4"])
 def test_gpu_memory_that_is_not_a_card_exits_2(flag):
     result = train("--auto", "--dry-run", "--gpu-memory", flag)
@@ -42,7 +38,6 @@ def test_gpu_memory_that_is_not_a_card_exits_2(flag):
     assert "--gpu-memory" in result.stderr and "Traceback" not in result.stderr
 
 
-@pytest.mark.slow
 def test_a_tool_without_a_docstring_exits_2_at_the_profile_check(tmp_path):
     (tmp_path / "t.py").write_text("def bare(word: str) -> str:\n    return word\n", encoding="utf-8")
     path = write(tmp_path, "dataset: arithmetic\ntools: [t.py:bare]\n")

@@ -11,7 +11,6 @@ from support.cli import cpu_run_env, train_py
 from support.recipes import OPEN_R1_RECIPE, TRL_CONFIG, write
 
 
-@pytest.mark.slow
 def test_both_recipes_plan_on_cpu(tmp_path):
     for name, text in (("trl.yaml", TRL_CONFIG), ("open-r1.yaml", OPEN_R1_RECIPE)):
         path = write(tmp_path, name, text)
@@ -21,7 +20,6 @@ def test_both_recipes_plan_on_cpu(tmp_path):
         assert plan["chosen"] == Path(name).stem
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name, text", [("trl-config", TRL_CONFIG), ("open-r1-recipe", OPEN_R1_RECIPE)])
 def test_both_recipes_train_on_cpu(tmp_path, tiny_cache, name, text):
     path = write(tmp_path, f"{name}.yaml", text)

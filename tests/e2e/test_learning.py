@@ -103,7 +103,6 @@ def _metrics(attempt_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (attempt_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("which", ["the default", "other seed"])
 def test_grpo_raises_held_out_accuracy_well_above_the_warm_start(
     which, tmp_path, tiny_cache, tiny_seed, record_property

@@ -69,7 +69,6 @@ def _legacy_injected_lines(machine) -> str:
     return "".join(lines)
 
 
-@pytest.mark.slow
 def test_the_poisoning_sequence_leaves_the_machine_training(tmp_path, shared_cache):
     """The fallback test, a ledger an older version poisoned with its injected OOMs, and a record that refuses
     the user's shape: `--auto` still trains, and the user's own --profile reaches its data check (exit 2)."""
@@ -138,7 +137,6 @@ def test_the_poisoning_sequence_leaves_the_machine_training(tmp_path, shared_cac
     default_ledger.unlink()
 
 
-@pytest.mark.slow
 def test_calibrate_measures_every_rung_and_the_plan_uses_it(tmp_path, shared_cache):
     ledger = tmp_path / "ledger.jsonl"
     done = _run(["--calibrate", "--output-dir", str(tmp_path / "cal"), *QUICK], _env(shared_cache, ledger))

@@ -171,7 +171,6 @@ def test_dry_run_with_your_data_imports_nothing_heavy_and_runs_no_user_code(proj
 # Bad data: exit 2 before any model loads, one message, no traceback
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "setup, sets, words",
     [
@@ -313,7 +312,6 @@ def test_push_sends_the_adapter_and_never_shows_the_token(tmp_path, monkeypatch)
     assert push(profile_from_dict({"dataset": "arithmetic"}, "<test>"), tmp_path, said.append) is None
 
 
-@pytest.mark.slow
 def test_sample_refuses_what_is_not_a_run(tmp_path, env):
     result = train(tmp_path, env, "--sample", str(tmp_path / "nothing"))
     assert result.returncode == 2 and "no such folder" in result.stderr and "Traceback" not in result.stderr
@@ -330,7 +328,6 @@ def metrics(attempt_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (attempt_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
-@pytest.mark.slow
 def test_csv_with_renamed_columns_and_a_reward_file_trains_then_samples(project, env):
     result = train(
         project,
@@ -381,7 +378,6 @@ def test_csv_with_renamed_columns_and_a_reward_file_trains_then_samples(project,
     assert first and _shown_text(first).replace("\n", "\n            ")[:200] in stdout
 
 
-@pytest.mark.slow
 def test_parquet_folder_with_train_and_test_splits(tmp_path, env):
     import datasets
 
@@ -426,7 +422,6 @@ sys.exit(train.main(sys.argv[1:]))
 """
 
 
-@pytest.mark.slow
 def test_hub_id_with_config_and_named_splits(tmp_path, env):
     attempt_dir = tmp_path / "attempt"
     args = [
@@ -455,7 +450,6 @@ def test_hub_id_with_config_and_named_splits(tmp_path, env):
     assert summary["train_rows"] == 16 and summary["accuracy"]["examples_after"][0]["answer"] == "101"
 
 
-@pytest.mark.slow
 def test_an_exception_in_a_users_reward_ends_the_attempt_as_error(project, env):
     attempt_dir = project / "attempt"
     result = train(

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from support.cli import REPO, cpu_run_env, train_py
 
 
-@pytest.mark.slow
 def test_train_stops_at_its_budget_with_a_checkpoint_the_adapter_and_the_report(tmp_path, tiny_cache):
     env = cpu_run_env(tiny_cache)
     result = train_py(

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from support.cli import REPO, train_py
 
 CPU = REPO / "profiles" / "cpu-tiny-4gen.yaml"
@@ -29,7 +27,6 @@ def judge(completions, answer, **kwargs):
 """
 
 
-@pytest.mark.slow
 def test_sigterm_in_the_final_evaluation_stops_then_resume_finishes_without_a_step_past_max(tmp_path, tiny_cache):
     import os
 

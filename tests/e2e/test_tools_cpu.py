@@ -14,8 +14,6 @@ import pytest
 from support.cli import REPO, start_train_py
 from support.waiting import wait_until
 
-pytestmark = pytest.mark.slow
-
 TOOLS = REPO / "profiles" / "cpu-tiny-tools.yaml"
 GUESS = REPO / "profiles" / "cpu-tiny-guess.yaml"
 SHORT = ["--set", "max_steps=2", "--set", "save_steps=2", "--set", "eval_samples=8", "--set", "train_samples=64"]

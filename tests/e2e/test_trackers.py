@@ -10,7 +10,6 @@ from support.cli import REPO, cpu_run_env, train_py
 SMALL = REPO / "profiles" / "cpu-tiny-4gen.yaml"
 
 
-@pytest.mark.slow
 def test_tensorboard_event_files_in_the_attempt_folder_read_back(tmp_path, tiny_cache):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -164,7 +164,6 @@ def test_summary_and_report(quick_run):
     assert "attempt 'cpu-tiny-4gen' done: 4 steps" in result.stdout
 
 
-@pytest.mark.slow
 def test_resume_continues_the_global_step(quick_run, tmp_path, train_env):
     first_dir, _ = quick_run
     attempt_dir = tmp_path / "attempt-02"
@@ -189,7 +188,6 @@ def test_resume_continues_the_global_step(quick_run, tmp_path, train_env):
     assert outcome(attempt_dir)["estimate_gib"] == summary["memory"]["estimate_gib"]
 
 
-@pytest.mark.slow
 def test_injected_oom(tmp_path, train_env):
     env = dict(train_env, GRPO_INJECT_OOM="someone-else,cpu-tiny-4gen@2")
     attempt_dir = tmp_path / "attempt-oom"
@@ -204,7 +202,6 @@ def test_injected_oom(tmp_path, train_env):
     assert "torch.OutOfMemoryError" in out["traceback"]
 
 
-@pytest.mark.slow
 def test_sigterm_saves_and_exits_130(tmp_path, train_env):
     attempt_dir = tmp_path / "attempt-signal"
     process = start_train_py(
@@ -247,7 +244,6 @@ def test_sigterm_saves_and_exits_130(tmp_path, train_env):
     assert "SIGTERM received" in stderr
 
 
-@pytest.mark.slow
 def test_transformers_peft_fallback_without_unsloth(tmp_path, train_env):
     env = dict(train_env, GRPO_TRAIN_NO_UNSLOTH="1")
     attempt_dir = tmp_path / "attempt-plain"
@@ -259,7 +255,6 @@ def test_transformers_peft_fallback_without_unsloth(tmp_path, train_env):
     assert (attempt_dir / "adapter" / "adapter_model.safetensors").is_file()
 
 
-@pytest.mark.slow
 def test_unwritable_attempt_folder_is_one_clear_error(tmp_path, train_env):
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("")
@@ -269,7 +264,6 @@ def test_unwritable_attempt_folder_is_one_clear_error(tmp_path, train_env):
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.slow
 def test_bad_dataset_path_is_bad_input(tmp_path, train_env):
     rows = tmp_path / "rows.jsonl"
     rows.write_text('{"question": "q"}\n')

@@ -15,7 +15,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
 
 from launcher.card.topology import free_port
@@ -124,7 +123,6 @@ def the_run(tmp_path: Path) -> Path:
 SHIM = REPO / "tests" / "support" / "slurm_shim"
 
 
-@pytest.mark.slow
 def test_the_job_script_trains_two_machines_with_ddp_and_both_take_the_same_fallback(tmp_path):
     profiles = pair_profiles(tmp_path / "profiles")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GRPO_", "SLURM_", "FAKE_"))}
@@ -186,7 +184,6 @@ def test_the_job_script_trains_two_machines_with_ddp_and_both_take_the_same_fall
         assert (run / record["attempt_dir"] / "train-machine-1.log").is_file()
 
 
-@pytest.mark.slow
 def test_a_lost_machine_fails_the_attempt_and_resume_continues(tmp_path):
     pair_profiles(tmp_path / "profiles")
     port = free_port()

@@ -30,7 +30,6 @@ def _kit(*args, env=None):
     return train_py("gpu-check", *args, env=env)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "option, value",
     [
@@ -49,7 +48,6 @@ def test_a_time_that_is_not_a_finite_number_of_seconds_is_refused_up_front(tmp_p
     assert not (tmp_path / "out").exists()  # refused before anything was written
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("option", ["--out-dir", "--work-dir"])
 def test_a_folder_option_naming_a_file_is_refused_before_any_probe(tmp_path, option):
     a_file = tmp_path / "report.md"
@@ -60,7 +58,6 @@ def test_a_folder_option_naming_a_file_is_refused_before_any_probe(tmp_path, opt
     assert a_file.read_text() == "mine\n"
 
 
-@pytest.mark.slow
 def test_other_bad_options_are_refused_up_front(tmp_path):
     for args, words in (
         (["--probe-timeout-s", "500", "--budget-s", "300"], "longer than --budget-s"),
@@ -275,7 +272,6 @@ def test_at_the_floor_a_probe_runs_however_long_the_import_check_takes(tmp_path,
     assert report["runs"][-1]["seconds"] <= kit.MIN_BUDGET_S - 10.0  # the weights removed and the table written
 
 
-@pytest.mark.slow
 def test_calibrate_on_random_weights_feeds_the_ledger_marked(tmp_path):
     env = _env(tmp_path)
     done = train_py("--calibrate", "--random-weights", "--output-dir", tmp_path / "out", env=env)
@@ -291,7 +287,6 @@ def test_calibrate_on_random_weights_feeds_the_ledger_marked(tmp_path):
     assert any(p.name.startswith("random-tiny-") for p in (tmp_path / "cache").iterdir())
 
 
-@pytest.mark.slow
 def test_random_weights_only_with_calibrate(tmp_path):
     done = train_py("--auto", "--random-weights", "--output-dir", tmp_path, env=_env(tmp_path))
     assert done.returncode == 2 and "--random-weights only applies to --calibrate" in done.stderr
@@ -345,7 +340,6 @@ def test_a_probe_past_its_time_is_stopped_with_its_whole_process_group(tmp_path)
         assert state == "Z", f"process {pid} still runs"
 
 
-@pytest.mark.slow
 def test_a_kit_stopped_by_a_signal_leaves_its_table(tmp_path):
     import signal
     import time

@@ -136,7 +136,6 @@ def _documented_call() -> str:
     return line
 
 
-@pytest.mark.slow
 def test_the_documented_call_runs_as_written_and_leaves_its_files_in_out(tmp_path):
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     laid = run_to_end(

@@ -153,7 +153,6 @@ def test_every_shipped_single_gpu_rung_has_a_card_to_rehearse_on():
     assert sorted(RUNG_CARDS) == sorted(single_gpu_rungs())
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("rung", sorted(RUNG_CARDS))
 def test_the_rung_reaches_vllm_with_the_engine_it_implies(rung, tmp_path_factory):
     card = RUNG_CARDS[rung]
@@ -173,7 +172,6 @@ def test_the_rung_reaches_vllm_with_the_engine_it_implies(rung, tmp_path_factory
         assert engine["model"].rstrip("/").split("/")[-3].endswith("-unsloth-bnb-4bit")  # Unsloth's 4-bit repo
 
 
-@pytest.mark.slow
 def test_without_the_bitsandbytes_plugin_a_4bit_rung_cannot_start_vllm(tmp_path_factory):
     # vLLM 0.28 moved bitsandbytes out of its tree; unsloth_zoo refuses 4-bit + fast_inference without the plugin
     result = rehearsed(tmp_path_factory, "without-bnb-plugin")
@@ -181,7 +179,6 @@ def test_without_the_bitsandbytes_plugin_a_4bit_rung_cannot_start_vllm(tmp_path_
     assert "vllm-bnb-plugin" in result["error"]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("card_id", sorted(STANDBY_CARDS))
 def test_standby_share_is_unsloths(card_id, tmp_path_factory):
     # under UNSLOTH_VLLM_STANDBY, Unsloth replaces the profile's share with its own tier, both ways

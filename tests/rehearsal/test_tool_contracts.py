@@ -73,7 +73,6 @@ def test_trls_reply_suffix_is_where_evaluation_borrows_it():
     assert read <= {"processing_class", "_tokenizer", "chat_template", "chat_template_kwargs", "_is_vlm"}
 
 
-@pytest.mark.slow
 def test_a_rung_with_tools_reaches_vllm_with_the_engine_it_implies(tmp_path_factory):
     """The GPU load path is the same with tools (they reach TRL only when the trainer is built): rehearsed to
     the CUDA boundary as every rung is, where the vLLM side folder is (`make vllm-side`)."""

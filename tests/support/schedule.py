@@ -8,8 +8,9 @@ queue's end is cheap. A unit is the tests that share a module- or class-scoped f
 would run twice), or one test.
 
 A unit's cost comes from tests/durations.json: the seconds each test took when last measured (`make durations`
-writes it: every slow test and any other that took KEPT_S or more), setup and teardown included. A test missing
-from it counts UNKNOWN_SLOW_S when marked slow (a new one), else nothing.
+writes it: every test that took KEPT_S or more, and every slow or heavy one as tests/conftest.py marks them),
+setup and teardown included. A test missing from it counts UNKNOWN_SLOW_S when marked slow (a new one) and no test
+of its unit was timed (a shared fixture's cost lies on the timed one), else nothing.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 DURATIONS = REPO / "tests" / "durations.json"
 UNKNOWN_SLOW_S = 10.0  # a slow test not yet measured: among the costly ones, behind the measured long runs
 COSTLY_S = 0.5  # a unit costing less fills the slices instead of leading them
-KEPT_S = 0.5  # `make durations` keeps the tests that took at least this long
+KEPT_S = 0.5  # `make durations` keeps the tests that took at least this long (and every slow or heavy one)
 
 
 def slice_sizes(count: int, workers: int) -> list[int]:
@@ -93,10 +94,13 @@ def deal(config, items: list, durations: dict[str, float]) -> None:
     collects nothing) they are dealt for worksteal's slices, as `make test` runs the suite; elsewhere the costly
     go first."""
 
+    timed_units = {unit_of(item) for item in items if item.nodeid in durations}
+
     def cost(item) -> float:
         if item.nodeid in durations:
             return durations[item.nodeid]
-        return UNKNOWN_SLOW_S if item.get_closest_marker("slow") is not None else 0.0
+        new = item.get_closest_marker("slow") is not None and unit_of(item) not in timed_units
+        return UNKNOWN_SLOW_S if new else 0.0
 
     worker = getattr(config, "workerinput", None)
     workers = int(worker["workercount"]) if worker else 1
@@ -127,13 +131,14 @@ def gone_from_its_file(node_id: str, root: Path = REPO) -> bool:
         return True
 
 
-def write_durations(seconds: dict[str, float], slow: set[str], path: Path = DURATIONS) -> int:
-    """Record this run's tests in `path`: those that took KEPT_S or more, and every slow one (missing, it would
-    count UNKNOWN_SLOW_S), rounded to 0.1 s; a quicker one leaves. Tests the run did not reach keep their entries,
-    so a run of part of the suite updates that part only, unless their test is gone. How many entries it holds."""
+def write_durations(seconds: dict[str, float], kept_anyway: set[str], path: Path = DURATIONS) -> int:
+    """Record this run's tests in `path`: those that took KEPT_S or more, and every one of `kept_anyway` (the slow
+    and the heavy: missing, one would count as slow, or UNKNOWN_SLOW_S), rounded to 0.1 s; a quicker one leaves.
+    Tests the run did not reach keep their entries, so a run of part of the suite updates that part only, unless
+    their test is gone. How many entries it holds."""
     kept = {test: took for test, took in read_durations(path).items() if not gone_from_its_file(test)}
     for test, took in seconds.items():
-        if took >= KEPT_S or test in slow:
+        if took >= KEPT_S or test in kept_anyway:
             kept[test] = round(took, 1)
         else:
             kept.pop(test, None)

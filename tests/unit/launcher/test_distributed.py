@@ -368,7 +368,6 @@ RECORDER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.slow
 def test_two_process_data_parallel_grpo_on_cpu(tmp_path):
     attempt = tmp_path / "attempt-01-cpu-tiny-4gen"
     p = profile("cpu-tiny-4gen", "num_gpus=2", "max_steps=3", "save_steps=3", "eval_samples=0", "train_samples=64")

@@ -12,7 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
 
 from launcher.card.topology import free_port
@@ -85,7 +84,6 @@ def pair_profiles(folder: Path) -> Path:
     return folder
 
 
-@pytest.mark.slow
 def test_machine_1s_oom_gives_both_machines_the_same_fallback(tmp_path):
     port, out = free_port(), tmp_path / "out"
     profiles = pair_profiles(tmp_path / "profiles")
@@ -175,7 +173,6 @@ def run_with_a_server_node(
     return codes, logs, server_port, out
 
 
-@pytest.mark.slow
 def test_a_server_node_serves_both_machines_at_the_address_they_compute(tmp_path):
     pids = tmp_path / "server.pids"
     codes, logs, server_port, out = run_with_a_server_node(tmp_path)
@@ -200,7 +197,6 @@ def test_a_server_node_serves_both_machines_at_the_address_they_compute(tmp_path
     assert [n["role"] for n in plan["candidates"][0]["nodes"]] == ["training", "training", "vLLM server"]
 
 
-@pytest.mark.slow
 def test_a_server_that_fails_on_its_node_stops_the_attempt_on_every_machine(tmp_path):
     waits = json.dumps({"multi-2x24gb-llama3.1-8b": {"do": "wait_signal"}})  # trainers waiting for the server
     peer_lost = json.dumps({"multi-2x24gb-llama3.1-8b": {"do": "peer_lost"}})

@@ -29,7 +29,6 @@ def _factor(result: dict, when: str, key: str = "all") -> float:
     return result["table_errors"][when][key]["rms_factor"]
 
 
-@pytest.mark.slow
 def test_the_h100_table_refits_the_launch_cost_to_unsloths_generate():
     result = _refit(H100, "--path", "unsloth", "--constants", "KERNEL_LAUNCH_S")
     assert result["card_known"] and result["fitted"] == ["KERNEL_LAUNCH_S"]
@@ -47,7 +46,6 @@ def test_the_h100_table_refits_the_launch_cost_to_unsloths_generate():
     assert {"all", "clean"} <= set(result["published_errors"]["after"])
 
 
-@pytest.mark.slow
 def test_every_constant_refits_and_the_memory_terms_come_by_component():
     result = _refit(H100)
     assert set(result["fitted"]) == set(result["constants"]) and result["entries"] > 10
@@ -62,14 +60,12 @@ def test_every_constant_refits_and_the_memory_terms_come_by_component():
     assert not forward["note"] and 0.7 < forward["median_measured_over_estimate"] < 1.8
 
 
-@pytest.mark.slow
 def test_the_cpu_rehearsal_table_refits_against_the_default_card_and_says_so():
     result = _refit(CPU)
     assert not result["card_known"] and result["notes"] and "do not adopt" in result["notes"][0]
     assert _factor(result, "after") <= _factor(result, "before")
 
 
-@pytest.mark.slow
 def test_what_is_not_a_table_is_refused_with_the_fix(tmp_path):
     not_json = tmp_path / "table.md"
     not_json.write_text("# a table\n")

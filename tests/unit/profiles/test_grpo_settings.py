@@ -240,7 +240,6 @@ def loss_attempts(tmp_path_factory, tiny_cache) -> tuple[Path, dict[str, int], s
     return out, result["codes"], result["output"]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("loss, level", RUNS)
 def test_each_loss_type_and_level_trains_on_cpu(loss_attempts, loss, level):
     import json

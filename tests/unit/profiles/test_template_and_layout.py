@@ -146,7 +146,6 @@ def test_open_r1_format_rewards_follow_the_recipes_prompt(tmp_path):
     assert "score the <think>/<answer> layout its system_prompt asks for" in reading.note
 
 
-@pytest.mark.slow
 def test_profiles_check_refuses_the_disagreement_with_exit_2(tmp_path):
     path = write(
         tmp_path,

@@ -128,7 +128,6 @@ def test_the_shipped_tool_profiles_load():
     assert guess.correctness == "tools.guess:solved"
 
 
-@pytest.mark.slow
 def test_profiles_with_tools_are_not_rungs_of_the_ladder(tmp_path):
     from support.cli import train_py
 
@@ -305,7 +304,7 @@ def test_the_attempt_refuses_what_the_parse_could_not_see(tmp_path, monkeypatch)
     """A tool made at run time has no source to read: the attempt checks the imported tool the same way,
     before the model loads, and ends `error` naming it (never a traceback after the model loaded)."""
     from tools import load_environment, load_tools
-    from tools.guard import ToolCodeError
+    from usercode.failure import UserCodeError
 
     path = tmp_path / "made.py"
     path.write_text(
@@ -320,7 +319,7 @@ def test_the_attempt_refuses_what_the_parse_could_not_see(tmp_path, monkeypatch)
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     profile = profile_from_dict(valid(tools=[f"{path}:shout"], environment=f"{path}:Env"), "<test>")
-    with pytest.raises(ToolCodeError, match=r"tool '.*made.py:shout' cannot be described to the model: .*no docstring"):
+    with pytest.raises(UserCodeError, match=r"tool '.*made.py:shout' cannot be described to the model: .*no docstring"):
         load_tools(profile.tools)
-    with pytest.raises(ToolCodeError, match=r"its method peek cannot be described to the model"):
+    with pytest.raises(UserCodeError, match=r"its method peek cannot be described to the model"):
         load_environment(profile.environment)

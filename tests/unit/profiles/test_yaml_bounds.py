@@ -93,7 +93,6 @@ def test_shown_costs_little_whatever_the_value():
     assert shown(10**5000) == "a whole number of about 5001 digits"
 
 
-@pytest.mark.slow
 def test_the_command_line_refuses_them_with_exit_2_and_no_traceback(tmp_path):
     for name, text in (("laughs.yaml", laughs()), ("deep.yaml", "rewards: " + "{a: " * 2000 + "1" + "}" * 2000)):
         path = tmp_path / name
