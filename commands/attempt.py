@@ -57,7 +57,9 @@ def with_run_length(profile):
     from launcher.plan.duration import run_length
     from tasks.size import train_rows
 
-    rows, basis = train_rows(profile.dataset, profile.train_samples)
+    rows, basis = train_rows(
+        profile.dataset, profile.train_samples, config=profile.dataset_config or None, split=profile.train_split
+    )
     prompts = profile.generation_batch // profile.num_generations
     run = run_length(profile, None, prompts, rows=rows, rows_basis=basis)
     return profile.model_copy(update={"max_steps": run.steps})

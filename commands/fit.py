@@ -81,7 +81,7 @@ def run_of(result: Fit):
     from tasks.size import train_rows
 
     p = result.profile
-    rows, basis = train_rows(p.dataset, p.train_samples)
+    rows, basis = train_rows(p.dataset, p.train_samples, config=p.dataset_config or None, split=p.train_split)
     step_s = result.speed.step_s if result.speed is not None else None
     return run_length(p, step_s, p.generation_batch // p.num_generations, rows=rows, rows_basis=basis)
 

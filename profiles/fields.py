@@ -287,6 +287,13 @@ class ProfileFields(BaseModel):
         ge=0.0,
         le=10000.0,
     )
+    min_updates: Whole = _key(
+        100,
+        "the fewest optimizer steps a planned run may have: a derived rung below it gives way to the next one, and "
+        "any other plan below it says so with what would reach it; 0 = no floor",
+        "run",
+        ge=0,
+    )
     save_steps: Whole = _key(50, "checkpoint every N steps", "run", ge=1)
     seed: Whole = _key(3407, "random seed (data order, sampling, LoRA init)", "run", ge=0, le=2**32 - 1)
     report_to: Tracker = _key("none", "experiment tracker passed to TRL", "run")

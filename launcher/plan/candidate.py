@@ -40,7 +40,7 @@ class Candidate:
     vllm_off: str | None = None  # why vLLM cannot generate for it on this card (transformers does instead)
     # a derived rung: (the run the data-coverage rule judges, the known card it is timed as; None: this card's)
     coverage: tuple[RunLength | None, str | None] | None = None
-    speed_note: str = ""  # why its run, timed at the default card's speed, still stands (for the plan's notes)
+    notes: list[str] = field(default_factory=list)  # what the plan says of it, where it is chosen
     settled: bool = False  # refused before its memory was judged: the later stages pass it by
 
     def speed_json(self) -> dict | None:

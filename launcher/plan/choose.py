@@ -39,8 +39,7 @@ def _choice_notes(planning: Planning, candidates: list[Candidate], chosen: Candi
     notes.extend(c.ledger_note for c in candidates if c.ledger_note)
     if chosen is None:
         return notes
-    if chosen.speed_note:
-        notes.append(chosen.speed_note)
+    notes.extend(chosen.notes)
     run, profile = chosen.run, chosen.profile
     if run is not None and run.hours and run.budget_hours and run.hours > run.budget_hours * 1.1:
         # pinned steps past the budget: it stops at the budget

@@ -20,10 +20,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 DEFAULT_HOURS = 4.0
-# A rung of the shipped ladder derived for a card is its choice only where its run (the default, or --hours)
-# reaches at least this share of an epoch of the training data: a larger model that sees less of it on this
-# card gives way to the next rung, a smaller one (launcher.plan.choose)
-MIN_RUN_EPOCHS = 0.2
 DEFAULT_STEPS = 250  # neither the data's size nor the step's time known
 MAX_HOURS = 24.0 * 365  # a budget past a year is a typo
 
@@ -65,19 +61,20 @@ class RunLength:
         return text
 
 
-def too_short(run: RunLength, timed_as: str | None = None) -> str | None:
-    """Why a derived rung's run is too little of the data to be the ladder's choice (MIN_RUN_EPOCHS), or None
-    (a pinned length, or data of unknown size, is never judged). The run judged must be timed at a speed that
-    does not err long: on a card the table does not know, the run of `timed_as`, the fastest card of its
-    memory that the table knows (launcher.plan.choose), never the default card's (which errs long on purpose)."""
-    if run.epochs is None or run.epochs >= MIN_RUN_EPOCHS or run.basis.startswith(("max_steps", "num_train")):
+def too_short(run: RunLength, floor: int, timed_as: str | None = None) -> str | None:
+    """Why a derived rung's run gives too few optimizer updates to be the ladder's choice (fewer than `floor`, its
+    min_updates), or None (a length the user pinned is never judged). The run judged must be timed at a speed
+    that does not err long: on a card the table does not know, the run of `timed_as`, the fastest card of its
+    memory that the table knows (launcher.plan.stages.run_length), never the default card's (which errs long on
+    purpose)."""
+    if not floor or run.steps >= floor or run.basis.startswith(("max_steps", "num_train")):
         return None
     within = f"{duration_text(run.hours)}" if run.hours is not None else "its run"
     timed = f" even timed as the fastest card of its memory the card table knows ({timed_as})" if timed_as else ""
     return (
-        f"derived for this card it covers {run.epochs:.2f} epochs of the data in {within} ({run.steps:,} steps)"
-        f"{timed}, less than the {MIN_RUN_EPOCHS:g} a rung must reach: the next rung (a smaller model) sees more "
-        "of it (--hours H for a longer run, or --profile to run this rung anyway)"
+        f"derived for this card its run has {run.steps:,} optimizer steps in {within}{timed}, fewer than the "
+        f"{floor} a rung must reach (min_updates): the next rung (a smaller model) makes more of them (--hours H "
+        "for a longer run, or --profile to run this rung anyway)"
     )
 
 
@@ -133,7 +130,12 @@ def run_length(
             )
     else:
         default_steps = int(DEFAULT_HOURS * 3600 // step_s) if step_s else None
-        if epoch_steps is not None and (default_steps is None or epoch_steps <= default_steps):
+        floor = int(getattr(profile, "min_updates", 0) or 0)
+        if epoch_steps is not None and epoch_steps < floor and (default_steps is None or epoch_steps < default_steps):
+            # an epoch of fewer updates than the floor: the floor, within the default hours
+            steps = floor if default_steps is None else min(floor, default_steps)
+            basis = f"default: {steps} steps, min_updates (one epoch{data} is {epoch_steps})"
+        elif epoch_steps is not None and (default_steps is None or epoch_steps <= default_steps):
             steps, basis = epoch_steps, f"default: one epoch{data}"
         elif default_steps is not None:
             steps = max(1, default_steps)

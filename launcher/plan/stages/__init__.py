@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from launcher.plan.candidate import Candidate
 from launcher.plan.request import Planning
-from launcher.plan.stages import limits, memory, refusals, run_length, step_time
+from launcher.plan.stages import limits, memory, refusals, run_length, step_time, updates
 
-STAGES = (limits.add, memory.add, step_time.add, run_length.add, refusals.add)
+STAGES = (limits.add, memory.add, step_time.add, run_length.add, updates.add, refusals.add)
 
 
 def through_stages(candidate: Candidate, planning: Planning) -> Candidate:

@@ -68,15 +68,15 @@ def test_margin_is_five_percent_with_a_floor():
 
 
 # The ladder's choice for every card class (what-if: free = total), each rung derived for the card: the first
-# whose run covers at least MIN_RUN_EPOCHS of the data in its default hours
+# whose derived cap holds the task's answers and whose run makes at least its min_updates in its default hours
 EXPECTED_CHOICE = {
-    "8 GB card (RTX 3070, 4060)": "gpu-8gb-qwen2.5-1.5b",
-    "12 GB card (RTX 3060, 4070)": "gpu-8gb-qwen2.5-1.5b",
+    "8 GB card (RTX 3070, 4060)": "gpu-16gb-llama3.2-3b",
+    "12 GB card (RTX 3060, 4070)": "gpu-16gb-llama3.2-3b",
     "T4 16 GB": "gpu-16gb-llama3.2-3b",
     "16 GB card (RTX 4060 Ti 16GB, 4080)": "gpu-16gb-llama3.2-3b",
     "L4 / A10 24 GB": "gpu-16gb-llama3.2-3b",
-    "RTX 3090 / 4090 24 GB": "gpu-24gb-llama3.1-8b",
-    "A100 40GB": "gpu-24gb-llama3.1-8b",
+    "RTX 3090 / 4090 24 GB": "gpu-40gb-qwen2.5-14b",
+    "A100 40GB": "gpu-80gb-qwen2.5-14b",
     "A100 80GB": "gpu-80gb-qwen2.5-14b",
     "H100 80GB": "gpu-80gb-qwen2.5-14b",
 }
@@ -97,10 +97,10 @@ def test_first_fitting_rung_is_chosen_and_verdicts_name_their_reason():
     plan = planned(what_if(24, name="NVIDIA GeForce RTX 4090"))
     names = [c.profile.name for c in plan.candidates]
     assert names == [p.name for p in sorted(gpu_ladder(), key=lambda p: p.ladder)]
-    assert plan.chosen.name == "gpu-24gb-llama3.1-8b"
+    assert plan.chosen.name == "gpu-40gb-qwen2.5-14b"
     verdicts = {c.profile.name: c for c in plan.candidates}
     assert verdicts["gpu-80gb-qwen2.5-14b"].reason.startswith("nothing fits: even")
-    assert verdicts["gpu-40gb-qwen2.5-14b"].reason.startswith("derived for this card it covers")
+    assert verdicts["gpu-40gb-qwen2.5-14b"].reason.startswith("fits: ")
     assert verdicts["gpu-24gb-llama3.1-8b"].reason.startswith("fits: ")
     assert plan.margin_gib == pytest.approx(1.2)
 
@@ -150,13 +150,13 @@ def test_fake_nvml_machine_is_planned_on_its_free_memory():
         "source": "nvml",
         "compute_capability": "8.9",
     }
-    # 4 GiB already in use: the 24 GB rung, derived into the 18.8 GiB usable, takes fewer prompts a step and
-    # would cover less than MIN_RUN_EPOCHS of the data in its default hours: the plan goes on to the 3B rung,
-    # derived within the 92% of usable memory an estimate alone may use
+    # 4 GiB already in use: the 14B rung, derived into the 18.8 GiB usable, takes fewer prompts a step and
+    # would make fewer than its min_updates in its default hours: the plan goes on to the 8B rung, derived
+    # within the 92% of usable memory an estimate alone may use
     verdicts = {c["profile"]: c for c in out["candidates"]}
-    assert verdicts["gpu-24gb-llama3.1-8b"]["reason"].startswith("derived for this card it covers")
-    assert out["chosen"] == "gpu-16gb-llama3.2-3b"
-    assert verdicts["gpu-16gb-llama3.2-3b"]["estimate"]["total_gib"] <= 0.92 * (20.0 - 1.2) + 1e-6
+    assert verdicts["gpu-40gb-qwen2.5-14b"]["reason"].startswith("derived for this card its run has")
+    assert out["chosen"] == "gpu-24gb-llama3.1-8b"
+    assert verdicts["gpu-24gb-llama3.1-8b"]["estimate"]["total_gib"] <= 0.92 * (20.0 - 1.2) + 1e-6
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -180,7 +180,7 @@ def test_dry_run_json_is_the_design_object():
         assert {"total_gib", "components"} <= set(cand["estimate"])
         assert cand["estimate"]["components"]["weights"] > 0
         assert Path(cand["path"]).is_file()
-    assert out["chosen"] == "gpu-16gb-llama3.2-3b"
+    assert out["chosen"] == "gpu-24gb-llama3.1-8b"
     assert "5% of the card" in out["margin"]
 
 
@@ -198,7 +198,7 @@ def test_dry_run_table_shows_gpu_candidates_and_choice():
     assert text.startswith("planning for NVIDIA GeForce RTX 4090 (24 GiB, all of it free): --gpu-memory")
     for name in ("gpu-80gb-qwen2.5-14b", "gpu-8gb-qwen2.5-0.5b", "nothing fits: even", "5% of the card"):
         assert name in text
-    assert "chosen: gpu-24gb-llama3.1-8b" in text
+    assert "chosen: gpu-40gb-qwen2.5-14b" in text
 
 
 def test_fit_table_json():
@@ -238,4 +238,15 @@ def test_console_script_plans_like_train_py():
     from_script = run_to_end([script, *args])
     from_file = run_cli(*args)
     assert from_script.returncode == from_file.returncode == 0, from_script.stderr
-    assert json.loads(from_script.stdout)["chosen"] == json.loads(from_file.stdout)["chosen"] == "gpu-24gb-llama3.1-8b"
+    assert json.loads(from_script.stdout)["chosen"] == json.loads(from_file.stdout)["chosen"] == "gpu-40gb-qwen2.5-14b"
+
+
+def test_the_measurement_docs_cards_table_is_what_cards_says():
+    text = (REPO / "docs" / "measurement.md").read_text()
+    table = text.split("`python train.py cards` today", 1)[1].split("```", 2)[1]
+    said = {}
+    for line in table.strip().splitlines()[1:]:
+        card, rest = line[:36].strip(), line[36:].split()
+        said[card] = (rest[2], float(rest[3]))
+    rows = fit_table(load_profiles(PROFILES))
+    assert said == {r["card"]: (r["chosen"], r["estimate_gib"]) for r in rows}
