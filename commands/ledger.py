@@ -63,71 +63,66 @@ def print_ledger(machine, path: Path | None = None, console=None, as_json: bool 
     def fmt(value, digits=2):
         return "-" if value is None else f"{value:.{digits}f}"
 
-    def row(*cells):  # every cell as plain text: a record's names are data, never markup
-        return [Text(str(cell)) for cell in cells]
+    def show(title: str, columns: tuple, entries: list, cells, older: str) -> None:
+        """The newest MAX_SHOWN entries as a table, each cell plain text (a record's names are data, never
+        markup), and how many older ones it leaves out."""
+        table = Table(title=title)
+        for column in columns:
+            table.add_column(column)
+        for entry in entries[-MAX_SHOWN:]:
+            table.add_row(*[Text(str(cell)) for cell in cells(entry)])
+        console.print(table)
+        if len(entries) > MAX_SHOWN:
+            console.print(
+                f"({len(entries) - MAX_SHOWN} {older} not shown; `python train.py ledger --json` lists every one)",
+                markup=False,
+                soft_wrap=True,
+            )
 
-    shapes_all = sorted(report["shapes"], key=lambda r: r["last"])
-    shapes = Table(title=f"ledger: {report['path']} (figures that count on this machine)")
-    for col in (
-        "machine",
-        "profile",
-        "batch / gens / completion",
-        "records",
-        "estimate GiB",
-        "measured peak GiB",
-        "measured as",
-        "measured / estimate",
-        "OOM lower bound GiB",
-        "last",
-    ):
-        shapes.add_column(col)
-    for r in shapes_all[-MAX_SHOWN:]:
-        shapes.add_row(
-            *row(
-                r["machine"],
-                r["profile"],
-                r["shape"],
-                f"{r['counted']} of {r['runs']} count",
-                fmt(r["estimate_gib"]),
-                fmt(r["peak_gib"]),
-                r["measure"] or "-",
-                fmt(r["ratio"], 3),
-                fmt(r["oom_lower_bound_gib"]),
-                r["last"][:16].replace("T", " "),
-            )
-        )
-    console.print(shapes)
-    if len(shapes_all) > MAX_SHOWN:
-        console.print(
-            f"({len(shapes_all) - MAX_SHOWN} shapes measured longer ago not shown; `python train.py ledger "
-            "--json` lists every one)",
-            markup=False,
-            soft_wrap=True,
-        )
-    records_all = report["records"]
-    records = Table(title="records, oldest first, and their effect on this machine's plans")
-    for col in ("date", "profile", "shape", "status", "peak GiB", "OOM bound GiB", "effect"):
-        records.add_column(col)
-    for r in records_all[-MAX_SHOWN:]:
-        records.add_row(
-            *row(
-                r["date"][:16].replace("T", " "),
-                r["profile"],
-                r["shape"],
-                r["status"],
-                fmt(r["peak_gib"]),
-                fmt(r["oom_lower_bound_gib"]),
-                r["effect"],
-            )
-        )
-    console.print(records)
-    if len(records_all) > MAX_SHOWN:
-        console.print(
-            f"({len(records_all) - MAX_SHOWN} older records not shown; `python train.py ledger --json` "
-            "lists every one)",
-            markup=False,
-            soft_wrap=True,
-        )
+    show(
+        f"ledger: {report['path']} (figures that count on this machine)",
+        (
+            "machine",
+            "profile",
+            "batch / gens / completion",
+            "records",
+            "estimate GiB",
+            "measured peak GiB",
+            "measured as",
+            "measured / estimate",
+            "OOM lower bound GiB",
+            "last",
+        ),
+        sorted(report["shapes"], key=lambda r: r["last"]),
+        lambda r: (
+            r["machine"],
+            r["profile"],
+            r["shape"],
+            f"{r['counted']} of {r['runs']} count",
+            fmt(r["estimate_gib"]),
+            fmt(r["peak_gib"]),
+            r["measure"] or "-",
+            fmt(r["ratio"], 3),
+            fmt(r["oom_lower_bound_gib"]),
+            r["last"][:16].replace("T", " "),
+        ),
+        "shapes measured longer ago",
+    )
+    show(
+        "records, oldest first, and their effect on this machine's plans",
+        ("date", "profile", "shape", "status", "peak GiB", "OOM bound GiB", "effect"),
+        report["records"],
+        lambda r: (
+            r["date"][:16].replace("T", " "),
+            r["profile"],
+            r["shape"],
+            r["status"],
+            fmt(r["peak_gib"]),
+            fmt(r["oom_lower_bound_gib"]),
+            r["effect"],
+        ),
+        "older records",
+    )
     console.print(
         f"rules: the newest measurement of a shape counts; an OOM counts until a later success of "
         f"that shape; records older than {ledger_weigh.MAX_AGE_DAYS} days no longer count; `python train.py "

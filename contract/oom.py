@@ -235,7 +235,7 @@ def read_oom(text: str, returncode: int | None = None) -> OomReport | None:
     """
     text = text or ""
     frames = parse_frames(text)
-    report = _read_vllm(text) or _read_torch(text) or _read_driver(text) or _read_cublas(text) or _read_host(text)
+    report = _read_vllm(text) or _read_torch(text) or _read_outside_torch(text) or _read_host(text)
     if report is None:
         if returncode in SIGKILL_CODES:
             return OomReport(
@@ -297,35 +297,23 @@ def _read_torch(text: str) -> OomReport | None:
     return report
 
 
+def _vllm(problem: str, text: str, m: re.Match, *fields: str) -> OomReport:
+    """vLLM's refusal read from the match `m`: its line, and its groups in order as the named fields (the
+    lengths whole numbers, the rest GiB or shares)."""
+    figures = {
+        name: (int if name in ("max_model_len", "kv_tokens") else float)(m.group(i)) for i, name in enumerate(fields, 1)
+    }
+    return OomReport(kind=KIND_VLLM, vllm_problem=problem, message=line_of(text, m.start()), **figures)
+
+
 def _read_vllm(text: str) -> OomReport | None:
     if m := _VLLM_FREE.search(text):
-        return OomReport(
-            kind=KIND_VLLM,
-            free_gib=float(m.group(1)),
-            total_gib=float(m.group(2)),
-            utilization=float(m.group(3)),
-            asked_gib=float(m.group(4)),
-            vllm_problem=VLLM_SHARE_TOO_LARGE,
-            message=line_of(text, m.start()),
-        )
+        return _vllm(VLLM_SHARE_TOO_LARGE, text, m, "free_gib", "total_gib", "utilization", "asked_gib")
     if m := _VLLM_KV_NEEDED.search(text):
         # Here "asked" and "free" are the KV cache vLLM needs for one full sequence and what its share left.
-        return OomReport(
-            kind=KIND_VLLM,
-            max_model_len=int(m.group(1)),
-            asked_gib=float(m.group(2)),
-            free_gib=float(m.group(3)),
-            vllm_problem=VLLM_SHARE_TOO_SMALL,
-            message=line_of(text, m.start()),
-        )
+        return _vllm(VLLM_SHARE_TOO_SMALL, text, m, "max_model_len", "asked_gib", "free_gib")
     if m := _VLLM_KV_TOKENS.search(text):
-        return OomReport(
-            kind=KIND_VLLM,
-            max_model_len=int(m.group(1)),
-            kv_tokens=int(m.group(2)),
-            vllm_problem=VLLM_SHARE_TOO_SMALL,
-            message=line_of(text, m.start()),
-        )
+        return _vllm(VLLM_SHARE_TOO_SMALL, text, m, "max_model_len", "kv_tokens")
     pos = text.rfind(_VLLM_NO_BLOCKS)
     if pos >= 0:
         report = OomReport(kind=KIND_VLLM, kv_tokens=0, vllm_problem=VLLM_SHARE_TOO_SMALL, message=line_of(text, pos))
@@ -336,31 +324,23 @@ def _read_vllm(text: str) -> OomReport | None:
             report.free_gib = max(float(m.group(1)), 0.0)  # what the share left for the KV cache
         return report
     if m := _VLLM_INSUFFICIENT.search(text):
-        return OomReport(kind=KIND_VLLM, vllm_problem=VLLM_SHARE_TOO_SMALL, message=line_of(text, m.start()))
+        return _vllm(VLLM_SHARE_TOO_SMALL, text, m)
     if m := _VLLM_SAMPLER.search(text):
         # vLLM's start-up warm-up of the sampler (max_num_seqs dummy requests) found the card full: it asks for
         # a smaller share or fewer sequences
-        return OomReport(kind=KIND_VLLM, vllm_problem=VLLM_SHARE_TOO_LARGE, message=line_of(text, m.start()))
+        return _vllm(VLLM_SHARE_TOO_LARGE, text, m)
     if (m := _UNSLOTH_STANDBY_START.search(text)) and not _DRIVER.search(text):
         # GB in Unsloth's wording are GiB (it divides by 1024 three times)
-        return OomReport(
-            kind=KIND_VLLM,
-            total_gib=float(m.group(1)),
-            utilization=float(m.group(2)),
-            vllm_problem=VLLM_SHARE_TOO_LARGE,
-            message=line_of(text, m.start()),
-        )
+        return _vllm(VLLM_SHARE_TOO_LARGE, text, m, "total_gib", "utilization")
     return None
 
 
-def _read_driver(text: str) -> OomReport | None:
-    m = _DRIVER.search(text)
-    return OomReport(kind=KIND_DRIVER, message=line_of(text, m.start())) if m else None
-
-
-def _read_cublas(text: str) -> OomReport | None:
-    m = _CUBLAS.search(text)
-    return OomReport(kind=KIND_CUBLAS, message=line_of(text, m.start())) if m else None
+def _read_outside_torch(text: str) -> OomReport | None:
+    """The CUDA driver's refusal, else cuBLAS / cuDNN's: their line is all they tell."""
+    for pattern, kind in ((_DRIVER, KIND_DRIVER), (_CUBLAS, KIND_CUBLAS)):
+        if m := pattern.search(text):
+            return OomReport(kind=kind, message=line_of(text, m.start()))
+    return None
 
 
 def _read_host(text: str) -> OomReport | None:

@@ -5,6 +5,8 @@ tokens each completion took."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 
@@ -12,18 +14,25 @@ class EvaluationStopped(Exception):
     """The evaluation was asked to stop (a signal) between two batches of generation."""
 
 
-def prompt_ids(tokenizer, rows: list[dict], switches: dict | None = None) -> list[list[int]]:
-    """Each test prompt as the token ids training sends (TRL tokenises the chat template itself, with the
-    template's `switches`, GRPOConfig.chat_template_kwargs): the template already holds the BOS token, so
-    rendering text and tokenising it again would add a second one."""
-    return [
-        list(
-            tokenizer.apply_chat_template(
-                row["prompt"], tokenize=True, add_generation_prompt=True, return_dict=False, **(switches or {})
-            )
+def chat_ids(tokenizer, prompt: list[dict], switches: dict | None = None, tools: list | None = None) -> list[int]:
+    """A prompt as the token ids training sends (TRL tokenises the chat template itself, with the template's
+    `switches`, GRPOConfig.chat_template_kwargs, and the tools offered): the template already holds the BOS
+    token, so rendering text and tokenising it again would add a second one."""
+    return list(
+        tokenizer.apply_chat_template(
+            prompt,
+            tools=tools or None,
+            tokenize=True,
+            add_generation_prompt=True,
+            return_dict=False,
+            **(switches or {}),
         )
-        for row in rows
-    ]
+    )
+
+
+def prompt_ids(tokenizer, rows: list[dict], switches: dict | None = None) -> list[list[int]]:
+    """Each row's prompt as chat_ids renders it, no tool offered."""
+    return [chat_ids(tokenizer, row["prompt"], switches) for row in rows]
 
 
 def stop_ids(model, tokenizer) -> list[int]:
@@ -43,22 +52,10 @@ def generate_vllm(
     lora_path: str | None,
     stop_token_ids: list[int] | None = None,
     live_lora: bool = False,
-) -> list[str]:
-    """`live_lora`: the adapter as it is in the training model now (Unsloth reads its tensors, as its GRPO
+) -> list:
+    """vLLM's greedy output for each prompt: its `.text`, and its `.token_ids` with the stop token that ended
+    it. `live_lora`: the adapter as it is in the training model now (Unsloth reads its tensors, as its GRPO
     trainer does for each generation), named `lora_path`, which need not exist; else the adapter saved there."""
-    outputs = _vllm_outputs(model, prompts, max_new_tokens, lora_path, stop_token_ids, live_lora)
-    return [out.outputs[0].text for out in outputs]
-
-
-def generate_vllm_ids(
-    model, prompts: list[list[int]], max_new_tokens: int, lora_path, stop_token_ids=None, live_lora: bool = False
-) -> list[list[int]]:
-    """As generate_vllm, the completions as token ids (with the stop token that ended each)."""
-    outputs = _vllm_outputs(model, prompts, max_new_tokens, lora_path, stop_token_ids, live_lora)
-    return [list(out.outputs[0].token_ids) for out in outputs]
-
-
-def _vllm_outputs(model, prompts, max_new_tokens, lora_path, stop_token_ids, live_lora):
     from vllm import SamplingParams
 
     # every end-of-sequence id stated, as generate_hf gives them: the engine need not have read the model's
@@ -71,6 +68,11 @@ def _vllm_outputs(model, prompts, max_new_tokens, lora_path, stop_token_ids, liv
         if lora_path
         else None
     )
+    return _fast_generate(model, prompts, params, lora_request)
+
+
+def _fast_generate(model, prompts: list[list[int]], params, lora_request) -> list:
+    """The first output for each prompt from Unsloth's engine, woken for it if it sleeps."""
     with _awake(getattr(model, "vllm_engine", None)):
         outputs = model.fast_generate(
             [{"prompt_token_ids": ids} for ids in prompts],
@@ -78,7 +80,7 @@ def _vllm_outputs(model, prompts, max_new_tokens, lora_path, stop_token_ids, liv
             lora_request=lora_request,
             use_tqdm=False,
         )
-    return outputs
+    return [out.outputs[0] for out in outputs]
 
 
 class _awake:
@@ -104,6 +106,37 @@ class _awake:
         return False
 
 
+@contextmanager
+def _generating(model, tokenizer, cache: bool = False):
+    """The model in eval mode, the tokenizer padding on the left (each prompt ends where its answer starts)
+    and, with `cache`, the KV cache on (training may have turned it off); each as it was afterwards."""
+    was_training, side, use_cache = model.training, tokenizer.padding_side, getattr(model.config, "use_cache", True)
+    tokenizer.padding_side = "left"
+    model.eval()
+    if cache:
+        model.config.use_cache = True
+    try:
+        yield next(model.parameters()).device
+    finally:
+        tokenizer.padding_side = side
+        if cache:
+            model.config.use_cache = use_cache
+        if was_training:
+            model.train()
+
+
+def _batches(model, tokenizer, prompts: list[list[int]], batch_size: int, device, stop=None, **settings):
+    """The new tokens of each batch of prompts, generated with `settings`; `stop()` true before a batch raises
+    EvaluationStopped."""
+    for start in range(0, len(prompts), batch_size):
+        if stop is not None and stop():
+            raise EvaluationStopped(f"stopped after {start} of {len(prompts)} answers")
+        chunk = [{"input_ids": ids} for ids in prompts[start : start + batch_size]]
+        batch = tokenizer.pad(chunk, return_tensors="pt").to(device)
+        generated = model.generate(**batch, pad_token_id=tokenizer.pad_token_id, **settings)
+        yield generated[:, batch["input_ids"].shape[1] :].tolist()
+
+
 def generate_hf(
     model, tokenizer, prompts: list[list[int]], max_new_tokens: int, batch_size: int = 16, stop=None
 ) -> list[str]:
@@ -117,61 +150,41 @@ def generate_hf_ids(
     """Greedy completions as token ids, each up to and with its first stop token (what TRL keeps of one)."""
     import torch
 
-    was_training = model.training
-    side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
-    model.eval()
-    use_cache = getattr(model.config, "use_cache", True)
-    model.config.use_cache = True
-    device = next(model.parameters()).device
     eos = stop_ids(model, tokenizer)
-    out: list[list[int]] = []
-    try:
-        with torch.no_grad():
-            for start in range(0, len(prompts), batch_size):
-                if stop is not None and stop():
-                    raise EvaluationStopped(f"stopped after {start} of {len(prompts)} answers")
-                chunk = [{"input_ids": ids} for ids in prompts[start : start + batch_size]]
-                batch = tokenizer.pad(chunk, return_tensors="pt").to(device)
-                generated = model.generate(
-                    **batch,
-                    max_new_tokens=max_new_tokens,
-                    do_sample=False,
-                    pad_token_id=tokenizer.pad_token_id,
-                    eos_token_id=eos,
-                )
-                for row in generated[:, batch["input_ids"].shape[1] :].tolist():
-                    ends = [i for i, token in enumerate(row) if token in eos]
-                    out.append(row[: ends[0] + 1] if ends else row)
-    finally:
-        tokenizer.padding_side = side
-        model.config.use_cache = use_cache
-        if was_training:
-            model.train()
+    stops, out = set(eos), []
+    with _generating(model, tokenizer, cache=True) as device, torch.no_grad():
+        settings = {"max_new_tokens": max_new_tokens, "do_sample": False, "eos_token_id": eos}
+        for rows in _batches(model, tokenizer, prompts, batch_size, device, stop, **settings):
+            out += [row[: sampled_length(row, stops, max_new_tokens)[0]] for row in rows]
     return out
 
 
-def generate(
-    model,
-    tokenizer,
-    rows: list[dict],
-    *,
-    max_new_tokens: int,
-    use_vllm: bool,
-    lora_path: str | None = None,
-    stop=None,
-    live_lora: bool = False,
-    switches: dict | None = None,
-) -> list[str]:
-    """Greedy completions for rows of {prompt}, as text, the prompts rendered with the template's `switches`.
-    `stop()` true between two batches raises EvaluationStopped (vLLM generates them all in one call, after which
-    a stop is checked once)."""
-    prompts = prompt_ids(tokenizer, rows, switches)
-    if use_vllm:
-        if stop is not None and stop():
+@dataclass(frozen=True)
+class Greedy:
+    """How evaluation answers: greedily, at most `max_new_tokens` tokens an answer, the prompts rendered with the
+    chat template's `switches`; through Unsloth's vLLM engine (`use_vllm`, the adapter as generate_vllm takes
+    `lora_path` and `live_lora`) or transformers' `generate`. `stop()` true between two batches raises
+    EvaluationStopped (vLLM generates them all in one call, before which a stop is checked once)."""
+
+    max_new_tokens: int
+    use_vllm: bool = False
+    lora_path: str | None = None
+    stop: Callable[[], bool] | None = None
+    live_lora: bool = False
+    switches: dict | None = None
+
+
+def generate(model, tokenizer, rows: list[dict], greedy: Greedy) -> list[str]:
+    """Greedy completions for rows of {prompt}, as text."""
+    prompts = prompt_ids(tokenizer, rows, greedy.switches)
+    if greedy.use_vllm:
+        if greedy.stop is not None and greedy.stop():
             raise EvaluationStopped("stopped before generating")
-        return generate_vllm(model, prompts, max_new_tokens, lora_path, stop_ids(model, tokenizer), live_lora)
-    return generate_hf(model, tokenizer, prompts, max_new_tokens, stop=stop)
+        outputs = generate_vllm(
+            model, prompts, greedy.max_new_tokens, greedy.lora_path, stop_ids(model, tokenizer), greedy.live_lora
+        )
+        return [out.text for out in outputs]
+    return generate_hf(model, tokenizer, prompts, greedy.max_new_tokens, stop=greedy.stop)
 
 
 def completion_token_ids(tokenizer, completions: list[str]) -> list[list[int]]:
@@ -218,18 +231,8 @@ def sample_vllm(
         stop_token_ids=list(stop_token_ids or []),
     )
     lora_request = model.load_lora(str(lora_path), load_tensors=True) if lora_path else None
-    with _awake(getattr(model, "vllm_engine", None)):
-        outputs = model.fast_generate(
-            [{"prompt_token_ids": ids} for ids in prompts],
-            sampling_params=params,
-            lora_request=lora_request,
-            use_tqdm=False,
-        )
-    found = []
-    for out in outputs:
-        first = out.outputs[0]
-        found.append(Sampled(first.text, len(first.token_ids), first.finish_reason == "length"))
-    return found
+    outputs = _fast_generate(model, prompts, params, lora_request)
+    return [Sampled(out.text, len(out.token_ids), out.finish_reason == "length") for out in outputs]
 
 
 def sampled_length(new_tokens: list[int], stop: set[int], max_new_tokens: int) -> tuple[int, bool]:
@@ -248,41 +251,24 @@ def sample_hf(
     left as it was (training's draws are the same with and without this)."""
     import torch
 
-    was_training = model.training
-    side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
-    model.eval()
-    device = next(model.parameters()).device
     eos = stop_ids(model, tokenizer)
-    out: list[Sampled] = []
-    devices = [device.index or 0] if device.type == "cuda" else []
-    try:
-        with torch.no_grad(), torch.random.fork_rng(devices=devices):
+    stops, out = set(eos), []
+    with _generating(model, tokenizer) as device, torch.no_grad():
+        with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
             torch.manual_seed(sampling.seed)
-            for start in range(0, len(prompts), batch_size):
-                chunk = [{"input_ids": ids} for ids in prompts[start : start + batch_size]]
-                batch = tokenizer.pad(chunk, return_tensors="pt").to(device)
-                generated = model.generate(
-                    **batch,
-                    max_new_tokens=max_new_tokens,
-                    do_sample=True,
-                    temperature=sampling.temperature,
-                    top_p=sampling.top_p,
-                    top_k=sampling.top_k,
-                    min_p=sampling.min_p,
-                    repetition_penalty=sampling.repetition_penalty,
-                    pad_token_id=tokenizer.pad_token_id,
-                    eos_token_id=eos,
-                )
-                new_tokens = generated[:, batch["input_ids"].shape[1] :].tolist()
-                texts = tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
-                for row, text in zip(new_tokens, texts):
-                    tokens, cut = sampled_length(row, set(eos), max_new_tokens)
-                    out.append(Sampled(text, tokens, cut))
-    finally:
-        tokenizer.padding_side = side
-        if was_training:
-            model.train()
+            settings = {
+                "max_new_tokens": max_new_tokens,
+                "do_sample": True,
+                "temperature": sampling.temperature,
+                "top_p": sampling.top_p,
+                "top_k": sampling.top_k,
+                "min_p": sampling.min_p,
+                "repetition_penalty": sampling.repetition_penalty,
+                "eos_token_id": eos,
+            }
+            for rows in _batches(model, tokenizer, prompts, batch_size, device, **settings):
+                texts = tokenizer.batch_decode(rows, skip_special_tokens=True)
+                out += [Sampled(text, *sampled_length(row, stops, max_new_tokens)) for row, text in zip(rows, texts)]
     return out
 
 

@@ -4,7 +4,7 @@ TRL calls it in training, so the accuracy reported and the reward trained on nev
 
 from __future__ import annotations
 
-from evaluation.generate import completion_token_ids, generate
+from evaluation.generate import Greedy, completion_token_ids, generate
 from rewards import REWARDS, is_correct
 from rewards.format import WELL_FORMED
 from rewards.parse import REASONING_LAYOUT, asked_layout
@@ -70,55 +70,53 @@ def evaluate(
     model,
     tokenizer,
     rows: list[dict],
+    greedy: Greedy,
     *,
-    max_new_tokens: int,
-    use_vllm: bool,
-    lora_path: str | None = None,
     reward=None,
-    stop=None,
-    live_lora: bool = False,
     tools: list | None = None,
     environment=None,
     max_tool_calls: int = 0,
-    switches: dict | None = None,
 ) -> dict:
-    """{"accuracy", "correct", "total", "examples"} over rows of {prompt, answer, ...}, judged by `reward`
-    (the correctness reward; the accuracy reward when none is given); the prompts rendered with the chat
-    template's `switches`. With `tools` or an `environment` factory, each answer may call them
-    (evaluation.turns) and the result adds the tool figures."""
+    """{"accuracy", "correct", "total", "examples"} over rows of {prompt, answer, ...} answered as `greedy`
+    says, judged by `reward` (the correctness reward; the accuracy reward when none is given). With `tools` or
+    an `environment` factory, each answer may call them (evaluation.turns) and the result adds the tool
+    figures."""
     if not rows:
         return {"accuracy": None, "correct": 0, "total": 0, "examples": []}
     if tools or environment is not None:
-        return _evaluate_with_tools(
-            model,
+        from evaluation.generate import EvaluationStopped, generate_hf_ids, generate_vllm, stop_ids
+        from evaluation.turns import figures, rollouts
+
+        stops = stop_ids(model, tokenizer)
+
+        def generate_ids(prompts, budget):
+            if greedy.stop is not None and greedy.stop():
+                raise EvaluationStopped("stopped between two turns")
+            if greedy.use_vllm:
+                outputs = generate_vllm(model, prompts, budget, greedy.lora_path, stops, greedy.live_lora)
+                return [list(out.token_ids) for out in outputs]
+            return generate_hf_ids(model, tokenizer, prompts, budget, stop=greedy.stop)
+
+        results = rollouts(
+            generate_ids,
             tokenizer,
             rows,
-            max_new_tokens,
-            use_vllm,
-            lora_path,
-            reward,
-            stop,
-            live_lora,
-            tools,
-            environment,
-            max_tool_calls,
-            switches,
+            tools=tools,
+            environment_factory=environment,
+            max_new_tokens=greedy.max_new_tokens,
+            max_tool_calls=max_tool_calls,
+            switches=greedy.switches,
         )
-    completions = generate(
-        model,
-        tokenizer,
-        rows,
-        max_new_tokens=max_new_tokens,
-        use_vllm=use_vllm,
-        lora_path=lora_path,
-        stop=stop,
-        live_lora=live_lora,
-        switches=switches,
-    )
-    verdicts = judge(reward or REWARDS["accuracy"], rows, completions, completion_token_ids(tokenizer, completions))
-    result = score(completions, [row.get("answer") for row in rows], verdicts)
-    result["well_formed"] = well_formed_share(completions, prompt_layout(rows))
-    return result
+        answers, answer_ids = [r.messages for r in results], [r.completion_ids for r in results]
+        environments = [r.environment for r in results] if environment is not None else None
+        shown, texts, tool_figures = [_shown_rollout(r) for r in results], [r.text for r in results], figures(results)
+    else:
+        answers = shown = texts = generate(model, tokenizer, rows, greedy)
+        answer_ids, environments, tool_figures = completion_token_ids(tokenizer, answers), None, {}
+    verdicts = judge(reward or REWARDS["accuracy"], rows, answers, answer_ids, environments)
+    result = score(shown, [row.get("answer") for row in rows], verdicts)
+    result["well_formed"] = well_formed_share(texts, prompt_layout(rows))
+    return {**result, **tool_figures}
 
 
 def prompt_layout(rows: list[dict]) -> str | None:
@@ -137,56 +135,6 @@ def well_formed_share(completions: list[str], layout: str | None = None) -> floa
         return None
     reward = REWARDS[WELL_FORMED.get(layout or REASONING_LAYOUT, "xml_soft")]
     return round(sum(s == 1.0 for s in reward(list(completions))) / len(completions), 4)
-
-
-def _evaluate_with_tools(
-    model,
-    tokenizer,
-    rows,
-    max_new_tokens,
-    use_vllm,
-    lora_path,
-    reward,
-    stop,
-    live_lora,
-    tools,
-    environment,
-    calls,
-    switches=None,
-) -> dict:
-    from evaluation.generate import EvaluationStopped, generate_hf_ids, generate_vllm_ids, stop_ids
-    from evaluation.turns import figures, rollouts
-
-    def generate_ids(prompts, budget):
-        if stop is not None and stop():
-            raise EvaluationStopped("stopped between two turns")
-        if use_vllm:
-            return generate_vllm_ids(model, prompts, budget, lora_path, stop_ids(model, tokenizer), live_lora)
-        return generate_hf_ids(model, tokenizer, prompts, budget, stop=stop)
-
-    results = rollouts(
-        generate_ids,
-        tokenizer,
-        rows,
-        tools=tools,
-        environment_factory=environment,
-        max_new_tokens=max_new_tokens,
-        max_tool_calls=calls,
-        switches=switches,
-    )
-    environments = [r.environment for r in results] if environment is not None else None
-    verdicts = judge(
-        reward or REWARDS["accuracy"],
-        rows,
-        [r.messages for r in results],
-        [r.completion_ids for r in results],
-        environments,
-    )
-    texts = [_shown_rollout(r) for r in results]
-    result = score(texts, [row.get("answer") for row in rows], verdicts)
-    result["well_formed"] = well_formed_share([r.text for r in results], prompt_layout(rows))
-    result.update(figures(results))
-    return result
 
 
 def _shown_rollout(rollout) -> str:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+from evaluation.generate import chat_ids
+
 
 @dataclass
 class Rollout:
@@ -110,19 +112,7 @@ def rollouts(
                 last = prompts[index][-1]
                 prompts[index][-1] = {**last, "content": str(last.get("content", "")) + observation}
         offered.append(tools + methods)
-    prompt_ids = [
-        list(
-            tokenizer.apply_chat_template(
-                prompt,
-                tools=offer or None,
-                add_generation_prompt=True,
-                tokenize=True,
-                return_dict=False,
-                **(switches or {}),
-            )
-        )
-        for prompt, offer in zip(prompts, offered)
-    ]
+    prompt_ids = [chat_ids(tokenizer, prompt, switches, offer) for prompt, offer in zip(prompts, offered)]
     tool_dicts = [{getattr(t, "__name__", str(t)): t for t in offer} for offer in offered]
     active = list(range(len(rows)))
     contexts = {i: list(prompt_ids[i]) for i in active}

@@ -140,25 +140,24 @@ def oom_rungs(gpu) -> tuple[list[dict], float]:
         "eval_samples": 0,
         "length_probe": 0,
     }
-    target = OOM_OVER * float(gpu.total_gib)
-    batch, total = 8, 0.0
-    while batch <= 1 << 16:
+
+    def estimated(batch: int) -> float:
         profile = profile_from_dict({**common, "name": "oom-big", "per_device_train_batch_size": batch}, "oom-big")
-        total = float(estimate(profile, gpu=gpu).total_gib)
-        if total >= target:
-            break
+        return float(estimate(profile, gpu=gpu).total_gib)
+
+    target = OOM_OVER * float(gpu.total_gib)
+    batch = 8
+    while batch <= 1 << 16 and estimated(batch) < target:
         batch *= 2
     low, high = batch // 2, batch  # the least multiple of 8 over the target, between the last two doublings
     while high - low > 8:
         middle = (low + high) // 16 * 8
-        profile = profile_from_dict({**common, "name": "oom-big", "per_device_train_batch_size": middle}, "oom-big")
-        if float(estimate(profile, gpu=gpu).total_gib) >= target:
+        if estimated(middle) >= target:
             high = middle
         else:
             low = middle
     big = {"name": "oom-big", "ladder": 1, **common, "per_device_train_batch_size": high}
-    big_profile = profile_from_dict(big, "oom-big")
-    total = float(estimate(big_profile, gpu=gpu).total_gib)
+    total = estimated(high)
     small = {"name": "oom-small", "ladder": 2, **common, "per_device_train_batch_size": OOM_SMALL_BATCH}
     # the plan keeps a margin of the (what-if) card and headroom for the estimate: a card that holds both
     what_if = math.ceil(card_for(total / ESTIMATE_MAX_USE) + 1)
@@ -253,20 +252,6 @@ def _json(path: Path):
         return None
 
 
-def _lines(path: Path) -> list[dict]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError:
-        return []
-    out = []
-    for line in text.splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
-
-
 def _run_folder(output_dir: Path) -> Path | None:
     runs = sorted(p for p in output_dir.glob("run-*") if p.is_dir())
     return runs[-1] if runs else None
@@ -293,17 +278,9 @@ def plan_facts(plan: dict | None) -> dict | None:
 
 def _attempt_row(record: dict) -> dict:
     keys = ("attempt", "profile", "status", "steps", "started", "duration_s", "resumed_from", "checkpoint")
+    keys += ("shrink", "decided", "stopped_by", "estimate_gib", "peak_gib", "step_s", "predicted_step_s")
     row: dict = {k: record.get(k) for k in keys}
-    row.update(
-        shrink=record.get("shrink"),
-        decided=record.get("decided"),
-        stopped_by=record.get("stopped_by"),
-        estimate_gib=record.get("estimate_gib"),
-        peak_gib=record.get("peak_gib"),
-        step_s=record.get("step_s"),
-        predicted_step_s=record.get("predicted_step_s"),
-        injected=(record.get("env") or {}).get("GRPO_INJECT_OOM"),
-    )
+    row["injected"] = (record.get("env") or {}).get("GRPO_INJECT_OOM")
     oom = record.get("oom") or {}
     if oom:
         keep = ("kind", "site", "asked_gib", "free_gib", "total_gib", "in_use_gib", "shortfall_gib", "in_probe")
@@ -314,10 +291,12 @@ def _attempt_row(record: dict) -> dict:
 def run_facts(output_dir: Path, wall_s: float | None = None) -> dict | None:
     """A run folder's attempts (attempts.jsonl), its final attempt's accuracy before and after, its time per step
     against the plan's prediction, and its predicted run time against the wall time it took."""
+    from launcher.run.attempts import read_attempts
+
     run = _run_folder(output_dir)
     if run is None:
         return None
-    records = _lines(run / "attempts.jsonl")
+    records = read_attempts(run)
     out: dict = {"run": run.name, "attempts": [_attempt_row(r) for r in records]}
     plan = plan_facts(_json(run / "plan.json"))
     out["plan"] = plan
@@ -432,17 +411,15 @@ def oom_facts(work: Path, walls: dict) -> dict | None:
     run["fell_back"] = first_oom is not None and len(attempts) > first_oom + 1
     run["resumed"] = any(a.get("resumed_from") for a in attempts[1:])
     run["finished"] = bool(statuses) and statuses[-1] == "ok"
-    error = work / "oom-error.txt"
-    run["oom_text"] = error.read_text(encoding="utf-8", errors="replace")[-4000:] if error.is_file() else None
-    explained = work / "explain-oom.txt"
-    run["explain_oom"] = (
-        explained.read_text(encoding="utf-8", errors="replace")[-4000:] if explained.is_file() else None
-    )
+    run["oom_text"], run["explain_oom"] = _tail(work / "oom-error.txt"), _tail(work / "explain-oom.txt")
     run["what_if_gib"] = (_json(work / "prepare.json") or {}).get("oom_what_if_gib")
     return run
 
 
 def summarize(out: Path, work: Path) -> dict:
+    from contract.safe_write import write_atomic
+    from launcher.memory.ledger import store as ledger_store
+
     walls = _walls(work)
     prepared = _json(work / "prepare.json") or {}
     arm_s = walls.get("arm_s", 0.0)
@@ -461,14 +438,16 @@ def summarize(out: Path, work: Path) -> dict:
         "comparison": comparison(work, walls, arm_s) if arm_s else None,
         "oom": oom_facts(work, walls),
         "plan_after": after,
-        "ledger_entries": len(_lines(work / "ledger.jsonl")),
+        "ledger_entries": len(ledger_store.read(work / "ledger.jsonl")),
     }
-    text = json.dumps(summary, indent=2, default=str)
-    (out / "summary.json.writing").write_text(text, encoding="utf-8")
-    (out / "summary.json.writing").replace(out / "summary.json")
-    (out / "summary.md.writing").write_text(markdown(summary), encoding="utf-8")
-    (out / "summary.md.writing").replace(out / "summary.md")
+    write_atomic(out / "summary.json", json.dumps(summary, indent=2, default=str))
+    write_atomic(out / "summary.md", markdown(summary))
     return summary
+
+
+def _tail(path: Path) -> str | None:
+    """The end of a saved text (the whole of a short one), None where the call saved none."""
+    return path.read_text(encoding="utf-8", errors="replace")[-4000:] if path.is_file() else None
 
 
 def _left_out(work: Path) -> list[str]:

@@ -13,6 +13,7 @@ to about 100; 3 = four or five steps, numbers up to about 1,000, with division, 
 
 from __future__ import annotations
 
+import math
 import random
 
 LEVELS = (0, 1, 2, 3)
@@ -81,15 +82,11 @@ class _Work:
     def step(self, before: str, a: int, op: str, b: int, after: str = "", money: str = "") -> int:
         """One line "before a op b = <<a op b=value>>value after."; money names the operands in dollars
         ("a", "b" or "ab"), and the result is in dollars when any operand is."""
-        if op == "+":
-            value = a + b
-        elif op == "-":
-            value = a - b
-        elif op == "*":
-            value = a * b
-        else:
+        if op == "/":
             value, remainder = divmod(a, b)
             assert remainder == 0, "problems are built so that every division is exact"
+        else:
+            value = {"+": a + b, "-": a - b, "*": a * b}[op]
         cash_a, cash_b = ("$" if "a" in money else ""), ("$" if "b" in money else "")
         cash = "$" if money else ""
         self.lines.append(
@@ -290,7 +287,7 @@ def _discount(rng: random.Random, level: int) -> tuple[str, _Work, int]:
     good = rng.choice(_GOODS)
     percent = rng.choice((10, 20, 25, 50)) if level < 3 else rng.choice((5, 10, 15, 20, 25, 30, 40, 50, 75))
     # A price that makes the discount a whole number of dollars.
-    step = 100 // _gcd(percent, 100)
+    step = 100 // math.gcd(percent, 100)
     price = step * rng.randint(1, max(1, (medium * 2) // step))
     work = _Work()
     off = price * percent // 100
@@ -326,12 +323,6 @@ def _one_step(rng: random.Random) -> tuple[str, _Work, int]:
         question = f"{name} has {a} {_plural(item, a)} and gives away {b}. How many {_plural(item)} are left?"
     work.lines[-1] = work.lines[-1].lstrip()
     return question, work, total
-
-
-def _gcd(a: int, b: int) -> int:
-    while b:
-        a, b = b, a % b
-    return a
 
 
 TEMPLATES = {

@@ -322,10 +322,11 @@ def evaluate(model_dir: str, out_dir: Path) -> dict:
     results = {}
     for label, hf_model, lora_path in (("base", base, None), ("lora", adapted, str(adapter_dir))):
         first = len(engine.outputs)
-        texts = gen.generate(engine, tokenizer, rows, max_new_tokens=max_new, use_vllm=True, lora_path=lora_path)
+        greedy = gen.Greedy(max_new, use_vllm=True, lora_path=lora_path)
+        texts = gen.generate(engine, tokenizer, rows, greedy)
         vllm_ids = [list(out.outputs[0].token_ids) for out in engine.outputs[first:]]
         hf_ids = hf_greedy_ids(hf_model, tokenizer, prompts, max_new)
-        scored = sc.evaluate(engine, tokenizer, rows, max_new_tokens=max_new, use_vllm=True, lora_path=lora_path)
+        scored = sc.evaluate(engine, tokenizer, rows, greedy)
         results[label] = {
             "vllm_text": texts,
             "hf_text": gen.generate_hf(hf_model, tokenizer, prompts, max_new),

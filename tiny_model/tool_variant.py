@@ -231,6 +231,7 @@ def _warm_start(model, tokenizer, seed: int) -> dict:
 
 def measure_heldout(model, tokenizer, rows: int = HELDOUT_ROWS) -> dict:
     """Greedy held-out accuracy with the calculator offered, and in the guessing game, with tool figures."""
+    from evaluation.generate import Greedy
     from evaluation.score import evaluate
     from tasks import load_task
     from tiny_model.warm_start import switches
@@ -243,22 +244,18 @@ def measure_heldout(model, tokenizer, rows: int = HELDOUT_ROWS) -> dict:
         model,
         tokenizer,
         held_out,
-        max_new_tokens=HELDOUT_TOKENS,
-        use_vllm=False,
+        Greedy(HELDOUT_TOKENS, switches=rendering),
         tools=load_tools(["calculate"]),
         max_tool_calls=MAX_CALLS,
-        switches=rendering,
     )
     game = evaluate(
         model,
         tokenizer,
         held_out,
-        max_new_tokens=GAME_TOKENS,
-        use_vllm=False,
+        Greedy(GAME_TOKENS, switches=rendering),
         reward=solved,
         environment=load_environment("guess"),
         max_tool_calls=MAX_CALLS,
-        switches=rendering,
     )
     keep = ("accuracy", "well_formed", "tool_calls_per_answer", "answers_with_tool", "tool_success")
     return {

@@ -312,14 +312,15 @@ def compare_answers(profile, adapter_dir: Path, base: str, merged_dir: Path, row
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from evaluation.generate import generate
+    from evaluation.generate import Greedy, generate
 
     tokenizer = AutoTokenizer.from_pretrained(str(merged_dir))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     answers = {}
     merged = AutoModelForCausalLM.from_pretrained(str(merged_dir))
-    answers["merged"] = generate(merged, tokenizer, rows, max_new_tokens=profile.max_completion_length, use_vllm=False)
+    greedy = Greedy(profile.max_completion_length)  # transformers' generate: the export is checked as it loads
+    answers["merged"] = generate(merged, tokenizer, rows, greedy)
     del merged
     if profile.uses_lora:
         from peft import PeftModel
@@ -329,9 +330,7 @@ def compare_answers(profile, adapter_dir: Path, base: str, merged_dir: Path, row
         )
     else:
         adapted = AutoModelForCausalLM.from_pretrained(str(adapter_dir), dtype=torch.float32)
-    answers["adapter"] = generate(
-        adapted, tokenizer, rows, max_new_tokens=profile.max_completion_length, use_vllm=False
-    )
+    answers["adapter"] = generate(adapted, tokenizer, rows, greedy)
     same = sum(a == b for a, b in zip(answers["adapter"], answers["merged"]))
     return {
         "questions": [

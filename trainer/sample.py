@@ -133,16 +133,12 @@ def answer(
 ) -> list[Answer]:
     """The trained model's greedy answers to `rows`, scored (score_answers: which rewards run)."""
     backend, model, tokenizer, lora_path = load_trained(profile, adapter_dir, base_path)
-    from evaluation.generate import generate
+    from evaluation.generate import Greedy, generate
     from tasks.prompts import reads_thinking_switch, template_switches
 
-    completions = generate(
-        model,
-        tokenizer,
-        rows,
-        max_new_tokens=profile.max_completion_length,
-        use_vllm=lora_path is not None,
-        lora_path=lora_path,
-        switches=template_switches(profile.chat_template_kwargs, reads_thinking_switch(tokenizer)),
+    switches = template_switches(profile.chat_template_kwargs, reads_thinking_switch(tokenizer))
+    greedy = Greedy(
+        profile.max_completion_length, use_vllm=lora_path is not None, lora_path=lora_path, switches=switches
     )
+    completions = generate(model, tokenizer, rows, greedy)
     return score_answers(profile, rows, completions, tokenizer, rewards, correctness)

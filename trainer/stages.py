@@ -47,25 +47,29 @@ def evaluate_rows(
     """Accuracy on `rows`: through Unsloth's engine when there is one, else through `generate`. A signal
     (signals.stopped) between two batches raises evaluation.generate.EvaluationStopped. `live`: during
     training, the adapter as it is now (vLLM reads it from the training model)."""
+    from evaluation.generate import Greedy
     from evaluation.score import evaluate
 
     stop = (lambda: signals.stopped) if signals is not None else None
     if live and loaded.unsloth_vllm and state.profile.uses_lora:
         lora_path = str(state.attempt_dir / EVAL_LORA_NAME)
+    greedy = Greedy(
+        state.profile.max_completion_length,
+        use_vllm=loaded.unsloth_vllm,
+        lora_path=lora_path,
+        stop=stop,
+        live_lora=live,
+        switches=loaded.switches,
+    )
     return evaluate(
         loaded.model,
         loaded.tokenizer,
         rows,
-        max_new_tokens=state.profile.max_completion_length,
-        use_vllm=loaded.unsloth_vllm,
-        lora_path=lora_path,
+        greedy,
         reward=loaded.correctness,
-        stop=stop,
-        live_lora=live,
         tools=loaded.tools,
         environment=loaded.environment,
         max_tool_calls=state.profile.max_tool_calls,
-        switches=loaded.switches,
     )
 
 

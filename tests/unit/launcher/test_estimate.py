@@ -17,14 +17,14 @@ Tolerances, and why:
 import pytest
 
 from launcher.card.detect import GpuInfo
-from launcher.memory.estimate import (
+from launcher.memory.estimate import estimate
+from launcher.memory.parts import (
     CUDA_CONTEXT_GIB,
     GIB,
     NF4_BYTES,
     PYTHON_RUNTIME_GIB,
     STANDBY_HEADROOM,
     STANDBY_UTILISATION,
-    estimate,
     standby_utilisation,
     vllm_workspace_bytes,
 )
@@ -251,7 +251,7 @@ def test_unsloth_8b_20k_logits_9_8_gib():
     est = estimate(unsloth_20k(), gpu=card(80))
     assert est.components["logits"] == pytest.approx(9.8, rel=0.01)
     # the TRL it compared with materialised all 8 generations: its "78.3" is two 16-bit tensors of that batch
-    from launcher.memory.estimate import logits_bytes
+    from launcher.memory.parts import logits_bytes
 
     materialised = logits_bytes(8, 20480, LLAMA8.vocab, "trl") / GIB
     assert materialised * 4 / 12 == pytest.approx(78.3, rel=0.01)
@@ -280,7 +280,7 @@ def test_trl_3678_logits_310_mb_and_log_prob_peak_902_mb():
     vocab = 151665  # the tiny Qwen2 test model's vocabulary
     fp32_logits = 2 * 256 * vocab * 4
     assert fp32_logits / 1e6 == pytest.approx(310, rel=0.01)
-    from launcher.memory.estimate import logits_bytes
+    from launcher.memory.parts import logits_bytes
 
     assert logits_bytes(2, 256, vocab, "trl") / 1e6 == pytest.approx(902, rel=0.15)
     assert tiny_qwen.vocab == 151936  # the catalogue's Qwen has padding rows; the test model does not
@@ -308,7 +308,7 @@ def oxen(model, **extra):
     had no fused LM head: its materialised logits take the place of TRL 1.15's chunked head."""
     profile = make(model=model, **{**OXEN, **extra})
     est = estimate(profile, gpu=card(80), backend="trl")
-    from launcher.memory.estimate import logits_bytes
+    from launcher.memory.parts import logits_bytes
 
     materialised = logits_bytes(4, profile.max_completion_length, resolve(model).vocab, "trl") / GIB
     return est.total_gib - est.components["logits"] + materialised

@@ -64,6 +64,7 @@ def test_both_generation_paths_send_the_ids_training_sends(tokenizer_with_bos, m
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
+    from evaluation.generate import Greedy
     from evaluation.score import evaluate
 
     tok = tokenizer_with_bos
@@ -98,7 +99,7 @@ def test_both_generation_paths_send_the_ids_training_sends(tokenizer_with_bos, m
         return real_generate(**kwargs)
 
     model.generate = recording_generate
-    evaluate(model, tok, rows, max_new_tokens=2, use_vllm=False)
+    evaluate(model, tok, rows, Greedy(2))
     sent_hf = [ids[mask.bool()].tolist() for ids, mask in zip(seen_hf["input_ids"], seen_hf["attention_mask"])]
     assert sent_hf == training
     assert seen_hf["eos_token_id"] == [1, 3]  # Gemma's <end_of_turn> stops too
@@ -113,5 +114,5 @@ def test_both_generation_paths_send_the_ids_training_sends(tokenizer_with_bos, m
     # parameters are taken as given here
     monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(SamplingParams=lambda **kwargs: kwargs))
     engine = SimpleNamespace(fast_generate=fast_generate, load_lora=None)
-    evaluate(engine, tok, rows, max_new_tokens=2, use_vllm=True)
+    evaluate(engine, tok, rows, Greedy(2, use_vllm=True))
     assert seen_vllm == [{"prompt_token_ids": ids} for ids in training]

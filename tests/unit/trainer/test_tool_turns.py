@@ -153,6 +153,7 @@ def test_the_builds_record_is_measured_as_attempts_render_prompts(tiny_tools_mod
     default (a <think> opened, which the tiny model never saw)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from evaluation.generate import Greedy
     from evaluation.score import evaluate
     from tasks import load_task
     from tiny_model.tool_variant import HELDOUT_TOKENS, MAX_CALLS, build_record, measure_heldout
@@ -166,11 +167,9 @@ def test_the_builds_record_is_measured_as_attempts_render_prompts(tiny_tools_mod
         model,
         tokenizer,
         load_task("arithmetic", "test", limit=rows),
-        max_new_tokens=HELDOUT_TOKENS,
-        use_vllm=False,
+        Greedy(HELDOUT_TOKENS, switches={"enable_thinking": False}),
         tools=load_tools(["calculate"]),
         max_tool_calls=MAX_CALLS,
-        switches={"enable_thinking": False},
     )
     measured = measure_heldout(model, tokenizer, rows=rows)["calculator"]
     assert measured == {key: as_attempts.get(key) for key in measured}
