@@ -34,7 +34,12 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    plan, _profiles = options.plan_of(args)
+    from profiles.rules import tracker_refusal
+
+    plan, profiles = options.plan_of(args)
+    refusal = tracker_refusal(profiles, plan.chosen)  # a note, not a refusal: the plan may be for another machine
+    if refusal:
+        plan.notes.append(f"`train` on this machine would refuse {refusal}")
     return print_plan(plan, as_json=args.json)
 
 

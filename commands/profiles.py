@@ -160,6 +160,7 @@ def _check(args) -> int:
 
     from contract.errors import ProfileError
     from profiles.load import load_profile
+    from profiles.rules import tracker_refusal
     from profiles.schema import LOSS_KEYS
 
     verdicts, code = [], EXIT_OK
@@ -168,6 +169,11 @@ def _check(args) -> int:
             profile = load_profile(name, args.overrides)
         except (ProfileError, UsageError) as exc:
             verdicts.append({"file": name, "ok": False, "error": str(exc)})
+            code = EXIT_BAD_INPUT
+            continue
+        refusal = tracker_refusal([profile])  # `train` refuses it too, before its run folder exists
+        if refusal:
+            verdicts.append({"file": name, "ok": False, "error": refusal})
             code = EXIT_BAD_INPUT
             continue
         readings = [reading.to_json() for reading in profile.readings]

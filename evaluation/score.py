@@ -8,6 +8,7 @@ from evaluation.generate import Greedy, completion_token_ids, generate
 from rewards import REWARDS, is_correct
 from rewards.format import WELL_FORMED
 from rewards.parse import REASONING_LAYOUT, asked_layout
+from rewards.user import scores_now
 
 EXAMPLES_KEPT = 3
 FULL_SCORE = 1.0
@@ -45,7 +46,7 @@ def judge(
     inputs = reward_inputs(rows, completions, completion_ids)
     if environments is not None:
         inputs["environments"] = environments
-    scores = reward(**inputs)
+    scores = scores_now(reward, **inputs)  # an async reward (a user's) is awaited here
     return [score is not None and float(score) >= FULL_SCORE for score in scores]
 
 

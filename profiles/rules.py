@@ -356,6 +356,18 @@ def missing_tracker(p, environ=None) -> str | None:
     )
 
 
+def tracker_refusal(profiles, chosen=None) -> str | None:
+    """`FILE: key 'report_to': why (fix: ...)` for the first of `profiles` whose tracker cannot start here,
+    `chosen` (the rung a run starts with) looked at first; None when every one can. What `train` refuses before
+    its run folder exists, said by `profiles check` and `plan` too, before anyone starts the run."""
+    first = [chosen] if chosen is not None else []
+    for profile in first + [p for p in profiles if p is not chosen]:
+        problem = missing_tracker(profile)
+        if problem:
+            return f"{profile.source or profile.name}: key 'report_to': {problem}"
+    return None
+
+
 def remote_code_notice(p) -> str | None:
     """What `trust_remote_code: true` will do, said once before a model is loaded with it (None when off)."""
     if not p.trust_remote_code:

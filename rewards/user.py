@@ -3,13 +3,20 @@ found and checked as any user's code is (usercode), and imported in the attempt.
 signature (prompts, completions, and the dataset's columns as keyword arguments) and returns one float (or None)
 per completion. An exception inside it is re-raised as UserRewardError naming the reward and the last frame of
 the traceback, so the attempt ends `error` with both.
+
+An `async def` reward (or a callable whose `__call__` is one) stays async once guarded: TRL awaits such rewards
+together, on an event loop of its own, while it calls the others one by one. Code that scores outside TRL
+(evaluation, `sample`) calls any reward through `scores_now`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import inspect
 import json
 import math
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -56,62 +63,151 @@ def attach(folder: Path | None, say=None) -> None:
 
 
 class _running:
+    """The marker says which rewards are running while any is: async rewards run side by side, so it is
+    rewritten as each starts and ends, and removed when the last one ends."""
+
     def __init__(self, name: str, text: str):
         self.name, self.text = name, text
 
     def __enter__(self):
-        if _marker_dir is not None:
-            from contract.attempt import REWARD_RUNNING_FILE
-
-            try:
-                (_marker_dir / REWARD_RUNNING_FILE).write_text(json.dumps({"reward": self.name, "entry": self.text}))
-            except OSError:
-                pass  # only a better message is lost
+        with _active_lock:
+            _active.append(self)
+            _mark()
         return self
 
     def __exit__(self, *exc_info):
-        if _marker_dir is not None:
-            from contract.attempt import REWARD_RUNNING_FILE
-
-            try:
-                (_marker_dir / REWARD_RUNNING_FILE).unlink(missing_ok=True)
-            except OSError:
-                pass
+        with _active_lock:
+            _active.remove(self)
+            _mark()
         return False
+
+
+_active: list[_running] = []  # the rewards running now, in the order they started
+_active_lock = threading.Lock()  # TRL awaits async rewards on a thread of its own
+
+
+def _mark() -> None:
+    if _marker_dir is None:
+        return
+    from contract.attempt import REWARD_RUNNING_FILE
+
+    path = _marker_dir / REWARD_RUNNING_FILE
+    try:
+        if _active:
+            names = "', '".join(r.name for r in _active)
+            path.write_text(json.dumps({"reward": names, "entry": ", ".join(r.text for r in _active)}))
+        else:
+            path.unlink(missing_ok=True)
+    except OSError:
+        pass  # only a better message is lost
 
 
 # A reward slower than this per call is worth a line: every step waits for it.
 SLOW_CALL_S = 60.0
 
 
+def is_async(function) -> bool:
+    """Whether calling `function` gives a coroutine, by the test TRL applies to a reward before awaiting it:
+    an `async def` (through functools.partial) or a callable object whose `__call__` is one."""
+    while isinstance(function, functools.partial):
+        function = function.func
+    return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(type(function).__call__)
+
+
+def scores_now(reward, *args, **kwargs):
+    """What `reward` returns, for code that scores outside TRL's loop (evaluation, `sample`): an async
+    reward's scores awaited here."""
+    result = reward(*args, **kwargs)
+    return run_to_end(result) if inspect.isawaitable(result) else result
+
+
+def run_to_end(awaitable):
+    """What `awaitable` gives, run to its end from synchronous code: on a loop of its own in this thread, or
+    in a thread of its own when this thread already runs a loop (asyncio.run refuses to nest)."""
+
+    async def wait():
+        return await awaitable
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(wait())
+    box: dict = {}
+
+    def in_thread() -> None:
+        try:
+            box["result"] = asyncio.run(wait())
+        except BaseException as exc:  # handed to the caller as it would have been raised
+            box["error"] = exc
+
+    worker = threading.Thread(target=in_thread, name="async reward", daemon=True)
+    worker.start()
+    worker.join()
+    if "error" in box:
+        raise box["error"]
+    return box.get("result")
+
+
+def _code_of(function):
+    while isinstance(function, functools.partial):
+        function = function.func
+    function = inspect.unwrap(function) if inspect.isfunction(function) else function
+    return getattr(function, "__code__", None) or getattr(type(function).__call__, "__code__", None)
+
+
 def _guarded(function, name: str, entry: str = ""):
-    code = getattr(function, "__code__", None)
+    code = _code_of(function)
     slow_said = False
 
-    @functools.wraps(function)
-    def reward(*args, **kwargs):
+    def failed(exc: BaseException) -> UserRewardError:
+        what = f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else None
+        trace = user_trace(exc, getattr(code, "co_filename", None))
+        return UserRewardError(name, last_user_frame(exc, code), exc, what, trace)
+
+    def checked(scores, started: float, args, kwargs) -> list:
         nonlocal slow_said
-        started = time.monotonic()
-        with _running(name, entry or name):
-            try:
-                scores = function(*args, **kwargs)
-            except KeyboardInterrupt as exc:  # a signal's (it passes on), or the reward's own: say whose
-                exc.grpo_reward = name
-                raise
-            except (Exception, SystemExit) as exc:
-                what = f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else None
-                trace = user_trace(exc, getattr(code, "co_filename", None))
-                raise UserRewardError(name, last_user_frame(exc, code), exc, what, trace) from exc
         seconds = time.monotonic() - started
         completions = kwargs.get("completions", args[1] if len(args) > 1 else None)
-        checked = checked_scores(name, scores, completions, kwargs.get("prompts", args[0] if args else None))
+        out = checked_scores(name, scores, completions, kwargs.get("prompts", args[0] if args else None))
         if seconds > SLOW_CALL_S and not slow_said:
             slow_said = True
             _warn(
-                f"reward '{name}' took {seconds:.0f} s to score {len(checked)} completions; every training step "
+                f"reward '{name}' took {seconds:.0f} s to score {len(out)} completions; every training step "
                 "waits for it"
             )
-        return checked
+        return out
+
+    if is_async(function):
+
+        @functools.wraps(function)
+        async def reward(*args, **kwargs):
+            started = time.monotonic()
+            with _running(name, entry or name):
+                try:
+                    scores = await function(*args, **kwargs)
+                except KeyboardInterrupt as exc:  # a signal's (it passes on), or the reward's own: say whose
+                    exc.grpo_reward = name
+                    raise
+                except (Exception, SystemExit) as exc:
+                    raise failed(exc) from exc
+            return checked(scores, started, args, kwargs)
+
+    else:
+
+        @functools.wraps(function)
+        def reward(*args, **kwargs):
+            started = time.monotonic()
+            with _running(name, entry or name):
+                try:
+                    scores = function(*args, **kwargs)
+                    if inspect.isawaitable(scores):  # async behind a plain wrapper (a decorator): TRL cannot tell
+                        scores = run_to_end(scores)
+                except KeyboardInterrupt as exc:  # a signal's (it passes on), or the reward's own: say whose
+                    exc.grpo_reward = name
+                    raise
+                except (Exception, SystemExit) as exc:
+                    raise failed(exc) from exc
+            return checked(scores, started, args, kwargs)
 
     reward.__name__ = name
     return reward

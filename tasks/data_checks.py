@@ -96,7 +96,9 @@ def column_count(path: Path) -> int | None:
             head = handle.read(SNIFF_BYTES).decode("utf-8", errors="replace")
         first = head.split("\n", 1)[0]
         if suffix == ".csv":
-            return len(next(csv.reader(io.StringIO(first)), []))
+            from tasks.csv_delimiter import delimiter_of
+
+            return len(next(csv.reader(io.StringIO(first), delimiter=delimiter_of(head)), []))
         if suffix == ".jsonl" and "\n" in head:
             row = json.loads(first)
             return len(row) if isinstance(row, dict) else None

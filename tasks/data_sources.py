@@ -18,6 +18,7 @@ from pathlib import Path
 
 from contract.errors import UsageError
 from contract.shell import quoted
+from tasks.csv_delimiter import delimiter
 from tasks.data_checks import MAX_COLUMNS, column_count, first_line, read_error, text_problem
 from tasks.data_spec import SUFFIX_BUILDERS, DataSpec, source_kind
 
@@ -69,11 +70,13 @@ def _load_local(spec: DataSpec, kind: str):
             raise UsageError(f"dataset {file}: {problem}")
         columns = column_count(file)
         if columns is not None and columns > MAX_COLUMNS:
+            separator = delimiter(file) if file.suffix.lower() == ".csv" else ","
+            cut = "cut -f1-20" if separator == "\t" else f"cut -d{quoted(separator)} -f1-20"  # cut splits at tabs
             raise UsageError(
                 f"dataset {file}: {columns:,} columns; reading a table that wide takes `datasets` "
                 f"minutes (its time grows with the square of the columns) (fix: keep the question, "
                 f"the answer and the columns your rewards read, at most {MAX_COLUMNS}, e.g. "
-                f"`cut -d, -f1-20 {quoted(file.name)} > narrow.csv`)"
+                f"`{cut} {quoted(file.name)} > narrow.csv`)"
             )
     try:
         if kind == "file":
@@ -85,7 +88,7 @@ def _load_local(spec: DataSpec, kind: str):
             field = _json_field(path)
             if field is not None:  # {"data": [rows...]}: the rows are under that key
                 return datasets.load_dataset(builder, data_files=files, field=field)
-            return datasets.load_dataset(builder, data_files=files)
+            return datasets.load_dataset(builder, data_files=files, **_csv_options([path]))
         return _load_folder(datasets, path)
     except UsageError:
         raise
@@ -101,7 +104,7 @@ def _load_folder(datasets, path: Path):
     try:
         splits = DataFilesDict.from_patterns(get_data_patterns(str(path)), base_path=str(path))
     except Exception:  # no split names among the files: `datasets` takes them all as one split
-        return datasets.load_dataset(str(path))
+        return datasets.load_dataset(str(path), **_csv_options(sorted(path.iterdir())))
     builders = {}
     for split, files in splits.items():
         kinds = {SUFFIX_BUILDERS.get(Path(f).suffix.lower()) for f in files} - {None}
@@ -114,11 +117,22 @@ def _load_folder(datasets, path: Path):
         if kinds:
             builders[str(split)] = (kinds.pop(), [str(f) for f in files if Path(f).suffix.lower() in SUFFIX_BUILDERS])
     if len({builder for builder, _files in builders.values()}) <= 1:
-        return datasets.load_dataset(str(path))
+        return datasets.load_dataset(
+            str(path), **_csv_options([Path(f) for _b, files in builders.values() for f in files])
+        )
     parts = {}
     for split, (builder, files) in builders.items():
-        parts[split] = datasets.load_dataset(builder, data_files={split: files})[split]
+        options = _csv_options([Path(f) for f in files])
+        parts[split] = datasets.load_dataset(builder, data_files={split: files}, **options)[split]
     return datasets.DatasetDict(parts)
+
+
+def _csv_options(files) -> dict:
+    """`datasets`' csv reader's delimiter for these files, when the first .csv among them is not separated by
+    commas (a spreadsheet saved with `;`, a tab-separated export); the reader takes one for all of them."""
+    first = next((Path(f) for f in files if str(f).lower().endswith(".csv")), None)
+    found = delimiter(first) if first is not None else ","
+    return {} if found == "," else {"sep": found}
 
 
 _PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "HTTP_PROXY", "http_proxy")

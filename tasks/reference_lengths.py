@@ -162,10 +162,13 @@ def _first_rows(path: Path) -> list[dict]:
     if suffix == ".csv":
         import csv
 
+        from tasks.csv_delimiter import delimiter_of
+
         lines = text.splitlines()
         if len(data) == SAMPLE_BYTES:
             lines = lines[:-1]  # the last line may be cut
-        return [row for row in csv.DictReader(lines[: SAMPLE_ROWS + 1])][:SAMPLE_ROWS]
+        rows = csv.DictReader(lines[: SAMPLE_ROWS + 1], delimiter=delimiter_of(text))
+        return [row for row in rows][:SAMPLE_ROWS]
     if suffix == ".json" and len(data) < SAMPLE_BYTES:
         loaded = json.loads(text)
         rows = (

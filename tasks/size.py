@@ -119,8 +119,11 @@ def _file_rows(path: Path, shown: str) -> tuple[int | None, str]:
         if suffix == ".csv":
             import csv
 
+            from tasks.csv_delimiter import delimiter
+
             with open(path, encoding="utf-8", newline="") as handle:
-                return max(0, sum(1 for _ in csv.reader(handle)) - 1), f"{path.name}'s rows"
+                rows = csv.reader(handle, delimiter=delimiter(path))
+                return max(0, sum(1 for _ in rows) - 1), f"{path.name}'s rows"
         if suffix == ".json":
             import json
 

@@ -230,33 +230,36 @@ def _warm_start(model, tokenizer, seed: int) -> dict:
 
 
 def measure_heldout(model, tokenizer, rows: int = HELDOUT_ROWS) -> dict:
-    """Greedy held-out accuracy with the calculator offered, and in the guessing game, with tool figures."""
+    """Greedy held-out accuracy with the calculator offered, and in the guessing game, with tool figures. Its
+    tool calls are counted apart from the run's (tools.guard.apart): an attempt may build the model first."""
     from evaluation.generate import Greedy
     from evaluation.score import evaluate
     from tasks import load_task
     from tiny_model.warm_start import switches
     from tools import load_environment, load_tools
+    from tools.guard import apart
     from tools.guess import solved
 
     held_out = load_task("arithmetic", "test", limit=rows)
     rendering = switches(tokenizer)  # as the pass taught it and every attempt renders prompts: thinking off
-    calculator = evaluate(
-        model,
-        tokenizer,
-        held_out,
-        Greedy(HELDOUT_TOKENS, switches=rendering),
-        tools=load_tools(["calculate"]),
-        max_tool_calls=MAX_CALLS,
-    )
-    game = evaluate(
-        model,
-        tokenizer,
-        held_out,
-        Greedy(GAME_TOKENS, switches=rendering),
-        reward=solved,
-        environment=load_environment("guess"),
-        max_tool_calls=MAX_CALLS,
-    )
+    with apart():
+        calculator = evaluate(
+            model,
+            tokenizer,
+            held_out,
+            Greedy(HELDOUT_TOKENS, switches=rendering),
+            tools=load_tools(["calculate"]),
+            max_tool_calls=MAX_CALLS,
+        )
+        game = evaluate(
+            model,
+            tokenizer,
+            held_out,
+            Greedy(GAME_TOKENS, switches=rendering),
+            reward=solved,
+            environment=load_environment("guess"),
+            max_tool_calls=MAX_CALLS,
+        )
     keep = ("accuracy", "well_formed", "tool_calls_per_answer", "answers_with_tool", "tool_success")
     return {
         "held_out": len(held_out),

@@ -19,13 +19,16 @@ still running END_AFTER_S past its limit (stuck inside one long C call, a huge r
 process, saying which tool, rather than hold the run for good.
 
 An `async def` tool (or method) is run to its end here, under the same limits (TRL calls the guarded tool as a
-synchronous one): the model reads what it returns, never a coroutine.
+synchronous one): the model reads what it returns, never a coroutine. TRL itself would gather the async calls
+of one message on an event loop in a thread of its own, which no alarm reaches; guarded, they run one after
+another in the main thread, where the time limit holds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import inspect
 import io
@@ -86,8 +89,29 @@ class ToolRecord:
         }
 
 
-RECORD = ToolRecord()
+RECORD = ToolRecord()  # the run's: its training and evaluations, what summary.json counts
+# Where a tool guarded without a record of its own counts a call now: RECORD, unless inside apart()
+_COUNTING: contextvars.ContextVar[ToolRecord | None] = contextvars.ContextVar("tool record", default=None)
 _say = None
+
+
+def counting() -> ToolRecord:
+    """The record a call of a tool guarded without one of its own is counted in: RECORD, or apart()'s."""
+    scoped = _COUNTING.get()
+    return RECORD if scoped is None else scoped
+
+
+@contextlib.contextmanager
+def apart():
+    """Calls made inside (in this thread) of tools guarded without a record of their own are counted in a
+    record of their own (yielded), not in RECORD: work of the process that is not the run's (building the tiny
+    tool model tries the tools) stays out of the run's counts."""
+    record = ToolRecord()
+    token = _COUNTING.set(record)
+    try:
+        yield record
+    finally:
+        _COUNTING.reset(token)
 
 
 def attach(say=None) -> None:
@@ -97,7 +121,7 @@ def attach(say=None) -> None:
 
 
 def _note(key, text: str, record: ToolRecord | None = None) -> None:
-    record = RECORD if record is None else record
+    record = counting() if record is None else record
     if key in record.said:
         return
     record.said.add(key)
@@ -318,13 +342,15 @@ class _Printed(io.TextIOBase):
 def guarded(function, name: str | None = None, time_limit_s: float | None = TIME_LIMIT_S, record=None):
     """`function` as a tool TRL may call with whatever the model wrote: never raises (but for the run's own
     signals), stops past `time_limit_s`, returns text of at most MAX_OUTPUT_CHARS characters. Its name,
-    signature, type hints and docstring are the function's."""
+    signature, type hints and docstring are the function's. Its calls are counted in `record`, else where
+    counting() says at the time of each call."""
     name = name or getattr(function, "__name__", "tool")
     code = getattr(inspect.unwrap(function), "__code__", None)
-    record = RECORD if record is None else record
+    own = record
 
     @functools.wraps(function)
     def tool(*args, **kwargs):
+        record = counting() if own is None else own
         record.add(record.calls, name)
         printed = _Printed()
         started = time.monotonic()

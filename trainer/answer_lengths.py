@@ -123,12 +123,18 @@ def stops_for_replan(state: AttemptState, figures: dict | None) -> bool:
             say(f"lengths overrule the plan: {figures['overruled']}; stopping before training to re-plan the cap")
             return True
         wanted, _ = lengths_after(measured, cap, figures.get("planned_expected"))
-        prompt = state.profile.max_prompt_length
+        sequence = state.profile.max_seq_length
+        wanted_sequence = max(sequence, state.profile.max_prompt_length + wanted)
+        # what the answers call for and this attempt did not change, {key: [as it runs, called for]}: kept with
+        # the measurement (outcome.json, attempts.jsonl, summary.json) beside what a re-plan would have done
+        figures["held"] = {"max_completion_length": [cap, wanted]}
+        if wanted_sequence != sequence:
+            figures["held"]["max_seq_length"] = [sequence, wanted_sequence]
         say(
             f"warning: {figures['overruled']}; training at the cap of {cap} tokens as it is (nothing re-plans it "
-            f"here: the cap is pinned, the run's re-plans are spent, or no supervisor runs it): the answers call for max_completion_length {wanted} or more (fix: --set "
-            f"max_completion_length={wanted} --set max_seq_length="
-            f"{max(state.profile.max_seq_length, prompt + wanted)}, or write them in the profile)"
+            "here: the cap is pinned with --set or written in the --profile file, the run's re-plans are spent, "
+            f"or no supervisor runs it): the answers call for max_completion_length {wanted} or more (fix: --set "
+            f"max_completion_length={wanted} --set max_seq_length={wanted_sequence}, or write them in the profile)"
         )
         return False
     say(
@@ -197,6 +203,9 @@ def completion_lengths(state: AttemptState, recorder: LengthRecorder | None, row
         "samples": figures.get("samples") if figures else None,
         "source": source,
         "switches": figures.get("switches") if figures else None,
+        # the probe's verdict on the plan, and what the answers called for that the attempt kept as it was
+        "overruled": figures.get("overruled") if figures else None,
+        "held": figures.get("held") if figures else None,
     }
 
 

@@ -131,13 +131,14 @@ def evaluation_figures(
 def scored_examples(examples: list[dict], weights: dict) -> list[dict]:
     """Sample answers with each profile reward's score and the weighted total, as GRPO saw them."""
     from rewards import get_reward
+    from rewards.user import scores_now
 
     out = []
     for example in examples or []:
         scores = {}
         for name in weights:
             try:
-                value = get_reward(name)([example["completion"]], answer=[example["answer"]])[0]
+                value = scores_now(get_reward(name), [example["completion"]], answer=[example["answer"]])[0]
             except Exception:  # a reward the registry cannot score (a user's file) is left out, not fatal
                 continue
             if value is not None:  # None: it does not apply here (a reward that reads an environment's state)

@@ -92,6 +92,7 @@ def score_answers(
     from evaluation.generate import completion_token_ids
     from evaluation.score import FULL_SCORE, reward_inputs
     from rewards import get_reward, get_reward_funcs
+    from rewards.user import scores_now
 
     rewards = profile.rewards if rewards is None else rewards
     correctness = profile.correctness if correctness == "" else correctness
@@ -100,7 +101,7 @@ def score_answers(
     columns: dict[str, list] = {}
     for fn in funcs:
         try:
-            columns[fn.__name__] = list(fn(**inputs))
+            columns[fn.__name__] = list(scores_now(fn, **inputs))
         except Exception as exc:
             print(
                 f"note: reward '{fn.__name__}' could not score these answers ({type(exc).__name__}: "
@@ -110,7 +111,7 @@ def score_answers(
             columns[fn.__name__] = [None] * len(rows)
     judged = correctness is not None
     try:
-        correct = list(get_reward(correctness)(**inputs)) if judged else [None] * len(rows)
+        correct = list(scores_now(get_reward(correctness), **inputs)) if judged else [None] * len(rows)
     except Exception:
         correct = [None] * len(rows)
     answers = []

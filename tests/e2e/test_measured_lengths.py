@@ -2,13 +2,15 @@
 default's length probe, its cut share per step and summary.json's completion_lengths; and the tiny model's variant
 that writes long answers (`model: tiny-long`, a rung of a ladder: a cap written in a --profile file is pinned),
 whose first attempt is cut at the cap and re-planned, the next attempt training at the new cap, and the next plan
-reading the measured lengths from the ledger."""
+reading the measured lengths from the ledger; and the same answers at a cap the user pinned (written in the
+--profile file, or --set), which trains as it is and records what the answers call for."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from support.cli import train_py
@@ -25,9 +27,9 @@ def profile_file(tmp_path: Path, **changes) -> Path:
     return path
 
 
-def run_train(tmp_path: Path, profile: Path, tiny_cache: Path, ladder: bool = False):
-    """`train --profile FILE`, or with `ladder` the file as the one rung of a profiles folder: a cap written in a
-    --profile file is pinned (never re-planned), a rung's is the plan's."""
+def run_train(tmp_path: Path, profile: Path, tiny_cache: Path, *extra: str, ladder: bool = False):
+    """`train --profile FILE` (and `extra` arguments), or with `ladder` the file as the one rung of a profiles
+    folder: a cap written in a --profile file is pinned (never re-planned), a rung's is the plan's."""
     ledger = tmp_path / "ledger.jsonl"
     if ladder:
         folder = tmp_path / "ladder"
@@ -38,6 +40,7 @@ def run_train(tmp_path: Path, profile: Path, tiny_cache: Path, ladder: bool = Fa
         *(("--profiles-dir", str(tmp_path / "ladder")) if ladder else ("--profile", str(profile))),
         "--output-dir",
         str(tmp_path / "out"),
+        *extra,
         GRPO_TRAIN_CACHE=str(tiny_cache),
         GRPO_TRAIN_LEDGER=str(ledger),
         OMP_NUM_THREADS="1",
@@ -87,3 +90,23 @@ def test_long_answers_replan_the_cap_end_to_end(tmp_path, tiny_cache):
     again = train_py("plan", "--json", "--profile", str(profile), GRPO_TRAIN_LEDGER=str(tmp_path / "ledger.jsonl"))
     notes = json.loads(again.stdout)["notes"]
     assert any("lengths of tiny-long on arithmetic" in n and "(measured on this machine)" in n for n in notes), notes
+
+
+@pytest.mark.parametrize("pinned_by", ["file", "set"])
+def test_a_pinned_cap_is_held_and_what_the_answers_call_for_is_recorded(tmp_path, tiny_cache, pinned_by):
+    """`--profile FILE` runs as written, and a --set is the user's: answers cut at a cap pinned either way never
+    re-plan it; the attempt trains at it, warns, and keeps what the answers call for with the measurement."""
+    written = 48 if pinned_by == "file" else "auto"  # auto: the plan would derive it, but for the --set
+    profile = profile_file(tmp_path, name="cpu-tiny-long", model="tiny-long", max_completion_length=written)
+    extra = ("--set", "max_completion_length=48") if pinned_by == "set" else ()
+    run, records, done = run_train(tmp_path, profile, tiny_cache, *extra)
+    assert [r["status"] for r in records] == ["ok"]
+    record = records[0]
+    assert record["settings"]["max_completion_length"] == 48 and record["steps"] == QUICK["max_steps"]
+    # the tiny-long answers are cut at 48 (as in the re-planned run above): they call for twice the cap
+    assert record["lengths"]["p95"] == 48 and record["lengths"]["held"] == {"max_completion_length": [48, 96]}
+    lengths = summary(run, record)["completion_lengths"]
+    assert lengths["planned_cap"] == 48 and lengths["held"] == record["lengths"]["held"]
+    assert "reaches the cap of 48" in lengths["overruled"]
+    assert "training at the cap of 48 tokens as it is" in done.stdout
+    assert "stopping before training to re-plan the cap" not in done.stdout

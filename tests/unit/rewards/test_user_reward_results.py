@@ -30,6 +30,7 @@ def detached():
     yield
     user.attach(None)
 
+
 REWARDS = """import math, sys, os
 
 def infinite(prompts, completions, **kw):

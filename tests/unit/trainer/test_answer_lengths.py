@@ -133,6 +133,8 @@ def test_the_probe_stops_for_a_replan_only_when_the_supervisor_replans(tmp_path,
     monkeypatch.delenv(ENV_LENGTH_REPLAN, raising=False)
     assert not stops_for_replan(state, figures)  # started by hand: nobody re-plans; it trains and says so
     assert "warning: the 95th percentile (22 tokens) reaches the cap of 22" in capsys.readouterr().out
+    # what it would have changed is kept with the measurement (the sequence of 256 holds 160 + 44 already)
+    assert figures["held"] == {"max_completion_length": [22, 44]} and state.lengths is figures
     monkeypatch.setenv(ENV_LENGTH_REPLAN, "1")
     assert stops_for_replan(state, figures)
     roomy, loaded = _loaded(tmp_path / "roomy", tiny_dir, "max_completion_length=48")
@@ -211,6 +213,8 @@ def test_training_lengths_and_summary_figures(tmp_path):
         "samples": 4,
         "source": "training",
         "switches": None,
+        "overruled": None,
+        "held": None,
     }
     state.lengths = {"mean": 20.0, "p95": 23, "cut_share": 0.0, "samples": 24, "source": "probe", "switches": {}}
     assert completion_lengths(state, recorder, rows)["source"] == "probe"  # the probe's, when it ran
