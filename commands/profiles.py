@@ -159,6 +159,7 @@ def _check(args) -> int:
     import json
 
     from contract.errors import ProfileError
+    from profiles.aliases import problems_of
     from profiles.load import load_profile
     from profiles.rules import tracker_refusal
     from profiles.schema import LOSS_KEYS
@@ -167,7 +168,12 @@ def _check(args) -> int:
     for name in args.files:
         try:
             profile = load_profile(name, args.overrides)
-        except (ProfileError, UsageError) as exc:
+        except ProfileError as exc:
+            problems = [{"key": p.key, "reason": p.reason, "fix": p.fix} for p in problems_of(exc)]
+            verdicts.append({"file": name, "ok": False, "error": str(exc), "problems": problems})
+            code = EXIT_BAD_INPUT
+            continue
+        except UsageError as exc:
             verdicts.append({"file": name, "ok": False, "error": str(exc)})
             code = EXIT_BAD_INPUT
             continue

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from contract.oom_site import SITE_HOST, SITE_UNKNOWN, SITE_VLLM_START, classify_site, parse_frames
 
@@ -300,7 +301,7 @@ def _read_torch(text: str) -> OomReport | None:
 def _vllm(problem: str, text: str, m: re.Match, *fields: str) -> OomReport:
     """vLLM's refusal read from the match `m`: its line, and its groups in order as the named fields (the
     lengths whole numbers, the rest GiB or shares)."""
-    figures = {
+    figures: dict[str, Any] = {
         name: (int if name in ("max_model_len", "kv_tokens") else float)(m.group(i)) for i, name in enumerate(fields, 1)
     }
     return OomReport(kind=KIND_VLLM, vllm_problem=problem, message=line_of(text, m.start()), **figures)

@@ -8,8 +8,9 @@ Every foreign key is one of:
              step): read, not used, and said so in `profiles check`;
   refused    no counterpart, and dropping it would train something else than the recipe says: the load stops
              (exit 2) naming the key and what to do.
-A setting given twice, once in each spelling (`model` and `model_name_or_path`), is refused: which one was
-meant cannot be known.
+A setting given twice, once in each spelling (`model` and `model_name_or_path`), is refused when the two
+values differ: which one was meant cannot be known. Every problem of one file is reported at once
+(RecipeProblems), so that a recipe is fixed in one pass.
 """
 
 from __future__ import annotations
@@ -19,15 +20,57 @@ from dataclasses import dataclass
 from typing import Any
 
 from contract.errors import ProfileError
-from profiles.keys import DEFAULT_TARGET_MODULES, KeyProblem, shown
+from profiles.alias_values import (
+    dataset_configs,
+    do_eval,
+    eval_strategy,
+    is_off,
+    max_steps,
+    model_revision,
+    one_of,
+    report_to,
+    save_steps,
+    save_strategy_note,
+    saving,
+    target_modules,
+    tool_iterations,
+    use_peft,
+    warmup,
+)
+from profiles.keys import KeyProblem, shown
+from profiles.recipe_joint import derive_sequence, read_epochs, read_push, unsaid
+from profiles.recipe_reading import DECIDED, REFUSED, RENAMED, Reading, RecipeProblems, problems_of
 
-RENAMED, DECIDED, REFUSED = "renamed", "decided", "refused"
-
-# open-r1's reward names with a counterpart here: its `format` and `tag_count` score the layout the recipe's
-# system_prompt asks for, <think>/<answer> (think_format, think_count, open-r1's own) or, with the project's
-# default prompt, <reasoning>/<answer> (xml_strict, xml_count)
-OPEN_R1_REWARDS = {"accuracy": "accuracy", "format": "xml_strict", "tag_count": "xml_count"}
-OPEN_R1_THINK_REWARDS = {"accuracy": "accuracy", "format": "think_format", "tag_count": "think_count"}
+# open-r1's and TRL's reward names with a counterpart here: their accuracy verifies a LaTeX answer against the
+# gold with math-verify, which is `math` here (the project's `accuracy` compares one number and would misjudge
+# `\frac{1}{2}`); open-r1's `format` and `tag_count` score the layout the recipe's system_prompt asks for,
+# <think>/<answer> (think_format, think_count, open-r1's own) or, with the project's default prompt,
+# <reasoning>/<answer> (xml_strict, xml_count)
+_ACCURACY = {"accuracy": "math", "accuracy_reward": "math", "trl.rewards.accuracy_reward": "math"}
+# TRL's registry (`trl grpo`) and trl.rewards' exports, in both its spellings; its think_format_reward scores
+# the layout, as open-r1's `format` does
+_TRL_ACCURACY = {name: "math" for name in ("reasoning_accuracy_reward", "trl.rewards.reasoning_accuracy_reward")}
+_TRL_FORMAT = ("think_format_reward", "trl.rewards.think_format_reward")
+OPEN_R1_REWARDS = {
+    **_ACCURACY,
+    **_TRL_ACCURACY,
+    **dict.fromkeys(_TRL_FORMAT, "xml_strict"),
+    "format": "xml_strict",
+    "tag_count": "xml_count",
+}
+OPEN_R1_THINK_REWARDS = {
+    **_ACCURACY,
+    **_TRL_ACCURACY,
+    **dict.fromkeys(_TRL_FORMAT, "think_format"),
+    "format": "think_format",
+    "tag_count": "think_count",
+}
+# trl.rewards' factories with no counterpart here, and what each scores
+TRL_REWARDS_WITHOUT_COUNTERPART = {
+    "get_soft_overlong_punishment": "a penalty on completions near max_completion_length",
+    "get_cosine_scaled_reward": "accuracy scaled by completion length",
+    "get_repetition_penalty_reward": "a penalty on repeated n-grams",
+}
 
 
 @dataclass(frozen=True)
@@ -38,89 +81,7 @@ class Alias:
     fix: str | None = None  # refused: what to do
     convert: Callable[[Any, dict], Any] | None = None  # renamed: the value in the project's spelling
     unless: Callable[[Any], bool] | None = None  # refused only when this is false of the value (else decided)
-
-
-def _report_to(value: Any, data: dict) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list) and len(value) <= 1:
-        return value[0] if value else "none"
-    raise KeyProblem(f"{shown(value)} names several trackers; one is passed to TRL here", "keep one, or write all")
-
-
-def _target_modules(value: Any, data: dict) -> Any:
-    if value == "all-linear":  # PEFT's shorthand: every linear layer of a block, which for Llama-shaped models
-        return list(DEFAULT_TARGET_MODULES)  # is the project's default list
-    return value
-
-
-def _dataset_configs(value: Any, data: dict) -> str:
-    if isinstance(value, list) and len(value) == 1:
-        return str(value[0])
-    if isinstance(value, str):
-        return value
-    raise KeyProblem(f"{shown(value)}: one dataset configuration is trained on here", "keep one")
-
-
-def _use_peft(value: Any, data: dict) -> int | None:
-    if value is True:
-        return None  # LoRA: the project's default rank unless lora_r says otherwise
-    return 0  # TRL without PEFT trains every parameter
-
-
-def _warmup(value: Any, data: dict) -> float:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1:
-        return float(value)  # transformers 5 reads a value below 1 as a share of the steps
-    steps = data.get("max_steps")
-    if isinstance(value, int) and isinstance(steps, int) and steps > 0 and value < steps:
-        return value / steps
-    raise KeyProblem(
-        f"warmup_steps {shown(value)} needs max_steps to become a share of the run",
-        "write warmup_ratio: STEPS / max_steps",
-    )
-
-
-def _max_steps(value: Any, data: dict) -> Any:
-    if value == -1:  # TRL: train by num_train_epochs; here the plan's run length, which honours them
-        return 0
-    return value
-
-
-def _eval_strategy(value: Any, data: dict) -> Any:
-    if value == "no":
-        return 0
-    if value == "steps":
-        return None  # eval_steps says how often (or auto)
-    raise KeyProblem(
-        f"eval_strategy {shown(value)}: evaluation during training runs every eval_steps here",
-        "write eval_steps: N (or auto), and drop eval_strategy",
-    )
-
-
-def _tool_iterations(value: Any, data: dict) -> Any:
-    if value is None:
-        raise KeyProblem(
-            "max_tool_calling_iterations empty lets a completion call tools without end (TRL's default); turns "
-            "are planned and bounded here",
-            "write max_tool_calling_iterations: N (or max_tool_calls: N)",
-        )
-    return value
-
-
-def _do_eval(value: Any, data: dict) -> Any:
-    return None if value else 0
-
-
-def _model_revision(value: Any) -> bool:
-    return value in (None, "main")
-
-
-def _false(value: Any) -> bool:
-    return value in (None, False, 0)
-
-
-def _one_of(*allowed) -> Callable[[Any], bool]:
-    return lambda value: value in allowed
+    note_of: Callable[[Any], str] | None = None  # decided: the note for this value, where it depends on it
 
 
 def _decided(note: str) -> Alias:
@@ -139,27 +100,27 @@ ALIASES: dict[str, Alias] = {
     # --- TRL ModelConfig and PEFT arguments ---
     "model_name_or_path": _renamed("model"),
     "lora_r": _renamed("lora_rank"),
-    "lora_target_modules": _renamed("target_modules", _target_modules),
-    "use_peft": _renamed("lora_rank", _use_peft, "use_peft false: full fine-tuning (lora_rank 0)"),
+    "lora_target_modules": _renamed("target_modules", target_modules),
+    "use_peft": _renamed("lora_rank", use_peft, "use_peft false: full fine-tuning (lora_rank 0)"),
     "torch_dtype": _decided("the dtype follows the card: bf16 where it supports it, else fp16; fp32 on CPU"),
     "dtype": _decided("the dtype follows the card: bf16 where it supports it, else fp16; fp32 on CPU"),
     "attn_implementation": _decided("Unsloth (or transformers) chooses the attention kernel for the card"),
     "model_revision": _refused(
         "a revision other than main cannot be pinned here",
         "download that revision to a folder and give model: FOLDER",
-        _model_revision,
+        model_revision,
     ),
-    "load_in_8bit": _refused("8-bit weights are not a training path here", "use load_in_4bit: true, or false", _false),
-    "bnb_4bit_quant_type": _refused("4-bit weights are NF4 here", "remove it (or write nf4)", _one_of("nf4")),
+    "load_in_8bit": _refused("8-bit weights are not a training path here", "use load_in_4bit: true, or false", is_off),
+    "bnb_4bit_quant_type": _refused("4-bit weights are NF4 here", "remove it (or write nf4)", one_of("nf4")),
     "use_bnb_nested_quant": _decided("4-bit loading uses double quantisation where it applies"),
     "use_rslora": _refused(
-        "rank-stabilised LoRA is not offered here", "remove it (scale = lora_alpha / lora_rank)", _false
+        "rank-stabilised LoRA is not offered here", "remove it (scale = lora_alpha / lora_rank)", is_off
     ),
-    "lora_task_type": _refused("only causal language models are trained here", "remove it", _one_of("CAUSAL_LM")),
-    "lora_modules_to_save": _refused("extra fully trained modules are not offered here", "remove it", _false),
+    "lora_task_type": _refused("only causal language models are trained here", "remove it", one_of("CAUSAL_LM")),
+    "lora_modules_to_save": _refused("extra fully trained modules are not offered here", "remove it", is_off),
     # --- TRL ScriptArguments and open-r1's data keys ---
     "dataset_name": _renamed("dataset"),
-    "dataset_configs": _renamed("dataset_config", _dataset_configs),
+    "dataset_configs": _renamed("dataset_config", dataset_configs),
     "dataset_train_split": _renamed("train_split"),
     "dataset_test_split": _renamed("test_split"),
     "dataset_prompt_column": _renamed("question_field"),
@@ -168,18 +129,18 @@ ALIASES: dict[str, Alias] = {
     "num_processes": _renamed("num_gpus", note="accelerate's processes: one training GPU each"),
     # --- GRPOConfig ---
     "use_vllm": _renamed("fast_inference"),
-    "max_tool_calling_iterations": _renamed("max_tool_calls", _tool_iterations),
+    "max_tool_calling_iterations": _renamed("max_tool_calls", tool_iterations),
     "environment_factory": _renamed("environment"),
     "vllm_gpu_memory_utilization": _renamed("gpu_memory_utilization"),
     "vllm_tensor_parallel_size": _renamed("vllm_tensor_parallel"),
     "vllm_enable_sleep_mode": _renamed("vllm_standby", note="Unsloth's standby: vLLM sleeps while training runs"),
-    "warmup_steps": _renamed("warmup_ratio", _warmup, "a share of max_steps"),
-    "max_steps": _renamed("max_steps", _max_steps, "-1 (TRL: by num_train_epochs): the plan's run length"),
-    "eval_strategy": _renamed("eval_steps", _eval_strategy, "no: eval_steps 0; steps: eval_steps"),
-    "do_eval": _renamed("eval_steps", _do_eval, "false: eval_steps 0"),
+    "warmup_steps": _renamed("warmup_ratio", warmup, "a share of max_steps"),
+    "max_steps": _renamed("max_steps", max_steps, "-1 (TRL: by num_train_epochs): the plan's run length"),
+    "eval_strategy": _renamed("eval_steps", eval_strategy, "no: eval_steps 0; steps: eval_steps"),
+    "do_eval": _renamed("eval_steps", do_eval, "false: eval_steps 0"),
     "vllm_device": _decided("the launcher places vLLM (in the training process, or on the server's GPUs)"),
     "vllm_mode": _renamed("vllm_mode"),
-    "report_to": _renamed("report_to", _report_to),  # same name; TRL also takes a list
+    "report_to": _renamed("report_to", report_to),  # same name; TRL also takes a list
     "use_cpu": _renamed("device", lambda value, data: "cpu" if value else "cuda"),
     "bf16": _decided("the dtype follows the card: bf16 where it supports it, else fp16; fp32 on CPU"),
     "fp16": _decided("the dtype follows the card: bf16 where it supports it, else fp16; fp32 on CPU"),
@@ -193,11 +154,14 @@ ALIASES: dict[str, Alias] = {
     "log_level": _decided("the attempt's log is train.log in its folder"),
     "log_completions": _decided("sample answers before and after training are in report.md"),
     "disable_tqdm": _decided("the project prints its own progress line"),
-    "save_strategy": _refused(
-        "checkpoints are saved every save_steps here: the out-of-memory fallback and --resume continue from them",
-        "write save_steps: N and drop save_strategy",
-        _one_of("steps"),
+    "save_strategy": Alias(
+        REFUSED,
+        note="TRL takes no, steps, epoch or best",
+        fix="write save_strategy: steps with save_steps: N",
+        unless=saving,
+        note_of=save_strategy_note,
     ),
+    "save_steps": _renamed("save_steps", save_steps, "TRL's share of max_steps, rounded up"),
     "save_total_limit": _decided("every whole checkpoint is kept: a fallback or --resume may need any of them"),
     # push_to_hub and num_train_epochs are read with the keys beside them (translate, below)
     "push_to_hub": _decided(
@@ -231,9 +195,9 @@ ALIASES: dict[str, Alias] = {
         "both paths train without vLLM's importance-sampling correction (Unsloth's default, which TRL's plain path "
         "is given too, so that the two train the same objective)",
         "remove it",
-        _false,
+        is_off,
     ),
-    "sync_ref_model": _refused("the reference model is never synced to the policy here", "remove it", _false),
+    "sync_ref_model": _refused("the reference model is never synced to the policy here", "remove it", is_off),
     "deepspeed": _refused("the launcher writes DeepSpeed's configuration itself", "write zero_stage: 0-3 instead"),
     "callbacks": _refused("the trainer's callbacks are the project's own", "remove it"),
     "chat_template": _refused(
@@ -245,23 +209,25 @@ ALIASES: dict[str, Alias] = {
 }
 
 
-@dataclass
-class Reading:
-    """How one key of a file was read: as the project's key (renamed), or noted and not used (decided)."""
+def _unknown_reward(source: str, name: str) -> ProfileError:
+    from rewards import REWARDS
 
-    key: str
-    kind: str
-    ours: str | None
-    value: Any
-    note: str
-
-    def to_json(self) -> dict:
-        return {"key": self.key, "kind": self.kind, "as": self.ours, "value": self.value, "note": self.note}
-
-    def text(self) -> str:
-        if self.kind == RENAMED:
-            return f"{self.key} -> {self.ours}: {shown(self.value)}" + (f" ({self.note})" if self.note else "")
-        return f"{self.key}: not used ({self.note})"
+    short = name.removeprefix("trl.rewards.")
+    if short in TRL_REWARDS_WITHOUT_COUNTERPART:
+        return ProfileError(
+            source,
+            "reward_funcs",
+            f"TRL's {short} ({TRL_REWARDS_WITHOUT_COUNTERPART[short]}) has no counterpart here",
+            "write it as path/to/file.py:function in reward_funcs (a function of completions returning floats), "
+            "or drop it",
+        )
+    return ProfileError(
+        source,
+        "reward_funcs",
+        f"reward {name!r} has no counterpart here (known: {', '.join(REWARDS)}; open-r1's accuracy, format, "
+        f"tag_count; TRL's {', '.join(['accuracy_reward', *(n for n in (*_TRL_ACCURACY, *_TRL_FORMAT) if '.' not in n)])})",
+        "write your reward as path/to/file.py:function or package.module.function in reward_funcs",
+    )
 
 
 def _rewards(data: dict, source: str, context: dict) -> tuple[dict[str, float], list[str]]:
@@ -296,28 +262,29 @@ def _rewards(data: dict, source: str, context: dict) -> tuple[dict[str, float], 
 
     think = asked_layout(data.get("system_prompt", context.get("system_prompt"))) == THINK_LAYOUT
     table = OPEN_R1_THINK_REWARDS if think else OPEN_R1_REWARDS
+    from usercode.entry import colon_spelling, is_user_code
+
     out: dict[str, float] = {}
     named: dict[str, list[str]] = {}  # the project's reward -> the entries that named it
+    problems: list[ProfileError] = []
     for name, weight in zip(funcs, weights):
-        ours = name if name in REWARDS or ":" in name else table.get(name)
+        ours = table.get(name) or (colon_spelling(name) if name in REWARDS or is_user_code(name) else None)
         if ours is None:
-            raise ProfileError(
-                source,
-                "reward_funcs",
-                f"reward {name!r} has no counterpart here (known: "
-                f"{', '.join(REWARDS)}; open-r1's {', '.join(OPEN_R1_REWARDS)})",
-                "write your reward as path/to/file.py:function in reward_funcs",
-            )
+            problems.append(_unknown_reward(source, name))
+            continue
         try:
             if isinstance(weight, bool):
                 raise TypeError
             weight = float(weight)
         except (TypeError, ValueError):
-            raise ProfileError(
-                source, "reward_weights", f"{shown(weight)} is not a number", "give one number per reward"
-            ) from None
+            problems.append(
+                ProfileError(source, "reward_weights", f"{shown(weight)} is not a number", "give one number per reward")
+            )
+            continue
         out[ours] = out.get(ours, 0.0) + weight
         named.setdefault(ours, []).append(name)
+    if problems:
+        raise RecipeProblems(source, problems)
     notes = [
         f"{' and '.join(entries)} are one reward here ({ours}): weights summed to {out[ours]:g}, as TRL adds them"
         for ours, entries in named.items()
@@ -328,37 +295,43 @@ def _rewards(data: dict, source: str, context: dict) -> tuple[dict[str, float], 
 
 def translate(data: dict, source: str, context: dict | None = None) -> tuple[dict, list[Reading]]:
     """A mapping read from a file (or --set) in the project's key names, and how each foreign key was read.
-    ProfileError for a refused key or a setting given in both spellings. `context`: for a --set, the file's
-    mapping as written, which a key that needs another (warmup_steps needs max_steps, reward_weights
-    reward_funcs) reads where the --set does not give it."""
+    RecipeProblems naming every refused key, and every setting given in two spellings with two values.
+    `context`: for a --set, the file's mapping as written, which a key that needs another (warmup_steps needs
+    max_steps, reward_weights reward_funcs) reads where the --set does not give it."""
     context = context or {}
     out: dict[str, Any] = {}
     readings: list[Reading] = []
+    problems: list[ProfileError] = []
     given_as: dict[str, str] = {}  # the project's key -> the key of the file that set it
 
-    def setting(key: str, ours: str) -> None:
+    def setting(key: str, ours: str, value: Any) -> None:
         earlier = given_as.get(ours)
-        if earlier is not None and earlier != key:
+        if earlier is not None and earlier != key and out.get(ours) != value:
             spelled = f"'{earlier}' and '{key}'" if ours in (earlier, key) else f"'{earlier}' and '{key}' (both {ours})"
-            raise ProfileError(
-                source,
-                key,
-                f"{spelled} say the same setting twice, in two spellings",
-                f"keep one of them (the project's name is {ours})",
+            problems.append(
+                ProfileError(
+                    source,
+                    key,
+                    f"{spelled} say the same setting twice, in two spellings, with different values",
+                    f"keep one of them (the project's name is {ours})",
+                )
             )
-        given_as[ours] = key
+            return
+        given_as.setdefault(ours, key)
+        out[ours] = value
 
     for key, value in data.items():
         key = str(key)
         alias = ALIASES.get(key)
         if alias is None or (alias.kind == RENAMED and alias.ours == key and alias.convert is None):
-            setting(key, key)
-            out[key] = value
+            setting(key, key, value)
             continue
         if alias.kind == REFUSED and not (alias.unless and alias.unless(value)):
-            raise ProfileError(source, key, f"{shown(value)}: {alias.note}", alias.fix)
+            problems.append(ProfileError(source, key, f"{shown(value)}: {alias.note}", alias.fix))
+            continue
         if alias.kind in (DECIDED, REFUSED):
-            readings.append(Reading(key, DECIDED, None, value, alias.note or "the project's own value is used"))
+            note = alias.note_of(value) if alias.note_of else alias.note
+            readings.append(Reading(key, DECIDED, None, value, note or "the project's own value is used"))
             continue
         if alias.ours == "rewards":
             continue  # reward_funcs and reward_weights make one mapping, below
@@ -366,18 +339,35 @@ def translate(data: dict, source: str, context: dict | None = None) -> tuple[dic
         try:
             converted = alias.convert(value, {**context, **data}) if alias.convert else value
         except KeyProblem as problem:
-            raise ProfileError(source, key, problem.reason, problem.fix) from None
-        if converted is None:  # says nothing of its own (use_peft: true, eval_strategy: steps)
-            readings.append(Reading(key, DECIDED, None, value, f"{alias.ours} says it (or its default)"))
+            problems.append(ProfileError(source, key, problem.reason, problem.fix))
             continue
-        setting(key, alias.ours)
-        out[alias.ours] = converted
-        if key != alias.ours:
+        if converted is None:  # says nothing of its own (use_peft: true, eval_strategy: steps)
+            readings.append(Reading(key, DECIDED, None, value, unsaid(key, alias.ours)))
+            continue
+        setting(key, alias.ours, converted)
+        if key != alias.ours or converted != value:
             readings.append(Reading(key, RENAMED, alias.ours, converted, alias.note))
     if "reward_funcs" in data or "reward_weights" in data:
-        _translate_rewards(data, source, context, out, readings)
-    _read_epochs(data, source, context)
-    _read_push(data, source, context, out, readings)
+        try:
+            _translate_rewards(data, source, context, out, readings)
+        except ProfileError as error:
+            problems.extend(problems_of(error))
+    for check in (read_epochs, read_push):
+        try:
+            check(data, source, context, out, readings)
+        except ProfileError as error:
+            problems.append(error)
+    if problems:
+        refusal = RecipeProblems(source, problems)
+        refusal.partial = out  # what did read, for the schema's say on the rest (profiles.load)
+        raise refusal
+    if source != "--set":
+        derive_sequence(data, out, readings)
+        if out.get("device") == "cpu" and "use_cpu" in data:
+            # TRL's defaults where the project's need a GPU: no vLLM, no 4-bit weights, AdamW in torch
+            out.setdefault("fast_inference", False)
+            out.setdefault("load_in_4bit", False)
+            out.setdefault("optim", "adamw_torch")
     return out, readings
 
 
@@ -403,61 +393,30 @@ def _translate_rewards(data: dict, source: str, context: dict, out: dict, readin
     funcs = data.get("reward_funcs", context.get("reward_funcs")) or ()
     if merged:
         note = "; ".join(merged)
-    elif set([funcs] if isinstance(funcs, str) else funcs) & {"format", "tag_count"}:
+    elif set([funcs] if isinstance(funcs, str) else funcs) & {"format", "tag_count", *_TRL_FORMAT}:
         from rewards.parse import THINK_LAYOUT, asked_layout
 
         system_prompt = data.get("system_prompt", context.get("system_prompt"))
         note = (
-            "open-r1's format / tag_count score the <think>/<answer> layout its system_prompt asks for"
+            "the format rewards (open-r1's format / tag_count, TRL's think_format_reward) score the <think>/<answer> "
+            "layout its system_prompt asks for"
             if asked_layout(system_prompt) == THINK_LAYOUT
-            else "open-r1's format / tag_count check the <reasoning>/<answer> layout the system_prompt asks for here"
+            else "the format rewards (open-r1's format / tag_count, TRL's think_format_reward) check the "
+            "<reasoning>/<answer> layout the system_prompt asks for here"
         )
     elif "reward_weights" in data or "reward_weights" in context:
         note = "with reward_weights"
     else:
         note = "weights 1.0, as TRL's"
+    names = [funcs] if isinstance(funcs, str) else list(funcs)
+    verified = list(dict.fromkeys(name for name in names if OPEN_R1_REWARDS.get(name) == "math"))
+    if verified:
+        note += f"; {' and '.join(verified)} verify LaTeX answers with math-verify, as `math` here"
+        if "correctness" not in data and "correctness" not in context and "accuracy" not in out["rewards"]:
+            # the before/after evaluation judges by the recipe's own accuracy, not the project's number match
+            out["correctness"] = "math"
+            note += " (and correctness: math)"
     readings.append(Reading("reward_funcs", RENAMED, "rewards", out["rewards"], note))
-
-
-def _read_epochs(data: dict, source: str, context: dict) -> None:
-    """A --set of num_train_epochs alone, on a file that pins max_steps: max_steps wins (TRL's order), so the
-    --set would change nothing, silently. Refused, naming what to set with it."""
-    if source != "--set" or "num_train_epochs" not in data or "max_steps" in data:
-        return
-    pinned = context.get("max_steps")
-    if pinned in (None, 0, "auto", -1):
-        return
-    raise ProfileError(
-        source,
-        "num_train_epochs",
-        f"{shown(data['num_train_epochs'])}: the file pins max_steps {shown(pinned)}, which wins over epochs (as in "
-        "TRL), so this --set would change nothing",
-        "add --set max_steps=auto, so the epochs set the run's length",
-    )
-
-
-def _read_push(data: dict, source: str, context: dict, out: dict, readings: list[Reading]) -> None:
-    """push_to_hub: false is the user's "do not publish" and wins over hub_model_id; true needs hub_model_id
-    (TRL would make up a repository name from the output folder: here nothing would be pushed, silently)."""
-    if "push_to_hub" not in data:
-        return
-    push = data["push_to_hub"]
-    repo = data.get("hub_model_id", context.get("hub_model_id")) or ""
-    reading = next(r for r in readings if r.key == "push_to_hub")
-    if push is False:
-        out["hub_model_id"] = ""
-        reading.note = "false: nothing is pushed" + (f" (hub_model_id {repo} is not used)" if repo else "")
-    elif push is True:
-        if not repo:
-            raise ProfileError(
-                source,
-                "push_to_hub",
-                "true, but no hub_model_id names the repository to push to",
-                "write hub_model_id: org/name, or push_to_hub: false",
-            )
-        reading.note = f"true: the adapter is pushed to {repo} at the end when HF_TOKEN is set"
-    elif push is not None:
-        raise ProfileError(source, "push_to_hub", f"expected true or false, got {shown(push)}", None)
 
 
 def aliases_markdown() -> str:
@@ -465,9 +424,12 @@ def aliases_markdown() -> str:
     lines = ["| their key | read as | note |", "| --- | --- | --- |"]
     for kind in (RENAMED, DECIDED, REFUSED):
         for key, alias in sorted(ALIASES.items()):
-            if alias.kind != kind:
+            if (DECIDED if alias.note_of else alias.kind) != kind:
                 continue
-            if kind == RENAMED:
+            if alias.note_of:  # every value TRL takes is read; the note depends on it
+                shown_as = "not used"
+                note = "; ".join(alias.note_of(value) for value in ("no", "epoch")) + f"; anything else: {alias.note}"
+            elif kind == RENAMED:
                 shown_as = f"`{alias.ours}`" + (" (same name, converted)" if alias.ours == key else "")
                 note = alias.note
             elif kind == DECIDED:
@@ -483,4 +445,16 @@ def alias_of(key: str) -> Alias | None:
     return ALIASES.get(key)
 
 
-__all__ = ["ALIASES", "DECIDED", "REFUSED", "RENAMED", "Alias", "Reading", "alias_of", "aliases_markdown", "translate"]
+__all__ = [
+    "ALIASES",
+    "DECIDED",
+    "REFUSED",
+    "RENAMED",
+    "Alias",
+    "Reading",
+    "RecipeProblems",
+    "alias_of",
+    "aliases_markdown",
+    "problems_of",
+    "translate",
+]

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from contract.errors import ProfileError, UsageError
-from profiles.aliases import alias_of, translate
+from profiles.aliases import RecipeProblems, alias_of, translate
 from profiles.keys import DEFAULT_REWARDS, DEFAULT_TARGET_MODULES, VLLM_LORA_RANKS, KeyProblem, suggest
 from profiles.schema import AUTO, KEYS, Profile, profile_from_dict
 
@@ -341,15 +341,19 @@ def load_profile(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) 
     path = Path(path)
     readings: list = []
     written: dict = {}
-    data = read_profile_data(path, readings, written)
+    try:
+        data = read_profile_data(path, readings, written)
+    except RecipeProblems as exc:
+        raise _with_schema_problem(exc, str(path)) from None
     changes = parse_overrides(overrides, written)
     try:
         profile = profile_from_dict(data, str(path))
-    except ProfileError as exc:
-        if exc.key is None or exc.key not in changes:
+    except ProfileError:
+        if not changes:
             raise
-        # The --set replaces the very key the file gets wrong (a saved profile whose reward file has since
-        # gone, given new rewards): the file with the change is what runs, so that is what is checked.
+        # The --set changes what the file gets wrong (a saved profile whose reward file has since gone, given
+        # new rewards; a recipe's batch made whole groups by --set num_gpus=7): the file with the change is
+        # what runs, so that is what is checked.
         profile = profile_from_dict({**data, **changes}, f"{path} with --set")
         profile.readings = readings
         return profile
@@ -358,6 +362,21 @@ def load_profile(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) 
         profile = profile_from_dict({**profile.to_dict(), **auto, **changes}, f"{path} with --set")
     profile.readings = readings
     return profile
+
+
+def _with_schema_problem(error: RecipeProblems, source: str) -> RecipeProblems:
+    """A recipe's refused keys, and the schema's first refusal of the keys that did read, in one message: the
+    whole list of what to change in one pass. A refusal of a key that a refused one would have set is left out."""
+    touched = {key for key in (p.key for p in error.problems) if key}
+    touched |= {alias.ours for key in touched if (alias := alias_of(key)) is not None and alias.ours}
+    try:
+        profile_from_dict(error.partial, source)
+    except ProfileError as more:
+        if more.key is not None and more.key not in touched:
+            return RecipeProblems(source, [*error.problems, more])
+    except Exception:  # noqa: BLE001 - the refusals already found are the answer
+        pass
+    return error
 
 
 def load_profiles(

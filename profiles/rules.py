@@ -18,7 +18,8 @@ from profiles.keys import (
     suggest,
 )
 
-_HUB_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# org/name, or a bare name (TRL's too): the hub creates it in the token's account
+_HUB_REPO = re.compile(r"^([A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*$")
 
 
 def check_scale_out(p) -> None:
@@ -321,7 +322,9 @@ def check_rewards_and_dataset(p) -> None:
     _check_dataset(p, base)
     _check_answer_pattern(p)
     if p.hub_model_id and not _HUB_REPO.match(p.hub_model_id):
-        raise KeyProblem(f"{shown(p.hub_model_id)} is not a hub repository id", "write it as org/name", "hub_model_id")
+        raise KeyProblem(
+            f"{shown(p.hub_model_id)} is not a hub repository id", "write it as org/name (or name)", "hub_model_id"
+        )
 
 
 def missing_tracker(p, environ=None) -> str | None:

@@ -294,3 +294,37 @@ def checked_scores(name: str, scores, completions, prompts=None) -> list:
 
 
 _warned: set = set()
+
+
+# Keywords TRL gives every reward itself, beside the data set's columns
+TRL_KEYWORDS = frozenset(
+    ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments")
+)
+
+
+def check_columns(reward, columns) -> None:
+    """UserRewardError when `reward` needs a keyword that neither TRL nor a column of the data gives: TRL would
+    fail it with a TypeError at its first call, after the model has loaded and generated. Names the parameter,
+    the columns there and the fix; a signature that cannot be read is left to the call."""
+    try:
+        parameters = inspect.signature(reward).parameters.values()
+    except (TypeError, ValueError):
+        return
+    given = TRL_KEYWORDS | set(columns)
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    missing = [p.name for p in parameters if p.kind in named and p.default is p.empty and p.name not in given]
+    if not missing:
+        return
+    code = _code_of(reward)
+    where = f"{code.co_filename}:{code.co_firstlineno}" if code is not None else "its signature"
+    shown_columns = ", ".join(sorted(set(columns) - {"prompt"}))
+    raise UserRewardError(
+        getattr(reward, "__name__", str(reward)),
+        where,
+        what=(
+            f"needs the argument{'s' if len(missing) > 1 else ''} {', '.join(repr(m) for m in missing)}, which no "
+            f"column of the data set gives (the columns reach rewards as: {shown_columns}; `answer` is the gold "
+            "answer field's final answer) (fix: name the parameter as the column is named, give it a default, "
+            "or set answer_field to the column it reads)"
+        ),
+    )

@@ -153,7 +153,7 @@ def _user_rows(spec: DataSpec, split: str, limit: int) -> list[dict]:
 
 
 def load_task(dataset, split: str = "train", limit: int = 0, seed: int = 0) -> list[dict]:
-    """Rows {prompt: [system, user messages], answer: "72", **other columns} for a split ("train" or "test").
+    """Rows {prompt: [system, user messages], answer: "72", **every column} for a split ("train" or "test").
 
     dataset: a profile (or a DataSpec): its `dataset` and data keys (columns, splits, system_prompt); or the
     dataset's name alone (a task name, a hub id, a path), read with the keys last given for it, else the
@@ -191,4 +191,20 @@ def check_data(profile) -> str:
             text += f", {unreadable - empty:,} answer{'s' if unreadable - empty > 1 else ''} unreadable (dropped)"
         if empty:
             text += f", {empty:,} question{'s' if empty > 1 else ''} empty (dropped)"
+        text += _gold_read_from(spec, scans["train"])
     return text
+
+
+def _gold_read_from(spec: DataSpec, scan: tuple) -> str:
+    """`, gold answers: the final answer of each worked solution in 'solution'` when the answer cells are worked
+    solutions read without answer_pattern (their \\boxed{} or `#### N`), judged by the first usable row."""
+    from tasks import user_data
+
+    usable, answer = scan[0], scan[3]
+    if spec.answer_pattern or not len(usable):
+        return ""
+    data = _user_source(spec)[0]["train"]
+    cell = data[int(usable[0])][answer]
+    if not isinstance(cell, str) or user_data.final_answer(cell) == cell.strip():
+        return ""
+    return f", gold answers: the final answer of each worked solution in '{answer}' (its last \\boxed{{}} or #### line)"

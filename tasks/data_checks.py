@@ -13,6 +13,10 @@ from tasks.data_spec import DataSpec
 
 # More unreadable answers than this share and the data is refused (fewer are dropped and counted).
 MAX_UNREADABLE_SHARE = 0.1
+# A gold cell past this many characters or lines, without a \boxed{} or a `#### N` line, is a worked solution
+# whose final answer cannot be told (tasks.user_data.final_answer): compared whole, no answer would match it.
+WORKED_CHARS = 200
+WORKED_LINES = 3
 
 
 def first_line(error: BaseException) -> str:
@@ -171,9 +175,15 @@ def check_unreadable(
             f"the answer of {len(no_answer)} cannot be read from {read_from}"
             + (f" (rows {shown_rows(no_answer)})" if both else "")
         )
+        worked = (
+            ""
+            if pattern
+            else " (a worked solution is read by its last \\boxed{} or its `#### N` line; one with neither, or any "
+            f"answer over {WORKED_CHARS} characters or of {WORKED_LINES} lines or more, is not taken whole as the gold)"
+        )
         fixes.append(
             "fill those answer cells, or set answer_pattern (a regex whose first group is the gold "
-            "answer) or answer_field"
+            f"answer) or answer_field{worked}"
         )
     raise UsageError(
         f"dataset {spec.dataset}{where}: {len(unreadable)} of {total} rows ({share:.0%}; rows "

@@ -2,11 +2,13 @@
 .parquet file or folder (tasks.data_spec), read into its splits (tasks.data_sources), its columns mapped here to
 the rows the trainer and the rewards use, refused with the fix where it cannot be used (tasks.data_checks).
 
-A row becomes {prompt: [system, user messages], answer: gold, **other columns}; the other columns reach the
-reward functions as keyword arguments, as TRL passes them. A row whose `prompt` already is a list of chat
-messages passes through unchanged. Every refusal is a UsageError naming the source, the row or line, the
-column and the fix; `datasets` is imported only where data is read, never by the planner's dry run. The tree
-reads the user's data through this module: DataSpec, source_kind and load_splits are importable from here.
+A row becomes {**every column, prompt: [system, user messages], answer: gold}; the columns reach the reward
+functions (and an environment's reset) as keyword arguments under their own names, as TRL passes them, the
+question and gold columns as written; `answer` is the gold's final answer, which the shipped rewards read. A
+row whose `prompt` already is a list of chat messages passes through unchanged. Every refusal is a UsageError
+naming the source, the row or line, the column and the fix; `datasets` is imported only where data is read,
+never by the planner's dry run. The tree reads the user's data through this module: DataSpec, source_kind and
+load_splits are importable from here.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import re
 
 from contract.errors import UsageError
-from tasks.data_checks import check_unreadable
+from tasks.data_checks import WORKED_CHARS, WORKED_LINES, check_unreadable
 from tasks.data_sources import load_splits  # noqa: F401 - re-exported: the tree reads the user's data from here
 from tasks.data_spec import ANSWER_FIELDS, QUESTION_FIELDS, DataSpec, source_kind  # noqa: F401 - source_kind too
 
@@ -72,11 +74,50 @@ def _cell_text(value) -> str | None:
     return text or None
 
 
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_GSM8K_FINAL = re.compile(r"^####\s*(.+?)\s*$", re.MULTILINE)
+
+
+def _last_boxed(text: str) -> str | None:
+    """The content of the last \\boxed{...} of a text, its braces balanced; None when it is not closed."""
+    found = list(_BOXED.finditer(text))
+    if not found:
+        return None
+    start = found[-1].end()
+    depth = 1
+    for position in range(start, len(text)):
+        if text[position] == "{":
+            depth += 1
+        elif text[position] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start:position].strip() or None
+    return None
+
+
+def final_answer(value) -> str | None:
+    """The gold of a cell given without answer_pattern: a worked solution's final answer (its last \\boxed{},
+    MATH's and open-r1's data; its `#### N` line, GSM8K's), else the cell as it is; None for an empty cell and
+    for a worked solution with neither (WORKED_CHARS, WORKED_LINES), which is refused with the fix."""
+    text = _cell_text(value)
+    if text is None or not isinstance(value, str):
+        return text
+    if _BOXED.search(text):
+        return _last_boxed(text)
+    marked = _GSM8K_FINAL.findall(text)
+    if marked:
+        return marked[-1].replace(",", "").strip() or None
+    if len(text) > WORKED_CHARS or text.count("\n") + 1 >= WORKED_LINES:
+        return None
+    return text
+
+
 def gold_reader(spec: DataSpec, default_pattern: str | None = None):
-    """A function from an answer field to the gold answer (None when the pattern cannot read it)."""
+    """A function from an answer field to the gold answer (None when it cannot be read): the pattern's first
+    group, or without one the cell's final answer (final_answer)."""
     text = spec.answer_pattern or default_pattern
     if not text:
-        return _cell_text
+        return final_answer
     try:
         pattern = re.compile(text, re.DOTALL)
     except re.error as exc:
@@ -135,7 +176,9 @@ def to_rows(
             if prompt is None:
                 no_question.append(numbers[index])
             continue
-        extra = {k: v for k, v in record.items() if k not in RESERVED and k not in (question, answer)}
+        # Every column under its own name, as TRL passes it (open-r1's accuracy reads `solution`, an environment's
+        # reset its own column), the question and gold columns too; `answer` is the gold the shipped rewards read.
+        extra = {k: v for k, v in record.items() if k not in RESERVED}
         rows.append({**extra, "prompt": prompt, "answer": gold})
     if unreadable_out is not None:
         unreadable_out.extend(unreadable)

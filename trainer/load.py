@@ -62,6 +62,8 @@ def load(state: AttemptState) -> Loaded:
     if state.main:  # a process ended inside the user's reward is then named (contract.REWARD_RUNNING_FILE)
         user_rewards.attach(state.attempt_dir, say)
     correctness = get_reward(profile.correctness)  # the user's own reward is imported here, in the attempt
+    if train_rows:  # its arguments against the data's columns, before the model loads
+        user_rewards.check_columns(correctness, train_rows[0])
     offered, environment = load_tools(state, train_rows)
     model_path, state.model_built = state.resolve_model(profile)
     if state.main:

@@ -126,6 +126,10 @@ def build_trainer(state: AttemptState, loaded: Loaded, signals) -> Session:
     from trainer.progress import Progress
 
     reward_funcs, weights = get_reward_funcs(profile.rewards)  # the weights go in through the config
+    from rewards.user import check_columns
+
+    for reward in reward_funcs:  # a parameter no column gives: said now, not as TRL's TypeError at the first step
+        check_columns(reward, loaded.train_rows[0] if loaded.train_rows else ())
     reward_names = [f.__name__ for f in reward_funcs]
     args = build_grpo_config(
         profile,

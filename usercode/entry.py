@@ -27,14 +27,29 @@ class UserCodeSpec:
 
 
 def is_user_code(text: str) -> bool:
-    """Whether an entry names the user's code (`file.py:name`, `package.module:name`) rather than a shipped name."""
-    return isinstance(text, str) and ":" in text
+    """Whether an entry names the user's code (`file.py:name`, `package.module:name`, or TRL's spelling
+    `package.module.name`) rather than a shipped name (shipped names have no dots)."""
+    return isinstance(text, str) and (":" in text or _dotted_entry(text))
+
+
+def _dotted_entry(text: str) -> bool:
+    # `rewards.py` alone names a file without its function: parse_spec asks for the `:function`
+    return "." in text and not text.endswith(".py") and bool(_DOTTED.match(text))
+
+
+def colon_spelling(text: str) -> str:
+    """TRL's import spelling `package.module.name` as the project's `package.module:name`; anything else as is."""
+    if isinstance(text, str) and ":" not in text and _dotted_entry(text):
+        module, _, name = text.rpartition(".")
+        return f"{module}:{name}"
+    return text
 
 
 def parse_spec(text: str, base_dir: Path | None = None) -> UserCodeSpec:
-    """Split `file.py:function` or `package.module:function`; ValueError with the fix when malformed.
+    """Split `file.py:function`, `package.module:function` or `package.module.function` (TRL's spelling);
+    ValueError with the fix when malformed.
     A relative file is taken from `base_dir` (the profile's folder) first, then the current directory."""
-    target, _, function = text.rpartition(":")
+    target, _, function = colon_spelling(text).rpartition(":")
     if not target or not _IDENT.match(function):
         raise ValueError(
             f"'{text}' is not FILE.py:FUNCTION or package.module:FUNCTION (the function after "

@@ -3,6 +3,7 @@ beside the candidate it adds to (Planning: the machine, the margin, the nodes, t
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from contract.errors import UsageError
@@ -24,10 +25,10 @@ class PlanRequest:
     free memory kept (None: margins.margin_for); `derive` off: the profiles judged as they are (a changed profile
     re-judged after an attempt, a benchmark's fixed shape)."""
 
-    profiles: tuple
+    profiles: Sequence
     machine: Machine
     model: str | None = None
-    pinned: frozenset = frozenset()
+    pinned: Collection[str] = frozenset()
     named: bool = False
     nodes: int | None = None
     hours: float | None = None

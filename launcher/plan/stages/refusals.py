@@ -24,7 +24,7 @@ def add(candidate: Candidate, planning: Planning) -> Candidate:
     brief = too_short(judged, floor, timed_as) if judged is not None else None
     if brief:
         candidate.fits, candidate.reason = False, f"{brief}; {candidate.reason}"
-    elif judged is not candidate.run and too_short(candidate.run, floor):
+    elif candidate.run is not None and judged is not candidate.run and too_short(candidate.run, floor):
         candidate.notes.append(_guessed_speed_note(planning.gpu, candidate.profile, timed_as))
     return candidate
 

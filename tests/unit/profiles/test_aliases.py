@@ -41,7 +41,7 @@ def test_a_trl_config_loads(tmp_path):
     )
     assert (profile.lora_rank, profile.lora_alpha, profile.fast_inference) == (16, 32, False)
     assert profile.target_modules == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-    assert profile.rewards == {"accuracy": 2.0, "xml_count": 1.0}
+    assert profile.rewards == {"math": 2.0, "xml_count": 1.0}  # TRL's accuracy verifies LaTeX
     assert (profile.loss_type, profile.importance_sampling_level, profile.scale_rewards) == ("grpo", "sequence", "none")
     assert profile.warmup_ratio == 0.05 and profile.report_to == "none"
 
@@ -61,7 +61,7 @@ def test_an_open_r1_recipe_loads_and_check_says_how(tmp_path, capsys):
         "note": "",
     }
     assert read["reward_funcs"]["as"] == "rewards"
-    assert read["reward_funcs"]["value"] == {"accuracy": 2.0, "xml_strict": 0.5, "xml_count": 1.0}
+    assert read["reward_funcs"]["value"] == {"math": 2.0, "xml_strict": 0.5, "xml_count": 1.0}
     assert read["num_processes"]["as"] == "num_gpus"
     for key in (
         "torch_dtype",
@@ -104,10 +104,10 @@ def test_our_own_profile_reads_as_ours(capsys):
 @pytest.mark.parametrize(
     "lines, key",
     [
-        ("model: tiny\nmodel_name_or_path: tiny\n", "model_name_or_path"),
+        ("model: tiny\nmodel_name_or_path: other\n", "model_name_or_path"),
         ("lora_rank: 16\nlora_r: 32\n", "lora_r"),
         ("gpu_memory_utilization: 0.5\nvllm_gpu_memory_utilization: 0.6\n", "vllm_gpu_memory_utilization"),
-        ("dataset: gsm8k\ndataset_name: gsm8k\n", "dataset_name"),
+        ("dataset: gsm8k\ndataset_name: arithmetic\n", "dataset_name"),
         ("rewards: {accuracy: 1.0}\nreward_funcs: [accuracy]\n", "reward_funcs"),
         ("eval_steps: 10\neval_strategy: 'no'\n", "eval_strategy"),
     ],
@@ -126,7 +126,7 @@ def test_a_setting_in_both_spellings_exits_2(tmp_path, capsys, lines, key):
         ("vllm_importance_sampling_correction: true\n", "vllm_importance_sampling_correction", "remove it"),
         ("reward_funcs: [accuracy, cosine]\n", "reward_funcs", "path/to/file.py:function"),
         ("reward_funcs: [accuracy]\nreward_weights: [1.0, 2.0]\n", "reward_weights", "one weight per reward"),
-        ("save_strategy: epoch\n", "save_strategy", "save_steps"),
+        ("save_strategy: sometimes\n", "save_strategy", "save_steps"),
         ("load_in_8bit: true\n", "load_in_8bit", "load_in_4bit"),
         ("report_to: [wandb, tensorboard]\n", "report_to", "keep one"),
         ("model_revision: v2\n", "model_revision", "FOLDER"),

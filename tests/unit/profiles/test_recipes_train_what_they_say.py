@@ -46,9 +46,18 @@ def test_push_to_hub_false_in_a_set_stops_the_files_push(tmp_path):
     assert profile.hub_model_id == ""
 
 
-def test_push_to_hub_true_without_a_repository_is_refused(tmp_path):
-    error = refused(write(tmp_path, RECIPE + "push_to_hub: true\n"))
-    assert error.key == "push_to_hub" and "hub_model_id" in str(error)
+def test_push_to_hub_true_without_a_repository_pushes_where_trl_would(tmp_path):
+    profile = load_profile(write(tmp_path, RECIPE + "push_to_hub: true\noutput_dir: data/tiny-grpo\n"))
+    assert profile.hub_model_id == "tiny-grpo"  # TRL names the repository after the output folder
+    reading = next(r for r in profile.readings if r.key == "push_to_hub")
+    assert "output_dir" in reading.note and "HF_TOKEN" in reading.note
+
+
+def test_a_bare_hub_repository_name_is_taken_as_trl_takes_it(tmp_path):
+    profile = load_profile(write(tmp_path, RECIPE + "hub_model_id: Qwen2.5-1.5B-Open-R1-GRPO\npush_to_hub: true\n"))
+    assert profile.hub_model_id == "Qwen2.5-1.5B-Open-R1-GRPO"
+    reading = next(r for r in profile.readings if r.key == "push_to_hub")
+    assert "account of HF_TOKEN" in reading.note
 
 
 def test_push_to_hub_true_with_a_repository_pushes_there(tmp_path):
@@ -81,8 +90,8 @@ def test_epochs_in_a_set_alone_on_a_file_that_pins_max_steps_are_refused(tmp_pat
     "funcs, weights, expected",
     [
         ("[format, xml_strict]", "[2, 1]", {"xml_strict": 3.0}),
-        ("[accuracy, accuracy]", "[2, 1]", {"accuracy": 3.0}),
-        ("[accuracy, format, accuracy]", None, {"accuracy": 2.0, "xml_strict": 1.0}),
+        ("[accuracy, accuracy]", "[2, 1]", {"math": 3.0}),
+        ("[accuracy, format, accuracy]", None, {"math": 2.0, "xml_strict": 1.0}),
     ],
 )
 def test_rewards_of_one_name_keep_every_weight(tmp_path, funcs, weights, expected):
@@ -132,7 +141,7 @@ def test_set_warmup_steps_with_max_steps_in_the_same_set(tmp_path):
 
 def test_set_reward_weights_reads_the_files_reward_funcs(tmp_path):
     path = write(tmp_path, RECIPE + "reward_funcs: [accuracy, xml_count]\n")
-    assert load_profile(path, ["reward_weights=[2, 0.5]"]).rewards == {"accuracy": 2.0, "xml_count": 0.5}
+    assert load_profile(path, ["reward_weights=[2, 0.5]"]).rewards == {"math": 2.0, "xml_count": 0.5}
 
 
 def test_set_reward_weights_on_a_file_without_reward_funcs_says_how(tmp_path):

@@ -138,10 +138,10 @@ def test_a_prompt_and_format_reward_that_disagree_are_refused():
 
 def test_open_r1_format_rewards_follow_the_recipes_prompt(tmp_path):
     plain = load_profile(write(tmp_path, "plain.yaml", OPEN_R1_RECIPE))
-    assert list(plain.rewards) == ["accuracy", "xml_strict", "xml_count"]  # the project's default prompt
+    assert list(plain.rewards) == ["math", "xml_strict", "xml_count"]  # the project's default prompt
     recipe = OPEN_R1_RECIPE + f"system_prompt: {json.dumps(R1_PROMPT)}\n"
     think = load_profile(write(tmp_path, "think.yaml", recipe))
-    assert think.rewards == {"accuracy": 2.0, "think_format": 0.5, "think_count": 1.0}
+    assert think.rewards == {"math": 2.0, "think_format": 0.5, "think_count": 1.0}
     reading = next(r for r in think.readings if r.key == "reward_funcs")
     assert "score the <think>/<answer> layout its system_prompt asks for" in reading.note
 
