@@ -12,6 +12,7 @@ together, on an event loop of its own, while it calls the others one by one. Cod
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import json
@@ -177,19 +178,25 @@ def _guarded(function, name: str, entry: str = ""):
             )
         return out
 
+    @contextlib.contextmanager
+    def guarded():
+        """The call marked as running, its failure handed on as the reward's own error."""
+        with _running(name, entry or name):
+            try:
+                yield
+            except KeyboardInterrupt as exc:  # a signal's (it passes on), or the reward's own: say whose
+                exc.grpo_reward = name
+                raise
+            except (Exception, SystemExit) as exc:
+                raise failed(exc) from exc
+
     if is_async(function):
 
         @functools.wraps(function)
         async def reward(*args, **kwargs):
             started = time.monotonic()
-            with _running(name, entry or name):
-                try:
-                    scores = await function(*args, **kwargs)
-                except KeyboardInterrupt as exc:  # a signal's (it passes on), or the reward's own: say whose
-                    exc.grpo_reward = name
-                    raise
-                except (Exception, SystemExit) as exc:
-                    raise failed(exc) from exc
+            with guarded():
+                scores = await function(*args, **kwargs)
             return checked(scores, started, args, kwargs)
 
     else:
@@ -197,16 +204,10 @@ def _guarded(function, name: str, entry: str = ""):
         @functools.wraps(function)
         def reward(*args, **kwargs):
             started = time.monotonic()
-            with _running(name, entry or name):
-                try:
-                    scores = function(*args, **kwargs)
-                    if inspect.isawaitable(scores):  # async behind a plain wrapper (a decorator): TRL cannot tell
-                        scores = run_to_end(scores)
-                except KeyboardInterrupt as exc:  # a signal's (it passes on), or the reward's own: say whose
-                    exc.grpo_reward = name
-                    raise
-                except (Exception, SystemExit) as exc:
-                    raise failed(exc) from exc
+            with guarded():
+                scores = function(*args, **kwargs)
+                if inspect.isawaitable(scores):  # async behind a plain wrapper (a decorator): TRL cannot tell
+                    scores = run_to_end(scores)
             return checked(scores, started, args, kwargs)
 
     reward.__name__ = name
