@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from tasks.prompts import EFFORT_SWITCH, THINKING_SWITCH, THINKS_ALWAYS, THINKS_NEVER
+
 
 @dataclass(frozen=True)
 class Architecture:
@@ -34,9 +36,16 @@ class Architecture:
     # The longest sequence the model's positions cover (config.json's max_position_embeddings); 0: not stated.
     # Sliding-window layers attend a window of the sequence and bound nothing: only the positions count.
     max_positions: int = 0
-    # Its chat template reads the thinking switch (tasks.prompts.THINKING_SWITCH) and thinks unless told not to:
-    # a reasoning model (THINKING_FAMILIES), or the tiny model, whose template mimics one
-    thinking_switch: bool = False
+    # What its chat template does about thinking, as far as the family and name tell (thinking_of; the template's
+    # own text, where it is on this machine, says better: profiles.tokenizer): tasks.prompts' THINKS_NEVER (""),
+    # THINKS_ALWAYS, THINKING_SWITCH (thinks unless told not to: Qwen3, and the tiny model whose template mimics
+    # it) or EFFORT_SWITCH (gpt-oss)
+    thinking: str = ""
+
+    @property
+    def thinking_switch(self) -> bool:
+        """Whether its chat template reads tasks.prompts.THINKING_SWITCH (and thinks unless it is false)."""
+        return self.thinking == THINKING_SWITCH
 
     @property
     def q_dim(self) -> int:
@@ -159,3 +168,32 @@ class Architecture:
 # built on it: a derivative keeps the model_type). Instruct-only releases of the family (Qwen3-*-Instruct-2507)
 # have no switch; the attempt reads the real template, and the plan then errs towards planning for it.
 THINKING_FAMILIES = ("qwen3", "qwen3_moe")
+# Families whose template (OpenAI's harmony format) reads `reasoning_effort`: the answer opens on the analysis
+# channel at every level, the level sets how long
+EFFORT_FAMILIES = ("gpt_oss",)
+# Models that think whatever their family's template, known by name: their model_type is the base model's
+# (qwen2, llama, phi3, qwen3), and their template opens a <think> block in the generation prompt (DeepSeek-R1 and
+# its distillations, QwQ, Qwen3's *-Thinking-2507) or asks for one in its own system message (Phi-4-reasoning,
+# Phi-4-mini-reasoning). Matched in the hub id's name part, lower case.
+ALWAYS_THINKING_NAMES = (
+    "deepseek-r1",
+    "r1-distill",
+    "qwq-",
+    "phi-4-reasoning",
+    "phi-4-mini-reasoning",
+    "thinking-2507",
+)
+
+
+def thinking_of(family: str, name: str) -> str:
+    """What a model's chat template does about thinking, from its family (model_type) and its hub id or folder
+    name: tasks.prompts' THINKS_ALWAYS, EFFORT_SWITCH, THINKING_SWITCH or THINKS_NEVER."""
+    short = str(name).strip().rstrip("/").rsplit("/", 1)[-1].lower()
+    if any(mark in short for mark in ALWAYS_THINKING_NAMES):
+        return THINKS_ALWAYS
+    family = str(family).lower()
+    if family in EFFORT_FAMILIES:
+        return EFFORT_SWITCH
+    if family in THINKING_FAMILIES:
+        return THINKING_SWITCH
+    return THINKS_NEVER

@@ -16,8 +16,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from contract.errors import UsageError
-from profiles.architecture import THINKING_FAMILIES, Architecture
+from profiles.architecture import Architecture, thinking_of
 from profiles.config_json import cached_config, from_config, hf_cache_dirs, read_config
+from tasks.prompts import THINKING_SWITCH
 
 
 def _arch(name, params, hidden, layers, heads, kv_heads, head_dim, intermediate, vocab, tied, family):
@@ -33,14 +34,14 @@ def _arch(name, params, hidden, layers, heads, kv_heads, head_dim, intermediate,
         vocab=vocab,
         tied_embeddings=tied,
         family=family,
-        thinking_switch=family in THINKING_FAMILIES,
+        thinking=thinking_of(family, name),
     )
 
 
 # The offline CPU model (tiny_model/build.py builds exactly this shape). Its vocabulary is the byte-level
 # BPE tokenizer's 512 tokens; the few special tokens the trainer adds are left out here.
 TINY = _arch("tiny", 0, 64, 2, 4, 2, 16, 256, 512, True, "llama")
-TINY = replace(TINY, params=TINY.computed_params, thinking_switch=True)  # its template reads enable_thinking
+TINY = replace(TINY, params=TINY.computed_params, thinking=THINKING_SWITCH)  # its template reads enable_thinking
 # The names of the offline models of that shape: `tiny`, and `tiny-long`, warm-started to write long answers (it
 # shows the length probe's re-plan on a CPU)
 TINY_MODELS = ("tiny", "tiny-long")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from contract.errors import UsageError
-from profiles.architecture import THINKING_FAMILIES, Architecture
+from profiles.architecture import Architecture, thinking_of
 
 # Sizes a config.json may give, with the largest value taken as a size: far above any published model,
 # far below what would overflow the arithmetic (a 10^30-layer "model" is a broken file, not a plan).
@@ -264,7 +264,7 @@ def from_config(config: dict, name: str, source: str) -> Architecture:
         max_positions=max_positions,
         **moe,
     )
-    arch = replace(arch, thinking_switch=arch.family in THINKING_FAMILIES)
+    arch = replace(arch, thinking=thinking_of(arch.family, name))
     return replace(arch, params=arch.computed_params)
 
 

@@ -1,7 +1,7 @@
 """WHAT a model's own tokenizer makes of text, read from its files when they are on this machine (a local model
-folder, or the Hugging Face cache; nothing is downloaded): the characters per token of worked maths, and
-whether its chat template reads the thinking switch. The planner takes these over the per-family estimates
-(profiles.catalog) where it finds them.
+folder, or the Hugging Face cache; nothing is downloaded): the characters per token of worked maths, and what
+its chat template does about thinking (a switch, or a block it always opens). The planner takes these over the
+per-family estimates (profiles.catalog and profiles.architecture.thinking_of) where it finds them.
 
 The `tokenizers` library reads tokenizer.json (Rust; no torch). A measured rate is kept in the project's cache,
 keyed by the file's path, size and date, so that a plan reads a large tokenizer once.
@@ -16,7 +16,8 @@ from pathlib import Path
 from contract.environment import cache_root
 from contract.safe_write import write_atomic
 from profiles.catalog import hf_cache_dirs, is_tiny
-from tasks.prompts import reads_thinking_switch
+from tasks.prompts import THINKS_NEVER
+from tasks.prompts import template_thinking as template_thinking_of
 from tasks.reference_lengths import WORKED_SAMPLE
 
 RATES_FILE = "tokenizer-rates.json"
@@ -94,10 +95,8 @@ def measured_chars_per_token(model: str) -> tuple[float, str] | None:
     return float(rate), str(path)
 
 
-@lru_cache(maxsize=32)
-def template_reads_thinking(model: str) -> bool | None:
-    """Whether `model`'s own chat template (its files on this machine) reads the thinking switch; None when
-    the template is not here."""
+def _template_texts(model: str) -> list[str]:
+    """The chat templates among `model`'s files on this machine (their own files, and tokenizer_config.json's)."""
     texts = []
     for name in TEMPLATE_FILES:
         path = model_file(model, name)
@@ -114,6 +113,16 @@ def template_reads_thinking(model: str) -> bool | None:
             template = None
         if isinstance(template, (str, list)):
             texts.append(json.dumps(template) if isinstance(template, list) else template)
+    return texts
+
+
+@lru_cache(maxsize=32)
+def template_thinking(model: str) -> str | None:
+    """What `model`'s own chat template (its files on this machine) does about thinking
+    (tasks.prompts.template_thinking; where it has several, the first that thinks); None when the template is
+    not here."""
+    texts = _template_texts(model)
     if not texts:
         return None
-    return any(reads_thinking_switch(text) for text in texts)
+    kinds = [template_thinking_of(text) for text in texts]
+    return next((kind for kind in kinds if kind != THINKS_NEVER), THINKS_NEVER)

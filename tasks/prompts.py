@@ -25,6 +25,17 @@ CHARACTERS_PER_TOKEN_BOUND = 8
 # the tiny model's template reads the same name). Left unsaid, such a template thinks: the answer opens with a
 # long <think> block, before the layout the system prompt asks for.
 THINKING_SWITCH = "enable_thinking"
+# What a chat template does about thinking (template_thinking): nothing; think with no switch to stop it; think
+# unless THINKING_SWITCH is false (Qwen3); or think at the length EFFORT_SWITCH asks for (gpt-oss's harmony
+# template: its answers open on the analysis channel whatever the level, and nothing turns that off)
+THINKS_NEVER = ""
+THINKS_ALWAYS = "always"
+EFFORT_SWITCH = "reasoning_effort"
+EFFORT_LEVELS = ("low", "medium", "high")
+EFFORT_DEFAULT = "medium"  # what the harmony template sets when the switch is left unsaid
+# A template that reads the thinking out of earlier answers names a closing tag or the reasoning field; one that
+# writes <think> without them asks for the block in its own words (Phi-4-reasoning's system message does)
+READS_THINKING_BACK = ("reasoning_content", "'</think>' in", '"</think>" in', "split('</think>')", 'split("</think>")')
 # Names apply_chat_template takes for itself: never a template switch (TRL passes them beside the switches)
 RENDER_ARGUMENTS = (
     "conversation",
@@ -56,20 +67,45 @@ TAKEN_NAMES = (
 )
 
 
-def reads_thinking_switch(template) -> bool:
-    """Whether a chat template (its text, or a tokenizer holding one) reads THINKING_SWITCH."""
+def _template_text(template) -> str:
     text = getattr(template, "chat_template", template)
     if isinstance(text, dict):  # a tokenizer may hold several named templates
         text = " ".join(str(t) for t in text.values())
-    return isinstance(text, str) and THINKING_SWITCH in text
+    return text if isinstance(text, str) else ""
 
 
-def template_switches(given: dict | None, reads_thinking: bool) -> dict:
+def reads_thinking_switch(template) -> bool:
+    """Whether a chat template (its text, or a tokenizer holding one) reads THINKING_SWITCH."""
+    return THINKING_SWITCH in _template_text(template)
+
+
+def template_thinking(template) -> str:
+    """What a chat template (its text, or a tokenizer holding one) does about thinking: EFFORT_SWITCH where it
+    reads that switch, THINKING_SWITCH where it reads that one, THINKS_ALWAYS where its generation prompt opens
+    a <think> block (DeepSeek-R1-Distill's, QwQ's) or its own words ask for one (Phi-4-reasoning's system
+    message), else THINKS_NEVER."""
+    text = _template_text(template)
+    if EFFORT_SWITCH in text:
+        return EFFORT_SWITCH
+    if THINKING_SWITCH in text:
+        return THINKING_SWITCH
+    start = text.rfind("add_generation_prompt")
+    generation = text[start:] if start >= 0 else ""
+    if "<think>" in generation and "</think>" not in generation:
+        return THINKS_ALWAYS
+    if "<think>" in text and not any(marker in text for marker in READS_THINKING_BACK):
+        return THINKS_ALWAYS
+    return THINKS_NEVER
+
+
+def template_switches(given: dict | None, reads_thinking: bool | str) -> dict:
     """The keywords every prompt is rendered with (TRL's chat_template_kwargs): the profile's own, and
-    `enable_thinking: false` where the template reads that switch and the profile leaves it unsaid (the
-    shipped tasks ask for their own answer layout, which a thinking block before it would break)."""
+    `enable_thinking: false` where the template reads that switch (`reads_thinking` true, or
+    template_thinking's THINKING_SWITCH) and the profile leaves it unsaid (the shipped tasks ask for their own
+    answer layout, which a thinking block before it would break). No other switch is set for the profile: a
+    reasoning_effort left unsaid is the template's own default."""
     switches = dict(given or {})
-    if reads_thinking:
+    if reads_thinking is True or reads_thinking == THINKING_SWITCH:
         switches.setdefault(THINKING_SWITCH, False)
     return switches
 
@@ -92,14 +128,30 @@ def switch_problem(name: str, value) -> tuple[str, str] | None:
             '(0, an empty value or "false" in quotes all think), other templates read it otherwise',
             f"write {THINKING_SWITCH}: false (no thinking) or {THINKING_SWITCH}: true, unquoted",
         )
+    plain = value is None or isinstance(value, (bool, int, float, str))  # other values: the caller's own check
+    if name == EFFORT_SWITCH and plain and value not in EFFORT_LEVELS:
+        # the harmony template writes the value into the system message as it is: another word is no level
+        return (
+            f"{EFFORT_SWITCH} is {value!r}: gpt-oss's template knows the levels {', '.join(EFFORT_LEVELS)}",
+            f"write {EFFORT_SWITCH}: low (the shortest thinking), medium (the template's default) or high",
+        )
     return None
 
 
-def thinks(switches: dict, reads_thinking: bool) -> bool:
-    """Whether a template that reads the thinking switch writes a thinking block with these switches. As
-    Qwen3's (`enable_thinking is false` turns it off): anything but false itself thinks, 0 and "" included
-    (profiles refuse such values: switch_problem)."""
-    return bool(reads_thinking) and switches.get(THINKING_SWITCH, True) is not False
+def thinks(switches: dict, thinking: bool | str) -> bool:
+    """Whether a template writes a thinking block with these switches. `thinking`: template_thinking's answer
+    (a bool: whether it reads THINKING_SWITCH). As Qwen3's (`enable_thinking is false` turns it off): anything
+    but false itself thinks, 0 and "" included (profiles refuse such values: switch_problem); a template that
+    always thinks, or thinks by reasoning_effort, thinks whatever the switches say."""
+    if thinking is True or thinking == THINKING_SWITCH:
+        return switches.get(THINKING_SWITCH, True) is not False
+    return thinking in (THINKS_ALWAYS, EFFORT_SWITCH)
+
+
+def effort_level(switches: dict) -> str:
+    """The reasoning_effort a template that reads it renders with: the switch's, else the template's default."""
+    level = switches.get(EFFORT_SWITCH)
+    return level if level in EFFORT_LEVELS else EFFORT_DEFAULT
 
 
 def render_ids(prompt: list[dict] | str, tokenizer, switches: dict | None = None, tools: list | None = None) -> list:

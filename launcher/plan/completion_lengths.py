@@ -4,8 +4,11 @@ on the task with the same chat-template switches (the ledger) when it has, else 
 solutions under the model's tokenizer (tasks.reference_lengths gives the characters; the rate is measured from the
 tokenizer's own file when it is on this machine, profiles.tokenizer, else profiles.catalog's estimate).
 
-A template that thinks (Qwen3 unless enable_thinking is false) writes a <think> block before the answer: its
-cap is at least THINKING_CAP until measured.
+A template that thinks writes its thinking before the answer, and its cap is at least a thinking cap until
+measured: THINKING_CAP for Qwen3 with enable_thinking on; ALWAYS_THINKING_CAP for a template that thinks with no
+switch to stop it (DeepSeek-R1's distillations, QwQ, Phi-4-reasoning); EFFORT_CAPS by reasoning_effort for
+gpt-oss's (its analysis channel at every level). The template's own text says which where it is on this machine
+(profiles.tokenizer), else the model's family and name (profiles.architecture.thinking_of).
 
 A model's worked solution runs longer than the terse reference: published GRPO runs on GSM8K log mean
 completions of 157-203 tokens (docs/planning.md) against reference solutions of 69-85 tokens under the same
@@ -24,11 +27,27 @@ from functools import lru_cache
 from contract.length_rule import CAP_MARGIN, CAP_STEP, planned_from
 from launcher.plan.turns import TurnPlan, turn_plan
 from profiles.catalog import Architecture, chars_per_token
-from profiles.tokenizer import measured_chars_per_token, template_reads_thinking
-from tasks.prompts import THINKING_SWITCH, template_switches, thinks
+from profiles.tokenizer import measured_chars_per_token, template_thinking
+from tasks.prompts import (
+    EFFORT_SWITCH,
+    THINKING_SWITCH,
+    THINKS_ALWAYS,
+    THINKS_NEVER,
+    effort_level,
+    template_switches,
+    thinks,
+)
 from tasks.reference_lengths import SHIPPED, reference_lengths
 
-__all__ = ["CAP_MARGIN", "CAP_STEP", "CompletionPlan", "completion_plan", "expected_length", "planned_switches"]
+__all__ = [
+    "CAP_MARGIN",
+    "CAP_STEP",
+    "CompletionPlan",
+    "completion_plan",
+    "expected_length",
+    "planned_switches",
+    "planned_thinking",
+]
 
 WORKED_SOLUTION_RATIO = 2.5  # a model's worked solution, in tokens, over the reference solution's
 FORMAT_TOKENS = 24  # the <reasoning> and <answer> tags around it and the answer line
@@ -38,7 +57,15 @@ TEMPLATE_TOKENS = 24  # a chat template's role markers around the system and use
 PROMPT_SHARE_UNKNOWN = 0.75  # prompts of data not read at plan time: this share of max_prompt_length
 # A thinking template's answers, until measured: published Qwen3 GRPO runs think for one to two thousand tokens
 THINKING_CAP = 2048
-THINKING_EXPECTED_SHARE = 0.5  # ... half the cap expected
+THINKING_EXPECTED_SHARE = 0.5  # ... half the cap expected (every thinking template)
+# A template that always thinks: distilled reasoners think at length, and nothing shortens them. open-r1's
+# DeepSeek-R1-Distill-Qwen-1.5B and -7B GRPO demos (recipes/DeepSeek-R1-Distill-Qwen-*/grpo/config_demo.yaml)
+# cap completions at 1024 tokens and its full runs at 32768 (config_remote_grpo.yaml); twice the Qwen3 figure
+# here, and the length probe raises it from the answers
+ALWAYS_THINKING_CAP = 4096
+# gpt-oss by reasoning_effort: verl's gpt-oss-20b GRPO example on GSM8K (examples/grpo_trainer/run_gptoss_20b.sh)
+# samples up to 8192 tokens at medium and asks for more at high; low keeps the Qwen3 figure, each level doubles
+EFFORT_CAPS = {"low": THINKING_CAP, "medium": 2 * THINKING_CAP, "high": 4 * THINKING_CAP}
 MEASURED = "measured on this machine"
 ESTIMATED = "estimated"
 
@@ -52,6 +79,7 @@ class CompletionPlan:
     switches: dict = field(default_factory=dict)  # the chat template's switches the answers are planned with
     source: str = ESTIMATED  # MEASURED (the ledger's measurement of the answers) or ESTIMATED
     thinking: bool = False  # the template writes a thinking block before the answer
+    kind: str = THINKS_NEVER  # what the template does about thinking (planned_thinking)
     rate: str = ""  # the characters per token estimated from, and where that figure comes from
     turns: TurnPlan | None = None  # with tools: the turns assumed (launcher.plan.turns), in cap and expected
     record: str = ""  # MEASURED: the ledger record read, and how to forget it
@@ -65,6 +93,7 @@ class CompletionPlan:
             "switches": dict(self.switches),
             "source": self.source,
             "thinking": self.thinking,
+            "thinking_kind": self.kind or None,
             "rate": self.rate,
             "record": self.record or None,
         }
@@ -76,7 +105,7 @@ class CompletionPlan:
         """One line: the cap, the expected length, where they come from, the template's switches."""
         switches = ", ".join(f"{k} {str(v).lower()}" for k, v in self.switches.items()) or "none"
         return f"cap {self.cap}, expected {self.expected} tokens ({self.source}); template switches: {switches}" + (
-            "; the template thinks before answering" if self.thinking else ""
+            thinking_words(self)
         )
 
 
@@ -85,12 +114,64 @@ def _reference(dataset: str, answer_field: str, question_field: str):
     return reference_lengths(dataset, answer_field, question_field)
 
 
-def planned_switches(profile, arch: Architecture) -> tuple[dict, bool]:
-    """(the chat template's switches the model's prompts will be rendered with, whether its template reads the
-    thinking switch): the template's own file where it is on this machine says, else the catalogue."""
-    cached = template_reads_thinking(profile.model)
-    reads = arch.thinking_switch if cached is None else cached
-    return template_switches(profile.chat_template_kwargs, reads), reads
+def planned_thinking(profile, arch: Architecture) -> str:
+    """What the model's chat template does about thinking (tasks.prompts.template_thinking's kinds): its own file
+    where it is on this machine says, else the family and name (Architecture.thinking). A model known by name to
+    think always does so even where its file says nothing of it (the weights think: an R1 distillation's older
+    template has no <think> in its generation prompt)."""
+    found = template_thinking(profile.model)
+    if found is None:
+        return arch.thinking
+    if found == THINKS_NEVER and arch.thinking == THINKS_ALWAYS:
+        return THINKS_ALWAYS
+    return found
+
+
+def planned_switches(profile, arch: Architecture) -> tuple[dict, str]:
+    """(the chat template's switches the model's prompts will be rendered with, what its template does about
+    thinking: planned_thinking)."""
+    kind = planned_thinking(profile, arch)
+    return template_switches(profile.chat_template_kwargs, kind), kind
+
+
+def thinking_floor(kind: str, switches: dict) -> tuple[int, str]:
+    """(the cap a thinking template's answers take at least until measured, the words that say why), or
+    (0, "") when the template does not think with these switches."""
+    if not thinks(switches, kind):
+        return 0, ""
+    if kind == EFFORT_SWITCH:
+        level = effort_level(switches)
+        cap = EFFORT_CAPS[level]
+        said = "" if EFFORT_SWITCH in switches else " (the template's default)"
+        shorter = f"; chat_template_kwargs: {{{EFFORT_SWITCH}: low}} shortens it" if level != "low" else ""
+        return cap, (
+            f"; the chat template thinks on its analysis channel before the answer, at {EFFORT_SWITCH} "
+            f"{level}{said}: at least {cap} tokens until measured{shorter}"
+        )
+    if kind == THINKS_ALWAYS:
+        return ALWAYS_THINKING_CAP, (
+            "; the chat template always thinks (its generation prompt opens a <think> block, or it asks for one; "
+            f"no switch turns it off): the thinking comes before the answer, so at least {ALWAYS_THINKING_CAP} "
+            "tokens until measured"
+        )
+    return THINKING_CAP, (
+        f"; the chat template thinks ({THINKING_SWITCH} is not false): a <think> block comes before the "
+        f"answer, so at least {THINKING_CAP} tokens until measured"
+    )
+
+
+def thinking_words(plan: CompletionPlan) -> str:
+    """The notes' words on a thinking template: that it thinks, and the switch that shortens it where it has one."""
+    if not plan.thinking:
+        return ""
+    if plan.kind == EFFORT_SWITCH:
+        level = effort_level(plan.switches)
+        return f"; the template thinks before answering ({EFFORT_SWITCH} {level}" + (
+            f": chat_template_kwargs: {{{EFFORT_SWITCH}: low}} shortens it)" if level != "low" else ")"
+        )
+    if plan.kind == THINKS_ALWAYS:
+        return "; the template always thinks before answering (no switch turns it off)"
+    return "; the template thinks before answering"
 
 
 def tokenizer_rate(profile, arch: Architecture) -> tuple[float, str]:
@@ -106,8 +187,8 @@ def completion_plan(profile, arch: Architecture, pinned=(), measurements=None) -
     """The cap and expected length of `profile`'s completions on its task with `arch`'s tokenizer and its chat
     template's switches. `pinned`: the keys the user set (a pinned max_completion_length is the cap);
     `measurements`: the ledger's records, whose newest measurement of these answers replaces the estimate."""
-    switches, reads = planned_switches(profile, arch)
-    thinking = thinks(switches, reads)
+    switches, kind = planned_switches(profile, arch)
+    thinking = thinks(switches, kind)
     rate, rate_source = tokenizer_rate(profile, arch)
     rate_text = f"{rate:g} characters a token ({rate_source})"
     ref = _reference(profile.dataset, profile.answer_field or "", profile.question_field or "")
@@ -129,13 +210,11 @@ def completion_plan(profile, arch: Architecture, pinned=(), measurements=None) -
             + ("its answers are not worked solutions" if ref is not None else "not readable at plan time")
             + f"; the default cap {DEFAULT_CAP} tokens, half of it expected"
         )
-    if thinking:
-        cap = max(cap, THINKING_CAP)
+    floor, floor_words = thinking_floor(kind, switches)
+    if floor:
+        cap = max(cap, floor)
         expected = max(expected, THINKING_EXPECTED_SHARE * cap)
-        basis += (
-            f"; the chat template thinks ({THINKING_SWITCH} is not false): a <think> block comes before the "
-            f"answer, so at least {THINKING_CAP} tokens until measured"
-        )
+        basis += floor_words
     turns = turn_plan(profile, rate)
     if turns is not None:  # the calls and the replies share the completion's tokens with the answer
         cap = math.ceil((cap + turns.extra_tokens) / CAP_STEP) * CAP_STEP
@@ -186,6 +265,7 @@ def completion_plan(profile, arch: Architecture, pinned=(), measurements=None) -
         switches=switches,
         source=source,
         thinking=thinking,
+        kind=kind,
         rate=rate_note,
         turns=turns,
         record=found.record_text() if found is not None else "",
@@ -211,6 +291,13 @@ def thinking_conflict(profile, plan: CompletionPlan) -> str | None:
     if not other:
         return None
     layout = FORMAT_LAYOUTS[other[0]]
+    if plan.kind in (THINKS_ALWAYS, EFFORT_SWITCH):
+        how = "always" if plan.kind == THINKS_ALWAYS else f"on its analysis channel at every {EFFORT_SWITCH}"
+        return (
+            f"{profile.name}: {profile.model}'s chat template thinks {how}, and no switch turns it off: its answers "
+            f"open with the thinking, and {', '.join(other)} expect the {layout} layout, so they score 0 (fix: "
+            "rewards that read the answer after the thinking, e.g. accuracy alone; or a model that does not think)"
+        )
     return (
         f"{profile.name}: {profile.model}'s chat template thinks ({THINKING_SWITCH} is true): its answers open "
         f"with a <think> block, and {', '.join(other)} expect the {layout} layout, so they score 0 (fix: "
@@ -241,7 +328,7 @@ def lengths_notes(profile, measurements=None) -> list[str]:
         f"lengths of {profile.model} on {task}: cap {cap}{needs}, expected {min(plan.expected, cap)} tokens "
         f"({source}){record}; template switches: "
         + (", ".join(f"{k} {str(v).lower()}" for k, v in plan.switches.items()) or "none")
-        + ("; the template thinks before answering" if plan.thinking else "")
+        + thinking_words(plan)
     ]
     conflict = thinking_conflict(profile, plan)
     if conflict:

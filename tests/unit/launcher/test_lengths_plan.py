@@ -40,7 +40,7 @@ def test_qwen3_plans_with_thinking_off_by_default():
 
 def test_a_model_without_the_switch_plans_without_one():
     profile = rung()
-    assert planned_switches(profile, resolve(profile.model)) == ({}, False)
+    assert planned_switches(profile, resolve(profile.model)) == ({}, "")
     assert completion_plan(profile, resolve(profile.model)).switches == {}
 
 
@@ -220,10 +220,10 @@ def cached_model(tmp_path, monkeypatch):
     from profiles import tokenizer
 
     tokenizer.measured_chars_per_token.cache_clear()
-    tokenizer.template_reads_thinking.cache_clear()
+    tokenizer.template_thinking.cache_clear()
     yield "someone/maths-7b", len(WORKED_SAMPLE) / len(core.encode(WORKED_SAMPLE, add_special_tokens=False).ids)
     tokenizer.measured_chars_per_token.cache_clear()
-    tokenizer.template_reads_thinking.cache_clear()
+    tokenizer.template_thinking.cache_clear()
 
 
 def test_a_cached_tokenizer_gives_the_characters_per_token_and_its_template_the_switch(cached_model, tmp_path):
@@ -236,3 +236,81 @@ def test_a_cached_tokenizer_gives_the_characters_per_token_and_its_template_the_
     assert plan.switches == {"enable_thinking": False}  # its own template reads the switch
     rates = json.loads((tmp_path / "cache" / "tokenizer-rates.json").read_text())
     assert list(rates.values()) == [round(rate, 3)]  # kept: the next plan does not read the tokenizer again
+
+
+def _hub_model(hub: Path, model: str, config: dict, template: str | None = None) -> None:
+    """`model` in a Hugging Face cache: its config.json, and its chat template when given."""
+    repo = hub / ("models--" + model.replace("/", "--"))
+    snapshot = repo / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc")
+    (snapshot / "config.json").write_text(json.dumps(config))
+    if template is not None:
+        (snapshot / "chat_template.jinja").write_text(template)
+
+
+QWEN2_1_5B = {"model_type": "qwen2", "hidden_size": 1536, "num_hidden_layers": 28, "num_attention_heads": 12}
+QWEN2_1_5B.update(num_key_value_heads=2, intermediate_size=8960, vocab_size=151936, tie_word_embeddings=False)
+GPT_OSS_20B = {"model_type": "gpt_oss", "hidden_size": 2880, "num_hidden_layers": 24, "num_attention_heads": 64}
+GPT_OSS_20B.update(num_key_value_heads=8, head_dim=64, intermediate_size=2880, vocab_size=201088)
+GPT_OSS_20B.update(num_local_experts=32, num_experts_per_tok=4, tie_word_embeddings=False)
+R1_GENERATION = "{% if add_generation_prompt %}{{'<｜Assistant｜><think>\\n'}}{% endif %}"
+HARMONY = "{%- if reasoning_effort is not defined %}{%- set reasoning_effort = 'medium' %}{%- endif %}"
+
+
+@pytest.fixture
+def thinking_hub(tmp_path, monkeypatch):
+    """A Hugging Face cache of models that think: by name alone, by family alone, and by their template alone."""
+    from profiles import tokenizer
+
+    hub = tmp_path / "hub"
+    _hub_model(hub, "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", QWEN2_1_5B)
+    _hub_model(hub, "openai/gpt-oss-20b", GPT_OSS_20B)
+    _hub_model(hub, "someone/r1-style-1.5b", QWEN2_1_5B, R1_GENERATION)  # neither name nor family says it
+    _hub_model(hub, "someone/plain-1.5b", QWEN2_1_5B, "{{ messages }}")
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("GRPO_TRAIN_CACHE", str(tmp_path / "cache"))
+    for cached in (tokenizer.template_thinking, tokenizer.measured_chars_per_token):
+        cached.cache_clear()
+    yield hub
+    for cached in (tokenizer.template_thinking, tokenizer.measured_chars_per_token):
+        cached.cache_clear()
+
+
+def test_a_template_that_always_thinks_plans_for_it_and_says_so(thinking_hub):
+    from launcher.plan.completion_lengths import ALWAYS_THINKING_CAP
+
+    for model in ("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", "someone/r1-style-1.5b"):
+        profile = rung(f"model={model}")
+        plan = completion_plan(profile, resolve(model))
+        assert plan.thinking and plan.kind == "always" and plan.switches == {}
+        assert (plan.cap, plan.expected) == (ALWAYS_THINKING_CAP, ALWAYS_THINKING_CAP // 2), model
+        assert "the chat template always thinks" in plan.basis and "no switch turns it off" in plan.basis
+        notes = lengths_notes(profile)
+        assert notes[0].endswith("; the template always thinks before answering (no switch turns it off)")
+        # the rewards' layout cannot follow the thinking, and no switch is offered as the fix
+        assert "thinks always, and no switch turns it off" in notes[1] and "enable_thinking" not in notes[1]
+    plain = completion_plan(rung("model=someone/plain-1.5b"), resolve("someone/plain-1.5b"))
+    assert not plain.thinking and plain.cap < ALWAYS_THINKING_CAP
+
+
+def test_reasoning_effort_sets_the_thinking_cap_and_the_note_names_the_switch(thinking_hub):
+    from launcher.plan.completion_lengths import EFFORT_CAPS
+
+    model = "openai/gpt-oss-20b"
+    plan = completion_plan(rung(f"model={model}"), resolve(model))
+    assert plan.thinking and plan.kind == "reasoning_effort" and plan.switches == {}  # the template's medium
+    assert (plan.cap, plan.expected) == (EFFORT_CAPS["medium"], EFFORT_CAPS["medium"] // 2)
+    assert "at reasoning_effort medium (the template's default)" in plan.basis
+    assert "chat_template_kwargs: {reasoning_effort: low} shortens it" in lengths_notes(rung(f"model={model}"))[0]
+    for level in ("low", "high"):
+        profile = rung(f"model={model}", f"chat_template_kwargs={{reasoning_effort: {level}}}")
+        plan = completion_plan(profile, resolve(model))
+        assert plan.switches == {"reasoning_effort": level} and plan.cap == EFFORT_CAPS[level]
+    assert EFFORT_CAPS["low"] < EFFORT_CAPS["medium"] < EFFORT_CAPS["high"]
+    # a pinned cap is the user's: kept, and the thinking still said
+    pinned = rung(f"model={model}", "max_completion_length=512")
+    plan = completion_plan(pinned, resolve(model), {"max_completion_length"})
+    assert plan.cap == 512 and plan.thinking and "the cap pinned at 512" in plan.basis
