@@ -37,6 +37,7 @@ ENV_MACHINE_TIMEOUT = "GRPO_MACHINE_TIMEOUT"
 ENV_SERVER_NODE = "GRPO_SERVER_NODE"
 ENV_VLLM_HOST = "GRPO_VLLM_HOST"
 ENV_VLLM_PORT = "GRPO_VLLM_PORT"
+ENV_CODE_SANDBOX_URL = "GRPO_CODE_SANDBOX_URL"
 # The GPU image's: set by the Dockerfile
 ENV_IMAGE = "GRPO_TRAIN_IMAGE"
 ENV_LLAMA_CPP = "GRPO_LLAMA_CPP"
@@ -86,6 +87,11 @@ VARIABLES: tuple[Variable, ...] = (
         "fallback without a GPU. Such a run records nothing in the ledger unless GRPO_TRAIN_LEDGER is set",
     ),
     Variable(ENV_NO_UNSLOTH, USER, "1: train through transformers + PEFT even where Unsloth imports"),
+    Variable(
+        ENV_CODE_SANDBOX_URL,
+        USER,
+        "the code rewards run programs on this Piston server instead of the local sandbox (docs/code-rewards.md)",
+    ),
     Variable(
         ENV_NUM_MACHINES,
         USER,

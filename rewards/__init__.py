@@ -13,8 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from rewards.accuracy import accuracy, is_correct
+from rewards.execution import binary_code, code, code_format
 from rewards.format import FORMAT_LAYOUTS, number, think_count, think_format, xml_count, xml_soft, xml_strict
 from rewards.latex import math
+from rewards.length import soft_overlong
 from rewards.parse import REASONING_LAYOUT, extract_answer, parse_number
 from rewards.tool_use import tool_ok
 
@@ -31,6 +33,10 @@ REWARDS: dict[str, RewardFn] = {
     "accuracy": accuracy,
     "math": math,
     "tool_ok": tool_ok,
+    "soft_overlong": soft_overlong,
+    "code": code,
+    "binary_code": binary_code,
+    "code_format": code_format,
 }
 
 __all__ = [
@@ -45,18 +51,29 @@ __all__ = [
 ]
 
 
+# Rewards that score something else than a worded answer: a program against tests, a length
+NOT_OF_ANSWERS = ("soft_overlong", "code", "binary_code", "code_format")
+
+
 def for_layout(layout: str = REASONING_LAYOUT) -> dict[str, RewardFn]:
     """The registered rewards that can give an answer in `layout` full marks: every one but the format rewards
-    of another layout (rewards.format.FORMAT_LAYOUTS)."""
-    return {name: fn for name, fn in REWARDS.items() if FORMAT_LAYOUTS.get(name, layout) == layout}
+    of another layout (rewards.format.FORMAT_LAYOUTS) and those of programs and lengths (NOT_OF_ANSWERS)."""
+    return {
+        name: fn
+        for name, fn in REWARDS.items()
+        if FORMAT_LAYOUTS.get(name, layout) == layout and name not in NOT_OF_ANSWERS
+    }
 
 
 def get_reward(name: str) -> RewardFn:
-    """The reward function registered as name, or the user's function for `file.py:function` /
-    `package.module:function` (imported now); ValueError listing the known names otherwise."""
-    from rewards import user
+    """The reward function registered as name, the user's function for `file.py:function` /
+    `package.module:function` (imported now), or a reward model's for `model:NAME` (loaded now, once per process:
+    rewards.model); ValueError listing the known names otherwise."""
+    from rewards import model, user
     from usercode.entry import is_user_code, parse_spec
 
+    if model.is_model_reward(name):
+        return model.load(name)
     if is_user_code(name):
         return user.load(parse_spec(name))
     try:

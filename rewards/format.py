@@ -180,6 +180,7 @@ FORMAT_LAYOUTS = {
     "xml_count": REASONING_LAYOUT,
     "think_format": THINK_LAYOUT,
     "think_count": THINK_LAYOUT,
+    "code_format": THINK_LAYOUT,  # open-r1's: the program inside <answer>, after <think>
 }
 # For each layout, the reward whose full score counts an answer as well formed (evaluation's well_formed)
 WELL_FORMED = {REASONING_LAYOUT: "xml_soft", THINK_LAYOUT: "think_format"}

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rewards import (
+    NOT_OF_ANSWERS,
     REWARDS,
     describe,
     extract_answer,
@@ -27,7 +28,21 @@ from rewards.parse import MAX_COMPLETION_CHARS, completion_text, find_numbers
 from support.waiting import run_to_end
 
 REPO = Path(__file__).resolve().parents[3]
-NAMES = ["xml_strict", "xml_soft", "xml_count", "think_format", "think_count", "number", "accuracy", "math", "tool_ok"]
+NAMES = [
+    "xml_strict",
+    "xml_soft",
+    "xml_count",
+    "think_format",
+    "think_count",
+    "number",
+    "accuracy",
+    "math",
+    "tool_ok",
+    "soft_overlong",
+    "code",
+    "binary_code",
+    "code_format",
+]
 
 
 def strict(reasoning: str, answer: str, trailing: str = "") -> str:
@@ -356,6 +371,11 @@ def test_trl_calling_convention():
         "accuracy": [1.0, 0.0, 0.0],
         "math": [1.0, 0.0, 0.0],
         "tool_ok": [1.0, 1.0, 1.0],  # no tool was called, so none failed
+        "soft_overlong": [0.0, 0.0, 0.0],  # no completion near TRL's registry's 1,024 tokens
+        # no fenced program and no test cases: nothing ran
+        "code": [0.0, 0.0, 0.0],
+        "binary_code": [0.0, 0.0, 0.0],
+        "code_format": [0.0, 0.0, 0.0],
     }
 
 
@@ -592,6 +612,7 @@ def test_any_strict_completion_with_the_right_number_gets_full_marks(reasoning, 
     assert scores == {name: 1.0 for name in for_layout()} and set(for_layout()) == set(NAMES) - {
         "think_format",
         "think_count",
+        *NOT_OF_ANSWERS,
     }
 
 
