@@ -40,6 +40,10 @@ def run(args) -> int:
     refusal = tracker_refusal(profiles, plan.chosen)  # a note, not a refusal: the plan may be for another machine
     if refusal:
         plan.notes.append(f"`train` on this machine would refuse {refusal}")
+    if args.profile is not None and profiles[0].readings:  # a recipe: what was left to TRL, what differs
+        from profiles.trl_defaults import recipe_note
+
+        plan.notes.append(recipe_note(profiles[0]))
     return print_plan(plan, as_json=args.json)
 
 

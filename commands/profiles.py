@@ -159,8 +159,10 @@ def _check(args) -> int:
     import json
 
     from contract.errors import ProfileError
-    from profiles.aliases import problems_of
+    from profiles.aliases import RecipeProblems, problems_of
+    from profiles.keys import shown
     from profiles.load import load_profile
+    from profiles.recipe_reading import DIFFERS, TRL_DEFAULT, WRITTEN_KINDS
     from profiles.rules import tracker_refusal
     from profiles.schema import LOSS_KEYS
 
@@ -169,6 +171,11 @@ def _check(args) -> int:
         try:
             profile = load_profile(name, args.overrides)
         except ProfileError as exc:
+            found = problems_of(exc)
+            tracker = _tracker_problem(name, exc)  # every problem in one pass: the tracker's too
+            if tracker and all(p.key != "report_to" for p in found):
+                reason, _, fix = tracker.removesuffix(")").partition(" (fix: ")
+                exc = RecipeProblems(exc.source, [*found, ProfileError(exc.source, "report_to", reason, fix)])
             problems = [{"key": p.key, "reason": p.reason, "fix": p.fix} for p in problems_of(exc)]
             verdicts.append({"file": name, "ok": False, "error": str(exc), "problems": problems})
             code = EXIT_BAD_INPUT
@@ -182,7 +189,7 @@ def _check(args) -> int:
             verdicts.append({"file": name, "ok": False, "error": refusal})
             code = EXIT_BAD_INPUT
             continue
-        readings = [reading.to_json() for reading in profile.readings]
+        readings = [reading.to_json() for reading in profile.readings if reading.kind in WRITTEN_KINDS]
         verdicts.append(
             {
                 "file": name,
@@ -193,6 +200,8 @@ def _check(args) -> int:
                 "ladder": profile.ladder,
                 "spelling": "TRL / open-r1 names" if readings else "grpo-train",
                 "read": readings,
+                "trl_defaults": [r.to_json() for r in profile.readings if r.kind == TRL_DEFAULT],
+                "differs_from_trl": [r.to_json() for r in profile.readings if r.kind == DIFFERS],
                 "loss": {key: getattr(profile, key) for key in LOSS_KEYS},
             }
         )
@@ -206,9 +215,40 @@ def _check(args) -> int:
                 print(f"  read as a TRL / open-r1 configuration ({len(v['read'])} of its keys in their names):")
                 for reading in v["read"]:
                     print("    " + _reading_text(reading))
+            if v["trl_defaults"]:
+                print("  left out, so read as TRL's defaults (what TRL would train):")
+                for reading in v["trl_defaults"]:
+                    ours = "" if reading["as"] == reading["key"] else f", as {reading['as']} {shown(reading['value'])}"
+                    print(f"    {reading['key']}: {shown(reading['trl'])}{ours} ({reading['note']})")
+            if v["differs_from_trl"]:
+                print("  left out, and not what TRL would run (the project's value runs; write the key to choose):")
+                for reading in v["differs_from_trl"]:
+                    print(
+                        f"    {reading['key']}: {shown(reading['value'])} here, TRL {shown(reading['trl'])} "
+                        f"({reading['note']})"
+                    )
         else:
             print(f"error: {v['error']}", file=sys.stderr)
     return code
+
+
+def _tracker_problem(name: str, error) -> str | None:
+    """Why the report_to of a file that did not load cannot start here (None when it can, or is unreadable):
+    read from the keys that did read, else from the file's own mapping."""
+    from types import SimpleNamespace
+
+    from contract.errors import ProfileError
+    from profiles.load import read_profile_data
+    from profiles.rules import missing_tracker
+
+    data = getattr(error, "partial", None)
+    if not data:
+        try:
+            data = read_profile_data(name)
+        except (ProfileError, UsageError, OSError):
+            return None
+    tracker = data.get("report_to")
+    return missing_tracker(SimpleNamespace(report_to=tracker)) if isinstance(tracker, str) else None
 
 
 # The GRPO loss keys `check` states for each file (what the recipe will train with)

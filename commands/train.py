@@ -84,13 +84,9 @@ def run(args) -> int:
         )
     for profile in profiles:
         if profile.readings:  # a TRL / open-r1 configuration: say so once, and where the details are
-            source = profile.source.removesuffix(" with --set")
-            print(
-                f"note: {source} is read as a TRL / open-r1 configuration ({len(profile.readings)} of its "
-                f"keys in their names; `python train.py profiles check {quoted(source)}` says how each was "
-                "read)",
-                flush=True,
-            )
+            from profiles.trl_defaults import recipe_note
+
+            print(f"note: {recipe_note(profile)}", flush=True)
     from launcher.run.inputs import check_run_inputs
 
     check_run_inputs(

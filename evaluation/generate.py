@@ -14,10 +14,13 @@ class EvaluationStopped(Exception):
     """The evaluation was asked to stop (a signal) between two batches of generation."""
 
 
-def chat_ids(tokenizer, prompt: list[dict], switches: dict | None = None, tools: list | None = None) -> list[int]:
+def chat_ids(tokenizer, prompt: list[dict] | str, switches: dict | None = None, tools: list | None = None) -> list[int]:
     """A prompt as the token ids training sends (TRL tokenises the chat template itself, with the template's
     `switches`, GRPOConfig.chat_template_kwargs, and the tools offered): the template already holds the BOS
-    token, so rendering text and tokenising it again would add a second one."""
+    token, so rendering text and tokenising it again would add a second one. A text prompt (TRL's standard
+    format) is tokenised as it is, no template."""
+    if isinstance(prompt, str):
+        return list(tokenizer(text=prompt)["input_ids"])
     return list(
         tokenizer.apply_chat_template(
             prompt,

@@ -33,9 +33,12 @@ def dataset_configs(value: Any, data: dict) -> str:
     raise KeyProblem(f"{shown(value)}: one dataset configuration is trained on here", "keep one")
 
 
-def use_peft(value: Any, data: dict) -> int | None:
-    if value is True:
-        return None  # LoRA: the project's default rank unless lora_r says otherwise
+TRL_LORA_RANK = 16  # ModelConfig.lora_r's default: the rank of use_peft: true alone
+
+
+def use_peft(value: Any, data: dict) -> Any:
+    if value is True:  # LoRA at lora_r's rank (or the project's lora_rank), else TRL's
+        return next((data[key] for key in ("lora_r", "lora_rank") if key in data), TRL_LORA_RANK)
     return 0  # TRL without PEFT trains every parameter
 
 

@@ -15,7 +15,9 @@ import yaml
 from contract.errors import ProfileError, UsageError
 from profiles.aliases import RecipeProblems, alias_of, translate
 from profiles.keys import DEFAULT_REWARDS, DEFAULT_TARGET_MODULES, VLLM_LORA_RANKS, KeyProblem, suggest
+from profiles.recipe_reading import TRL_DEFAULT
 from profiles.schema import AUTO, KEYS, Profile, profile_from_dict
+from profiles.trl_defaults import differences
 
 __all__ = [
     "DEFAULT_REWARDS",
@@ -346,6 +348,7 @@ def load_profile(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) 
     except RecipeProblems as exc:
         raise _with_schema_problem(exc, str(path)) from None
     changes = parse_overrides(overrides, written)
+    readings = [r for r in readings if not (r.kind == TRL_DEFAULT and r.ours in changes)]  # the --set says it
     try:
         profile = profile_from_dict(data, str(path))
     except ProfileError:
@@ -355,12 +358,12 @@ def load_profile(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) 
         # new rewards; a recipe's batch made whole groups by --set num_gpus=7): the file with the change is
         # what runs, so that is what is checked.
         profile = profile_from_dict({**data, **changes}, f"{path} with --set")
-        profile.readings = readings
+        profile.readings = readings + differences(profile, {**written, **changes})
         return profile
     if changes:
         auto = {key: AUTO for key in profile.derived if key not in changes}  # still the plan's to derive
         profile = profile_from_dict({**profile.to_dict(), **auto, **changes}, f"{path} with --set")
-    profile.readings = readings
+    profile.readings = readings + differences(profile, {**written, **changes})
     return profile
 
 

@@ -8,28 +8,31 @@ from dataclasses import dataclass
 from typing import Any
 
 from contract.errors import ProfileError
-from profiles.keys import shown
 
 RENAMED, DECIDED, REFUSED = "renamed", "decided", "refused"
+# A key a recipe leaves out: read as TRL's default (TRL_DEFAULT), or the project's own value, which differs from
+# TRL's (DIFFERS); profiles.trl_defaults says which
+TRL_DEFAULT, DIFFERS = "trl-default", "differs"
+WRITTEN_KINDS = (RENAMED, DECIDED)  # the kinds of a key the file writes
 
 
 @dataclass
 class Reading:
-    """How one key of a file was read: as the project's key (renamed), or noted and not used (decided)."""
+    """How one key of a file was read: as the project's key (renamed), or noted and not used (decided); or
+    how one it leaves out was: as TRL's default `trl` (trl-default), or the project's value (differs)."""
 
     key: str
     kind: str
     ours: str | None
     value: Any
     note: str
+    trl: Any = None
 
     def to_json(self) -> dict:
-        return {"key": self.key, "kind": self.kind, "as": self.ours, "value": self.value, "note": self.note}
-
-    def text(self) -> str:
-        if self.kind == RENAMED:
-            return f"{self.key} -> {self.ours}: {shown(self.value)}" + (f" ({self.note})" if self.note else "")
-        return f"{self.key}: not used ({self.note})"
+        out = {"key": self.key, "kind": self.kind, "as": self.ours, "value": self.value, "note": self.note}
+        if self.kind in (TRL_DEFAULT, DIFFERS):
+            out["trl"] = self.trl
+        return out
 
 
 class RecipeProblems(ProfileError):
@@ -55,4 +58,14 @@ def problems_of(error: ProfileError) -> list[ProfileError]:
     return list(getattr(error, "problems", None) or [error])
 
 
-__all__ = ["DECIDED", "REFUSED", "RENAMED", "Reading", "RecipeProblems", "problems_of"]
+__all__ = [
+    "DECIDED",
+    "DIFFERS",
+    "REFUSED",
+    "RENAMED",
+    "TRL_DEFAULT",
+    "WRITTEN_KINDS",
+    "Reading",
+    "RecipeProblems",
+    "problems_of",
+]

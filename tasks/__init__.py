@@ -91,7 +91,7 @@ def _spec_of(dataset) -> DataSpec:
     if isinstance(dataset, (str, Path)) and str(dataset).strip():
         return _KEYS_FOR.get(str(dataset)) or DataSpec(dataset=str(dataset))
     if hasattr(dataset, "dataset") and isinstance(dataset.dataset, str):
-        spec = DataSpec.of(dataset)
+        spec = dataset if isinstance(dataset, DataSpec) else DataSpec.of(dataset)
         if spec.dataset not in TASKS:  # a task's name alone means its defaults
             _KEYS_FOR[spec.dataset] = spec
         return spec
@@ -191,7 +191,28 @@ def check_data(profile) -> str:
             text += f", {unreadable - empty:,} answer{'s' if unreadable - empty > 1 else ''} unreadable (dropped)"
         if empty:
             text += f", {empty:,} question{'s' if empty > 1 else ''} empty (dropped)"
-        text += _gold_read_from(spec, scans["train"])
+        text += _gold_read_from(spec, scans["train"]) + _columns_said(spec, scans["train"])
+    return text
+
+
+def _columns_said(spec: DataSpec, scan: tuple) -> str:
+    """What the rewards get that the data does not say by itself: prompts kept as text (TRL's standard format),
+    and an `answer` column replaced by the gold read from another column."""
+    from tasks import user_data
+
+    question, answer = scan[2], scan[3]
+    columns = _user_source(spec)[0]["train"].column_names
+    text = ""
+    if user_data.text_prompts(spec, question):
+        text += (
+            ", prompts: 'prompt' as text, as TRL's standard format (no chat template or system prompt; completions "
+            "reach the rewards as text; question_field: prompt makes each a conversation)"
+        )
+    if answer != "answer" and "answer" in columns:
+        text += (
+            f", warning: column 'answer' reaches the rewards as the gold read from '{answer}' (its own values are "
+            "replaced: rename the column to keep them)"
+        )
     return text
 
 

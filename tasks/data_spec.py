@@ -28,14 +28,16 @@ class DataSpec:
     answer_field: str | None = None
     answer_pattern: str | None = None
     system_prompt: str | None = None
+    conversation: bool = False  # prompts must be conversations: tools and environments answer in turns
 
     @classmethod
     def of(cls, profile) -> DataSpec:
-        keys = [f for f in cls.__dataclass_fields__ if f != "dataset"]
+        keys = [f for f in cls.__dataclass_fields__ if f not in ("dataset", "conversation")]
         values = {k: getattr(profile, k) for k in keys if getattr(profile, k, None) not in (None, "")}
         if getattr(profile, "system_prompt", None) == "":
             values["system_prompt"] = ""
-        return cls(dataset=str(profile.dataset), **values)
+        talks = bool(getattr(profile, "tools", None) or getattr(profile, "environment", None))
+        return cls(dataset=str(profile.dataset), conversation=talks, **values)
 
 
 def source_kind(dataset: str) -> str:

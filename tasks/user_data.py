@@ -2,7 +2,8 @@
 .parquet file or folder (tasks.data_spec), read into its splits (tasks.data_sources), its columns mapped here to
 the rows the trainer and the rewards use, refused with the fix where it cannot be used (tasks.data_checks).
 
-A row becomes {**every column, prompt: [system, user messages], answer: gold}; the columns reach the reward
+A row becomes {**every column, prompt: [system, user messages], answer: gold}; a `prompt` column of text stays
+text (TRL's standard format: no chat template, no system turn, completions as text); the columns reach the reward
 functions (and an environment's reset) as keyword arguments under their own names, as TRL passes them, the
 question and gold columns as written; `answer` is the gold's final answer, which the shipped rewards read. A
 row whose `prompt` already is a list of chat messages passes through unchanged. Every refusal is a UsageError
@@ -159,10 +160,13 @@ def to_rows(
     chat, question, answer = _columns(spec, list(records[0].keys()), records[0])
     read_gold = gold_reader(spec, default_pattern)
     rows, unreadable, no_question = [], [], []
+    as_text = text_prompts(spec, question)
     for index, record in enumerate(records):
         gold = read_gold(record.get(answer))
         if chat:
             prompt = record["prompt"]
+        elif as_text:  # TRL's standard format: the text is the prompt, no chat template or system turn
+            prompt = record["prompt"] if isinstance(record.get("prompt"), str) and record["prompt"].strip() else None
         else:
             text = _cell_text(record.get(question)) if isinstance(record.get(question), (str, int, float)) else None
             prompt = (
@@ -188,6 +192,13 @@ def to_rows(
 
 
 SCAN_BATCH = 8192
+
+
+def text_prompts(spec: DataSpec, question: str | None) -> bool:
+    """Whether a split's prompts stay text, as TRL's standard format keeps them: a `prompt` column of text that
+    no question_field names (a question_field makes a conversation with the system prompt, as open-r1 does), in a
+    run without tools or an environment (their turns are a conversation's)."""
+    return question == "prompt" and not spec.question_field and not spec.conversation
 
 
 def _columns(spec: DataSpec, columns: list[str], first: dict) -> tuple[bool, str | None, str]:

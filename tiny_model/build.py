@@ -90,8 +90,8 @@ def _corpus(dataset: str, seed: int) -> list[str]:
     rows = load_task(dataset, "train", limit=CORPUS_ROWS, seed=seed)
     texts = []
     for row in rows:
-        for message in row["prompt"]:
-            texts.append(message["content"])
+        prompt = row["prompt"]
+        texts.extend([prompt] if isinstance(prompt, str) else [message["content"] for message in prompt])
         answer = str(row["answer"])
         texts.append(f"<reasoning>\n{answer}\n</reasoning>\n<answer>\n{answer}\n</answer>")
     return texts

@@ -45,15 +45,15 @@ def push(profile, attempt_dir: Path, say, api=None) -> dict | None:
             from huggingface_hub import HfApi
 
             api = HfApi(token=token)
-        api.create_repo(profile.hub_model_id, exist_ok=True, private=True)
-        api.upload_folder(
-            repo_id=profile.hub_model_id, folder_path=str(folder), commit_message=f"grpo-train: {profile.name}"
-        )
+        made = api.create_repo(profile.hub_model_id, exist_ok=True, private=True)
+        # a bare name (TRL takes one) lands in the token's account: the hub says which, and that is the address
+        result["repo"] = getattr(made, "repo_id", None) or profile.hub_model_id
+        api.upload_folder(repo_id=result["repo"], folder_path=str(folder), commit_message=f"grpo-train: {profile.name}")
     except Exception as exc:  # the network, the rights, the name: the files stay on disk either way
         line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         result["error"] = _masked(f"{type(exc).__name__}: {line}", token)[:300]
         say(f"warning: push to {profile.hub_model_id} failed ({result['error']}); the {folder.name} is in {folder}")
         return result
     result["pushed"] = True
-    say(f"pushed the {folder.name} to https://huggingface.co/{profile.hub_model_id} (private)")
+    say(f"pushed the {folder.name} to https://huggingface.co/{result['repo']} (private)")
     return result

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -288,6 +289,8 @@ class FakeHub:
         self.calls.append(("create", repo_id))
         if self.fail:
             raise RuntimeError(self.fail)
+        # huggingface_hub's RepoUrl: a bare name is made in the token's account ("me")
+        return SimpleNamespace(repo_id=repo_id if "/" in repo_id else f"me/{repo_id}")
 
     def upload_folder(self, repo_id, folder_path, **kwargs):
         self.calls.append(("upload", repo_id, Path(folder_path).name))
@@ -310,6 +313,19 @@ def test_push_sends_the_adapter_and_never_shows_the_token(tmp_path, monkeypatch)
     assert result["pushed"] is False and "***" in result["error"]
     assert not any("hf_secret123" in line for line in said) and "hf_secret123" not in json.dumps(result)
     assert push(profile_from_dict({"dataset": "arithmetic"}, "<test>"), tmp_path, said.append) is None
+
+
+def test_a_bare_hub_name_is_pushed_and_named_in_the_tokens_account(tmp_path, monkeypatch):
+    from trainer.publish import push
+
+    (tmp_path / "adapter").mkdir()
+    monkeypatch.setenv("HF_TOKEN", "hf_secret123")
+    profile = profile_from_dict({"hub_model_id": "Qwen2.5-1.5B-Open-R1-GRPO", "dataset": "arithmetic"}, "<test>")
+    said, hub = [], FakeHub()
+    result = push(profile, tmp_path, said.append, api=hub)
+    assert result["pushed"] is True and result["repo"] == "me/Qwen2.5-1.5B-Open-R1-GRPO"
+    assert hub.calls[-1] == ("upload", "me/Qwen2.5-1.5B-Open-R1-GRPO", "adapter")
+    assert said[-1].endswith("https://huggingface.co/me/Qwen2.5-1.5B-Open-R1-GRPO (private)")
 
 
 def test_sample_refuses_what_is_not_a_run(tmp_path, env):

@@ -202,12 +202,44 @@ def _judge_one_device(candidate: Candidate, arch, planning: Planning) -> None:
     room = _Room(gpu, machine, margin)
     fits, reason = _judge(est, room, measured, headroom_refuses=ledger_refuses)
     candidate.estimate, candidate.fits, candidate.reason, candidate.measured = est, fits, reason, measured
+    if not fits and planning.request.named and profile.device == "cuda":
+        candidate.reason += _lighter(profile, arch, room)
     if measured is not None:
         by_estimate, estimate_reason = _judge(est, room, headroom_refuses=ledger_refuses)
         if by_estimate != fits:
             candidate.ledger_note = _ledger_note(profile.name, measured, fits, ledger_refuses)
             if by_estimate and not ledger_refuses:
                 candidate.fits, candidate.reason = True, f"{estimate_reason}; the ledger warns: {measured.text()}"
+
+
+# What the user may write instead of a profile that trains more than the card holds, lightest last: LoRA on
+# 16-bit weights, then on 4-bit ones (a recipe without use_peft trains every weight, TRL's meaning)
+_LIGHTER = (
+    ("LoRA rank 16 on 16-bit weights", {"lora_rank": 16, "load_in_4bit": False}),
+    ("LoRA rank 16 on 4-bit weights", {"lora_rank": 16, "load_in_4bit": True}),
+)
+
+
+def _lighter(profile, arch, room: _Room) -> str:
+    """For a named profile that does not fit: the first lighter way to train its model that does, with the
+    --set that asks for it ("" when none does, or the profile is already the lightest)."""
+    setups = _LIGHTER[1:] if profile.uses_lora else _LIGHTER
+    if profile.uses_lora and profile.load_in_4bit:
+        return ""
+    for words, values in setups:
+        changes = {key: value for key, value in values.items() if getattr(profile, key) != value}
+        if profile.uses_lora:
+            changes.pop("lora_rank", None)
+        lighter = profile.model_copy(update=changes)
+        fits, _ = _judge(estimate(lighter, arch, room.gpu), room)
+        if fits:
+            what = "full fine-tuning (every weight, as TRL without use_peft)" if not profile.uses_lora else "16-bit"
+            sets = " ".join(f"--set {key}={str(value).lower()}" for key, value in changes.items())
+            return (
+                f"; {what} does not fit, {words} does ({estimate(lighter, arch, room.gpu).total_gib:.2f} GiB): "
+                f"{sets} (or write it in the file)"
+            )
+    return ""
 
 
 def _ledger_note(name: str, measured, fits: bool, ledger_refuses: bool) -> str:

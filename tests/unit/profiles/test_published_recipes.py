@@ -89,7 +89,7 @@ def test_twin_spellings_that_disagree_are_still_refused(tmp_path):
 def test_every_problem_of_a_file_is_reported_at_once(tmp_path, capsys):
     text = (
         "model_name_or_path: tiny\nuse_cpu: true\nmodel_revision: v2\ndeepspeed: ds.json\nsave_strategy: sometimes\n"
-        "reward_funcs: [accuracy, cosine, get_soft_overlong_punishment]\nnum_generations: 3\n"
+        "reward_funcs: [accuracy, cosine, trl.rewards.get_repetition_penalty_reward]\nnum_generations: 3\n"
         "per_device_train_batch_size: 4\n"
     )
     path = write(tmp_path, "p.yaml", text)
@@ -119,3 +119,26 @@ def test_a_reward_in_trls_import_spelling_loads(tmp_path):
     text = "model_name_or_path: tiny\nuse_cpu: true\nreward_funcs: [rewards.accuracy.accuracy, format]\n"
     profile = load_profile(write(tmp_path, "p.yaml", text))
     assert "rewards.accuracy:accuracy" in profile.rewards
+
+
+def test_trls_registry_overlong_reward_reads_at_its_registry_lengths(tmp_path):
+    # `trl grpo`'s registry: get_soft_overlong_punishment built at 1,280 tokens with a cache of 256
+    text = "model_name_or_path: tiny\nuse_cpu: true\nreward_funcs: [accuracy_reward, get_soft_overlong_punishment]\n"
+    profile = load_profile(write(tmp_path, "p.yaml", text))
+    assert set(profile.rewards) == {"math", "soft_overlong"}
+    assert "0 up to 1,024 tokens" in reading(profile, "reward_funcs").note
+    short = load_profile(write(tmp_path, "q.yaml", text + "max_completion_length: 256\n"))
+    assert "it scores 0 for every completion, as in TRL" in reading(short, "reward_funcs").note
+
+
+def test_a_missing_tracker_is_one_of_the_files_problems(tmp_path, capsys, monkeypatch):
+    import profiles.rules
+
+    monkeypatch.setattr(
+        profiles.rules, "missing_tracker", lambda p, environ=None: "needs wandb (fix: pip install wandb)"
+    )
+    path = write(tmp_path, "simple-rl.yaml", OPEN_R1_QWEN_MATH_7B)  # 16 x 8 not whole groups of 7; report_to wandb
+    code, out = check_json(capsys, path)
+    problems = out["files"][0]["problems"]
+    assert code == 2 and [p["key"] for p in problems] == ["per_device_train_batch_size", "report_to"]
+    assert problems[1]["fix"] == "pip install wandb" and "2 problems" in out["files"][0]["error"]

@@ -174,3 +174,32 @@ def test_check_data_says_the_gold_is_read_from_worked_solutions(tmp_path):
     assert "worked solution" not in check_data(
         SimpleNamespace(dataset=str(plain), train_samples=0, eval_samples=2, seed=0)
     )
+
+
+def test_text_prompts_stay_text_as_trls_standard_format(tmp_path):
+    from tasks import check_data
+
+    rows = [{"prompt": f"{i} plus 1 is", "answer": str(i + 1)} for i in range(20)]
+    path = _jsonl(tmp_path / "text.jsonl", rows)
+    loaded = load_task(DataSpec(dataset=str(path)), "train")
+    assert loaded[0]["prompt"] == "0 plus 1 is"  # no system turn, no chat
+    named = load_task(DataSpec(dataset=str(path), question_field="prompt"), "train")
+    assert named[0]["prompt"][-1] == {"role": "user", "content": "0 plus 1 is"}  # a question_field: a conversation
+    talking = load_task(DataSpec(dataset=str(path), conversation=True), "train")  # with tools: turns of a chat
+    assert talking[0]["prompt"][-1] == {"role": "user", "content": "0 plus 1 is"}
+    from types import SimpleNamespace
+
+    said = check_data(SimpleNamespace(dataset=str(path), train_samples=0, eval_samples=2, seed=0))
+    assert "prompts: 'prompt' as text, as TRL's standard format" in said
+
+
+def test_an_answer_column_replaced_by_another_columns_gold_is_said(tmp_path):
+    from types import SimpleNamespace
+
+    from tasks import check_data
+
+    rows = [{"question": f"{i}?", "answer": "see solution", "solution": f"#### {i}"} for i in range(20)]
+    path = _jsonl(tmp_path / "two.jsonl", rows)
+    spec = SimpleNamespace(dataset=str(path), answer_field="solution", train_samples=0, eval_samples=2, seed=0)
+    assert "column 'answer' reaches the rewards as the gold read from 'solution'" in check_data(spec)
+    assert load_task(DataSpec(dataset=str(path), answer_field="solution"), "train")[3]["answer"] == "3"
