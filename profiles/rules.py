@@ -151,12 +151,39 @@ def _base_dir(p) -> Path | None:
 
 def _reward_entry(text: str, base: Path | None, key: str) -> str:
     """A `rewards` (or `correctness`) entry checked without importing anything heavy; a file entry comes back
-    with its file's absolute path, so that the attempt and `sample` find it from any folder."""
+    with its file's absolute path, and a reward model's folder (`model:FOLDER`) as an absolute one, so that the
+    attempt and `sample` find it from any folder."""
     import importlib.util
 
     from rewards import REWARDS
     from usercode.entry import check_spec, is_user_code, parse_spec
 
+    if isinstance(text, str) and text.startswith("model:"):  # a reward model (rewards.model), loaded in the attempt
+        from rewards.model import MODEL_PREFIX, looks_like_hub_id, model_name
+
+        fix = (
+            "give model:FOLDER, a folder holding a saved sequence-classification model and its tokenizer "
+            "(save_pretrained), or model:ORG/NAME, a hub id in the local Hugging Face cache"
+        )
+        if key != "rewards":
+            raise KeyProblem(
+                f"'{text}' is a reward model: it scores, it does not say whether an answer is right",
+                "name a reward that gives 1.0 for a right answer (accuracy, math, or your own function)",
+                key,
+            )
+        name = text[len(MODEL_PREFIX) :].strip()
+        if not name:
+            raise KeyProblem(f"'{text}' names no model", fix, key)
+        path = Path(name).expanduser()
+        candidates = [path] if path.is_absolute() else [*([base / path] if base else []), Path.cwd() / path]
+        folder = next((c for c in candidates if c.is_dir()), None)
+        if folder is not None:
+            if not (folder / "config.json").is_file():
+                raise KeyProblem(f"'{text}': the folder {folder.resolve()} holds no config.json", fix, key)
+            return f"{MODEL_PREFIX}{folder.resolve()}"
+        if looks_like_hub_id(model_name(text)):
+            return text
+        raise KeyProblem(f"'{text}': no folder {candidates[0]}, nor a hub id org/name", fix, key)
     if text in REWARDS:
         if text == "math" and importlib.util.find_spec("math_verify") is None:
             raise KeyProblem(
@@ -181,6 +208,7 @@ def _reward_entry(text: str, base: Path | None, key: str) -> str:
 
 
 def _check_rewards(p, base: Path | None) -> None:
+    from rewards.model import is_model_reward, reward_name
     from usercode.entry import is_user_code
 
     resolved = {}
@@ -188,7 +216,10 @@ def _check_rewards(p, base: Path | None) -> None:
         resolved[_reward_entry(name, base, "rewards")] = weight
     logged: dict[str, str] = {}
     for entry in resolved:  # TRL logs each reward under its function's name: two of one name would merge
-        shown_as = entry.rpartition(":")[2] if is_user_code(entry) else entry
+        if is_model_reward(entry):
+            shown_as = reward_name(entry)
+        else:
+            shown_as = entry.rpartition(":")[2] if is_user_code(entry) else entry
         if shown_as in logged:
             raise KeyProblem(
                 f"'{entry}' and '{logged[shown_as]}' would both be logged as rewards/{shown_as}",

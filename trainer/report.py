@@ -138,7 +138,8 @@ def scored_examples(examples: list[dict], weights: dict) -> list[dict]:
         scores = {}
         for name in weights:
             try:
-                value = scores_now(get_reward(name), [example["completion"]], answer=[example["answer"]])[0]
+                given = {"prompts": [example["prompt"]]} if "prompt" in example else {}  # a reward model reads it
+                value = scores_now(get_reward(name), [example["completion"]], answer=[example["answer"]], **given)[0]
             except Exception:  # a reward the registry cannot score (a user's file) is left out, not fatal
                 continue
             if value is not None:  # None: it does not apply here (a reward that reads an environment's state)

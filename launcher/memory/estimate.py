@@ -70,6 +70,8 @@ class Estimate:
     # vLLM's reservation (GiB) and why it cannot start, when it cannot; None without vLLM
     vllm_share_gib: float | None = None
     vllm_problem: str | None = None
+    # why a reward model of the profile cannot be placed (its size unknown here); None when there is none or it can
+    scorer_problem: str | None = None
     host_offload_gib: float = 0.0  # Unsloth's offloaded activation checkpoints, in host RAM
     memory: str = "gpu"  # "gpu" or "host": where these GiB are needed
     backend: str = "unsloth"
@@ -101,6 +103,8 @@ class Estimate:
             out["server"] = self.server.to_json()
         if self.vllm_engine is not None:
             out["vllm_engine"] = dict(self.vllm_engine)
+        if self.scorer_problem is not None:
+            out["scorer_problem"] = self.scorer_problem
         return out
 
 
@@ -186,17 +190,42 @@ def estimate(profile, arch: Architecture | None = None, gpu=None, backend: str |
         else:
             comp["generate_kv_cache"] = generate_kv_cache(arch, generation_batch, seq, HALF_BYTES)
 
+    scorers, scorer_problem = _reward_models(profile, generation_batch, seq, element, notes)
+    if scorers:
+        comp["reward_model"] = scorers
     out = _in_gib(
         comp,
         notes,
         vllm_share=vllm_share,
         host_offload=host_offload,
         vllm_problem=vllm_problem,
+        scorer_problem=scorer_problem,
         memory="host" if cpu else "gpu",
         backend=backend,
     )
     out.vllm_engine = engine
     return out
+
+
+def _reward_models(profile, completions: int, seq: int, element: int, notes: list[str]) -> tuple[float, str | None]:
+    """(bytes, problem) of the reward models the profile's rewards name (launcher.memory.scorers): each loaded
+    once in the training process, beside the policy, and run over the step's completions in batches; a model
+    whose size cannot be read here is the problem."""
+    from launcher.memory.parts import REWARD_SCORE_BATCH, reward_model_gib
+    from launcher.memory.scorers import scorers
+
+    total, problem = 0.0, None
+    for scorer in scorers(profile):
+        if scorer.arch is None:
+            problem = scorer.problem
+            continue
+        weights, activations = reward_model_gib(scorer.arch, completions, seq, element, host=profile.device == "cpu")
+        total += (weights + activations) * GIB
+        notes.append(
+            f"reward model {scorer.name}: weights {weights:.2f} GiB, activations {activations:.2f} GiB scoring "
+            f"{min(completions, REWARD_SCORE_BATCH)} completions of {seq} tokens at a time"
+        )
+    return total, problem
 
 
 def _vllm_share(profile, arch: Architecture, weights: float, gpu, generation_batch: int, seq: int):
@@ -323,11 +352,15 @@ def estimate_distributed(profile, arch: Architecture, gpu=None) -> Estimate:
         else:
             comp["generate_kv_cache"] = generate_kv_cache(arch, rank_generation, seq, HALF_BYTES)
 
+    scorers, scorer_problem = _reward_models(profile, rank_generation, seq, element, notes)
+    if scorers:
+        comp["reward_model"] = scorers
     return _in_gib(
         comp,
         notes,
         vllm_share=vllm_share,
         vllm_problem=vllm_problem,
+        scorer_problem=scorer_problem,
         memory="host" if cpu else "gpu",
         backend=backend,
         world_size=world,

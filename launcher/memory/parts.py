@@ -10,6 +10,11 @@ from profiles.keys import VLLM_LORA_RANKS
 
 GIB = 1024**3
 
+# A reward model scores this many completions per forward (rewards.model scores in batches of it)
+REWARD_SCORE_BATCH = 16
+HOST_ALLOCATOR_KEEPS = 2  # on CPU a scoring pass peaked at about twice its live activations (glibc keeps them)
+REWARD_MODEL_HOST_FIXED_GIB = 0.03  # on CPU: the tokenizer and the first pass's thread pools, about 30 MiB
+
 # Fixed costs
 CUDA_CONTEXT_GIB = 0.75  # CUDA context + cuBLAS workspace + allocator slack (public range 0.5-1.0 GiB)
 PYTHON_RUNTIME_GIB = 0.6  # CPU: torch + transformers + TRL imported (about 600 MB RSS measured)
@@ -423,3 +428,21 @@ def zero_model_state_bytes(
 
 def layer_params(arch: Architecture) -> int:
     return arch.linear_params // arch.layers + 2 * arch.hidden
+
+
+def reward_model_gib(
+    arch: Architecture, completions: int, tokens: int, element: int, host: bool = False
+) -> tuple[float, float]:
+    """(weights, activations) in GiB of a sequence-classification reward model that scores `completions` of
+    `tokens` (prompt and completion) in inference mode, REWARD_SCORE_BATCH at a time, at `element` bytes a value:
+    its blocks, embeddings and norms (the score head is one row of hidden units; there is no lm_head), and, for the
+    batch in flight, a block's residual stream, attention output and the FFN's two intermediates (inference keeps
+    nothing for backward, so one block's worth at a time). On the host (a cpu profile) the C allocator keeps the
+    freed blocks of a pass beside the next one's, and the tokenizer and thread pools take a fixed amount
+    (benchmarks/reward_model_memory.md measured both)."""
+    weights = (arch.linear_params + arch.embedding_params + arch.norm_params + arch.hidden) * element
+    batch = max(1, min(completions, REWARD_SCORE_BATCH))
+    activations: float = batch * tokens * (3 * arch.hidden + 2 * arch.ffn_width) * element
+    if host:
+        activations = activations * HOST_ALLOCATOR_KEEPS + REWARD_MODEL_HOST_FIXED_GIB * GIB
+    return weights / GIB, activations / GIB

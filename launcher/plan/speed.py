@@ -33,7 +33,7 @@ A GRPO step generates its completions, scores them, and trains on them:
   weight sync         Unsloth shares the weights with vLLM: the new LoRA adapter is handed over (small); a
                       vLLM of its own (TRL's colocated engine, a server) is sent every weight.
   fixed               per step: rewards (regular expressions for the shipped tasks: negligible), logging,
-                      Python; under standby the engine's sleep and wake.
+                      Python; under standby the engine's sleep and wake; a reward model's forward (as prefill).
 
 The constants are few and physical: the card's peak bandwidth and 16-bit throughput come from the card table
 (launcher.card.facts); what share of those a phase reaches, the engine's step cost, a kernel's launch cost and
@@ -48,6 +48,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from launcher.card.facts import DEFAULT, CardFacts, card_facts
+from launcher.memory.scorers import scorers
 
 # Share of a card's peak that each phase reaches
 BANDWIDTH_EFFICIENCY = 0.6  # decode and dequantisation: bulk copies reach ~0.9 of peak, a decode step's
@@ -144,6 +145,7 @@ class StepShape:
     experts: int = 0  # routed experts of a mixture-of-experts block (0: dense)
     experts_per_token: int = 0
     expert_params: float = 0.0  # every routed expert's weights over all blocks (resident, read when routed to)
+    scorer_params: float = 0.0  # the reward models' parameters: a forward over every completion of a generation
 
     @property
     def completions(self) -> int:
@@ -353,6 +355,11 @@ def training_time(s: StepShape, card: CardFacts) -> float:
     return seconds * (PLAIN_TRAINING_SLOWDOWN if s.plain else 1.0)
 
 
+def scoring_time(s: StepShape, card: CardFacts) -> float:
+    """Seconds the reward models' forward takes over a generation batch: 2 x parameters FLOPs a token, as prefill."""
+    return 2.0 * s.scorer_params * s.completions * (s.prompt_tokens + s.expected) / _speeds(card, s.float32)[2]
+
+
 def step_time(s: StepShape, card_name: str | None, memory_gib: float | None = None) -> StepTime:
     """The predicted step of `s` on the card NVML calls `card_name` (an unknown name: DEFAULT's speed)."""
     card = card_facts(card_name, memory_gib) or DEFAULT
@@ -372,7 +379,7 @@ def step_time(s: StepShape, card_name: str | None, memory_gib: float | None = No
     if s.own_vllm_weights:  # the new weights go to vLLM before each generation
         weights = s.linear_params * 2.0 + s.lm_head_params * 2.0
         sync = weights / (HOST_LINK_GB_S * 1e9) / every
-    fixed = STEP_FIXED_S + (STANDBY_SWITCH_S / every if s.standby else 0.0)
+    fixed = STEP_FIXED_S + (STANDBY_SWITCH_S / every if s.standby else 0.0) + scoring_time(batch, card) / every
     total = generation + training + sync + fixed
     return StepTime(
         total,
@@ -463,6 +470,7 @@ def shape_of(profile, arch, gpu, est=None, lengths=None) -> StepShape:
         experts=arch.experts if moe else 0,
         experts_per_token=arch.experts_per_token if moe else 0,
         expert_params=float(arch.expert_params) if moe else 0.0,
+        scorer_params=float(sum(s.arch.computed_params for s in scorers(profile) if s.arch is not None)),
     )
 
 

@@ -55,6 +55,8 @@ def _judge(
     """(fits, why). On a GPU a shape judged by the estimate alone keeps the estimate's headroom
     (margins.estimate_limit); `headroom_refuses` off (a profile the user named) only warns inside it."""
     gpu, machine, margin = room.gpu, room.machine, room.margin
+    if est.scorer_problem:
+        return False, est.scorer_problem
     need, source = _need(est, measured)
     if est.memory == "host":
         assert machine is not None  # only the per-GPU judgement of a distributed profile leaves it out
