@@ -98,6 +98,7 @@ ALIASES: dict[str, Alias] = {
     "dataset_prompt_column": _renamed("question_field"),
     "reward_funcs": _renamed("rewards", note="with reward_weights: rewards {name: weight}"),
     "reward_weights": _renamed("rewards", note="with reward_funcs: rewards {name: weight}"),
+    "reward_model_name_or_path": _renamed("rewards", note="the first reward, model:NAME, as `trl grpo` puts it"),
     "num_processes": _renamed("num_gpus", note="accelerate's processes: one training GPU each"),
     # --- GRPOConfig ---
     "use_vllm": _renamed("fast_inference"),
@@ -145,8 +146,6 @@ ALIASES: dict[str, Alias] = {
     "per_device_eval_batch_size": _decided("evaluation batches its own generation"),
     "gradient_checkpointing_kwargs": _decided("non-reentrant checkpointing is used wherever it applies"),
     "data_seed": _decided("the data order follows seed"),
-    "adam_beta1": _decided("AdamW's betas are 0.9 and 0.99 (Unsloth's GRPO notebooks)"),
-    "adam_beta2": _decided("AdamW's betas are 0.9 and 0.99 (Unsloth's GRPO notebooks)"),
     "use_liger_kernel": _decided("Unsloth's fused kernels serve the single-GPU path"),
     "use_liger_loss": _decided("Unsloth's fused GRPO loss serves the single-GPU path"),
     "torch_compile": _decided("Unsloth compiles what it patches"),
@@ -255,7 +254,7 @@ def translate(data: dict, source: str, context: dict | None = None) -> tuple[dic
         setting(key, alias.ours, converted)
         if key != alias.ours or converted != value:
             readings.append(Reading(key, RENAMED, alias.ours, converted, alias.note))
-    if "reward_funcs" in data or "reward_weights" in data:
+    if any(key in data for key in ("reward_funcs", "reward_weights", "reward_model_name_or_path")):
         try:
             translate_rewards(data, source, context, out, readings)
         except ProfileError as error:

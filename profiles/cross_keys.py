@@ -7,7 +7,7 @@ reported. Each refusal is a KeyProblem naming the key to change.
 
 from __future__ import annotations
 
-from profiles.keys import VLLM_LORA_RANKS, KeyProblem
+from profiles.keys import MIN_LR_SCHEDULERS, VLLM_LORA_RANKS, KeyProblem
 from profiles.rules import check_loss_settings, check_rewards_and_dataset, check_scale_out
 from profiles.tool_rules import check_tools
 
@@ -99,6 +99,16 @@ def _lora_rank_fits(p) -> None:
         )
 
 
+def _schedule_has_its_floor(p) -> None:
+    """transformers refuses a min-lr cosine without its floor only when the trainer builds its schedule."""
+    if p.lr_scheduler_type in MIN_LR_SCHEDULERS and not {"min_lr", "min_lr_rate"} & set(p.lr_scheduler_kwargs):
+        raise KeyProblem(
+            f"{p.lr_scheduler_type} needs its floor, min_lr or min_lr_rate, in lr_scheduler_kwargs",
+            "write e.g. lr_scheduler_kwargs: {min_lr_rate: 0.1}",
+            "lr_scheduler_kwargs",
+        )
+
+
 # Every rule that involves more than one key, in the order they are reported.
 CROSS_KEY_RULES = (
     _whole_groups_per_step,
@@ -108,6 +118,7 @@ CROSS_KEY_RULES = (
     _cpu_has_no_gpu_features,
     _standby_needs_vllm,
     _lora_rank_fits,
+    _schedule_has_its_floor,
     check_loss_settings,
     check_scale_out,
     check_rewards_and_dataset,

@@ -111,6 +111,20 @@ def _template_switches(value: Any) -> dict[str, Any]:
     return switches
 
 
+def _schedule_arguments(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(name, str) and name.isidentifier() for name in value):
+        raise KeyProblem(
+            f"expected a mapping of argument name to value, got {shown(value)}",
+            "write e.g. `lr_scheduler_kwargs: {min_lr_rate: 0.1}`",
+        )
+    for name, setting in value.items():
+        if not isinstance(setting, (bool, int, float, str)) or isinstance(setting, bool):
+            raise KeyProblem(f"'{name}' is {shown(setting)}; an argument is a number or a word", f"write {name}: 0.1")
+    return dict(value)
+
+
 def _checkpointing(value: Any) -> Any:
     if isinstance(value, bool):  # `gradient_checkpointing: true` unquoted
         return "true" if value else "false"
@@ -194,6 +208,11 @@ TemplateSwitches = Annotated[
     WithJsonSchema(
         {"type": "object", "additionalProperties": {"type": ["boolean", "integer", "number", "string", "null"]}}
     ),
+]
+ScheduleArguments = Annotated[
+    dict[str, Any],
+    BeforeValidator(_schedule_arguments),
+    WithJsonSchema({"type": "object", "additionalProperties": {"type": ["integer", "number", "string"]}}),
 ]
 ScaleRewards = Annotated[
     ScaleRewardsMode,

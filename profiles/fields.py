@@ -19,6 +19,7 @@ from profiles.field_types import (
     RewardWeights,
     SamplingLevel,
     ScaleRewards,
+    ScheduleArguments,
     Steps,
     TemplateSwitches,
     ToolEntries,
@@ -173,6 +174,19 @@ class ProfileFields(BaseModel):
     )
     learning_rate: Number = _key(5e-6, "peak learning rate", "optimisation", gt=0.0, le=1.0)
     lr_scheduler_type: Scheduler = _key("cosine", "learning-rate schedule", "optimisation")
+    lr_scheduler_kwargs: ScheduleArguments = _key(
+        {},
+        "arguments of the schedule (transformers' lr_scheduler_kwargs), e.g. {min_lr_rate: 0.1} for cosine_with_min_lr",
+        "optimisation",
+    )
+    adam_beta1: Number = _key(0.9, "AdamW's first-moment decay", "optimisation", gt=0.0, lt=1.0)
+    adam_beta2: Number = _key(
+        0.99,
+        "AdamW's second-moment decay (Unsloth's GRPO notebooks; TRL's default is 0.999)",
+        "optimisation",
+        gt=0.0,
+        lt=1.0,
+    )
     warmup_ratio: Number = _key(0.1, "share of max_steps spent warming up", "optimisation", ge=0.0, lt=1.0)
     weight_decay: Number = _key(0.1, "AdamW weight decay", "optimisation", ge=0.0)
     max_grad_norm: Number = _key(0.1, "gradient clipping", "optimisation", gt=0.0)

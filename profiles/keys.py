@@ -23,7 +23,20 @@ Optimizer = Literal[
     "sgd",
 ]
 OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
-Scheduler = Literal["constant", "constant_with_warmup", "linear", "cosine"]
+# transformers' schedules that need no evaluation metric (reduce_lr_on_plateau does)
+Scheduler = Literal[
+    "constant",
+    "constant_with_warmup",
+    "linear",
+    "cosine",
+    "cosine_with_restarts",
+    "polynomial",
+    "inverse_sqrt",
+    "cosine_with_min_lr",
+    "cosine_warmup_with_min_lr",
+    "warmup_stable_decay",
+]
+MIN_LR_SCHEDULERS = ("cosine_with_min_lr", "cosine_warmup_with_min_lr")  # need min_lr or min_lr_rate
 SCHEDULERS: tuple[str, ...] = get_args(Scheduler)
 VllmMode = Literal["colocate", "server"]
 VLLM_MODES: tuple[str, ...] = get_args(VllmMode)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from contract.errors import ProfileError
 from profiles.keys import shown
 from profiles.recipe_reading import RENAMED, Reading, RecipeProblems
+from rewards.model import MODEL_PREFIX
 
 # open-r1's and TRL's reward names with a counterpart here: their accuracy verifies a LaTeX answer against the
 # gold with math-verify, which is `math` here (the project's `accuracy` compares one number and would misjudge
@@ -95,6 +96,9 @@ def _rewards(data: dict, source: str, context: dict) -> tuple[dict[str, float], 
     funcs = data.get("reward_funcs", context.get("reward_funcs"))
     if isinstance(funcs, str):
         funcs = [funcs]
+    scorer = data.get("reward_model_name_or_path", context.get("reward_model_name_or_path"))
+    if isinstance(scorer, str) and scorer.strip():  # `trl grpo` puts the reward model first
+        funcs = [f"{MODEL_PREFIX}{scorer.strip()}", *(funcs or [])]
     if not isinstance(funcs, list) or not funcs or not all(isinstance(f, str) for f in funcs):
         raise ProfileError(
             source,
@@ -126,7 +130,7 @@ def _rewards(data: dict, source: str, context: dict) -> tuple[dict[str, float], 
     problems: list[ProfileError] = []
     for name, weight in zip(funcs, weights):
         factory = name.removeprefix("trl.rewards.") in TRL_REWARDS_WITHOUT_COUNTERPART and name not in table
-        ours = None if factory else table.get(name)
+        ours = name if name.startswith(MODEL_PREFIX) else None if factory else table.get(name)
         if not factory and ours is None and (name in REWARDS or is_user_code(name)):
             ours = colon_spelling(name)
         if ours is None:
@@ -162,7 +166,9 @@ def translate_rewards(data: dict, source: str, context: dict, out: dict, reading
             f"'rewards' and '{other}' say the same setting twice, in two spellings",
             "keep one of them (the project's name is rewards)",
         )
-    if "reward_funcs" not in data and "reward_funcs" not in context:
+    if not any(
+        key in source_keys for key in ("reward_funcs", "reward_model_name_or_path") for source_keys in (data, context)
+    ):
         raise ProfileError(
             source,
             "reward_weights",
@@ -209,4 +215,9 @@ def translate_rewards(data: dict, source: str, context: dict, out: dict, reading
         cap = data.get("max_completion_length", context.get("max_completion_length"))
         if isinstance(cap, int) and not isinstance(cap, bool) and cap <= free:
             note += f" (with max_completion_length {cap} it scores 0 for every completion, as in TRL)"
+    runs = [name for name in ("binary_code", "code") if name in out["rewards"]]
+    if runs and not verified and "correctness" not in data and "correctness" not in context:
+        # an answer is right when its program passes every test (open-r1's binary_code), not by a number
+        out["correctness"] = "binary_code"
+        note += "; correctness: binary_code (a program right when it passes every test case)"
     readings.append(Reading("reward_funcs", RENAMED, "rewards", out["rewards"], note))

@@ -41,6 +41,7 @@ TAKEN = (
     TrlDefault("warmup_steps", "warmup_ratio", 0, 0.0, "no warmup, as TRL", ("warmup_ratio",)),
     TrlDefault("weight_decay", "weight_decay", 0.0, 0.0, "no weight decay, as TRL"),
     TrlDefault("max_grad_norm", "max_grad_norm", 1.0, 1.0, "TRL's gradient clipping"),
+    TrlDefault("adam_beta2", "adam_beta2", 0.999, 0.999, "AdamW's second-moment decay, as TRL"),
     TrlDefault("seed", "seed", 42, 42, "TRL's seed"),
 )
 

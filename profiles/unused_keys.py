@@ -183,7 +183,6 @@ UNUSED: dict[str, str] = {
 
 # key -> (TRL's or open-r1's default, what another value would ask for)
 AT_DEFAULT: dict[str, tuple[Any, str]] = {
-    "lr_scheduler_kwargs": (None, "arguments of the learning-rate schedule"),
     "optim_args": (None, "arguments of the optimizer"),
     "adam_epsilon": (1e-8, "another AdamW epsilon"),
     "optim_target_modules": (None, "an optimizer over chosen modules"),
@@ -199,7 +198,7 @@ AT_DEFAULT: dict[str, tuple[Any, str]] = {
     "hub_model_revision": ("main", "a push to a branch other than main"),
     "push_to_hub_revision": (False, "a push to a branch other than main"),
     "model_init_kwargs": (None, "the model loaded with other arguments (load_in_4bit, trust_remote_code set it)"),
-    "router_aux_loss_coef": (None, "a mixture-of-experts router loss"),
+    "router_aux_loss_coef": (0.0, "a mixture-of-experts router loss"),  # TRL's None; 0.0 pinned here
     "disable_dropout": (False, "dropout switched off"),
     "cast_lm_head_to_fp32": (False, "an fp32 output layer"),
     "shuffle_dataset": (True, "the training rows in file order"),
@@ -219,7 +218,6 @@ AT_DEFAULT: dict[str, tuple[Any, str]] = {
     "use_bias_correction_kl": (True, "the KL estimate without its bias correction"),
     "lora_target_parameters": (None, "LoRA on parameters rather than modules"),
     "use_dora": (False, "DoRA"),
-    "reward_model_name_or_path": (None, "a reward model"),
     "dataset_mixture": (None, "a mixture of data sets (one is trained on here)"),
     "code_language": ("python", "programs in another language (the local sandbox runs Python)"),
 }

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from contract.errors import UsageError
 from tasks import arithmetic, gsm8k
-from tasks.data_spec import DataSpec
+from tasks.data_spec import TESTS_FIELD, DataSpec
 from tasks.prompts import to_prompt_rows
 
 SPLITS = ("train", "test")
@@ -224,6 +224,8 @@ def _gold_read_from(spec: DataSpec, scan: tuple) -> str:
     usable, answer = scan[0], scan[3]
     if spec.answer_pattern or not len(usable):
         return ""
+    if answer == TESTS_FIELD:
+        return f", gold: the test cases in '{answer}' (the code rewards run each completion's program on them)"
     data = _user_source(spec)[0]["train"]
     cell = data[int(usable[0])][answer]
     if not isinstance(cell, str) or user_data.final_answer(cell) == cell.strip():

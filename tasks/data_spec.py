@@ -12,7 +12,9 @@ from contract.errors import UsageError
 
 SUFFIX_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 QUESTION_FIELDS = ("question", "prompt", "problem")
-ANSWER_FIELDS = ("answer", "solution", "label")
+# the gold, in the order looked for; open-r1's code data holds test cases (verification_info) in its place
+ANSWER_FIELDS = ("answer", "solution", "label", "verification_info")
+TESTS_FIELD = "verification_info"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 

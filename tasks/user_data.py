@@ -14,12 +14,13 @@ load_splits are importable from here.
 
 from __future__ import annotations
 
+import json
 import re
 
 from contract.errors import UsageError
 from tasks.data_checks import WORKED_CHARS, WORKED_LINES, check_unreadable
 from tasks.data_sources import load_splits  # noqa: F401 - re-exported: the tree reads the user's data from here
-from tasks.data_spec import ANSWER_FIELDS, QUESTION_FIELDS, DataSpec, source_kind  # noqa: F401 - source_kind too
+from tasks.data_spec import ANSWER_FIELDS, QUESTION_FIELDS, TESTS_FIELD, DataSpec, source_kind  # noqa: F401 - source_kind too
 
 # Columns TRL passes under these names itself: a dataset column of the same name would be shadowed.
 RESERVED = {
@@ -113,9 +114,28 @@ def final_answer(value) -> str | None:
     return text
 
 
-def gold_reader(spec: DataSpec, default_pattern: str | None = None):
+def test_cases(value) -> str | None:
+    """A verification_info cell (open-r1's code data: a mapping, or its JSON, with a list of test_cases) as the
+    row's gold, `N test cases`; None when it holds none. The code rewards read the cell itself."""
+    if isinstance(value, (str, bytes)):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    cases = value.get("test_cases") if isinstance(value, dict) else None
+    if isinstance(cases, str):
+        try:
+            cases = json.loads(cases)
+        except ValueError:
+            return None
+    return f"{len(cases)} test cases" if isinstance(cases, list) and cases else None
+
+
+def gold_reader(spec: DataSpec, default_pattern: str | None = None, column: str | None = None):
     """A function from an answer field to the gold answer (None when it cannot be read): the pattern's first
-    group, or without one the cell's final answer (final_answer)."""
+    group, or without one the cell's final answer (final_answer); a column of test cases, their count."""
+    if column == TESTS_FIELD and not spec.answer_pattern:
+        return test_cases
     text = spec.answer_pattern or default_pattern
     if not text:
         return final_answer
@@ -158,7 +178,7 @@ def to_rows(
         raise UsageError(f"dataset {spec.dataset}: the {split} split is empty (fix: add rows)")
     numbers = row_numbers if row_numbers is not None else range(len(records))
     chat, question, answer = _columns(spec, list(records[0].keys()), records[0])
-    read_gold = gold_reader(spec, default_pattern)
+    read_gold = gold_reader(spec, default_pattern, answer)
     rows, unreadable, no_question = [], [], []
     as_text = text_prompts(spec, question)
     for index, record in enumerate(records):
@@ -196,9 +216,12 @@ SCAN_BATCH = 8192
 
 def text_prompts(spec: DataSpec, question: str | None) -> bool:
     """Whether a split's prompts stay text, as TRL's standard format keeps them: a `prompt` column of text that
-    no question_field names (a question_field makes a conversation with the system prompt, as open-r1 does), in a
-    run without tools or an environment (their turns are a conversation's)."""
-    return question == "prompt" and not spec.question_field and not spec.conversation
+    no question_field names, with no system prompt of the profile's own (either makes a conversation with the
+    system prompt, as open-r1 does), in a run without tools or an environment (their turns are a conversation's)."""
+    from tasks.prompts import SYSTEM_PROMPT
+
+    own_system = spec.system_prompt not in (None, SYSTEM_PROMPT)
+    return question == "prompt" and not spec.question_field and not own_system and not spec.conversation
 
 
 def _columns(spec: DataSpec, columns: list[str], first: dict) -> tuple[bool, str | None, str]:
@@ -227,7 +250,7 @@ def scan(
     if len(data) == 0:
         raise UsageError(f"dataset {spec.dataset}: the {split} split is empty (fix: add rows)")
     chat, question, answer = _columns(spec, list(data.column_names), data[0])
-    read_gold = gold_reader(spec, default_pattern)
+    read_gold = gold_reader(spec, default_pattern, answer)
     numbers = row_numbers if row_numbers is not None else range(len(data))
     usable, unusable, no_question = array("q"), [], []
     position = 0

@@ -176,7 +176,11 @@ def test_dry_run_with_your_data_imports_nothing_heavy_and_runs_no_user_code(proj
     "setup, sets, words",
     [
         (None, ["dataset=mine.csv", "question_field=question"], "no column 'question' (columns: problem, result)"),
-        (None, ["dataset=mine.csv"], "no answer column: none of answer, solution, label (columns: problem, result)"),
+        (
+            None,
+            ["dataset=mine.csv"],
+            "no answer column: none of answer, solution, label, verification_info (columns: problem, result)",
+        ),
         ("broken.jsonl", ["dataset=broken.jsonl"], "broken.jsonl: cannot be read (line 2: "),
         ("words.csv", ["dataset=words.csv"], "cannot be read from column 'answer' with answer_pattern"),
         (None, ["dataset=someone/not-cached"], "not in the local Hugging Face cache"),

@@ -142,3 +142,16 @@ def test_a_missing_tracker_is_one_of_the_files_problems(tmp_path, capsys, monkey
     problems = out["files"][0]["problems"]
     assert code == 2 and [p["key"] for p in problems] == ["per_device_train_batch_size", "report_to"]
     assert problems[1]["fix"] == "pip install wandb" and "2 problems" in out["files"][0]["error"]
+
+
+def test_trl_grpos_reward_model_is_its_first_reward(tmp_path):
+    # `trl grpo --reward_model_name_or_path M --reward_funcs accuracy_reward --reward_weights 0.5 2.0`: the model
+    # comes first, and so does its weight
+    (tmp_path / "rm").mkdir()
+    (tmp_path / "rm" / "config.json").write_text("{}")
+    text = (
+        f"model_name_or_path: tiny\nuse_cpu: true\nreward_model_name_or_path: {tmp_path / 'rm'}\n"
+        "reward_funcs: [accuracy_reward]\nreward_weights: [0.5, 2.0]\n"
+    )
+    profile = load_profile(write(tmp_path, "p.yaml", text))
+    assert profile.rewards == {f"model:{tmp_path / 'rm'}": 0.5, "math": 2.0}

@@ -135,9 +135,11 @@ def test_every_key_of_trl_is_read():
     keys = {**_fields(trl.GRPOConfig), **_fields(trl.ModelConfig), **_fields(script.GRPOScriptArguments)}
     unread = sorted(key for key in keys if key not in ALIASES and key not in Profile.model_fields)
     assert unread == []
+    from trainer.config import LOSS_SETTINGS
+
     for key, (default, _) in AT_DEFAULT.items():
-        if key in keys:
-            assert keys[key] == default, key
+        if key in keys:  # TRL's default, or what the trainer pins in its place
+            assert default in (keys[key], LOSS_SETTINGS.get(key, keys[key])), key
 
 
 def test_every_key_of_open_r1_is_read():
@@ -174,3 +176,86 @@ def test_the_codeforces_recipe_is_refused_in_one_pass(tmp_path, capsys):
     assert all(p["fix"] for p in problems.values())
     # its lengths are the recipe's own: max_seq_length derived, not a fifth problem
     assert "max_seq_length" not in problems
+
+
+# open-r1, recipes/Qwen2.5-1.5B-Instruct/grpo/config_demo_code.yaml (its keys and values; launched on 7 processes)
+CODE_DEMO = """\
+model_name_or_path: Qwen/Qwen2.5-1.5B-Instruct
+model_revision: main
+torch_dtype: bfloat16
+attn_implementation: flash_attention_2
+dataset_name: open-r1/verifiable-coding-problems-python-10k
+dataset_configs:
+- default
+system_prompt: "You are a helpful AI Assistant that provides well-reasoned and detailed responses. You first \\
+think about the reasoning process as an internal monologue and then provide the user with the answer. Respond in \\
+the following format: <think>\\n...\\n</think>\\n<answer>\\n...\\n</answer>"
+beta: 0.01
+bf16: true
+use_vllm: true
+vllm_device: auto
+vllm_gpu_memory_utilization: 0.9
+do_eval: false
+gradient_accumulation_steps: 4
+gradient_checkpointing: true
+gradient_checkpointing_kwargs:
+  use_reentrant: false
+hub_model_id: Qwen2.5-1.5B-Open-R1-Code-GRPO
+hub_strategy: every_save
+learning_rate: 5.0e-07
+log_completions: true
+log_level: info
+logging_first_step: true
+logging_steps: 1
+logging_strategy: steps
+lr_scheduler_type: cosine_with_min_lr
+lr_scheduler_kwargs:
+  min_lr_rate: 0.1
+max_prompt_length: 1024
+max_completion_length: 2048
+max_steps: 500
+num_generations: 14
+num_train_epochs: 1
+output_dir: data/Qwen2.5-1.5B-Open-R1-Code-GRPO
+overwrite_output_dir: true
+per_device_train_batch_size: 16
+push_to_hub: true
+report_to:
+- none
+reward_funcs:
+- code
+- format
+reward_weights:
+- 1.0
+- 0.1
+save_strategy: "steps"
+save_steps: 50
+save_total_limit: 1
+seed: 42
+temperature: 1.0
+warmup_ratio: 0.03
+"""
+
+
+def test_the_code_demo_loads_as_published(tmp_path):
+    from trainer.config import grpo_config_kwargs
+
+    profile = load_profile(write(tmp_path, "config_demo_code.yaml", CODE_DEMO), ["num_gpus=7"])
+    assert set(profile.rewards) == {"code", "think_format"}
+    assert profile.lr_scheduler_type == "cosine_with_min_lr" and profile.lr_scheduler_kwargs == {"min_lr_rate": 0.1}
+    assert profile.adam_beta2 == 0.999 and profile.lora_rank == 0  # TRL's, as the recipe leaves them
+    kwargs = grpo_config_kwargs(profile, "out", device="cuda", bf16=True, use_vllm=True)
+    assert kwargs["lr_scheduler_kwargs"] == {"min_lr_rate": 0.1} and kwargs["adam_beta2"] == 0.999
+
+
+def test_a_min_lr_cosine_needs_its_floor(tmp_path):
+    text = CODE_DEMO.replace("lr_scheduler_kwargs:\n  min_lr_rate: 0.1\n", "")
+    error = pytest.raises(ProfileError, load_profile, write(tmp_path, "no-floor.yaml", text), ["num_gpus=7"]).value
+    assert error.key == "lr_scheduler_kwargs" and "min_lr_rate" in error.fix
+
+
+def test_a_code_recipe_judges_answers_by_their_tests(tmp_path):
+    profile = load_profile(write(tmp_path, "config_demo_code.yaml", CODE_DEMO), ["num_gpus=7"])
+    assert profile.correctness == "binary_code"
+    note = next(r for r in profile.readings if r.key == "reward_funcs").note
+    assert "correctness: binary_code" in note

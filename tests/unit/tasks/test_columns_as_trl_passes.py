@@ -187,6 +187,12 @@ def test_text_prompts_stay_text_as_trls_standard_format(tmp_path):
     assert named[0]["prompt"][-1] == {"role": "user", "content": "0 plus 1 is"}  # a question_field: a conversation
     talking = load_task(DataSpec(dataset=str(path), conversation=True), "train")  # with tools: turns of a chat
     assert talking[0]["prompt"][-1] == {"role": "user", "content": "0 plus 1 is"}
+    # a system prompt of the profile's own (open-r1's recipes write one): a conversation that opens with it
+    r1 = load_task(DataSpec(dataset=str(path), system_prompt="Think first."), "train")
+    assert r1[0]["prompt"] == [
+        {"role": "system", "content": "Think first."},
+        {"role": "user", "content": "0 plus 1 is"},
+    ]
     from types import SimpleNamespace
 
     said = check_data(SimpleNamespace(dataset=str(path), train_samples=0, eval_samples=2, seed=0))
@@ -203,3 +209,22 @@ def test_an_answer_column_replaced_by_another_columns_gold_is_said(tmp_path):
     spec = SimpleNamespace(dataset=str(path), answer_field="solution", train_samples=0, eval_samples=2, seed=0)
     assert "column 'answer' reaches the rewards as the gold read from 'solution'" in check_data(spec)
     assert load_task(DataSpec(dataset=str(path), answer_field="solution"), "train")[3]["answer"] == "3"
+
+
+def test_open_r1_code_data_reads_its_test_cases_as_the_gold(tmp_path):
+    from types import SimpleNamespace
+
+    from tasks import check_data
+
+    # open-r1's verifiable-coding-problems layout: the problem, and verification_info holding the test cases
+    # (a JSON text in the published parquet)
+    info = {"language": "python", "test_cases": [{"input": "1 2\n", "output": "3\n", "type": "stdin_stdout"}] * 2}
+    rows = [{"problem": f"Add two numbers ({i}).", "verification_info": json.dumps(info)} for i in range(20)]
+    path = _jsonl(tmp_path / "code.jsonl", rows)
+    loaded = load_task(DataSpec(dataset=str(path)), "train")
+    assert loaded[0]["answer"] == "2 test cases" and json.loads(loaded[0]["verification_info"]) == info
+    said = check_data(SimpleNamespace(dataset=str(path), train_samples=0, eval_samples=2, seed=0))
+    assert "gold: the test cases in 'verification_info'" in said
+    empty = _jsonl(tmp_path / "none.jsonl", [{"problem": "x", "verification_info": "{}"}] * 20)
+    with pytest.raises(UsageError):
+        load_task(DataSpec(dataset=str(empty)), "train")
