@@ -37,7 +37,9 @@ TRL_LORA_RANK = 16  # ModelConfig.lora_r's default: the rank of use_peft: true a
 
 
 def use_peft(value: Any, data: dict) -> Any:
-    if value is True:  # LoRA at lora_r's rank (or the project's lora_rank), else TRL's
+    if not isinstance(value, bool):  # a quoted "true" would silently train every weight
+        raise KeyProblem(f"{shown(value)} is not true or false", "write use_peft: true (LoRA) or false, unquoted")
+    if value:  # LoRA at lora_r's rank (or the project's lora_rank), else TRL's
         return next((data[key] for key in ("lora_r", "lora_rank") if key in data), TRL_LORA_RANK)
     return 0  # TRL without PEFT trains every parameter
 

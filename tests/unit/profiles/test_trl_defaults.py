@@ -115,3 +115,11 @@ def test_a_full_fine_tune_that_does_not_fit_names_the_lora_that_does(tmp_path, c
     plan = json.loads(capsys.readouterr().out)
     assert code == 0 and plan["chosen"] == "seven"
     assert any("read as a TRL / open-r1 configuration" in note for note in plan["notes"])
+
+
+def test_a_quoted_use_peft_is_refused_not_read_as_false(tmp_path):
+    from contract.errors import ProfileError
+
+    text = 'model_name_or_path: Qwen/Qwen2.5-0.5B-Instruct\nuse_peft: "true"\nreward_funcs: [accuracy]\n'
+    error = pytest.raises(ProfileError, load_profile, write(tmp_path, "quoted.yaml", text)).value
+    assert error.key == "use_peft" and "unquoted" in error.fix
