@@ -129,25 +129,33 @@ def _build_tokenizer(texts: list[str], shape: TinyShape):
     return tokenizer
 
 
+def llama_config(tokenizer, shape: TinyShape, **changes):
+    """The tiny shape as a LlamaConfig over `tokenizer`'s vocabulary (`changes`: what a variant sets otherwise)."""
+    from transformers import LlamaConfig
+
+    values = {
+        "vocab_size": len(tokenizer),
+        "hidden_size": shape.hidden_size,
+        "intermediate_size": shape.intermediate_size,
+        "num_hidden_layers": shape.num_hidden_layers,
+        "num_attention_heads": shape.num_attention_heads,
+        "num_key_value_heads": shape.num_key_value_heads,
+        "head_dim": shape.head_dim,
+        "max_position_embeddings": shape.max_position_embeddings,
+        "initializer_range": shape.initializer_range,
+        "tie_word_embeddings": shape.tie_word_embeddings,
+        "bos_token_id": None,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+    return LlamaConfig(**{**values, **changes})
+
+
 def _build_model(tokenizer, shape: TinyShape, seed: int):
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=shape.hidden_size,
-        intermediate_size=shape.intermediate_size,
-        num_hidden_layers=shape.num_hidden_layers,
-        num_attention_heads=shape.num_attention_heads,
-        num_key_value_heads=shape.num_key_value_heads,
-        head_dim=shape.head_dim,
-        max_position_embeddings=shape.max_position_embeddings,
-        initializer_range=shape.initializer_range,
-        tie_word_embeddings=shape.tie_word_embeddings,
-        bos_token_id=None,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
+    config = llama_config(tokenizer, shape)
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
     model.generation_config.eos_token_id = tokenizer.eos_token_id

@@ -62,27 +62,18 @@ def ensure_tiny_reward_model(dataset: str = "arithmetic", seed: int = 0, root: P
 
 def _build(dataset: str, seed: int):
     import torch
-    from transformers import LlamaConfig, LlamaForSequenceClassification
+    from transformers import LlamaForSequenceClassification
 
     from tiny_model import build
 
     shape = build.tiny_shape()
     # the policy's tokenizer, trained on the same corpus with the same settings (no warm start needed for it)
     tokenizer = build._build_tokenizer(build._corpus(dataset, seed), shape)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=shape.hidden_size,
-        intermediate_size=shape.intermediate_size,
-        num_hidden_layers=shape.num_hidden_layers,
-        num_attention_heads=shape.num_attention_heads,
-        num_key_value_heads=shape.num_key_value_heads,
-        head_dim=shape.head_dim,
-        max_position_embeddings=shape.max_position_embeddings,
+    config = build.llama_config(
+        tokenizer,
+        shape,
         initializer_range=INITIALIZER_RANGE,
         tie_word_embeddings=False,  # a classifier has a score head, no output embedding to tie
-        bos_token_id=None,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
     )
     config.num_labels = 1  # one score per sequence, as TRL loads a reward model
     torch.manual_seed(seed)

@@ -97,3 +97,22 @@ def tiny_model_folder(seed: int, long_answers: bool = False) -> str:
     from tiny_model.build import build_key, tiny_shape
 
     return f"tiny-{build_key('arithmetic', seed, tiny_shape(), long_answers)}"
+
+
+def short_cpu_run(tmp_path: Path, sets: list[str], profile: Path | None = None) -> tuple:
+    """A two-step CPU run of `profile` (the CPU default) in `tmp_path` with its own cache and the `--set`s, as a
+    user starts it: (the finished process, the final attempt's metrics.jsonl rows)."""
+    import json
+
+    env = dict(os.environ, GRPO_TRAIN_CACHE=str(tmp_path / "cache"), PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="")
+    for name in ("GRPO_INJECT_OOM", "GRPO_TRAIN_NO_UNSLOTH", "GRPO_ATTEMPT_ESTIMATE_GIB", "HF_TOKEN"):
+        env.pop(name, None)
+    base = ["length_probe=0", "max_steps=2", "save_steps=2", "eval_samples=2", "train_samples=16"]
+    args = [item for pair in [*base, *sets] for item in ("--set", pair)]
+    cpu = profile or REPO / "profiles" / "cpu-tiny-8gen.yaml"
+    result = train_py("--profile", str(cpu), *args, "--output-dir", "outputs", cwd=tmp_path, env=env)
+    if result.returncode != 0:
+        return result, []
+    attempt_dir = (next(Path(tmp_path / "outputs").glob("run-*")) / "final").resolve()
+    text = (attempt_dir / "metrics.jsonl").read_text()
+    return result, [json.loads(line) for line in text.splitlines() if line.strip()]
