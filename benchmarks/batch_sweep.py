@@ -43,9 +43,10 @@ def default_prompts() -> int:
     return profile.effective_batch // profile.num_generations
 
 
-def run(prompts: int, seed: int, hours: float, held_out: int, out: Path) -> dict:
-    """One budgeted run; its summary's figures."""
+def run(prompts: int, seed: int, hours: float, held_out: int, out: Path, extra: tuple[str, ...] = ()) -> dict:
+    """One budgeted run; its summary's figures. `extra`: more --set KEY=VALUE for the run."""
     sets = [
+        *extra,
         f"seed={seed}",
         f"per_device_train_batch_size={prompts * GENERATIONS}",
         "gradient_accumulation_steps=1",

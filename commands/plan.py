@@ -75,6 +75,8 @@ def _shape(profile) -> str:
     if profile.uses_vllm_server:
         gen = f"vLLM server on {profile.vllm_server_gpus} GPU(s), TP {profile.vllm_tensor_parallel}"
     text = f"{weights}, {tune}, {gen}"
+    if profile.updates_per_generation > 1:
+        text += f", a generation serves {profile.updates_per_generation} steps"
     if profile.num_gpus > 1:
         unit = "processes" if profile.device == "cpu" else "GPUs"
         text += f", {profile.num_gpus} {unit} " + (f"ZeRO-{profile.zero_stage}" if profile.zero_stage else "DDP")
@@ -107,7 +109,7 @@ def _speed_line(cand) -> str:
     card = "" if t.card_known else f"; {t.notes[0]}" if t.notes else ""
     from launcher.plan.candidate import AS_WRITTEN
     from launcher.plan.levers import objective
-    from launcher.plan.value import critical_batch
+    from launcher.plan.value import critical_batch, reuse_value
     from launcher.plan.wording import limit_text
 
     limit = (
@@ -119,7 +121,13 @@ def _speed_line(cand) -> str:
         f"predicted: {t.step_s:.1f} s per step{measured} (generation {t.generation_s:.1f}, training "
         f"{t.training_s:.1f}), {t.prompts} prompts a step, {t.prompts_per_hour:.0f} prompts per hour, "
         f"{objective(cand.profile, t):.1f} learning per hour ({t.updates_per_hour:.0f} updates x "
-        f"{t.prompts}/({t.prompts} + {critical_batch(cand.profile.device).prompts:g})); {limit}; the step bound by "
+        f"{t.prompts}/({t.prompts} + {critical_batch(cand.profile.device).prompts:g})"
+        + (
+            f" x {reuse_value(cand.profile.updates_per_generation):g} for updates on an older policy's completions"
+            if cand.profile.updates_per_generation > 1
+            else ""
+        )
+        + f"); {limit}; the step bound by "
         f"{t.limited_by}{card}"
     )
 

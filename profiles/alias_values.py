@@ -44,6 +44,24 @@ def use_peft(value: Any, data: dict) -> Any:
     return 0  # TRL without PEFT trains every parameter
 
 
+def generation_batch_size(value: Any, data: dict) -> int:
+    """TRL's generation_batch_size, as micro-batches: it is per_device_train_batch_size (TRL's 8) x processes x
+    steps_per_generation."""
+    per = data.get("per_device_train_batch_size", 8)
+    processes = data.get("num_processes", data.get("num_gpus", 1))
+    if "steps_per_generation" in data:
+        raise KeyProblem(
+            "generation_batch_size and steps_per_generation say the same thing twice (TRL refuses both)", "keep one"
+        )
+    whole = all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in (value, per, processes))
+    if not whole or value % (per * processes):
+        raise KeyProblem(
+            f"{shown(value)} is not a whole number of micro-batches of {shown(per)} x {shown(processes)} processes",
+            "write steps_per_generation: N (micro-batches one generation serves) instead",
+        )
+    return value // (per * processes)
+
+
 def warmup(value: Any, data: dict) -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1:
         return float(value)  # transformers 5 reads a value below 1 as a share of the steps

@@ -24,6 +24,7 @@ from profiles.alias_values import (
     dataset_configs,
     do_eval,
     eval_strategy,
+    generation_batch_size,
     is_off,
     max_steps,
     model_revision,
@@ -153,14 +154,8 @@ ALIASES: dict[str, Alias] = {
     "wandb_project": _decided("set WANDB_PROJECT in the environment, with report_to: wandb"),
     "wandb_entity": _decided("set WANDB_ENTITY in the environment, with report_to: wandb"),
     "wandb_run_group": _decided("set WANDB_RUN_GROUP in the environment, with report_to: wandb"),
-    "generation_batch_size": _refused(
-        "a generation batch is per_device_train_batch_size x num_gpus x "
-        "gradient_accumulation_steps here (one per optimizer step)",
-        "set those instead, and num_iterations to reuse a batch",
-    ),
-    "steps_per_generation": _refused(
-        "one generation batch per optimizer step (x num_iterations) here",
-        "set gradient_accumulation_steps and num_iterations instead",
+    "generation_batch_size": _renamed(
+        "steps_per_generation", generation_batch_size, "over per_device_train_batch_size x processes"
     ),
     "vllm_importance_sampling_correction": _refused(
         "both paths train without vLLM's importance-sampling correction (Unsloth's default, which TRL's plain path "

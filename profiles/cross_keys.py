@@ -26,6 +26,16 @@ def _whole_groups_per_step(p) -> None:
         )
 
 
+def _whole_updates_per_generation(p) -> None:
+    if p.steps_per_generation and p.steps_per_generation % p.gradient_accumulation_steps:
+        raise KeyProblem(
+            f"steps_per_generation {p.steps_per_generation} is not a whole number of optimizer steps of "
+            f"gradient_accumulation_steps {p.gradient_accumulation_steps} micro-batches",
+            f"make it a multiple of {p.gradient_accumulation_steps} (or 0: one generation per optimizer step)",
+            "steps_per_generation",
+        )
+
+
 def _lengths_fit(p) -> None:
     total = p.max_prompt_length + p.max_completion_length
     if total > p.max_seq_length:
@@ -112,6 +122,7 @@ def _schedule_has_its_floor(p) -> None:
 # Every rule that involves more than one key, in the order they are reported.
 CROSS_KEY_RULES = (
     _whole_groups_per_step,
+    _whole_updates_per_generation,
     _lengths_fit,
     _evaluations_within_the_run,
     _expected_within_the_cap,

@@ -243,6 +243,16 @@ class ProfileFields(BaseModel):
         ge=1,
         le=64,
     )
+    steps_per_generation: Whole = _key(
+        0,
+        "micro-batches one generation batch serves (TRL's steps_per_generation); 0 = gradient_accumulation_steps, "
+        "a generation per optimizer step; a multiple of it generates once for several optimizer steps, the later "
+        "ones on completions of an older policy (TRL's clipped ratio corrects for it)",
+        "batch",
+        tags=(MEMORY, LEVER),
+        ge=0,
+        le=1024,
+    )
     # --- scale-out (more than one GPU: accelerate, DeepSpeed ZeRO, a vLLM server) ---
     num_gpus: Whole = _key(
         1,

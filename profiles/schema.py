@@ -51,6 +51,11 @@ class Profile(ProfileFields):
         return self.effective_batch * self.num_gpus
 
     @property
+    def updates_per_generation(self) -> int:
+        """Optimizer steps one generation batch serves (steps_per_generation over gradient_accumulation_steps)."""
+        return max(1, self.steps_per_generation // self.gradient_accumulation_steps)
+
+    @property
     def uses_lora(self) -> bool:
         return self.lora_rank > 0
 

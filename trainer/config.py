@@ -100,6 +100,7 @@ def grpo_config_kwargs(
         "max_steps": profile.max_steps,
         "per_device_train_batch_size": profile.per_device_train_batch_size,
         "gradient_accumulation_steps": profile.gradient_accumulation_steps,
+        "steps_per_generation": profile.steps_per_generation or profile.gradient_accumulation_steps,
         "num_generations": profile.num_generations,
         "max_completion_length": profile.max_completion_length,
         "temperature": profile.temperature,

@@ -282,12 +282,14 @@ def loss_setting_bytes(profile, notes: list[str]) -> dict[str, float]:
     if profile.beta > 0:
         how = "the base with the adapter off" if profile.uses_lora else "the reference copy"
         notes.append(f"beta {profile.beta:g}: a forward pass of {how} per micro-batch for the KL term (time)")
-    if profile.num_iterations > 1:
-        comp["old_logprobs"] = profile.effective_batch * profile.max_completion_length * FULL_BYTES
+    if profile.num_iterations > 1 or profile.updates_per_generation > 1:
+        served = profile.updates_per_generation
+        comp["old_logprobs"] = profile.effective_batch * served * profile.max_completion_length * FULL_BYTES
+        every = profile.num_iterations * served
         notes.append(
-            f"num_iterations {profile.num_iterations}: completions generated every "
-            f"{profile.num_iterations} steps; the old policy's log-probs kept for them, one more forward "
-            "pass per generation batch"
+            f"completions generated every {every} steps (num_iterations {profile.num_iterations} x "
+            f"{served} steps per generation); the old policy's log-probs kept for them, one more forward pass "
+            "per generation batch"
         )
     return comp
 

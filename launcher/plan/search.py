@@ -19,6 +19,7 @@ from launcher.plan.levers import (
     MIN_GENERATIONS,
     MIN_LORA_RANK,
     PROMPT_CHOICES,
+    REUSE_CHOICES,
     pinned_prompts,
 )
 from launcher.plan.outcome import Choice, GivenUp
@@ -208,11 +209,26 @@ class Solver(Judge):
                     smaller = placed(batches[found[0] + 1])
                     if smaller is not None:
                         candidates.append(smaller)
-                for p in candidates:
+                for p in [q for c in candidates for q in self.reused(c, amb)]:
                     choice = Choice(p, self.speed(p), "")
                     if best is None or choice.value > best.value:
                         best = choice
         return best
+
+    def reused(self, p, amb: Ambition) -> list:
+        """`p`, and `p` with one generation batch serving each of REUSE_CHOICES optimizer steps where that fits
+        (its memory: the larger generation batch, the old policy's log-probs). With vLLM only: transformers'
+        generate of the larger batch took the time back where it was measured (benchmarks/generation_reuse.md)."""
+        if "steps_per_generation" in amb.pinned or not p.fast_inference:
+            return [p]
+        out = [p]
+        for served in REUSE_CHOICES[1:]:
+            q = self.with_share(
+                p.model_copy(update={"steps_per_generation": served * p.gradient_accumulation_steps}), amb.pinned
+            )
+            if q is not None:
+                out.append(q)
+        return out
 
     def search(self, base, amb: Ambition) -> Choice | None:
         """The solver's choice for `base` (unvalidated copy), or None when nothing fits."""

@@ -464,6 +464,7 @@ def shape_of(profile, arch, gpu, est=None, lengths=None) -> StepShape:
         world=profile.num_gpus,
         **_turn_fields(lengths),
         num_iterations=int(getattr(profile, "num_iterations", 1) or 1),
+        steps_per_generation=profile.updates_per_generation,
         plain=bool(profile.distributed),
         vllm_engines=engines,
         vllm_tp=tp,

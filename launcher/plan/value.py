@@ -45,6 +45,18 @@ def critical_batch(device: str = "cuda") -> CriticalBatch:
     return CriticalBatch(CRITICAL_BATCH_GPU, "estimate from published GRPO recipes, docs/planning.md")
 
 
+# What an update on the completions of an older policy is worth against one on fresh completions, by optimizer
+# steps one generation batch serves (steps_per_generation). Measured on the CPU default at equal wall time
+# (benchmarks/generation_reuse.md, 3 seeds): serving 2 and 4 steps gained +37.7 and +35.0 points against +34.8
+# with fewer updates, 1.12 and 1.17 times the gain per update; credited at most as much as a fresh update
+REUSE_VALUE = {1: 1.0, 2: 1.0, 4: 1.0}
+
+
+def reuse_value(updates_per_generation: int) -> float:
+    """What each update of a generation batch serving `updates_per_generation` steps is worth (REUSE_VALUE)."""
+    return REUSE_VALUE.get(max(1, updates_per_generation), min(REUSE_VALUE.values()))
+
+
 def update_value(prompts: float, critical: float) -> float:
     """What one update of `prompts` prompts is worth against a noiseless one: P / (P + B)."""
     if prompts <= 0:

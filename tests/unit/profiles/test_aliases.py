@@ -122,7 +122,7 @@ def test_a_setting_in_both_spellings_exits_2(tmp_path, capsys, lines, key):
 @pytest.mark.parametrize(
     "lines, key, words",
     [
-        ("generation_batch_size: 64\n", "generation_batch_size", "num_iterations"),
+        ("generation_batch_size: 60\n", "generation_batch_size", "steps_per_generation"),
         ("vllm_importance_sampling_correction: true\n", "vllm_importance_sampling_correction", "remove it"),
         ("reward_funcs: [accuracy, cosine]\n", "reward_funcs", "path/to/file.py:function"),
         ("reward_funcs: [accuracy]\nreward_weights: [1.0, 2.0]\n", "reward_weights", "one weight per reward"),

@@ -158,7 +158,7 @@ def test_their_cost_in_the_estimate():
     assert "old_logprobs" not in base.components
     expected = profile.effective_batch * profile.max_completion_length * 4 / (1 << 30)
     assert iterated.components["old_logprobs"] == pytest.approx(expected)
-    assert any(note.startswith("num_iterations 4:") for note in iterated.notes)
+    assert any("num_iterations 4" in note and "old policy's log-probs" in note for note in iterated.notes)
     # beta > 0: the reference is the adapter switched off under LoRA (time only), a full copy without it
     kl = estimate(load_profile(SINGLE, ["beta=0.04"]))
     assert kl.components["reference"] == 0 and any("adapter off" in note for note in kl.notes)
