@@ -147,7 +147,7 @@ class TelemetryCallback(TrainerCallback):
 
 
 class EvaluateDuringTraining(TrainerCallback):
-    """Every `every` steps (trainer.config.eval_interval), score the test rows with the model as it is: the
+    """Every `every` steps (profiles.evaluation_steps.eval_interval), score the test rows with the model as it is: the
     accuracy and the well-formed share go into that step's metrics.jsonl line (TelemetryCallback takes them).
     A signal during it stops it between two batches, as the final evaluation stops; the step's checkpoint is
     then saved and training stops. An evaluation that beats every earlier one keeps the model as it is now

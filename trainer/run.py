@@ -384,6 +384,7 @@ def _train(state: AttemptState, signals, after_probe=None) -> str:
             )
         say(f"resuming from {Path(state.resume_from).name} (step {contract.checkpoint_step(state.resume_from)})")
     loaded = load(state)
+    state.phase_done("load")
     if signals.stopped:
         return INTERRUPTED
     if os.environ.get(ENV_PROBE_ONLY) == "1":  # `calibrate`: the probe's figures are all it wants
@@ -398,6 +399,7 @@ def _train(state: AttemptState, signals, after_probe=None) -> str:
 
         if stops_for_replan(state, run_length_probe(state, loaded)):
             return REPLANNED
+        state.phase_done("length_probe")
         if signals.stopped:
             return INTERRUPTED
     join_ranks(loaded.backend.device == "cpu")  # every rank in the process group before rank 0 evaluates alone
@@ -408,6 +410,7 @@ def _train(state: AttemptState, signals, after_probe=None) -> str:
         evaluated = time.time()
         before = evaluate_rows(state, loaded, loaded.eval_rows, signals=None if state.profile.distributed else signals)
         state.eval_seconds = time.time() - evaluated  # the final evaluation takes about as long (trainer.budget)
+        state.phase_done("evaluation_before")
     except EvaluationStopped:
         return INTERRUPTED
     wait_for_ranks()
@@ -421,8 +424,10 @@ def _train(state: AttemptState, signals, after_probe=None) -> str:
         return finish(state, loaded, session, before, 0.0, signals)
     signals.phase = "probe"
     probe(state, loaded)  # an OOM here is the attempt's OOM, before any step is spent
+    state.phase_done("probe")
     if signals.stopped:
         return INTERRUPTED
     signals.phase = "training"
     train_seconds = train(state, session)
+    state.phase_done("training")
     return finish(state, loaded, session, before, train_seconds, signals)

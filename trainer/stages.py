@@ -161,7 +161,7 @@ def build_trainer(state: AttemptState, loaded: Loaded, signals) -> Session:
             masks_cut=bool(profile.mask_truncated_completions),
         )
         callbacks.insert(0, session.telemetry)
-    from trainer.config import eval_interval
+    from profiles.evaluation_steps import eval_interval
 
     session.eval_every, session.eval_why = eval_interval(profile)
     if state.main:
@@ -314,6 +314,7 @@ def finish(state: AttemptState, loaded: Loaded, session: Session, before: dict, 
     elif state.main:
         save_model(loaded, adapter_dir)
     signals.phase = "finishing"
+    state.phase_done("adapter")
     if signals.stopped:
         return INTERRUPTED
     if not state.main:
@@ -339,6 +340,7 @@ def finish(state: AttemptState, loaded: Loaded, session: Session, before: dict, 
         )
     except EvaluationStopped:
         return INTERRUPTED
+    state.phase_done("evaluation_after")
     if signals.stopped:  # during the last batch: what was promised is a stop without the report
         return INTERRUPTED
     signals.phase = "reporting"
@@ -394,6 +396,8 @@ def finish(state: AttemptState, loaded: Loaded, session: Session, before: dict, 
         profile.name,
         summary["evaluation"]["points"],
     )
+    state.phase_done("report")
+    summary["phases"] = dict(state.phases)
     write_report(attempt_dir, summary)
     trained = (
         f"reward {summary['rewards']['total']['first']} -> {summary['rewards']['total']['last']}"

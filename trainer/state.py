@@ -44,6 +44,14 @@ class AttemptState:
         self.started = time.time()
         self.stopped_by: str | None = None  # contract.attempt.STOPPED_BY_BUDGET: stopped at the run's budget
         self.eval_seconds: float | None = None  # how long the evaluation before training took
+        self.phases: dict[str, float] = {}  # seconds each stage took, in order (summary.json's `phases`)
+        self._phase_mark = self.started
+
+    def phase_done(self, name: str) -> None:
+        """The stage `name` ended now: its seconds since the previous one ended (or the attempt started)."""
+        now = time.time()
+        self.phases[name] = round(self.phases.get(name, 0.0) + now - self._phase_mark, 2)
+        self._phase_mark = now
 
     @property
     def steps(self) -> int:

@@ -54,6 +54,7 @@ def build_summary(
         "resumed_from": contract.relative_path(state.resume_from, state.attempt_dir),
         "train_seconds": round(train_seconds, 2),
         "wall_seconds": round(time.time() - state.started, 2),
+        "phases": dict(getattr(state, "phases", {})),
         "train_rows": train_rows,
         "dropped_prompts": dropped,
         "memory": {

@@ -41,10 +41,11 @@ def _choice_notes(planning: Planning, candidates: list[Candidate], chosen: Candi
         return notes
     notes.extend(chosen.notes)
     run, profile = chosen.run, chosen.profile
-    if run is not None and run.hours and run.budget_hours and run.hours > run.budget_hours * 1.1:
+    total = run.total_hours if run is not None else None
+    if run is not None and total and run.budget_hours and total > run.budget_hours * 1.1:
         # pinned steps past the budget: it stops at the budget
         notes.append(
-            f"{profile.name}: its {run.steps:,} steps ({run.basis}) are predicted to take {run.hours:.1f} h, past "
+            f"{profile.name}: its {run.steps:,} steps ({run.basis}) are predicted to take {total:.1f} h, past "
             f"the --hours {run.budget_hours:g} budget by more than 10%: the run stops at the budget with a "
             "checkpoint, the adapter and the report"
         )

@@ -6,8 +6,9 @@ over the training split: TRL's epoch holds rows x num_iterations / P optimizer s
 per epoch), else `--hours H` (as many steps as the predicted step time fits into H hours). Without any of them
 the run is the default: one epoch of the training split, and no longer than DEFAULT_HOURS of predicted steps,
 so that no default plan predicts more than DEFAULT_HOURS (README, docs/planning.md). Where the split's size is
-not known before the data loads (a hub dataset) the default is DEFAULT_HOURS; where no step time is predicted
-(the CPU) it is one epoch; where neither is known, DEFAULT_STEPS.
+not known before the data loads (a hub dataset) the default is DEFAULT_HOURS; where no step time is predicted it
+is one epoch; where neither is known, DEFAULT_STEPS. What a run does beside its steps is timed by
+launcher.plan.run_time (`beside`), and the whole run's hours are `total_hours`.
 
 `--hours` is also a wall-clock budget the run keeps: the attempt stops with a checkpoint, the adapter and the
 report when the next step would not finish inside it (trainer.budget).
@@ -18,6 +19,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from launcher.plan.run_time import RunTime
 
 DEFAULT_HOURS = 4.0
 DEFAULT_STEPS = 250  # neither the data's size nor the step's time known
@@ -32,6 +37,14 @@ class RunLength:
     hours: float | None  # predicted (None: no step-time prediction)
     basis: str  # why this many steps, in words
     budget_hours: float | None = None  # the wall-clock budget the run keeps (--hours), None: none
+    beside: RunTime | None = None  # what the run does beside its steps (launcher.plan.run_time), when timed
+
+    @property
+    def total_hours(self) -> float | None:
+        """The whole run's predicted hours: its steps and what it does beside them (None: not predicted)."""
+        if self.hours is None:
+            return None
+        return self.hours + (self.beside.seconds / 3600 if self.beside is not None else 0.0)
 
     def to_json(self) -> dict:
         return {
@@ -41,24 +54,46 @@ class RunLength:
             "hours": None if self.hours is None else round(self.hours, 3),
             "basis": self.basis,
             "budget_hours": self.budget_hours,
+            "total_hours": None if self.total_hours is None else round(self.total_hours, 3),
+            "beside_steps": self.beside.to_json() if self.beside is not None else None,
         }
 
     def finishes(self, now: datetime) -> datetime | None:
         """When a run started at `now` is predicted to finish (None without a prediction)."""
-        return None if self.hours is None else now + timedelta(hours=self.hours)
+        total = self.total_hours
+        return None if total is None else now + timedelta(hours=total)
 
     def text(self, now: datetime | None = None) -> str:
         """One line: steps, prompts, epochs, hours and the finishing time."""
         parts = [f"{self.steps:,} steps", f"{self.prompts:,} prompts"]
         parts.append(f"{self.epochs:.2f} epochs of the data" if self.epochs is not None else "epochs unknown")
-        if self.hours is not None:
-            parts.append(f"predicted {duration_text(self.hours)}")
+        if self.hours is not None and self.total_hours is not None:
+            parts.append(f"predicted {duration_text(self.total_hours)}{self._beside_text()}")
             if now is not None:
                 parts.append(f"finishing about {self.finishes(now):%Y-%m-%d %H:%M}")
         text = ", ".join(parts) + f" ({self.basis})"
         if self.budget_hours is not None:
             text += f"; stops at its budget of {duration_text(self.budget_hours)}"
         return text
+
+    def _beside_text(self) -> str:
+        """In words, the steps' time and the parts beside them (empty where only the steps are timed)."""
+        if self.beside is None or self.hours is None:
+            return ""
+        words = {"start": "start", "probes": "probes", "evaluations": "evaluations", "checkpoints": "saves"}
+        said = [f"steps {seconds_text(self.hours * 3600)}"]
+        for name, seconds in self.beside.parts.items():
+            label = words.get(name, name)
+            if name == "evaluations":
+                label = f"{self.beside.evaluations} evaluations"
+            if seconds >= 0.5:
+                said.append(f"{label} {seconds_text(seconds)}")
+        return " in all (" + ", ".join(said) + ")"
+
+
+def seconds_text(seconds: float) -> str:
+    """A duration in words: seconds under two minutes, else duration_text's minutes and hours."""
+    return f"{seconds:.0f} s" if seconds < 120 else duration_text(seconds / 3600)
 
 
 def too_short(run: RunLength, floor: int, timed_as: str | None = None) -> str | None:

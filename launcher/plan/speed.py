@@ -38,7 +38,8 @@ A GRPO step generates its completions, scores them, and trains on them:
 The constants are few and physical: the card's peak bandwidth and 16-bit throughput come from the card table
 (launcher.card.facts); what share of those a phase reaches, the engine's step cost, a kernel's launch cost and
 the step's fixed cost are set once for every card and model (not per published run). How well that predicts
-published runs is measured by benchmarks/published_step_times.py and stated in docs/planning.md.
+published runs is measured by benchmarks/published_step_times.py and stated in docs/planning.md. The CPU has
+a model of its own (launcher.plan.cpu_speed).
 """
 
 from __future__ import annotations
@@ -483,18 +484,17 @@ def _turn_fields(lengths) -> dict:
 
 
 def predict(profile, arch, gpu, est=None, lengths=None, measured=None) -> StepTime:
-    """The predicted step of `profile` on `gpu`; with `measured` (this machine's ledger figures for the shape,
-    launcher.memory.ledger.weigh.Measured) carrying a measured step time, that time is the step's."""
+    """The predicted step of `profile` on `gpu`, or this machine's measurement of it (as_measured)."""
     shape = shape_of(profile, arch, gpu, est, lengths)
-    result = step_time(shape, getattr(gpu, "name", None), getattr(gpu, "total_gib", None))
+    return as_measured(step_time(shape, getattr(gpu, "name", None), getattr(gpu, "total_gib", None)), measured)
+
+
+def as_measured(result: StepTime, measured) -> StepTime:
+    """`result`, or the step time `measured` carries (this machine's ledger figures for the shape) as its own."""
     seconds = getattr(measured, "step_s", None) if measured is not None else None
     if seconds:
-        result.measured_s = seconds
         result.notes.append(f"measured {seconds:.2f} s per step on this machine (predicted {result.step_s:.2f})")
         scale = seconds / result.step_s if result.step_s > 0 else 1.0
-        result.step_s, result.generation_s, result.training_s = (
-            seconds,
-            result.generation_s * scale,
-            result.training_s * scale,
-        )
+        result.measured_s, result.step_s = seconds, seconds
+        result.generation_s, result.training_s = result.generation_s * scale, result.training_s * scale
     return result

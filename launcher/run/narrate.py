@@ -52,6 +52,10 @@ def print_plan_choice(console, plan) -> None:
     if cand is not None and cand.reason:
         line += f" ({cand.reason})"
     console.print(line, markup=False, soft_wrap=True)
+    if cand is not None and cand.run is not None:
+        from datetime import datetime
+
+        console.print(f"plan: run: {cand.run.text(datetime.now())}", markup=False, soft_wrap=True)
     if more:
         console.print(f"plan: more ambitious or not fitting: {'; '.join(more)}", markup=False, soft_wrap=True)
 

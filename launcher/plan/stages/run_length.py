@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from launcher.plan.candidate import Candidate
-from launcher.plan.duration import run_length
+from launcher.plan.duration import run_length, seconds_text
 from launcher.plan.request import Planning
 from tasks.size import train_rows
 
@@ -17,6 +17,18 @@ def add(candidate: Candidate, planning: Planning) -> Candidate:
     profile = candidate.profile
     step_s = candidate.speed.step_s if candidate.speed is not None else None
     candidate.run = _run(profile, step_s, planning.request.hours)
+    if step_s is not None:
+        beside = _beside(candidate, planning)
+        hours = planning.request.hours
+        if hours and candidate.run.basis.startswith("--hours"):  # a budget of wall-clock hours holds it all
+            spare = max(hours - beside.seconds / 3600, step_s / 3600)
+            candidate.run = replace(
+                _run(profile, step_s, spare),
+                basis=f"--hours {hours:g} at the predicted step, {seconds_text(beside.seconds)} of it beside the steps",
+                budget_hours=hours,
+            )
+            beside = _beside(candidate, planning)
+        candidate.run = replace(candidate.run, beside=beside)
     if (
         candidate.written is not None
         and candidate.not_derived is None
@@ -27,6 +39,18 @@ def add(candidate: Candidate, planning: Planning) -> Candidate:
     if profile.max_steps != candidate.run.steps:
         candidate.profile = profile.model_copy(update={"max_steps": candidate.run.steps})
     return candidate
+
+
+def _beside(candidate: Candidate, planning: Planning):
+    """What the candidate's run does beside its steps, timed (launcher.plan.run_time)."""
+    from launcher.plan.completion_lengths import completion_plan
+    from launcher.plan.run_time import run_time
+
+    profile, run = candidate.profile, candidate.run
+    assert run is not None, "timed after its run length"
+    arch = planning.arch(profile.model)
+    lengths = completion_plan(profile, arch, measurements=planning.request.measurements)
+    return run_time(profile, arch, run.steps, planning.gpu, candidate.estimate, lengths)
 
 
 def _run(profile, step_s: float | None, hours: float | None):

@@ -99,7 +99,7 @@ def test_plan_prints_and_carries_the_run_with_its_finishing_time(capsys):
     print_plan(plan, now=datetime(2030, 1, 2, 3, 4))
     text = capsys.readouterr().out
     run = plan.candidates[0].run
-    finish = datetime(2030, 1, 2, 3, 4) + timedelta(hours=run.hours)
+    finish = datetime(2030, 1, 2, 3, 4) + timedelta(hours=run.total_hours)
     assert f"run: {run.steps:,} steps, {run.prompts:,} prompts" in text
     assert f"finishing about {finish:%Y-%m-%d %H:%M}" in text
 
