@@ -133,7 +133,7 @@ def fit(rows: list[dict]) -> dict:
 
     sys.path.insert(0, str(REPO))
     from launcher.plan import cpu_speed, run_time
-    from launcher.plan.speed import shape_of
+    from launcher.plan.step_shape import shape_of
     from profiles.catalog import resolve
     from profiles.load import load_profile
 

@@ -33,7 +33,8 @@ sys.path.insert(0, str(REPO))
 from launcher.card.detect import GpuInfo  # noqa: E402
 from launcher.card.facts import card_facts  # noqa: E402
 from launcher.plan.completion_lengths import CompletionPlan  # noqa: E402
-from launcher.plan.speed import generation_time, shape_of, step_time, training_time  # noqa: E402
+from launcher.plan.speed import generation_time, step_time, training_time  # noqa: E402
+from launcher.plan.step_shape import shape_of  # noqa: E402
 from profiles.catalog import Architecture, resolve  # noqa: E402
 from profiles.schema import profile_from_dict  # noqa: E402
 
@@ -179,6 +180,32 @@ def error_text(ratios: list[float]) -> str:
     )
 
 
+def rank_correlation(rows: list[dict]) -> float | None:
+    """Spearman's rank correlation of predicted and measured seconds per step (ties ranked by their mean)."""
+    if len(rows) < 3:
+        return None
+
+    def ranks(values: list[float]) -> list[float]:
+        order = sorted(range(len(values)), key=values.__getitem__)
+        out = [0.0] * len(values)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                out[order[k]] = (i + j) / 2.0
+            i = j + 1
+        return out
+
+    a = ranks([r["predicted_s"] for r in rows])
+    b = ranks([r["seconds_per_step"] for r in rows])
+    mean_a, mean_b = statistics.fmean(a), statistics.fmean(b)
+    cov = sum((x - mean_a) * (y - mean_b) for x, y in zip(a, b))
+    spread = (sum((x - mean_a) ** 2 for x in a) * sum((y - mean_b) ** 2 for y in b)) ** 0.5
+    return cov / spread if spread else None
+
+
 def by_phase(rows: list[dict], title: str) -> list[str]:
     """The predictions by phase: what share of each predicted step is training, and the error of the records
     whose prediction generation bounds against those training bounds (generators apart)."""
@@ -304,7 +331,9 @@ def main(argv=None) -> int:
             [r for r in scored if clean(r)],
         ),
     ):
-        lines.append(f"{title}: {error_text([r['ratio'] for r in subset])}")
+        rho = rank_correlation(subset)
+        rank = f", rank correlation {rho:.2f}" if rho is not None else ""
+        lines.append(f"{title}: {error_text([r['ratio'] for r in subset])}{rank}")
         for key in ("card", "generator"):
             groups: dict[str, list[float]] = {}
             for r in subset:

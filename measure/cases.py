@@ -169,7 +169,7 @@ def timed_shape(profile, arch, gpu, sequences: int, prompt_tokens: int, completi
     `completion_tokens` tokens after prompts `prompt_tokens` wide, generated at once by transformers and
     trained as one micro-batch, on Unsloth's path or (`plain`) plain TRL + PEFT's; no reference or old-policy
     forward (the timed step scores neither) and one generation a step."""
-    from launcher.plan.speed import shape_of
+    from launcher.plan.step_shape import shape_of
 
     shape = shape_of(profile, arch, gpu)
     generations = max(1, min(int(profile.num_generations), sequences))

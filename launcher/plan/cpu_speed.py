@@ -30,7 +30,8 @@ import math
 import os
 from dataclasses import replace
 
-from launcher.plan.speed import StepShape, StepTime, as_measured, longest_of, shape_of
+from launcher.plan.speed import StepTime, as_measured, longest_of
+from launcher.plan.step_shape import StepShape, shape_of
 
 NAME = "CPU"
 DISPATCH_S = 0.0009  # one layer's ops dispatched once (a forward pass over one layer)

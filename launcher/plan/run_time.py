@@ -25,7 +25,8 @@ import math
 from dataclasses import dataclass, replace
 
 from launcher.plan import cpu_speed
-from launcher.plan.speed import StepShape, generation_time, shape_of, training_time
+from launcher.plan.speed import generation_time, training_time
+from launcher.plan.step_shape import StepShape, shape_of
 from profiles.evaluation_steps import eval_interval
 
 # Seconds from the command to the attempt's first work: the supervisor's plan, the attempt's imports

@@ -49,7 +49,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from launcher.card.facts import DEFAULT, CardFacts, card_facts
-from launcher.memory.scorers import scorers
+from launcher.plan.step_shape import StepShape, shape_of
 
 # Share of a card's peak that each phase reaches
 BANDWIDTH_EFFICIENCY = 0.6  # decode and dequantisation: bulk copies reach ~0.9 of peak, a decode step's
@@ -58,11 +58,14 @@ TRAIN_MATMUL_EFFICIENCY = 0.35  # training's GEMMs (LoRA on frozen weights, the 
 PREFILL_MATMUL_EFFICIENCY = 0.5  # prefill's large GEMMs
 # Fixed costs
 VLLM_DECODE_STEP_S = 0.008  # one vLLM decode step beyond its reads: scheduling, sampling, detokenising
-KERNEL_LAUNCH_S = 0.0011  # one layer's kernels launched once, forward or backward, by eager PyTorch (no CUDA
-#                                   graphs): some twenty kernels at ~10 us each, and Python's dispatch of each;
-#                                   the H100 kit measured 0.44-0.62 ms a layer a token in Unsloth's rollout context
-#                                   on Llama (CUDA graphs), 1.17-1.46 ms on Qwen, and 3.3-3.9 ms a layer per
-#                                   training pass of small micro-batches (three passes)
+KERNEL_LAUNCH_S = 0.0011  # one layer's kernels launched once by eager PyTorch: the H100 kit measured 1.17-1.46 ms a
+#                                   layer a token decoding Qwen2.5 on Unsloth's path, 3.3-3.9 ms a layer in training
+GRAPHED_LAUNCH_S = 0.00055  # the same where Unsloth decodes with CUDA graphs (GRAPHED_FAMILIES): the kit's Llamas
+#                                   0.44-0.62 ms a layer a token
+GRAPHED_FAMILIES = ("llama", "qwen3")
+MICRO_BATCH_FIXED_S = 0.1  # a micro-batch's work on Unsloth's path beside its layers' launches (the loss, the
+#                                   log-probs' chunks, the optimizer's Python): the kit's small steps took 0.09-0.25 s
+#                                   more than their launches (the plain path's factor holds its own)
 # The plain TRL + PEFT path (several GPUs) against Unsloth's, measured by the H100 kit at the same shapes
 # (benchmarks/gpu/nvidia-h100-80gb-hbm3.md): generate 2.1-11.8x slower a token than its rollout context (2.3-2.9x
 # than its plain generate()), a training step 0.87-1.89x (docs/planning.md)
@@ -102,67 +105,6 @@ def constants_set(values: dict):
         yield
     finally:
         module.update(saved)
-
-
-@dataclass(frozen=True)
-class StepShape:
-    """What the model needs of one configuration on one card."""
-
-    layers: int
-    hidden: int
-    vocab: int
-    linear_params: float  # every block's linear weights (all experts of a mixture)
-    active_linear_params: float  # those one token runs through (a mixture's active experts)
-    lm_head_params: float  # vocab x hidden (tied or not, the output projection is read every step)
-    kv_bytes_per_token: float  # 16-bit keys and values over all layers
-    q_dim: int
-    weight_bits: int  # 16, 8 or 4 (bitsandbytes NF4)
-    lora: bool
-    trainable_params: float
-    checkpointing: bool
-    generator: str  # "vllm" or "transformers"
-    prompts: int  # prompts per optimizer step (over every training process)
-    generations: int
-    micro_batch: int  # completions per forward/backward
-    prompt_tokens: int  # expected prompt tokens
-    expected: int  # expected completion tokens
-    cap: int  # completion cap
-    max_num_seqs: int = 256  # vLLM's sequences at once
-    kv_tokens: int | None = None  # tokens vLLM's KV cache holds (None: not the limit)
-    extra_forwards: float = 0  # forwards beyond the step's own: the reference model (beta > 0)
-    float32: bool = False
-    standby: bool = False
-    own_vllm_weights: bool = False  # vLLM keeps a copy of its own (TRL's engine, a server): sent every generation
-    world: int = 1  # data-parallel training processes
-    tool_calls: int = 0  # tool-calling turns a completion takes (launcher.plan.turns); its rounds are timed apart
-    call_tokens: int = 0  # tokens of one call
-    reply_tokens: int = 0  # tokens of one tool reply
-    num_iterations: int = 1  # TRL's num_iterations (GRPO's mu): optimisation passes over one generation batch
-    steps_per_generation: int = 1  # optimizer steps whose prompts one generation batch holds (TRL's
-    #                                steps_per_generation / gradient_accumulation_steps)
-    plain: bool = False  # plain TRL + PEFT (accelerate, several GPUs or a vLLM server) instead of Unsloth's path
-    vllm_engines: int = 1  # vLLM engines generating side by side (TRL's colocated: one per training process)
-    vllm_tp: int = 1  # GPUs one engine is split over (tensor parallel)
-    experts: int = 0  # routed experts of a mixture-of-experts block (0: dense)
-    experts_per_token: int = 0
-    expert_params: float = 0.0  # every routed expert's weights over all blocks (resident, read when routed to)
-    scorer_params: float = 0.0  # the reward models' parameters: a forward over every completion of a generation
-
-    @property
-    def completions(self) -> int:
-        return self.prompts * self.generations
-
-    @property
-    def generate_every(self) -> int:
-        """Optimizer steps between two generations (TRL's generate_every, in optimizer steps)."""
-        return max(1, self.num_iterations) * max(1, self.steps_per_generation)
-
-    @property
-    def old_policy_forwards(self) -> float:
-        """Forwards a step spends on the old policy's log-probs: TRL computes them once per generation batch
-        (a forward over all of it) when that batch serves more than one optimizer step, i.e. 1 / num_iterations
-        of a step's forward."""
-        return 1.0 / max(1, self.num_iterations) if self.generate_every > 1 else 0.0
 
 
 @dataclass
@@ -317,7 +259,10 @@ def generation_time(s: StepShape, card: CardFacts) -> tuple[float, float, int, s
         return prefill + steps * per_step, n / at_once, at_once, limit
     # transformers: the whole generation batch at once, padded until the longest finishes
     prefill = n * s.prompt_tokens * 2.0 * (s.active_linear_params + s.lm_head_params) / prefill_flops
-    launch = KERNEL_LAUNCH_S * s.layers * (PLAIN_GENERATE_SLOWDOWN if s.plain else 1.0)
+    graphed = s.family in GRAPHED_FAMILIES and not s.plain
+    launch = (
+        (GRAPHED_LAUNCH_S if graphed else KERNEL_LAUNCH_S) * s.layers * (PLAIN_GENERATE_SLOWDOWN if s.plain else 1.0)
+    )
     per_step, limit = _decode_step(s, n, s.prompt_tokens + longest / 2.0, bandwidth, prefill_flops, launch)
     return prefill + longest * per_step, 1.0, n, limit
 
@@ -348,7 +293,7 @@ def training_time(s: StepShape, card: CardFacts) -> float:
     compute = forwards * per_forward / flops
     passes = 2.0 + (1.0 if s.checkpointing else 0.0) + extra  # weight reads: forward-like passes
     reads = passes * _weight_read_bytes(s, True, tokens) / bandwidth
-    launches = passes * s.layers * KERNEL_LAUNCH_S * 3.0  # LoRA and the fused kernels: several launches a layer
+    launches = passes * s.layers * KERNEL_LAUNCH_S * 3.0 + (0.0 if s.plain else MICRO_BATCH_FIXED_S)
     # the GPU runs behind Python's launches: a micro-batch takes the longest of its work and their launches
     per_micro = max(compute, reads, launches)
     optimizer = 16.0 * s.trainable_params / bandwidth  # fp32 parameter, gradient and two moments, read and written
@@ -398,89 +343,6 @@ def step_time(s: StepShape, card_name: str | None, memory_gib: float | None = No
         num_iterations=max(1, s.num_iterations),
         generate_every=every,
     )
-
-
-# ---------------------------------------------------------------------------------------------------
-# A profile's step
-
-# Families Unsloth trains in float32 on a card without bfloat16 (unsloth_zoo's FORCE_FLOAT32 list)
-FORCE_FLOAT32_FAMILIES = ("gemma3", "gemma3_text", "gemma3n", "gemma4", "gpt_oss", "qwen3_5", "qwen3_moe", "glm4_moe")
-
-
-def shape_of(profile, arch, gpu, est=None, lengths=None) -> StepShape:
-    """The StepShape of `profile` (a profiles.schema.Profile) with `arch` on `gpu` (a GpuInfo or None); `est`:
-    its memory estimate (vLLM's sequences at once and KV cache come from it); `lengths`: its
-    launcher.plan.completion_lengths.CompletionPlan (derived when not given)."""
-    from contract.attempt import bf16_capable
-    from launcher.plan.completion_lengths import completion_plan
-
-    if lengths is None:
-        lengths = completion_plan(profile, arch)
-    expected = min(lengths.expected, profile.max_completion_length)
-    engine = getattr(est, "vllm_engine", None) if est is not None else None
-    max_seqs, kv_tokens = 256, None
-    if profile.fast_inference:
-        if engine:
-            max_seqs, kv_tokens = engine["max_num_seqs"], engine["kv_tokens"]
-        elif profile.distributed and not profile.uses_vllm_server:
-            max_seqs = profile.effective_batch  # TRL's own engine: the generation batch of one process
-        if profile.vllm_max_num_seqs:
-            max_seqs = profile.vllm_max_num_seqs
-    capability = getattr(gpu, "compute_capability", None)
-    float32 = arch.family in FORCE_FLOAT32_FAMILIES and capability is not None and not bf16_capable(capability)
-    trainable = (
-        arch.lora_params(profile.lora_rank, profile.target_modules) if profile.uses_lora else arch.computed_params
-    )
-    moe = bool(getattr(arch, "is_moe", False))
-    engines, tp = 1, 1
-    if profile.fast_inference and profile.distributed:
-        tp = max(1, profile.vllm_tensor_parallel)
-        engines = max(1, (profile.vllm_server_gpus if profile.uses_vllm_server else profile.num_gpus) // tp)
-    return StepShape(
-        layers=arch.layers,
-        hidden=arch.hidden,
-        vocab=arch.vocab,
-        linear_params=float(arch.linear_params),
-        active_linear_params=float(getattr(arch, "active_linear_params", arch.linear_params)),
-        lm_head_params=float(arch.vocab * arch.hidden),
-        kv_bytes_per_token=arch.kv_bytes_per_token(2),
-        q_dim=arch.q_dim,
-        weight_bits=4 if profile.load_in_4bit else 16,
-        lora=profile.uses_lora,
-        trainable_params=float(trainable),
-        checkpointing=profile.gradient_checkpointing != "false",
-        generator="vllm" if profile.fast_inference else "transformers",
-        prompts=max(1, profile.generation_batch // profile.num_generations),
-        generations=profile.num_generations,
-        micro_batch=profile.per_device_train_batch_size,
-        prompt_tokens=lengths.prompt_expected,
-        expected=expected,
-        cap=profile.max_completion_length,
-        max_num_seqs=max_seqs,
-        kv_tokens=kv_tokens,
-        extra_forwards=1 if profile.beta > 0 else 0,
-        float32=float32,
-        standby=profile.vllm_standby,
-        own_vllm_weights=profile.fast_inference and profile.distributed,
-        world=profile.num_gpus,
-        **_turn_fields(lengths),
-        num_iterations=int(getattr(profile, "num_iterations", 1) or 1),
-        steps_per_generation=profile.updates_per_generation,
-        plain=bool(profile.distributed),
-        vllm_engines=engines,
-        vllm_tp=tp,
-        experts=arch.experts if moe else 0,
-        experts_per_token=arch.experts_per_token if moe else 0,
-        expert_params=float(arch.expert_params) if moe else 0.0,
-        scorer_params=float(sum(s.arch.computed_params for s in scorers(profile) if s.arch is not None)),
-    )
-
-
-def _turn_fields(lengths) -> dict:
-    turns = getattr(lengths, "turns", None)
-    if turns is None:
-        return {}
-    return {"tool_calls": turns.calls, "call_tokens": turns.call_tokens, "reply_tokens": turns.reply_tokens}
 
 
 def predict(profile, arch, gpu, est=None, lengths=None, measured=None) -> StepTime:

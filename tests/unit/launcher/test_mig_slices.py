@@ -9,7 +9,8 @@ from commands import main
 from contract.errors import EXIT_BAD_INPUT
 from launcher.card.detect import detect_machine
 from launcher.card.facts import card_facts
-from launcher.plan.speed import StepShape, step_time
+from launcher.plan.speed import step_time
+from launcher.plan.step_shape import StepShape
 from support.fake_nvml import FakeNvml
 
 GIB = 1024**3

@@ -13,6 +13,7 @@ from launcher.plan import levers, speed
 from launcher.plan.ambition import ambition_of
 from launcher.plan.judge import Ledger, usable_of
 from launcher.plan.search import Solver
+from launcher.plan.step_shape import StepShape, shape_of
 from launcher.plan.value import CRITICAL_BATCH_GPU, critical_batch, learning_per_hour, update_value
 from profiles.catalog import Architecture, resolve
 from profiles.load import load_profile
@@ -65,7 +66,7 @@ def shape(**changes):
         gpu_memory_utilization=0.6,
     )
     machine = detect_machine(what_if_gib=79.6, what_if_name=H100)
-    base = speed.shape_of(p, resolve(p.model), machine.primary)
+    base = shape_of(p, resolve(p.model), machine.primary)
     return dataclasses.replace(base, **changes)
 
 
@@ -100,7 +101,7 @@ def test_a_decode_step_reads_the_experts_its_sequences_touch():
         "moe", 0, 2048, 24, 16, 4, 128, 0, 50000, False, "qwen3_moe", experts=64, experts_per_token=4,
         expert_intermediate=768, moe_layers=24,
     )  # fmt: skip
-    s = speed.StepShape(
+    s = StepShape(
         layers=moe.layers, hidden=moe.hidden, vocab=moe.vocab, linear_params=float(moe.linear_params),
         active_linear_params=float(moe.active_linear_params), lm_head_params=float(moe.vocab * moe.hidden),
         kv_bytes_per_token=moe.kv_bytes_per_token(2), q_dim=moe.q_dim, weight_bits=16, lora=True,

@@ -12,7 +12,7 @@ from commands import main
 from launcher.memory.ledger.weigh import Measured
 from launcher.plan import cpu_speed
 from launcher.plan.run_time import run_time
-from launcher.plan.speed import shape_of
+from launcher.plan.step_shape import shape_of
 from profiles.catalog import resolve
 from profiles.evaluation_steps import eval_interval
 from profiles.load import load_profile

@@ -72,7 +72,7 @@ def test_a_users_tool_is_planned_at_the_guards_cap_on_a_reply(tmp_path):
 
 def test_each_turn_is_a_round_with_its_prompt_prefilled_again():
     tools = profile(tools=["calculate"], max_tool_calls=3)
-    from launcher.plan.speed import shape_of
+    from launcher.plan.step_shape import shape_of
 
     shape = shape_of(tools, resolve(tools.model), L4)
     parts = rounds(shape)
