@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from profiles.evaluation_steps import EVAL_TIME_SHARE, eval_interval
 from profiles.load import load_profile
 from support.cli import start_train_py, train_py
 from support.waiting import finish
-from profiles.evaluation_steps import EVAL_TIME_SHARE, eval_interval
 from trainer.report import evaluation_figures
 
 REPO = Path(__file__).resolve().parents[3]
