@@ -14,7 +14,8 @@ for larger ones the arithmetic takes over. The model:
                fine-tuning) and the ops' dispatch of each pass; the optimizer over what is trained
   fixed        STEP_S a step (TRL's bookkeeping, logging, the optimizer's Python) and COMPLETION_S a completion
                (what grows with the completions beside the arithmetic: sampling and copying its tokens,
-               the log-softmax over the vocabulary, decoding it to text, its rewards)
+               the log-softmax over the vocabulary, decoding it to text, its rewards), and the programs that
+               code rewards run (launcher.plan.speed programs_time)
 
 The rate is FLOPS_PER_THREAD x the threads PyTorch runs on (the cores this process may use). DISPATCH_S is the
 CPU kit's (benchmarks/gpu/cpu.md: a decode step of the tiny model's 2 layers in 1.8-1.9 ms); FITTED were fitted
@@ -27,11 +28,10 @@ a card.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import replace
 
-from launcher.plan.speed import StepTime, as_measured, longest_of
-from launcher.plan.step_shape import StepShape, shape_of
+from launcher.plan.speed import StepTime, as_measured, longest_of, programs_time
+from launcher.plan.step_shape import StepShape, cores, shape_of
 
 NAME = "CPU"
 DISPATCH_S = 0.0009  # one layer's ops dispatched once (a forward pass over one layer)
@@ -41,14 +41,6 @@ STEP_S = 0.1  # per optimizer step
 COMPLETION_S = 0.004  # per completion
 FLOPS_PER_THREAD = 2.0e10  # float32 matrix products one thread sustains (AVX-512 FMA at about half its peak)
 FITTED = ("GENERATE_STEP_S", "STEP_S", "COMPLETION_S")
-
-
-def threads() -> int:
-    """The threads PyTorch computes with on this machine: the cores this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
 
 
 def generation_time(s: StepShape, flops: float) -> float:
@@ -79,13 +71,13 @@ def training_time(s: StepShape, flops: float) -> float:
 def step_time(s: StepShape, cpu_threads: int | None = None) -> StepTime:
     """The predicted step of `s` on this machine's CPU (`cpu_threads`: the threads PyTorch uses; None: this
     process's cores)."""
-    used = cpu_threads or threads()
+    used = cpu_threads or cores()
     flops = FLOPS_PER_THREAD * used
     every = s.generate_every
     batch = replace(s, prompts=s.prompts * max(1, s.steps_per_generation)) if s.steps_per_generation > 1 else s
     generation = generation_time(batch, flops) / every
     training = training_time(s, flops)
-    fixed = STEP_S + COMPLETION_S * batch.completions / every
+    fixed = STEP_S + (COMPLETION_S * batch.completions + programs_time(batch)) / every
     return StepTime(
         generation + training + fixed,
         generation,

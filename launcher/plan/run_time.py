@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 
 from launcher.plan import cpu_speed
 from launcher.plan.speed import generation_time, training_time
-from launcher.plan.step_shape import StepShape, shape_of
+from launcher.plan.step_shape import StepShape, cores, shape_of
 from profiles.evaluation_steps import eval_interval
 
 # Seconds from the command to the attempt's first work: the supervisor's plan, the attempt's imports
@@ -74,14 +74,14 @@ def _generation_s(profile, shape: StepShape, card, sequences: int, completion: f
         batches, size = math.ceil(sequences / EVAL_BATCH), min(sequences, EVAL_BATCH)
     one = replace(one, prompts=max(1, size))
     if card is None:
-        return batches * cpu_speed.generation_time(one, cpu_speed.FLOPS_PER_THREAD * cpu_speed.threads())
+        return batches * cpu_speed.generation_time(one, cpu_speed.FLOPS_PER_THREAD * cores())
     return batches * generation_time(one, card)[0]
 
 
 def _step_at_cap_s(shape: StepShape, card) -> float:
     at_cap = replace(shape, expected=shape.cap)
     if card is None:
-        flops = cpu_speed.FLOPS_PER_THREAD * cpu_speed.threads()
+        flops = cpu_speed.FLOPS_PER_THREAD * cores()
         return cpu_speed.generation_time(at_cap, flops) + cpu_speed.training_time(at_cap, flops)
     return generation_time(at_cap, card)[0] + training_time(at_cap, card)
 

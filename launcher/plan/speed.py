@@ -49,7 +49,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from launcher.card.facts import DEFAULT, CardFacts, card_facts
-from launcher.plan.step_shape import StepShape, shape_of
+from launcher.plan.step_shape import StepShape, cores, shape_of
 
 # Share of a card's peak that each phase reaches
 BANDWIDTH_EFFICIENCY = 0.6  # decode and dequantisation: bulk copies reach ~0.9 of peak, a decode step's
@@ -73,6 +73,8 @@ PLAIN_GENERATE_SLOWDOWN = 2.5
 PLAIN_TRAINING_SLOWDOWN = 1.6
 STEP_FIXED_S = 2.0  # per optimizer step: rewards, logging, the adapter handed to vLLM, Python
 STANDBY_SWITCH_S = 0.5  # per step under standby: the engine falls asleep and wakes (logged 0.1-0.35 s)
+PROGRAM_RUN_S = 0.014  # CPU seconds of one program run in the local sandbox, a fresh Python against one test case
+#                       (benchmarks/sandbox_throughput.md: about 42 ms a completion of 3 test cases)
 HOST_LINK_GB_S = 12.0  # PCIe to host or between GPUs without NVLink (weights to a vLLM server)
 # The constants a measured card refits (measure.refit), by name
 FITTED_CONSTANTS = (
@@ -301,6 +303,11 @@ def training_time(s: StepShape, card: CardFacts) -> float:
     return seconds * (PLAIN_TRAINING_SLOWDOWN if s.plain else 1.0)
 
 
+def programs_time(s: StepShape) -> float:
+    """Seconds the rewards' programs take over a generation batch: every run over the machine's cores at once."""
+    return s.completions * s.program_runs * PROGRAM_RUN_S / cores()
+
+
 def scoring_time(s: StepShape, card: CardFacts) -> float:
     """Seconds the reward models' forward takes over a generation batch: 2 x parameters FLOPs a token, as prefill."""
     return 2.0 * s.scorer_params * s.completions * (s.prompt_tokens + s.expected) / _speeds(card, s.float32)[2]
@@ -325,7 +332,8 @@ def step_time(s: StepShape, card_name: str | None, memory_gib: float | None = No
     if s.own_vllm_weights:  # the new weights go to vLLM before each generation
         weights = s.linear_params * 2.0 + s.lm_head_params * 2.0
         sync = weights / (HOST_LINK_GB_S * 1e9) / every
-    fixed = STEP_FIXED_S + (STANDBY_SWITCH_S / every if s.standby else 0.0) + scoring_time(batch, card) / every
+    rewards = scoring_time(batch, card) + programs_time(batch)
+    fixed = STEP_FIXED_S + (STANDBY_SWITCH_S / every if s.standby else 0.0) + rewards / every
     total = generation + training + sync + fixed
     return StepTime(
         total,

@@ -4,9 +4,31 @@ gives them (no torch)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from launcher.memory.scorers import scorers
+
+# Rewards that run a completion's program once per test case of its row (rewards.execution)
+PROGRAM_REWARDS = ("code", "binary_code")
+# Test cases a row holds, where the task says (tasks/programs.py writes 3); other data's rows are not read at plan
+# time: DEFAULT_TEST_CASES, a stated default that errs long on the small problems open-r1's recipes train on
+TEST_CASES = {"programs": 3}
+DEFAULT_TEST_CASES = 10
+
+
+def cores() -> int:
+    """The CPU cores this process may run on (PyTorch's threads on the CPU; the sandbox's programs at once)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def program_runs(profile) -> float:
+    """Programs a completion's rewards run: each program reward runs it once per test case of its row."""
+    rewards = [name for name in (getattr(profile, "rewards", None) or {}) if name in PROGRAM_REWARDS]
+    return float(len(rewards) * TEST_CASES.get(profile.dataset, DEFAULT_TEST_CASES)) if rewards else 0.0
 
 
 @dataclass(frozen=True)
@@ -53,6 +75,7 @@ class StepShape:
     expert_params: float = 0.0  # every routed expert's weights over all blocks (resident, read when routed to)
     scorer_params: float = 0.0  # the reward models' parameters: a forward over every completion of a generation
     family: str = ""  # the architecture's family (GRAPHED_FAMILIES decode with CUDA graphs on Unsloth's path)
+    program_runs: float = 0.0  # programs a completion's rewards run (program_runs), each in a sandbox
 
     @property
     def completions(self) -> int:
@@ -142,6 +165,7 @@ def shape_of(profile, arch, gpu, est=None, lengths=None) -> StepShape:
         expert_params=float(arch.expert_params) if moe else 0.0,
         scorer_params=float(sum(s.arch.computed_params for s in scorers(profile) if s.arch is not None)),
         family=arch.family,
+        program_runs=program_runs(profile),
     )
 
 

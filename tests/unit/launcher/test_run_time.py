@@ -85,3 +85,22 @@ def test_a_budget_of_hours_holds_the_whole_run(capsys):
     run = chosen["run"]
     assert run["budget_hours"] == 1.5 and run["total_hours"] <= 1.5 and run["hours"] < run["total_hours"]
     assert "beside the steps" in run["basis"]
+
+
+def test_rewards_that_run_programs_are_in_the_step(monkeypatch):
+    """Each program reward runs every completion's program once per test case, over the machine's cores."""
+    from launcher.plan import speed, step_shape
+
+    tiny = resolve("tiny")
+    plain = load_profile(CPU_DEFAULT)
+    coded = load_profile(CPU_DEFAULT, ["rewards={xml_count: 1.0, code: 2.0}"])
+    both = load_profile(CPU_DEFAULT, ["rewards={code: 2.0, binary_code: 1.0}"])
+    monkeypatch.setattr(step_shape, "cores", lambda: 2)
+    monkeypatch.setattr(speed, "cores", lambda: 2)
+    base = cpu_speed.predict(plain, tiny, cpu_threads=2).fixed_s
+    one = cpu_speed.predict(coded, tiny, cpu_threads=2).fixed_s - base
+    runs = plain.effective_batch * step_shape.DEFAULT_TEST_CASES * speed.PROGRAM_RUN_S / 2
+    assert one == pytest.approx(runs, rel=1e-6)
+    assert cpu_speed.predict(both, tiny, cpu_threads=2).fixed_s - base == pytest.approx(2 * runs, rel=1e-6)
+    monkeypatch.setattr(speed, "cores", lambda: 8)
+    assert cpu_speed.predict(coded, tiny, cpu_threads=2).fixed_s - base == pytest.approx(runs / 4, rel=1e-6)
