@@ -233,14 +233,12 @@ def _lighter(profile, arch, room: _Room) -> str:
         if profile.uses_lora:
             changes.pop("lora_rank", None)
         lighter = profile.model_copy(update=changes)
-        fits, _ = _judge(estimate(lighter, arch, room.gpu), room)
+        est = estimate(lighter, arch, room.gpu)
+        fits, _ = _judge(est, room)
         if fits:
             what = "full fine-tuning (every weight, as TRL without use_peft)" if not profile.uses_lora else "16-bit"
             sets = " ".join(f"--set {key}={str(value).lower()}" for key, value in changes.items())
-            return (
-                f"; {what} does not fit, {words} does ({estimate(lighter, arch, room.gpu).total_gib:.2f} GiB): "
-                f"{sets} (or write it in the file)"
-            )
+            return f"; {what} does not fit, {words} does ({est.total_gib:.2f} GiB): {sets} (or write it in the file)"
     return ""
 
 
