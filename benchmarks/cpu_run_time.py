@@ -3,6 +3,7 @@
 
     python benchmarks/cpu_run_time.py [--cases NAME,...] [--markdown FILE] [--json FILE]
     python benchmarks/cpu_run_time.py --constants-from RUNS.json (the constants fitted to the fit cases of RUNS.json)
+    python benchmarks/cpu_run_time.py --restate RUNS.json [--markdown FILE] (RUNS.json stated again, not run)
 
 Each case is the product's own command, `python train.py train --profile P --set ...`, timed from its start to
 its exit, beside what `python train.py plan --json` with the same arguments stated for it just before (the chosen
@@ -139,44 +140,50 @@ def fit(rows: list[dict]) -> dict:
 
     tiny = resolve("tiny")
     fits = [r for r in rows if r["role"] == "fit"]
-    design, targets = [], []
+    shapes = []
     for r in fits:
         profile = load_profile(REPO / r["profile"], r["sets"])
         expected = max(1, round(r["measured"]["completion_mean"]))
-        shape = shape_of(profile, tiny, None)
-        shape = replace(shape, expected=expected, float32=True, generator="transformers")
-
-        def at(values: dict, shape=shape) -> float:
-            saved = _patched(cpu_speed, values)
-            try:
-                return cpu_speed.step_time(shape).step_s
-            finally:
-                _patched(cpu_speed, saved)
-
-        zero = dict.fromkeys(cpu_speed.FITTED, 0.0)
-        base = at(zero)
-        design.append([at({**zero, name: 1.0}) - base for name in cpu_speed.FITTED])
-        targets.append(r["measured"]["step_s"] - base)
+        shapes.append(replace(shape_of(profile, tiny, None), expected=expected, float32=True, generator="transformers"))
+    names = cpu_speed.FITTED
     weights = [1.0 / r["measured"]["step_s"] for r in fits]
     best = None
-    names = cpu_speed.FITTED
-    for size in range(len(names), 0, -1):  # non-negative least squares by the subsets of the constants
-        for chosen in itertools.combinations(range(len(names)), size):
-            coef = _least_squares(
-                [[row[i] * w for i in chosen] for row, w in zip(design, weights)],
-                [t * w for t, w in zip(targets, weights)],
-            )
-            if coef is None or any(c < 0 for c in coef):
-                continue
-            values = [0.0] * len(names)
-            for i, c in zip(chosen, coef):
-                values[i] = c
-            residual = sum(
-                (sum(v * x for v, x in zip(values, row)) - t) ** 2 * w * w
-                for row, t, w in zip(design, targets, weights)
-            )
-            if best is None or residual < best[0]:
-                best = (residual, values)
+    for flops in (cpu_speed.FLOPS_PER_THREAD,):  # measured, not fitted: the fitted constants are linear in a step
+        design, targets = [], []
+        for r, shape in zip(fits, shapes):
+
+            def at(values: dict, shape=shape, flops=flops) -> float:
+                saved = _patched(cpu_speed, {**values, "FLOPS_PER_THREAD": flops})
+                try:
+                    return cpu_speed.step_time(shape).step_s
+                finally:
+                    _patched(cpu_speed, saved)
+
+            zero = dict.fromkeys(names, 0.0)
+            base = at(zero)
+            design.append([at({**zero, name: 1.0}) - base for name in names])
+            targets.append(r["measured"]["step_s"] - base)
+        for size in range(len(names), -1, -1):  # non-negative least squares by the subsets of the constants
+            for chosen in itertools.combinations(range(len(names)), size):
+                coef = (
+                    _least_squares(
+                        [[row[i] * w for i in chosen] for row, w in zip(design, weights)],
+                        [t * w for t, w in zip(targets, weights)],
+                    )
+                    if chosen
+                    else []
+                )
+                if coef is None or any(c < 0 for c in coef):
+                    continue
+                values = [0.0] * len(names)
+                for i, c in zip(chosen, coef):
+                    values[i] = c
+                residual = sum(
+                    (sum(v * x for v, x in zip(values, row)) - t) ** 2 * w * w
+                    for row, t, w in zip(design, targets, weights)
+                )
+                if best is None or residual < best[0]:
+                    best = (residual, values, flops)
     step = dict(zip(names, best[1])) if best else {}
     starts = [r["measured"]["wall_s"] - r["measured"]["attempt_s"] + r["measured"]["phases"]["load"] for r in fits]
     reports = [r["measured"]["phases"]["adapter"] + r["measured"]["phases"]["report"] for r in fits]
@@ -217,6 +224,51 @@ def _least_squares(a: list[list[float]], b: list[float]) -> list[float] | None:
     return [m[i][n] / m[i][i] for i in range(n)]
 
 
+def _stated_fields(profile: str, sets: tuple[str, ...], env: dict, wall_s: float) -> dict:
+    said = stated(profile, sets, env)
+    stated_s = said["run"]["total_hours"] * 3600
+    return {
+        "stated_s": round(stated_s, 1),
+        "stated_step_s": said["step_s"],
+        "stated_parts": said["run"]["beside_steps"],
+        "error": round(stated_s / wall_s, 3) if wall_s else None,
+    }
+
+
+def run_cases(wanted: list[str]) -> list[dict]:
+    """Each case planned, then run and timed, over one fresh ledger; the ledger as the plan read it is kept in
+    the row (`ledger_before`), so that the statement can be made again with other constants (--restate)."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="cpu-run-time-") as folder:
+        ledger = Path(folder) / "ledger.jsonl"
+        env = {**os.environ, "GRPO_TRAIN_LEDGER": str(ledger)}
+        for name, role, profile, sets in CASES:
+            if name not in wanted:
+                continue
+            before = ledger.read_text(encoding="utf-8") if ledger.exists() else ""
+            said = _stated_fields(profile, sets, env, 0.0)
+            load = os.getloadavg()[0]
+            got = measured(profile, sets, env, Path(folder) / name)
+            got["load_before"], got["load_after"] = round(load, 2), round(os.getloadavg()[0], 2)
+            row = {"name": name, "role": role, "profile": profile, "sets": list(sets), **said, "measured": got}
+            row["error"] = round(row["stated_s"] / got["wall_s"], 3)
+            row["ledger_before"] = before
+            rows.append(row)
+            print(table(rows)[-1], flush=True)
+    return rows
+
+
+def restate(rows: list[dict]) -> list[dict]:
+    """Each row's statement made again by today's plan, from the ledger it was first planned with."""
+    with tempfile.TemporaryDirectory(prefix="cpu-run-time-") as folder:
+        for row in rows:
+            ledger = Path(folder) / f"{row['name']}.jsonl"
+            ledger.write_text(row.get("ledger_before", ""), encoding="utf-8")
+            env = {**os.environ, "GRPO_TRAIN_LEDGER": str(ledger)}
+            row.update(_stated_fields(row["profile"], tuple(row["sets"]), env, row["measured"]["wall_s"]))
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", default=",".join(c[0] for c in CASES))
@@ -225,44 +277,28 @@ def main() -> int:
     parser.add_argument(
         "--constants-from", type=Path, metavar="RUNS.json", help="print the constants fitted to these runs"
     )
+    parser.add_argument(
+        "--restate", type=Path, metavar="RUNS.json", help="state these runs again with today's constants (no runs)"
+    )
     args = parser.parse_args()
     if args.constants_from:
         print(json.dumps(fit(json.loads(args.constants_from.read_text(encoding="utf-8"))), indent=1))
         return 0
-    wanted = args.cases.split(",")
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="cpu-run-time-") as folder:
-        env = {**os.environ, "GRPO_TRAIN_LEDGER": str(Path(folder) / "ledger.jsonl")}
-        for name, role, profile, sets in CASES:
-            if name not in wanted:
-                continue
-            said = stated(profile, sets, env)
-            got = measured(profile, sets, env, Path(folder) / name)
-            stated_s = said["run"]["total_hours"] * 3600
-            rows.append(
-                {
-                    "name": name,
-                    "role": role,
-                    "profile": profile,
-                    "sets": list(sets),
-                    "stated_s": round(stated_s, 1),
-                    "stated_step_s": said["step_s"],
-                    "stated_parts": said["run"]["beside_steps"],
-                    "measured": got,
-                    "error": round(stated_s / got["wall_s"], 3),
-                }
-            )
-            print(table(rows)[-1], flush=True)
+    if args.restate:
+        rows = restate(json.loads(args.restate.read_text(encoding="utf-8")))
+    else:
+        rows = run_cases(args.cases.split(","))
     machine = f"{os.cpu_count()} CPU cores ({platform.machine()}), Python {platform.python_version()}"
-    load = os.getloadavg()[0]
+    loads = [r["measured"].get("load_before") for r in rows if r["measured"].get("load_before") is not None]
+    load_text = f"load average {min(loads):.1f}-{max(loads):.1f} as the runs started" if loads else ""
     text = [
         "# The plan's stated run time against the measured wall time (CPU)",
         "",
-        "`python benchmarks/cpu_run_time.py --markdown benchmarks/cpu_run_time.md`: each case's `python train.py "
-        "train` timed from start to exit, beside what `plan --json` stated for it just before (benchmarks/"
-        "cpu_run_time.py says how). Error: stated / measured.",
+        "`python benchmarks/cpu_run_time.py --json RUNS.json --markdown benchmarks/cpu_run_time.md`: each case's "
+        "`python train.py train` timed from start to exit, beside what `plan --json` states for it from the ledger "
+        "it ran with (benchmarks/cpu_run_time.py says how). Error: stated / measured.",
         "",
-        f"Machine: {machine}; load average {load:.1f} at the end.",
+        f"Machine: {machine}; {load_text}.",
         "",
         *table(rows),
         "",

@@ -36,8 +36,8 @@ VLLM_START_S = 60.0  # vLLM's engine: its memory profile, KV cache and CUDA grap
 LOAD_GB_S = 1.0  # weights read from the local cache and placed on the device
 SAVE_GB_S = 0.5  # checkpoints written
 SAVE_S = 0.3  # one save's own work (its folder, its small files)
-REPORT_S = 1.5  # the adapter, the summary, five plots and the report; fitted on the CPU
-EVAL_ROW_S = 0.005  # a held-out answer beside its generation: decoded, its answer read and judged; fitted on the CPU
+REPORT_S = 0.85  # the adapter, the summary, five plots and the report; fitted on the CPU
+EVAL_ROW_S = 0.0003  # a held-out answer beside its generation: decoded, its answer read and judged; fitted on the CPU
 EVAL_BATCH = 16  # rows transformers' generate answers at once (evaluation.generate)
 FITTED = ("CPU_START_S", "REPORT_S", "EVAL_ROW_S")
 
