@@ -229,11 +229,16 @@ def measurements_of(args):
     return read_ledger()
 
 
+# Correctness rewards that judge a program by its test cases: a profile judged by one trains programs.
+PROGRAM_JUDGES = ("code", "binary_code")
+
+
 def ladder_rungs(profiles: list) -> list:
     """The profiles of a folder that are rungs of its ladder: a profile written with tools or an environment
-    trains another thing than its neighbours (docs/tools.md), so it is never a fallback from them and runs with
-    --profile; a folder of such profiles alone is a ladder of its own."""
-    plain = [p for p in profiles if not (p.tools or p.environment)]
+    (docs/tools.md), or judged on programs passing test cases (the code demo, docs/cpu-demo.md), trains another
+    thing than its neighbours, so it is never a fallback from them and runs with --profile; a folder of such
+    profiles alone is a ladder of its own."""
+    plain = [p for p in profiles if not (p.tools or p.environment or p.correctness in PROGRAM_JUDGES)]
     return plain or profiles
 
 

@@ -346,7 +346,7 @@ class ProfileFields(BaseModel):
     # --- task ---
     dataset: StrictStr = _key(
         "gsm8k",
-        "gsm8k, arithmetic (generated offline), a hub dataset id org/name, or a "
+        "gsm8k, arithmetic or programs (generated offline), a hub dataset id org/name, or a "
         "local .jsonl/.json/.csv/.parquet file or folder of them",
         "task",
     )

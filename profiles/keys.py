@@ -9,7 +9,7 @@ from typing import Any, Literal, get_args
 
 # LoRA ranks vLLM can serve (`max_lora_rank` must be one of these).
 VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
-DATASETS = ("gsm8k", "arithmetic")
+DATASETS = ("gsm8k", "arithmetic", "programs")
 CheckpointingMode = Literal["unsloth", "true", "false"]
 CHECKPOINTING_MODES: tuple[str, ...] = get_args(CheckpointingMode)
 Optimizer = Literal[

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contract.errors import UsageError
-from tasks import arithmetic, gsm8k
+from tasks import arithmetic, gsm8k, programs
 from tasks.data_spec import TESTS_FIELD, DataSpec
 from tasks.prompts import to_prompt_rows
 
@@ -27,6 +27,9 @@ SPLITS = ("train", "test")
 ARITHMETIC_TRAIN_SIZE = 5000
 ARITHMETIC_TEST_SIZE = 500
 ARITHMETIC_TEST_SEED = "held-out"
+PROGRAMS_TRAIN_SIZE = 2000
+PROGRAMS_TEST_SIZE = 100  # distinct questions, of the generator's 4,200 (tasks.programs.QUESTIONS)
+PROGRAMS_TEST_SEED = "held-out"
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,14 @@ def _load_arithmetic(split: str, limit: int, seed: int) -> list[dict]:
     return rows[:wanted]
 
 
+def _load_programs(split: str, limit: int, seed: int) -> list[dict]:
+    held_out = programs.distinct(PROGRAMS_TEST_SIZE, seed=PROGRAMS_TEST_SEED)
+    if split == "test":
+        return held_out[:limit] if limit else held_out
+    excluded = {row["question"] for row in held_out}
+    return programs.without(lambda count: programs.generate(count, seed=seed), limit or PROGRAMS_TRAIN_SIZE, excluded)
+
+
 # Stable names: profiles refer to them in `dataset`.
 TASKS: dict[str, Task] = {
     task.name: task
@@ -66,6 +77,7 @@ TASKS: dict[str, Task] = {
             "gsm8k", "grade-school maths word problems (openai/gsm8k: the hub, or its local cache offline)", _load_gsm8k
         ),
         Task("arithmetic", "generated multi-step word problems in GSM8K's shape (offline, seeded)", _load_arithmetic),
+        Task("programs", "generated tiny stdin/stdout programs with test cases (offline, seeded)", _load_programs),
     )
 }
 
@@ -168,7 +180,10 @@ def load_task(dataset, split: str = "train", limit: int = 0, seed: int = 0) -> l
     spec = _spec_of(dataset)
     if spec.dataset in TASKS:
         rows = TASKS[spec.dataset].load(split, limit, seed)
-        return to_prompt_rows(rows[:limit] if limit else rows, spec.system_prompt)
+        rows = rows[:limit] if limit else rows
+        prompted = to_prompt_rows(rows, spec.system_prompt)
+        # a generated task's test cases reach the code rewards as the column they read
+        return [{**p, TESTS_FIELD: row[TESTS_FIELD]} if TESTS_FIELD in row else p for p, row in zip(prompted, rows)]
     return _user_rows(spec, split, limit)
 
 

@@ -60,5 +60,5 @@ def source_kind(dataset: str) -> str:
         return "hub"
     raise UsageError(
         f"dataset {dataset!r}: no such file or folder, and not a hub id of the form org/name "
-        "(fix: check the path, or give gsm8k or arithmetic)"
+        "(fix: check the path, or give gsm8k, arithmetic or programs)"
     )

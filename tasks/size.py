@@ -2,7 +2,8 @@
 
 Known from metadata alone, offline, without reading a large file's rows:
 - the shipped tasks: `gsm8k` (GSM8K's train split holds 7,473 problems, also under its hub name openai/gsm8k,
-  in either configuration) and `arithmetic` (tasks.ARITHMETIC_TRAIN_SIZE generated problems);
+  in either configuration), `arithmetic` (tasks.ARITHMETIC_TRAIN_SIZE generated problems) and `programs`
+  (tasks.PROGRAMS_TRAIN_SIZE);
 - a local .jsonl or .csv file by its lines (bounded: a file past COUNT_BYTES is not counted), a .json file by
   its list's length, a .parquet file by the row count in its footer (pyarrow, imported only then);
 - a folder: the files of the split as `datasets` picks them by name (data/train-00000-of-00002.parquet,
@@ -26,6 +27,7 @@ from tasks.data_spec import SUFFIX_BUILDERS
 GSM8K_TRAIN_ROWS = 7473
 # tasks.ARITHMETIC_TRAIN_SIZE, kept here so that planning imports nothing of the task loaders
 ARITHMETIC_TRAIN_ROWS = 5000
+PROGRAMS_TRAIN_ROWS = 2000  # tasks.PROGRAMS_TRAIN_SIZE, likewise
 COUNT_BYTES = 256 << 20  # a local text file (or a folder's text files together) larger than this is not counted
 MAX_FOLDER_ENTRIES = 10_000  # a folder walk past this many entries stops: the size is then known once it loads
 MAX_FOLDER_DEPTH = 8
@@ -74,6 +76,8 @@ def _rows(dataset: str, config: str | None, split: str) -> tuple[int | None, str
         return GSM8K_TRAIN_ROWS, "GSM8K's train split"
     if dataset == "arithmetic":
         return ARITHMETIC_TRAIN_ROWS, "the generated arithmetic problems"
+    if dataset == "programs":
+        return PROGRAMS_TRAIN_ROWS, "the generated programming problems"
     path = Path(dataset).expanduser()
     try:
         if path.is_dir():

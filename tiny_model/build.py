@@ -164,21 +164,22 @@ def _build_model(tokenizer, shape: TinyShape, seed: int):
 
 
 def build_key(dataset: str, seed: int, shape: TinyShape, long_answers: bool = False) -> str:
-    from tiny_model import warm_start
+    from tiny_model import program_warm_start, warm_start
 
+    warm_starts = {"arithmetic": warm_start.settings, "programs": program_warm_start.settings}
     spec = {
         "dataset": dataset,
         "seed": seed,
         "shape": asdict(shape),
         "version": BUILD_VERSION,
-        "warm_start": warm_start.settings() if dataset == "arithmetic" else None,
+        "warm_start": warm_starts[dataset]() if dataset in warm_starts else None,
         "rows": CORPUS_ROWS,
         "tags": XML_TAGS,
         "template": CHAT_TEMPLATE,
     }
     if long_answers:  # the variant's own key; the default model's stays what it was
         spec["answers"] = warm_start.long_settings()
-    if dataset not in ("gsm8k", "arithmetic"):
+    if dataset not in ("gsm8k", "arithmetic", "programs"):
         path = Path(dataset).expanduser()
         spec["file"] = [str(path.resolve()), path.stat().st_mtime_ns if path.exists() else 0]
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
@@ -227,7 +228,11 @@ def ensure_tiny(
 def _warm_start(model, tokenizer, dataset: str, seed: int, long_answers: bool = False) -> dict | None:
     """Warm-start the model for the generated arithmetic task (the one it can learn offline) and return the
     build-time record: held-out accuracy before and after, samples, steps and seconds. Other tasks keep the
-    random model (None)."""
+    random model (None); `programs` has its own (tiny_model.program_warm_start)."""
+    if dataset == "programs":
+        from tiny_model import program_warm_start
+
+        return program_warm_start.warm_start_record(model, tokenizer, seed)
     if dataset != "arithmetic":
         return None
     import time

@@ -132,6 +132,18 @@ def test_cpu_machine_plans_the_cpu_profiles_only():
     assert plan.to_json()["gpu"]["source"] == "none"
 
 
+def test_the_code_demo_is_no_rung_of_the_shipped_cpu_ladder():
+    from commands.options import ladder_rungs
+
+    shipped = load_profiles(REPO / "profiles", device="cpu")
+    assert "cpu-tiny-code" in {p.name for p in shipped}
+    rungs = [p.name for p in ladder_rungs(shipped)]
+    # judged on programs passing test cases: a fallback to it would train another task than the one asked for
+    assert "cpu-tiny-code" not in rungs and "cpu-tiny-8gen" in rungs and "cpu-tiny-4gen" in rungs
+    alone = [load_profile(REPO / "profiles" / "cpu-tiny-code.yaml")]
+    assert ladder_rungs(alone) == alone  # a folder of code profiles alone is a ladder of its own
+
+
 def test_cuda_profile_without_a_gpu_does_not_fit():
     plan = make_plan(PlanRequest([load_profile(PROFILES / "gpu-16gb-gemma3-1b.yaml")], cpu_machine()))
     assert plan.chosen is None

@@ -16,8 +16,8 @@ from launcher.plan.choose import make_plan
 from launcher.plan.duration import DEFAULT_HOURS, DEFAULT_STEPS, run_length
 from launcher.plan.request import PlanRequest
 from profiles.load import load_profile, load_profiles
-from tasks import ARITHMETIC_TRAIN_SIZE
-from tasks.size import ARITHMETIC_TRAIN_ROWS, GSM8K_TRAIN_ROWS, train_rows
+from tasks import ARITHMETIC_TRAIN_SIZE, PROGRAMS_TRAIN_SIZE
+from tasks.size import ARITHMETIC_TRAIN_ROWS, GSM8K_TRAIN_ROWS, PROGRAMS_TRAIN_ROWS, train_rows
 
 REPO = Path(__file__).resolve().parents[3]
 PROFILES = REPO / "profiles"
@@ -60,6 +60,7 @@ def test_epochs_of_data_whose_size_is_unknown_are_refused_naming_the_key():
 def test_the_training_split_is_counted_without_loading_it(tmp_path):
     assert train_rows("gsm8k") == (GSM8K_TRAIN_ROWS, "GSM8K's train split")
     assert train_rows("arithmetic", 2000)[0] == 2000 and ARITHMETIC_TRAIN_ROWS == ARITHMETIC_TRAIN_SIZE
+    assert train_rows("programs")[0] == PROGRAMS_TRAIN_ROWS == PROGRAMS_TRAIN_SIZE
     data = tmp_path / "mine.jsonl"
     data.write_text("".join(json.dumps({"question": str(i), "answer": str(i)}) + "\n" for i in range(37)))
     assert train_rows(str(data))[0] == 37

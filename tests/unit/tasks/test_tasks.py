@@ -323,7 +323,7 @@ def test_load_task_refuses_bad_datasets(dataset, message):
 
 
 def test_the_registry_names_and_describes_every_task():
-    assert task_names() == ("gsm8k", "arithmetic")
+    assert task_names() == ("gsm8k", "arithmetic", "programs")
     assert set(describe()) == set(TASKS)
     assert all(line and "\n" not in line for line in describe().values())
     assert load_task("arithmetic", "train", limit=3, seed=1) == to_prompt_rows(TASKS["arithmetic"].load("train", 3, 1))
