@@ -28,6 +28,7 @@ import re
 import time
 
 from tasks import programs
+from tiny_model.warm_start import _batch
 
 WARM_START_MIN_STEPS = 60
 WARM_START_MAX_STEPS = 600
@@ -114,20 +115,6 @@ def _examples(tokenizer, seed: int, count: int) -> list[tuple[list[int], list[in
         answer_ids = tokenizer(completion(row) + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
         out.append((prompt_ids + answer_ids, [-100] * len(prompt_ids) + answer_ids))
     return out
-
-
-def _batch(examples, pad_id: int):
-    import torch
-
-    width = max(len(ids) for ids, _ in examples)
-    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
-    labels = torch.full((len(examples), width), -100, dtype=torch.long)
-    mask = torch.zeros((len(examples), width), dtype=torch.long)
-    for i, (row_ids, row_labels) in enumerate(examples):
-        ids[i, : len(row_ids)] = torch.tensor(row_ids)
-        labels[i, : len(row_labels)] = torch.tensor(row_labels)
-        mask[i, : len(row_ids)] = 1
-    return ids, labels, mask
 
 
 def _answers(model, tokenizer, rows: list[dict], tokens: int) -> tuple[list[str], list[bool]]:
