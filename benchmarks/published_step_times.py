@@ -13,13 +13,16 @@ from a record.
 What the model cannot see, and the records say: a run's first steps compile (short runs overstate the steady
 state); image prompts hold tokens the settings do not give (their prompt cap is taken); a reward that runs code
 adds CPU time; the engines of 2025's notebooks ran with 128-320 sequences at once (more than any record's
-completions per step), so every record is predicted with all its completions at once.
+completions per step), so every record is predicted with all its completions at once. The record's transformers
+(its printed version), not this machine's, decides whether a mixture generates through every expert
+(launcher.plan.step_shape.every_expert_generates: gpt-oss before transformers 5).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 from dataclasses import replace
@@ -34,7 +37,7 @@ from launcher.card.detect import GpuInfo  # noqa: E402
 from launcher.card.facts import card_facts  # noqa: E402
 from launcher.plan.completion_lengths import CompletionPlan  # noqa: E402
 from launcher.plan.speed import generation_time, step_time, training_time  # noqa: E402
-from launcher.plan.step_shape import shape_of  # noqa: E402
+from launcher.plan.step_shape import every_expert_generates, shape_of  # noqa: E402
 from profiles.catalog import Architecture, resolve  # noqa: E402
 from profiles.schema import profile_from_dict  # noqa: E402
 
@@ -85,6 +88,12 @@ def old_trl(record: dict) -> bool:
         or "old semantics" in trl
         or (version[:4] == "2025" and version[5:].split(".")[0].isdigit() and int(version[5:].split(".")[0]) < 6)
     )
+
+
+def record_transformers_major(record: dict) -> int | None:
+    """The transformers major version the record printed (other_versions: "transformers 4.56.2"), else None."""
+    match = re.search(r"transformers (\d+)\.", str(record.get("other_versions") or ""))
+    return int(match.group(1)) if match else None
 
 
 def plain_trl(record: dict) -> bool:
@@ -149,6 +158,9 @@ def predicted(record: dict) -> dict:
         shape = replace(shape, weight_bits=8)
     if plain_trl(record):  # one GPU, but plain TRL + PEFT: transformers' own generate and training
         shape = replace(shape, plain=True)
+    if shape.experts:  # the record's transformers, not this machine's, decides how its mixture generates
+        major = record_transformers_major(record)
+        shape = replace(shape, every_expert=every_expert_generates(shape.family, shape.generator, major))
     time = step_time(shape, card.name, card.memory_gib)
     return {
         "predicted_s": time.step_s,

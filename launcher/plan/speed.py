@@ -60,8 +60,8 @@ PREFILL_MATMUL_EFFICIENCY = 0.5  # prefill's large GEMMs
 VLLM_DECODE_STEP_S = 0.008  # one vLLM decode step beyond its reads: scheduling, sampling, detokenising
 KERNEL_LAUNCH_S = 0.0011  # one layer's kernels launched once by eager PyTorch: the H100 kit measured 1.17-1.46 ms a
 #                                   layer a token decoding Qwen2.5 on Unsloth's path, 3.3-3.9 ms a layer in training
-GRAPHED_LAUNCH_S = 0.00055  # the same where Unsloth decodes with CUDA graphs (GRAPHED_FAMILIES): the kit's Llamas
-#                                   0.44-0.62 ms a layer a token
+GRAPHED_LAUNCH_S = 0.00023  # the same where Unsloth decodes with CUDA graphs (GRAPHED_FAMILIES): fitted (least
+#                                   squares in log) to the kit's four Llama waves beside the reads charged for them
 GRAPHED_FAMILIES = ("llama", "qwen3")
 MICRO_BATCH_FIXED_S = 0.1  # a micro-batch's work on Unsloth's path beside its layers' launches (the loss, the
 #                                   log-probs' chunks, the optimizer's Python): the kit's small steps took 0.09-0.25 s
@@ -260,6 +260,8 @@ def generation_time(s: StepShape, card: CardFacts) -> tuple[float, float, int, s
         )
         return prefill + steps * per_step, n / at_once, at_once, limit
     # transformers: the whole generation batch at once, padded until the longest finishes
+    if s.every_expert:
+        s = replace(s, experts_per_token=s.experts, active_linear_params=s.linear_params)
     prefill = n * s.prompt_tokens * 2.0 * (s.active_linear_params + s.lm_head_params) / prefill_flops
     graphed = s.family in GRAPHED_FAMILIES and not s.plain
     launch = (

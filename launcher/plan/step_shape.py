@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import lru_cache
+from importlib import metadata
 
 from launcher.memory.scorers import scorers
 
@@ -15,6 +17,27 @@ PROGRAM_REWARDS = ("code", "binary_code")
 # time: DEFAULT_TEST_CASES, a stated default that errs long on the small problems open-r1's recipes train on
 TEST_CASES = {"programs": 3}
 DEFAULT_TEST_CASES = 10
+
+
+# Families whose mixture transformers' generate runs densely before the version given: every routed expert for
+# every token (gpt-oss's experts outside training were one batched matmul over all of them in 4.55-4.57)
+DENSE_EXPERTS_BEFORE = {"gpt_oss": 5}
+
+
+@lru_cache(maxsize=1)
+def transformers_major() -> int | None:
+    """The installed transformers' major version, read from its metadata (nothing imported); None without it."""
+    try:
+        return int(metadata.version("transformers").split(".")[0])
+    except (metadata.PackageNotFoundError, ValueError):
+        return None
+
+
+def every_expert_generates(family: str, generator: str, major: int | None) -> bool:
+    """Whether transformers' generate of transformers `major` runs every routed expert of `family` for every
+    token (DENSE_EXPERTS_BEFORE); vLLM routes."""
+    before = DENSE_EXPERTS_BEFORE.get(family)
+    return generator == "transformers" and before is not None and major is not None and major < before
 
 
 def cores() -> int:
@@ -76,6 +99,7 @@ class StepShape:
     scorer_params: float = 0.0  # the reward models' parameters: a forward over every completion of a generation
     family: str = ""  # the architecture's family (GRAPHED_FAMILIES decode with CUDA graphs on Unsloth's path)
     program_runs: float = 0.0  # programs a completion's rewards run (program_runs), each in a sandbox
+    every_expert: bool = False  # generation runs every routed expert for every token (every_expert_generates)
 
     @property
     def completions(self) -> int:
@@ -166,6 +190,10 @@ def shape_of(profile, arch, gpu, est=None, lengths=None) -> StepShape:
         scorer_params=float(sum(s.arch.computed_params for s in scorers(profile) if s.arch is not None)),
         family=arch.family,
         program_runs=program_runs(profile),
+        every_expert=moe
+        and every_expert_generates(
+            arch.family, "vllm" if profile.fast_inference else "transformers", transformers_major()
+        ),
     )
 
 

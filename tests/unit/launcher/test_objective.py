@@ -119,6 +119,40 @@ def test_a_decode_step_reads_the_experts_its_sequences_touch():
     assert one > dense_share * moe.linear_params * 2  # at least the dense weights and the chosen experts
 
 
+def test_transformers_before_5_generates_gpt_oss_through_every_expert():
+    """transformers 4.55-4.57 ran gpt-oss's experts outside training as one matmul over all of them: a decode step
+    reads and computes all 32 experts, not the 4 a token routes to; from 5 on, and in vLLM, it routes."""
+    from launcher.plan.step_shape import every_expert_generates
+
+    assert every_expert_generates("gpt_oss", "transformers", 4)
+    assert not every_expert_generates("gpt_oss", "transformers", 5)
+    assert not every_expert_generates("gpt_oss", "vllm", 4)
+    assert not every_expert_generates("gpt_oss", "transformers", None)  # not installed: today's library
+    assert not every_expert_generates("qwen3_moe", "transformers", 4)
+    arch = Architecture(
+        "gpt-oss", 0, 2880, 24, 64, 8, 64, 0, 201088, False, "gpt_oss", experts=32, experts_per_token=4,
+        expert_intermediate=2880, moe_layers=24,
+    )  # fmt: skip
+    s = StepShape(
+        layers=arch.layers, hidden=arch.hidden, vocab=arch.vocab, linear_params=float(arch.linear_params),
+        active_linear_params=float(arch.active_linear_params), lm_head_params=float(arch.vocab * arch.hidden),
+        kv_bytes_per_token=arch.kv_bytes_per_token(2), q_dim=arch.q_dim, weight_bits=16, lora=True,
+        trainable_params=1e7, checkpointing=True, generator="transformers", prompts=1, generations=2, micro_batch=2,
+        prompt_tokens=50, expected=600, cap=700, experts=arch.experts, experts_per_token=arch.experts_per_token,
+        expert_params=float(arch.expert_params), family="gpt_oss",
+    )  # fmt: skip
+    card = card_facts(H100)
+    routed = speed.generation_time(s, card)[0]
+    dense = speed.generation_time(dataclasses.replace(s, every_expert=True), card)[0]
+    # two sequences touch at most 8 of 32 experts: all 32 read at least 4x the experts' bytes (beside the same
+    # launches and attention)
+    assert dense > 1.3 * routed
+    # vLLM routes whatever the flag says of transformers
+    vllm = dataclasses.replace(s, generator="vllm")
+    flagged = dataclasses.replace(vllm, every_expert=True)
+    assert speed.generation_time(flagged, card)[0] == speed.generation_time(vllm, card)[0]
+
+
 def test_plain_trl_generates_and_trains_slower_than_unsloth():
     card = card_facts(H100)
     hf = shape(generator="transformers")
