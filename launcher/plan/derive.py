@@ -164,12 +164,20 @@ def derive_ladder(profiles, model: str, machine, *, pinned=(), measurements=None
     ]
     if best_result is not None:
         notes.append(f"fit solver: {best_result.ambition.basis}")
-        if best_result.given_up:
+        forced = [g for g in best_result.given_up if not g.gain]
+        chosen_for_value = [g for g in best_result.given_up if g.gain]
+        if forced:
             notes.append(
                 f"fit solver: the ambition ({best_result.ambition.text()}) needs "
                 f"{best_result.ambition_need_gib:.2f} GiB at one prompt a step, {best_result.usable_gib:.2f} "
                 f"usable here (a card of {best_result.card_for_ambition_gib:.1f} GiB would hold it); given "
                 "up: " + "; ".join(g.text() for g in best_result.given_up)
+            )
+        elif chosen_for_value:
+            notes.append(
+                "fit solver: the ambition fits, and "
+                + "; ".join(f"{g.after} learns {g.gain:.2f}x as much per hour as {g.before}" for g in chosen_for_value)
+                + f" (its memory buys a larger step; it saves {sum(g.saves_gib for g in chosen_for_value):.2f} GiB)"
             )
     return as_written(others) + derived, notes
 

@@ -71,16 +71,16 @@ def objective(profile, speed: StepTime | None = None) -> float:
 
 def quality_key(profile, speed: StepTime | None = None, need: int | None = None) -> tuple:
     """Orders configurations from the most valuable: the learning levers in their order (a completion cap
-    counts up to `need`, the cap the task needs: more buys nothing), then learning per hour, then the larger
-    group."""
+    counts up to `need`, the cap the task needs: more buys nothing), then learning per hour (which weighs 16-bit
+    against 4-bit), then the larger group, then 16-bit."""
     cap = min(profile.max_completion_length, need) if need else profile.max_completion_length
     return (
         cap,
         min(profile.num_generations, GENERATIONS_AMBITION),
         profile.lora_rank,
-        not profile.load_in_4bit,
         round(objective(profile, speed), 6),
         profile.num_generations,
+        not profile.load_in_4bit,
     )
 
 

@@ -23,12 +23,17 @@ class GivenUp:
     before: str
     after: str
     saves_gib: float
+    gain: float = 0.0  # taken for the objective, not for memory: its learning per hour over the ambition's
 
     def text(self) -> str:
-        return f"{self.lever.replace('_', ' ')} {self.before} -> {self.after} saves {self.saves_gib:.2f} GiB"
+        why = f" for {self.gain:.2f}x the learning per hour" if self.gain else ""
+        return f"{self.lever.replace('_', ' ')} {self.before} -> {self.after}{why} saves {self.saves_gib:.2f} GiB"
 
     def to_json(self) -> dict:
-        return {"lever": self.lever, "from": self.before, "to": self.after, "saves_gib": round(self.saves_gib, 3)}
+        out = {"lever": self.lever, "from": self.before, "to": self.after, "saves_gib": round(self.saves_gib, 3)}
+        if self.gain:
+            out["learning_gain"] = round(self.gain, 3)
+        return out
 
 
 @dataclass
@@ -40,6 +45,7 @@ class Choice:
     speed: StepTime
     limited_by: str
     smaller: Choice | None = None  # the same learning at its least throughput: a fallback that needs far less
+    four_bit_gain: float = 0.0  # 4-bit where 16-bit fits too: its learning per hour over 16-bit's
 
     @property
     def prompts_per_hour(self) -> float:
@@ -96,9 +102,10 @@ class Fit:
 
     @property
     def at_ambition(self) -> bool:
-        """True when nothing of the experiment (generations, length, rank, precision) was given up."""
+        """True when nothing of the experiment (generations, length, rank, precision) was given up for memory
+        (4-bit taken because it learns more per hour is not given up)."""
         return self.profile is not None and not any(
-            g.lever in ("generations", "completion_length", "lora_rank", "4-bit") for g in self.given_up
+            g.lever in ("generations", "completion_length", "lora_rank", "4-bit") and not g.gain for g in self.given_up
         )
 
     @property

@@ -266,6 +266,20 @@ class Solver(Judge):
         learned = self.learning(base, amb, opts)
         if learned is None:
             return None
+        best = self._throughput(base, amb, opts, learned)
+        standby_pinned = "vllm_standby" in amb.pinned and amb.standby  # with 4-bit it fails at start (levers)
+        if best is not None and not learned[3] and True in opts["load_in_4bit"] and not standby_pinned:
+            # 16-bit fits, and is weighed against 4-bit by the objective: 4-bit's memory buys prompts per step
+            # and vLLM sequences, its bitsandbytes dequantisation costs every forward (launcher.plan.speed)
+            quantised = self._throughput(base, amb, opts, (*learned[:3], True))
+            if quantised is not None and quantised.value > best.value:
+                quantised.four_bit_gain = quantised.value / best.value
+                best = quantised
+        return best
+
+    def _throughput(self, base, amb: Ambition, opts: dict, learned: tuple) -> Choice | None:
+        """The learning levers `learned` at the prompts per step (each at its fastest) that learn most per hour,
+        with what limited the prompts and the fallback at the least throughput."""
         best, last, limited = None, None, "cap"
         for prompts in opts["prompts"]:
             if not self.batches(base, amb, prompts * learned[1]):
@@ -329,9 +343,10 @@ class Solver(Judge):
         p = self.shaped(base, amb, levers, amb.prompts_per_step, batches[-1])
         return self.least_share(p, amb.pinned)
 
-    def given_up(self, ambition_profile, chosen) -> list[GivenUp]:
+    def given_up(self, ambition_profile, chosen, four_bit_gain: float = 0.0) -> list[GivenUp]:
         """Each learning lever's change from the ambition to the choice, with the GiB it saved, taken from the
-        last given up (the experiment) to the first, each at the least throughput (one group in vLLM)."""
+        last given up (the experiment) to the first, each at the least throughput (one group in vLLM); 4-bit
+        with `four_bit_gain` when the objective chose it where 16-bit fits too."""
         steps = (
             ("generator", ("fast_inference",)),
             ("completion_length", ("max_completion_length", "max_seq_length")),
@@ -355,7 +370,8 @@ class Solver(Judge):
                 update.update({"vllm_standby": False, "vllm_max_num_seqs": 0})
             nxt = self.least_share(current.model_copy(update=update), frozenset())
             after = estimate(nxt, self.arch, self.gpu).total_gib
-            out.append(GivenUp(lever, _lever_text(lever, current), _lever_text(lever, nxt), before - after))
+            gain = four_bit_gain if lever == "4-bit" else 0.0
+            out.append(GivenUp(lever, _lever_text(lever, current), _lever_text(lever, nxt), before - after, gain))
             current, before = nxt, after
         return out
 

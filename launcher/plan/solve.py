@@ -9,7 +9,8 @@ predicts how long a step takes. The levers, in order of value (decided first, gi
               2. generations per group: ambition 8, floor 4 (16 where the card has room for them at little cost
                  in learning per hour: LARGE_GROUP_COST)
               3. LoRA rank: the rung's, down to 8
-              4. 16-bit weights: 4-bit when 16-bit does not fit
+              4. 16-bit weights: 4-bit when 16-bit does not fit, or when 4-bit learns more per hour (its memory
+                 buys prompts per step and vLLM sequences; bitsandbytes' dequantisation slows every forward)
   throughput  5. prompts per step (1 to MAX_PROMPTS_PER_STEP): every count that fits is judged, and the one with
                  the most learning per hour is taken (memory, the objective or the cap says where it stops)
               6. per step, the fastest of what fits: the micro-batch, gradient checkpointing, vLLM standby, and the
@@ -101,7 +102,7 @@ def fit(
     if found is None:
         return Fit(amb, None, None, None, usable, top_need, card_for(top_need), shortfall=shortfall(solver, base, amb))
     chosen = found.profile
-    given_up = solver.given_up(top, solver.least_share(chosen, amb.pinned))
+    given_up = solver.given_up(top, solver.least_share(chosen, amb.pinned), found.four_bit_gain)
     need, est, measured = solver.need(chosen)
     updates = {k: getattr(chosen, k) for k in LEVER_KEYS}
     derived = base.replace(

@@ -12,6 +12,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from contract import oom as oom
 from launcher.card.detect import detect_machine
 from launcher.memory.estimate import estimate
@@ -19,9 +21,9 @@ from launcher.memory.ledger import record as ledger_record
 from launcher.memory.ledger import store as ledger_store
 from launcher.plan.choose import make_plan
 from launcher.plan.completion_lengths import completion_plan
-from launcher.plan.derive import best_fit, derive_ladder, fit_gpus, topologies
+from launcher.plan.derive import best_fit, derive_ladder, fit_gpus, spread_wins, topologies
 from launcher.plan.judge import usable_of
-from launcher.plan.levers import GENERATIONS_AMBITION, MIN_COMPLETION_LENGTH, MIN_GENERATIONS
+from launcher.plan.levers import GENERATIONS_AMBITION, MIN_COMPLETION_LENGTH, MIN_GENERATIONS, objective
 from launcher.plan.margins import ESTIMATE_MAX_USE
 from launcher.plan.outcome import MEMORY
 from launcher.plan.request import PlanRequest
@@ -111,6 +113,42 @@ def test_levers_are_given_up_cheapest_first():
     assert phi.profile.num_generations == GENERATIONS_AMBITION
     assert all(g.saves_gib > 0 for g in phi.given_up)
     assert phi.card_for_ambition_gib > 15.0
+
+
+def test_sixteen_bit_is_weighed_against_four_bit_by_learning_per_hour():
+    """Where both fit, 4-bit is taken only when its best step learns more per hour than 16-bit's: on a 22.5 GiB
+    L4, Llama-3.1-8B in 16-bit leaves vLLM little room (2 prompts a step); 4-bit's memory buys 8 prompts and
+    more than pays for bitsandbytes' slower reads. The choice says so, and is not counted as given up."""
+    model, gib, card = "unsloth/Llama-3.1-8B-Instruct", 22.5, "NVIDIA L4"
+    chosen = best(model, gib, card)
+    sixteen = best(model, gib, card, pinned={"load_in_4bit": False})
+    assert chosen.profile.load_in_4bit and not sixteen.profile.load_in_4bit
+    gained = objective(chosen.profile, chosen.speed) / objective(sixteen.profile, sixteen.speed)
+    assert gained > 1.0
+    (weights,) = [g for g in chosen.given_up if g.lever == "4-bit"]
+    assert weights.gain == pytest.approx(gained, rel=1e-6) and "for 1." in weights.text()
+    assert weights.to_json()["learning_gain"] == round(gained, 3)
+    assert chosen.at_ambition  # the experiment is whole: 4-bit was chosen, not forced
+    _, notes = derive_ladder(rungs(), model, machine(gib, card))
+    assert any(f"4-bit learns {gained:.2f}x as much per hour as 16-bit" in n for n in notes)
+    assert not any("given up" in n for n in notes)
+    # where 16-bit learns more per hour it stays, and nothing is given up
+    roomy = best(model, 80.0, "A100 80GB")
+    assert not roomy.profile.load_in_4bit and roomy.given_up == []
+    # forced by memory: given up, without a gain
+    tight = best(model, 16.0, "NVIDIA GeForce RTX 4060 Ti")
+    assert [g.gain for g in tight.given_up if g.lever == "4-bit"] == [0.0] and not tight.at_ambition
+
+
+def test_pinned_weights_and_full_fine_tuning_are_not_weighed():
+    model, gib, card = "unsloth/Llama-3.1-8B-Instruct", 22.5, "NVIDIA L4"
+    pinned = best(model, gib, card, pinned={"load_in_4bit": False})
+    assert not pinned.profile.load_in_4bit and all(g.lever != "4-bit" for g in pinned.given_up)
+    # standby pinned on: 4-bit with standby fails at start (STANDBY_FAILURES), so 16-bit stays where it fits
+    standby = best(model, gib, card, pinned={"vllm_standby": True})
+    assert standby.profile.vllm_standby and not standby.profile.load_in_4bit
+    full = best("Qwen/Qwen2.5-0.5B-Instruct", gib, card, pinned={"lora_rank": 0})
+    assert full.profile is not None and full.profile.lora_rank == 0 and not full.profile.load_in_4bit
 
 
 def test_pinned_keys_are_not_moved():
@@ -306,10 +344,14 @@ def test_topologies_cover_data_parallel_and_server_splits():
 def test_several_gpus_search_spreads_the_run_and_each_gpu_fits():
     m = detect_machine(what_if_gib=24.0, what_if_count=2)
     single = best_fit(rungs(), "unsloth/Llama-3.1-8B-Instruct", m.primary)[0]
+    sixteen = best_fit(rungs(), "unsloth/Llama-3.1-8B-Instruct", m.primary, pinned={"load_in_4bit": False})[0]
     rung = next(r for r in rungs() if r.name == single.ambition.source)
     spread = fit_gpus(rung, "unsloth/Llama-3.1-8B-Instruct", m)
     p = spread.profile
-    assert p.gpus_needed == 2 and spread.speed.prompts_per_hour > single.speed.prompts_per_hour
+    # a second GPU beats one card holding 16-bit weights; one card in 4-bit learns more per hour still (its
+    # trainer is Unsloth's, the spread's is not), and the ladder keeps that one first (spread_wins)
+    assert p.gpus_needed == 2 and spread.speed.prompts_per_hour > sixteen.speed.prompts_per_hour
+    assert single.profile.load_in_4bit and not spread_wins(spread, single)
     plan = make_plan(PlanRequest([p], m))
     assert plan.chosen is not None, plan.candidates[0].reason
     assert fit_gpus(rung, "unsloth/Llama-3.1-8B-Instruct", machine(24.0)) is None  # one GPU: nothing to spread
