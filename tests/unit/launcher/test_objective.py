@@ -96,19 +96,24 @@ def test_a_profile_with_num_iterations_is_predicted_so():
     assert reused.generate_every == 2 and reused.generation_s == pytest.approx(plain.generation_s / 2, rel=1e-6)
 
 
+def _mixture_shape(arch: Architecture, **step) -> StepShape:
+    """One prompt's group of a mixture-of-experts `arch` in 16-bit LoRA, micro-batch the whole group."""
+    return StepShape(
+        layers=arch.layers, hidden=arch.hidden, vocab=arch.vocab, linear_params=float(arch.linear_params),
+        active_linear_params=float(arch.active_linear_params), lm_head_params=float(arch.vocab * arch.hidden),
+        kv_bytes_per_token=arch.kv_bytes_per_token(2), q_dim=arch.q_dim, weight_bits=16, lora=True,
+        trainable_params=1e7, checkpointing=True, prompts=1, micro_batch=step["generations"], experts=arch.experts,
+        experts_per_token=arch.experts_per_token, expert_params=float(arch.expert_params), family=arch.family,
+        **step,
+    )  # fmt: skip
+
+
 def test_a_decode_step_reads_the_experts_its_sequences_touch():
     moe = Architecture(
         "moe", 0, 2048, 24, 16, 4, 128, 0, 50000, False, "qwen3_moe", experts=64, experts_per_token=4,
         expert_intermediate=768, moe_layers=24,
     )  # fmt: skip
-    s = StepShape(
-        layers=moe.layers, hidden=moe.hidden, vocab=moe.vocab, linear_params=float(moe.linear_params),
-        active_linear_params=float(moe.active_linear_params), lm_head_params=float(moe.vocab * moe.hidden),
-        kv_bytes_per_token=moe.kv_bytes_per_token(2), q_dim=moe.q_dim, weight_bits=16, lora=True,
-        trainable_params=1e7, checkpointing=True, generator="vllm", prompts=1, generations=8, micro_batch=8,
-        prompt_tokens=100, expected=200, cap=512, experts=moe.experts, experts_per_token=moe.experts_per_token,
-        expert_params=float(moe.expert_params),
-    )  # fmt: skip
+    s = _mixture_shape(moe, generator="vllm", generations=8, prompt_tokens=100, expected=200, cap=512)
     assert speed.experts_touched(s, 1) == pytest.approx(4)
     touched = [speed.experts_touched(s, n) for n in (1, 4, 16, 64, 1024)]
     assert touched == sorted(touched) and touched[-1] == pytest.approx(64, rel=1e-3)
@@ -133,14 +138,7 @@ def test_transformers_before_5_generates_gpt_oss_through_every_expert():
         "gpt-oss", 0, 2880, 24, 64, 8, 64, 0, 201088, False, "gpt_oss", experts=32, experts_per_token=4,
         expert_intermediate=2880, moe_layers=24,
     )  # fmt: skip
-    s = StepShape(
-        layers=arch.layers, hidden=arch.hidden, vocab=arch.vocab, linear_params=float(arch.linear_params),
-        active_linear_params=float(arch.active_linear_params), lm_head_params=float(arch.vocab * arch.hidden),
-        kv_bytes_per_token=arch.kv_bytes_per_token(2), q_dim=arch.q_dim, weight_bits=16, lora=True,
-        trainable_params=1e7, checkpointing=True, generator="transformers", prompts=1, generations=2, micro_batch=2,
-        prompt_tokens=50, expected=600, cap=700, experts=arch.experts, experts_per_token=arch.experts_per_token,
-        expert_params=float(arch.expert_params), family="gpt_oss",
-    )  # fmt: skip
+    s = _mixture_shape(arch, generator="transformers", generations=2, prompt_tokens=50, expected=600, cap=700)
     card = card_facts(H100)
     routed = speed.generation_time(s, card)[0]
     dense = speed.generation_time(dataclasses.replace(s, every_expert=True), card)[0]
