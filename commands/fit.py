@@ -109,7 +109,11 @@ def fit_text(result: Fit, card: str) -> str:
         f"# ambition: {amb.text()}",
     ]
     if result.given_up:
-        lines.append("# given up against the ambition (each saving counted after the ones above it):")
+        lines.append(
+            "# given up against the ambition (each saving counted after the ones above it):"
+            if any(not g.gain for g in result.given_up)
+            else "# changed from the ambition, memory forcing none of it:"
+        )
         width = max(len(g.lever) for g in result.given_up)
         for g in result.given_up:
             lines.append(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from contract import oom as oom
 from profiles.load import load_profile
 from profiles.schema import profile_from_dict
@@ -82,4 +84,21 @@ def test_auto_with_gpus_chooses_the_spread_configuration(tmp_path):
         chosen["settings"]["num_gpus"]
         + (chosen["settings"]["vllm_server_gpus"] if chosen["settings"]["vllm_mode"] == "server" else 0)
         == 2
+    )
+
+
+def test_fit_says_when_four_bit_was_taken_for_learning_per_hour():
+    card = ("--gpu-memory", "22.5", "--gpu-name", "NVIDIA L4")
+    done = train_py("fit", "unsloth/Llama-3.1-8B-Instruct", *card, "--json")
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["profile"]["load_in_4bit"] is True
+    (weights,) = answer["given_up"]
+    assert weights["lever"] == "4-bit" and weights["learning_gain"] > 1.0
+    pinned = train_py("fit", "unsloth/Llama-3.1-8B-Instruct", *card, "--set", "load_in_4bit=false", "--json")
+    assert pinned.returncode == 0, pinned.stderr
+    sixteen = json.loads(pinned.stdout)
+    assert sixteen["profile"]["load_in_4bit"] is False and sixteen["given_up"] == []
+    assert answer["learning_per_hour"] == pytest.approx(
+        weights["learning_gain"] * sixteen["learning_per_hour"], rel=0.01
     )
