@@ -22,6 +22,9 @@ from pathlib import Path
 # tens of seconds; a model's load, a minute or two)
 STALL_S = 600.0
 POLL_S = 0.1
+# A gap longer than this between two looks is time the waiter itself did not run (the machine asleep, this
+# process stopped with its work): nothing could be seen in it, so it counts neither as quiet nor toward a ceiling
+ABSENT_S = 60.0
 
 
 def _signature(paths: Iterable[Path]) -> tuple:
@@ -51,11 +54,15 @@ def wait_until(
     files under `watch` have not changed for `stall_s` seconds."""
     watch = [Path(p) for p in watch]
     last, changed = _signature(watch), clock()
+    looked = changed
     while not done():
         if process is not None and process.poll() is not None:
             if done():
                 return
             raise AssertionError(f"the process ended (exit {process.returncode}) before {what}")
+        if (at := clock()) - looked > ABSENT_S:
+            changed += at - looked  # the waiter was away (ABSENT_S)
+        looked = at
         now = _signature(watch)
         if now != last:
             last, changed = now, clock()
@@ -176,7 +183,7 @@ def finish_all(
     readers = [reader for pair in pipes for reader in pair if reader is not None]
     # CPU and files are read from /proc and the disk: every few seconds, often enough for a short window
     look_every_s = min(5.0, quiet_s / 4)
-    started = progress_at = looked_at = time.monotonic()
+    started = progress_at = looked_at = turned_at = time.monotonic()
     output_seen = sum(reader.size for reader in readers)
     cpu_seen = cpu_mark = _tree_cpu_s(processes)
     files_seen = _signature(watch)
@@ -193,6 +200,9 @@ def finish_all(
         else:  # ended, yet a pipe is still open: a child it left holds it
             reading[0].thread.join(POLL_S)
         now = time.monotonic()
+        if now - turned_at > ABSENT_S:  # the waiter was away (ABSENT_S): that time is neither quiet nor spent
+            started, progress_at = started + (now - turned_at), progress_at + (now - turned_at)
+        turned_at = now
         if (output := sum(reader.size for reader in readers)) != output_seen:
             output_seen, progress_at = output, now
         if running and now - looked_at >= look_every_s:

@@ -105,3 +105,38 @@ def test_a_started_process_is_finished_with_its_input_as_communicate_would():
     )
     assert finish(process, input="abc") == ("ABC\n", "")
     assert process.returncode == 0
+
+
+def test_time_the_waiter_did_not_run_counts_neither_as_quiet_nor_toward_the_ceiling(monkeypatch, tmp_path):
+    """A machine that sleeps, or a process group stopped and continued, stops the waiter with the work: on waking
+    the clock has jumped, and that jump is no stall of the work."""
+    import time as real_time
+
+    from support import waiting
+
+    class Jumping:  # the clock jumps 1,000 s once, a few looks in
+        def __init__(self):
+            self.looks = 0
+
+        def monotonic(self) -> float:
+            self.looks += 1
+            return real_time.monotonic() + (1000.0 if self.looks > 3 else 0.0)
+
+        def __getattr__(self, name):
+            return getattr(real_time, name)
+
+    monkeypatch.setattr(waiting, "time", Jumping())
+    talking = "import time\nfor i in range(10):\n    print(i, flush=True)\n    time.sleep(0.2)"
+    done = run_to_end(_python(talking), quiet_s=QUIET_S, ceiling_s=30.0, cpu_step_s=100.0)
+    assert done.returncode == 0 and done.stdout.split() == [str(i) for i in range(10)]
+
+    clock = Clock()
+    jumped = []
+
+    def woken() -> bool:  # nothing under tmp_path changes; the clock jumps once, then the condition holds
+        if clock.now == 5 and not jumped:
+            clock.now += 1000
+            jumped.append(True)
+        return clock.now > 1010
+
+    wait_until(woken, watch=[tmp_path], stall_s=100, clock=clock, sleep=clock.sleep)
