@@ -226,43 +226,47 @@ def ensure_tiny(
 
 
 def _warm_start(model, tokenizer, dataset: str, seed: int, long_answers: bool = False) -> dict | None:
-    """Warm-start the model for the generated arithmetic task (the one it can learn offline) and return the
-    build-time record: held-out accuracy before and after, samples, steps and seconds. Other tasks keep the
-    random model (None); `programs` has its own (tiny_model.program_warm_start)."""
-    if dataset == "programs":
-        from tiny_model import program_warm_start
-
-        return program_warm_start.warm_start_record(model, tokenizer, seed)
-    if dataset != "arithmetic":
+    """Warm-start the model for a generated task it can learn offline (arithmetic: tiny_model.warm_start;
+    programs: tiny_model.program_warm_start) and return the build-time record: held-out accuracy before and
+    after, samples, steps and seconds. Other tasks keep the random model (None)."""
+    if dataset not in ("arithmetic", "programs"):
         return None
     import time
 
     import torch
 
     from tasks import load_task
-    from tiny_model import warm_start
 
+    if dataset == "programs":
+        from tiny_model import program_warm_start as method
+
+        limit, tokens, options = 0, method.HELDOUT_TOKENS, {}
+    else:
+        from tiny_model import warm_start as method
+
+        limit = method.HELDOUT_ROWS
+        tokens = method.LONG_HELDOUT_TOKENS if long_answers else method.HELDOUT_TOKENS
+        options = {"long_answers": long_answers}
     threads = torch.get_num_threads()
     # the same thread count on every machine: the sums run in one order whatever the machine's cores. The
     # CPU's vector instruction set still picks the kernels (AVX2 or AVX-512 sum in other orders), so machines
     # of different kinds can stop at other steps: the record names the kind it was built on.
-    torch.set_num_threads(warm_start.WARM_START_THREADS)
+    torch.set_num_threads(method.WARM_START_THREADS)
     try:
-        rows = load_task(dataset, "test", limit=warm_start.HELDOUT_ROWS)
-        tokens = warm_start.LONG_HELDOUT_TOKENS if long_answers else warm_start.HELDOUT_TOKENS
-        random_probe = warm_start.measure_heldout(model, tokenizer, rows, tokens)
+        rows = load_task(dataset, "test", limit=limit)
+        random_probe = method.measure_heldout(model, tokenizer, rows, tokens)
         started = time.time()
-        done = warm_start.train_warm_start(model, tokenizer, seed, long_answers=long_answers)
+        done = method.train_warm_start(model, tokenizer, seed, **options)
         seconds = round(time.time() - started, 1)
-        warm_probe = warm_start.measure_heldout(model, tokenizer, rows, tokens)
+        warm_probe = method.measure_heldout(model, tokenizer, rows, tokens)
     finally:
         torch.set_num_threads(threads)
     return {
         "steps": done["steps"],
         "stopped": done["stopped"],
         "checks": done["checks"],
-        "batch": warm_start.WARM_START_BATCH,
-        "learning_rate": warm_start.WARM_START_LR,
+        "batch": method.WARM_START_BATCH,
+        "learning_rate": method.WARM_START_LR,
         "seconds": seconds,
         "held_out": len(rows),
         "long_answers": long_answers,

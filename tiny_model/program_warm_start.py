@@ -25,7 +25,6 @@ from __future__ import annotations
 import copy
 import random
 import re
-import time
 
 from tasks import programs
 from tiny_model.warm_start import _batch
@@ -195,37 +194,3 @@ def measure_heldout(model, tokenizer, rows: list[dict], tokens: int = HELDOUT_TO
     result["well_formed"] = round(sum(well_formed) / len(rows), 4) if rows else None
     result["examples"] = result["examples"][:EXAMPLE_ROWS]
     return result
-
-
-def warm_start_record(model, tokenizer, seed: int) -> dict:
-    """Warm-start the model for `programs` and return the build-time record, in the arithmetic record's
-    layout: held-out pass rate of the random model and of the warm-started one, steps, checks and seconds."""
-    import torch
-
-    from tasks import load_task
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(WARM_START_THREADS)
-    try:
-        rows = load_task("programs", "test")
-        random_probe = measure_heldout(model, tokenizer, rows)
-        started = time.time()
-        done = train_warm_start(model, tokenizer, seed)
-        seconds = round(time.time() - started, 1)
-        warm_probe = measure_heldout(model, tokenizer, rows)
-    finally:
-        torch.set_num_threads(threads)
-    return {
-        "steps": done["steps"],
-        "stopped": done["stopped"],
-        "checks": done["checks"],
-        "batch": WARM_START_BATCH,
-        "learning_rate": WARM_START_LR,
-        "seconds": seconds,
-        "held_out": len(rows),
-        "long_answers": False,
-        "random": random_probe,
-        "warm_start": warm_probe,
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "torch": torch.__version__,
-    }
