@@ -58,10 +58,13 @@ TRAIN_MATMUL_EFFICIENCY = 0.35  # training's GEMMs (LoRA on frozen weights, the 
 PREFILL_MATMUL_EFFICIENCY = 0.5  # prefill's large GEMMs
 # Fixed costs
 VLLM_DECODE_STEP_S = 0.008  # one vLLM decode step beyond its reads: scheduling, sampling, detokenising
-KERNEL_LAUNCH_S = 0.0011  # one layer's kernels launched once by eager PyTorch: the H100 kit measured 1.17-1.46 ms a
-#                                   layer a token decoding Qwen2.5 on Unsloth's path, 3.3-3.9 ms a layer in training
-GRAPHED_LAUNCH_S = 0.00023  # the same where Unsloth decodes with CUDA graphs (GRAPHED_FAMILIES): fitted (least
-#                                   squares in log) to the kit's four Llama waves beside the reads charged for them
+KERNEL_LAUNCH_S = 0.00107  # one 16-bit layer's kernels launched once by eager PyTorch: refitted with the next one and
+#                                   the plain path's factors to the H100 kit's 29 timings (docs/planning.md)
+DEQUANT_LAUNCH_FACTOR = 1.47  # a layer of bitsandbytes 4-bit weights against a 16-bit one (a dequantisation kernel
+#                                   beside every linear): the kit decoded 4-bit Qwen2.5-0.5B at 1.46 ms a layer, the
+#                                   16-bit 14B at 1.17
+GRAPHED_LAUNCH_S = 0.00023  # a layer's launches where Unsloth decodes with CUDA graphs (GRAPHED_FAMILIES): fitted
+#                                   (least squares in log) to the kit's four Llama waves beside the reads charged
 GRAPHED_FAMILIES = ("llama", "qwen3")
 MICRO_BATCH_FIXED_S = 0.1  # a micro-batch's work on Unsloth's path beside its layers' launches (the loss, the
 #                                   log-probs' chunks, the optimizer's Python): the kit's small steps took 0.09-0.25 s
@@ -69,8 +72,8 @@ MICRO_BATCH_FIXED_S = 0.1  # a micro-batch's work on Unsloth's path beside its l
 # The plain TRL + PEFT path (several GPUs) against Unsloth's, measured by the H100 kit at the same shapes
 # (benchmarks/gpu/nvidia-h100-80gb-hbm3.md): generate 2.1-11.8x slower a token than its rollout context (2.3-2.9x
 # than its plain generate()), a training step 0.87-1.89x (docs/planning.md)
-PLAIN_GENERATE_SLOWDOWN = 2.5
-PLAIN_TRAINING_SLOWDOWN = 1.6
+PLAIN_GENERATE_SLOWDOWN = 2.24
+PLAIN_TRAINING_SLOWDOWN = 1.5
 STEP_FIXED_S = 2.0  # per optimizer step: rewards, logging, the adapter handed to vLLM, Python
 STANDBY_SWITCH_S = 0.5  # per step under standby: the engine falls asleep and wakes (logged 0.1-0.35 s)
 PROGRAM_RUN_S = 0.014  # CPU seconds of one program run in the local sandbox, a fresh Python against one test case
@@ -82,6 +85,7 @@ FITTED_CONSTANTS = (
     "TRAIN_MATMUL_EFFICIENCY",
     "PREFILL_MATMUL_EFFICIENCY",
     "KERNEL_LAUNCH_S",
+    "DEQUANT_LAUNCH_FACTOR",
     "PLAIN_GENERATE_SLOWDOWN",
     "PLAIN_TRAINING_SLOWDOWN",
 )
@@ -221,6 +225,11 @@ def _weight_read_bytes(s: StepShape, batched: bool, tokens: float | None = None)
     return linear * per + s.lm_head_params * (4.0 if s.float32 else 2.0)
 
 
+def _layer_launch_s(s: StepShape) -> float:
+    """Seconds eager PyTorch takes to launch one layer's kernels once (more for 4-bit weights)."""
+    return KERNEL_LAUNCH_S * (DEQUANT_LAUNCH_FACTOR if s.weight_bits == 4 else 1.0)
+
+
 def _decode_step(
     s: StepShape, sequences: float, context: float, bandwidth: float, flops: float, launch: float
 ) -> tuple[float, str]:
@@ -264,9 +273,8 @@ def generation_time(s: StepShape, card: CardFacts) -> tuple[float, float, int, s
         s = replace(s, experts_per_token=s.experts, active_linear_params=s.linear_params)
     prefill = n * s.prompt_tokens * 2.0 * (s.active_linear_params + s.lm_head_params) / prefill_flops
     graphed = s.family in GRAPHED_FAMILIES and not s.plain
-    launch = (
-        (GRAPHED_LAUNCH_S if graphed else KERNEL_LAUNCH_S) * s.layers * (PLAIN_GENERATE_SLOWDOWN if s.plain else 1.0)
-    )
+    eager = _layer_launch_s(s)
+    launch = (GRAPHED_LAUNCH_S if graphed else eager) * s.layers * (PLAIN_GENERATE_SLOWDOWN if s.plain else 1.0)
     per_step, limit = _decode_step(s, n, s.prompt_tokens + longest / 2.0, bandwidth, prefill_flops, launch)
     return prefill + longest * per_step, 1.0, n, limit
 
@@ -297,7 +305,7 @@ def training_time(s: StepShape, card: CardFacts) -> float:
     compute = forwards * per_forward / flops
     passes = 2.0 + (1.0 if s.checkpointing else 0.0) + extra  # weight reads: forward-like passes
     reads = passes * _weight_read_bytes(s, True, tokens) / bandwidth
-    launches = passes * s.layers * KERNEL_LAUNCH_S * 3.0 + (0.0 if s.plain else MICRO_BATCH_FIXED_S)
+    launches = passes * s.layers * _layer_launch_s(s) * 3.0 + (0.0 if s.plain else MICRO_BATCH_FIXED_S)
     # the GPU runs behind Python's launches: a micro-batch takes the longest of its work and their launches
     per_micro = max(compute, reads, launches)
     optimizer = 16.0 * s.trainable_params / bandwidth  # fp32 parameter, gradient and two moments, read and written
