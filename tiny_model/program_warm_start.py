@@ -22,12 +22,10 @@ in the expression, and GRPO completes expressions the warm start had in part.
 
 from __future__ import annotations
 
-import copy
-import random
 import re
 
 from tasks import programs
-from tiny_model.warm_start import _batch
+from tiny_model.warm_start import Band, seeded_steps, train_to_band
 
 WARM_START_MIN_STEPS = 60
 WARM_START_MAX_STEPS = 600
@@ -140,47 +138,15 @@ def check(model, tokenizer, rows: list[dict], tokens: int = HELDOUT_TOKENS) -> d
 
 def train_warm_start(model, tokenizer, seed: int, steps: int | None = None) -> dict:
     """Fine-tune every weight of `model` in place on reference programs, seeded, until the stopping criterion
-    holds, or for exactly `steps` steps when given. Returns {"steps" (of the weights kept), "stopped"
-    ("criterion", "max_steps" or "fixed"), "checks": [{"step", "restated", "accuracy"}]}."""
-    import torch
-
+    holds, or for exactly `steps` steps when given. Returns what it did (warm_start.train_to_band)."""
     limit = WARM_START_MAX_STEPS if steps is None else steps
     examples = _examples(tokenizer, seed, limit * WARM_START_BATCH // 4 + WARM_START_BATCH)
-    rows = check_rows() if steps is None else []
-    order = random.Random(seed)
-    torch.manual_seed(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=WARM_START_LR, weight_decay=0.0)
-    checks: list[dict] = []
-    fallback = None  # (distance to the band, step, weights) of the nearest checked state that read the input
-    in_a_row = 0
-    model.train()
-    for step in range(1, limit + 1):
-        ids, labels, mask = _batch(order.sample(examples, WARM_START_BATCH), tokenizer.pad_token_id)
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        if rows and step >= WARM_START_MIN_STEPS and (step - WARM_START_MIN_STEPS) % WARM_START_CHECK_EVERY == 0:
-            model.eval()
-            reading = {"step": step, **check(model, tokenizer, rows)}
-            checks.append(reading)
-            low, high = PASS_BAND
-            distance = max(low - reading["accuracy"], reading["accuracy"] - high, 0.0)
-            reads = reading["restated"] >= READ_TARGET
-            in_a_row = in_a_row + 1 if reads and distance == 0.0 else 0
-            if in_a_row >= BAND_CHECKS:
-                return {"steps": step, "stopped": "criterion", "checks": checks}
-            if reads and (fallback is None or distance < fallback[0]):
-                fallback = (distance, step, copy.deepcopy(model.state_dict()))
-            if reads and reading["accuracy"] > high and fallback is not None:
-                break  # past the band: more training only moves further from it
-            model.train()
-    model.eval()
-    if fallback is not None:
-        model.load_state_dict(fallback[2])
-        return {"steps": fallback[1], "stopped": "max_steps", "checks": checks}
-    return {"steps": limit, "stopped": "fixed" if steps is not None else "max_steps", "checks": checks}
+    band, rows = None, []
+    if steps is None:
+        rows = check_rows()
+        band = Band(WARM_START_MIN_STEPS, WARM_START_CHECK_EVERY, READ_TARGET, PASS_BAND, BAND_CHECKS, past_stops=True)
+    learning = seeded_steps(model, examples, seed, WARM_START_BATCH, WARM_START_LR, tokenizer.pad_token_id, limit)
+    return train_to_band(model, learning, lambda m: check(m, tokenizer, rows), band)
 
 
 def measure_heldout(model, tokenizer, rows: list[dict], tokens: int = HELDOUT_TOKENS) -> dict:

@@ -203,24 +203,15 @@ def _warm_start(model, tokenizer, seed: int) -> dict:
 
     import torch
 
-    from tiny_model.warm_start import _batch
+    from tiny_model.warm_start import seeded_steps
 
     threads = torch.get_num_threads()
     torch.set_num_threads(THREADS)
     try:
         data = examples(tokenizer, seed, STEPS * BATCH // 4 + BATCH)
-        order = random.Random(seed)
-        torch.manual_seed(seed)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0)
         started = time.time()
-        model.train()
-        for _step in range(STEPS):
-            ids, labels, mask = _batch(order.sample(data, BATCH), tokenizer.pad_token_id)
-            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
+        for _step, last in seeded_steps(model, data, seed, BATCH, LEARNING_RATE, tokenizer.pad_token_id, STEPS):
+            loss = last
         model.eval()
         seconds = round(time.time() - started, 1)
         figures = measure_heldout(model, tokenizer)

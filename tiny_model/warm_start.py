@@ -12,6 +12,7 @@ transformers/torch are imported inside functions only (the trainer imports Unslo
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 # The warm start stops on a measured criterion, not after a fixed count: GRPO needs a policy that restates the
 # problem's numbers right and gets the sums right only part of the time. A fixed 235 steps did that at seed
@@ -187,53 +188,93 @@ def check(model, tokenizer, rows: list[dict], tokens: int = HELDOUT_TOKENS) -> d
     return {"restated": round(restated / len(rows), 4), "accuracy": round(right / len(rows), 4)}
 
 
-def train_warm_start(model, tokenizer, seed: int, steps: int | None = None, long_answers: bool = False) -> dict:
-    """Fine-tune every weight of `model` in place on worked arithmetic solutions, seeded, until the stopping
-    criterion holds (see RESTATE_TARGET) or for exactly `steps` steps when given. Returns what it did:
-    {"steps" (of the weights kept), "stopped" ("criterion", "max_steps" or "fixed"),
-    "checks": [{"step", "restated", "accuracy"}]}."""
-    import copy
+def seeded_steps(model, examples, seed: int, batch: int, learning_rate: float, pad_id: int, limit: int):
+    """Seeded next-token training of every weight of `model` on `examples` ((input ids, labels) pairs): `limit`
+    steps, each on `batch` examples drawn by random.Random(seed), under torch.manual_seed(seed), with AdamW and
+    the gradient's norm clipped at 1. Yields (step, loss) after each; the model is in training mode as it steps
+    (a caller may evaluate it between two)."""
     import random
 
     import torch
 
-    limit = WARM_START_MAX_STEPS if steps is None else steps
-    examples = _examples(tokenizer, seed, limit * WARM_START_BATCH // 4 + WARM_START_BATCH, long_answers)
-    tokens = LONG_HELDOUT_TOKENS if long_answers else HELDOUT_TOKENS
-    band_checks = LONG_BAND_CHECKS if long_answers else BAND_CHECKS
-    rows = check_rows(CHECK_ROWS) if steps is None else []
     order = random.Random(seed)
     torch.manual_seed(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=WARM_START_LR, weight_decay=0.0)
-    checks: list[dict] = []
-    fallback = None  # (distance to the band, step, weights) of the nearest checked state that restated
-    in_a_row = 0
-    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
     for step in range(1, limit + 1):
-        ids, labels, mask = _batch(order.sample(examples, WARM_START_BATCH), tokenizer.pad_token_id)
+        model.train()
+        ids, labels, mask = _batch(order.sample(examples, batch), pad_id)
         loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-        if rows and step >= WARM_START_MIN_STEPS and (step - WARM_START_MIN_STEPS) % WARM_START_CHECK_EVERY == 0:
+        yield step, loss
+
+
+@dataclass(frozen=True)
+class Band:
+    """When a warm start stops: from step `first` on, every `every` steps, its answers are read ({"restated",
+    "accuracy"}); it stops once `in_a_row` readings in a row restate at least `target` with the accuracy inside
+    `band`. With `past_stops`, a reading that restates enough above the band ends it too (more training only
+    moves further away). Without such readings it keeps the checked weights that restated, nearest the band."""
+
+    first: int
+    every: int
+    target: float
+    band: tuple[float, float]
+    in_a_row: int
+    past_stops: bool = False
+
+
+def train_to_band(model, steps, read, band: Band | None) -> dict:
+    """Runs `steps` (seeded_steps), reading the model with `read(model)` where `band` says, until it says stop.
+    Returns {"steps" (of the weights kept), "stopped" ("criterion", "max_steps" or, without a band, "fixed"),
+    "checks": [{"step", "restated", "accuracy"}]}; the model is left in evaluation mode."""
+    import copy
+
+    checks: list[dict] = []
+    fallback = None  # (distance to the band, step, weights) of the nearest checked state that restated
+    in_a_row = 0
+    done = 0
+    for step, _loss in steps:
+        done = step
+        if band is None or step < band.first or (step - band.first) % band.every != 0:
+            continue
+        model.eval()
+        reading = {"step": step, **read(model)}
+        checks.append(reading)
+        low, high = band.band
+        distance = max(low - reading["accuracy"], reading["accuracy"] - high, 0.0)
+        reads = reading["restated"] >= band.target
+        in_a_row = in_a_row + 1 if reads and distance == 0.0 else 0
+        if in_a_row >= band.in_a_row:
             model.eval()
-            reading = {"step": step, **check(model, tokenizer, rows, tokens)}
-            checks.append(reading)
-            low, high = ACCURACY_BAND
-            distance = max(low - reading["accuracy"], reading["accuracy"] - high, 0.0)
-            reads = reading["restated"] >= RESTATE_TARGET
-            in_a_row = in_a_row + 1 if reads and distance == 0.0 else 0
-            if in_a_row >= band_checks:
-                return {"steps": step, "stopped": "criterion", "checks": checks}
-            if reads and (fallback is None or distance < fallback[0]):
-                fallback = (distance, step, copy.deepcopy(model.state_dict()))
-            model.train()
+            return {"steps": step, "stopped": "criterion", "checks": checks}
+        if reads and (fallback is None or distance < fallback[0]):
+            fallback = (distance, step, copy.deepcopy(model.state_dict()))
+        if band.past_stops and reads and reading["accuracy"] > high and fallback is not None:
+            break
     model.eval()
     if fallback is not None:
         model.load_state_dict(fallback[2])
         return {"steps": fallback[1], "stopped": "max_steps", "checks": checks}
-    return {"steps": limit, "stopped": "fixed" if steps is not None else "max_steps", "checks": checks}
+    return {"steps": done, "stopped": "max_steps" if band is not None else "fixed", "checks": checks}
+
+
+def train_warm_start(model, tokenizer, seed: int, steps: int | None = None, long_answers: bool = False) -> dict:
+    """Fine-tune every weight of `model` in place on worked arithmetic solutions, seeded, until the stopping
+    criterion holds (see RESTATE_TARGET) or for exactly `steps` steps when given. Returns what it did
+    (train_to_band)."""
+    limit = WARM_START_MAX_STEPS if steps is None else steps
+    examples = _examples(tokenizer, seed, limit * WARM_START_BATCH // 4 + WARM_START_BATCH, long_answers)
+    tokens = LONG_HELDOUT_TOKENS if long_answers else HELDOUT_TOKENS
+    band, rows = None, []
+    if steps is None:
+        rows = check_rows(CHECK_ROWS)
+        in_a_row = LONG_BAND_CHECKS if long_answers else BAND_CHECKS
+        band = Band(WARM_START_MIN_STEPS, WARM_START_CHECK_EVERY, RESTATE_TARGET, ACCURACY_BAND, in_a_row)
+    learning = seeded_steps(model, examples, seed, WARM_START_BATCH, WARM_START_LR, tokenizer.pad_token_id, limit)
+    return train_to_band(model, learning, lambda m: check(m, tokenizer, rows, tokens), band)
 
 
 def measure_heldout(model, tokenizer, rows: list[dict], tokens: int = HELDOUT_TOKENS) -> dict:

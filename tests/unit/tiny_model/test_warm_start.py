@@ -165,3 +165,40 @@ def test_the_build_is_the_same_whatever_the_callers_thread_count(monkeypatch, tm
     assert one["checks"] == two["checks"] and one["steps"] == two["steps"]
     assert one["stopped"] in ("criterion", "max_steps") and len(one["checks"]) >= 1
     assert torch.get_num_threads() == threads  # the caller's setting is given back
+
+
+def _stepping(model, count: int):
+    """steps as seeded_steps yields them, each setting the weight to its step number (the state a check reads)."""
+    import torch
+
+    for step in range(1, count + 1):
+        model.train()
+        with torch.no_grad():
+            model.weight.fill_(float(step))
+        yield step, torch.tensor(0.0)
+
+
+def test_past_the_band_the_programs_stop_keeps_the_nearest_state_that_read():
+    import torch
+
+    model = torch.nn.Linear(1, 1, bias=False)
+    readings = iter([(0.95, 0.3), (0.95, 0.45), (0.95, 0.8), (0.95, 0.45)])
+    band = warm_start.Band(first=2, every=1, target=0.9, band=(0.5, 0.7), in_a_row=1, past_stops=True)
+    done = warm_start.train_to_band(
+        model, _stepping(model, 9), lambda m: dict(zip(("restated", "accuracy"), next(readings))), band
+    )
+    # step 4 reads above the band: the pass ends there, with step 3's weights (0.45, nearest the band)
+    assert done["stopped"] == "max_steps" and done["steps"] == 3 and [c["step"] for c in done["checks"]] == [2, 3, 4]
+    assert float(model.weight) == 3.0 and not model.training
+
+
+def test_without_past_stops_a_reading_above_the_band_goes_on():
+    import torch
+
+    model = torch.nn.Linear(1, 1, bias=False)
+    readings = iter([(0.95, 0.8), (0.95, 0.6)])
+    band = warm_start.Band(first=1, every=1, target=0.9, band=(0.5, 0.7), in_a_row=1)
+    done = warm_start.train_to_band(
+        model, _stepping(model, 5), lambda m: dict(zip(("restated", "accuracy"), next(readings))), band
+    )
+    assert done == {"steps": 2, "stopped": "criterion", "checks": done["checks"]} and float(model.weight) == 2.0
