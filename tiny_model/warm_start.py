@@ -248,7 +248,6 @@ def train_to_band(model, steps, read, band: Band | None) -> dict:
         reads = reading["restated"] >= band.target
         in_a_row = in_a_row + 1 if reads and distance == 0.0 else 0
         if in_a_row >= band.in_a_row:
-            model.eval()
             return {"steps": step, "stopped": "criterion", "checks": checks}
         if reads and (fallback is None or distance < fallback[0]):
             fallback = (distance, step, copy.deepcopy(model.state_dict()))

@@ -273,8 +273,9 @@ def generation_time(s: StepShape, card: CardFacts) -> tuple[float, float, int, s
         s = replace(s, experts_per_token=s.experts, active_linear_params=s.linear_params)
     prefill = n * s.prompt_tokens * 2.0 * (s.active_linear_params + s.lm_head_params) / prefill_flops
     graphed = s.family in GRAPHED_FAMILIES and not s.plain
-    eager = _layer_launch_s(s)
-    launch = (GRAPHED_LAUNCH_S if graphed else eager) * s.layers * (PLAIN_GENERATE_SLOWDOWN if s.plain else 1.0)
+    launch = (
+        (GRAPHED_LAUNCH_S if graphed else _layer_launch_s(s)) * s.layers * (PLAIN_GENERATE_SLOWDOWN if s.plain else 1.0)
+    )
     per_step, limit = _decode_step(s, n, s.prompt_tokens + longest / 2.0, bandwidth, prefill_flops, launch)
     return prefill + longest * per_step, 1.0, n, limit
 
