@@ -72,6 +72,12 @@ def signals_forwarded(runner: ChildRunner):
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, signal.SIGTERM):
             previous[signum] = signal.signal(signum, runner.handle_signal)
+            # ones the program's first handler took (train.EarlyInterrupts): a Ctrl-C the interpreter dropped
+            # in a callback still stops the run before its attempt starts
+            kept = getattr(previous[signum], "signals", None)
+            if isinstance(kept, list):
+                runner.signals.extend(kept)
+                kept.clear()
     try:
         yield runner
     finally:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import train
-from contract.errors import UsageError
+from contract.errors import EXIT_INTERRUPTED, UsageError
 from launcher.card.detect import Machine, detect_machine
 from launcher.plan.choose import make_plan
 from launcher.plan.request import PlanRequest
@@ -189,8 +189,8 @@ def sigint_at_start(disposition: str):
 
 
 def test_the_program_takes_an_ignored_sigint_back_before_anything_loads(monkeypatch):
-    """`python train.py` and the grpo-train script (pyproject's entry) both go through train.cli, which gives
-    an inherited SIG_IGN back to the interpreter's KeyboardInterrupt before the commands are imported."""
+    """`python train.py` and the grpo-train script (pyproject's entry) both go through train.cli, which turns
+    an inherited SIG_IGN into a KeyboardInterrupt (kept as well) before the commands are imported."""
     import tomllib
 
     scripts = tomllib.loads((Path(train.__file__).parent / "pyproject.toml").read_text())["project"]["scripts"]
@@ -202,13 +202,55 @@ def test_the_program_takes_an_ignored_sigint_back_before_anything_loads(monkeypa
         assert train.cli() == 0
     finally:
         signal.signal(signal.SIGINT, before)
-    assert seen == [signal.default_int_handler]
+    assert len(seen) == 1 and isinstance(seen[0], train.EarlyInterrupts)
+    with pytest.raises(KeyboardInterrupt):
+        seen[0](signal.SIGINT, None)
+    assert seen[0].signals == [signal.SIGINT]
 
     def interrupted(argv=None):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(train, "main", interrupted)
     assert train.cli() == 130
+
+
+def test_a_ctrl_c_the_interpreter_drops_in_a_callback_still_stops_the_run_unsaid(monkeypatch, tmp_path, capfd):
+    """A KeyboardInterrupt raised while a weakref callback runs (an import's module-lock cleanup) is printed and
+    dropped by the interpreter, and the run went on to its end with exit 0 (seen once in a whole-suite run, at
+    0.31 CPU-s). train.cli keeps the signal and says nothing of the dropped exception; the supervisor's handlers
+    take it over and the attempt is not started."""
+    import gc
+    import weakref
+
+    from launcher.run.child import ChildRunner, signals_forwarded
+
+    class Lock:  # stands for importlib's module lock, whose weakref callback the signal landed in
+        pass
+
+    outcome = {}
+
+    def run(argv=None):
+        handler = signal.getsignal(signal.SIGINT)
+        lock = Lock()
+        kept = weakref.ref(lock, lambda ref: handler(signal.SIGINT, None))
+        del lock
+        gc.collect()
+        assert kept() is None  # the callback ran, and its KeyboardInterrupt went no further
+        runner = ChildRunner(command=["/bin/false"])
+        with signals_forwarded(runner):
+            outcome["status"] = runner.run_argv(["/bin/false"], tmp_path, env={})
+            outcome["signals"] = list(runner.signals)
+        outcome["started"] = runner.last_pid is not None
+        return 0
+
+    monkeypatch.setattr(train, "main", run)
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        assert train.cli() == 0
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert outcome == {"status": (EXIT_INTERRUPTED, ""), "signals": [signal.SIGINT], "started": False}
+    assert "KeyboardInterrupt" not in capfd.readouterr().err
 
 
 # (CPU seconds, SIGINT at start). An ignored SIGINT before the supervisor's handlers were in (about 0.25 CPU-s)
