@@ -147,6 +147,7 @@ def shape_of(profile, arch, gpu, est=None, lengths=None) -> StepShape:
         arch.lora_params(profile.lora_rank, profile.target_modules) if profile.uses_lora else arch.computed_params
     )
     moe = bool(getattr(arch, "is_moe", False))
+    generator = "vllm" if profile.fast_inference else "transformers"
     engines, tp = 1, 1
     if profile.fast_inference and profile.distributed:
         tp = max(1, profile.vllm_tensor_parallel)
@@ -164,7 +165,7 @@ def shape_of(profile, arch, gpu, est=None, lengths=None) -> StepShape:
         lora=profile.uses_lora,
         trainable_params=float(trainable),
         checkpointing=profile.gradient_checkpointing != "false",
-        generator="vllm" if profile.fast_inference else "transformers",
+        generator=generator,
         prompts=max(1, profile.generation_batch // profile.num_generations),
         generations=profile.num_generations,
         micro_batch=profile.per_device_train_batch_size,
@@ -190,10 +191,7 @@ def shape_of(profile, arch, gpu, est=None, lengths=None) -> StepShape:
         scorer_params=float(sum(s.arch.computed_params for s in scorers(profile) if s.arch is not None)),
         family=arch.family,
         program_runs=program_runs(profile),
-        every_expert=moe
-        and every_expert_generates(
-            arch.family, "vllm" if profile.fast_inference else "transformers", transformers_major()
-        ),
+        every_expert=moe and every_expert_generates(arch.family, generator, transformers_major()),
     )
 
 
