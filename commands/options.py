@@ -229,24 +229,12 @@ def measurements_of(args):
     return read_ledger()
 
 
-# Correctness rewards that judge a program by its test cases: a profile judged by one trains programs.
-PROGRAM_JUDGES = ("code", "binary_code")
-
-
-def ladder_rungs(profiles: list) -> list:
-    """The profiles of a folder that are rungs of its ladder: a profile written with tools or an environment
-    (docs/tools.md), or judged on programs passing test cases (the code demo, docs/cpu-demo.md), trains another
-    thing than its neighbours, so it is never a fallback from them and runs with --profile; a folder of such
-    profiles alone is a ladder of its own."""
-    plain = [p for p in profiles if not (p.tools or p.environment or p.correctness in PROGRAM_JUDGES)]
-    return plain or profiles
-
-
 def plan_request_of(args):
     """The plan the options ask for: the ladder (or --profile FILE) on the machine they name, from the ledger
     unless told not to; a --set model=X of the user's gets configurations derived for it."""
     from contract.errors import UsageError
     from launcher.card.topology import topology
+    from launcher.plan.ladder import ladder_rungs
     from launcher.plan.request import PlanRequest
     from profiles.load import load_profile, load_profiles, set_keys
 
@@ -260,10 +248,12 @@ def plan_request_of(args):
         )
     named = getattr(args, "profile", None) is not None
     overrides = set_keys(args.overrides)  # checked with each profile as it loads
+    left_out: list[str] = []
     if named:
         profiles = [load_profile(args.profile, args.overrides)]
     else:  # a --set is checked against the profiles that can run on this machine
-        profiles = load_profiles(args.profiles_dir, args.overrides, device="cuda" if machine.gpus else "cpu")
+        device = "cuda" if machine.gpus else "cpu"
+        profiles = load_profiles(args.profiles_dir, args.overrides, device=device, refused=left_out)
         if not {"tools", "environment"} & set(overrides):
             profiles = ladder_rungs(profiles)  # (with --set tools=..., the user gives the ladder tools)
     return PlanRequest(
@@ -275,6 +265,7 @@ def plan_request_of(args):
         nodes=nodes,
         hours=getattr(args, "hours", None),
         measurements=measurements_of(args),
+        left_out=left_out,
     )
 
 

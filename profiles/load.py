@@ -383,13 +383,19 @@ def _with_schema_problem(error: RecipeProblems, source: str) -> RecipeProblems:
 
 
 def load_profiles(
-    directory: str | Path, overrides: list[str] | tuple[str, ...] = (), device: str | None = None
+    directory: str | Path,
+    overrides: list[str] | tuple[str, ...] = (),
+    device: str | None = None,
+    refused: list[str] | None = None,
 ) -> list[Profile]:
     """Every *.yaml in a folder (hidden files skipped: editor backups, locks), in ladder order.
 
     device: the kind this machine trains on ("cpu" without a GPU). Only its profiles take the overrides and
     are checked with them; the others load as written, for the plan to leave out, so that a --set meant for
-    the CPU ladder is not refused for a GPU profile that could never run here."""
+    the CPU ladder is not refused for a GPU profile that could never run here.
+    refused: where given, a rung of `device` that refuses the overrides while another rung takes them is left
+    out and the reason added here (`--set fast_inference=false` and a rung that serves vLLM from a node of its
+    own); a --set every rung refuses still raises."""
     directory = Path(directory)
     if not directory.is_dir():
         raise UsageError(f"{directory}: profiles folder not found (fix: --profiles-dir DIR)")
@@ -405,8 +411,25 @@ def load_profiles(
         written = sorted(
             ((load_profile(path), path) for path in files), key=lambda item: (item[0].ladder, item[0].name)
         )
+        refusals: list[ProfileError] = []
         for as_written, path in written:
-            profiles.append(load_profile(path, overrides) if as_written.device == device else as_written)
+            if as_written.device != device:
+                profiles.append(as_written)
+                continue
+            try:
+                profiles.append(load_profile(path, overrides))
+            except ProfileError as exc:
+                if refused is None:
+                    raise
+                refusals.append(exc)
+        if refusals and not any(p.device == device for p in profiles):
+            raise refusals[0]
+        if refused is not None:
+            refused.extend(
+                f"{exc.source}: key '{exc.key}': {exc.reason}: left out of the ladder (the --set holds for the "
+                "other rungs)"
+                for exc in refusals
+            )
     else:
         profiles = [load_profile(path, overrides) for path in files]
     names: dict[str, str] = {}

@@ -35,10 +35,12 @@ class PlanRequest:
     measurements: list | None = None
     margin_gib: float | None = None
     derive: bool = True
+    left_out: Sequence[str] = ()  # the rungs the ladder's loading left out (a --set they refuse), said in the notes
 
     def __post_init__(self):
         object.__setattr__(self, "profiles", tuple(self.profiles))
         object.__setattr__(self, "pinned", frozenset(self.pinned))
+        object.__setattr__(self, "left_out", tuple(self.left_out))
 
 
 @dataclass
@@ -74,7 +76,7 @@ class Planning:
         if not seeds:
             raise UsageError("no profiles to plan (fix: --profiles-dir DIR holding *.yaml profiles)")
         machine = request.machine
-        notes = list(machine.notes)
+        notes = [*machine.notes, *request.left_out]
         matching = [c for c in seeds if c.profile.device == machine.device]
         if matching:
             if len(seeds) > len(matching):

@@ -172,3 +172,43 @@ def test_the_interrupted_runs_resume_command_quotes_the_run(tmp_path, monkeypatc
     assert code == 130
     run_dir = next(out.glob("run-*"))
     assert pasted(text.getvalue(), "python train.py train --resume")[-1] == str(run_dir)
+
+
+SERVER_RUNGS = {"multi-2x24gb-llama3.1-8b", "multi-4x80gb-qwen2.5-14b", "multi-8x80gb-qwen2.5-14b"}
+
+
+def test_a_set_that_some_rungs_refuse_leaves_them_out_and_says_so_and_plans_the_rest(capsys):
+    # vLLM off: the rungs that serve vLLM from a node of their own cannot take it, every other rung can
+    code, out, err = run(
+        [
+            "plan",
+            "--gpu-memory",
+            "80",
+            "--gpu-name",
+            "NVIDIA H100 80GB HBM3",
+            "--set",
+            "fast_inference=false",
+            "--json",
+        ],
+        capsys,
+    )
+    assert code == 0, err
+    plan = json.loads(out)
+    left_out = [n for n in plan["notes"] if "left out of the ladder" in n]
+    assert {name for name in SERVER_RUNGS if any(f"{name}.yaml" in n for n in left_out)} == SERVER_RUNGS
+    assert all("key 'vllm_mode'" in n for n in left_out) and len(left_out) == len(SERVER_RUNGS)
+    assert SERVER_RUNGS.isdisjoint(c["profile"] for c in plan["candidates"])
+    assert plan["chosen"] and all(c["settings"]["fast_inference"] is False for c in plan["candidates"])
+
+
+def test_a_set_every_rung_refuses_is_still_bad_input_and_the_loader_raises_unless_asked_to_leave_out():
+    from contract.errors import ProfileError
+
+    with pytest.raises(ProfileError, match="vllm_mode"):
+        load_profiles(REPO / "profiles", ["fast_inference=false"], device="cuda")
+    refused: list[str] = []
+    kept = load_profiles(REPO / "profiles", ["fast_inference=false"], device="cuda", refused=refused)
+    assert len(refused) == len(SERVER_RUNGS) and SERVER_RUNGS.isdisjoint(p.name for p in kept)
+    everyone = ["fast_inference=false", "vllm_mode=server"]
+    with pytest.raises(ProfileError, match="vllm_mode"):
+        load_profiles(REPO / "profiles", everyone, device="cuda", refused=[])

@@ -133,7 +133,7 @@ def test_cpu_machine_plans_the_cpu_profiles_only():
 
 
 def test_the_code_demo_is_no_rung_of_the_shipped_cpu_ladder():
-    from commands.options import ladder_rungs
+    from launcher.plan.ladder import ladder_rungs
 
     shipped = load_profiles(REPO / "profiles", device="cpu")
     assert "cpu-tiny-code" in {p.name for p in shipped}
