@@ -16,6 +16,10 @@ from pathlib import Path
 GIB = float(1 << 30)
 KIT_FILE = "kit.json"  # in the attempt folder: what the kit asks of the child (the lengths to time)
 WARMUP_TOKENS = 16  # the untimed first wave: kernels compiled, the allocator warm
+# The plan's shape is timed only where this many times its predicted seconds (a warm-up and a timed run of
+# each, and a prediction that may be short) leave the probe PLANNED_RESERVE_S to write what it measured
+PLANNED_MARGIN = 3.0
+PLANNED_RESERVE_S = 20.0
 
 
 class MemoryReader:
@@ -186,22 +190,38 @@ def generation_unwrap(trainer):
     return (lambda t: nullcontext(t.accelerator.unwrap_model(t.model))), "accelerator.unwrap_model"
 
 
-def timed_waves(trainer, loaded, lengths, reader: MemoryReader) -> list[dict]:
+def _prompts(loaded, batch: int, generations: int, width: int | None) -> list[list[int]]:
+    """`batch` prompts grouped as GRPO groups them: the data's longest, or (`width`) each made exactly `width`
+    tokens long by repeating its tokens (a shape the plan expects; the weights are random, the text is not
+    read)."""
+    from trainer.probe import longest_prompts
+
+    prompts = longest_prompts(
+        loaded.train_rows, loaded.tokenizer, batch, generations, getattr(loaded, "switches", None)
+    )
+    if width:
+        prompts = [(ids * (width // max(1, len(ids)) + 1))[:width] for ids in prompts]
+    return prompts
+
+
+def timed_waves(trainer, loaded, lengths, reader: MemoryReader, shape: dict | None = None) -> list[dict]:
     """One generation wave (the generation batch TRL generates at once, every completion exactly `length`
     tokens) per length, after an untimed short wave (decoding compiles nothing per length: an H100 gave the same
     seconds a token at 64 and 320 tokens); each with its peak above what it started on (the KV cache and
-    decoding's own tensors)."""
+    decoding's own tensors). `shape` (the plan's: sequences, generations, prompt_tokens) in place of the
+    probe's generation batch and the data's prompts."""
     import torch
 
-    from trainer.probe import longest_prompts
     from trainer.timing import time_generation_wave
 
     profile, model, tokenizer = trainer.args, trainer.model, loaded.tokenizer
     batch = int(profile.per_device_train_batch_size)
     wave = batch * int(getattr(profile, "steps_per_generation", None) or profile.gradient_accumulation_steps or 1)
     generations = int(getattr(trainer, "num_generations", None) or batch)
+    if shape:
+        wave, generations = int(shape["sequences"]), int(shape["generations"])
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    prompts = longest_prompts(loaded.train_rows, tokenizer, wave, generations, getattr(loaded, "switches", None))
+    prompts = _prompts(loaded, wave, generations, (shape or {}).get("prompt_tokens"))
     ids, mask, width = _left_padded(prompts, pad, next(model.parameters()).device)
     was_training = model.training
     generation_context, through = generation_unwrap(trainer)
@@ -254,13 +274,13 @@ def timed_waves(trainer, loaded, lengths, reader: MemoryReader) -> list[dict]:
     return rows
 
 
-def timed_steps(trainer, loaded, lengths, reader: MemoryReader) -> list[dict]:
+def timed_steps(trainer, loaded, lengths, reader: MemoryReader, shape: dict | None = None) -> list[dict]:
     """One training step (the trainer's own loss, backward and optimizer step, one micro-batch) per length,
     each after an untimed step at the same length (the first step at a new shape compiles: 10-15 s of
-    Unsloth's kernels on an H100); each with its peak above what it started on."""
+    Unsloth's kernels on an H100); each with its peak above what it started on. `shape` (the plan's:
+    micro_batch, generations, prompt_tokens) in place of the probe's micro-batch and the data's prompts."""
     from trainer.probe import (
         completion_token_ids,
-        longest_prompts,
         restored_state,
         synthetic_inputs,
         training_mode,
@@ -271,8 +291,10 @@ def timed_steps(trainer, loaded, lengths, reader: MemoryReader) -> list[dict]:
     profile, model, tokenizer = trainer.args, trainer.model, loaded.tokenizer
     batch = int(profile.per_device_train_batch_size)
     generations = int(getattr(trainer, "num_generations", None) or batch)
+    if shape:
+        batch, generations = int(shape["micro_batch"]), int(shape["generations"])
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    prompts = longest_prompts(loaded.train_rows, tokenizer, batch, generations, getattr(loaded, "switches", None))
+    prompts = _prompts(loaded, batch, generations, (shape or {}).get("prompt_tokens"))
     vocab = int(getattr(getattr(model, "config", None), "vocab_size", None) or len(tokenizer))
 
     def step_at(length: int):
@@ -306,9 +328,43 @@ def timed_steps(trainer, loaded, lengths, reader: MemoryReader) -> list[dict]:
     return rows
 
 
-def measure_loaded(trainer, loaded, lengths) -> dict:
+def timed_planned(trainer, loaded, planned: dict, reader: MemoryReader, deadline: float | None) -> dict:
+    """One generation wave at the plan's generation batch and one training step at its micro-batch, each at
+    the longest completion the step-time model charges there ({"plan": planned, "generation": [...],
+    "training": [...]}), or why not: left out where three times their predicted seconds would run past the
+    probe's `deadline` (time.time()), so that a long shape never costs the probe its other figures."""
+    import time
+
+    out: dict = {"plan": planned}
+    predicted = [planned.get("predicted_wave_s"), planned.get("predicted_step_s")]
+    need = PLANNED_MARGIN * sum(x for x in predicted if isinstance(x, (int, float)))
+    left = None if deadline is None else deadline - time.time() - PLANNED_RESERVE_S
+    if left is not None and need > left:
+        out["why"] = f"not timed: {need:.0f} s (3x the predicted seconds) and {max(left, 0):.0f} s left to the probe"
+        return out
+    for key, measure, tokens in (
+        ("generation", timed_waves, planned["wave_tokens"]),
+        ("training", timed_steps, planned["step_tokens"]),
+    ):
+        try:
+            out[key] = measure(trainer, loaded, [int(tokens)], reader, shape=planned)
+        except Exception as exc:  # noqa: BLE001 - reported; the probe's figures stand (an OOM here among them)
+            out[f"{key}_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            _release_cached(reader)
+    return out
+
+
+def _release_cached(reader: MemoryReader) -> None:
+    if reader.cuda:
+        import torch
+
+        torch.cuda.empty_cache()
+
+
+def measure_loaded(trainer, loaded, lengths, planned: dict | None = None, deadline: float | None = None) -> dict:
     """Everything the kit reads of one loaded model after its probe: {"components": ..., "timed": ...}. A phase
-    that fails is reported by name; the probe's own figures stand."""
+    that fails is reported by name; the probe's own figures stand. `planned`: the plan's shape for this model
+    on this card (measure.cases.planned_shape), timed last (timed_planned)."""
     from trainer.probe import completion_token_ids, longest_prompts, synthetic_inputs
 
     model, tokenizer, profile = trainer.model, loaded.tokenizer, trainer.args
@@ -354,19 +410,25 @@ def measure_loaded(trainer, loaded, lengths) -> dict:
     if steps:
         timed["training_step_s"] = steps[-1]["seconds"]
     timed["completion_tokens"] = max(lengths)
-    if cuda:
-        import torch
-
-        torch.cuda.empty_cache()
+    if planned and planned.get("sequences"):
+        timed["planned"] = timed_planned(trainer, loaded, planned, reader, deadline)
+    elif planned:  # no rung of the plan fits, or the plan could not be made: said beside the other figures
+        timed["planned"] = {"plan": planned, "why": planned.get("why", "not planned")}
+    _release_cached(reader)
     return {"components": components, "timed": timed}
 
 
-def read_lengths(attempt_dir: Path, default) -> tuple[int, ...]:
+def read_kit_file(attempt_dir: Path, default) -> tuple[tuple[int, ...], dict | None, float | None]:
+    """(the lengths to time, the plan's shape or None, the probe's deadline or None) the kit wrote for this
+    probe; the default lengths alone where the file is missing or not as the kit writes it."""
     try:
-        lengths = json.loads((attempt_dir / KIT_FILE).read_text(encoding="utf-8"))["lengths"]
-        return tuple(int(n) for n in lengths)
+        asked = json.loads((attempt_dir / KIT_FILE).read_text(encoding="utf-8"))
+        lengths = tuple(int(n) for n in asked["lengths"])
     except (OSError, ValueError, KeyError, TypeError):
-        return tuple(default)
+        return tuple(default), None, None
+    planned = asked.get("planned") if isinstance(asked.get("planned"), dict) else None
+    deadline = asked.get("deadline")
+    return lengths, planned, float(deadline) if isinstance(deadline, (int, float)) else None
 
 
 def probe_child(attempt_dir: Path, profile, resolve_model, estimate_gib, default_lengths) -> int:
@@ -376,13 +438,13 @@ def probe_child(attempt_dir: Path, profile, resolve_model, estimate_gib, default
     from trainer.run import run_attempt
     from trainer.signals import exit_on_signal
 
-    lengths = read_lengths(attempt_dir, default_lengths)
+    lengths, planned, deadline = read_kit_file(attempt_dir, default_lengths)
     code = run_attempt(
         profile,
         attempt_dir,
         resolve_model=resolve_model,
         estimate_gib=estimate_gib,
-        after_probe=lambda trainer, loaded: measure_loaded(trainer, loaded, lengths),
+        after_probe=lambda trainer, loaded: measure_loaded(trainer, loaded, lengths, planned, deadline),
     )
     exit_on_signal(EXIT_INTERRUPTED)
     return code

@@ -98,7 +98,8 @@ def run_probe(
     shutil.rmtree(attempt_dir, ignore_errors=True)
     attempt_dir.mkdir(parents=True)
     (attempt_dir / PROFILE_FILE).write_text(profile.to_yaml(), encoding="utf-8")
-    (attempt_dir / KIT_FILE).write_text(json.dumps({"lengths": list(lengths)}) + "\n", encoding="utf-8")
+    asked = {"lengths": list(lengths), "planned": case.get("planned"), "deadline": time.time() + timeout_s}
+    (attempt_dir / KIT_FILE).write_text(json.dumps(asked) + "\n", encoding="utf-8")
     env = attempt_environment(profile)
     env.update(
         {

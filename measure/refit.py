@@ -187,12 +187,16 @@ def timed_entries(
         profile = profiles[tuple(settings)]
         in_training_mode = isinstance(row.get("components"), dict) and "checkpointing" in row["components"]
         case = f"{str(row.get('architecture')).rpartition('/')[2]} ({row['path']}, {row.get('precision')})"
-        for kind in ("generation", "training"):
-            entries = timed.get(kind) or []
+        planned = timed.get("planned")
+        planned = planned if isinstance(planned, dict) else {}
+        lists = [(f"{where}.timed.{kind}", kind, timed.get(kind)) for kind in ("generation", "training")]
+        lists += [(f"{where}.timed.planned.{kind}", kind, planned.get(kind)) for kind in ("generation", "training")]
+        for named, kind, entries in lists:
+            entries = entries or []
             if not isinstance(entries, list):
-                raise TableError(f"{where}.timed.{kind} is {_shown(entries)}, not a list (fix: {FIX_TABLE})")
+                raise TableError(f"{named} is {_shown(entries)}, not a list (fix: {FIX_TABLE})")
             for number, entry in enumerate(entries):
-                at = f"{where}.timed.{kind}[{number}]"
+                at = f"{named}[{number}]"
                 if not isinstance(entry, dict):
                     raise TableError(f"{at} is {_shown(entry)}, not a timed {kind} (fix: {FIX_TABLE})")
                 sequences = _count(entry.get("sequences"), 1, f"{at}.sequences")

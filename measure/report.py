@@ -110,8 +110,9 @@ def component_rows(case: dict, components: dict, timed: dict) -> list[dict]:
     return rows
 
 
-def with_predictions(case: dict, timed: dict, gpu) -> dict:
-    """The timed records, each with the step-time model's prediction at exactly its shape."""
+def _predicted(case: dict, timed: dict, gpu) -> dict:
+    """`timed` with each generation wave and training step beside the step-time model's prediction at exactly
+    its shape."""
     from measure.cases import predict_timed
 
     timed = dict(timed)
@@ -133,6 +134,15 @@ def with_predictions(case: dict, timed: dict, gpu) -> dict:
             rows.append(entry)
         if rows:
             timed[kind] = rows
+    return timed
+
+
+def with_predictions(case: dict, timed: dict, gpu) -> dict:
+    """The timed records, each with the step-time model's prediction at exactly its shape (the plan's shape,
+    `planned`, too)."""
+    timed = _predicted(case, timed, gpu)
+    if isinstance(timed.get("planned"), dict):
+        timed["planned"] = _predicted(case, timed["planned"], gpu)
     # the longest length's figures, as the table's summary columns give them, with the model's at that shape
     waves, steps = timed.get("generation") or [], timed.get("training") or []
     wave, step = (waves[-1] if waves else None), (steps[-1] if steps else None)
@@ -329,6 +339,37 @@ def markdown(report: dict) -> str:
                 f"| {_case(row)} | {first['sequences']} x {first['prompt_tokens']} | {wave_cells or '-'} | "
                 f"{step_cells or row['timed'].get('training_error', '-')} |"
             )
+    planned = [row for row in report["probes"] if isinstance((row.get("timed") or {}).get("planned"), dict)]
+    if planned:
+        lines += [
+            "",
+            "## Time at the plan's shape",
+            "",
+            "Seconds, measured / predicted, at the shape the plan decides on for the model on this card "
+            "(transformers generating: the kit has no vLLM): one wave of its whole generation batch and one step "
+            "of its micro-batch, each at the longest completion the step-time model charges there, prompts "
+            "as long as the plan expects. Timed with the probe's LoRA rank and checkpointing.",
+            "",
+            "| architecture | path | precision | plan | wave: sequences x prompt, tokens, measured / predicted | "
+            "step: micro-batch x prompt, tokens, measured / predicted |",
+            "|---|---|---|---|---|---|",
+        ]
+        for row in planned:
+            shape = row["timed"]["planned"]
+            cells = []
+            for kind in ("generation", "training"):
+                done = shape.get(kind) or []
+                cells.append(
+                    "; ".join(
+                        f"{e['sequences']} x {e['prompt_tokens']}, {e['completion_tokens']}: "
+                        f"{_cell(e['seconds'], 3)} / {_cell(e.get('predicted_s'), 3)}"
+                        for e in done
+                    )
+                    or shape.get(f"{kind}_error")
+                    or shape.get("why")
+                    or "-"
+                )
+            lines.append(f"| {_case(row)} | {shape['plan'].get('profile', '-')} | {cells[0]} | {cells[1]} |")
     oom = report["oom_fallback"]
     lines += ["", "## Out of memory, read and fallen back from", ""]
     if oom.get("status") in (None, "not run", "left out", PENDING):

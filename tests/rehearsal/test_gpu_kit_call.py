@@ -188,6 +188,22 @@ def test_the_documented_call_runs_as_written_and_leaves_its_files_in_out(tmp_pat
         assert row["measured"]["peak_gib"] > 0 and 0.2 < row["measured_over_estimate"] < 5
         assert f"| tiny | {row['path']} | float32 | adamw_torch |" in table
     assert report["probes"][1]["backend"] == "transformers"  # the plain path trained through transformers + PEFT
+    # Unsloth's path is timed at the shape the plan decides on too: the CPU ladder's choice, its whole generation
+    # batch in one wave and its micro-batch in one step, each beside its prediction
+    planned = report["probes"][0]["timed"]["planned"]
+    assert planned["plan"]["profile"] == "cpu-tiny-8gen" and "planned" not in report["probes"][1]["timed"]
+    (wave,), (step,) = planned["generation"], planned["training"]
+    assert (wave["sequences"], wave["completion_tokens"]) == (
+        planned["plan"]["sequences"],
+        planned["plan"]["wave_tokens"],
+    )
+    assert (step["sequences"], step["completion_tokens"]) == (
+        planned["plan"]["micro_batch"],
+        planned["plan"]["step_tokens"],
+    )
+    assert wave["prompt_tokens"] == step["prompt_tokens"] == planned["plan"]["prompt_tokens"]
+    assert all(e["seconds"] > 0 and e["predicted_s"] > 0 for e in (wave, step))
+    assert "## Time at the plan's shape" in table and "| tiny | unsloth | float32 | cpu-tiny-8gen |" in table
     oom = report["oom_fallback"]
     assert oom["status"] == "ok" and oom["oom_read"] and oom["fell_back_and_finished"], oom
     assert [a["status"] for a in oom["attempts"]][0] == "oom" and oom["attempts"][-1]["status"] == "ok"

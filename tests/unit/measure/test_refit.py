@@ -130,6 +130,21 @@ def test_a_time_that_is_no_time_is_left_out_and_the_rest_fitted(tmp_path, capsys
     assert math.isfinite(result["table_errors"]["after"]["all"]["rms_factor"])
 
 
+def test_the_waves_and_steps_at_the_plans_shape_are_fitted_with_the_rest(tmp_path, capsys):
+    table = _cpu_table()
+    timed = table["probes"][0]["timed"]
+    wave, step = dict(timed["generation"][-1]), dict(timed["training"][-1])
+    wave.update(sequences=128, completion_tokens=48, seconds=wave["seconds"] * 20)
+    step.update(sequences=128, completion_tokens=48, seconds=step["seconds"] * 20, warmed_at_this_shape=True)
+    timed["planned"] = {"plan": {"profile": "cpu-tiny-8gen"}, "generation": [wave], "training": [step]}
+    code, out, err = _main_refit(capsys, _write(tmp_path, table), "--constants", "KERNEL_LAUNCH_S", "--json")
+    assert code == 0, err
+    assert json.loads(out)["entries"] == len(_timed(table)) + 2
+    timed["planned"]["training"] = [{"sequences": "many"}]
+    code, out, err = _main_refit(capsys, _write(tmp_path, table), "--constants", "KERNEL_LAUNCH_S")
+    assert code == 2 and "probes[0].timed.planned.training[0].sequences is 'many'" in err and "(fix: " in err
+
+
 def test_a_constant_no_row_depends_on_is_kept_not_moved_to_its_bound(capsys):
     from measure.cases import UNSLOTH
     from measure.refit import refit

@@ -126,3 +126,71 @@ def test_the_timed_record_carries_the_prediction_at_the_longest_shape(case):
     assert predicted["generation_wave_s"] == timed["generation"][-1]["predicted_s"] > 0
     assert predicted["training_step_s"] == timed["training"][-1]["predicted_s"] > 0
     assert timed["measured_over_predicted"]["generation_wave_s"] == timed["generation"][-1]["measured_over_predicted"]
+
+
+def test_each_unsloth_case_carries_the_shape_the_plan_decides_on_for_its_model_on_the_card():
+    from launcher.card.detect import Machine
+    from launcher.plan.choose import make_plan
+    from launcher.plan.request import PlanRequest
+    from measure.cases import PROFILES, UNSLOTH, plan_cases
+    from profiles.load import load_profiles
+
+    machine = Machine(gpus=[_h100()], message="", host_ram_gib=128.0, host_free_gib=120.0)
+    cases = plan_cases(machine, unsloth=True, bitsandbytes=True, models=None)
+    assert all(c["planned"] is None for c in cases if c["path"] != UNSLOTH)  # no single-GPU plan runs plain
+    for case in [c for c in cases if c["path"] == UNSLOTH]:
+        planned = case["planned"]
+        four = case["precision"] == "4-bit"
+        # what `plan --set model=X --set load_in_4bit=... --set fast_inference=false` chooses on this card
+        written = [f"model={case['architecture']}", f"load_in_4bit={str(four).lower()}", "fast_inference=false"]
+        rungs = load_profiles(PROFILES, written, device="cuda", refused=[])
+        request = PlanRequest(rungs, machine, model=case["architecture"], pinned={"load_in_4bit", "fast_inference"})
+        chosen = next(c for c in make_plan(request).candidates if c.fits).profile
+        assert planned["profile"] == chosen.name and chosen.load_in_4bit == four and not chosen.fast_inference
+        assert planned["micro_batch"] == chosen.per_device_train_batch_size
+        assert planned["sequences"] == chosen.generation_batch and planned["generations"] == chosen.num_generations
+        # the longest of a wave and of a micro-batch, as the step-time model charges them
+        assert planned["expected_tokens"] <= planned["step_tokens"] <= planned["wave_tokens"] <= planned["cap"]
+        assert planned["predicted_wave_s"] > 0 and planned["predicted_step_s"] > 0
+        # not the kit's launch-bound 4 sequences of 64 + 320 tokens
+        assert planned["sequences"] > 4 and planned["wave_tokens"] not in (64, 320)
+
+
+def test_the_plans_shape_is_predicted_in_the_table_beside_what_was_measured_and_said_in_its_page(case):
+    from measure.report import markdown, with_predictions
+
+    plan = case["planned"]
+    wave = {"sequences": plan["sequences"], "generations": plan["generations"], "prompt_tokens": plan["prompt_tokens"]}
+    timed = {
+        "planned": {
+            "plan": plan,
+            "generation": [{**wave, "completion_tokens": plan["wave_tokens"], "seconds": 12.0}],
+            "training_error": "OutOfMemoryError: CUDA out of memory",
+        }
+    }
+    got = with_predictions(case, timed, _h100())["planned"]
+    assert got["generation"][0]["predicted_s"] == pytest.approx(plan["predicted_wave_s"], rel=1e-3)
+    assert got["generation"][0]["measured_over_predicted"] == pytest.approx(12.0 / plan["predicted_wave_s"], rel=1e-2)
+    row = {
+        "architecture": case["architecture"],
+        "path": case["path"],
+        "precision": case["precision"],
+        "timed": {"planned": got},
+    }
+    probe = row | {"estimate": {"held_gib": 1, "step_gib": 1}, "optim": "adamw_8bit", "status": "ok"}
+    page = markdown(
+        {
+            "card": "NVIDIA H100 80GB HBM3",
+            "date": "2026-11-30",
+            "device": "H100",
+            "versions": {},
+            "runs": [],
+            "probes": [probe],
+            "oom_fallback": {"status": "left out", "why": "the card's OOM runs in the product call"},
+            "nvml_against_torch": [],
+        }
+    )
+    section = page.split("## Time at the plan's shape")[1]
+    assert plan["profile"] in section
+    assert f"{plan['sequences']} x {plan['prompt_tokens']}, {plan['wave_tokens']}: 12.000 /" in section
+    assert "OutOfMemoryError" in section  # the step that failed says why, the wave stands
