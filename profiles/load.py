@@ -393,9 +393,10 @@ def load_profiles(
     device: the kind this machine trains on ("cpu" without a GPU). Only its profiles take the overrides and
     are checked with them; the others load as written, for the plan to leave out, so that a --set meant for
     the CPU ladder is not refused for a GPU profile that could never run here.
-    refused: where given, a rung of `device` that refuses the overrides while another rung takes them is left
-    out and the reason added here (`--set fast_inference=false` and a rung that serves vLLM from a node of its
-    own); a --set every rung refuses still raises."""
+    refused: where given, a rung of `device` whose own written keys conflict with the overrides while another
+    rung takes them is left out and the reason added here (`--set fast_inference=false` and a rung that serves
+    vLLM from a node of its own); a value of the --set a rung refuses (the key named is one the user set), or a
+    --set every rung refuses, still raises."""
     directory = Path(directory)
     if not directory.is_dir():
         raise UsageError(f"{directory}: profiles folder not found (fix: --profiles-dir DIR)")
@@ -419,7 +420,7 @@ def load_profiles(
             try:
                 profiles.append(load_profile(path, overrides))
             except ProfileError as exc:
-                if refused is None:
+                if refused is None or exc.key is None or exc.key in set_keys(overrides):
                     raise
                 refusals.append(exc)
         if refusals and not any(p.device == device for p in profiles):

@@ -212,3 +212,11 @@ def test_a_set_every_rung_refuses_is_still_bad_input_and_the_loader_raises_unles
     everyone = ["fast_inference=false", "vllm_mode=server"]
     with pytest.raises(ProfileError, match="vllm_mode"):
         load_profiles(REPO / "profiles", everyone, device="cuda", refused=[])
+
+
+def test_a_value_of_the_users_a_rung_refuses_is_still_bad_input_not_a_quiet_change_of_rung(capsys):
+    # the CPU default's 8 generations cannot split 12 completions: that is the user's value, said with the fix,
+    # not a reason to train the 4-generation rung instead
+    code, out, err = run(["plan", "--set", "per_device_train_batch_size=12", "--json"], capsys)
+    assert code == 2 and out == "" and "cpu-tiny-8gen.yaml" in err
+    assert "key 'per_device_train_batch_size'" in err and "(fix: " in err
