@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from launcher.card.detect import GpuInfo  # noqa: E402
-from launcher.card.facts import card_facts  # noqa: E402
+from launcher.card.facts import DEFAULT, card_facts  # noqa: E402
 from launcher.plan.completion_lengths import CompletionPlan  # noqa: E402
 from launcher.plan.speed import generation_time, step_time, training_time  # noqa: E402
 from launcher.plan.step_shape import every_expert_generates, shape_of  # noqa: E402
@@ -280,7 +280,9 @@ def kit_lines(path: Path) -> list[str]:
     from profiles.load import load_profile
 
     data = json.loads(path.read_text(encoding="utf-8"))
-    card = card_facts(data["card"], data.get("total_gib"))
+    card = (
+        card_facts(data["card"], data.get("total_gib")) or DEFAULT
+    )  # the CPU rehearsal: the default card, as the kit predicted it
     gpu = GpuInfo(card.name, card.memory_gib, card.memory_gib, 0.0, card.capability, None, None, 0, "what-if")
     lines = [
         f"{path.name}: measured / predicted then -> predicted now, seconds",
@@ -293,14 +295,22 @@ def kit_lines(path: Path) -> list[str]:
             continue
         profile = load_profile(base, [s for s in probe["settings"] if not s.startswith("name=")])
         arch = arch_of(profile.model)
-        cells = []
-        for kind in ("generation", "training"):
-            t = timed[kind][-1]
-            shape = timed_shape(profile, arch, gpu, t["sequences"], t["prompt_tokens"], t["completion_tokens"])
-            shape = dataclasses.replace(shape, plain=probe["path"] != "unsloth")
-            now = generation_time(shape, card)[0] if kind == "generation" else training_time(shape, card)
-            cells.append(f"{t['seconds']:.3f} / {t['predicted_s']:.3f} -> {now:.3f}")
-        lines.append(f"  {probe['architecture'].split('/')[-1]:26} {probe['path']:9} {cells[0]:30} {cells[1]}")
+        planned = timed.get("planned") or {}
+        # the longest length timed, then the plan's shape where the kit timed it
+        for label, source in ((probe["path"], timed), ("  at plan", planned)):
+            cells = []
+            for kind in ("generation", "training"):
+                if not source.get(kind):
+                    cells.append("-")
+                    continue
+                t = source[kind][-1]
+                shape = timed_shape(profile, arch, gpu, t["sequences"], t["prompt_tokens"], t["completion_tokens"])
+                shape = dataclasses.replace(shape, plain=probe["path"] != "unsloth")
+                now = generation_time(shape, card)[0] if kind == "generation" else training_time(shape, card)
+                then = t.get("predicted_s")
+                cells.append(f"{t['seconds']:.3f} / {'-' if then is None else f'{then:.3f}'} -> {now:.3f}")
+            if source is timed or cells != ["-", "-"]:
+                lines.append(f"  {probe['architecture'].split('/')[-1]:26} {label:9} {cells[0]:30} {cells[1]}")
     return lines
 
 

@@ -194,3 +194,22 @@ def test_the_plans_shape_is_predicted_in_the_table_beside_what_was_measured_and_
     assert plan["profile"] in section
     assert f"{plan['sequences']} x {plan['prompt_tokens']}, {plan['wave_tokens']}: 12.000 /" in section
     assert "OutOfMemoryError" in section  # the step that failed says why, the wave stands
+
+
+def test_the_published_benchmark_reads_a_cards_table_the_plans_shape_and_the_cpu_rehearsals_too(tmp_path):
+    import json
+    from pathlib import Path
+
+    from benchmarks.published_step_times import kit_lines
+
+    gpu = Path(__file__).resolve().parents[3] / "benchmarks" / "gpu"
+    h100 = kit_lines(gpu / "nvidia-h100-80gb-hbm3.json")
+    assert len(h100) == 2 + 8 and not any("at plan" in line for line in h100)  # a table from before the plan's shape
+    table = json.loads((gpu / "cpu.json").read_text(encoding="utf-8"))
+    timed = table["probes"][0]["timed"]
+    wave = dict(timed["generation"][-1], sequences=128, completion_tokens=48, seconds=0.5)
+    timed["planned"] = {"plan": {"profile": "cpu-tiny-8gen"}, "generation": [wave], "training_error": "OOM"}
+    (tmp_path / "cpu.json").write_text(json.dumps(table), encoding="utf-8")
+    lines = kit_lines(tmp_path / "cpu.json")  # the CPU: the default card, as the kit predicted it
+    (planned,) = [line for line in lines if "at plan" in line]
+    assert planned.split()[:4] == ["tiny", "at", "plan", "0.500"] and planned.rstrip().endswith("-")
