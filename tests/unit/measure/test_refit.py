@@ -104,8 +104,14 @@ def _write(tmp_path: Path, table) -> Path:
 
 
 def _timed(table: dict):
-    """Every timed wave and step of the table, to change in place."""
-    return [entry for row in table["probes"] for kind in ("generation", "training") for entry in row["timed"][kind]]
+    """Every timed wave and step of the table (the plan's shape's too), to change in place."""
+    return [
+        entry
+        for row in table["probes"]
+        for source in (row["timed"], row["timed"].get("planned") or {})
+        for kind in ("generation", "training")
+        for entry in source.get(kind) or []
+    ]
 
 
 @pytest.mark.parametrize("seconds", [float("nan"), -1.5, 0.0, float("inf"), -float("inf"), 1e-320, 1e300])
@@ -132,15 +138,15 @@ def test_a_time_that_is_no_time_is_left_out_and_the_rest_fitted(tmp_path, capsys
 
 def test_the_waves_and_steps_at_the_plans_shape_are_fitted_with_the_rest(tmp_path, capsys):
     table = _cpu_table()
-    timed = table["probes"][0]["timed"]
-    wave, step = dict(timed["generation"][-1]), dict(timed["training"][-1])
-    wave.update(sequences=128, completion_tokens=48, seconds=wave["seconds"] * 20)
-    step.update(sequences=128, completion_tokens=48, seconds=step["seconds"] * 20, warmed_at_this_shape=True)
-    timed["planned"] = {"plan": {"profile": "cpu-tiny-8gen"}, "generation": [wave], "training": [step]}
+    planned = table["probes"][0]["timed"]["planned"]  # the CPU rehearsal timed the CPU default's shape
+    assert len(planned["generation"]) == len(planned["training"]) == 1
     code, out, err = _main_refit(capsys, _write(tmp_path, table), "--constants", "KERNEL_LAUNCH_S", "--json")
     assert code == 0, err
-    assert json.loads(out)["entries"] == len(_timed(table)) + 2
-    timed["planned"]["training"] = [{"sequences": "many"}]
+    assert json.loads(out)["entries"] == len(_timed(table))
+    del table["probes"][0]["timed"]["planned"]  # a table from before the kit timed the plan's shape
+    code, out, err = _main_refit(capsys, _write(tmp_path, table), "--constants", "KERNEL_LAUNCH_S", "--json")
+    assert code == 0 and json.loads(out)["entries"] == len(_timed(table)), err
+    table["probes"][0]["timed"]["planned"] = {"plan": {}, "training": [{"sequences": "many"}]}
     code, out, err = _main_refit(capsys, _write(tmp_path, table), "--constants", "KERNEL_LAUNCH_S")
     assert code == 2 and "probes[0].timed.planned.training[0].sequences is 'many'" in err and "(fix: " in err
 
