@@ -280,9 +280,8 @@ def kit_lines(path: Path) -> list[str]:
     from profiles.load import load_profile
 
     data = json.loads(path.read_text(encoding="utf-8"))
-    card = (
-        card_facts(data["card"], data.get("total_gib")) or DEFAULT
-    )  # the CPU rehearsal: the default card, as the kit predicted it
+    # the CPU rehearsal's table ("cpu"): the default card, as the kit predicted it
+    card = card_facts(data["card"], data.get("total_gib")) or DEFAULT
     gpu = GpuInfo(card.name, card.memory_gib, card.memory_gib, 0.0, card.capability, None, None, 0, "what-if")
     lines = [
         f"{path.name}: measured / predicted then -> predicted now, seconds",

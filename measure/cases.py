@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parents[1]
 PROFILES = REPO / "profiles"
 GPU_BASE = PROFILES / "gpu-16gb-gemma3-1b.yaml"
-CPU_BASE = REPO / "profiles" / "cpu-tiny-8gen.yaml"
+CPU_BASE = PROFILES / "cpu-tiny-8gen.yaml"
 UNSLOTH, PLAIN = "unsloth", "trl+peft"
 # (architecture, precision): the shipped single-GPU rungs' models at their precision, in the order one call
 # reaches them: the smallest, then the largest two (the step-time model's constants need the spread of

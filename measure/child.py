@@ -340,7 +340,10 @@ def timed_planned(trainer, loaded, planned: dict, reader: MemoryReader, deadline
     need = PLANNED_MARGIN * sum(x for x in predicted if isinstance(x, (int, float)))
     left = None if deadline is None else deadline - time.time() - PLANNED_RESERVE_S
     if left is not None and need > left:
-        out["why"] = f"not timed: {need:.0f} s (3x the predicted seconds) and {max(left, 0):.0f} s left to the probe"
+        out["why"] = (
+            f"not timed: {need:.0f} s ({PLANNED_MARGIN:g}x the predicted seconds) and {max(left, 0):.0f} s left to "
+            "the probe"
+        )
         return out
     for key, measure, tokens in (
         ("generation", timed_waves, planned["wave_tokens"]),
@@ -365,7 +368,7 @@ def measure_loaded(trainer, loaded, lengths, planned: dict | None = None, deadli
     """Everything the kit reads of one loaded model after its probe: {"components": ..., "timed": ...}. A phase
     that fails is reported by name; the probe's own figures stand. `planned`: the plan's shape for this model
     on this card (measure.cases.planned_shape), timed last (timed_planned)."""
-    from trainer.probe import completion_token_ids, longest_prompts, synthetic_inputs
+    from trainer.probe import completion_token_ids, synthetic_inputs
 
     model, tokenizer, profile = trainer.model, loaded.tokenizer, trainer.args
     cuda = next(model.parameters()).is_cuda
@@ -383,7 +386,7 @@ def measure_loaded(trainer, loaded, lengths, planned: dict | None = None, deadli
         generations = int(getattr(trainer, "num_generations", None) or batch)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         vocab = int(getattr(getattr(model, "config", None), "vocab_size", None) or len(tokenizer))
-        prompts = longest_prompts(loaded.train_rows, tokenizer, batch, generations, getattr(loaded, "switches", None))
+        prompts = _prompts(loaded, batch, generations, None)
         completions = completion_token_ids(tokenizer, batch, int(profile.max_completion_length), vocab, seed=2)
         components.update(step_components(trainer, synthetic_inputs(trainer, prompts, completions, pad), reader))
         components["completion_tokens"] = int(profile.max_completion_length)

@@ -413,6 +413,7 @@ def load_profiles(
             ((load_profile(path), path) for path in files), key=lambda item: (item[0].ladder, item[0].name)
         )
         refusals: list[ProfileError] = []
+        users_keys = set(set_keys(overrides))
         for as_written, path in written:
             if as_written.device != device:
                 profiles.append(as_written)
@@ -420,7 +421,7 @@ def load_profiles(
             try:
                 profiles.append(load_profile(path, overrides))
             except ProfileError as exc:
-                if refused is None or exc.key is None or exc.key in set_keys(overrides):
+                if refused is None or exc.key is None or exc.key in users_keys:
                     raise
                 refusals.append(exc)
         if refusals and not any(p.device == device for p in profiles):
