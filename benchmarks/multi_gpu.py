@@ -71,7 +71,7 @@ def row(model: str, gib: float, name: str, count: int, rungs) -> dict:
             "generator": generator_of(p),
             "vllm": p.fast_inference,
             "gpus_used": p.gpus_needed,
-            "prompts": p.generation_batch // p.num_generations,
+            "prompts": p.completions_per_step // p.num_generations,
             "step_s": round(best.speed.step_s, 2),
             "prompts_per_hour": round(best.speed.prompts_per_hour),
             "objective": round(learning(best) or 0.0, 1),

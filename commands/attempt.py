@@ -60,7 +60,7 @@ def with_run_length(profile):
     rows, basis = train_rows(
         profile.dataset, profile.train_samples, config=profile.dataset_config or None, split=profile.train_split
     )
-    prompts = profile.generation_batch // profile.num_generations
+    prompts = profile.completions_per_step // profile.num_generations
     run = run_length(profile, None, prompts, rows=rows, rows_basis=basis)
     return profile.model_copy(update={"max_steps": run.steps})
 

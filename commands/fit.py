@@ -83,7 +83,7 @@ def run_of(result: Fit):
     p = result.profile
     rows, basis = train_rows(p.dataset, p.train_samples, config=p.dataset_config or None, split=p.train_split)
     step_s = result.speed.step_s if result.speed is not None else None
-    return run_length(p, step_s, p.generation_batch // p.num_generations, rows=rows, rows_basis=basis)
+    return run_length(p, step_s, p.completions_per_step // p.num_generations, rows=rows, rows_basis=basis)
 
 
 def fit_text(result: Fit, card: str) -> str:
@@ -91,7 +91,7 @@ def fit_text(result: Fit, card: str) -> str:
     p = result.profile
     assert p is not None, "asked only of a fit that found a profile"
     amb = result.ambition
-    prompts = p.generation_batch // p.num_generations
+    prompts = p.completions_per_step // p.num_generations
     lines = [
         f"# {p.name}: derived by `train.py fit` for {card}",
         f"# {fit_reason(result)}",

@@ -15,11 +15,11 @@ from profiles.tool_rules import check_tools
 def _whole_groups_per_step(p) -> None:
     # TRL's GRPOConfig: generation_batch_size = per-device batch x processes x steps_per_generation
     # (= gradient_accumulation_steps), and it must hold whole groups of num_generations.
-    if p.generation_batch % p.num_generations:
+    if p.completions_per_step % p.num_generations:
         raise KeyProblem(
             f"per_device_train_batch_size x num_gpus x gradient_accumulation_steps = "
             f"{p.per_device_train_batch_size} x {p.num_gpus} x {p.gradient_accumulation_steps} = "
-            f"{p.generation_batch} is not divisible by num_generations ({p.num_generations}); GRPO "
+            f"{p.completions_per_step} is not divisible by num_generations ({p.num_generations}); GRPO "
             f"needs whole groups of completions per step",
             f"make the product a multiple of {p.num_generations}",
             "per_device_train_batch_size",

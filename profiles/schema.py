@@ -46,9 +46,16 @@ class Profile(ProfileFields):
         return self.per_device_train_batch_size * self.gradient_accumulation_steps
 
     @property
-    def generation_batch(self) -> int:
-        """Completions generated per optimizer step over every training process (TRL's generation_batch_size)."""
+    def completions_per_step(self) -> int:
+        """Completions per optimizer step over every training process."""
         return self.effective_batch * self.num_gpus
+
+    @property
+    def generation_batch(self) -> int:
+        """Completions one training process generates at once: its share of TRL's generation_batch_size,
+        per_device_train_batch_size x steps_per_generation (a batch serving several optimizer steps is generated
+        in one call)."""
+        return self.effective_batch * self.updates_per_generation
 
     @property
     def updates_per_generation(self) -> int:

@@ -136,7 +136,7 @@ def estimate(profile, arch: Architecture | None = None, gpu=None, backend: str |
     element = FULL_BYTES if cpu else HALF_BYTES
     notes: list[str] = []
     seq = sequence_tokens(profile)
-    generation_batch = profile.effective_batch  # TRL: generation_batch_size = batch x accumulation
+    generation_batch = profile.generation_batch  # generated in one call, for every optimizer step it serves
 
     weights = weights_bytes(arch, profile.load_in_4bit and not cpu, profile.device)
     comp: dict[str, float] = {"weights": weights}
@@ -291,16 +291,18 @@ def estimate_distributed(profile, arch: Architecture, gpu=None) -> Estimate:
     notes: list[str] = []
 
     seq = sequence_tokens(profile)
-    rank_generation = profile.effective_batch  # each rank generates batch x accumulation completions
+    rank_generation = profile.generation_batch  # each rank generates its share of the generation batch
     unit = "process" if cpu else "GPU"
     if world > 1:
         notes.append(
             f"data-parallel over {world} {unit}s"
             + (f", DeepSpeed ZeRO stage {stage}" if stage else ", plain DDP")
-            + f": {rank_generation * world} completions per optimizer step ({rank_generation} per {unit})"
+            + f": {profile.completions_per_step} completions per optimizer step ({profile.effective_batch} per {unit})"
         )
     else:
-        notes.append(f"one training {unit} (plain TRL + PEFT): {rank_generation} completions per optimizer step")
+        notes.append(
+            f"one training {unit} (plain TRL + PEFT): {profile.effective_batch} completions per optimizer step"
+        )
 
     # plain TRL: transformers' bitsandbytes integration leaves a mixture's fused experts in 16-bit
     weights = weights_bytes(arch, profile.load_in_4bit and not cpu, profile.device, experts_quantised=False)
@@ -413,7 +415,7 @@ def _server_estimate(profile, arch: Architecture, weights: float, gpu) -> Estima
     problem = None
     notes = []
     if gpu is None:
-        comp["kv_cache"] = profile.effective_batch * profile.num_gpus * sequence_tokens(profile) * kv_token
+        comp["kv_cache"] = profile.generation_batch * profile.num_gpus * sequence_tokens(profile) * kv_token
         share = sum(comp.values())
     else:
         share = profile.gpu_memory_utilization * gpu.total_gib * GIB

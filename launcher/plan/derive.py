@@ -484,7 +484,7 @@ def derive_cpu_lengths(profiles, measurements=None) -> tuple[list[Candidate], li
 
 def derived_text(profile) -> str:
     """What a rung's `auto` keys became, in one line (the rung files' headers state it for their target card)."""
-    prompts = profile.generation_batch // profile.num_generations
+    prompts = profile.completions_per_step // profile.num_generations
     generator = (
         f"vLLM {profile.gpu_memory_utilization:g}"
         + (f" with {profile.vllm_max_num_seqs} sequences" if profile.vllm_max_num_seqs else "")

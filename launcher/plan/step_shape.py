@@ -166,7 +166,7 @@ def shape_of(profile, arch, gpu, est=None, lengths=None) -> StepShape:
         trainable_params=float(trainable),
         checkpointing=profile.gradient_checkpointing != "false",
         generator=generator,
-        prompts=max(1, profile.generation_batch // profile.num_generations),
+        prompts=max(1, profile.completions_per_step // profile.num_generations),
         generations=profile.num_generations,
         micro_batch=profile.per_device_train_batch_size,
         prompt_tokens=lengths.prompt_expected,

@@ -57,7 +57,7 @@ def _run(profile, step_s: float | None, hours: float | None):
     rows, basis = train_rows(
         profile.dataset, profile.train_samples, config=profile.dataset_config or None, split=profile.train_split
     )
-    prompts = profile.generation_batch // profile.num_generations
+    prompts = profile.completions_per_step // profile.num_generations
     return run_length(profile, step_s, prompts, hours=hours, rows=rows, rows_basis=basis)
 
 

@@ -68,6 +68,20 @@ def test_planned_memory_and_time():
     )  # valued by what such updates were measured to be worth
 
 
+@pytest.mark.parametrize("updates", [2, 4])
+def test_a_generation_batch_is_generated_in_one_call(updates):
+    # TRL generates every micro-batch a generation serves in one generate() call: without vLLM its KV cache holds
+    # them all, on the CPU and on a card, in one process or in each of several
+    for path, extra in ((CPU, []), (GPU, ["fast_inference=false"]), (CPU, ["num_gpus=2"])):
+        once = load_profile(path, extra)
+        reused = load_profile(path, [*extra, f"steps_per_generation={updates * once.gradient_accumulation_steps}"])
+        assert reused.generation_batch == updates * once.generation_batch == updates * once.effective_batch
+        assert reused.completions_per_step == once.completions_per_step  # what an optimizer step trains on
+        arch = resolve(once.model)
+        kv = estimate(once, arch).components["generate_kv_cache"]
+        assert estimate(reused, arch).components["generate_kv_cache"] == pytest.approx(updates * kv)
+
+
 def test_the_measured_value_is_what_the_objective_uses():
     assert REUSE_VALUE[1] == 1.0 and all(0 < v <= 1.5 for v in REUSE_VALUE.values())
 

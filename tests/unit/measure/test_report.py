@@ -148,7 +148,7 @@ def test_each_unsloth_case_carries_the_shape_the_plan_decides_on_for_its_model_o
         chosen = next(c for c in make_plan(request).candidates if c.fits).profile
         assert planned["profile"] == chosen.name and chosen.load_in_4bit == four and not chosen.fast_inference
         assert planned["micro_batch"] == chosen.per_device_train_batch_size
-        assert planned["sequences"] == chosen.generation_batch and planned["generations"] == chosen.num_generations
+        assert planned["sequences"] == chosen.completions_per_step and planned["generations"] == chosen.num_generations
         # the longest of a wave and of a micro-batch, as the step-time model charges them
         assert planned["expected_tokens"] <= planned["step_tokens"] <= planned["wave_tokens"] <= planned["cap"]
         assert planned["predicted_wave_s"] > 0 and planned["predicted_step_s"] > 0

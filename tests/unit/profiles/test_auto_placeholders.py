@@ -76,7 +76,7 @@ def test_a_batch_written_with_the_accumulation_auto_makes_whole_groups():
         extra = {"num_gpus": gpus, "gradient_checkpointing": "true"} if gpus > 1 else {}
         profile = profile_from_dict({**base, "per_device_train_batch_size": batch, **extra}, "<test>")
         assert profile.gradient_accumulation_steps == steps
-        assert profile.generation_batch % profile.num_generations == 0
+        assert profile.completions_per_step % profile.num_generations == 0
 
 
 def test_a_short_prompt_and_completion_keep_the_sequence_at_its_floor():

@@ -96,7 +96,7 @@ def test_two_gpus_of_two_completions_hold_a_group_of_four():
         num_gpus=2,
         num_generations=4,
     )
-    assert profile_from_dict(data, "<test>").generation_batch == 4
+    assert profile_from_dict(data, "<test>").completions_per_step == 4
 
 
 # ---------------------------------------------------------------------------------------------------
