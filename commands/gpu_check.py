@@ -106,7 +106,7 @@ def writable_folder(option: str, path: Path) -> Path:
             pass
     except OSError as exc:
         raise UsageError(
-            f"{option} {path}: cannot write there ({exc.strerror or exc}) {write_fix(write_problem(exc, path), path)}"
+            f"{option} {path}: cannot write there ({exc.strerror or exc}) {write_fix(write_problem(exc, path), path, option)}"
         ) from None
     return path.resolve()
 

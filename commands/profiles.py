@@ -144,7 +144,7 @@ def _copy(args) -> int:
     except OSError as exc:
         from contract.failure import write_failure_text
 
-        raise UsageError(f"profiles copy: {write_failure_text(exc, dest.parent)}") from None
+        raise UsageError(f"profiles copy: {write_failure_text(exc, dest.parent, option='destination')}") from None
     from contract.shell import command_line
 
     print(

@@ -94,7 +94,7 @@ def find_target(given: str | Path) -> Target:
     path = stable_target(Path(given).expanduser())  # outputs/latest, RUN/final: the folders they name
     if not path.is_dir():
         raise UsageError(
-            f"sample {given}: no such folder (fix: give a run folder outputs/run-..., one of its "
+            f"{given}: no such folder (fix: give a run folder outputs/run-..., one of its "
             "attempt-* folders, or an adapter/ folder)"
         )
     if any((path / name).is_file() for name in ("adapter_config.json", ADAPTER_WEIGHTS, contract.BEST_MARKER)):
@@ -110,7 +110,7 @@ def find_target(given: str | Path) -> Target:
     candidates = [d for d in named if d.is_dir()] or sorted(path.glob("attempt-*"))
     finished = [d for d in candidates if _finished(d)]
     if not finished:
-        raise UsageError(f"sample {given}: no attempt there finished with an adapter{_elsewhere(path)}")
+        raise UsageError(f"{given}: no attempt there finished with an adapter{_elsewhere(path)}")
     return Target(finished[-1], finished[-1] / contract.ADAPTER_DIR)
 
 
@@ -213,7 +213,7 @@ def _without_folder_code(data: dict, changes: dict, run_rewards: bool, where: st
     if data.get("trust_remote_code") is True and "trust_remote_code" not in changes:
         model = data.get("model", "the model")
         raise UsageError(
-            f"sample {where}: the run's profile sets trust_remote_code: true, so loading {model} would "
+            f"{where}: the run's profile sets trust_remote_code: true, so loading {model} would "
             f"run the Python files that come with it (fix: --set trust_remote_code=true if you trust "
             f"{model}'s code, or --set trust_remote_code=false to load it without)"
         )
@@ -259,7 +259,7 @@ def profile_of(target: Target, overrides: list[str], run_rewards: bool = False) 
                 raise TypeError
         except (OSError, ValueError, KeyError, TypeError, RecursionError):
             raise UsageError(
-                f"sample: {target.attempt_dir} holds neither {contract.PROFILE_FILE} nor a "
+                f"{target.attempt_dir} holds neither {contract.PROFILE_FILE} nor a "
                 f"readable {contract.SUMMARY_FILE} (fix: give the attempt folder the adapter was saved "
                 "in)"
             ) from None

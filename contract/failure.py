@@ -297,7 +297,11 @@ def write_fix(problem: str | None, folder: Path, option: str = "--output-dir") -
             f"(fix: give {option} a folder on a file system without a 4 GiB file limit (ext4, XFS, NTFS or exFAT; "
             f"not FAT32){limited})"
         )
-    return f"(fix: free disk space, or choose a writable {option})"
+    if problem == DISK_FULL:
+        return f"(fix: free disk space, or choose a writable {option})"
+    return (
+        f"(fix: choose a writable {option})"  # not a disk's limit: the place itself refuses (a missing parent, /proc)
+    )
 
 
 def write_failure_text(
@@ -318,8 +322,7 @@ def write_failure_text(
     if isinstance(exc, OSError) and exc.errno:
         what = os.strerror(exc.errno)
     else:
-        what = (
-            next((w for w, _ in _TEXT_PROBLEM if w in str(exc)), None)
-            or f"{os.strerror(errno.ENOSPC)} ({line_of(str(exc), 0)})"
-        )
+        said = next((w for w, _ in _TEXT_PROBLEM if w in str(exc)), None)
+        what = said or f"{os.strerror(errno.ENOSPC)} ({line_of(str(exc), 0)})"
+        problem = problem or (None if said else DISK_FULL)  # a writer's words without an errno: a full disk
     return f"cannot write to {where}: {what} {write_fix(problem, where, option)}"

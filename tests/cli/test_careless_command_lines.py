@@ -138,6 +138,32 @@ def test_the_chown_fix_quotes_the_folder(tmp_path):
     assert words[-1] == str(folder) and words[:3] == ["sudo", "chown", "-R"]
 
 
+@pytest.mark.parametrize(
+    "argv, option",
+    [
+        (["profiles", "copy", "cpu-tiny-4gen", "/proc/x.yaml"], "destination"),
+        (["gpu-check", "--out-dir", "/proc/no-such"], "--out-dir"),
+    ],
+)
+def test_a_place_that_refuses_a_write_is_not_called_a_full_disk(argv, option, capsys):
+    # /proc is no disk: the fix names where the command takes its folder, and says nothing of free space
+    code, _, err = run(argv, capsys)
+    assert code == 2 and f"(fix: choose a writable {option})" in err.replace("\n", " ")
+    assert "free disk space" not in err and "--output-dir" not in err
+
+
+def test_a_full_disk_is_still_called_one():
+    import errno
+
+    from contract.failure import DISK_FULL, write_failure_text, write_fix
+
+    assert "free disk space" in write_fix(DISK_FULL, Path("/out"))
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/out/adapter")
+    assert "free disk space" in write_failure_text(full, Path("/out"))
+    # a writer's words without an errno (torch's, on a nearly full disk) are read as a full disk, as before
+    assert "free disk space" in write_failure_text(RuntimeError("PytorchStreamWriter failed writing file"), Path("/"))
+
+
 def test_the_interrupted_runs_resume_command_quotes_the_run(tmp_path, monkeypatch):
     import io
     import signal

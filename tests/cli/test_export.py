@@ -50,6 +50,15 @@ def test_gguf_without_the_converter_says_how_to_get_it_before_loading_anything(t
     assert not (attempt / "export").exists()
 
 
+@pytest.mark.parametrize("command", ["export", "sample"])
+def test_a_folder_that_holds_no_adapter_is_named_without_another_commands_name(tmp_path, capsys, command):
+    # export and sample find their folder the same way; the refusal names the folder, not one of the two
+    for given, says in ((tmp_path / "missing", "no such folder"), (tmp_path, "no attempt there finished")):
+        assert main([command, str(given)]) == 2
+        error = capsys.readouterr().err
+        assert f"{given}: {says}" in error and "sample" not in error.replace(str(tmp_path), "")
+
+
 def converter() -> Path | None:
     found, _ = export.find_converter()
     return found
