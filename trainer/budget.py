@@ -15,7 +15,7 @@ import time
 
 from transformers import TrainerCallback
 
-from trainer.progress import eta_seconds, pace
+from trainer.progress import duration_text, eta_seconds, pace
 
 OVERRUN_SHARE = 0.10  # a run predicted to end later than its budget by more than this share says so, once
 FINISH_MARGIN_S = 20.0  # saving the checkpoint and the adapter, beyond the final evaluation
@@ -55,8 +55,8 @@ class BudgetCallback(TrainerCallback):
                 reached = step + max(0, int((self.deadline - now - self.finish_s) // each)) if each else step
                 self.say(
                     f"at the measured {each:.1f} s a step, the {max_steps} steps take "
-                    f"{(now + left + self.finish_s - started) / 3600:.1f} h, more than the {self.budget_s / 3600:.2f} h "
-                    f"budget by over {OVERRUN_SHARE:.0%}: the run stops at the budget (about step "
+                    f"{duration_text(now + left + self.finish_s - started)}, more than the "
+                    f"{duration_text(self.budget_s)} budget by over {OVERRUN_SHARE:.0%}: the run stops at the budget (about step "
                     f"{min(reached, max_steps)}) with a checkpoint, the adapter and the report"
                 )
         return step < max_steps and now + each + self.finish_s > self.deadline

@@ -28,7 +28,8 @@ def eta_seconds(step_times: list[float], step: int, max_steps: int) -> float | N
     return None if each is None else each * max(max_steps - step, 0)
 
 
-def _duration(seconds: float) -> str:
+def duration_text(seconds: float) -> str:
+    """A duration in words: seconds under a minute and a half, minutes under an hour and a half, else hours."""
     seconds = int(round(seconds))
     if seconds < 90:
         return f"{seconds} s"
@@ -95,7 +96,7 @@ class Progress:
             try:
                 print(
                     f"[{self.name}] step {step}/{total}  {info}  ({row['step_time']:.2f} s/step, "
-                    f"~{_duration(left)} left)",
+                    f"~{duration_text(left)} left)",
                     flush=True,
                 )
             except OSError:  # whoever read our output has gone (a closed pipe): keep training, stop printing

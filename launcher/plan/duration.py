@@ -73,7 +73,7 @@ class RunLength:
                 parts.append(f"finishing about {self.finishes(now):%Y-%m-%d %H:%M}")
         text = ", ".join(parts) + f" ({self.basis})"
         if self.budget_hours is not None:
-            text += f"; stops at its budget of {duration_text(self.budget_hours)}"
+            text += f"; stops at its budget of {seconds_text(self.budget_hours * 3600)}"
         return text
 
     def _beside_text(self) -> str:

@@ -112,6 +112,13 @@ def test_hours_sets_the_run_and_the_budget(capsys):
     assert code == 0 and chosen["run"]["budget_hours"] == 1.5 and chosen["run"]["hours"] <= 1.5
 
 
+@pytest.mark.parametrize("hours, said", [(0.01, "36 s"), (0.0000001, "0 s"), (0.5, "30 min"), (2.0, "2 h 00 min")])
+def test_the_budget_is_said_at_its_own_scale(hours, said):
+    # a budget of seconds was said "1 min"
+    run = run_length(rung(), 2.0, 8, hours=hours, rows=7473)
+    assert run.text().endswith(f"; stops at its budget of {said}")
+
+
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "1e9", "two"])
 def test_a_budget_that_is_not_a_number_of_hours_exits_2(value, capsys):
     assert main(["plan", "--hours", value]) == 2

@@ -58,7 +58,16 @@ def test_an_overrun_is_said_once_and_the_run_stops_at_its_budget_with_time_to_fi
     assert clock.now + 10.0 + 40 + FINISH_MARGIN_S > budget.deadline
     warnings = [line for line in said if "more than the" in line]
     assert len(warnings) == 1 and "by over 10%" in warnings[0]
+    assert "more than the 10 min budget" in warnings[0]  # in minutes: "0.17 h" told a 10-minute budget badly
     assert any(line.startswith("the run's budget ends") for line in said)
+
+
+def test_a_budget_of_seconds_is_said_in_seconds():
+    clock, said = Clock(), []
+    budget = BudgetCallback(deadline=clock.now + 30, budget_s=30, finish_s=0, clock=clock, say=said.append)
+    run_steps(budget, clock, 5.0, 100)
+    warning = next(line for line in said if "more than the" in line)
+    assert "more than the 30 s budget" in warning and "0.0" not in warning  # not "0.01 h"
 
 
 def test_a_small_overrun_is_not_warned_of():
