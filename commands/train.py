@@ -18,6 +18,7 @@ EXAMPLES = (
     "python train.py train --profile profiles/gpu-16gb-gemma3-1b.yaml --set max_steps=50",
     "python train.py train --resume",
     "python train.py train --resume outputs/latest",
+    "python train.py train --resume outputs/latest --set max_steps=400",
 )
 
 
@@ -33,7 +34,8 @@ def add_arguments(parser) -> None:
         default=False,
         metavar="RUN",
         help="continue a run from its last checkpoint: alone, the latest run in --output-dir; or "
-        "RUN, a run folder (outputs/latest, outputs/run-...)",
+        "RUN, a run folder (outputs/latest, outputs/run-...); a finished run trains on with --set max_steps=N "
+        "above the steps it trained",
     )
     run.add_argument(
         "--fresh-attempt",

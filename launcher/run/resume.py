@@ -57,11 +57,16 @@ def resume_run(
     record = next((r for r in supervisor.records if r.attempt_dir and Path(r.attempt_dir).name == last_dir.name), None)
     console.print(f"resuming run {run_dir}", markup=False)
     budget_stop = record is not None and record.status == OK and record.stopped_by == STOPPED_BY_BUDGET
-    if record is not None and record.status == OK and not fresh and not budget_stop:
-        console.print(f"{last_dir.name} already finished ok: nothing to resume")
-        return EXIT_OK
     as_run = load_profile(last_dir / PROFILE_FILE)
     profile = load_profile(last_dir / PROFILE_FILE, overrides)
+    finished = record if record is not None and record.status == OK and not fresh and not budget_stop else None
+    if finished is not None and not _trains_on(finished, profile, overrides):
+        console.print(
+            f"{last_dir.name} already finished ok at step {finished.steps}: nothing to resume (to train it on: "
+            f"--resume with --set max_steps=N, N above {finished.steps})",
+            markup=False,
+        )
+        return EXIT_OK
     if record is None:
         # The supervisor stopped while this attempt ran: count its checkpoints too.
         supervisor.attempt_shapes.append((shape_of(as_run), last_dir))
@@ -78,7 +83,18 @@ def resume_run(
         if decision.action == "stop":
             return EXIT_OUT_OF_MEMORY
         return supervisor.run(decision.profile, decision.changes or None, decision.text)
+    if finished is not None:
+        said = f"trained on from step {finished.steps} to max_steps {profile.max_steps}"
+        console.print(f"{last_dir.name} finished at step {finished.steps}: {said}", markup=False)
+        return supervisor.run(profile, None, f"resumed after attempt {finished.attempt} (ok): {said}")
     return supervisor.run(profile, None, f"resumed after attempt {record.attempt} ({record.status})")
+
+
+def _trains_on(record: AttemptRecord, profile: Profile, overrides: list[str]) -> bool:
+    """Whether the --set asks a finished attempt for more steps than it trained: a max_steps above them, set now."""
+    from profiles.load import set_keys
+
+    return "max_steps" in set_keys(overrides) and profile.max_steps > record.steps
 
 
 def _check_named_profile(name: str, run_dir: Path, attempt_dirs: list[Path]) -> None:

@@ -572,7 +572,25 @@ def test_resume_continues_the_latest_run_from_its_checkpoint(tmp_path, monkeypat
     # a finished run has nothing left to resume
     code, records, out = run(plan, tmp_path, monkeypatch, {}, resume=True)
     assert code == 0 and len(records) == 2
-    assert "already finished ok" in out
+    assert "already finished ok at step 6" in out and "--set max_steps=N, N above 6" in out.replace("\n", " ")
+    # ... nor has one asked for no more steps than it trained
+    code, records, out = run(plan, tmp_path, monkeypatch, {}, resume=True, overrides=["max_steps=5"])
+    assert code == 0 and len(records) == 2 and "nothing to resume" in out
+
+
+def test_a_finished_run_trains_on_when_resumed_with_more_steps(tmp_path, monkeypatch):
+    plan = make_plan(PlanRequest(ladder(), CPU_MACHINE))
+    code, records, _ = run(plan, tmp_path, monkeypatch, {}, overrides=["max_steps=4"])
+    assert code == 0 and [(r["status"], r["steps"]) for r in records] == [("ok", 4)]
+    # the --set was once ignored ("nothing to resume", exit 0): it now continues from the last checkpoint
+    code, records, out = run(plan, tmp_path, monkeypatch, {}, resume=True, overrides=["max_steps=7"])
+    assert code == 0 and len(list((tmp_path / "out").glob("run-*"))) == 1
+    assert [(r["attempt"], r["status"], r["steps"]) for r in records] == [(1, "ok", 4), (2, "ok", 7)]
+    assert records[1]["resumed_from"] == records[0]["checkpoint"] and records[1]["settings"]["max_steps"] == 7
+    assert "trained on from step 4 to max_steps 7" in records[1]["decided"]
+    # a --set that changes the shape cannot continue the checkpoint: refused, as for any resume
+    with pytest.raises(UsageError, match="lora_rank"):
+        run(plan, tmp_path, monkeypatch, {}, resume=True, overrides=["max_steps=9", "lora_rank=4"])
 
 
 def test_resume_after_an_unrecorded_oom_takes_the_decision(tmp_path, monkeypatch):
