@@ -15,7 +15,7 @@ from rich.markup import escape
 from contract.attempt import OK, OOM, PLAN_FILE, PROFILE_FILE, STOPPED_BY_BUDGET, UNSUPPORTED, checkpoint_step
 from contract.errors import EXIT_OK, EXIT_OUT_OF_MEMORY, UsageError
 from launcher.run.attempts import AttemptRecord
-from profiles.load import Profile, load_profile
+from profiles.load import Profile, load_profile, set_keys
 from profiles.schema import SHAPE_KEYS, shape_of
 
 
@@ -92,8 +92,6 @@ def resume_run(
 
 def _trains_on(record: AttemptRecord, profile: Profile, overrides: list[str]) -> bool:
     """Whether the --set asks a finished attempt for more steps than it trained: a max_steps above them, set now."""
-    from profiles.load import set_keys
-
     return "max_steps" in set_keys(overrides) and profile.max_steps > record.steps
 
 
