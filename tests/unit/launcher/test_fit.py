@@ -9,7 +9,6 @@ objective say what they hold now."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -284,11 +283,18 @@ def test_fourteen_b_on_eight_gib_cannot_fit_and_says_why():
     assert nothing_fits(short).startswith(f"nothing fits: even 4 generations of {MIN_COMPLETION_LENGTH} tokens")
 
 
-def test_planning_a_model_stays_instant():
-    m = machine(24.0)
-    started = time.process_time()  # this process's CPU seconds: what another process's load leaves alone
-    make_plan(PlanRequest(rungs(["model=Qwen/Qwen3-8B"]), m, model="Qwen/Qwen3-8B"))
-    assert time.process_time() - started < 0.5
+def test_planning_a_model_stays_instant(monkeypatch):
+    # Counted in estimates, not timed: a clock depends on the machine and its load. One estimate costs well under
+    # a millisecond, so a search that grows past this bound is what would make planning slow (benchmarks/
+    # dry_run_time.py --model times it).
+    from launcher.memory import estimate as estimate_module
+
+    built = []
+    in_gib = estimate_module._in_gib
+    monkeypatch.setattr(estimate_module, "_in_gib", lambda *a, **k: built.append(1) or in_gib(*a, **k))
+    plan = make_plan(PlanRequest(rungs(["model=Qwen/Qwen3-8B"]), machine(24.0), model="Qwen/Qwen3-8B"))
+    assert next(c for c in plan.candidates if c.fits)
+    assert 0 < len(built) <= 1000
 
 
 # ---------------------------------------------------------------------------------------------------
