@@ -50,9 +50,9 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from contract.errors import UsageError
     from launcher.run.folder import check_output_dir
+    from launcher.run.request import RunRequest, check_fresh_attempt, machine_command
 
-    if args.fresh_attempt and not args.resume:
-        raise UsageError("--fresh-attempt only applies to --resume (a new run starts at step 1 anyway)")
+    check_fresh_attempt(args.fresh_attempt, args.resume)
     resume_dir = None
     if isinstance(args.resume, str):  # --resume RUN: that run, which becomes the output folder's latest
         from launcher.run.folder import run_folder_of
@@ -73,7 +73,6 @@ def run(args) -> int:
     named = profiles[0].name if args.profile is not None else None
     if topology().machine_rank > 0:  # machine 0 plans and decides for every machine; this one follows
         from launcher.run.follow import follow_run
-        from launcher.run.supervise import machine_command
 
         return follow_run(output_dir, command=machine_command(args.overrides, named))
     if args.profile is not None and not plan.machine.gpus and profiles[0].device != "cpu":
@@ -94,20 +93,19 @@ def run(args) -> int:
     check_run_inputs(
         profiles, plan, gpu_memory=args.gpu_memory, resume=args.resume, gpu_name=getattr(args, "gpu_name", None)
     )
-    from launcher.run.supervise import machine_command, supervise
+    from launcher.run.supervise import supervise
     from launcher.run.supervisor import written_keys
 
-    return supervise(
-        plan,
-        output_dir=output_dir,
-        overrides=args.overrides,
+    request = RunRequest(
+        output_dir,
+        overrides=tuple(args.overrides or ()),
         resume=args.resume,
-        fresh_attempt=args.fresh_attempt,
         resume_dir=resume_dir,
+        fresh_attempt=args.fresh_attempt,
         # with --resume, the job script's --profile FILE names the run's profile: checked against the run
-        named_profile=named if args.resume else None,
-        command=machine_command(args.overrides, named),
+        named_profile=named,
         hours=args.hours,
         # `--profile FILE` runs the file as written: its keys are pinned as --set ones are
-        pinned=written_keys(args.profile) if args.profile is not None else (),
+        pinned=written_keys(args.profile) if args.profile is not None else frozenset(),
     )
+    return supervise(plan, request)

@@ -22,6 +22,7 @@ def main(argv: list[str]) -> int:
     from commands import options, parser_for
     from launcher.card.topology import topology
     from launcher.run.follow import follow_run, serve_run
+    from launcher.run.request import RunRequest
     from launcher.run.supervise import supervise
 
     role, rest = argv[0], argv[1:]
@@ -31,7 +32,9 @@ def main(argv: list[str]) -> int:
     if topology().machine_rank > 0:
         return follow_run(Path(args.output_dir), child_command=RANK_SCRIPT)
     plan, _profiles = options.plan_of(args)
-    return supervise(plan, Path(args.output_dir), overrides=args.overrides, child_command=RANK_SCRIPT)
+    return supervise(
+        plan, RunRequest(Path(args.output_dir), overrides=tuple(args.overrides or ())), child_command=RANK_SCRIPT
+    )
 
 
 if __name__ == "__main__":

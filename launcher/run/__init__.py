@@ -2,6 +2,7 @@
 falling back, nothing lost on a stop.
 
 - `supervise`    a run from its folder's lock to its exit status: `supervise`, the entry `train` calls
+- `request`      what `train` asks of a run: its folder, the run it continues, what the user changed
 - `supervisor`   the loop over attempts: each one run, recorded, and what runs next decided
 - `preflight`    what must hold before the first attempt: the machines' run name, the server node, the caches
 - `environment`  an attempt's environment, the same on every machine

@@ -51,7 +51,7 @@ def _restore(previous: dict) -> None:
 
 
 def command_differences(mine: dict | None, theirs: dict | None) -> str | None:
-    """How this machine's command line (launcher.run.supervise.machine_command) differs from machine 0's, in
+    """How this machine's command line (launcher.run.request.machine_command) differs from machine 0's, in
     one line; None when they agree or either is not known."""
     if not mine or not theirs:
         return None

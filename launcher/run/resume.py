@@ -15,6 +15,7 @@ from rich.markup import escape
 from contract.attempt import OK, OOM, PLAN_FILE, PROFILE_FILE, STOPPED_BY_BUDGET, UNSUPPORTED, checkpoint_step
 from contract.errors import EXIT_OK, EXIT_OUT_OF_MEMORY, UsageError
 from launcher.run.attempts import AttemptRecord
+from launcher.run.request import RunRequest
 from profiles.load import Profile, load_profile, set_keys
 from profiles.schema import SHAPE_KEYS, shape_of
 
@@ -35,30 +36,24 @@ class Supervisor(Protocol):
     def in_run(self, path) -> str | None: ...
 
 
-def resume_run(
-    supervisor: Supervisor,
-    run_dir: Path,
-    overrides: list[str],
-    console,
-    fresh: bool = False,
-    named_profile: str | None = None,
-    taken_up: Callable[[], None] | None = None,
-) -> int:
-    """Continue the latest run: re-run its last attempt's profile from its last checkpoint, or, when that
+def resume_run(supervisor: Supervisor, request: RunRequest, taken_up: Callable[[], None] | None = None) -> int:
+    """Continue the supervisor's run: re-run its last attempt's profile from its last checkpoint, or, when that
     attempt ran out of memory and the run stopped before deciding, take the decision it would have taken.
-    `named_profile`: the profile --profile names beside --resume (the job script's resubmission), refused
-    unless the run trained it; `taken_up()` is called once the resume passed its checks, before an attempt."""
+    A profile --profile names beside --resume (the job script's resubmission) is refused unless the run trained
+    it; `taken_up()` is called once the resume passed its checks, before an attempt."""
+    run_dir, console, overrides = supervisor.run_dir, supervisor.console, list(request.overrides)
     attempt_dirs = sorted((p for p in run_dir.glob("attempt-*") if (p / PROFILE_FILE).is_file()), key=lambda p: p.name)
     if not attempt_dirs:
         raise UsageError(f"--resume: {run_dir} holds no attempt (fix: start a new run with `python train.py train`)")
-    if named_profile is not None:
-        _check_named_profile(named_profile, run_dir, attempt_dirs)
+    if request.named_profile is not None:
+        _check_named_profile(request.named_profile, run_dir, attempt_dirs)
     last_dir = attempt_dirs[-1]
     record = next((r for r in supervisor.records if r.attempt_dir and Path(r.attempt_dir).name == last_dir.name), None)
     console.print(f"resuming run {run_dir}", markup=False)
     budget_stop = record is not None and record.status == OK and record.stopped_by == STOPPED_BY_BUDGET
     as_run = load_profile(last_dir / PROFILE_FILE)
     profile = load_profile(last_dir / PROFILE_FILE, overrides)
+    fresh = request.fresh_attempt
     finished = record if record is not None and record.status == OK and not fresh and not budget_stop else None
     if finished is not None and not _trains_on(finished, profile, overrides):
         console.print(

@@ -26,10 +26,11 @@ the table of attempts printed (launcher.run.narrate) and the exit status returne
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from contract.attempt import PLAN_FILE, latest_checkpoint
-from contract.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUT_OF_MEMORY, UsageError
+from contract.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUT_OF_MEMORY
 from contract.failure import write_failure_text, write_problem
 from contract.safe_write import write_atomic
 from launcher.card.topology import elastic, server_node, topology
@@ -38,6 +39,7 @@ from launcher.run import narrate
 from launcher.run.child import ChildRunner, signals_forwarded
 from launcher.run.folder import RunLock, latest_run_dir, new_run_dir, point_latest
 from launcher.run.preflight import idle_server_node, job_name, unwritable_cache
+from launcher.run.request import RunRequest
 from launcher.run.resume import resume_run
 from launcher.run.supervisor import Supervisor
 
@@ -47,57 +49,41 @@ from launcher.run.supervisor import Supervisor
 
 def supervise(
     plan,
-    output_dir: Path,
-    overrides: list[str] | None = None,
-    resume: bool = False,
-    child_command: list[str] | None = None,
+    request: RunRequest,
     console=None,
+    child_command: list[str] | None = None,
     server_command: list[str] | None = None,
-    fresh_attempt: bool = False,
-    resume_dir: Path | None = None,
-    named_profile: str | None = None,
-    command: dict | None = None,
-    hours: float | None = None,
-    pinned: frozenset[str] | set[str] | tuple[str, ...] = (),
 ) -> int:
-    """Run the plan's chosen profile (or, with resume, continue the latest run); exit status per design.
+    """Run the plan's chosen profile (or, with `request.resume`, continue a run); exit status per design.
 
     `child_command` (in place of `[python, train.py]`) and `server_command` (in place of `trl vllm-serve`)
     are the documented boundary where tests run small fakes of the attempt and of the vLLM server; a real
-    run leaves both unset. `fresh_attempt` (with resume): start the run's next attempt over at step 1;
-    `resume_dir`: the run to continue (`--resume RUN`) instead of the latest; `named_profile`: the profile
-    `--profile FILE` names beside --resume, which must be one the run trained; `command` (machine_command):
-    this command line, which the other machines compare with theirs. `hours` (train --hours): the run's
-    wall-clock budget from now; one machine only (the attempts of several machines would each need machine 0's
-    deadline: not given to them, so the budget is not kept there). `pinned`: keys never re-planned besides
-    those --set (a --profile file's written keys: launcher.run.supervisor.written_keys); plan.json keeps both.
-    On several machines this is machine 0's supervisor (the others follow: launcher.run.follow).
+    run leaves both unset. `request.hours` is kept on one machine only: the attempts of several machines would
+    each need machine 0's deadline, which they are not given. On several machines this is machine 0's
+    supervisor (the others follow: launcher.run.follow).
     """
     console = console or narrate.make_console()
-    output_dir = Path(output_dir).absolute()  # the child runs from the same folder, but paths are printed
-    if fresh_attempt and not resume:
-        raise UsageError("--fresh-attempt only applies to --resume (a new run starts at step 1 anyway)")
     runner = ChildRunner(child_command)
     topo = topology()
     others = [machineslib.machine_name(rank) for rank in range(1, topo.num_machines)]
     if server_node() is not None:
         others.append(machineslib.SERVER)
     job = job_name(others)
-    if not resume and plan.chosen is None:
+    starts = not request.resume  # a new run, from the plan's choice
+    if starts and plan.chosen is None:
         _print_nothing_fits(console, plan)
         if not others:
             return EXIT_OUT_OF_MEMORY
     try:
-        run_dir = Path(resume_dir).absolute() if resume and resume_dir else _run_folder(output_dir, job, resume)
+        run_dir = _run_folder(request, job)
         lock = RunLock(run_dir).acquire()
     except OSError as exc:
         if not write_problem(exc):
             raise
-        console.print(
-            f"error: {write_failure_text(exc, output_dir)}; nothing was started", markup=False, soft_wrap=True
-        )
+        text = write_failure_text(exc, request.output_dir)
+        console.print(f"error: {text}; nothing was started", markup=False, soft_wrap=True)
         return EXIT_FAILURE
-    problem = unwritable_cache(plan.chosen if not resume else None)
+    problem = unwritable_cache(plan.chosen if starts else None)
     if problem:
         console.print(f"error: {problem}; nothing was started", markup=False, soft_wrap=True)
         lock.release()
@@ -105,74 +91,30 @@ def supervise(
     machines = None
     if job is not None:  # several machines: job_name named their run
         machines = machineslib.Coordinator(
-            output_dir,
+            request.output_dir,
             run_dir,
             job,
             others,
             elastic().machine_timeout_s,
             say=lambda text: console.print(text, markup=False, highlight=False),
-            command=command,
+            command=request.machine_command,
         )
-    if hours and others:
+    if request.hours and others:
         console.print(
-            f"note: --hours {hours:g} sets the run's length, but its wall-clock stop is kept on one machine only: "
-            "on several machines the run ends at its steps",
+            f"note: --hours {request.hours:g} sets the run's length, but its wall-clock stop is kept on one "
+            "machine only: on several machines the run ends at its steps",
             markup=False,
             highlight=False,
         )
-    supervisor = Supervisor(
-        plan,
-        run_dir,
-        console,
-        runner,
-        overrides or [],
-        server_command=server_command,
-        machines=machines,
-        hours=None if others else hours,
-        pinned=pinned,
-    )
-    if not resume:
-        supervisor._say_problem(point_latest(output_dir, run_dir))  # OUTPUT_DIR/latest: this run
+        request = replace(request, hours=None)
+    supervisor = Supervisor(plan, run_dir, console, runner, request, server_command=server_command, machines=machines)
+    if starts:
+        supervisor._say_problem(point_latest(request.output_dir, run_dir))  # OUTPUT_DIR/latest: this run
     code = EXIT_FAILURE  # what the other machines are told when this one fails unexpectedly
     try:
         with signals_forwarded(runner):
             try:
-                idle_server = idle_server_node(plan) if not resume else None
-                if machines is not None:
-                    machines.open()
-                if idle_server:
-                    # said before any machine waits for the others: the server node is told to stop (exit 2)
-                    console.print(f"error: {idle_server}", markup=False, highlight=False, soft_wrap=True)
-                    code = EXIT_BAD_INPUT
-                elif machines is not None:
-                    console.print(
-                        f"machine 0 of {topo.num_machines} training machine(s)"
-                        f"{' and a vLLM server node' if server_node() else ''}; run folder {run_dir}",
-                        markup=False,
-                        highlight=False,
-                    )
-                    machines.gather(stopped=lambda: bool(runner.signals))
-                if idle_server:
-                    pass
-                elif not resume and plan.chosen is None:
-                    code = EXIT_OUT_OF_MEMORY
-                elif resume:
-                    code = resume_run(
-                        supervisor,
-                        run_dir,
-                        overrides or [],
-                        console,
-                        fresh_attempt,
-                        named_profile=named_profile,
-                        # OUTPUT_DIR/latest names the run once its resume is under way, never for a refused one
-                        taken_up=lambda: supervisor._say_problem(point_latest(output_dir, run_dir)),
-                    )
-                else:
-                    planned = {**plan.to_json(), "pinned": sorted(supervisor.pinned)}
-                    write_atomic(run_dir / PLAN_FILE, json.dumps(planned, indent=2) + "\n")
-                    console.print(f"run folder: {run_dir}", markup=False)
-                    narrate.print_plan_choice(console, plan)
-                    code = supervisor.run(plan.chosen)
+                code = _attempts(supervisor, request, topo.num_machines, stopped=lambda: bool(runner.signals))
             except machineslib.MachineTimeout as exc:
                 console.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
                 code = EXIT_FAILURE
@@ -195,22 +137,52 @@ def supervise(
     return code
 
 
-def machine_command(overrides: list[str] | None, named_profile: str | None = None) -> dict:
-    """What a machine's command line asks, as the machines compare it: the one profile it names (None: the
-    ladder) and its --set, in order."""
-    return {"profile": named_profile, "overrides": list(overrides or [])}
+def _attempts(supervisor: Supervisor, request: RunRequest, num_machines: int, stopped) -> int:
+    """From the locked run folder to the run's exit status: the machines gathered, then the plan's first attempt
+    or the resumed run handed to the supervisor's loop."""
+    plan, console, machines = supervisor.plan, supervisor.console, supervisor.machines
+    idle_server = idle_server_node(plan) if not request.resume else None
+    if machines is not None:
+        machines.open()
+    if idle_server:
+        # said before any machine waits for the others: the server node is told to stop (exit 2)
+        console.print(f"error: {idle_server}", markup=False, highlight=False, soft_wrap=True)
+        return EXIT_BAD_INPUT
+    if machines is not None:
+        console.print(
+            f"machine 0 of {num_machines} training machine(s)"
+            f"{' and a vLLM server node' if server_node() else ''}; run folder {supervisor.run_dir}",
+            markup=False,
+            highlight=False,
+        )
+        machines.gather(stopped=stopped)
+    if request.resume:
+
+        def taken_up() -> None:  # OUTPUT_DIR/latest names the run once its resume is under way, never a refused one
+            supervisor._say_problem(point_latest(request.output_dir, supervisor.run_dir))
+
+        return resume_run(supervisor, request, taken_up)
+    if plan.chosen is None:
+        return EXIT_OUT_OF_MEMORY
+    planned = {**plan.to_json(), "pinned": sorted(supervisor.pinned)}
+    write_atomic(supervisor.run_dir / PLAN_FILE, json.dumps(planned, indent=2) + "\n")
+    console.print(f"run folder: {supervisor.run_dir}", markup=False)
+    narrate.print_plan_choice(console, plan)
+    return supervisor.run(plan.chosen)
 
 
-def _run_folder(output_dir: Path, job: str | None, resume: bool) -> Path:
-    """A new run folder, or with resume the one to continue: on several machines the one this job already
-    named (its job file), else the latest."""
-    if not resume:
-        return new_run_dir(output_dir)
+def _run_folder(request: RunRequest, job: str | None) -> Path:
+    """A new run folder, or with resume the one to continue: the one --resume RUN names, on several machines
+    the one this job already named (its job file), else the latest."""
+    if not request.resume:
+        return new_run_dir(request.output_dir)
+    if request.resume_dir is not None:
+        return request.resume_dir
     if job is not None:
-        named = (machineslib.read_json(machineslib.job_file(output_dir, job)) or {}).get("run")
-        if named and (output_dir / named).is_dir():
-            return output_dir / named
-    return latest_run_dir(output_dir)
+        named = (machineslib.read_json(machineslib.job_file(request.output_dir, job)) or {}).get("run")
+        if named and (request.output_dir / named).is_dir():
+            return request.output_dir / named
+    return latest_run_dir(request.output_dir)
 
 
 _STOP_TEXT = {

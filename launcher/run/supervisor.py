@@ -60,6 +60,7 @@ from launcher.run.child import ChildRunner, attempt_command
 from launcher.run.environment import attempt_env
 from launcher.run.fallback import Decision, decide, estimate_of, estimate_profile
 from launcher.run.folder import point_final, set_aside
+from launcher.run.request import RunRequest
 from launcher.run.vllm_server import SERVER_STATE, ServerError, ServerWatch, start_server
 from profiles.rules import remote_code_notice
 from profiles.schema import Profile, shape_of
@@ -113,28 +114,26 @@ class Supervisor:
         run_dir: Path,
         console,
         runner: ChildRunner,
-        overrides: list[str],
+        request: RunRequest,
         server_command: list[str] | None = None,
         machines: machineslib.Coordinator | None = None,
-        hours: float | None = None,
         clock=time.time,
-        pinned: frozenset[str] | set[str] | tuple[str, ...] = (),
     ):
         self.plan = plan
         # train --hours: the run's deadline and length, from when this supervisor started (a resumed run gets
         # the budget given when it resumes)
+        hours = request.hours
         self.budget = (clock() + hours * 3600.0, hours * 3600.0) if hours else None
         self.machines = machines  # several machines: where this supervisor's decisions go for the others
         self.server_command = server_command  # stands in for `trl vllm-serve` in tests
         self.run_dir = run_dir
         self.console = console
         self.runner = runner
-        self.overrides = list(overrides or [])
         from profiles.load import parse_overrides
 
-        # the keys the user set (--set) or wrote (the --profile file, `pinned`): never re-planned; a resumed run
-        # keeps those its plan.json holds
-        self.pinned = frozenset(parse_overrides(self.overrides)) | frozenset(pinned) | pins_of_run(run_dir)
+        # the keys the user set (--set) or wrote (the --profile file, `request.pinned`): never re-planned; a
+        # resumed run keeps those its plan.json holds
+        self.pinned = frozenset(parse_overrides(list(request.overrides))) | request.pinned | pins_of_run(run_dir)
         self.records = [AttemptRecord.from_dict(data) for data in read_attempts(run_dir)]
         self.shrunk: set[str] = {r.profile for r in self.records if r.shrink}
         self.tried: set[str] = {r.profile for r in self.records}

@@ -174,6 +174,7 @@ def test_the_interrupted_runs_resume_command_quotes_the_run(tmp_path, monkeypatc
     from launcher.card.detect import Machine
     from launcher.plan.choose import make_plan
     from launcher.plan.request import PlanRequest
+    from launcher.run.request import RunRequest
     from launcher.run.supervise import supervise
     from profiles.load import profile_from_dict
     from support.fake_runs import CPU_SETTINGS, FAKE_CHILD
@@ -194,7 +195,7 @@ def test_the_interrupted_runs_resume_command_quotes_the_run(tmp_path, monkeypatc
 
     threading.Thread(target=interrupt_when_the_attempt_waits, daemon=True).start()
     text = io.StringIO()
-    code = supervise(plan, output_dir=out, child_command=FAKE_CHILD, console=Console(file=text, width=400))
+    code = supervise(plan, RunRequest(out), child_command=FAKE_CHILD, console=Console(file=text, width=400))
     assert code == 130
     run_dir = next(out.glob("run-*"))
     assert pasted(text.getvalue(), "python train.py train --resume")[-1] == str(run_dir)

@@ -120,6 +120,7 @@ def test_trust_remote_code_is_said_once_per_model_before_the_first_attempt(tmp_p
     from launcher.card.detect import Machine
     from launcher.plan.choose import make_plan
     from launcher.plan.request import PlanRequest
+    from launcher.run.request import RunRequest
     from launcher.run.supervise import supervise
     from profiles.load import profile_from_dict
 
@@ -150,7 +151,7 @@ def test_trust_remote_code_is_said_once_per_model_before_the_first_attempt(tmp_p
     fake_child = [sys.executable, str(REPO / "tests" / "support" / "fake_child.py")]
     code = supervise(
         plan,
-        output_dir=tmp_path / "out",
+        RunRequest(tmp_path / "out"),
         child_command=fake_child,
         console=Console(file=out, width=200, highlight=False),
     )

@@ -22,6 +22,7 @@ from contract import oom as oom
 from launcher.card.detect import detect_machine, known_capability
 from launcher.plan.choose import make_plan
 from launcher.plan.request import PlanRequest
+from launcher.run.request import RunRequest
 from launcher.run.supervise import supervise
 from profiles.catalog import CATALOGUE, VLLM_FLOAT16_REFUSED, resolve, vllm_refuses
 from profiles.load import load_profile
@@ -108,8 +109,7 @@ def test_the_attempt_runs_the_profile_the_plan_chose(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_CHILD_PLAN", json.dumps({cand.profile.name: {"do": "ok"}}))
     code = supervise(
         plan,
-        output_dir=tmp_path / "out",
-        overrides=[],
+        RunRequest(tmp_path / "out"),
         child_command=FAKE_CHILD,
         console=Console(file=io.StringIO(), width=200),
     )

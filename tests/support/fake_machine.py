@@ -34,6 +34,7 @@ def main(argv: list[str]) -> int:
     from contract.errors import UsageError
     from launcher.card.topology import topology
     from launcher.run.follow import follow_run, serve_run
+    from launcher.run.request import RunRequest
     from launcher.run.supervise import supervise
 
     role, rest = argv[0], argv[1:]
@@ -46,9 +47,7 @@ def main(argv: list[str]) -> int:
         plan, _profiles = options.plan_of(args)
         return supervise(
             plan,
-            Path(options.output_dir_of(args)),
-            overrides=args.overrides,
-            resume=args.resume,
+            RunRequest(Path(options.output_dir_of(args)), overrides=tuple(args.overrides or ()), resume=args.resume),
             child_command=FAKE_CHILD,
             server_command=fake_server(),
         )

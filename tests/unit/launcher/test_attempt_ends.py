@@ -52,6 +52,7 @@ def test_the_supervisor_ends_an_attempt_that_lingers_after_its_outcome(tmp_path,
     from launcher.plan.request import PlanRequest
     from launcher.run import child
     from launcher.run.attempts import read_attempts
+    from launcher.run.request import RunRequest
     from launcher.run.supervise import supervise
     from profiles.load import profile_from_dict
 
@@ -74,7 +75,7 @@ def test_the_supervisor_ends_an_attempt_that_lingers_after_its_outcome(tmp_path,
     )
     plan = make_plan(PlanRequest([profile], Machine(gpus=[], message="test", host_ram_gib=24.0, host_free_gib=20.0)))
     code = supervise(
-        plan, output_dir=tmp_path / "out", child_command=FAKE_CHILD, console=Console(file=io.StringIO(), width=200)
+        plan, RunRequest(tmp_path / "out"), child_command=FAKE_CHILD, console=Console(file=io.StringIO(), width=200)
     )
     assert code == 0
     (run_dir,) = (tmp_path / "out").glob("run-*")

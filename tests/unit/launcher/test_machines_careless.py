@@ -18,6 +18,7 @@ from launcher.card.topology import MAX_MACHINES, topology
 from launcher.plan.choose import make_plan
 from launcher.plan.request import PlanRequest
 from launcher.run.follow import command_differences
+from launcher.run.request import RunRequest
 from launcher.run.supervise import supervise
 from profiles.load import profile_from_dict
 from support.fake_runs import CPU_SETTINGS, FAKE_CHILD
@@ -61,7 +62,9 @@ def test_a_server_node_for_a_profile_without_a_server_is_refused(tmp_path, monke
     settings.update(max_completion_length=64, per_device_train_batch_size=4, gradient_accumulation_steps=1)
     plan = make_plan(PlanRequest([profile_from_dict(settings, "<test>")], CPU_MACHINE))
     text = io.StringIO()
-    code = supervise(plan, tmp_path / "out", child_command=FAKE_CHILD, console=Console(file=text, width=400))
+    code = supervise(
+        plan, RunRequest(tmp_path / "out"), child_command=FAKE_CHILD, console=Console(file=text, width=400)
+    )
     assert code == 2, text.getvalue()
     assert "GRPO_SERVER_NODE" in text.getvalue() and "serve nothing" in text.getvalue()
     run = next((tmp_path / "out").glob("run-*"))

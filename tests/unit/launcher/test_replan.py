@@ -15,6 +15,7 @@ from launcher.plan.choose import make_plan
 from launcher.plan.request import PlanRequest
 from launcher.run.attempts import read_attempts
 from launcher.run.fallback import replan_lengths
+from launcher.run.request import RunRequest
 from launcher.run.supervise import supervise
 from launcher.run.supervisor import MAX_LENGTH_REPLANS
 from support.fake_runs import FAKE_CHILD
@@ -167,10 +168,9 @@ def test_a_cap_written_in_the_profile_file_is_never_replanned(tmp_path, monkeypa
     out = io.StringIO()
     code = supervise(
         plan,
-        output_dir=tmp_path / "out",
+        RunRequest(tmp_path / "out", pinned=written_keys(path)),
         child_command=FAKE_CHILD,
         console=Console(file=out, width=200, highlight=False),
-        pinned=written_keys(path),
     )
     records = read_attempts(sorted((tmp_path / "out").glob("run-*"))[-1])
     assert code == 0 and [r["status"] for r in records] == ["ok"], out.getvalue()
@@ -193,8 +193,8 @@ def test_train_with_a_profile_file_runs_its_written_cap(tmp_path, monkeypatch, c
     path = written_profile(tmp_path, max_completion_length=22, save_steps=2, eval_samples=0)
     real = supervise_module.supervise
 
-    def with_the_fake_child(plan, **kwargs):
-        return real(plan, child_command=FAKE_CHILD, console=Console(file=io.StringIO(), width=200), **kwargs)
+    def with_the_fake_child(plan, request):
+        return real(plan, request, child_command=FAKE_CHILD, console=Console(file=io.StringIO(), width=200))
 
     monkeypatch.setattr(supervise_module, "supervise", with_the_fake_child)
     monkeypatch.setenv("FAKE_CHILD_PLAN", json.dumps({"mine": {"do": "long_answers", "answers": 30}}))

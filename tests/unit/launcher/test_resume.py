@@ -28,6 +28,7 @@ from launcher.card.detect import Machine
 from launcher.plan.choose import make_plan
 from launcher.plan.request import PlanRequest
 from launcher.run.attempts import read_attempts
+from launcher.run.request import RunRequest
 from launcher.run.supervise import supervise
 from profiles.load import profile_from_dict
 from support.cli import start_train_py, train_py
@@ -61,12 +62,9 @@ def run(out: Path, monkeypatch, behaviour: dict, resume=False, overrides=(), fre
     text = io.StringIO()
     code = supervise(
         plan or plan_of(),
-        output_dir=out,
-        overrides=list(overrides),
-        resume=resume,
+        RunRequest(out, overrides=tuple(overrides), resume=resume, fresh_attempt=fresh),
         child_command=FAKE_CHILD,
         console=Console(file=text, width=240, highlight=False),
-        fresh_attempt=fresh,
     )
     runs = sorted(out.glob("run-*"))
     return code, (read_attempts(runs[-1]) if runs else []), text.getvalue()

@@ -61,8 +61,8 @@ def fake_attempts(monkeypatch):
     """`train` runs its supervisor with the fake attempt (tests/support/fake_child.py) in place of train.py."""
     real = supervise_module.supervise
 
-    def supervise(plan, **kwargs):
-        return real(plan, child_command=FAKE_CHILD, console=Console(file=io.StringIO(), width=240), **kwargs)
+    def supervise(plan, request):
+        return real(plan, request, child_command=FAKE_CHILD, console=Console(file=io.StringIO(), width=240))
 
     monkeypatch.setattr(supervise_module, "supervise", supervise)
     monkeypatch.setenv("FAKE_CHILD_PLAN", json.dumps({"a": {"do": "error", "at_step": 5}}))

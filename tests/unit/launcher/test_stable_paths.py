@@ -17,6 +17,7 @@ from launcher.plan.choose import make_plan
 from launcher.plan.request import PlanRequest
 from launcher.run import folder
 from launcher.run.folder import FINAL, LATEST, follow, latest_run_dir, point, run_folder_of, stable_target
+from launcher.run.request import RunRequest
 from launcher.run.supervise import supervise
 from support.cli import train_py
 
@@ -31,8 +32,7 @@ def supervised(tmp_path, monkeypatch, behaviour: dict, resume: bool = False) -> 
     # "a" shrinks once and fails again, then falls back to "b"
     code = supervise(
         plan,
-        output_dir=tmp_path / "out",
-        resume=resume,
+        RunRequest(tmp_path / "out", resume=resume),
         child_command=FAKE_CHILD,
         console=Console(file=out, width=200, highlight=False),
     )

@@ -33,6 +33,7 @@ from launcher.plan.request import PlanRequest
 from launcher.run.attempts import AttemptRecord, read_attempts, server_failure_result
 from launcher.run.child import attempt_command
 from launcher.run.fallback import adjust_vllm_share, decide, next_profile, shrink_batch, shrink_for, shrink_optimizer
+from launcher.run.request import RunRequest
 from launcher.run.supervise import supervise
 from profiles.load import load_profile, profile_from_dict
 from support import cli
@@ -114,9 +115,7 @@ def run(plan, tmp_path, monkeypatch, behaviour: dict, resume: bool = False, over
     out = io.StringIO()
     code = supervise(
         plan,
-        output_dir=tmp_path / "out",
-        overrides=list(overrides),
-        resume=resume,
+        RunRequest(tmp_path / "out", overrides=tuple(overrides), resume=resume),
         child_command=FAKE_CHILD,
         console=Console(file=out, width=200, highlight=False),
     )
@@ -703,7 +702,7 @@ def run_with_server(tmp_path, monkeypatch, behaviour: dict, server_text: str | N
     out = io.StringIO()
     code = supervise(
         server_plan(),
-        output_dir=tmp_path / "out",
+        RunRequest(tmp_path / "out"),
         child_command=FAKE_CHILD,
         server_command=command,
         console=Console(file=out, width=200, highlight=False),
