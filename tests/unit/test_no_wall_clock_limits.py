@@ -1,7 +1,8 @@
-"""No verdict on wall time in the suite: a test runs a process to its end through tests/support/waiting.py (bounded
-by the process's progress), never with a timeout that a loaded machine can reach. Read from the tests' source:
-a call that waits on a process or a thread with a timeout, or runs a process past the helper, fails here unless
-it is listed below with its reason."""
+"""No verdict on a clock in the suite. A test runs a process to its end through tests/support/waiting.py (bounded
+by the process's progress), never with a timeout that a loaded machine can reach; and no assert reads a clock
+(CI's machines differ by 2x and more in speed). Read from the tests' source: a call that waits on a process or a
+thread with a timeout, a process run past the helper, or an assert on a clock fails here unless it is listed
+below with its reason."""
 
 from __future__ import annotations
 
@@ -43,14 +44,14 @@ ALLOWED = {
 }
 
 
-def _functions(tree: ast.AST):
-    """(enclosing function name, call) for every call; module-level calls under the name '<module>'."""
+def _functions(tree: ast.AST, kind: type = ast.Call):
+    """(enclosing function name, node) for every node of `kind`; module-level ones under the name '<module>'."""
     stack = [("<module>", tree)]
     while stack:
         name, node = stack.pop()
         for child in ast.iter_child_nodes(node):
             inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else name
-            if isinstance(child, ast.Call):
+            if isinstance(child, kind):
                 yield name, child
             stack.append((inner, child))
 
@@ -88,3 +89,48 @@ def test_no_test_waits_on_a_process_with_a_wall_clock_limit():
         "ALLOWED with the reason it is no verdict on the machine's speed:\n" + "\n".join(offending)
     )
     assert not set(ALLOWED) - used, f"listed but no longer there: {sorted(set(ALLOWED) - used)}"
+
+
+# A clock read in an assertion: a verdict on the machine's speed, which CI's machines vary by 2x and more
+CLOCKS = {"time", "perf_counter", "monotonic", "process_time", "thread_time"}
+
+# (file, enclosing function): why its clock bound is no verdict on the machine's speed
+CLOCK_BOUNDS_ALLOWED = {
+    ("tests/unit/rewards/test_code_rewards.py", "test_code_format_is_fast_on_a_completion_full_of_fences"): (
+        "5 CPU seconds against 0.06 measured: a pattern that backtracks takes hours"
+    ),
+    ("tests/unit/rewards/test_rewards.py", "test_odd_inputs_score_zero_quickly"): (
+        "30 CPU seconds against 1.3 measured: a pattern that backtracks takes hours"
+    ),
+}
+
+
+def _clock_bounds(path: Path) -> list[tuple[str, int]]:
+    """(enclosing function, line) of every assert that reads a clock."""
+    return [
+        (function, check.lineno)
+        for function, check in _functions(ast.parse(path.read_text(encoding="utf-8")), ast.Assert)
+        if any(
+            isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in CLOCKS
+            for n in ast.walk(check.test)
+        )
+    ]
+
+
+def test_no_test_asserts_on_a_clock():
+    offending, used = [], set()
+    for folder in SOURCES:
+        for path in sorted((REPO / folder).rglob("*.py")):
+            relative = path.relative_to(REPO).as_posix()
+            for function, line in _clock_bounds(path):
+                if (relative, function) in CLOCK_BOUNDS_ALLOWED:
+                    used.add((relative, function))
+                else:
+                    offending.append(f"{relative}:{line} ({function})")
+    assert not offending, (
+        "bound the work, not the time it took (count the calls, the steps, the bytes; a benchmark times it), or "
+        "list it in CLOCK_BOUNDS_ALLOWED with a margin no machine reaches:\n" + "\n".join(offending)
+    )
+    assert not set(CLOCK_BOUNDS_ALLOWED) - used, (
+        f"listed but no longer there: {sorted(set(CLOCK_BOUNDS_ALLOWED) - used)}"
+    )
