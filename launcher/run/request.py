@@ -17,9 +17,8 @@ class RunRequest:
     `resume_dir`: the run `--resume RUN` names (None with plain --resume: the latest under `output_dir`);
     `fresh_attempt`: start the resumed run's next attempt over at step 1; `named_profile`: the profile
     `--profile FILE` names (None: the ladder); beside --resume (a job script's resubmission) it must be one the
-    run trained;
-    `hours` (--hours): the run's wall-clock budget from now; `pinned`: keys never re-planned besides those
-    --set (a --profile file's written keys)."""
+    run trained; `hours` (--hours): the run's wall-clock budget from now; `pinned`: keys never re-planned
+    besides those --set (a --profile file's written keys)."""
 
     output_dir: Path
     overrides: tuple[str, ...] = ()

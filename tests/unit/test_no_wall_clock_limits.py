@@ -74,21 +74,28 @@ def _findings(path: Path) -> list[tuple[str, int, str]]:
     return found
 
 
-def test_no_test_waits_on_a_process_with_a_wall_clock_limit():
+def _unlisted(find, allowed: dict) -> tuple[list[str], list]:
+    """(every finding of `find` over the suite's sources not in `allowed`, as file:line (function)[: what]; the
+    entries of `allowed` nothing was found for)."""
     offending, used = [], set()
     for folder in SOURCES:
         for path in sorted((REPO / folder).rglob("*.py")):
             relative = path.relative_to(REPO).as_posix()
-            for function, line, what in _findings(path):
-                if (relative, function) in ALLOWED:
+            for function, line, *what in find(path):
+                if (relative, function) in allowed:
                     used.add((relative, function))
                 else:
-                    offending.append(f"{relative}:{line} ({function}): {what}")
+                    offending.append(f"{relative}:{line} ({function})" + "".join(f": {w}" for w in what))
+    return offending, sorted(set(allowed) - used)
+
+
+def test_no_test_waits_on_a_process_with_a_wall_clock_limit():
+    offending, unused = _unlisted(_findings, ALLOWED)
     assert not offending, (
         "run it with tests/support/waiting.py (run_to_end, finish, finish_all: bounded by progress), or list it in "
         "ALLOWED with the reason it is no verdict on the machine's speed:\n" + "\n".join(offending)
     )
-    assert not set(ALLOWED) - used, f"listed but no longer there: {sorted(set(ALLOWED) - used)}"
+    assert not unused, f"listed but no longer there: {unused}"
 
 
 # A clock read in an assertion: a verdict on the machine's speed, which CI's machines vary by 2x and more
@@ -118,19 +125,9 @@ def _clock_bounds(path: Path) -> list[tuple[str, int]]:
 
 
 def test_no_test_asserts_on_a_clock():
-    offending, used = [], set()
-    for folder in SOURCES:
-        for path in sorted((REPO / folder).rglob("*.py")):
-            relative = path.relative_to(REPO).as_posix()
-            for function, line in _clock_bounds(path):
-                if (relative, function) in CLOCK_BOUNDS_ALLOWED:
-                    used.add((relative, function))
-                else:
-                    offending.append(f"{relative}:{line} ({function})")
+    offending, unused = _unlisted(_clock_bounds, CLOCK_BOUNDS_ALLOWED)
     assert not offending, (
         "bound the work, not the time it took (count the calls, the steps, the bytes; a benchmark times it), or "
         "list it in CLOCK_BOUNDS_ALLOWED with a margin no machine reaches:\n" + "\n".join(offending)
     )
-    assert not set(CLOCK_BOUNDS_ALLOWED) - used, (
-        f"listed but no longer there: {sorted(set(CLOCK_BOUNDS_ALLOWED) - used)}"
-    )
+    assert not unused, f"listed but no longer there: {unused}"
