@@ -169,15 +169,25 @@ MASKS = {
 }
 
 
-def signal_masks(pid: int) -> str:
-    """SIGINT's place in process `pid`'s signal masks (/proc/PID/status): blocked, ignored, caught, pending."""
+def sigint_held(pid: int) -> dict[str, bool]:
+    """SIGINT's place in process `pid`'s signal masks (/proc/PID/status), by MASKS' words; {} once it is gone."""
     try:
         lines = Path(f"/proc/{pid}/status").read_text().splitlines()
-    except OSError as exc:
-        return f"masks unread: {exc}"
+    except OSError:
+        return {}
     bit = 1 << (signal.SIGINT - 1)
     masks = {key: int(value, 16) for key, _, value in (line.partition(":\t") for line in lines) if key in MASKS}
-    return "SIGINT " + ", ".join(f"{MASKS[key]} {'yes' if masks[key] & bit else 'no'}" for key in MASKS if key in masks)
+    return {MASKS[key]: bool(masks[key] & bit) for key in MASKS if key in masks}
+
+
+def signal_masks(pid: int) -> str:
+    """SIGINT's place in process `pid`'s signal masks in words: blocked, ignored, caught, pending."""
+    held = sigint_held(pid)
+    return (
+        "SIGINT " + ", ".join(f"{word} {'yes' if on else 'no'}" for word, on in held.items())
+        if held
+        else "masks unread"
+    )
 
 
 def sigint_at_start(disposition: str):
@@ -255,7 +265,11 @@ def test_a_ctrl_c_the_interpreter_drops_in_a_callback_still_stops_the_run_unsaid
 
 # (CPU seconds, SIGINT at start). An ignored SIGINT before the supervisor's handlers were in (about 0.25 CPU-s)
 # was lost: the run went on to its end and exited 0, in 3 of some 15 whole-suite runs of a suite started in the
-# background, at 0.3 CPU-s (and in every try at 0.05-0.22 CPU-s of a process started so).
+# background, at 0.3 CPU-s (and in every try at 0.05-0.22 CPU-s of a process started so). An inherited SIG_IGN
+# holds until the program's first line (train.cli) takes it back, so for it the moments count from there: counted
+# from the fork, the interpreter's start beside three busy loops took 0.11 CPU-s, and the signal came before any
+# of the program's code had run. That the first line does take it back is
+# test_the_program_takes_an_ignored_sigint_back_before_anything_loads's.
 MOMENTS = [(0.1, "ignored"), (0.3, "ignored"), (0.3, "default"), (1.0, "default"), (2.0, "default")]
 
 
@@ -277,15 +291,21 @@ def test_ctrl_c_in_the_first_moments_exits_130_without_a_traceback(tmp_path, aft
         text=True,
         preexec_fn=sigint_at_start(at_start),
     )
+    taken_back = 0.0
+    if at_start == "ignored":  # the program's first line takes SIGINT back: the moments count from there
+        while proc.poll() is None and sigint_held(proc.pid).get("ignored"):
+            time.sleep(0.002)
+        taken_back = process_tree_cpu_s(proc.pid)
     used = 0.0
-    while proc.poll() is None and (used := process_tree_cpu_s(proc.pid)) < after_cpu_s:
+    while proc.poll() is None and (used := process_tree_cpu_s(proc.pid) - taken_back) < after_cpu_s:
         time.sleep(0.02)
     running = proc.poll() is None  # what a failure must tell apart: a lost signal, or a run over before it came
     # how the supervisor held SIGINT as it came (blocked, ignored, caught): where a lost one was lost
     held = signal_masks(proc.pid)
     proc.send_signal(signal.SIGINT)
     output, _ = finish(proc)  # a lost signal lets the two-step run end by itself, with exit 0
-    said = f"signalled {'while running' if running else 'after the run had ended'} at {used:.2f} CPU-s ({held}):\n"
+    moment = f"{used:.2f} CPU-s" + (f" after the {taken_back:.2f} it took to take SIGINT back" if taken_back else "")
+    said = f"signalled {'while running' if running else 'after the run had ended'} at {moment} ({held}):\n"
     assert proc.returncode == 130, said + output[:1500] + "\n...\n" + output[-1500:]
     assert "Traceback" not in output, output[-2000:]
 
